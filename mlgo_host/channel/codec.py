@@ -1,0 +1,381 @@
+"""Pure codec of the interactive channel and of clang's training logs.
+
+Bytes in, typed records out; no I/O.  The stream is::
+
+    <header JSON>\\n
+    {"context":"name"}\\n
+    {"observation":n}\\n<feature bytes, header order>\\n
+    {"outcome":n}\\n<score bytes>\\n          (training logs only)
+
+Tensor bytes may contain ``\\n``: they are consumed by byte count, never by
+line.  :class:`Decoder` is incremental, so any chunking of the same stream
+gives the same records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import struct
+from typing import Any, Iterable, Iterator, Union
+
+import numpy as np
+
+from mlgo_host.channel.spec import TensorSpec, record_dtype
+from mlgo_host.errors import ProtocolError
+
+#: A header line longer than this is not a header (protects memory on garbage).
+MAX_LINE = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Header:
+    """The first line of a stream: feature specs, advice spec, optional score."""
+
+    features: tuple[TensorSpec, ...]
+    advice: TensorSpec | None = None
+    score: TensorSpec | None = None
+
+    def __post_init__(self) -> None:
+        names = [f.name for f in self.features]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ProtocolError(f"header: duplicate feature names {sorted(dup)}")
+        dt = record_dtype(self.features)
+        object.__setattr__(self, "_dtype", dt)
+        offsets = {}
+        off = 0
+        for f in self.features:
+            offsets[f.name] = off
+            off += f.nbytes
+        object.__setattr__(self, "_offsets", offsets)
+        object.__setattr__(self, "_nbytes", off)
+
+    @property
+    def record_dtype(self) -> np.dtype:
+        """Structured dtype of one observation's feature bytes."""
+        return self._dtype  # type: ignore[attr-defined]
+
+    @property
+    def observation_nbytes(self) -> int:
+        return self._nbytes  # type: ignore[attr-defined]
+
+    def offset(self, name: str) -> int:
+        """Byte offset of feature ``name`` inside an observation."""
+        return self._offsets[name]  # type: ignore[attr-defined]
+
+    def feature(self, name: str) -> TensorSpec | None:
+        for f in self.features:
+            if f.name == name:
+                return f
+        return None
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.features)
+
+    # -- JSON ------------------------------------------------------------
+    @classmethod
+    def from_json(cls, obj: Any) -> "Header":
+        if not isinstance(obj, dict):
+            raise ProtocolError("header: expected a JSON object", offset=0)
+        feats = obj.get("features")
+        if not isinstance(feats, list):
+            raise ProtocolError("header: 'features' must be a list", offset=0)
+        features = tuple(TensorSpec.from_json(f, f"header feature #{i}") for i, f in enumerate(feats))
+        advice = obj.get("advice")
+        score = obj.get("score")
+        return cls(
+            features=features,
+            advice=None if advice is None else TensorSpec.from_json(advice, "header advice"),
+            score=None if score is None else TensorSpec.from_json(score, "header score"),
+        )
+
+    def to_json(self) -> dict:
+        d: dict[str, Any] = {"features": [f.to_json() for f in self.features]}
+        if self.score is not None:
+            d["score"] = self.score.to_json()
+        if self.advice is not None:
+            d["advice"] = self.advice.to_json()
+        return d
+
+    def as_training_log(self, with_score: bool = False) -> "Header":
+        """The header of a training log of this session: the advice becomes
+        the last feature (as LLVM's development-mode logger writes it)."""
+        if self.advice is None:
+            raise ProtocolError("header has no advice spec to log")
+        score = TensorSpec("reward", "float", (1,)) if with_score else None
+        return Header(features=self.features + (self.advice,), advice=None, score=score)
+
+
+class Observation:
+    """One observation: its index, context and the raw feature bytes.
+
+    Features are decoded lazily: ``obs["name"]`` is a numpy view of one
+    tensor, ``obs.record`` the whole structured record.  ``raw`` is kept so
+    an episode can store it and decode many observations in one call.
+    """
+
+    __slots__ = ("index", "context", "raw", "header", "_rec")
+
+    def __init__(self, index: int, context: str, raw: bytes, header: Header):
+        self.index = index
+        self.context = context
+        self.raw = raw
+        self.header = header
+        self._rec = None
+
+    @property
+    def record(self) -> np.ndarray:
+        if self._rec is None:
+            self._rec = np.frombuffer(self.raw, dtype=self.header.record_dtype, count=1)
+        return self._rec
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.record[name][0]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.header.record_dtype.names
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        rec = self.record
+        return {n: rec[n][0] for n in self.header.record_dtype.names}
+
+    def __repr__(self) -> str:
+        return f"Observation(index={self.index}, context={self.context!r}, nbytes={len(self.raw)})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    index: int
+    context: str
+    value: np.ndarray
+
+
+Record = Union[Header, Context, Observation, Outcome]
+
+_OBS_PREFIX = b'{"observation":'
+_OUT_PREFIX = b'{"outcome":'
+
+
+class Decoder:
+    """Incremental decoder. ``feed(bytes)`` returns the records completed so far.
+
+    The first record is always the :class:`Header`.  Errors are
+    :class:`ProtocolError` with the stream offset and current context.
+    Call :meth:`close` at end of stream to detect a truncated tail.
+    """
+
+    def __init__(self) -> None:
+        self.header: Header | None = None
+        self.context: str | None = None
+        self._buf = b""
+        self._pos = 0  # stream offset of self._buf[0]
+        # pending tensor: (kind, index, nbytes) after its JSON line was read
+        self._pending: tuple[str, int, int] | None = None
+        self.observations = 0
+
+    # ---------------------------------------------------------------
+    def _err(self, msg: str, at: int) -> ProtocolError:
+        return ProtocolError(msg, offset=self._pos + at, context=self.context)
+
+    def feed(self, data: bytes) -> list[Record]:
+        buf = self._buf + data if self._buf else bytes(data)
+        out: list[Record] = []
+        p = 0
+        n = len(buf)
+        try:
+            while p < n:
+                pend = self._pending
+                if pend is not None:
+                    kind, idx, nb = pend
+                    if n - p < nb + 1:
+                        break
+                    if buf[p + nb] != 10:
+                        raise self._err(
+                            f"{kind} {idx}: expected '\\n' after {nb} tensor bytes, got byte 0x{buf[p + nb]:02x}",
+                            p + nb,
+                        )
+                    payload = buf[p : p + nb]
+                    if kind == "observation":
+                        out.append(Observation(idx, self.context or "", payload, self.header))  # type: ignore[arg-type]
+                        self.observations += 1
+                    else:
+                        sc = self.header.score  # type: ignore[union-attr]
+                        val = np.frombuffer(payload, dtype=sc.dtype).reshape(sc.shape)  # type: ignore[union-attr]
+                        out.append(Outcome(idx, self.context or "", val))
+                    p += nb + 1
+                    self._pending = None
+                    continue
+                nl = buf.find(b"\n", p)
+                if nl < 0:
+                    if n - p > MAX_LINE:
+                        raise self._err(f"no newline in the first {MAX_LINE} bytes of an event line", p)
+                    break
+                line = buf[p:nl]
+                start = p
+                p = nl + 1
+                if self.header is None:
+                    out.append(self._parse_header(line, start))
+                    continue
+                # fast path: the observation line, no json parsing.
+                if line.startswith(_OBS_PREFIX) and line.endswith(b"}"):
+                    try:
+                        idx = int(line[15:-1])
+                        if idx < 0:
+                            raise ValueError
+                    except ValueError:
+                        raise self._err(f"bad observation line {line[:80]!r}", start) from None
+                    self._pending = ("observation", idx, self.header.observation_nbytes)
+                    continue
+                rec = self._parse_event(line, start)
+                if rec is not None:
+                    out.append(rec)
+        except ProtocolError:
+            self._buf = b""
+            raise
+        self._buf = buf[p:]
+        self._pos += p
+        return out
+
+    def _parse_event(self, line: bytes, start: int) -> Record | None:
+        """A non-observation event line: returns a Context, or None after
+        setting up the pending tensor of an outcome (or odd observation)."""
+        try:
+            ev = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            raise self._err(f"event is not JSON: {line[:80]!r}", start) from None
+        if not isinstance(ev, dict) or len(ev) != 1:
+            raise self._err(f"unexpected event {line[:80]!r}", start)
+        ((key, val),) = ev.items()
+        if key == "context":
+            if not isinstance(val, str):
+                raise self._err(f"context name must be a string: {line[:80]!r}", start)
+            self.context = val
+            return Context(val)
+        if key not in ("observation", "outcome"):
+            raise self._err(f"unknown event {key!r}", start)
+        if not isinstance(val, int) or isinstance(val, bool) or val < 0:
+            raise self._err(f"bad {key} index in {line[:80]!r}", start)
+        assert self.header is not None
+        if key == "outcome":
+            if self.header.score is None:
+                raise self._err("outcome record but the header has no score spec", start)
+            nb = self.header.score.nbytes
+        else:
+            nb = self.header.observation_nbytes
+        self._pending = (key, val, nb)
+        return None
+
+    def _parse_header(self, line: bytes, start: int) -> Header:
+        try:
+            obj = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            raise ProtocolError(f"header is not JSON: {line[:80]!r}", offset=self._pos + start) from None
+        hdr = Header.from_json(obj)
+        self.header = hdr
+        return hdr
+
+    @property
+    def offset(self) -> int:
+        """Bytes consumed so far (stream offset of the next unread byte)."""
+        return self._pos
+
+    @property
+    def pending_bytes(self) -> int:
+        return len(self._buf)
+
+    @property
+    def waiting_for(self) -> str:
+        """Human description of what the decoder expects next (for errors)."""
+        if self.header is None:
+            return "the header line"
+        if self._pending is not None:
+            kind, idx, nb = self._pending
+            return f"the {nb + 1} tensor bytes of {kind} {idx} ({len(self._buf)} received)"
+        return "an event line"
+
+    def close(self) -> None:
+        """Raise if the stream ended in the middle of a record."""
+        if self._pending is not None or self._buf:
+            raise ProtocolError(f"stream ended while waiting for {self.waiting_for}", offset=self._pos + len(self._buf), context=self.context)
+
+
+def decode(data: bytes) -> list[Record]:
+    """Decode a whole stream (e.g. a training log file)."""
+    d = Decoder()
+    out = d.feed(data)
+    d.close()
+    return out
+
+
+def iter_log(path: str, chunk: int = 1 << 20) -> Iterator[Record]:
+    """Stream the records of a training-log file."""
+    d = Decoder()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(chunk)
+            if not b:
+                break
+            yield from d.feed(b)
+    d.close()
+
+
+# -- encoding -------------------------------------------------------------
+def encode_header(header: Header) -> bytes:
+    return json.dumps(header.to_json(), separators=(",", ":")).encode() + b"\n"
+
+
+def encode_context(name: str) -> bytes:
+    return json.dumps({"context": name}, separators=(",", ":")).encode() + b"\n"
+
+
+def encode_observation(index: int, payload: bytes) -> bytes:
+    return b'{"observation":%d}\n' % index + payload + b"\n"
+
+
+def encode_outcome(index: int, payload: bytes) -> bytes:
+    return b'{"outcome":%d}\n' % index + payload + b"\n"
+
+
+_STRUCT = {"int64_t": "<q", "int32_t": "<i", "float": "<f", "double": "<d", "uint64_t": "<Q", "uint32_t": "<I",
+           "int16_t": "<h", "uint16_t": "<H", "int8_t": "<b", "uint8_t": "<B"}
+
+
+class AdviceEncoder:
+    """Turns an advice value into exactly the advice tensor's bytes."""
+
+    def __init__(self, spec: TensorSpec):
+        self.spec = spec
+        self._scalar = struct.Struct(_STRUCT[spec.ctype]) if spec.size == 1 else None
+
+    def encode(self, value: Any) -> bytes:
+        if self._scalar is not None and not isinstance(value, np.ndarray):
+            try:
+                return self._scalar.pack(value)
+            except struct.error:
+                pass
+        arr = np.asarray(value, dtype=self.spec.dtype)
+        if arr.size != self.spec.size:
+            raise ProtocolError(f"advice {self.spec.name!r}: {arr.size} values for shape {list(self.spec.shape)}")
+        return arr.tobytes()
+
+
+def encode_records(records: Iterable[Record]) -> bytes:
+    """Inverse of :func:`decode` (used by tests and log writers)."""
+    parts = []
+    for r in records:
+        if isinstance(r, Header):
+            parts.append(encode_header(r))
+        elif isinstance(r, Context):
+            parts.append(encode_context(r.name))
+        elif isinstance(r, Observation):
+            parts.append(encode_observation(r.index, r.raw))
+        elif isinstance(r, Outcome):
+            parts.append(encode_outcome(r.index, np.ascontiguousarray(r.value).tobytes()))
+    return b"".join(parts)

@@ -1,0 +1,102 @@
+"""Tensor specs as clang's interactive channel and training logs describe them.
+
+A spec is ``{"name", "port", "type", "shape"}`` where ``type`` is a C scalar
+name.  The header of a session is the only source of byte counts: nothing in
+the host assumes a feature list, a width or a dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from mlgo_host.errors import ProtocolError
+
+#: C scalar name -> little-endian numpy dtype (the channel is native LE).
+C_TYPES: Mapping[str, np.dtype] = {
+    "float": np.dtype("<f4"),
+    "double": np.dtype("<f8"),
+    "int8_t": np.dtype("i1"),
+    "uint8_t": np.dtype("u1"),
+    "int16_t": np.dtype("<i2"),
+    "uint16_t": np.dtype("<u2"),
+    "int32_t": np.dtype("<i4"),
+    "uint32_t": np.dtype("<u4"),
+    "int64_t": np.dtype("<i8"),
+    "uint64_t": np.dtype("<u8"),
+}
+_C_NAMES = {v: k for k, v in C_TYPES.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """One tensor of the channel: its name, port, scalar type and shape."""
+
+    name: str
+    ctype: str
+    shape: tuple[int, ...]
+    port: int = 0
+
+    def __post_init__(self) -> None:
+        if self.ctype not in C_TYPES:
+            raise ProtocolError(f"tensor {self.name!r}: unknown type {self.ctype!r}")
+        if any((not isinstance(d, int)) or d < 0 for d in self.shape):
+            raise ProtocolError(f"tensor {self.name!r}: bad shape {list(self.shape)!r}")
+
+    @property
+    def dtype(self) -> np.dtype:
+        return C_TYPES[self.ctype]
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str = "spec") -> "TensorSpec":
+        if not isinstance(obj, dict):
+            raise ProtocolError(f"{where}: expected an object, got {type(obj).__name__}")
+        try:
+            name, ctype, shape = obj["name"], obj["type"], obj["shape"]
+        except KeyError as e:
+            raise ProtocolError(f"{where}: missing key {e.args[0]!r}") from None
+        port = obj.get("port", 0)
+        if not isinstance(name, str):
+            raise ProtocolError(f"{where}: name must be a string")
+        if not isinstance(ctype, str):
+            raise ProtocolError(f"{where} {name!r}: type must be a string")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+            raise ProtocolError(f"{where} {name!r}: shape must be a list of integers")
+        if not isinstance(port, int) or isinstance(port, bool):
+            raise ProtocolError(f"{where} {name!r}: port must be an integer")
+        if ctype not in C_TYPES:
+            raise ProtocolError(f"{where} {name!r}: unknown type {ctype!r}")
+        return cls(name=name, ctype=ctype, shape=tuple(shape), port=port)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "port": self.port, "type": self.ctype, "shape": list(self.shape)}
+
+    @classmethod
+    def of(cls, name: str, dtype: Any, shape: Sequence[int], port: int = 0) -> "TensorSpec":
+        """Build a spec from a numpy dtype (convenience for tests and logs)."""
+        dt = np.dtype(dtype).newbyteorder("<") if np.dtype(dtype).itemsize > 1 else np.dtype(dtype)
+        return cls(name=name, ctype=_C_NAMES[dt], shape=tuple(shape), port=port)
+
+
+def record_dtype(specs: Iterable[TensorSpec]) -> np.dtype:
+    """A packed structured dtype laying the specs out back to back, in order.
+
+    One ``np.frombuffer`` with this dtype decodes a whole observation; each
+    field is then a zero-copy view of its tensor.
+    """
+    fields = []
+    for s in specs:
+        fields.append((s.name, s.dtype, s.shape) if s.shape else (s.name, s.dtype))
+    return np.dtype(fields, align=False)

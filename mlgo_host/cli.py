@@ -1,0 +1,75 @@
+"""The ``mlgo-host`` console script: one subcommand per job.
+
+Each subcommand lives in ``mlgo_host/commands/<name>.py`` with
+``add_arguments(parser)`` and ``run(args) -> int``; they are imported lazily
+so that ``mlgo-host run`` starts without TensorFlow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from mlgo_host.errors import MlgoHostError
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("mlgo_host.commands.run", "compile once with a policy answering the compiler's decisions"),
+    "corpus": ("mlgo_host.commands.corpus", "build a corpus from a compile database, or the benchmark corpus"),
+    "eval": ("mlgo_host.commands.eval", "evaluate a policy over a corpus against the default heuristic"),
+    "trace": ("mlgo_host.commands.trace", "record a policy's observations and decisions over a corpus"),
+    "vocab": ("mlgo_host.commands.vocab", "compute per-feature quantile vocabularies from a trace"),
+    "train": ("mlgo_host.commands.train", "train a policy with PPO or behavioural cloning (gin-configured)"),
+    "serve": ("mlgo_host.commands.serve", "serve channel slots for compilers launched by others (mlgo-clang)"),
+    "stats": ("mlgo_host.commands.stats", "summarize the per-compile statistics written by `serve --stats`"),
+}
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mlgo-host",
+        description="Train and serve LLVM's ML optimization advisors (inliner, register allocation) "
+        "through clang's interactive channel, with a stock clang-19.",
+        formatter_class=_Formatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        if only is not None and name != only:
+            sub.add_parser(name, help=help_text)
+            continue
+        mod = importlib.import_module(module)
+        p = sub.add_parser(name, help=help_text, description=(mod.__doc__ or help_text).strip(),
+                           formatter_class=_Formatter)
+        mod.add_arguments(p)
+        p.set_defaults(_module=mod)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Import only the chosen subcommand (keeps `run` free of TensorFlow).
+    only = next((a for a in argv if not a.startswith("-")), None)
+    if only not in COMMANDS:
+        only = None
+    parser = build_parser(only)
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._module.run(args) or 0)
+    except MlgoHostError as e:
+        print(f"mlgo-host {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"mlgo-host {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Typed errors of mlgo_host. Each says what went wrong and where."""
+
+from __future__ import annotations
+
+
+class MlgoHostError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class ProtocolError(MlgoHostError):
+    """The bytes from the compiler do not follow the channel's format.
+
+    ``offset`` is the byte offset in the stream where the problem was found
+    (None when not known), ``context`` the current context name.
+    """
+
+    def __init__(self, message: str, offset: int | None = None, context: str | None = None):
+        self.message = message
+        self.offset = offset
+        self.context = context
+        where = []
+        if offset is not None:
+            where.append(f"byte {offset}")
+        if context is not None:
+            where.append(f"context {context!r}")
+        super().__init__(message + (f" (at {', '.join(where)})" if where else ""))
+
+
+class ChannelTimeout(MlgoHostError):
+    """The compiler did not open, write or read the channel in time."""
+
+
+class CompilerError(MlgoHostError):
+    """The compiler died or misbehaved during a session.
+
+    Carries the return code and the tail of its stderr.
+    """
+
+    def __init__(self, message: str, returncode: int | None = None, stderr_tail: str = ""):
+        self.returncode = returncode
+        self.stderr_tail = stderr_tail
+        text = message
+        if returncode is not None:
+            text += f" (exit status {returncode})"
+        if stderr_tail.strip():
+            text += "; compiler stderr ends with: " + stderr_tail.strip().replace("\n", " | ")[-600:]
+        super().__init__(text)
+
+
+class AdviceError(MlgoHostError):
+    """A policy produced advice that the compiler would crash or misbehave on."""
+
+
+class CorpusError(MlgoHostError):
+    """A corpus or one of its modules is malformed."""
+
+
+class ConfigError(MlgoHostError):
+    """A command line or gin configuration is wrong."""
