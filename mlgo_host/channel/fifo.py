@@ -1,0 +1,168 @@
+"""FIFO lifecycle: a private directory per channel, the open order clang
+needs, deadlines on every open and read, removal on every exit path.
+
+Open order (PROTOCOL.md): the compiler opens ``B.in`` for reading first, then
+``B.out`` for writing.  The host opens ``B.in`` for writing with
+``O_NONBLOCK`` (retrying on ``ENXIO`` until the compiler is there, has exited,
+or the deadline passes), then ``B.out`` for reading, also non-blocking, so a
+compiler that never comes cannot hang the host.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import select
+import shutil
+import signal
+import tempfile
+import threading
+import time
+import weakref
+from typing import Callable
+
+from mlgo_host.errors import ChannelTimeout
+
+_LIVE: "weakref.WeakSet[Channel]" = weakref.WeakSet()
+_LOCK = threading.Lock()
+
+
+class Channel:
+    """One FIFO pair ``<dir>/<name>.in`` / ``.out`` in a fresh private dir
+    (or in ``directory`` when given, e.g. a serve slot)."""
+
+    def __init__(self, parent: str | None = None, name: str = "channel", directory: str | None = None):
+        if directory is None:
+            self.dir = tempfile.mkdtemp(prefix="mlgo-ch-", dir=parent)
+            self._own_dir = True
+        else:
+            os.makedirs(directory, exist_ok=True)
+            self.dir = directory
+            self._own_dir = False
+        self.base = os.path.join(self.dir, name)
+        self.in_path = self.base + ".in"
+        self.out_path = self.base + ".out"
+        self.wfd = -1
+        self.rfd = -1
+        try:
+            for p in (self.in_path, self.out_path):
+                if os.path.lexists(p):
+                    os.unlink(p)
+                os.mkfifo(p, 0o600)
+        except BaseException:
+            self.close()
+            raise
+        with _LOCK:
+            _LIVE.add(self)
+
+    # -- opening ---------------------------------------------------------
+    def open(self, alive: Callable[[], bool], deadline: float) -> bool:
+        """Open both ends in the compiler's order. Returns False if the
+        compiler finished without ever opening the channel (``alive()`` went
+        False); raises :class:`ChannelTimeout` at ``deadline``."""
+        delay = 0.0002
+        while True:
+            try:
+                fd = os.open(self.in_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+                break
+            except OSError as e:
+                if e.errno != errno.ENXIO:
+                    raise
+            if not alive():
+                return False
+            if time.monotonic() >= deadline:
+                raise ChannelTimeout(f"the compiler did not open {os.path.basename(self.in_path)} before the deadline")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        fl = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
+        self.wfd = fd
+        self.rfd = os.open(self.out_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        return True
+
+    # -- reading ---------------------------------------------------------
+    def reader(self, alive: Callable[[], bool], deadline_ref: Callable[[], float], describe: Callable[[], str]):
+        """A function returning the next chunk of bytes (b"" at end of
+        stream), waiting with ``poll`` until the deadline."""
+        rfd = self.rfd
+        poller = select.poll()
+        poller.register(rfd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        poll = poller.poll
+        read = os.read
+        mono = time.monotonic
+
+        def next_chunk() -> bytes:
+            while True:
+                remaining = deadline_ref() - mono()
+                if remaining <= 0:
+                    raise ChannelTimeout(f"timed out waiting for {describe()} from the compiler")
+                if poll(min(remaining, 0.25) * 1000.0):
+                    try:
+                        return read(rfd, 1 << 20)
+                    except BlockingIOError:
+                        continue
+                if not alive():
+                    # The compiler is gone without closing its end (or never
+                    # opened it): end of stream. Drain what is left.
+                    try:
+                        return read(rfd, 1 << 20)
+                    except BlockingIOError:
+                        return b""
+
+        return next_chunk
+
+    # -- cleanup ---------------------------------------------------------
+    def close_fds(self) -> None:
+        for attr in ("wfd", "rfd"):
+            fd = getattr(self, attr)
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+                setattr(self, attr, -1)
+
+    def close(self) -> None:
+        """Close the ends and remove the FIFOs (and the directory if ours)."""
+        self.close_fds()
+        for p in (self.in_path, self.out_path):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                pass
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        with _LOCK:
+            _LIVE.discard(self)
+
+    def __enter__(self) -> "Channel":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def close_all_channels() -> None:
+    """Remove every live channel of this process (signal/atexit path)."""
+    with _LOCK:
+        chans = list(_LIVE)
+    for c in chans:
+        c.close()
+
+
+def install_signal_cleanup() -> None:
+    """Make SIGTERM (and SIGHUP) unwind like SIGINT, so every ``finally``
+    runs: compilers are killed, FIFOs and temp files removed. Call once in a
+    CLI entry point (main thread only)."""
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            signal.signal(sig, handler)
+        except (ValueError, OSError):  # not the main thread
+            pass

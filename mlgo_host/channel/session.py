@@ -1,0 +1,251 @@
+"""One compile served over the interactive channel.
+
+:func:`serve_channel` is the hot loop (decode, decide, validate, answer) over
+an opened :class:`~mlgo_host.channel.fifo.Channel`; :func:`run_session`
+starts a compiler on a fresh channel, serves it and supervises it.  Every
+exit path kills the compiler's process group on host-side failure and removes
+the FIFOs, the channel directory and the compiler's temp outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import time
+from typing import Any, Callable
+
+from mlgo_host.channel import codec
+from mlgo_host.channel.advisors import Advisor, InlineAdvisor, get_advisor
+from mlgo_host.channel.codec import Context, Decoder, Header, Observation
+from mlgo_host.channel.fifo import Channel
+from mlgo_host.channel.process import CompilerProcess, output_of
+from mlgo_host.episode import Episode, EpisodeRecorder
+from mlgo_host.errors import AdviceError, ChannelTimeout, CompilerError, MlgoHostError, ProtocolError
+from mlgo_host.policies.base import Policy
+
+
+@dataclasses.dataclass
+class SessionResult:
+    advisor: str
+    returncode: int
+    observations: int
+    contexts: int
+    decisions: dict[str, int]
+    wall_s: float
+    stderr_tail: str = ""
+    header: Header | None = None
+    episode: Episode | None = None
+    output: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "advisor": self.advisor, "observations": self.observations, "contexts": self.contexts,
+            "decisions": self.decisions, "returncode": self.returncode, "output": self.output,
+            "wall_s": round(self.wall_s, 4),
+        }
+
+
+@dataclasses.dataclass
+class ServeStats:
+    header: Header | None = None
+    observations: int = 0
+    contexts: int = 0
+    decisions: dict = dataclasses.field(default_factory=dict)
+    episode: Episode | None = None
+
+
+class TrainingLogWriter:
+    """Writes the session in clang's training-log format (the advice taken
+    appended as the last feature), atomically: to ``path.tmp``, then renamed
+    on :meth:`commit`."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._tmp = path + f".{os.getpid()}.tmp"
+        self._f = open(self._tmp, "wb", buffering=1 << 16)
+        self._enc: Callable[[Any], bytes] | None = None
+
+    def header(self, header: Header) -> None:
+        self._f.write(codec.encode_header(header.as_training_log()))
+        self._enc = codec.AdviceEncoder(header.advice).encode  # type: ignore[arg-type]
+
+    def context(self, name: str) -> None:
+        self._f.write(codec.encode_context(name))
+
+    def observation(self, obs: Observation, advice_bytes: bytes) -> None:
+        self._f.write(codec.encode_observation(obs.index, obs.raw + advice_bytes))
+
+    def commit(self) -> None:
+        self._f.close()
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        try:
+            self._f.close()
+        finally:
+            try:
+                os.unlink(self._tmp)
+            except FileNotFoundError:
+                pass
+
+
+def serve_channel(
+    chan: Channel,
+    advisor: Advisor,
+    policy: Policy,
+    *,
+    deadline: float,
+    alive: Callable[[], bool],
+    record: bool = False,
+    log: TrainingLogWriter | None = None,
+    count_decisions: bool = True,
+) -> ServeStats:
+    """Serve one opened channel until the compiler closes it.
+
+    Raises :class:`ProtocolError` on malformed bytes, :class:`ChannelTimeout`
+    at the deadline, :class:`AdviceError` on illegal advice (never sent),
+    :class:`CompilerError` when the compiler goes away mid-observation.
+    """
+    dec = Decoder()
+    stats = ServeStats()
+    rec = EpisodeRecorder() if record else None
+    next_chunk = chan.reader(alive, lambda: deadline, lambda: dec.waiting_for)
+    wfd = chan.wfd
+    write = os.write
+    encode: Callable[[Any], bytes] | None = None
+    act = None
+    validate = advisor.validate
+    counts: dict = stats.decisions
+    discrete = True
+    n = 0
+    while True:
+        data = next_chunk()
+        if not data:
+            break
+        for r in dec.feed(data):
+            if type(r) is Observation:
+                if record:
+                    advice, logp = policy.act_logp(r)
+                    rec.add(r, advice, logp)  # type: ignore[union-attr]
+                else:
+                    advice = act(r)  # type: ignore[misc]
+                validate(r, advice)
+                b = encode(advice)  # type: ignore[misc]
+                try:
+                    write(wfd, b)
+                except BrokenPipeError:
+                    raise CompilerError(f"the compiler closed the channel before reading the advice of observation {r.index}") from None
+                if log is not None:
+                    log.observation(r, b)
+                n += 1
+                if discrete and count_decisions:
+                    counts[advice] = counts.get(advice, 0) + 1
+            elif type(r) is Context:
+                stats.contexts += 1
+                if log is not None:
+                    log.context(r.name)
+            else:  # Header
+                hdr: Header = r  # type: ignore[assignment]
+                advisor.bind(hdr)
+                policy.bind(hdr, advisor)
+                act = policy.act
+                encode = codec.AdviceEncoder(hdr.advice).encode  # type: ignore[arg-type]
+                discrete = advisor.num_actions(hdr) > 0
+                stats.header = hdr
+                if log is not None:
+                    log.header(hdr)
+    stats.observations = n
+    try:
+        dec.close()
+    except ProtocolError as e:
+        raise CompilerError(f"the compiler's stream ended mid-record: {e}") from None
+    stats.decisions = {str(k): v for k, v in sorted(counts.items(), key=lambda kv: kv[0])}
+    if rec is not None and stats.header is not None:
+        stats.episode = rec.finish(stats.header)
+    return stats
+
+
+def run_session(
+    cmd: list[str],
+    advisor: Advisor | str,
+    policy: Policy,
+    *,
+    timeout: float = 300.0,
+    log_path: str | None = None,
+    record: bool = False,
+    cwd: str | None = None,
+    env: dict | None = None,
+    tmpdir: str | None = None,
+) -> SessionResult:
+    """Run ``cmd`` (the advisor's flags appended) and serve its channel.
+
+    Host-side failures raise :class:`MlgoHostError` subclasses after the
+    compiler's process group was killed; a compiler that exits non-zero on its
+    own returns a result with that code.
+    """
+    adv = get_advisor(advisor)
+    if isinstance(adv, InlineAdvisor) and adv.default_slot is None:
+        from mlgo_host.channel.default_probe import default_slot
+
+        adv.set_default_slot(default_slot(cmd[0]))
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    chan = Channel(parent=tmpdir)
+    log = None
+    proc = None
+    try:
+        argv = list(cmd) + adv.flags(chan.base, cmd[0])
+        proc = CompilerProcess(argv, os.path.join(chan.dir, "compiler.log"), cwd=cwd, env=env)
+        log = TrainingLogWriter(log_path) if log_path else None
+        try:
+            opened = chan.open(proc.alive, deadline)
+            stats = serve_channel(chan, adv, policy, deadline=deadline, alive=proc.alive, record=record, log=log) \
+                if opened else ServeStats()
+            chan.close_fds()
+            rc = proc.wait(deadline - time.monotonic())
+            if rc is None:
+                raise ChannelTimeout(f"the compiler did not exit within {timeout:g} s after the channel closed")
+        except MlgoHostError as e:
+            tail = proc.stderr_tail()
+            proc.kill()
+            if isinstance(e, CompilerError) and e.returncode is None:
+                e.returncode = proc.proc.returncode
+            if tail.strip() and "compiler stderr" not in str(e):
+                e.args = (str(e) + "; compiler stderr ends with: " + tail.strip().replace("\n", " | ")[-400:],)
+            raise
+        except BaseException:
+            proc.kill()
+            raise
+        if log is not None:
+            log.commit()
+            log = None
+        return SessionResult(
+            advisor=adv.name, returncode=rc, observations=stats.observations, contexts=stats.contexts,
+            decisions=stats.decisions, wall_s=time.monotonic() - t0, stderr_tail=proc.stderr_tail(),
+            header=stats.header, episode=stats.episode, output=output_of(list(cmd)),
+        )
+    finally:
+        if log is not None:
+            log.abort()
+        if proc is not None:
+            proc.close()
+        chan.close()
+
+
+def plain_compile(cmd: list[str], *, timeout: float = 300.0, cwd: str | None = None, env: dict | None = None) -> tuple[int, str]:
+    """Run the compiler without the channel (the default heuristic).
+    Returns (returncode, stderr tail); kills the group on timeout."""
+    d = tempfile.mkdtemp(prefix="mlgo-plain-")
+    proc = CompilerProcess(list(cmd), os.path.join(d, "compiler.log"), cwd=cwd, env=env)
+    try:
+        rc = proc.wait(timeout)
+        if rc is None:
+            proc.kill()
+            raise ChannelTimeout(f"plain compile did not finish within {timeout:g} s")
+        return rc, proc.stderr_tail()
+    finally:
+        proc.close()
+        import shutil
+
+        shutil.rmtree(d, ignore_errors=True)

@@ -1,0 +1,68 @@
+"""Compile once, with a policy answering every decision of one advisor.
+
+Adds the advisor's flags to COMPILER ARGS (with -mllvm for clang, bare for
+opt/llc), serves the channel, and prints one JSON object on stdout:
+advisor, observations, contexts, decisions (advice -> count), returncode,
+output (the -o file), text_size (llvm-size text of the output object) and
+wall_s.  Exit status: the compiler's; 2 with a one-line message on stderr
+when the host side fails (malformed stream, timeout, compiler death).
+
+example: mlgo-host run --policy default -- clang-19 -Oz -c x.c -o x.o
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from mlgo_host.channel.advisors import ADVISORS
+from mlgo_host.errors import ConfigError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--advisor", choices=sorted(ADVISORS), default="inline", help="which decision to serve")
+    p.add_argument("--policy", default="default",
+                   help="default, never, always, random, or a saved policy directory")
+    p.add_argument("--seed", type=int, default=0, help="seed of stochastic policies")
+    p.add_argument("--sample", action="store_true", help="sample from a saved policy instead of its greedy choice")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds the whole compile may take")
+    p.add_argument("--log", metavar="FILE", help="write observations and the advice taken in clang's training-log format")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMPILER ARGS...",
+                   help="the compiler command line (after --)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mlgo_host.channel.fifo import install_signal_cleanup
+    from mlgo_host.channel.session import run_session
+    from mlgo_host.policies import load_policy
+
+    cmd = list(args.command)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise ConfigError("no compiler command given (mlgo-host run [options] -- COMPILER ARGS...)")
+    install_signal_cleanup()
+    policy = load_policy(args.policy, seed=args.seed, greedy=not args.sample)
+    res = run_session(cmd, args.advisor, policy, timeout=args.timeout, log_path=args.log)
+    out = res.summary()
+    out["policy"] = args.policy
+    out["text_size"] = None
+    if res.returncode == 0 and res.output and res.output != "-":
+        path = res.output if os.path.isabs(res.output) else os.path.join(os.getcwd(), res.output)
+        out["text_size"] = _text_size(path)
+    if res.returncode != 0 and res.stderr_tail:
+        sys.stderr.write(res.stderr_tail)
+    print(json.dumps(out))
+    return res.returncode
+
+
+def _text_size(path: str) -> int | None:
+    from mlgo_host.trainers.reward import text_size
+    from mlgo_host.errors import MlgoHostError
+
+    try:
+        return text_size(path)
+    except MlgoHostError:
+        return None  # not an object file (e.g. -emit-llvm, -S)

@@ -1,0 +1,84 @@
+"""Heuristic policies: ``default``, ``never``, ``always``, ``random``.
+
+``default`` answers with the compiler's own decision where it sends one
+(inliner), "evict nothing" where legal for eviction, the live range size for
+priority.  ``random`` is seeded; for eviction it draws uniformly over the
+legal (``mask==1``) columns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mlgo_host.channel.advisors import EvictAdvisor, InlineAdvisor, PriorityAdvisor
+from mlgo_host.policies.base import Policy
+
+
+class DefaultPolicy(Policy):
+    name = "default"
+
+    def bind(self, header, advisor):
+        super().bind(header, advisor)
+        self.act = advisor.default_advice  # type: ignore[method-assign]
+
+    def act(self, obs):  # replaced in bind()
+        return self.advisor.default_advice(obs)
+
+
+class ConstantPolicy(Policy):
+    """``never`` (0 / evict nothing where legal) or ``always`` (1 / evict the
+    first legal candidate)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._yes = name == "always"
+
+    def act(self, obs):
+        adv = self.advisor
+        if isinstance(adv, InlineAdvisor):
+            return 1 if self._yes else 0
+        if isinstance(adv, EvictAdvisor):
+            m = adv.mask(obs)
+            w = adv.width
+            if not self._yes and m[w - 1]:
+                return w - 1
+            legal = np.flatnonzero(m[: w - 1])
+            return int(legal[0]) if legal.size else w - 1
+        if isinstance(adv, PriorityAdvisor):
+            return PriorityAdvisor.MAX if self._yes else 0.0
+        raise NotImplementedError(adv)
+
+
+class RandomPolicy(Policy):
+    name = "random"
+    stochastic = True
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs):
+        return self.act_logp(obs)[0]
+
+    def act_logp(self, obs):
+        adv = self.advisor
+        if isinstance(adv, InlineAdvisor):
+            return int(self.rng.integers(2)), float(np.log(0.5))
+        if isinstance(adv, EvictAdvisor):
+            legal = np.flatnonzero(adv.mask(obs))
+            return int(self.rng.choice(legal)), float(-np.log(legal.size))
+        if isinstance(adv, PriorityAdvisor):
+            return float(self.rng.uniform(0, 2**20)), 0.0
+        raise NotImplementedError(adv)
+
+
+HEURISTICS = ("default", "never", "always", "random")
+
+
+def make_heuristic(name: str, seed: int = 0) -> Policy:
+    if name == "default":
+        return DefaultPolicy()
+    if name in ("never", "always"):
+        return ConstantPolicy(name)
+    if name == "random":
+        return RandomPolicy(seed)
+    raise ValueError(f"unknown heuristic policy {name!r}; choose from {', '.join(HEURISTICS)}")
