@@ -1,0 +1,46 @@
+"""Atomic file writes: a reader (or a crash) never sees half a file."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from typing import Any
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_json(path: str, obj: Any, indent: int | None = 1) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=indent, sort_keys=True) + "\n").encode())
+
+
+def replace_dir(tmp_dir: str, final_dir: str) -> None:
+    """Move a fully written directory into place, replacing an old one.
+    The old one is renamed aside first, so ``final_dir`` is at every moment
+    either the old or the new complete directory (modulo one rename)."""
+    old = None
+    if os.path.exists(final_dir):
+        old = final_dir + f".old-{os.getpid()}"
+        if os.path.exists(old):
+            shutil.rmtree(old)
+        os.rename(final_dir, old)
+    os.rename(tmp_dir, final_dir)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,259 @@
+"""Worker pools: long-lived worker processes reused across iterations.
+
+A pool holds N instances of a worker class (``CollectWorker`` for training)
+in separate processes started with ``spawn`` (never ``fork``: the learner
+has TensorFlow threads), so workers import only TF-free modules.  The learner
+broadcasts state once per iteration (``broadcast("set_policy", blob)``) and
+then streams tasks with :meth:`WorkerPool.map_unordered`, which implements the
+collection deadline: once ``early_exit.fraction`` of the tasks are in, wait
+at most ``early_exit.grace_s`` (or ``grace_factor`` times the time taken so
+far) for the stragglers, and never past ``early_exit.timeout_s``; stragglers
+are cancelled (their compilers killed) and reported as cancelled.
+
+The Ray backend (:mod:`mlgo_host.trainers.ray_pool`) offers the same
+interface; :func:`make_pool` chooses by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import multiprocessing as mp
+import os
+import signal
+import time
+import traceback
+from multiprocessing.connection import Connection, wait
+from typing import Any, Callable, Iterable, Iterator
+
+
+class Cancelled(BaseException):
+    """Raised inside a worker when the learner cancels its task."""
+
+
+@dataclasses.dataclass
+class EarlyExit:
+    """When to stop waiting for stragglers (as ml-compiler-opt's early exit)."""
+
+    fraction: float = 0.9  # once this fraction of tasks is in ...
+    grace_s: float = 30.0  # ... wait at most this long more,
+    grace_factor: float = 0.5  # or this factor of the time taken so far, whichever is shorter
+    timeout_s: float = 1800.0  # hard limit for the whole collection
+
+    def stop_at(self, t_start: float, t_fraction: float) -> float:
+        return min(t_fraction + min(self.grace_s, self.grace_factor * (t_fraction - t_start)),
+                   t_start + self.timeout_s)
+
+
+@dataclasses.dataclass
+class TaskOutcome:
+    index: int
+    ok: bool  # False: the worker raised, or the task was cancelled
+    value: Any = None
+    error: str = ""
+    cancelled: bool = False
+
+
+def _resolve(path: str):
+    mod, _, name = path.partition(":")
+    return getattr(importlib.import_module(mod), name)
+
+
+def _worker_main(conn: Connection, factory: str, kwargs: dict, cpu: int | None) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the learner decides when to stop
+
+    running = [False]
+
+    def on_cancel(signum, frame):
+        if running[0]:
+            raise Cancelled()
+
+    signal.signal(signal.SIGUSR1, on_cancel)
+    if cpu is not None:
+        try:
+            os.sched_setaffinity(0, {cpu})
+        except (AttributeError, OSError):
+            pass
+    try:
+        worker = _resolve(factory)(**kwargs)
+    except BaseException:
+        conn.send(("init_error", traceback.format_exc()))
+        return
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            break
+        if msg is None:
+            break
+        tag, method, args = msg
+        try:
+            running[0] = True
+            try:
+                value = getattr(worker, method)(*args)
+            finally:
+                running[0] = False
+            reply = ("ok", tag, value)
+        except Cancelled:
+            reply = ("cancelled", tag, None)
+        except Exception as e:  # a failed task is reported, never fatal
+            reply = ("error", tag, f"{type(e).__name__}: {e}")
+        try:
+            conn.send(reply)
+        except (BrokenPipeError, OSError):
+            break
+    if hasattr(worker, "close"):
+        worker.close()
+
+
+class WorkerPool:
+    """N worker processes, each holding ``factory(**kwargs)``."""
+
+    backend = "local"
+
+    def __init__(self, num_workers: int, factory: str, kwargs: dict | None = None, pin_cpus: bool = False):
+        if num_workers < 1:
+            raise ValueError("num_workers must be >= 1")
+        ctx = mp.get_context("spawn")
+        self._conns: list[Connection] = []
+        self._procs = []
+        ncpu = os.cpu_count() or 1
+        for i in range(num_workers):
+            parent, child = ctx.Pipe()
+            cpu = i % ncpu if pin_cpus and num_workers <= ncpu else None
+            p = ctx.Process(target=_worker_main, args=(child, factory, kwargs or {}, cpu), daemon=True,
+                            name=f"mlgo-worker-{i}")
+            p.start()
+            child.close()
+            self._conns.append(parent)
+            self._procs.append(p)
+        for i, c in enumerate(self._conns):
+            tag, info = c.recv()
+            if tag != "ready":
+                self.close()
+                raise RuntimeError(f"worker {i} failed to start:\n{info}")
+
+    @property
+    def num_workers(self) -> int:
+        return len(self._conns)
+
+    def broadcast(self, method: str, *args) -> list[Any]:
+        """Call ``method(*args)`` on every worker; returns their results."""
+        for c in self._conns:
+            c.send((-1, method, args))
+        out = []
+        for c in self._conns:
+            status, _, value = c.recv()
+            if status != "ok":
+                raise RuntimeError(f"worker failed in {method}: {value}")
+            out.append(value)
+        return out
+
+    def map_unordered(
+        self,
+        method: str,
+        tasks: list[tuple],
+        early_exit: EarlyExit | None = None,
+        on_result: Callable[[TaskOutcome], None] | None = None,
+    ) -> list[TaskOutcome]:
+        """Run ``method(*task)`` for every task over the workers; results in
+        completion order. Stragglers past the early-exit point are cancelled."""
+        early = early_exit or EarlyExit(fraction=1.0, timeout_s=float("inf"))
+        pending = list(range(len(tasks)))[::-1]
+        busy: dict[int, int] = {}  # worker index -> task index
+        idle = list(range(self.num_workers))[::-1]
+        out: list[TaskOutcome] = []
+        t0 = time.monotonic()
+        stop_at = t0 + early.timeout_s
+        need = max(1, int(early.fraction * len(tasks) + 0.999999)) if tasks else 0
+        fraction_reached = False
+
+        def dispatch():
+            while idle and pending:
+                w = idle.pop()
+                t = pending.pop()
+                busy[w] = t
+                self._conns[w].send((t, method, tuple(tasks[t])))
+
+        dispatch()
+        while busy:
+            now = time.monotonic()
+            if now >= stop_at:
+                break
+            ready = wait([self._conns[w] for w in busy], timeout=min(stop_at - now, 1.0))
+            for conn in ready:
+                w = self._conns.index(conn)  # type: ignore[arg-type]
+                try:
+                    status, tag, value = conn.recv()
+                except EOFError:
+                    raise RuntimeError(f"worker {w} died (exit code {self._procs[w].exitcode})") from None
+                busy.pop(w, None)
+                idle.append(w)
+                res = TaskOutcome(tag, status == "ok", value if status == "ok" else None,
+                                  "" if status == "ok" else str(value), cancelled=status == "cancelled")
+                out.append(res)
+                if on_result:
+                    on_result(res)
+            if not fraction_reached and len(out) >= need:
+                fraction_reached = True
+                stop_at = early.stop_at(t0, time.monotonic())
+            dispatch()
+        # cancel stragglers and never-started tasks
+        for w, t in list(busy.items()):
+            try:
+                os.kill(self._procs[w].pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+        for w, t in list(busy.items()):
+            conn = self._conns[w]
+            if conn.poll(30):
+                status, tag, value = conn.recv()
+                res = TaskOutcome(tag, status == "ok", value if status == "ok" else None,
+                                  "cancelled: straggler past the collection deadline" if status != "ok" else "",
+                                  cancelled=status != "ok")
+            else:  # pragma: no cover - a worker stuck even after cancel
+                res = TaskOutcome(t, False, None, "worker did not answer the cancel", cancelled=True)
+            out.append(res)
+            if on_result:
+                on_result(res)
+            busy.pop(w)
+        for t in pending:
+            res = TaskOutcome(t, False, None, "cancelled: not started before the collection deadline", cancelled=True)
+            out.append(res)
+            if on_result:
+                on_result(res)
+        return out
+
+    def close(self) -> None:
+        for c in self._conns:
+            try:
+                c.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        for p in self._procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+        for c in self._conns:
+            c.close()
+        self._conns = []
+        self._procs = []
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def make_pool(backend: str, num_workers: int, factory: str, kwargs: dict | None = None, **opts):
+    """A pool by backend name: 'local' (processes on this machine) or 'ray'."""
+    if backend == "local":
+        return WorkerPool(num_workers, factory, kwargs, pin_cpus=opts.get("pin_cpus", False))
+    if backend == "ray":
+        from mlgo_host.trainers.ray_pool import RayPool
+
+        return RayPool(num_workers, factory, kwargs, **opts)
+    raise ValueError(f"unknown worker backend {backend!r} (choose 'local' or 'ray')")

@@ -1,0 +1,135 @@
+"""The collection worker: compiles modules with the current policy and
+returns episodes. Lives in a worker process (local or a Ray actor) for the
+whole training run and never imports TensorFlow.
+
+The learner ships the policy once per iteration as a *policy blob* (a dict:
+either ``{"heuristic": name}`` or ``{"files": {relpath: bytes}}``, the numpy
+part of a saved policy directory), so workers need no shared filesystem for
+the policy.  Modules come as :class:`ModuleTask` dicts that carry the
+module's paths and, for clusters without a shared filesystem, optionally the
+bitcode bytes themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from mlgo_host.policies import load_policy
+from mlgo_host.policies.base import Policy
+
+
+def policy_blob_from_dir(path: str) -> dict:
+    """Pack the TF-free files of a saved policy directory (skips the
+    SavedModel, which workers never load)."""
+    files = {}
+    for root, dirs, names in os.walk(path):
+        dirs[:] = [d for d in dirs if d != "saved_model"]
+        for n in names:
+            full = os.path.join(root, n)
+            with open(full, "rb") as f:
+                files[os.path.relpath(full, path)] = f.read()
+    return {"files": files}
+
+
+def _materialize(blob: dict, root: str) -> str:
+    digest = hashlib.sha1()
+    for k in sorted(blob["files"]):
+        digest.update(k.encode())
+        digest.update(blob["files"][k])
+    d = os.path.join(root, "policy-" + digest.hexdigest()[:16])
+    if not os.path.isdir(d):
+        tmp = tempfile.mkdtemp(dir=root)
+        for rel, data in blob["files"].items():
+            p = os.path.join(tmp, rel)
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with open(p, "wb") as f:
+                f.write(data)
+        os.rename(tmp, d)
+    return d
+
+
+@dataclasses.dataclass
+class WorkerConfig:
+    clang: str = "clang-19"
+    llvm_size: str | None = None
+    advisor: str = "inline"
+    module_timeout: float = 300.0
+    baseline_cache: str | None = None
+
+
+class CollectWorker:
+    """TF-free worker. Methods are called by the pool (local or Ray)."""
+
+    def __init__(self, **config: Any):
+        self.config = WorkerConfig(**config)
+        self.tmp = tempfile.mkdtemp(prefix="mlgo-worker-")
+        self.blob_key: str | None = None
+        self.policy_dir: str | None = None
+        self.heuristic: str | None = None
+        self._greedy_cache: dict[tuple[bool, int], Policy] = {}
+
+    def set_policy(self, blob: dict) -> bool:
+        if "heuristic" in blob:
+            self.heuristic = blob["heuristic"]
+            self.policy_dir = None
+        else:
+            self.heuristic = None
+            self.policy_dir = _materialize(blob, self.tmp)
+        self._greedy_cache.clear()
+        return True
+
+    def _policy(self, greedy: bool, seed: int) -> Policy:
+        if self.heuristic is not None:
+            return load_policy(self.heuristic, seed=seed)
+        if self.policy_dir is None:
+            raise RuntimeError("set_policy was not called")
+        return load_policy(self.policy_dir, seed=seed, greedy=greedy)
+
+    def _module(self, task: dict):
+        from mlgo_host.trainers.corpus import Module
+
+        mod = Module.from_task(task)
+        if task.get("bc_bytes") is not None:
+            # No shared filesystem: write the shipped bitcode locally.
+            p = os.path.join(self.tmp, "bc", hashlib.sha1(task["bc_bytes"]).hexdigest() + ".bc")
+            if not os.path.exists(p):
+                os.makedirs(os.path.dirname(p), exist_ok=True)
+                with open(p + ".tmp", "wb") as f:
+                    f.write(task["bc_bytes"])
+                os.replace(p + ".tmp", p)
+            mod = dataclasses.replace(mod, bc_path=p)
+        return mod
+
+    def collect(self, task: dict, seed: int, greedy: bool = False, record: bool = True) -> dict:
+        """Compile one module with the current policy. Returns a dict with
+        name, status, reason, policy_size, baseline_size, observations and the
+        episode state (when recorded)."""
+        from mlgo_host.trainers.reward import compile_module, baseline_size
+
+        mod = self._module(task)
+        c = self.config
+        base = baseline_size(mod, clang=c.clang, llvm_size=c.llvm_size, cache_dir=c.baseline_cache,
+                             timeout=c.module_timeout)
+        res = compile_module(mod, self._policy(greedy, seed), advisor=c.advisor, clang=c.clang,
+                             llvm_size=c.llvm_size, timeout=c.module_timeout, record=record)
+        return {
+            "name": task["name"],
+            "status": res.status,
+            "reason": res.reason,
+            "policy_size": res.text_size,
+            "baseline_size": base,
+            "observations": res.observations,
+            "wall_s": res.wall_s,
+            "episode": res.episode.to_state() if (record and res.episode is not None) else None,
+        }
+
+    def ping(self) -> int:
+        return os.getpid()
+
+    def close(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
