@@ -1,0 +1,53 @@
+"""Train a policy over a corpus through the interactive channel.
+
+Configuration is gin, with ml-compiler-opt's flag spellings: --gin_files
+(configs/inlining/ppo.gin for PPO, configs/inlining/bc.gin for behavioural
+cloning, configs/regalloc/ppo.gin for eviction) and --gin_bindings to
+override macros, e.g. --gin_bindings num_iterations=20
+--gin_bindings "warmstart_policy='out/bc/saved_policy'".
+
+State lives in --root_dir: TensorBoard events (train/), checkpoints, reward
+statistics (state.json), policy/<iteration>/ and saved_policy/ at the end.
+Re-running the same command after an interruption resumes after the last
+completed iteration.  Watch it with: tensorboard --logdir ROOT_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+from mlgo_host.errors import ConfigError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--root_dir", required=True, help="output directory (checkpoints, summaries, policies)")
+    p.add_argument("--corpus", "--data_path", dest="corpus", required=True,
+                   help="corpus directory (corpus_description.json + .bc/.cmd files)")
+    p.add_argument("--gin_files", nargs="+", action="extend", default=[], required=True, metavar="FILE",
+                   help="gin configuration files")
+    p.add_argument("--gin_bindings", nargs="+", action="extend", default=[], metavar="BINDING",
+                   help="gin bindings overriding the files, e.g. num_iterations=5")
+    p.add_argument("--no_progress", action="store_true", help="no progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mlgo_host.channel.fifo import install_signal_cleanup
+
+    install_signal_cleanup()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import gin
+
+    from mlgo_host.trainers import entry
+
+    for f in args.gin_files:
+        if not os.path.exists(f):
+            raise ConfigError(f"gin file not found: {f}")
+    try:
+        gin.parse_config_files_and_bindings(args.gin_files, args.gin_bindings)
+    except Exception as e:  # gin raises ValueError, SyntaxError, ImportError, ...
+        raise ConfigError(f"bad gin configuration: {e}") from None
+    entry.run(root_dir=args.root_dir, corpus_dir=args.corpus, progress=not args.no_progress)
+    return 0

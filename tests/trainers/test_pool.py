@@ -1,0 +1,54 @@
+import os
+import pytest
+
+from mlgo_host.trainers.pool import EarlyExit, WorkerPool, make_pool
+
+FACTORY = "_toy_worker:ToyWorker"
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = WorkerPool(2, FACTORY, {"scale": 3})
+    yield p
+    p.close()
+
+
+def test_broadcast_reaches_every_long_lived_worker(pool):
+    pids = pool.broadcast("set_policy", {"w": 1})
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+    out = pool.map_unordered("work", [(i,) for i in range(6)])
+    assert sorted(o.value["x"] for o in out) == [0, 3, 6, 9, 12, 15]
+    assert all(o.value["policy"] == {"w": 1} for o in out)
+    # the same processes serve the next iteration (workers are reused)
+    assert {o.value["pid"] for o in out} <= set(pids)
+    assert not any(o.value["tf"] for o in out)
+
+
+def test_a_failing_task_is_reported_not_fatal(pool):
+    out = pool.map_unordered("work", [(1,), (-5,), (2,)])
+    bad = [o for o in out if not o.ok]
+    assert len(bad) == 1 and "negative input -5" in bad[0].error and not bad[0].cancelled
+    assert sorted(o.value["x"] for o in out if o.ok) == [3, 6]
+
+
+def test_stragglers_are_cancelled_after_the_early_exit_point(pool):
+    tasks = [(1, 0.0), (2, 0.0), (3, 0.0), (4, 30.0)]
+    early = EarlyExit(fraction=0.75, grace_s=0.5, grace_factor=10.0, timeout_s=60.0)
+    out = pool.map_unordered("work", tasks, early)
+    assert len(out) == 4
+    straggler = [o for o in out if o.index == 3][0]
+    assert straggler.cancelled and not straggler.ok
+    assert sorted(o.value["x"] for o in out if o.ok) == [3, 6, 9]
+    # the worker that was cancelled still serves
+    again = pool.map_unordered("work", [(5,), (6,)])
+    assert sorted(o.value["x"] for o in again) == [15, 18]
+
+
+def test_unknown_backend_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown worker backend"):
+        make_pool("carrier-pigeon", 1, FACTORY)
+
+
+def test_worker_that_cannot_start_is_reported():
+    with pytest.raises(RuntimeError, match="failed to start"):
+        WorkerPool(1, "_toy_worker:NoSuchClass")
