@@ -1,0 +1,250 @@
+"""The benchmark corpus: real open-source C and C++ from PyPI source
+distributions at pinned versions.
+
+``mlgo_host/data/benchmark_sources.json`` lists each sdist (name, version,
+file name, sha256) and which of its vendored sources to compile with which
+flags.  :func:`build_benchmark` downloads every sdist with
+``pip download --no-deps --no-binary :all: NAME==VERSION`` into a cache,
+checks its sha256 against the one kept in the repository, extracts it safely,
+writes a compile database of the listed sources and builds the corpus from it
+with :func:`mlgo_host.trainers.corpus_build.build_corpus`.  Every step skips
+work already done (cached archives, extracted trees, built modules), so the
+command is idempotent and a second run takes seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from importlib import resources
+from pathlib import Path
+from typing import Any, Sequence
+
+from mlgo_host.errors import CorpusError
+from mlgo_host.trainers.corpus_build import BuildReport, build_corpus, load_compile_commands, write_compile_commands
+
+EXTRACTED_STAMP = ".mlgo-extracted"
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    """A group of sources of one package compiled with the same flags."""
+
+    sources: tuple[str, ...]
+    flags: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Package:
+    name: str
+    version: str
+    filename: str
+    sha256: str
+    units: tuple[Unit, ...]
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchmarkSpec:
+    packages: tuple[Package, ...]
+    opt_level: str = "-Oz"
+
+
+def default_spec_path() -> Path:
+    return Path(str(resources.files("mlgo_host") / "data" / "benchmark_sources.json"))
+
+
+def load_spec(path: str | os.PathLike | None = None) -> BenchmarkSpec:
+    """Read and check a benchmark source list (the packaged one by default)."""
+    p = Path(path) if path is not None else default_spec_path()
+    try:
+        raw = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CorpusError(f"{p}: benchmark source list not found") from None
+    except json.JSONDecodeError as e:
+        raise CorpusError(f"{p}: not valid JSON: {e.msg} at line {e.lineno}") from None
+    try:
+        pkgs = []
+        for d in raw["packages"]:
+            units = tuple(Unit(tuple(u["sources"]), tuple(u.get("flags", ())), tuple(u.get("exclude", ())))
+                          for u in d["units"])
+            sha = str(d["sha256"]).lower()
+            if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+                raise CorpusError(f"{p}: package {d['name']}: sha256 must be 64 hex digits")
+            pkgs.append(Package(str(d["name"]), str(d["version"]), str(d["filename"]), sha, units))
+        return BenchmarkSpec(tuple(pkgs), str(raw.get("opt_level", "-Oz")))
+    except (KeyError, TypeError) as e:
+        raise CorpusError(f"{p}: malformed benchmark source list ({e!r})") from None
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "mlgo_host" / "benchmark"
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify(path: Path, expected: str, what: str) -> None:
+    """Raise CorpusError (and remove the file) when its sha256 differs."""
+    got = sha256_of(path)
+    if got != expected.lower():
+        path.unlink(missing_ok=True)
+        raise CorpusError(f"{what}: sha256 mismatch for {path.name}: expected {expected}, got {got} "
+                          "(the file was removed; the download is not the pinned release)")
+
+
+def pip_download(requirement: str, dest: Path, timeout: float = 600.0) -> None:
+    """``pip download --no-deps --no-binary :all:`` of one requirement."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+           "--disable-pip-version-check", "-q", "-d", str(dest), requirement]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise CorpusError(f"pip download {requirement} did not finish within {timeout:g} s") from None
+    if r.returncode != 0:
+        msg = " | ".join(ln for ln in r.stderr.strip().splitlines() if "WARNING" not in ln)[-500:]
+        raise CorpusError(f"pip download {requirement} failed (exit {r.returncode}): {msg}")
+
+
+def fetch(pkg: Package, cache_dir: Path, downloader=pip_download) -> Path:
+    """The verified sdist of ``pkg`` in ``cache_dir/sdists`` (downloaded once)."""
+    sdists = cache_dir / "sdists"
+    sdists.mkdir(parents=True, exist_ok=True)
+    target = sdists / pkg.filename
+    if target.exists():
+        try:
+            verify(target, pkg.sha256, pkg.requirement)
+            return target
+        except CorpusError:
+            pass  # a corrupt or foreign cached file: download again
+    tmp = Path(tempfile.mkdtemp(prefix=".dl-", dir=sdists))
+    try:
+        downloader(pkg.requirement, tmp)
+        got = tmp / pkg.filename
+        if not got.exists():
+            found = sorted(x.name for x in tmp.iterdir())
+            raise CorpusError(f"pip download {pkg.requirement} gave {found or 'nothing'}, expected {pkg.filename}")
+        verify(got, pkg.sha256, pkg.requirement)
+        os.replace(got, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _safe_members(tf: tarfile.TarFile, where: str) -> list[tarfile.TarInfo]:
+    out = []
+    for m in tf.getmembers():
+        name = m.name
+        if name.startswith("/") or ".." in Path(name).parts:
+            raise CorpusError(f"{where}: unsafe path {name!r} in archive")
+        if m.issym() or m.islnk():
+            continue  # sources need no links; links could point outside
+        if m.isfile() or m.isdir():
+            out.append(m)
+    return out
+
+
+def extract(archive: Path, dest_root: Path) -> Path:
+    """Extract ``archive`` (.tar.gz/.tgz/.zip) under ``dest_root`` and return
+    its single top directory; skipped when already extracted."""
+    stem = archive.name
+    for ext in (".tar.gz", ".tgz", ".tar.bz2", ".zip"):
+        if stem.endswith(ext):
+            stem = stem[: -len(ext)]
+            break
+    final = dest_root / stem
+    if (final / EXTRACTED_STAMP).exists():
+        return final
+    dest_root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".x-", dir=dest_root))
+    try:
+        if archive.name.endswith(".zip"):
+            with zipfile.ZipFile(archive) as zf:
+                for n in zf.namelist():
+                    if n.startswith("/") or ".." in Path(n).parts:
+                        raise CorpusError(f"{archive.name}: unsafe path {n!r} in archive")
+                zf.extractall(tmp)
+        else:
+            try:
+                with tarfile.open(archive) as tf:
+                    tf.extractall(tmp, members=_safe_members(tf, archive.name))
+            except tarfile.TarError as e:
+                raise CorpusError(f"{archive.name}: not a readable archive: {e}") from None
+        tops = [p for p in tmp.iterdir()]
+        if len(tops) != 1 or not tops[0].is_dir():
+            raise CorpusError(f"{archive.name}: expected one top directory, found {sorted(p.name for p in tops)}")
+        (tops[0] / EXTRACTED_STAMP).write_text(archive.name + "\n")
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tops[0], final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def compile_entries(pkg: Package, top: Path, clang: str, opt_level: str) -> list[dict[str, Any]]:
+    """Compile-database entries (``arguments`` form, relative ``-o``) for the
+    sources ``pkg`` lists, found under its extracted tree ``top``."""
+    entries = []
+    for unit in pkg.units:
+        files: set[str] = set()
+        for pattern in unit.sources:
+            matched = glob.glob(pattern, root_dir=top)
+            if not matched:
+                raise CorpusError(f"{pkg.requirement}: source pattern {pattern!r} matches nothing in {top.name}")
+            files.update(matched)
+        files.difference_update(unit.exclude)
+        for rel in sorted(files):
+            obj = os.path.splitext(rel)[0] + ".o"
+            entries.append({"directory": str(top), "file": rel,
+                            "arguments": [clang, opt_level, *unit.flags, "-c", rel, "-o", obj]})
+    return entries
+
+
+def build_benchmark(
+    output: str | os.PathLike,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    spec_path: str | os.PathLike | None = None,
+    clang: str = "clang-19",
+    jobs: int | None = None,
+    progress: bool = True,
+    downloader=pip_download,
+    packages: Sequence[str] | None = None,
+) -> BuildReport:
+    """Download, verify, extract and build the benchmark corpus into ``output``
+    (``packages`` restricts it to some package names)."""
+    spec = load_spec(spec_path)
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    chosen = [p for p in spec.packages if packages is None or p.name in packages]
+    if not chosen:
+        raise CorpusError(f"no package of the benchmark list matches {list(packages or [])}")
+    entries: list[dict[str, Any]] = []
+    for pkg in chosen:
+        archive = fetch(pkg, cache, downloader=downloader)
+        top = extract(archive, cache / "src")
+        entries += compile_entries(pkg, top, clang, spec.opt_level)
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    db = out / "compile_commands.json"
+    write_compile_commands(db, entries)
+    return build_corpus(load_compile_commands(db), out, clang=clang, jobs=jobs, progress=progress)

@@ -1,0 +1,385 @@
+"""Read corpora in the format of LLVM's mlgo-utils, sample and split them.
+
+A corpus is a directory with ``corpus_description.json``::
+
+    {"modules": ["dir/a", "b", ...], "has_thinlto": false,
+     "global_command_override": ["-cc1", ...]}        # optional
+
+and, per module ``m``, ``m.bc`` (bitcode before any LLVM pass) and ``m.cmd``:
+the cc1 command line that produced it, NUL-separated, as mlgo-utils extracts
+it from the ``.llvmcmd`` section of ``-Xclang -fembed-bitcode=all`` objects
+(``-cc1 -triple ... -Oz ...``).  :meth:`Module.compile_command` rebuilds from
+it a command compiling the bitcode to an object, removing what must not
+survive (input, ``-o``, split-dwarf, ThinLTO index, sample profiles, bitcode
+emission) the way ml-compiler-opt does; with clang-19 this gives an object
+byte-identical to ``clang -Oz -c`` of the same source.
+
+Problems of the description itself raise :class:`CorpusError`; problems of
+one module (missing ``.bc``/``.cmd``, a ``.cmd`` that is not cc1) are kept in
+:attr:`Corpus.broken` with their reason, so the rest stays usable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import random
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+from mlgo_host.errors import CorpusError
+
+DESCRIPTION = "corpus_description.json"
+
+#: Flags removed together with their value (ml-compiler-opt's ``delete_flags``
+#: plus what only makes sense when compiling the original source).
+DELETE_WITH_VALUE = (
+    "-o",
+    "-split-dwarf-file",
+    "-split-dwarf-output",
+    "-fthinlto-index",
+    "-fprofile-sample-use",
+    "-fprofile-remapping-file",
+    "-dependency-file",
+    "-MT",
+    "-MQ",
+    "-x",
+)
+#: Flags removed alone (they change what is emitted, or skip the optimizer).
+DELETE_ALONE = (
+    "-emit-llvm",
+    "-emit-llvm-bc",
+    "-emit-llvm-uselists",
+    "-emit-obj",
+    "-emit-codegen-only",
+    "-disable-llvm-passes",
+    "-disable-llvm-optzns",
+    "-sys-header-deps",
+    "-fembed-bitcode",
+)
+
+
+def clean_cc1(args: Sequence[str]) -> list[str]:
+    """Strip a cc1 command line of input, output and the flags that must not
+    survive recompiling its bitcode; the result starts with ``-cc1 -emit-obj``."""
+    args = [a for a in args if a != ""]
+    if not args or args[0] != "-cc1":
+        raise CorpusError("command is not in cc1 form (it must start with -cc1)")
+    out: list[str] = []
+    i = 1
+    while i < len(args):
+        a = args[i]
+        i += 1
+        if a in DELETE_WITH_VALUE:
+            i += 1  # the value
+            if a == "-x" and i < len(args) and not args[i].startswith("-"):
+                i += 1  # -x <lang> <input>: the input follows the language
+            continue
+        if a.startswith("-") and "=" in a and a.split("=", 1)[0] in DELETE_WITH_VALUE:
+            continue  # -fthinlto-index=..., -split-dwarf-file=...
+        if a in DELETE_ALONE or a.startswith("-fembed-bitcode"):
+            continue
+        out.append(a)
+    return ["-cc1", "-emit-obj", *out]
+
+
+@dataclasses.dataclass(frozen=True)
+class Module:
+    """One module of a corpus.
+
+    ``cmd`` is the cleaned cc1 command (without input and output); ``size`` the
+    size of the ``.bc`` in bytes (the stratification key of the sampler);
+    ``error`` is set for a broken module (then ``cmd`` may be empty).
+    """
+
+    name: str
+    bc_path: Path
+    cmd: tuple[str, ...]
+    size: int
+    error: str | None = None
+
+    def to_task(self, ship_bitcode: bool = False) -> dict:
+        """A picklable dict for worker processes (``from_task`` inverts it);
+        with ``ship_bitcode`` it carries the bitcode bytes (``bc_bytes``) for
+        workers without a shared filesystem."""
+        task = {"name": self.name, "bc_path": str(self.bc_path), "cmd": list(self.cmd), "size": self.size,
+                "error": self.error}
+        if ship_bitcode and self.error is None:
+            task["bc_bytes"] = Path(self.bc_path).read_bytes()
+        return task
+
+    @classmethod
+    def from_task(cls, task: dict) -> "Module":
+        return cls(name=task["name"], bc_path=Path(task["bc_path"]), cmd=tuple(task["cmd"]),
+                   size=int(task.get("size", 0)), error=task.get("error"))
+
+    def compile_command(self, clang: str, output: str | os.PathLike) -> list[str]:
+        """The command compiling this module's bitcode to the object ``output``
+        with ``clang`` (a clang driver binary; the cc1 form is passed through)."""
+        if self.error is not None:
+            raise CorpusError(f"module {self.name!r}: {self.error}")
+        return [clang, *self.cmd, "-x", "ir", str(self.bc_path), "-o", str(output)]
+
+    @property
+    def key(self) -> str:
+        """A stable identity for caches: name, command and bitcode digest."""
+        h = hashlib.sha256()
+        h.update(self.name.encode())
+        h.update(b"\0".join(a.encode() for a in self.cmd))
+        try:
+            h.update(_file_digest(Path(self.bc_path)).encode())
+        except OSError:
+            h.update(b"<missing>")
+        return h.hexdigest()
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def _file_digest(path: Path) -> str:
+    st = path.stat()
+    k = (str(path), st.st_size, st.st_mtime_ns)
+    d = _DIGESTS.get(k)
+    if d is None:
+        d = hashlib.sha256(path.read_bytes()).hexdigest()
+        _DIGESTS[k] = d
+    return d
+
+
+def _is_cc1_override(override: Sequence[str]) -> bool:
+    return bool(override) and override[0] == "-cc1"
+
+
+class Corpus:
+    """The modules of one corpus directory (see the module docstring)."""
+
+    def __init__(self, root: Path, modules: list[Module], broken: list[Module]):
+        self.root = root
+        #: usable modules, in description order
+        self.modules = modules
+        #: modules that cannot be compiled, with ``error`` set
+        self.broken = broken
+
+    # -- loading ----------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | os.PathLike, strict: bool = False) -> "Corpus":
+        """Read ``path/corpus_description.json`` and every module's files.
+
+        Raises CorpusError for a missing or malformed description, a ThinLTO
+        corpus or an unfilled override; with ``strict`` also for the first
+        broken module."""
+        root = Path(path)
+        desc_path = root / DESCRIPTION
+        try:
+            text = desc_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise CorpusError(f"{desc_path}: no corpus description (is {root} a corpus directory?)") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise CorpusError(f"{desc_path}: cannot read: {e}") from None
+        try:
+            desc = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise CorpusError(f"{desc_path}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        if not isinstance(desc, dict) or not isinstance(desc.get("modules"), list):
+            raise CorpusError(f"{desc_path}: expected an object with a 'modules' list")
+        names = desc["modules"]
+        if not names:
+            raise CorpusError(f"{desc_path}: the corpus has no modules")
+        if not all(isinstance(n, str) and n for n in names):
+            raise CorpusError(f"{desc_path}: every entry of 'modules' must be a non-empty string")
+        if desc.get("has_thinlto", False):
+            raise CorpusError(
+                f"{desc_path}: ThinLTO corpora (has_thinlto: true) are not supported; "
+                "build a corpus of non-LTO modules (mlgo-host corpus build)")
+        override: tuple[str, ...] | None = None
+        if "global_command_override" in desc:
+            ov = desc["global_command_override"]
+            if not isinstance(ov, list) or not all(isinstance(a, str) for a in ov):
+                raise CorpusError(f"{desc_path}: global_command_override must be a list of strings")
+            if ov == ["<UNSPECIFIED>"]:
+                raise CorpusError(f"{desc_path}: global_command_override is not filled in (<UNSPECIFIED>)")
+            try:
+                override = tuple(clean_cc1(ov)) if _is_cc1_override(ov) else tuple(_clean_driver(ov))
+            except CorpusError as e:
+                raise CorpusError(f"{desc_path}: global_command_override: {e}") from None
+        modules: list[Module] = []
+        broken: list[Module] = []
+        seen: set[str] = set()
+        for name in names:
+            if name in seen:
+                raise CorpusError(f"{desc_path}: module {name!r} is listed twice")
+            seen.add(name)
+            m = _load_module(root, name, override)
+            if m.error is not None:
+                if strict:
+                    raise CorpusError(f"{root}: module {name!r}: {m.error}")
+                broken.append(m)
+            else:
+                modules.append(m)
+        return cls(root, modules, broken)
+
+    # -- views ------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self.modules)
+
+    def __getitem__(self, name: str) -> Module:
+        for m in self.modules:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+    def split(self, heldout_fraction: float = 0.1, seed: int = 0) -> tuple[list[Module], list[Module]]:
+        """Deterministic train / held-out split by a hash of the module name
+        (salted with ``seed``): a module stays on its side whatever else the
+        corpus contains."""
+        train, held = [], []
+        for m in self.modules:
+            (held if is_heldout(m.name, heldout_fraction, seed) else train).append(m)
+        return train, held
+
+    def sampler(self, modules: Sequence[Module] | None = None, seed: int = 0, strategy: str = "round_robin",
+                buckets: int = 20) -> "Sampler":
+        """A :class:`Sampler` over ``modules`` (default: all usable modules)."""
+        return Sampler(self.modules if modules is None else modules, strategy=strategy, seed=seed, buckets=buckets)
+
+    def total_bc_bytes(self) -> int:
+        return sum(m.size for m in self.modules)
+
+
+def load_corpus(path: str | os.PathLike, strict: bool = False) -> Corpus:
+    """Shorthand for :meth:`Corpus.load`."""
+    return Corpus.load(path, strict=strict)
+
+
+def is_heldout(name: str, fraction: float, seed: int = 0) -> bool:
+    """True when ``name`` falls in the held-out part of a ``fraction`` split."""
+    if not 0.0 <= fraction <= 1.0:
+        raise CorpusError(f"held-out fraction must be in [0, 1], got {fraction}")
+    salt = f"{seed}:" if seed else ""
+    h = int.from_bytes(hashlib.sha256((salt + name).encode()).digest()[:8], "big")
+    return h / 2**64 < fraction
+
+
+def _clean_driver(args: Sequence[str]) -> list[str]:
+    """An override in driver form (``-O2 -c ...``): drop input/output flags."""
+    out: list[str] = []
+    it = iter(args)
+    for a in it:
+        if a in DELETE_WITH_VALUE:
+            next(it, None)
+            continue
+        if any(a.startswith(f + "=") for f in DELETE_WITH_VALUE[1:]):
+            continue
+        out.append(a)
+    if "-c" not in out:
+        out.append("-c")
+    return out
+
+
+def _load_module(root: Path, name: str, override: tuple[str, ...] | None) -> Module:
+    base = root / name
+    bc = Path(str(base) + ".bc")
+    try:
+        size = bc.stat().st_size
+    except FileNotFoundError:
+        return Module(name, bc, (), 0, error=f"missing bitcode {bc.name}")
+    if size == 0:
+        return Module(name, bc, (), 0, error=f"empty bitcode {bc.name}")
+    if override is not None:
+        return Module(name, bc, override, size)
+    cmd_path = Path(str(base) + ".cmd")
+    try:
+        raw = cmd_path.read_bytes()
+    except FileNotFoundError:
+        return Module(name, bc, (), size, error=f"missing command file {cmd_path.name}")
+    except OSError as e:
+        return Module(name, bc, (), size, error=f"cannot read {cmd_path.name}: {e}")
+    try:
+        args = raw.decode("utf-8").split("\0")
+    except UnicodeDecodeError:
+        return Module(name, bc, (), size, error=f"{cmd_path.name} is not UTF-8 text")
+    try:
+        cmd = clean_cc1(args)
+    except CorpusError as e:
+        return Module(name, bc, (), size, error=f"{cmd_path.name}: {e}")
+    return Module(name, bc, tuple(cmd), size)
+
+
+def write_description(root: str | os.PathLike, names: Iterable[str]) -> Path:
+    """Write ``corpus_description.json`` atomically (mlgo-utils layout)."""
+    from mlgo_host.fsutil import atomic_write_bytes
+
+    path = Path(root) / DESCRIPTION
+    desc = {"modules": sorted(names), "has_thinlto": False}
+    atomic_write_bytes(str(path), (json.dumps(desc, indent=2) + "\n").encode())
+    return path
+
+
+# -- sampling -------------------------------------------------------------
+
+
+class Sampler:
+    """Seeded module sampling over a list of modules.
+
+    ``round_robin`` (ml-compiler-opt's bucket round robin): modules sorted by
+    size are cut into ``buckets`` runs of about equal count; the i-th module
+    of a sample is drawn uniformly from bucket ``i mod buckets``, so every
+    sample mixes small and large modules.  ``without_replacement``: a seeded
+    permutation is consumed in order and reshuffled when exhausted (each
+    module once per epoch).
+    """
+
+    STRATEGIES = ("round_robin", "without_replacement")
+
+    def __init__(self, modules: Sequence[Module], strategy: str = "round_robin", seed: int = 0, buckets: int = 20):
+        if not modules:
+            raise CorpusError("cannot sample from an empty list of modules")
+        if strategy not in self.STRATEGIES:
+            raise CorpusError(f"unknown sampling strategy {strategy!r}; choose from {', '.join(self.STRATEGIES)}")
+        if buckets < 1:
+            raise CorpusError(f"buckets must be >= 1, got {buckets}")
+        self.strategy = strategy
+        self.rng = random.Random(seed)
+        self._by_size = sorted(modules, key=lambda m: (m.size, m.name))
+        self.buckets = min(buckets, len(self._by_size))
+        self._perm: list[Module] = []
+        self._pos = 0
+        self.epoch = 0
+
+    def _bucket_bounds(self, b: int) -> tuple[int, int]:
+        n = len(self._by_size)
+        return (b * n) // self.buckets, ((b + 1) * n) // self.buckets
+
+    def sample(self, k: int) -> list[Module]:
+        """``k`` modules (k may exceed the corpus size with round_robin)."""
+        if k < 0:
+            raise CorpusError(f"sample size must be >= 0, got {k}")
+        if self.strategy == "round_robin":
+            out = []
+            for _ in range(k):
+                lo, hi = self._bucket_bounds(self._pos % self.buckets)
+                self._pos += 1
+                out.append(self._by_size[self.rng.randrange(lo, hi)])
+            return out
+        out = []
+        while len(out) < k:
+            if not self._perm:
+                self._perm = list(self._by_size)
+                self.rng.shuffle(self._perm)
+                self.epoch += 1
+            out.append(self._perm.pop())
+        return out
+
+    def take(self, k: int) -> list[Module]:
+        """Alias of :meth:`sample` (the training loop's name)."""
+        return self.sample(k)
+
+    def skip(self, n: int) -> None:
+        """Advance as if ``n`` modules had been drawn (resuming a run gives the
+        same later samples as an uninterrupted one)."""
+        self.sample(n)

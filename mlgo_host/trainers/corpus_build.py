@@ -1,0 +1,308 @@
+"""Build an mlgo-utils corpus from a compile database.
+
+For every entry of ``compile_commands.json`` (``command`` string or
+``arguments`` list, ``directory``, ``file``, optional ``output``; C or C++):
+
+* the module's ``.bc`` is the frontend's output before any LLVM pass:
+  ``clang <flags> -emit-llvm -c -Xclang -disable-llvm-passes`` (never ``-O0``
+  bitcode, which carries ``optnone``); it is byte-identical to the bitcode
+  mlgo-utils extracts from ``-Xclang -fembed-bitcode=all`` objects;
+* the module's ``.cmd`` is the cc1 job the driver runs for the original
+  object compile (from ``clang -###``) without its input and ``-o``: the same
+  NUL-separated cc1 form as the ``.llvmcmd`` section mlgo-utils extracts, so
+  the optimization flags (``-Oz`` ...) and target options are kept.
+
+The entry's own compiler is replaced by the configured clang.  Compiles run
+in parallel threads (the work is in the compiler processes) under a tqdm bar;
+failures are listed and skipped.  Modules whose ``.bc`` and ``.cmd`` already
+exist are not rebuilt (both are written atomically), so a build can resume.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from mlgo_host.errors import CorpusError
+from mlgo_host.fsutil import atomic_write_bytes
+from mlgo_host.trainers.corpus import write_description
+
+SOURCE_EXTS = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".m", ".mm")
+CXX_EXTS = (".cc", ".cpp", ".cxx", ".c++", ".C", ".mm")
+
+#: driver flags dropped from the entry (they name outputs or side files, or
+#: would change what is emitted); the set with a value takes it as the next arg
+_DROP_WITH_VALUE = {"-o", "-MF", "-MT", "-MQ", "-MJ", "-dumpdir", "-dumpbase"}
+_DROP_ALONE = {"-c", "-S", "-E", "-MD", "-MMD", "-M", "-MM", "-MP", "-emit-llvm", "-pipe", "-Werror"}
+_DROP_PREFIXES = ("-fembed-bitcode", "-flto", "-save-temps", "-Werror=", "-Wp,-MD", "-Wp,-MMD", "-gsplit-dwarf",
+                  "-fthinlto-index", "-MF", "-MT", "-MQ", "-MJ", "--serialize-diagnostics")
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileEntry:
+    """One compile-database entry, normalized."""
+
+    directory: Path
+    file: Path  #: absolute source path
+    arguments: tuple[str, ...]  #: the original argv, compiler first
+    output: Path | None  #: absolute object path (None when the entry has no -o)
+
+    @property
+    def is_cxx(self) -> bool:
+        comp = os.path.basename(self.arguments[0]) if self.arguments else ""
+        return self.file.suffix in CXX_EXTS or comp.endswith("++")
+
+
+@dataclasses.dataclass
+class BuildReport:
+    modules: list[str]  #: every module now in the corpus (built now or before)
+    built: int
+    reused: int
+    failures: list[tuple[str, str]]  #: (source file, reason)
+    cxx: int = 0  #: how many of ``modules`` are C++
+
+    def summary(self) -> str:
+        return (f"{len(self.modules)} modules ({len(self.modules) - self.cxx} C, {self.cxx} C++): "
+                f"{self.built} built, {self.reused} already there, {len(self.failures)} failed")
+
+
+def load_compile_commands(path: str | os.PathLike) -> list[CompileEntry]:
+    """Read and normalize a compile database; CorpusError names the entry."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CorpusError(f"{p}: compile database not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CorpusError(f"{p}: cannot read: {e}") from None
+    except json.JSONDecodeError as e:
+        raise CorpusError(f"{p}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    if not isinstance(data, list):
+        raise CorpusError(f"{p}: a compile database is a JSON list of entries")
+    out = []
+    for i, e in enumerate(data):
+        where = f"{p}: entry {i}"
+        if not isinstance(e, dict) or "directory" not in e or "file" not in e:
+            raise CorpusError(f"{where}: needs 'directory', 'file' and 'command' or 'arguments'")
+        if isinstance(e.get("arguments"), list) and e["arguments"]:
+            args = [str(a) for a in e["arguments"]]
+        elif isinstance(e.get("command"), str) and e["command"].strip():
+            try:
+                args = shlex.split(e["command"])
+            except ValueError as err:
+                raise CorpusError(f"{where}: cannot split 'command': {err}") from None
+        else:
+            raise CorpusError(f"{where}: needs a non-empty 'command' string or 'arguments' list")
+        directory = Path(e["directory"])
+        if not directory.is_absolute():
+            directory = (p.parent / directory).resolve()
+        file = Path(e["file"])
+        if not file.is_absolute():
+            file = directory / file
+        output = _output_of(args, e.get("output"))
+        if output is not None and not output.is_absolute():
+            output = directory / output
+        out.append(CompileEntry(directory, Path(os.path.normpath(file)), tuple(args),
+                                Path(os.path.normpath(output)) if output else None))
+    return out
+
+
+def _output_of(args: Sequence[str], explicit: object) -> Path | None:
+    for i, a in enumerate(args):
+        if a == "-o" and i + 1 < len(args):
+            return Path(args[i + 1])
+        if a.startswith("-o") and len(a) > 2:
+            return Path(a[2:])
+    return Path(explicit) if isinstance(explicit, str) and explicit else None
+
+
+def _is_input(entry: CompileEntry, arg: str) -> bool:
+    if arg.startswith("-"):
+        return False
+    p = Path(arg)
+    p = p if p.is_absolute() else entry.directory / p
+    return os.path.normpath(p) == str(entry.file)
+
+
+def compile_flags(entry: CompileEntry, opt_level: str | None = None) -> list[str]:
+    """The entry's flags without compiler, input, output, dependency files and
+    bitcode/LTO options; ``opt_level`` (e.g. ``-Oz``) replaces every ``-O``."""
+    args = list(entry.arguments[1:])
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        i += 1
+        if a in _DROP_WITH_VALUE:
+            i += 1
+            continue
+        if a in _DROP_ALONE or a.startswith(_DROP_PREFIXES) or (a.startswith("-o") and len(a) > 2):
+            continue
+        if _is_input(entry, a):
+            continue
+        if opt_level and a.startswith("-O"):
+            continue
+        out.append(a)
+    if opt_level:
+        out.insert(0, opt_level)
+    if entry.is_cxx and entry.file.suffix not in CXX_EXTS and "-x" not in out:
+        out = ["-x", "c++", *out]
+    return out
+
+
+def module_names(entries: Sequence[CompileEntry]) -> list[str]:
+    """Module names as mlgo-utils derives them: the object path (or the source
+    path when there is no ``-o``) relative to the common directory of all
+    objects, without extension; duplicates get a ``.N`` suffix."""
+    objs = [e.output if e.output is not None else e.file.with_suffix(".o") for e in entries]
+    if not objs:
+        return []
+    base = os.path.commonpath([str(o.parent) for o in objs])
+    names: list[str] = []
+    seen: dict[str, int] = {}
+    for o in objs:
+        rel = os.path.relpath(o, base)
+        stem, ext = os.path.splitext(rel)
+        if ext not in (".o", ".obj"):
+            stem = rel
+        stem = "/".join("__" if part == ".." else part for part in Path(stem).parts)
+        n = seen.get(stem, 0)
+        seen[stem] = n + 1
+        names.append(stem if n == 0 else f"{stem}.{n}")
+    return names
+
+
+def cc1_command(clang: str, entry: CompileEntry, flags: Sequence[str], timeout: float = 120.0) -> list[str]:
+    """The cc1 job of the object compile (``clang -###``), without the program,
+    ``-o`` and the input: the form of mlgo-utils' ``.cmd`` files."""
+    probe_out = "mlgo-host-probe.o"
+    r = subprocess.run([clang, "-###", *flags, "-c", str(entry.file), "-o", probe_out], cwd=entry.directory,
+                       capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise CorpusError(_tail(r.stderr) or f"clang -### exited with {r.returncode}")
+    jobs = []
+    for line in r.stderr.splitlines():
+        line = line.strip()
+        if line.startswith('"') and '"-cc1"' in line:
+            jobs.append(shlex.split(line))
+    if len(jobs) != 1:
+        raise CorpusError(f"the driver ran {len(jobs)} cc1 jobs for this entry (expected 1: offloading, "
+                          "several -arch or driver-level -fembed-bitcode are not supported)")
+    job = jobs[0][1:]
+    out: list[str] = []
+    i = 0
+    while i < len(job):
+        a = job[i]
+        i += 1
+        if a == "-o":
+            i += 1
+            continue
+        if a == "-x" and i + 1 < len(job) and not job[i + 1].startswith("-"):
+            i += 2  # -x <lang> <input>
+            continue
+        out.append(a)
+    if not out or out[0] != "-cc1":
+        raise CorpusError(f"unexpected cc1 job from the driver: {' '.join(job[:4])} ...")
+    return out
+
+
+def _tail(text: str, n: int = 400) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    errs = [ln for ln in lines if "error" in ln]
+    return " | ".join((errs or lines)[-3:])[-n:]
+
+
+def build_module(clang: str, entry: CompileEntry, name: str, out_dir: Path, opt_level: str | None = None,
+                 timeout: float = 300.0, force: bool = False) -> bool:
+    """Build one module's ``.bc`` and ``.cmd``; True when built, False when it
+    was already there. Raises CorpusError with the compiler's message."""
+    bc = out_dir / f"{name}.bc"
+    cmd_file = out_dir / f"{name}.cmd"
+    if not force and bc.exists() and cmd_file.exists():
+        return False
+    if not entry.file.exists():
+        raise CorpusError(f"source {entry.file} does not exist")
+    if not entry.directory.is_dir():
+        raise CorpusError(f"directory {entry.directory} does not exist")
+    flags = compile_flags(entry, opt_level)
+    cc1 = cc1_command(clang, entry, flags, timeout=timeout)
+    if "-O0" in cc1 or not any(a.startswith("-O") for a in cc1):
+        raise CorpusError("the entry compiles at -O0 (its bitcode would carry optnone and offer no decisions); "
+                          "give it an optimization level (corpus build --opt -Oz)")
+    bc.parent.mkdir(parents=True, exist_ok=True)
+    tmp = bc.with_name(f".{bc.name}.{os.getpid()}.tmp")
+    try:
+        cmd = [clang, *flags, "-emit-llvm", "-c", "-Xclang", "-disable-llvm-passes", str(entry.file), "-o", str(tmp)]
+        try:
+            r = subprocess.run(cmd, cwd=entry.directory, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise CorpusError(f"the frontend did not finish within {timeout:g} s") from None
+        if r.returncode != 0:
+            raise CorpusError(_tail(r.stderr) or f"clang exited with {r.returncode}")
+        os.replace(tmp, bc)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    atomic_write_bytes(str(cmd_file), "\0".join(cc1).encode("utf-8"))
+    return True
+
+
+def build_corpus(
+    entries: Sequence[CompileEntry],
+    output: str | os.PathLike,
+    *,
+    clang: str = "clang-19",
+    jobs: int | None = None,
+    opt_level: str | None = None,
+    timeout: float = 300.0,
+    progress: bool = True,
+    force: bool = False,
+) -> BuildReport:
+    """Build (or complete) the corpus in ``output`` from ``entries`` and write
+    ``corpus_description.json`` listing every module that now exists."""
+    from tqdm import tqdm
+
+    if not entries:
+        raise CorpusError("the compile database has no entries")
+    out_dir = Path(output)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = module_names(entries)
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    ok: list[tuple[str, bool]] = []
+    failures: list[tuple[str, str]] = []
+    built = reused = 0
+    bar = tqdm(total=len(entries), desc="corpus", unit="module", disable=not progress, file=sys.stderr)
+    with cf.ThreadPoolExecutor(max_workers=jobs) as ex:
+        futs = {ex.submit(build_module, clang, e, n, out_dir, opt_level, timeout, force): (e, n)
+                for e, n in zip(entries, names)}
+        for fut in cf.as_completed(futs):
+            e, n = futs[fut]
+            try:
+                if fut.result():
+                    built += 1
+                else:
+                    reused += 1
+                ok.append((n, e.is_cxx))
+            except (CorpusError, OSError, subprocess.SubprocessError) as err:
+                failures.append((str(e.file), str(err)))
+            bar.update(1)
+    bar.close()
+    if not ok:
+        raise CorpusError(f"no module could be built ({len(failures)} failures; first: "
+                          f"{failures[0][0]}: {failures[0][1]})")
+    write_description(out_dir, [n for n, _ in ok])
+    failures.sort()
+    return BuildReport(modules=sorted(n for n, _ in ok), built=built, reused=reused, failures=failures,
+                       cxx=sum(1 for _, c in ok if c))
+
+
+def write_compile_commands(path: str | os.PathLike, entries: Iterable[dict]) -> None:
+    """Write a compile database atomically."""
+    atomic_write_bytes(str(path), (json.dumps(list(entries), indent=1) + "\n").encode("utf-8"))
