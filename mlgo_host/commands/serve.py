@@ -1,0 +1,61 @@
+"""Serve channel slots for compilers launched by others (make, CMake, Ninja).
+
+Creates N slots (FIFO pairs + a lock file each) in DIR and answers every
+decision of the compiles that `mlgo-clang` / `mlgo-clang++` run on them,
+concurrently, until SIGINT/SIGTERM; each slot gets fresh FIFOs after each
+compile.  Per compile, one JSON line goes to --stats FILE (output, status,
+observations, decisions, duration, llvm-size text of the object); summarize
+them with `mlgo-host stats FILE`.  With --collect DIR each compile's episode
+(observations, sampled advice, log-probabilities) is kept for training.
+
+On SIGTERM/SIGINT: no new compiles; in-flight ones get --grace seconds, then
+their compilers are killed and their clients fall back to a plain compile;
+every FIFO is removed; exit status 0.  A restart on the same DIR removes
+what a killed server left behind.
+
+example:
+  mlgo-host serve --channels /tmp/mlgo --slots 4 --policy default --stats build.jsonl &
+  MLGO_CHANNELS=/tmp/mlgo make -j8 CC=mlgo-clang CFLAGS=-Oz
+  kill %1; mlgo-host stats build.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from mlgo_host.channel.advisors import ADVISORS
+
+    p.add_argument("--channels", metavar="DIR", required=True, help="slot directory (clients: MLGO_CHANNELS=DIR)")
+    p.add_argument("--slots", type=int, default=os.cpu_count() or 2, help="compiles served at the same time")
+    p.add_argument("--policy", default="default", help="default, never, always, random, or a saved policy directory")
+    p.add_argument("--advisor", choices=sorted(ADVISORS), default="inline", help="which decision to serve")
+    p.add_argument("--stats", metavar="FILE", help="append one JSON line per compile")
+    p.add_argument("--collect", metavar="DIR",
+                   help="keep each compile's episode (.npz) for training; saved policies sample instead of "
+                        "taking their greedy choice")
+    p.add_argument("--seed", type=int, default=0, help="seed of stochastic policies (slot K uses seed+K)")
+    p.add_argument("--sample", action="store_true", help="sample from a saved policy (implied by --collect)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds one compile's session may take")
+    p.add_argument("--grace", type=float, default=10.0,
+                   help="on SIGTERM, seconds in-flight compiles get before they are aborted")
+    p.add_argument("--compiler", default=None,
+                   help="compiler probed at start for the inliner's default-decision slot "
+                        "(default: $MLGO_CLANG or clang-19; each client's compiler is probed too)")
+    p.add_argument("-v", "--verbose", action="store_true", help="one line per compile on stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mlgo_host.serve.server import Server
+
+    srv = Server(args.channels, slots=args.slots, policy=args.policy, advisor=args.advisor, stats_path=args.stats,
+                 collect_dir=args.collect, timeout=args.timeout, grace=args.grace, seed=args.seed,
+                 sample=args.sample, compiler=args.compiler, verbose=args.verbose)
+    srv.start()
+    srv.log(f"serving {srv.nslots} slots in {srv.root} (policy {srv.policy_name}, advisor {srv.advisor_name}, "
+            f"pid {os.getpid()}); clients: MLGO_CHANNELS={srv.root} CC=mlgo-clang")
+    rc = srv.serve_forever()
+    srv.log("stopped")
+    return rc

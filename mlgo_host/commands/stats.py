@@ -1,0 +1,46 @@
+"""Summarize the per-compile JSON lines written by `mlgo-host serve --stats`.
+
+Per build (the MLGO_BUILD label of the clients, else the server run): number
+of compiles and modules by status, total llvm-size text of the objects,
+decisions and inlining rate, compile time, and a per-module table.  With
+--baseline FILE2, each module is compared with the same module (same output
+path relative to the build's root) of the last build in FILE2, e.g. a
+`--policy default` build of the same tree.
+
+example: mlgo-host stats build.jsonl --baseline default.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="stats file written by `mlgo-host serve --stats`")
+    p.add_argument("--build", help="only this build (label or 'server <id>'); default: every build")
+    p.add_argument("--baseline", metavar="FILE2", help="compare module sizes with the last build of FILE2")
+    p.add_argument("--top", type=int, default=None, help="list only the N largest modules")
+    p.add_argument("--json", action="store_true", help="print the summaries as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mlgo_host.errors import ConfigError
+    from mlgo_host.serve.stats import aggregate, compare, format_build, read_records
+
+    builds = aggregate(read_records(args.file))
+    if args.build is not None:
+        builds = [b for b in builds if b["build"] == args.build]
+        if not builds:
+            raise ConfigError(f"no build {args.build!r} in {args.file}")
+    if args.baseline:
+        base = aggregate(read_records(args.baseline))
+        if not base:
+            raise ConfigError(f"{args.baseline} has no records")
+        for b in builds:
+            b["compare"] = compare(b, base[-1])
+    if args.json:
+        print(json.dumps(builds, indent=1))
+    else:
+        print("\n\n".join(format_build(b, args.top) for b in builds) if builds else f"{args.file}: no records")
+    return 0

@@ -1,0 +1,404 @@
+"""``mlgo-clang`` / ``mlgo-clang++``: a drop-in compiler whose optimization
+decisions are answered by a running ``mlgo-host serve``.
+
+    CC=mlgo-clang CXX=mlgo-clang++ MLGO_CHANNELS=DIR make -j8
+
+A command that compiles one source file to an object (``-c``, one input,
+optimizing) takes a free slot of the server in ``DIR`` (non-blocking flock
+on each slot, then waiting with back-off), runs the real compiler with the
+channel flags of that slot and reports its exit status to the server.
+Every other command (linking, ``-E``, ``-M``, ``-S``, ``-emit-llvm``,
+``-O0``, several inputs, ``--version``...) runs the real compiler unchanged,
+without a slot.
+
+Environment:
+  MLGO_CHANNELS   the server's channel directory (unset: plain compiler)
+  MLGO_CLANG      real C compiler (default clang-19); MLGO_CLANGXX for
+                  mlgo-clang++ (default clang++-19)
+  MLGO_FALLBACK   plain (default): when no live server answers, or the server
+                  aborted the session, compile without it (one warning line on
+                  stderr); fail: print why and exit 2 without compiling
+  MLGO_WAIT       seconds to wait for a free slot (default 600); then fall back
+  MLGO_STALE      seconds without a server heartbeat before the server counts
+                  as gone (default 10)
+  MLGO_BUILD      a label stored in each stats line (``mlgo-host stats``
+                  groups by it)
+  MLGO_QUIET      1: no fallback warnings
+
+Never hangs: every wait is bounded and checks the server's liveness; when
+the server dies mid-compile the compiler (which would block or spin on its
+FIFOs) is killed and the fallback applies.  The compiler dies with the
+client (PR_SET_PDEATHSIG).
+
+This module runs once per compile: it imports nothing heavy (no numpy).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import sys
+import time
+
+from mlgo_host.serve import slots as S
+
+PROG = "mlgo-clang"
+
+#: driver options whose value is the next argument
+_SEPARATE = {
+    "-o", "-x", "-I", "-D", "-U", "-include", "-imacros", "-isystem", "-iquote", "-idirafter", "-iprefix",
+    "-iwithprefix", "-iwithprefixbefore", "-isysroot", "-isystem-after", "-cxx-isystem", "-ivfsoverlay",
+    "-MF", "-MT", "-MQ", "-MJ", "-Xclang", "-mllvm", "-Xlinker", "-Xassembler", "-Xpreprocessor", "-arch",
+    "-target", "-L", "-T", "-u", "-z", "-e", "-F", "-framework", "--sysroot", "-gcc-toolchain",
+    "--gcc-toolchain", "-working-directory", "-serialize-diagnostics", "-dependency-file",
+    "-dependency-dot", "-A", "--param", "-Xopenmp-target", "-Xcuda-ptxas", "-Xcuda-fatbinary",
+    "-resource-dir", "-B", "--prefix", "-I-", "-install_name", "-aux-info", "-Xoffload-linker",
+}
+#: options that make the command something else than "compile to an object"
+_NOT_OBJECT = {"-E", "-S", "-M", "-MM", "-fsyntax-only", "-emit-llvm", "-###", "-emit-ast", "-P",
+               "--precompile", "-fdriver-only", "--analyze", "-print-search-dirs"}
+_SOURCE_EXT = {".c", ".i", ".cc", ".cp", ".cxx", ".cpp", ".CPP", ".c++", ".C", ".ii", ".m", ".mi", ".mm",
+               ".M", ".mii", ".bc", ".ll"}
+
+
+def classify(argv: list[str], cwd: str | None = None) -> dict:
+    """What a compiler command line does. Returns {"compile": bool, "reason",
+    "source", "output"}: compile is True only for one source compiled to an
+    object with optimization on (the only commands that reach an advisor)."""
+    inputs: list[str] = []
+    output = None
+    lang = None
+    opt = "0"
+    has_c = False
+    skip = False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a in _SEPARATE:
+            if i + 1 < len(argv):
+                if a == "-o":
+                    output = argv[i + 1]
+                elif a == "-x":
+                    lang = argv[i + 1]
+            skip = True
+            continue
+        if a == "-c":
+            has_c = True
+        elif a in _NOT_OBJECT or a.startswith("-print-") or a.startswith("-dump") or a in ("--version", "--help", "-help"):
+            return {"compile": False, "reason": f"{a} does not compile to an object"}
+        elif a.startswith("-O"):
+            opt = a[2:] or "1"
+        elif a.startswith("-o") and len(a) > 2:
+            output = a[2:]
+        elif a.startswith("-x") and len(a) > 2:
+            lang = a[2:]
+        elif a == "-" or not a.startswith("-"):
+            inputs.append(a)
+    if not has_c:
+        return {"compile": False, "reason": "no -c (linking or preprocessing)"}
+    if len(inputs) != 1:
+        return {"compile": False, "reason": f"{len(inputs)} inputs (one source per served compile)"}
+    src = inputs[0]
+    if src == "-":
+        return {"compile": False, "reason": "source on stdin"}
+    if lang is not None and lang != "none":
+        if lang.startswith("assembler"):
+            return {"compile": False, "reason": f"-x {lang}"}
+    elif os.path.splitext(src)[1] not in _SOURCE_EXT:
+        return {"compile": False, "reason": f"{src} is not a C/C++/IR source"}
+    if opt == "0":
+        return {"compile": False, "reason": "-O0 runs no advisor"}
+    if output is None:
+        output = os.path.splitext(os.path.basename(src))[0] + ".o"
+    if output == "-":
+        return {"compile": False, "reason": "object written to stdout"}
+    cwd = cwd or os.getcwd()
+    return {"compile": True, "reason": "", "source": os.path.join(cwd, src),
+            "output": os.path.normpath(os.path.join(cwd, output))}
+
+
+def _which(name: str) -> str | None:
+    if os.sep in name:
+        return os.path.abspath(name) if os.access(name, os.X_OK) else None
+    for d in os.get_exec_path():
+        p = os.path.join(d, name)
+        if os.access(p, os.X_OK) and not os.path.isdir(p):
+            return p
+    return None
+
+
+def _say(kind: str, msg: str) -> None:
+    try:
+        os.write(2, f"{PROG}: {kind}: {msg}\n".encode())
+    except OSError:
+        pass
+
+
+def _exec(cmd: list[str]) -> int:
+    try:
+        os.execvp(cmd[0], cmd)
+    except OSError as e:
+        _say("error", f"cannot run {cmd[0]!r}: {e.strerror} (set MLGO_CLANG / MLGO_CLANGXX)")
+        return 127
+    return 127  # pragma: no cover
+
+
+class _Spawned:
+    """The real compiler as our child; it is SIGKILLed if we die."""
+
+    def __init__(self, cmd: list[str]):
+        libc_prctl = None
+        try:
+            import ctypes
+
+            libc_prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError, ImportError):
+            pass
+        parent = os.getpid()
+        r, w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:  # child
+            try:
+                os.close(r)
+                if libc_prctl is not None:
+                    libc_prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+                    if os.getppid() != parent:
+                        os._exit(137)
+                for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM):
+                    signal.signal(sig, signal.SIG_DFL)
+                os.execvp(cmd[0], cmd)
+            except BaseException as e:
+                try:
+                    os.write(w, str(getattr(e, "strerror", None) or e).encode())
+                finally:
+                    os._exit(127)
+        os.close(w)
+        err = b""
+        while True:
+            chunk = os.read(r, 4096)
+            if not chunk:
+                break
+            err += chunk
+        os.close(r)
+        self.pid = pid
+        self.returncode: int | None = None
+        if err:
+            self.wait(None)
+            raise FileNotFoundError(f"cannot run {cmd[0]!r}: {err.decode(errors='replace')}")
+        try:
+            self.pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self.pidfd = -1
+
+    def wait(self, timeout: float | None) -> int | None:
+        """Exit status (negative = killed by that signal) or None on timeout."""
+        if self.returncode is not None:
+            return self.returncode
+        if timeout is not None:
+            if self.pidfd >= 0:
+                p = select.poll()
+                p.register(self.pidfd, select.POLLIN)
+                if not p.poll(timeout * 1000.0):
+                    return None
+            else:
+                end = time.monotonic() + timeout
+                while True:
+                    pid, st = os.waitpid(self.pid, os.WNOHANG)
+                    if pid:
+                        self.returncode = os.waitstatus_to_exitcode(st)
+                        return self.returncode
+                    if time.monotonic() >= end:
+                        return None
+                    time.sleep(0.002)
+        while True:
+            try:
+                _, st = os.waitpid(self.pid, 0)
+                break
+            except InterruptedError:  # pragma: no cover
+                continue
+        self.returncode = os.waitstatus_to_exitcode(st)
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.wait(None)
+
+
+def _remove_temp_outputs(output: str, since: float) -> None:
+    import glob
+
+    stem, ext = os.path.splitext(output)
+    for pat in (glob.escape(output) + "-*.tmp", glob.escape(stem) + "-*" + glob.escape(ext) + ".tmp"):
+        for p in glob.glob(pat):
+            try:
+                if os.stat(p).st_mtime >= since - 1:
+                    os.unlink(p)
+            except OSError:
+                pass
+
+
+def _env_float(name: str, default: float) -> float:
+    v = os.environ.get(name)
+    if not v:
+        return default
+    try:
+        return float(v)
+    except ValueError:
+        _say("warning", f"{name}={v!r} is not a number; using {default:g}")
+        return default
+
+
+def _acquire(root: str, info: dict, wait_s: float, stale_s: float):
+    """(slot, lock fd, generation) or (None, None, reason)."""
+    n = int(info.get("slots", 0))
+    if n < 1:
+        return None, None, f"server.json in {root} lists no slots"
+    sid = info["id"]
+    first = os.getpid() % n
+    delay = 0.0005
+    t0 = time.monotonic()
+    next_check = t0 + 0.5
+    while True:
+        for i in range(n):
+            k = (first + i) % n
+            sdir = S.slot_dir(root, k)
+            fd = S.try_lock(os.path.join(sdir, S.LOCK)) if os.path.isdir(sdir) else None
+            if fd is None:
+                continue
+            gen = S.read_text(os.path.join(sdir, S.READY))
+            if gen and gen.startswith(sid + ":"):
+                return k, fd, gen
+            S.unlock(fd)  # locked but not ready: the server is still recording the last compile
+        now = time.monotonic()
+        if now - t0 > wait_s:
+            return None, None, f"no free slot in {root} within {wait_s:g} s (MLGO_WAIT)"
+        if now > next_check:
+            next_check = now + 0.5
+            live, why = S.server_status(root, stale_s, sid)
+            if live is None:
+                return None, None, why
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
+
+
+def main(kind: str = "c", argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if kind == "cxx":
+        real = os.environ.get("MLGO_CLANGXX") or "clang++-19"
+    else:
+        real = os.environ.get("MLGO_CLANG") or "clang-19"
+    plain = [real] + argv
+    mode = os.environ.get("MLGO_FALLBACK") or "plain"
+    if mode not in ("plain", "fail"):
+        _say("error", f"MLGO_FALLBACK={mode!r}: must be 'plain' or 'fail'")
+        return 2
+    quiet = os.environ.get("MLGO_QUIET", "") not in ("", "0")
+
+    def fallback(reason: str) -> int:
+        if mode == "fail":
+            _say("error", f"{reason}; not compiling (MLGO_FALLBACK=fail; set MLGO_FALLBACK=plain to compile without the server)")
+            return 2
+        if not quiet:
+            _say("warning", f"{reason}; compiling without the server")
+        return _exec(plain)
+
+    plan = classify(argv)
+    if not plan["compile"]:
+        return _exec(plain)
+    root = os.environ.get("MLGO_CHANNELS")
+    if not root:
+        if mode == "fail":
+            return fallback("MLGO_CHANNELS is not set")
+        return _exec(plain)
+    root = os.path.abspath(root)
+    stale_s = _env_float("MLGO_STALE", 10.0)
+    info, why = S.server_status(root, stale_s)
+    if info is None:
+        return fallback(why)
+    k, lock_fd, gen = _acquire(root, info, _env_float("MLGO_WAIT", 600.0), stale_s)
+    if k is None:
+        return fallback(gen)
+    sdir = S.slot_dir(root, k)
+    sid = info["id"]
+    proc = None
+    ctl = -1
+    t0 = time.time()
+    try:
+        S.unlink_quiet(os.path.join(sdir, S.READY))  # the slot is ours now
+        try:
+            ctl = os.open(os.path.join(sdir, S.CTL), os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as e:
+            return fallback(f"slot {k} of {root} does not answer ({e.strerror})")
+        base = S.channel_base(root, k)
+        flags = [f.replace(S.BASE_PLACEHOLDER, base) for f in info.get("flags", [])]
+        compiler = _which(real) or real
+        try:
+            proc = _Spawned(plain + flags)
+        except FileNotFoundError as e:
+            _say("error", f"{e} (set MLGO_CLANG / MLGO_CLANGXX)")
+            return 127
+        S.write_atomic(os.path.join(sdir, S.REQUEST), json.dumps({
+            "gen": gen, "client_pid": os.getpid(), "compiler_pid": proc.pid, "argv": plain,
+            "cwd": os.getcwd(), "source": plan["source"], "output": plan["output"], "compiler": compiler,
+            "build": os.environ.get("MLGO_BUILD") or None, "time": t0,
+        }).encode())
+        try:
+            os.write(ctl, (json.dumps({"op": "start", "gen": gen}) + "\n").encode())
+        except OSError as e:
+            proc.kill()
+            _remove_temp_outputs(plan["output"], t0)
+            return fallback(f"slot {k} of {root} stopped answering ({e.strerror})")
+        while True:
+            rc = proc.wait(0.5)
+            if rc is not None:
+                break
+            live, why = S.server_status(root, stale_s, sid)
+            if live is None:
+                proc.kill()
+                _remove_temp_outputs(plan["output"], t0)
+                return fallback(f"{why} during the compile")
+        try:
+            os.write(ctl, (json.dumps({"op": "done", "gen": gen, "returncode": rc,
+                                       "wall_s": round(time.time() - t0, 4)}) + "\n").encode())
+        except OSError:
+            pass
+        if rc != 0:
+            aborted = S.read_text(os.path.join(sdir, S.ABORTED)) == gen
+            live, why = S.server_status(root, stale_s, sid)
+            if aborted or live is None:
+                _remove_temp_outputs(plan["output"], t0)
+                S.unlock(lock_fd)
+                lock_fd = None
+                return fallback("the server aborted the session (see its log)" if aborted else f"{why} during the compile")
+        return rc if rc >= 0 else 128 - rc
+    finally:
+        if proc is not None and proc.returncode is None:
+            proc.kill()
+            _remove_temp_outputs(plan["output"], t0)
+        if ctl >= 0:
+            os.close(ctl)
+        S.unlock(lock_fd)
+
+
+def main_c() -> int:
+    return main("c")
+
+
+def main_cxx() -> int:
+    global PROG
+    PROG = "mlgo-clang++"
+    return main("cxx")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main_c())

@@ -1,0 +1,115 @@
+"""Online collection: ``mlgo-host serve --collect DIR`` keeps every compile's
+episode so a trainer can learn from a real build, without a corpus.
+
+Format (one compile = one file, written atomically)::
+
+    DIR/ep-<server id>-<slot>-<n>.npz
+        raw       uint8[N * record_bytes]  every observation's feature bytes, in order
+        actions   advice dtype [N]         the advice sent (sampled by the policy)
+        logps     float32 [N]              log-probability of that advice under the policy
+        header    str                      the channel header JSON (feature specs, advice spec)
+        contexts  str                      JSON list: the context of each decision
+        meta      str                      JSON: the stats record (output, source, cwd, build,
+                                           policy, text_size of the object, observations, ...)
+    DIR/episodes.jsonl                     one line per episode file (the same meta + "file")
+
+The reward is not known when the object is written: it needs the size the
+default heuristic gives the same module.  :func:`load_collected` pairs each
+episode with a baseline size taken from a stats file of a ``--policy
+default`` build of the same tree (matched by output path relative to the
+build's root), and computes the ml-compiler-opt reward
+``1 - (size + 0.01) / (baseline + 0.01)`` (:mod:`mlgo_host.trainers.reward`).
+The result is ``(episodes, rewards)`` as the PPO learner's ``train()`` takes
+them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from mlgo_host.errors import CorpusError
+
+MANIFEST = "episodes.jsonl"
+
+
+def save_episode(directory: str, rec: dict, episode) -> str:
+    """Write one episode (``rec`` = its stats record); returns the file name."""
+    name = "ep-" + str(rec["gen"]).replace(":", "-") + ".npz"
+    path = os.path.join(directory, name)
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+    meta = {k: v for k, v in rec.items() if k not in ("decisions",)}
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(
+                f, raw=np.frombuffer(episode.raw, dtype=np.uint8), actions=episode.actions, logps=episode.logps,
+                header=np.array(json.dumps(episode.header.to_json())), contexts=np.array(json.dumps(episode.contexts)),
+                meta=np.array(json.dumps(meta, sort_keys=True)),
+            )
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    line = (json.dumps(dict(meta, file=name), sort_keys=True) + "\n").encode()
+    fd = os.open(os.path.join(directory, MANIFEST), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+    return name
+
+
+def load_episode(path: str):
+    """(Episode, meta) of one ``.npz`` file written by :func:`save_episode`."""
+    from mlgo_host.channel.codec import Header
+    from mlgo_host.episode import Episode
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            header = Header.from_json(json.loads(str(z["header"])))
+            ep = Episode(header, z["raw"].tobytes(), z["actions"], z["logps"], json.loads(str(z["contexts"])))
+            meta = json.loads(str(z["meta"]))
+    except (OSError, KeyError, ValueError) as e:
+        raise CorpusError(f"{path}: not a collected episode ({e})") from None
+    if len(ep.raw) != ep.n * header.observation_nbytes:
+        raise CorpusError(f"{path}: {len(ep.raw)} feature bytes for {ep.n} decisions "
+                          f"of {header.observation_nbytes} bytes each")
+    return ep, meta
+
+
+def _rel_outputs(records: list[dict]) -> dict[str, dict]:
+    """Records keyed by output path relative to their build's common root."""
+    outs = [r["output"] for r in records if r.get("output")]
+    if not outs:
+        return {}
+    root = os.path.commonpath([os.path.dirname(o) for o in outs])
+    return {os.path.relpath(r["output"], root): r for r in records if r.get("output")}
+
+
+def load_collected(directory: str, baseline_stats: str, delta: float = 0.01):
+    """Episodes of ``directory`` with their module rewards against the
+    ``text_size`` of the same modules in ``baseline_stats`` (a stats file of
+    a ``--policy default`` build). Returns (episodes, rewards, metas);
+    episodes without a baseline or a size are skipped."""
+    from mlgo_host.serve.stats import read_records
+    from mlgo_host.trainers.reward import reward
+
+    base = {k: r for k, r in _rel_outputs([r for r in read_records(baseline_stats) if r.get("status") == "ok"]).items()}
+    files = sorted(f for f in os.listdir(directory) if f.endswith(".npz"))
+    loaded = [load_episode(os.path.join(directory, f)) for f in files]
+    rel = _rel_outputs([m for _, m in loaded])
+    by_output = {m["output"]: key for key, m in rel.items()}
+    episodes, rewards, metas = [], [], []
+    for ep, meta in loaded:
+        b = base.get(by_output.get(meta.get("output"), ""))
+        if b is None or b.get("text_size") is None or meta.get("text_size") is None:
+            continue
+        episodes.append(ep)
+        rewards.append(reward(float(meta["text_size"]), float(b["text_size"]), delta))
+        metas.append(meta)
+    return episodes, rewards, metas

@@ -1,0 +1,556 @@
+"""The long-running host behind ``mlgo-clang``: N slots served concurrently.
+
+One thread per slot runs this loop (see :mod:`mlgo_host.serve.slots` for the
+files)::
+
+    fresh FIFOs ch.in/ch.out  ->  write "ready" = generation
+    wait for {"op":"start","gen":G} on ctl      (the client took the slot)
+    open the channel in the compiler's order    (non-blocking, retried every ms,
+                                                 given up when the compiler ends)
+    serve_channel(...)                          (the policy answers)
+    close + remove the FIFOs, wait for {"op":"done"} (the compiler's exit status)
+    hand the record to the recorder thread      (llvm-size, stats line, episode)
+
+The server never blocks on a compiler: every wait polls with a deadline and
+the compiler's (and client's) liveness.  When the host side fails mid-session
+(malformed stream, illegal advice, timeout, shutdown) it kills the compilers
+whose command line names the slot's channel (they would otherwise spin or
+block forever), writes ``aborted`` = generation, and the client falls back
+to a plain compile.  SIGTERM/SIGINT: stop taking compiles, let in-flight ones
+finish for ``grace`` seconds, abort the rest, remove every FIFO, exit 0.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import queue
+import select
+import shutil
+import signal
+import sys
+import threading
+import time
+import uuid
+
+from mlgo_host.errors import ConfigError, MlgoHostError
+from mlgo_host.serve import slots as S
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is dead for our purposes
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            st = f.read()
+        return st[st.rindex(b")") + 2: st.rindex(b")") + 3] != b"Z"
+    except (OSError, ValueError):
+        return True
+
+
+def open_channel(chan, alive, deadline: float, max_delay: float = 0.001) -> bool:
+    """Open ``chan`` in the compiler's order like ``Channel.open`` but retry
+    every ``max_delay`` at most: the compiler waits in its blocking open()
+    until we get there, so a long back-off is compile latency."""
+    from mlgo_host.errors import ChannelTimeout
+
+    delay = 0.0001
+    while True:
+        try:
+            fd = os.open(chan.in_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            break
+        except OSError as e:
+            if e.errno != errno.ENXIO:
+                raise
+        if not alive():
+            return False
+        if time.monotonic() >= deadline:
+            raise ChannelTimeout(f"the compiler did not open {chan.in_path} before the deadline")
+        time.sleep(delay)
+        delay = min(delay * 2, max_delay)
+    fl = fcntl.fcntl(fd, fcntl.F_GETFL)
+    fcntl.fcntl(fd, fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
+    chan.wfd = fd
+    chan.rfd = os.open(chan.out_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    return True
+
+
+class Ctl:
+    """The slot's control FIFO, read end (plus a write end of our own so the
+    stream never hits EOF when clients close theirs)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        S.unlink_quiet(path)
+        os.mkfifo(path, 0o600)
+        self.rfd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        self.keep = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        self.buf = b""
+        self.poller = select.poll()
+        self.poller.register(self.rfd, select.POLLIN)
+
+    def messages(self, timeout: float = 0.0) -> list[dict]:
+        """Parsed messages available now (waiting up to ``timeout`` s for one)."""
+        if timeout > 0 and b"\n" not in self.buf:
+            self.poller.poll(timeout * 1000.0)
+        while True:
+            try:
+                data = os.read(self.rfd, 65536)
+            except BlockingIOError:
+                break
+            if not data:
+                break
+            self.buf += data
+            if len(data) < 65536:
+                break
+        out = []
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            try:
+                m = json.loads(line)
+            except ValueError:
+                continue  # garbage from a confused writer: ignore the line
+            if isinstance(m, dict):
+                out.append(m)
+        return out
+
+    def close(self) -> None:
+        for fd in (self.rfd, self.keep):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.rfd = self.keep = -1
+        S.unlink_quiet(self.path)
+
+
+class Slot(threading.Thread):
+    def __init__(self, server: "Server", k: int):
+        super().__init__(name=f"slot-{k}", daemon=True)
+        self.server = server
+        self.k = k
+        self.dir = S.slot_dir(server.root, k)
+        self.base = S.channel_base(server.root, k)
+        self.n = 0
+        self.busy = False  # a compile is in flight
+        self.abort = threading.Event()
+        self.policy = None
+        self.chan = None
+        os.makedirs(self.dir, exist_ok=True)
+        # the lock file first, so a client never sees a slot without one
+        fd = os.open(os.path.join(self.dir, S.LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        os.close(fd)
+        self.ctl = Ctl(os.path.join(self.dir, S.CTL))
+
+    # -- helpers -----------------------------------------------------------
+    def _p(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    def kill_compilers(self) -> list[int]:
+        """SIGKILL every process of ours whose command line names this
+        slot's channel base (the compiler(s) of the current session)."""
+        pids = S.processes_using(self.base)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        return pids
+
+    # -- the loop ------------------------------------------------------------
+    def run(self) -> None:
+        from mlgo_host.channel.fifo import Channel
+
+        srv = self.server
+        try:
+            self.policy = srv.make_policy(self.k)
+            while not srv.stopping.is_set():
+                self.n += 1
+                gen = f"{srv.id}:{self.k}:{self.n}"
+                self.chan = Channel(directory=self.dir, name=S.CHANNEL_NAME)
+                S.write_atomic(self._p(S.READY), gen.encode())
+                msg = self._wait_start(gen)
+                if msg is None:
+                    break
+                self.busy = True
+                try:
+                    self._session(gen)
+                except Exception as e:  # a bug of ours: never take the server down
+                    srv.log(f"slot {self.k}: internal error in generation {gen}: {e!r}")
+                    self.kill_compilers()
+                    S.write_atomic(self._p(S.ABORTED), gen.encode())
+                finally:
+                    self.busy = False
+                    if self.chan is not None:
+                        self.chan.close()
+                        self.chan = None
+        except Exception as e:
+            srv.log(f"slot {self.k}: stopped by an internal error: {e!r}")
+        finally:
+            S.unlink_quiet(self._p(S.READY))
+            if self.chan is not None:
+                self.chan.close()
+                self.chan = None
+
+    def _wait_start(self, gen: str) -> dict | None:
+        ready = self._p(S.READY)
+        last_check = time.monotonic()
+        def start_in(msgs):
+            return next((m for m in msgs if m.get("op") == "start" and m.get("gen") == gen), None)
+
+        while not self.server.stopping.is_set():
+            m = start_in(self.ctl.messages(0.25))
+            if m is not None:
+                return m
+            now = time.monotonic()
+            if now - last_check > 1.0:
+                last_check = now
+                # A client that took "ready" and died before "start" would
+                # leave the slot unusable: re-offer it once nobody holds it.
+                if not os.path.exists(ready):
+                    fd = S.try_lock(self._p(S.LOCK))
+                    if fd is not None:
+                        try:
+                            m = start_in(self.ctl.messages())
+                            if m is not None:
+                                return m
+                            S.write_atomic(ready, gen.encode())
+                        finally:
+                            S.unlock(fd)
+        S.unlink_quiet(ready)
+        return None
+
+    def _session(self, gen: str) -> None:
+        from mlgo_host.channel.session import serve_channel
+
+        srv = self.server
+        t_start = time.time()
+        req = S.read_json(self._p(S.REQUEST)) or {}
+        if req.get("gen") != gen:
+            req = {"gen": gen}
+        compiler_pid = req.get("compiler_pid")
+        client_pid = req.get("client_pid")
+        chan = self.chan
+        done: list[dict] = []
+
+        def poll_done(timeout: float = 0.0) -> None:
+            for m in self.ctl.messages(timeout):
+                if m.get("op") == "done" and m.get("gen") == gen:
+                    done.append(m)
+
+        def alive() -> bool:
+            if self.abort.is_set():
+                return False
+            poll_done()
+            return not done and _pid_alive(compiler_pid)
+
+        deadline = time.monotonic() + srv.timeout
+        stats = None
+        opened = False
+        error = None
+        t_open = None
+        try:
+            advisor = srv.make_advisor(req.get("compiler") or srv.compiler)
+            opened = open_channel(chan, alive, deadline)
+            if opened:
+                t_open = time.monotonic()
+                stats = serve_channel(chan, advisor, self.policy, deadline=deadline, alive=alive,
+                                      record=srv.collect_dir is not None)
+        except (MlgoHostError, OSError, ValueError) as e:
+            error = f"{type(e).__name__}: {e}"
+        session_s = time.monotonic() - t_open if t_open is not None else 0.0
+        aborted = error is not None or self.abort.is_set()
+        if aborted:
+            # The compiler may be waiting for advice (it would spin forever
+            # once we close our end) or blocked in open(): kill it.
+            self.kill_compilers()
+            S.write_atomic(self._p(S.ABORTED), gen.encode())
+            if error is None:
+                error = "server shutting down"
+            srv.log(f"slot {self.k}: session {gen} aborted: {error}")
+        chan.close()  # FIFOs removed: the next generation gets fresh ones
+        self.chan = None
+        # the compiler's exit status (it finishes codegen after the channel closes)
+        while not done and time.monotonic() < deadline + 30:
+            poll_done(0.25)
+            if done or not _pid_alive(client_pid):
+                poll_done()
+                break
+            if self.abort.is_set() and not aborted:
+                self.kill_compilers()
+        if aborted:
+            status = "aborted"
+        elif not done:
+            status = "client_died"
+        elif done[0].get("returncode") != 0:
+            status = "compile_error"
+        elif not opened:
+            status = "no_channel"
+        else:
+            status = "ok"
+        if status == "client_died":
+            self.kill_compilers()
+            _remove_temp_outputs(req.get("output"), t_start)
+        rec = {
+            "time": round(t_start, 3), "server": srv.id, "slot": self.k, "gen": gen,
+            "build": req.get("build"), "output": req.get("output"), "source": req.get("source"),
+            "cwd": req.get("cwd"), "compiler": req.get("compiler"), "client_pid": client_pid,
+            "advisor": srv.advisor_name, "policy": srv.policy_name, "status": status,
+            "returncode": done[0].get("returncode") if done else None,
+            "observations": stats.observations if stats else 0,
+            "contexts": stats.contexts if stats else 0,
+            "decisions": stats.decisions if stats else {},
+            "duration_s": round(float(done[0].get("wall_s", 0.0)), 4) if done else round(time.time() - t_start, 4),
+            "session_s": round(session_s, 4), "text_size": None, "error": error,
+        }
+        srv.record(rec, stats.episode if stats is not None else None)
+
+
+def _remove_temp_outputs(output: str | None, since: float) -> None:
+    """``<output>-XXXX.tmp`` files a killed compiler leaves behind."""
+    if not output:
+        return
+    import glob
+
+    stem, ext = os.path.splitext(output)
+    for pat in (glob.escape(output) + "-*.tmp", glob.escape(stem) + "-*" + glob.escape(ext) + ".tmp"):
+        for p in glob.glob(pat):
+            try:
+                if os.stat(p).st_mtime >= since - 1:
+                    os.unlink(p)
+            except OSError:
+                pass
+
+
+class Recorder(threading.Thread):
+    """Off the slots' critical path: llvm-size of the object, the episode
+    file, then one stats line (one O_APPEND write)."""
+
+    def __init__(self, server: "Server"):
+        super().__init__(name="recorder", daemon=True)
+        self.server = server
+        self.q: queue.Queue = queue.Queue()
+
+    def run(self) -> None:
+        while True:
+            item = self.q.get()
+            if item is None:
+                return
+            rec, episode = item
+            try:
+                self._record(rec, episode)
+            except Exception as e:  # never lose the server over one record
+                self.server.log(f"recorder: {rec.get('output')}: {e!r}")
+
+    def _record(self, rec: dict, episode) -> None:
+        srv = self.server
+        out = rec.get("output")
+        if rec["status"] == "ok" and out and os.path.exists(out):
+            try:
+                rec["text_size"] = _text_size(out)
+            except Exception as e:  # still write the line
+                rec["error"] = f"llvm-size failed: {e!r}"
+        if episode is not None and srv.collect_dir and rec["status"] == "ok" and episode.n > 0:
+            from mlgo_host.serve.collect import save_episode
+
+            try:
+                rec["episode"] = save_episode(srv.collect_dir, rec, episode)
+            except OSError as e:
+                rec["error"] = f"episode not saved: {e}"
+        if srv.stats_path:
+            line = (json.dumps(rec, sort_keys=True) + "\n").encode()
+            fd = os.open(srv.stats_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+        if srv.verbose:
+            srv.log(f"slot {rec['slot']}: {rec['status']} {out} obs={rec['observations']} "
+                    f"text={rec['text_size']} {rec['duration_s']}s")
+
+
+def _text_size(path: str) -> int | None:
+    from mlgo_host.trainers.reward import text_size
+
+    try:
+        return text_size(path)
+    except MlgoHostError:
+        return None  # not an object file
+
+
+class Server:
+    def __init__(self, root: str, slots: int = 2, policy: str = "default", advisor: str = "inline",
+                 stats_path: str | None = None, collect_dir: str | None = None, timeout: float = 600.0,
+                 grace: float = 10.0, seed: int = 0, sample: bool = False, compiler: str | None = None,
+                 verbose: bool = False):
+        from mlgo_host.channel.advisors import ADVISORS
+
+        if slots < 1:
+            raise ConfigError(f"--slots must be at least 1, got {slots}")
+        if advisor not in ADVISORS:
+            raise ConfigError(f"unknown advisor {advisor!r}; choose from {', '.join(ADVISORS)}")
+        self.root = os.path.abspath(root)
+        self.nslots = slots
+        self.policy_name = policy
+        self.advisor_name = advisor
+        self.stats_path = os.path.abspath(stats_path) if stats_path else None
+        self.collect_dir = os.path.abspath(collect_dir) if collect_dir else None
+        self.timeout = timeout
+        self.grace = grace
+        self.seed = seed
+        self.sample = sample or collect_dir is not None
+        self.compiler = compiler or os.environ.get("MLGO_CLANG") or "clang-19"
+        self.verbose = verbose
+        self.id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.stopping = threading.Event()
+        self.slots: list[Slot] = []
+        self.recorder = Recorder(self)
+        self._lock_fd: int | None = None
+        self._slot_cache: dict[str, str] = {}
+        self._cache_lock = threading.Lock()
+
+    # -- factories used by the slots ----------------------------------------
+    def make_policy(self, k: int):
+        from mlgo_host.policies import load_policy
+
+        return load_policy(self.policy_name, seed=self.seed + k, greedy=not self.sample)
+
+    def make_advisor(self, compiler: str):
+        from mlgo_host.channel.advisors import InlineAdvisor, get_advisor
+
+        if self.advisor_name != "inline":
+            return get_advisor(self.advisor_name)
+        with self._cache_lock:
+            slot = self._slot_cache.get(compiler)
+            if slot is None:
+                from mlgo_host.channel.default_probe import default_slot
+
+                slot = self._slot_cache[compiler] = default_slot(compiler)
+        return InlineAdvisor(slot)
+
+    def log(self, msg: str) -> None:
+        sys.stderr.write(f"mlgo-host serve: {msg}\n")
+        sys.stderr.flush()
+
+    def record(self, rec: dict, episode) -> None:
+        self.recorder.q.put((rec, episode))
+
+    # -- lifecycle -----------------------------------------------------------
+    def start(self) -> None:
+        os.makedirs(self.root, exist_ok=True)
+        lock_path = os.path.join(self.root, S.SERVER_LOCK)
+        end = time.monotonic() + 5.0  # clients probe the lock for microseconds
+        while True:
+            self._lock_fd = S.try_lock(lock_path)
+            if self._lock_fd is not None:
+                break
+            if time.monotonic() > end:
+                info = S.read_json(os.path.join(self.root, S.SERVER_JSON)) or {}
+                raise ConfigError(f"another server (pid {info.get('pid', '?')}) already serves {self.root}")
+            time.sleep(0.05)
+        try:
+            self.clean_stale()
+            # fail early on a bad policy or compiler, before any client comes
+            self.make_policy(0)
+            flags = self._flags()
+            if self.advisor_name == "inline":
+                self.make_advisor(self.compiler)
+            if self.collect_dir:
+                os.makedirs(self.collect_dir, exist_ok=True)
+            if self.stats_path:
+                os.makedirs(os.path.dirname(self.stats_path), exist_ok=True)
+            self.recorder.start()
+            for k in range(self.nslots):
+                self.slots.append(Slot(self, k))
+            for s in self.slots:
+                s.start()
+            self.heartbeat()
+            S.write_atomic(os.path.join(self.root, S.SERVER_JSON), json.dumps({
+                "id": self.id, "pid": os.getpid(), "slots": self.nslots, "advisor": self.advisor_name,
+                "policy": self.policy_name, "flags": flags, "started": time.time(),
+            }).encode())
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _flags(self) -> list[str]:
+        from mlgo_host.channel.advisors import get_advisor
+
+        return get_advisor(self.advisor_name).flags(S.BASE_PLACEHOLDER, "clang")
+
+    def clean_stale(self) -> list[str]:
+        """Remove what a killed server left (slot dirs with FIFOs, server.json,
+        heartbeat, temp files). Called with the server lock held."""
+        removed = []
+        for e in sorted(os.listdir(self.root)):
+            p = os.path.join(self.root, e)
+            if e.startswith(S.SLOT_PREFIX) and os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(p)
+            elif e in (S.SERVER_JSON, S.HEARTBEAT) or e.endswith(".tmp"):
+                S.unlink_quiet(p)
+                removed.append(p)
+        return removed
+
+    def heartbeat(self) -> None:
+        p = os.path.join(self.root, S.HEARTBEAT)
+        try:
+            os.utime(p)
+        except FileNotFoundError:
+            os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+
+    def serve_forever(self, install_signals: bool = True) -> int:
+        if install_signals:
+            def handler(signum, frame):
+                self.stopping.set()
+
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                signal.signal(sig, handler)
+        while not self.stopping.wait(1.0):
+            self.heartbeat()
+            for i, s in enumerate(self.slots):
+                if not s.is_alive() and not self.stopping.is_set():
+                    self.log(f"slot {s.k} died; restarting it")
+                    s.ctl.close()
+                    shutil.rmtree(s.dir, ignore_errors=True)
+                    self.slots[i] = Slot(self, s.k)
+                    self.slots[i].start()
+        self.shutdown()
+        return 0
+
+    def shutdown(self) -> None:
+        """Stop: no new compiles, in-flight ones get ``grace`` s, then are
+        aborted (compilers killed); FIFOs and slot dirs removed."""
+        self.stopping.set()
+        S.unlink_quiet(os.path.join(self.root, S.SERVER_JSON))
+        end = time.monotonic() + self.grace
+        while any(s.busy for s in self.slots) and time.monotonic() < end:
+            time.sleep(0.05)
+            self.heartbeat()
+        for s in self.slots:
+            if s.busy:
+                s.abort.set()
+                s.kill_compilers()
+        for s in self.slots:
+            if s.is_alive():
+                s.join(timeout=15)
+        if self.recorder.is_alive():
+            self.recorder.q.put(None)
+            self.recorder.join(timeout=60)
+        for s in self.slots:
+            s.ctl.close()
+            if s.chan is not None:
+                s.chan.close()
+            shutil.rmtree(s.dir, ignore_errors=True)
+        S.unlink_quiet(os.path.join(self.root, S.HEARTBEAT))
+        if self._lock_fd is not None:
+            S.unlock(self._lock_fd)
+            self._lock_fd = None

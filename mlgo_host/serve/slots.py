@@ -1,0 +1,210 @@
+"""The channel directory shared by ``mlgo-host serve`` and ``mlgo-clang``.
+
+Layout of ``DIR`` (``--channels DIR`` / ``MLGO_CHANNELS=DIR``)::
+
+    DIR/server.lock      flock(LOCK_EX) held by the live server for its whole life
+    DIR/server.json      {"id", "pid", "slots", "advisor", "flags", "policy", ...}
+                         written atomically once the slots are ready; removed on stop
+    DIR/heartbeat        its mtime is refreshed every second by the server
+    DIR/slot-K/lock      flock(LOCK_EX) held by the client that owns slot K
+    DIR/slot-K/ctl       FIFO, the server reads it: one JSON line per message
+                         {"op": "start"|"done", "gen": ..., "returncode": ...}
+    DIR/slot-K/ready     the slot's generation; present only when fresh channel
+                         FIFOs wait for a compiler (the client removes it)
+    DIR/slot-K/request.json  the compile the client started (argv, output, pids)
+    DIR/slot-K/aborted   the generation whose session the server ended (host
+                         side error or shutdown): the client then falls back
+    DIR/slot-K/ch.in, ch.out  the channel FIFOs of the current generation
+
+Liveness (:func:`server_status`): the server is alive when ``server.lock`` is
+locked, ``server.json`` names the same server id as before, and the
+heartbeat is fresh.  A lock dies with its process, so a SIGKILLed server is
+seen as gone at once; a stopped (SIGSTOP) or wedged one after ``stale_s``.
+
+This module is imported by the ``mlgo-clang`` client on every compile: it
+must stay light (no numpy, no channel package).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import time
+
+SERVER_LOCK = "server.lock"
+SERVER_JSON = "server.json"
+HEARTBEAT = "heartbeat"
+SLOT_PREFIX = "slot-"
+LOCK = "lock"
+CTL = "ctl"
+READY = "ready"
+REQUEST = "request.json"
+ABORTED = "aborted"
+CHANNEL_NAME = "ch"
+#: placeholder for the FIFO base in server.json's "flags"
+BASE_PLACEHOLDER = "{base}"
+
+
+def slot_dir(root: str, k: int) -> str:
+    return os.path.join(root, f"{SLOT_PREFIX}{k}")
+
+
+def channel_base(root: str, k: int) -> str:
+    return os.path.join(slot_dir(root, k), CHANNEL_NAME)
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """temp + os.replace in the same directory (no fsync: these files are
+    coordination state, worthless after a reboot)."""
+    tmp = f"{path}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_text(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def read_json(path: str):
+    text = read_text(path)
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def unlink_quiet(path: str) -> None:
+    try:
+        os.unlink(path)
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+
+
+def try_lock(path: str, exclusive: bool = True) -> int | None:
+    """Open ``path`` (created if missing) and take a non-blocking flock.
+    Returns the fd holding it, or None when someone else holds it."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return None
+        raise
+    return fd
+
+
+def unlock(fd: int | None) -> None:
+    if fd is not None and fd >= 0:
+        try:
+            os.close(fd)  # closing the last fd releases the flock
+        except OSError:
+            pass
+
+
+def server_lock_held(root: str) -> bool:
+    """True when a process holds ``server.lock`` (probe with a shared lock;
+    never creates the file)."""
+    path = os.path.join(root, SERVER_LOCK)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return True
+        raise
+    finally:
+        os.close(fd)  # releases our probe lock, if we got it
+    return False
+
+
+def server_status(root: str, stale_s: float, expect_id: str | None = None) -> tuple[dict | None, str]:
+    """(server.json contents, "") when a live server owns ``root``; else
+    (None, reason in words)."""
+    if not os.path.isdir(root):
+        return None, f"no channel directory {root}"
+    info = read_json(os.path.join(root, SERVER_JSON))
+    if not isinstance(info, dict) or "id" not in info:
+        return None, f"no server.json in {root} (server not started, or stopping)"
+    if expect_id is not None and info["id"] != expect_id:
+        return None, f"the server of {root} was replaced (id {info['id']} instead of {expect_id})"
+    if not server_lock_held(root):
+        return None, f"the server of {root} (pid {info.get('pid')}) is gone (its lock is free)"
+    try:
+        age = time.time() - os.stat(os.path.join(root, HEARTBEAT)).st_mtime
+    except OSError:
+        return None, f"the server of {root} has no heartbeat file"
+    if age > stale_s:
+        return None, f"the server of {root} (pid {info.get('pid')}) has not answered for {age:.0f} s"
+    return info, ""
+
+
+def is_fifo(path: str) -> bool:
+    import stat
+
+    try:
+        return stat.S_ISFIFO(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def find_fifos(root: str) -> list[str]:
+    """Every FIFO under ``root`` (tests and cleanup checks)."""
+    out = []
+    for dirpath, _dirs, files in os.walk(root):
+        for f in files:
+            p = os.path.join(dirpath, f)
+            if is_fifo(p):
+                out.append(p)
+    return sorted(out)
+
+
+def processes_using(base: str) -> list[int]:
+    """Pids of this user's processes whose command line mentions ``base``
+    (the compilers started on a slot's channel)."""
+    needle = base.encode()
+    uid = os.getuid()
+    me = os.getpid()
+    pids = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return pids
+    for e in entries:
+        if not e.isdigit() or int(e) == me:
+            continue
+        try:
+            if os.stat(f"/proc/{e}").st_uid != uid:
+                continue
+            with open(f"/proc/{e}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if needle in cmd and (b"=" + needle + b"\0") in cmd + b"\0":
+            pids.append(int(e))
+    return pids

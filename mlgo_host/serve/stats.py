@@ -1,0 +1,163 @@
+"""The per-compile JSON lines of ``mlgo-host serve --stats FILE`` and their
+aggregation per build.
+
+One line per compile (appended with one ``write``)::
+
+    {"time", "server", "slot", "gen", "build", "output", "source", "cwd",
+     "compiler", "client_pid", "advisor", "policy",
+     "status": "ok" | "compile_error" | "no_channel" | "client_died" | "aborted",
+     "returncode", "observations", "contexts", "decisions": {"0": n, "1": m},
+     "duration_s" (the compile, measured by mlgo-clang), "session_s" (the
+     channel's open time), "text_size" (llvm-size text of the object, ok only),
+     "error", "episode" (with --collect)}
+
+A build is the ``MLGO_BUILD`` label the clients ran with, else the server
+run (its id).  Within a build the last record of each output file counts
+(a rebuild replaces the module).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Iterable
+
+from mlgo_host.errors import CorpusError
+
+STATUSES = ("ok", "compile_error", "no_channel", "client_died", "aborted")
+
+
+class StatsError(CorpusError):
+    """A stats file is missing or has a malformed line."""
+
+
+def read_records(path: str) -> list[dict]:
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as e:
+        raise StatsError(f"cannot read stats file {path}: {e.strerror}") from None
+    out = []
+    with f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError as e:
+                raise StatsError(f"{path}:{i}: not a JSON line ({e.msg} at column {e.colno})") from None
+            if not isinstance(rec, dict) or "status" not in rec:
+                raise StatsError(f"{path}:{i}: not a compile record (no 'status')")
+            out.append(rec)
+    return out
+
+
+def build_key(rec: dict) -> str:
+    return rec.get("build") or f"server {rec.get('server', '?')}"
+
+
+def _common_root(outputs: list[str]) -> str:
+    dirs = [os.path.dirname(o) for o in outputs if o]
+    if not dirs:
+        return ""
+    try:
+        return os.path.commonpath(dirs)
+    except ValueError:
+        return ""
+
+
+def aggregate(records: Iterable[dict]) -> list[dict[str, Any]]:
+    """One summary per build, in order of first appearance."""
+    builds: dict[str, list[dict]] = {}
+    for r in records:
+        builds.setdefault(build_key(r), []).append(r)
+    out = []
+    for key, recs in builds.items():
+        modules: dict[str, dict] = {}
+        for r in recs:
+            modules[r.get("output") or f"<no output #{len(modules)}>"] = r
+        root = _common_root(list(modules))
+        counts = {s: 0 for s in STATUSES}
+        for r in modules.values():
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        sized = [r for r in modules.values() if r.get("text_size") is not None]
+        decisions: dict[str, int] = {}
+        for r in modules.values():
+            for a, n in (r.get("decisions") or {}).items():
+                decisions[a] = decisions.get(a, 0) + int(n)
+        rows = []
+        for out_path, r in sorted(modules.items()):
+            d = r.get("decisions") or {}
+            tot = sum(int(v) for v in d.values())
+            rows.append({
+                "module": os.path.relpath(out_path, root) if root and os.path.isabs(out_path) else out_path,
+                "output": out_path, "text_size": r.get("text_size"), "observations": r.get("observations", 0),
+                "inline_rate": (int(d.get("1", 0)) / tot) if tot and set(d) <= {"0", "1"} else None,
+                "duration_s": r.get("duration_s"), "status": r["status"], "error": r.get("error"),
+            })
+        out.append({
+            "build": key, "root": root, "compiles": len(recs), "modules": len(modules), "status": counts,
+            "text_size": sum(int(r["text_size"]) for r in sized), "sized_modules": len(sized),
+            "observations": sum(int(r.get("observations") or 0) for r in modules.values()),
+            "decisions": dict(sorted(decisions.items())),
+            "compile_s": round(sum(float(r.get("duration_s") or 0) for r in modules.values()), 3),
+            "policies": sorted({str(r.get("policy")) for r in recs}),
+            "rows": rows,
+        })
+    return out
+
+
+def compare(build: dict, baseline: dict) -> dict[str, Any]:
+    """Per-module text size against a baseline build (matched by the output
+    path relative to each build's root); totals over modules sized in both."""
+    base = {r["module"]: r for r in baseline["rows"]}
+    tot_p = tot_b = 0
+    matched = 0
+    for row in build["rows"]:
+        b = base.get(row["module"])
+        row["baseline_text_size"] = b["text_size"] if b else None
+        if b and b["text_size"] is not None and row["text_size"] is not None:
+            matched += 1
+            tot_p += row["text_size"]
+            tot_b += b["text_size"]
+            row["size_change"] = row["text_size"] / b["text_size"] - 1 if b["text_size"] else None
+        else:
+            row["size_change"] = None
+    return {"baseline": baseline["build"], "matched": matched, "text_size": tot_p, "baseline_text_size": tot_b,
+            "size_change": (tot_p / tot_b - 1) if tot_b else None}
+
+
+def format_build(b: dict, top: int | None = None) -> str:
+    st = ", ".join(f"{k} {v}" for k, v in b["status"].items() if v)
+    dec = b["decisions"]
+    tot = sum(dec.values())
+    rate = f", inlined {100.0 * dec.get('1', 0) / tot:.1f}%" if tot and set(dec) <= {"0", "1"} else ""
+    lines = [
+        f"build {b['build']}  (policy {', '.join(b['policies'])})",
+        f"  {b['compiles']} compiles, {b['modules']} modules ({st}); text size {b['text_size']} bytes "
+        f"over {b['sized_modules']} objects; {b['observations']} decisions{rate}; compile time {b['compile_s']:.2f} s",
+    ]
+    cmp = b.get("compare")
+    if cmp:
+        ch = f"{100.0 * cmp['size_change']:+.2f}%" if cmp["size_change"] is not None else "n/a"
+        lines.append(f"  vs {cmp['baseline']}: {cmp['text_size']} vs {cmp['baseline_text_size']} bytes "
+                     f"over {cmp['matched']} common modules ({ch})")
+    rows = b["rows"]
+    if top is not None:
+        rows = sorted(rows, key=lambda r: -(r["text_size"] or 0))[:top]
+    w = max([len("module")] + [len(r["module"]) for r in rows])
+    head = f"  {'module':<{w}}  {'text':>9}  {'obs':>6}  {'inline':>6}  {'time_s':>7}  status"
+    if cmp:
+        head += "  (baseline, change)"
+    lines.append(head)
+    for r in rows:
+        rate = f"{100.0 * r['inline_rate']:5.1f}%" if r["inline_rate"] is not None else "     -"
+        size = str(r["text_size"]) if r["text_size"] is not None else "-"
+        t = f"{r['duration_s']:.3f}" if r.get("duration_s") is not None else "-"
+        line = f"  {r['module']:<{w}}  {size:>9}  {r['observations']:>6}  {rate:>6}  {t:>7}  {r['status']}"
+        if cmp:
+            ch = f"{100.0 * r['size_change']:+.2f}%" if r.get("size_change") is not None else "n/a"
+            line += f"  ({r.get('baseline_text_size')}, {ch})"
+        if r.get("error"):
+            line += f"  [{r['error'][:120]}]"
+        lines.append(line)
+    return "\n".join(lines)
