@@ -1,0 +1,85 @@
+"""Build corpora in the layout of LLVM's mlgo-utils (corpus_description.json,
+per module <m>.bc and its NUL-separated cc1 command <m>.cmd).
+
+  build      from any compile database (compile_commands.json; entries with
+             "command" or "arguments", relative or absolute -o, C and C++).
+             Each module's bitcode is the frontend's output before any LLVM
+             pass (-emit-llvm -Xclang -disable-llvm-passes: never -O0 bitcode,
+             which carries optnone) and its .cmd the cc1 job of the original
+             compile, optimization flags included.  Failures are listed and
+             skipped; modules already built are kept.
+
+  benchmark  the reproducible benchmark corpus: C and C++ vendored in pinned
+             PyPI source distributions (brotli, pycryptodome, pyzstd's zstd,
+             lz4, ujson's double-conversion, fasttext, uvloop's libuv),
+             downloaded with pip, checked against the sha256 kept in the
+             package, extracted and built at -Oz.  Idempotent: a second run
+             reuses the cache and the built modules.
+
+examples:
+  mlgo-host corpus build --compile-commands build/compile_commands.json --output corpus/
+  mlgo-host corpus benchmark --output bench_corpus/
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from mlgo_host.errors import ConfigError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from mlgo_host.cli import _Formatter
+
+    sub = p.add_subparsers(dest="corpus_command", metavar="ACTION")
+    b = sub.add_parser("build", help="build a corpus from a compile database", formatter_class=_Formatter,
+                       description="Build an mlgo-utils corpus from a compile database.")
+    b.add_argument("--compile-commands", required=True, metavar="PATH", help="compile_commands.json")
+    _common(b)
+    b.add_argument("--opt", metavar="LEVEL", default=None,
+                   help="replace every -O flag of the entries with this one (e.g. -Oz); "
+                        "entries compiled at -O0 are otherwise skipped")
+    b.add_argument("--force", action="store_true", help="rebuild modules that already exist")
+    m = sub.add_parser("benchmark", help="download and build the pinned benchmark corpus",
+                       formatter_class=_Formatter,
+                       description="Build the benchmark corpus from pinned PyPI source distributions.")
+    _common(m)
+    m.add_argument("--cache-dir", metavar="DIR", default=None,
+                   help="where sdists are downloaded and extracted; when not given: ~/.cache/mlgo_host/benchmark")
+    m.add_argument("--sources", metavar="JSON", default=None,
+                   help="the list of pinned sdists; when not given: the list shipped in mlgo_host/data")
+    m.add_argument("--package", action="append", metavar="NAME",
+                   help="only this package of the list (repeatable)")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--output", required=True, metavar="DIR", help="corpus directory to create or complete")
+    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, help="parallel compiles")
+    p.add_argument("--clang", default="clang-19", help="clang binary")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds one compile may take")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mlgo_host.trainers.corpus_build import build_corpus, load_compile_commands
+
+    if args.corpus_command is None:
+        raise ConfigError("choose an action: mlgo-host corpus build ... or mlgo-host corpus benchmark ...")
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    progress = not args.no_progress
+    if args.corpus_command == "build":
+        entries = load_compile_commands(args.compile_commands)
+        report = build_corpus(entries, args.output, clang=args.clang, jobs=args.jobs, opt_level=args.opt,
+                              timeout=args.timeout, progress=progress, force=args.force)
+    else:
+        from mlgo_host.trainers.benchmark import build_benchmark
+
+        report = build_benchmark(args.output, cache_dir=args.cache_dir, spec_path=args.sources, clang=args.clang,
+                                 jobs=args.jobs, progress=progress, packages=args.package)
+    for src, reason in report.failures:
+        print(f"failed {src}: {reason}", file=sys.stderr)
+    print(f"{args.output}: {report.summary()}")
+    return 0

@@ -1,0 +1,85 @@
+"""Evaluate a policy over a corpus against the compiler's default heuristic.
+
+Every selected module is compiled twice: without the channel (the default
+heuristic; its size is cached on disk, keyed by module, command and compiler
+version) and with the policy answering the channel.  Size = the `text` column
+of llvm-size; reward = 1 - (policy + 0.01) / (baseline + 0.01).  Modules run
+in parallel worker processes (which never import TensorFlow).  A module that
+fails (compiler error, crash, timeout, host error) is a `failed` row with its
+reason and the rest is still evaluated.
+
+Prints a summary (total size vs the default in %, modules smaller / equal /
+bigger, failures); --output writes one CSV row per module (module,
+baseline_text, policy_text, reward, observations, status, reason); --plot
+draws the per-module size change against module size.  Exit status 0, or 1
+when no module could be evaluated.
+
+example: mlgo-host eval --corpus corpus/ --policy never --jobs 2 --output never.csv --plot never.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from mlgo_host.channel.advisors import ADVISORS
+from mlgo_host.errors import ConfigError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--corpus", required=True, metavar="DIR", help="corpus directory (corpus_description.json)")
+    p.add_argument("--policy", default="default",
+                   help="default, never, always, random, or a saved policy directory")
+    p.add_argument("--advisor", choices=sorted(ADVISORS), default="inline", help="which decision the policy makes")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--modules", type=int, metavar="N",
+                       help="evaluate only N modules, spread evenly over the module sizes")
+    which.add_argument("--split", choices=("all", "train", "heldout"), default="all",
+                       help="evaluate one side of the deterministic train/held-out split")
+    p.add_argument("--heldout-fraction", type=float, default=0.1, help="share of modules held out by --split")
+    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, help="worker processes")
+    p.add_argument("--clang", default="clang-19", help="clang binary compiling the modules")
+    p.add_argument("--llvm-size", default=None, help="llvm-size binary; when not given: llvm-size-19, then llvm-size")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds one module compile may take")
+    p.add_argument("--baseline-cache", metavar="DIR", default=None,
+                   help="where default-heuristic sizes are cached; when not given: $MLGO_HOST_CACHE or "
+                        "~/.cache/mlgo_host, subdirectory baselines)")
+    p.add_argument("--seed", type=int, default=0, help="seed of stochastic policies and of the split")
+    p.add_argument("--output", "-o", metavar="CSV", help="write the per-module report as CSV")
+    p.add_argument("--plot", metavar="PNG", help="plot per-module size change against module size")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mlgo_host.trainers.evaluation import evaluate
+
+    if args.timeout <= 0:
+        raise ConfigError(f"--timeout must be positive, got {args.timeout:g}")
+    if not 0.0 <= args.heldout_fraction <= 1.0:
+        raise ConfigError(f"--heldout-fraction must be in [0, 1], got {args.heldout_fraction}")
+    report = evaluate(
+        args.corpus, args.policy, modules=args.modules, split=args.split, heldout_fraction=args.heldout_fraction,
+        jobs=args.jobs, advisor=args.advisor, clang=args.clang, llvm_size=args.llvm_size, timeout=args.timeout,
+        cache_dir=os.path.join(args.baseline_cache) if args.baseline_cache else None, seed=args.seed,
+        progress=not args.no_progress,
+    )
+    if args.output:
+        report.write_csv(args.output)
+    if args.plot:
+        report.plot(args.plot)
+    s = report.summary()
+    if args.json:
+        print(json.dumps(s.as_dict(), indent=1))
+    else:
+        print(s.text(args.policy))
+        failed = [r for r in report.rows if not r.ok]
+        for r in failed[:10]:
+            print(f"  failed {r.module}: {r.reason[:300]}")
+        if len(failed) > 10:
+            print(f"  ... and {len(failed) - 10} more failures (see the CSV)")
+    if args.output:
+        print(f"report: {args.output}", file=sys.stderr)
+    return 0 if s.ok else 1

@@ -1,0 +1,288 @@
+"""Evaluate a policy over a corpus against the compiler's default heuristic.
+
+Each module is compiled twice in a worker process: without the channel (the
+default heuristic; cached by :class:`~mlgo_host.trainers.reward.BaselineCache`)
+and with the policy answering the channel.  Workers load the policy with
+:func:`mlgo_host.policies.load_policy` (numpy only: they never import
+TensorFlow).  A module that fails in any way is a ``failed`` row with its
+reason; the others are still evaluated.
+
+The report is a CSV (one row per module), a printed summary (total size
+against the baseline, modules smaller / equal / bigger, failures) and,
+optionally, a scatter plot of per-module size change against module size.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import csv
+import dataclasses
+import io
+import multiprocessing as mp
+import os
+import sys
+from typing import Any, Sequence
+
+from mlgo_host.errors import ConfigError, CorpusError
+from mlgo_host.fsutil import atomic_write_bytes
+
+CSV_FIELDS = ("module", "baseline_text", "policy_text", "reward", "observations", "status", "reason")
+SPLITS = ("all", "train", "heldout")
+
+
+@dataclasses.dataclass
+class EvalRow:
+    module: str
+    baseline_text: int | None
+    policy_text: int | None
+    reward: float | None
+    observations: int
+    status: str
+    reason: str = ""
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def csv_row(self) -> dict[str, Any]:
+        return {
+            "module": self.module,
+            "baseline_text": "" if self.baseline_text is None else self.baseline_text,
+            "policy_text": "" if self.policy_text is None else self.policy_text,
+            "reward": "" if self.reward is None else f"{self.reward:.6f}",
+            "observations": self.observations,
+            "status": self.status,
+            "reason": self.reason,
+        }
+
+
+@dataclasses.dataclass
+class EvalSummary:
+    modules: int
+    ok: int
+    failed: int
+    baseline_total: int
+    policy_total: int
+    smaller: int
+    equal: int
+    bigger: int
+    mean_reward: float | None
+
+    @property
+    def change_percent(self) -> float | None:
+        """Total policy size against the total baseline, in % (negative = smaller)."""
+        if self.baseline_total <= 0:
+            return None
+        return 100.0 * (self.policy_total - self.baseline_total) / self.baseline_total
+
+    def text(self, policy: str = "policy") -> str:
+        lines = [f"{self.modules} modules evaluated with {policy}: {self.ok} ok, {self.failed} failed"]
+        if self.ok:
+            ch = self.change_percent
+            lines.append(f"total .text: {self.policy_total} vs {self.baseline_total} default "
+                         f"({'n/a' if ch is None else f'{ch:+.3f}%'})")
+            lines.append(f"modules smaller: {self.smaller}, equal: {self.equal}, bigger: {self.bigger}; "
+                         f"mean reward {self.mean_reward:+.5f}")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["change_percent"] = self.change_percent
+        return d
+
+
+@dataclasses.dataclass
+class EvalReport:
+    policy: str
+    rows: list[EvalRow]
+
+    def summary(self) -> EvalSummary:
+        ok = [r for r in self.rows if r.ok]
+        base = sum(r.baseline_text or 0 for r in ok)
+        pol = sum(r.policy_text or 0 for r in ok)
+        return EvalSummary(
+            modules=len(self.rows), ok=len(ok), failed=len(self.rows) - len(ok), baseline_total=base,
+            policy_total=pol,
+            smaller=sum(1 for r in ok if (r.policy_text or 0) < (r.baseline_text or 0)),
+            equal=sum(1 for r in ok if r.policy_text == r.baseline_text),
+            bigger=sum(1 for r in ok if (r.policy_text or 0) > (r.baseline_text or 0)),
+            mean_reward=(sum(r.reward or 0.0 for r in ok) / len(ok)) if ok else None,
+        )
+
+    def to_csv(self) -> str:
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+        w.writeheader()
+        for r in self.rows:
+            w.writerow(r.csv_row())
+        return buf.getvalue()
+
+    def write_csv(self, path: str | os.PathLike) -> None:
+        atomic_write_bytes(str(path), self.to_csv().encode("utf-8"))
+
+    def plot(self, path: str | os.PathLike) -> None:
+        """Scatter of per-module size change (%) against baseline size."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        ok = [r for r in self.rows if r.ok and r.baseline_text]
+        fig, ax = plt.subplots(figsize=(8, 5))
+        xs = [r.baseline_text for r in ok]
+        ys = [100.0 * (r.policy_text - r.baseline_text) / r.baseline_text for r in ok]  # type: ignore[operator]
+        colors = ["tab:green" if y < 0 else "tab:red" if y > 0 else "tab:gray" for y in ys]
+        ax.scatter(xs, ys, s=14, c=colors, alpha=0.8)
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        if xs and min(xs) > 0:
+            ax.set_xscale("log")
+        ax.set_xlabel("module .text with the default heuristic (bytes)")
+        ax.set_ylabel("size change under the policy (%)")
+        s = self.summary()
+        ch = s.change_percent
+        ax.set_title(f"{self.policy}: total {'n/a' if ch is None else f'{ch:+.2f}%'} over {s.ok} modules "
+                     f"({s.smaller} smaller, {s.equal} equal, {s.bigger} bigger, {s.failed} failed)", fontsize=9)
+        ax.grid(True, alpha=0.3)
+        fig.tight_layout()
+        d = os.path.dirname(os.path.abspath(path))
+        os.makedirs(d, exist_ok=True)
+        tmp = os.path.join(d, f".{os.path.basename(path)}.{os.getpid()}.tmp.png")
+        try:
+            fig.savefig(tmp, dpi=110)
+            os.replace(tmp, path)
+        finally:
+            plt.close(fig)
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+
+def select_modules(corpus, modules: int | None = None, split: str = "all", heldout_fraction: float = 0.1,
+                   seed: int = 0) -> list:
+    """The modules to evaluate (broken ones included, to be reported).
+
+    ``split`` keeps the train or held-out part of the deterministic split;
+    ``modules=N`` then picks N modules evenly spread over the size order (a
+    deterministic, size-representative subset)."""
+    from mlgo_host.trainers.corpus import is_heldout
+
+    if split not in SPLITS:
+        raise ConfigError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+    cands = sorted(list(corpus.modules) + list(corpus.broken), key=lambda m: m.name)
+    if split != "all":
+        want = split == "heldout"
+        cands = [m for m in cands if is_heldout(m.name, heldout_fraction, seed) == want]
+    if modules is not None:
+        if modules < 1:
+            raise ConfigError(f"--modules must be >= 1, got {modules}")
+        if modules < len(cands):
+            by_size = sorted(cands, key=lambda m: (m.size, m.name))
+            step = len(by_size) / modules
+            cands = sorted((by_size[int(i * step + step / 2)] for i in range(modules)), key=lambda m: m.name)
+    return cands
+
+
+# -- worker side (a separate process: no TensorFlow) ---------------------------
+
+_POLICIES: dict[tuple[str, int], Any] = {}
+
+
+def _policy(name: str, seed: int):
+    from mlgo_host.policies import load_policy
+
+    key = (name, seed)
+    if key not in _POLICIES:
+        _POLICIES[key] = load_policy(name, seed=seed, greedy=True)
+    return _POLICIES[key]
+
+
+def evaluate_module(task: dict, policy: str, cfg: dict) -> EvalRow:
+    """Baseline and policy compile of one module; never raises."""
+    from mlgo_host.errors import MlgoHostError
+    from mlgo_host.trainers.corpus import Module
+    from mlgo_host.trainers.reward import baseline_size, compile_module, reward
+
+    mod = Module.from_task(task)
+    if mod.error is not None:
+        return EvalRow(mod.name, None, None, None, 0, "failed", mod.error)
+    try:
+        base = baseline_size(mod, clang=cfg["clang"], llvm_size=cfg["llvm_size"], cache_dir=cfg["cache_dir"],
+                             timeout=cfg["timeout"], advisor=cfg["advisor"])
+    except MlgoHostError as e:
+        return EvalRow(mod.name, None, None, None, 0, "failed", f"baseline: {e}")
+    except Exception as e:  # noqa: BLE001 - a report row, not a crash
+        return EvalRow(mod.name, None, None, None, 0, "failed", f"baseline: {type(e).__name__}: {e}")
+    try:
+        res = compile_module(mod, _policy(policy, cfg["seed"]), advisor=cfg["advisor"], clang=cfg["clang"],
+                             llvm_size=cfg["llvm_size"], timeout=cfg["timeout"])
+    except Exception as e:  # noqa: BLE001 - e.g. a policy that raises
+        return EvalRow(mod.name, base, None, None, 0, "failed", f"{type(e).__name__}: {e}")
+    if not res.ok:
+        return EvalRow(mod.name, base, None, None, res.observations, "failed", res.reason, res.wall_s)
+    return EvalRow(mod.name, base, res.text_size, reward(res.text_size, base), res.observations, "ok", "",
+                   res.wall_s)
+
+
+def evaluate(
+    corpus_dir: str | os.PathLike,
+    policy: str,
+    *,
+    modules: int | None = None,
+    split: str = "all",
+    heldout_fraction: float = 0.1,
+    jobs: int = 1,
+    advisor: str = "inline",
+    clang: str = "clang-19",
+    llvm_size: str | None = None,
+    timeout: float = 300.0,
+    cache_dir: str | os.PathLike | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    selected: Sequence | None = None,
+) -> EvalReport:
+    """Evaluate ``policy`` (a heuristic name or a saved policy directory) on
+    the selected modules of the corpus in ``corpus_dir`` with ``jobs``
+    worker processes."""
+    from tqdm import tqdm
+
+    from mlgo_host.trainers.corpus import load_corpus
+    from mlgo_host.trainers.reward import find_llvm_size
+
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    # Fail fast on a bad policy name / directory, in this (TF-free) process.
+    _policy(policy, seed)
+    find_llvm_size(llvm_size)
+    if selected is None:
+        corpus = load_corpus(corpus_dir)
+        selected = select_modules(corpus, modules, split, heldout_fraction, seed)
+    if not selected:
+        raise CorpusError(f"{corpus_dir}: no module selected (split {split!r})")
+    cfg = {"clang": clang, "llvm_size": llvm_size, "timeout": timeout, "advisor": advisor, "seed": seed,
+           "cache_dir": None if cache_dir is None else str(cache_dir)}
+    tasks = [m.to_task() for m in selected]
+    rows: dict[str, EvalRow] = {}
+    bar = tqdm(total=len(tasks), desc=f"eval {os.path.basename(str(policy).rstrip('/'))}", unit="module",
+               disable=not progress, file=sys.stderr)
+    try:
+        if jobs == 1:
+            for t in tasks:
+                rows[t["name"]] = evaluate_module(t, policy, cfg)
+                bar.update(1)
+        else:
+            # Big modules first so that a slow one does not finish last alone.
+            order = sorted(tasks, key=lambda t: -t["size"])
+            ctx = mp.get_context("spawn")
+            with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as ex:
+                futs = {ex.submit(evaluate_module, t, policy, cfg): t for t in order}
+                for fut in cf.as_completed(futs):
+                    t = futs[fut]
+                    try:
+                        rows[t["name"]] = fut.result()
+                    except Exception as e:  # noqa: BLE001 - a dead worker process
+                        rows[t["name"]] = EvalRow(t["name"], None, None, None, 0, "failed",
+                                                  f"worker: {type(e).__name__}: {e}")
+                    bar.update(1)
+    finally:
+        bar.close()
+    return EvalReport(policy=str(policy), rows=[rows[t["name"]] for t in tasks])
