@@ -160,6 +160,7 @@ class Outcome:
 Record = Union[Header, Context, Observation, Outcome]
 
 _OBS_PREFIX = b'{"observation":'
+_NO_FAST = -(1 << 40)
 _OUT_PREFIX = b'{"outcome":'
 
 
@@ -179,10 +180,31 @@ class Decoder:
         # pending tensor: (kind, index, nbytes) after its JSON line was read
         self._pending: tuple[str, int, int] | None = None
         self.observations = 0
+        self._ctx = ""  # self.context or ""
+        self._obs_total = -1  # observation_nbytes + 2 once the header is known
+        self._fast = _NO_FAST  # _obs_total when nothing is buffered (see feed_one)
+
+    # ---------------------------------------------------------------
+    def feed_one(self, data: bytes) -> Observation | None:
+        """Fast path of the session loop: when ``data`` is exactly one whole
+        observation (how the compiler writes, and how one read returns it)
+        and nothing is buffered, return it; otherwise return None *without
+        consuming anything* -- the caller then uses :meth:`feed`."""
+        nl = data.find(10)
+        # _fast == observation_nbytes + 2 when nothing is buffered, else -1 << 40
+        if len(data) == self._fast + nl and 16 < nl < 34 and data[-1] == 10 and data[nl - 1] == 125 \
+                and data.startswith(_OBS_PREFIX):
+            num = data[15 : nl - 1]
+            if num.isdigit() and (num[0] != 48 or nl == 17):
+                self._pos += len(data)
+                self.observations += 1
+                return Observation(int(num), self._ctx, data[nl + 1 : -1], self.header)  # type: ignore[arg-type]
+        return None
 
     # ---------------------------------------------------------------
     def _err(self, msg: str, at: int) -> ProtocolError:
-        return ProtocolError(msg, offset=self._pos + at, context=self.context)
+        return ProtocolError(f"{msg} [after {self.observations} observations]", offset=self._pos + at,
+                             context=self.context)
 
     def feed(self, data: bytes) -> list[Record]:
         buf = self._buf + data if self._buf else bytes(data)
@@ -203,7 +225,7 @@ class Decoder:
                         )
                     payload = buf[p : p + nb]
                     if kind == "observation":
-                        out.append(Observation(idx, self.context or "", payload, self.header))  # type: ignore[arg-type]
+                        out.append(Observation(idx, self._ctx, payload, self.header))  # type: ignore[arg-type]
                         self.observations += 1
                     else:
                         sc = self.header.score  # type: ignore[union-attr]
@@ -225,22 +247,21 @@ class Decoder:
                     continue
                 # fast path: the observation line, no json parsing.
                 if line.startswith(_OBS_PREFIX) and line.endswith(b"}"):
-                    try:
-                        idx = int(line[15:-1])
-                        if idx < 0:
-                            raise ValueError
-                    except ValueError:
-                        raise self._err(f"bad observation line {line[:80]!r}", start) from None
-                    self._pending = ("observation", idx, self.header.observation_nbytes)
-                    continue
+                    num = line[15:-1]
+                    if num.isdigit() and (num[0] != 48 or len(num) == 1) and len(num) < 19:
+                        self._pending = ("observation", int(num), self.header.observation_nbytes)
+                        continue
+                    # anything else (spaces, odd numbers) goes through json
                 rec = self._parse_event(line, start)
                 if rec is not None:
                     out.append(rec)
         except ProtocolError:
             self._buf = b""
+            self._fast = _NO_FAST
             raise
         self._buf = buf[p:]
         self._pos += p
+        self._fast = self._obs_total if (not self._buf and self._pending is None) else _NO_FAST
         return out
 
     def _parse_event(self, line: bytes, start: int) -> Record | None:
@@ -248,7 +269,7 @@ class Decoder:
         setting up the pending tensor of an outcome (or odd observation)."""
         try:
             ev = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise self._err(f"event is not JSON: {line[:80]!r}", start) from None
         if not isinstance(ev, dict) or len(ev) != 1:
             raise self._err(f"unexpected event {line[:80]!r}", start)
@@ -257,10 +278,11 @@ class Decoder:
             if not isinstance(val, str):
                 raise self._err(f"context name must be a string: {line[:80]!r}", start)
             self.context = val
+            self._ctx = val
             return Context(val)
         if key not in ("observation", "outcome"):
             raise self._err(f"unknown event {key!r}", start)
-        if not isinstance(val, int) or isinstance(val, bool) or val < 0:
+        if not isinstance(val, int) or isinstance(val, bool) or not 0 <= val < 1 << 63:
             raise self._err(f"bad {key} index in {line[:80]!r}", start)
         assert self.header is not None
         if key == "outcome":
@@ -275,10 +297,16 @@ class Decoder:
     def _parse_header(self, line: bytes, start: int) -> Header:
         try:
             obj = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise ProtocolError(f"header is not JSON: {line[:80]!r}", offset=self._pos + start) from None
-        hdr = Header.from_json(obj)
+        try:
+            hdr = Header.from_json(obj)
+        except ProtocolError as e:
+            if e.offset is not None:
+                raise
+            raise ProtocolError(f"header line: {e.message}", offset=self._pos + start) from None
         self.header = hdr
+        self._obs_total = hdr.observation_nbytes + 2
         return hdr
 
     @property
@@ -297,13 +325,22 @@ class Decoder:
             return "the header line"
         if self._pending is not None:
             kind, idx, nb = self._pending
-            return f"the {nb + 1} tensor bytes of {kind} {idx} ({len(self._buf)} received)"
+            return f"the {nb} tensor bytes and '\\n' of {kind} {idx} ({len(self._buf)} of {nb + 1} received)"
+        if self._buf:
+            return f"the end of an event line ({len(self._buf)} bytes received: {self._buf[:40]!r})"
         return "an event line"
+
+    @property
+    def where(self) -> str:
+        """Position in the stream, for error messages."""
+        ctx = "" if self.context is None else f", context {self.context!r}"
+        return f"stream byte {self._pos + len(self._buf)}{ctx}, {self.observations} observations decoded"
 
     def close(self) -> None:
         """Raise if the stream ended in the middle of a record."""
         if self._pending is not None or self._buf:
-            raise ProtocolError(f"stream ended while waiting for {self.waiting_for}", offset=self._pos + len(self._buf), context=self.context)
+            raise ProtocolError(f"stream ended while waiting for {self.waiting_for} [after {self.observations} observations]",
+                                offset=self._pos + len(self._buf), context=self.context)
 
 
 def decode(data: bytes) -> list[Record]:

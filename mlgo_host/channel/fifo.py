@@ -82,9 +82,14 @@ class Channel:
         return True
 
     # -- reading ---------------------------------------------------------
-    def reader(self, alive: Callable[[], bool], deadline_ref: Callable[[], float], describe: Callable[[], str]):
+    def reader(self, alive: Callable[[], bool], deadline_ref: Callable[[], float], describe: Callable[[], str],
+               chunk: int = 1 << 16):
         """A function returning the next chunk of bytes (b"" at end of
-        stream), waiting with ``poll`` until the deadline."""
+        stream), waiting with ``poll`` until the deadline.
+
+        One ``poll`` and one ``read`` per wake-up; the compiler writes a whole
+        observation before it waits for advice, so one wake-up normally
+        returns one complete observation."""
         rfd = self.rfd
         poller = select.poll()
         poller.register(rfd, select.POLLIN | select.POLLHUP | select.POLLERR)
@@ -99,14 +104,14 @@ class Channel:
                     raise ChannelTimeout(f"timed out waiting for {describe()} from the compiler")
                 if poll(min(remaining, 0.25) * 1000.0):
                     try:
-                        return read(rfd, 1 << 20)
+                        return read(rfd, chunk)
                     except BlockingIOError:
                         continue
                 if not alive():
                     # The compiler is gone without closing its end (or never
                     # opened it): end of stream. Drain what is left.
                     try:
-                        return read(rfd, 1 << 20)
+                        return read(rfd, chunk)
                     except BlockingIOError:
                         return b""
 
@@ -153,15 +158,39 @@ def close_all_channels() -> None:
         c.close()
 
 
-def install_signal_cleanup() -> None:
-    """Make SIGTERM (and SIGHUP) unwind like SIGINT, so every ``finally``
-    runs: compilers are killed, FIFOs and temp files removed. Call once in a
+class SignalExit(SystemExit):
+    """Raised by the handler of :func:`install_signal_cleanup`: unwinds the
+    stack (every ``finally`` runs) and exits with ``128 + signum``."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(128 + signum)
+
+    @property
+    def signame(self) -> str:
+        try:
+            return signal.Signals(self.signum).name
+        except ValueError:
+            return f"signal {self.signum}"
+
+
+def install_signal_cleanup(sigint: bool = False) -> None:
+    """Make SIGTERM and SIGHUP (and SIGINT when ``sigint``) unwind the stack
+    with :class:`SignalExit`, so every ``finally`` runs: compilers are
+    killed, FIFOs and temp files removed. The first signal makes further ones
+    ignored, so a second Ctrl-C cannot cut the cleanup short. Call once in a
     CLI entry point (main thread only)."""
+    sigs = [signal.SIGTERM, signal.SIGHUP] + ([signal.SIGINT] if sigint else [])
 
     def handler(signum, frame):
-        raise SystemExit(128 + signum)
+        for s in sigs:
+            try:
+                signal.signal(s, signal.SIG_IGN)
+            except (ValueError, OSError):
+                pass
+        raise SignalExit(signum)
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    for sig in sigs:
         try:
             signal.signal(sig, handler)
         except (ValueError, OSError):  # not the main thread

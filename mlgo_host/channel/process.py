@@ -1,15 +1,24 @@
 """Compiler-process supervision.
 
-The compiler runs in its own process group, with stdin closed and its
-stdout/stderr going to a file in the channel directory (no pipe to drain, no
-deadlock); on any host-side failure the whole group is killed and the
-``<output>-*.tmp`` files a killed compile leaves behind are removed.
+The compiler runs in its own process group (its own session), with stdin
+closed and its stdout/stderr going to a file in the channel directory (no
+pipe to drain, no deadlock).  On any host-side failure the whole group is
+killed and the ``<output>-XXXXXXXX.<ext>.tmp`` files a killed compile leaves
+behind are removed.
+
+The leader is never reaped behind our back: :meth:`CompilerProcess.alive`
+and :meth:`CompilerProcess.wait` look at its exit with ``WNOWAIT`` (or a
+pidfd), so its pid -- and thus the process-group id -- stays reserved until
+:meth:`_reap`; ``killpg`` can therefore never hit an unrelated group that
+reused the id.  Reaping uses ``wait4``, which gives the compiler's own CPU
+time (:attr:`rusage`), separate from the host's.
 """
 
 from __future__ import annotations
 
-import glob
 import os
+import re
+import select
 import signal
 import subprocess
 import time
@@ -29,72 +38,159 @@ def output_of(argv: list[str]) -> str | None:
     return out
 
 
+def temp_output_pattern(output: str) -> "re.Pattern[str]":
+    """File names of the temporary outputs clang creates for ``output``:
+    ``<stem>-<8 hex digits><ext>.tmp`` (checked by killing a real clang-19
+    mid-compile: ``x.o`` -> ``x-06a5b045.o.tmp``)."""
+    stem, ext = os.path.splitext(os.path.basename(output))
+    return re.compile(re.escape(stem) + r"-[0-9a-f]{8}" + re.escape(ext) + r"\.tmp\Z")
+
+
 class CompilerProcess:
     def __init__(self, argv: list[str], log_path: str, cwd: str | None = None, env: dict | None = None):
         self.argv = argv
         self.cwd = cwd
         self.log_path = log_path
         self.started = time.time()
+        #: ``resource.struct_rusage`` of the compiler (and its reaped children), once reaped
+        self.rusage = None
+        self._pidfd = -1
         self._log = open(log_path, "w+b")
         try:
             self.proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
                 cwd=cwd, env=env, start_new_session=True, close_fds=True,
             )
-        except FileNotFoundError:
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
             self._log.close()
             from mlgo_host.errors import CompilerError
 
-            raise CompilerError(f"compiler not found: {argv[0]!r}") from None
+            raise CompilerError(f"cannot start the compiler {argv[0]!r}: {e.strerror or e}") from None
         except BaseException:
             self._log.close()
             raise
         _LIVE.add(self)
+        try:
+            self._pidfd = os.pidfd_open(self.proc.pid)
+        except (AttributeError, OSError):
+            self._pidfd = -1
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
+    @property
+    def returncode(self) -> int | None:
+        """Exit status once reaped (negative signal number if killed)."""
+        return self.proc.returncode
+
+    @property
+    def cpu_s(self) -> float | None:
+        """User+system CPU seconds of the compiler (None until reaped)."""
+        if self.rusage is None:
+            return None
+        return self.rusage.ru_utime + self.rusage.ru_stime
+
+    # -- exit detection without reaping ----------------------------------
+    def _exited(self) -> bool:
+        try:
+            return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return True
+
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        """True while the compiler has not exited (does not reap it)."""
+        if self.proc.returncode is not None:
+            return False
+        return not self._exited()
+
+    def _reap(self) -> int:
+        """Kill what is left of the process group (the leader is at most a
+        zombie here, so the group id cannot have been reused), then reap the
+        leader with ``wait4``."""
+        if self.proc.returncode is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                _, status, ru = os.wait4(self.proc.pid, 0)
+                self.rusage = ru
+                self.proc.returncode = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:  # reaped elsewhere (should not happen)
+                if self.proc.returncode is None:
+                    self.proc.returncode = -255
+        self._close_pidfd()
+        return self.proc.returncode
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd >= 0:
+            try:
+                os.close(self._pidfd)
+            except OSError:
+                pass
+            self._pidfd = -1
 
     def wait(self, timeout: float | None) -> int | None:
-        try:
-            return self.proc.wait(timeout=max(timeout, 0.0) if timeout is not None else None)
-        except subprocess.TimeoutExpired:
-            return None
+        """Wait up to ``timeout`` seconds (None = forever) for the exit;
+        returns the exit status (the process is then reaped, and whatever it
+        left in its process group killed) or None."""
+        if self.proc.returncode is not None:
+            return self.proc.returncode
+        if timeout is None:
+            os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOWAIT)
+            return self._reap()
+        deadline = time.monotonic() + max(timeout, 0.0)
+        if self._pidfd >= 0:
+            p = select.poll()
+            p.register(self._pidfd, select.POLLIN)
+            while True:
+                left = deadline - time.monotonic()
+                if p.poll(max(left, 0.0) * 1000.0) or self._exited():
+                    return self._reap()
+                if left <= 0:
+                    return None
+        delay = 0.0005
+        while not self._exited():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.02)
+        return self._reap()
 
     def kill(self) -> None:
         """Kill the whole process group and reap it; remove temp outputs."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # pragma: no cover - unkillable
-            pass
+        if self.proc.returncode is None:
+            self._reap()  # SIGKILLs the group first
         self.remove_temp_outputs()
         _LIVE.discard(self)
 
     def remove_temp_outputs(self) -> list[str]:
-        """Remove the ``<output>-XXXX.tmp`` files of a killed compile
+        """Remove the ``<stem>-XXXXXXXX<ext>.tmp`` files of a killed compile
         (only those created since this compile started)."""
         out = output_of(self.argv)
-        if not out:
+        if not out or out == "-":
             return []
         if self.cwd and not os.path.isabs(out):
             out = os.path.join(self.cwd, out)
-        stem, ext = os.path.splitext(out)
+        d = os.path.dirname(out) or "."
+        pat = temp_output_pattern(out)
         removed = []
-        for pat in (glob.escape(out) + "-*.tmp", glob.escape(stem) + "-*" + glob.escape(ext) + ".tmp"):
-            for p in glob.glob(pat):
-                try:
-                    if os.stat(p).st_mtime >= self.started - 1:
-                        os.unlink(p)
-                        removed.append(p)
-                except OSError:
-                    pass
+        try:
+            names = os.listdir(d)
+        except OSError:
+            return []
+        for name in names:
+            if not pat.match(name):
+                continue
+            p = os.path.join(d, name)
+            try:
+                if os.stat(p).st_mtime >= self.started - 1:
+                    os.unlink(p)
+                    removed.append(p)
+            except OSError:
+                pass
         return removed
 
     def stderr_tail(self, nbytes: int = 2000) -> str:
@@ -107,8 +203,13 @@ class CompilerProcess:
             return ""
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.kill()
+        """Kill the group if the compiler still runs; otherwise reap it."""
+        if self.proc.returncode is None:
+            if self._exited():
+                self._reap()
+            else:
+                self.kill()
+        self._close_pidfd()
         _LIVE.discard(self)
         try:
             self._log.close()

@@ -10,7 +10,9 @@ the FIFOs, the channel directory and the compiler's temp outputs.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
+import threading
 import tempfile
 import time
 from typing import Any, Callable
@@ -21,7 +23,7 @@ from mlgo_host.channel.codec import Context, Decoder, Header, Observation
 from mlgo_host.channel.fifo import Channel
 from mlgo_host.channel.process import CompilerProcess, output_of
 from mlgo_host.episode import Episode, EpisodeRecorder
-from mlgo_host.errors import AdviceError, ChannelTimeout, CompilerError, MlgoHostError, ProtocolError
+from mlgo_host.errors import AdviceError, ChannelTimeout, CompilerError, ConfigError, MlgoHostError, ProtocolError
 from mlgo_host.policies.base import Policy
 
 
@@ -37,12 +39,15 @@ class SessionResult:
     header: Header | None = None
     episode: Episode | None = None
     output: str | None = None
+    #: CPU seconds (user+system) of the compiler process, from wait4
+    compiler_cpu_s: float | None = None
 
     def summary(self) -> dict[str, Any]:
         return {
             "advisor": self.advisor, "observations": self.observations, "contexts": self.contexts,
             "decisions": self.decisions, "returncode": self.returncode, "output": self.output,
             "wall_s": round(self.wall_s, 4),
+            "compiler_cpu_s": None if self.compiler_cpu_s is None else round(self.compiler_cpu_s, 4),
         }
 
 
@@ -90,6 +95,42 @@ class TrainingLogWriter:
                 pass
 
 
+class _Watchdog:
+    """Enforces the deadline while the session loop sits in a blocking
+    ``read``: at the deadline it sets :attr:`fired` and writes one byte into
+    the channel's ``.out`` FIFO, which wakes the reader; the loop then sees
+    ``fired`` and raises :class:`ChannelTimeout`. Costs nothing per decision
+    (the thread sleeps on an Event)."""
+
+    def __init__(self, deadline: float, out_path: str):
+        self.deadline = deadline
+        self.out_path = out_path
+        self.fired = False
+        self._ev = threading.Event()
+        self._th = threading.Thread(target=self._run, name="mlgo-channel-watchdog", daemon=True)
+        self._th.start()
+
+    def _run(self) -> None:
+        while not self._ev.wait(max(self.deadline - time.monotonic(), 0.0)):
+            if time.monotonic() >= self.deadline:
+                break
+        else:
+            return
+        self.fired = True
+        try:
+            fd = os.open(self.out_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            try:
+                os.write(fd, b"\0")
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+
+    def cancel(self) -> None:
+        self._ev.set()
+        self._th.join()
+
+
 def serve_channel(
     chan: Channel,
     advisor: Advisor,
@@ -106,55 +147,94 @@ def serve_channel(
     Raises :class:`ProtocolError` on malformed bytes, :class:`ChannelTimeout`
     at the deadline, :class:`AdviceError` on illegal advice (never sent),
     :class:`CompilerError` when the compiler goes away mid-observation.
+
+    Hot loop: one blocking ``read`` (normally one whole observation), the
+    decoder's fast path, the policy, the advisor's check, one ``write``. The
+    first bytes are awaited with ``poll`` (a FIFO whose writer has not
+    connected yet reads as end-of-file); after that a watchdog thread
+    enforces the deadline, so no timer is armed per decision.
     """
     dec = Decoder()
     stats = ServeStats()
     rec = EpisodeRecorder() if record else None
-    next_chunk = chan.reader(alive, lambda: deadline, lambda: dec.waiting_for)
-    wfd = chan.wfd
-    write = os.write
+    first_chunk = chan.reader(alive, lambda: deadline, lambda: f"{dec.waiting_for} ({dec.where})")
+    rfd, wfd = chan.rfd, chan.wfd
+    read, write = os.read, os.write
+    feed_one = dec.feed_one
     encode: Callable[[Any], bytes] | None = None
+    enc_cache: dict = {}
     act = None
     validate = advisor.validate
     counts: dict = stats.decisions
-    discrete = True
+    count = count_decisions
+    cache = False
     n = 0
-    while True:
-        data = next_chunk()
-        if not data:
-            break
-        for r in dec.feed(data):
-            if type(r) is Observation:
-                if record:
-                    advice, logp = policy.act_logp(r)
-                    rec.add(r, advice, logp)  # type: ignore[union-attr]
+    wd = None
+    data = first_chunk()
+    try:
+        if data:
+            fl = fcntl.fcntl(rfd, fcntl.F_GETFL)
+            fcntl.fcntl(rfd, fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
+            wd = _Watchdog(deadline, chan.out_path)
+        while data:
+            r = feed_one(data)
+            if r is not None:
+                records: Any = (r,)
+            else:
+                records = dec.feed(data)
+            for r in records:
+                if type(r) is Observation:
+                    if record:
+                        advice, logp = policy.act_logp(r)
+                        rec.add(r, advice, logp)  # type: ignore[union-attr]
+                    else:
+                        advice = act(r)  # type: ignore[misc]
+                    validate(r, advice)
+                    if cache:
+                        b = enc_cache.get(advice)
+                        if b is None:
+                            b = encode(advice)  # type: ignore[misc]
+                            if len(enc_cache) < 256:
+                                enc_cache[advice] = b
+                    else:
+                        b = encode(advice)  # type: ignore[misc]
+                    try:
+                        write(wfd, b)
+                    except BrokenPipeError:
+                        raise CompilerError(
+                            f"the compiler closed the channel before reading the advice of observation {r.index} "
+                            f"({dec.where})") from None
+                    if log is not None:
+                        log.observation(r, b)
+                    n += 1
+                    if count:
+                        counts[advice] = counts.get(advice, 0) + 1
+                elif type(r) is Context:
+                    stats.contexts += 1
+                    if log is not None:
+                        log.context(r.name)
+                elif type(r) is Header:
+                    hdr: Header = r  # type: ignore[assignment]
+                    advisor.bind(hdr)
+                    policy.bind(hdr, advisor)
+                    act = policy.act
+                    encode = codec.AdviceEncoder(hdr.advice).encode  # type: ignore[arg-type]
+                    discrete = advisor.num_actions(hdr) > 0
+                    count = count_decisions and discrete
+                    # discrete advice is a small int: its bytes are memoized
+                    cache = discrete and hdr.advice.size == 1  # type: ignore[union-attr]
+                    stats.header = hdr
+                    if log is not None:
+                        log.header(hdr)
                 else:
-                    advice = act(r)  # type: ignore[misc]
-                validate(r, advice)
-                b = encode(advice)  # type: ignore[misc]
-                try:
-                    write(wfd, b)
-                except BrokenPipeError:
-                    raise CompilerError(f"the compiler closed the channel before reading the advice of observation {r.index}") from None
-                if log is not None:
-                    log.observation(r, b)
-                n += 1
-                if discrete and count_decisions:
-                    counts[advice] = counts.get(advice, 0) + 1
-            elif type(r) is Context:
-                stats.contexts += 1
-                if log is not None:
-                    log.context(r.name)
-            else:  # Header
-                hdr: Header = r  # type: ignore[assignment]
-                advisor.bind(hdr)
-                policy.bind(hdr, advisor)
-                act = policy.act
-                encode = codec.AdviceEncoder(hdr.advice).encode  # type: ignore[arg-type]
-                discrete = advisor.num_actions(hdr) > 0
-                stats.header = hdr
-                if log is not None:
-                    log.header(hdr)
+                    raise ProtocolError(f"unexpected {type(r).__name__} record in an interactive session",
+                                        offset=dec.offset, context=dec.context)
+            data = read(rfd, 65536)
+            if wd is not None and wd.fired:
+                raise ChannelTimeout(f"timed out waiting for {dec.waiting_for} from the compiler ({dec.where})")
+    finally:
+        if wd is not None:
+            wd.cancel()
     stats.observations = n
     try:
         dec.close()
@@ -164,6 +244,16 @@ def serve_channel(
     if rec is not None and stats.header is not None:
         stats.episode = rec.finish(stats.header)
     return stats
+
+
+def current_cpu() -> int:
+    """The CPU this process last ran on (from /proc; 0 when unknown)."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(b")") + 2 :].split()[36])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def run_session(
@@ -177,24 +267,41 @@ def run_session(
     cwd: str | None = None,
     env: dict | None = None,
     tmpdir: str | None = None,
+    pin_cpu: int | None = None,
 ) -> SessionResult:
     """Run ``cmd`` (the advisor's flags appended) and serve its channel.
 
     Host-side failures raise :class:`MlgoHostError` subclasses after the
-    compiler's process group was killed; a compiler that exits non-zero on its
-    own returns a result with that code.
+    compiler's process group was killed (and its temp outputs removed); a
+    compiler that exits non-zero on its own returns a result with that code.
+    ``pin_cpu``: run this thread and the compiler on that one CPU for the
+    session (the synchronous ping-pong is much cheaper without cross-CPU
+    wake-ups); the thread's affinity is restored afterwards. -1 = the CPU
+    this process is running on.
     """
     adv = get_advisor(advisor)
+    if not cmd:
+        raise CompilerError("empty compiler command")
     if isinstance(adv, InlineAdvisor) and adv.default_slot is None:
         from mlgo_host.channel.default_probe import default_slot
 
         adv.set_default_slot(default_slot(cmd[0]))
     t0 = time.monotonic()
     deadline = t0 + timeout
-    chan = Channel(parent=tmpdir)
+    old_affinity = None
+    if pin_cpu is not None:
+        cpu = current_cpu() if pin_cpu < 0 else pin_cpu
+        try:
+            old_affinity = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, {cpu})  # the compiler inherits it
+        except OSError as e:
+            old_affinity = None
+            raise ConfigError(f"cannot pin to CPU {cpu}: {e.strerror}") from None
+    chan = None
     log = None
     proc = None
     try:
+        chan = Channel(parent=tmpdir)
         argv = list(cmd) + adv.flags(chan.base, cmd[0])
         proc = CompilerProcess(argv, os.path.join(chan.dir, "compiler.log"), cwd=cwd, env=env)
         log = TrainingLogWriter(log_path) if log_path else None
@@ -205,12 +312,18 @@ def run_session(
             chan.close_fds()
             rc = proc.wait(deadline - time.monotonic())
             if rc is None:
-                raise ChannelTimeout(f"the compiler did not exit within {timeout:g} s after the channel closed")
+                raise ChannelTimeout(f"the compiler did not exit within the {timeout:g} s timeout after the channel closed")
         except MlgoHostError as e:
-            tail = proc.stderr_tail()
+            if isinstance(e, CompilerError):
+                # the stream broke because the compiler is exiting: get its status
+                proc.wait(min(2.0, max(deadline - time.monotonic(), 0.0)))
             proc.kill()
+            if isinstance(e, ChannelTimeout):
+                e.args = (f"{e} [timeout {timeout:g} s; compiler killed]",)
             if isinstance(e, CompilerError) and e.returncode is None:
-                e.returncode = proc.proc.returncode
+                e.returncode = proc.returncode
+                e.args = (f"{e} (compiler exit status {proc.returncode})",)
+            tail = proc.stderr_tail()
             if tail.strip() and "compiler stderr" not in str(e):
                 e.args = (str(e) + "; compiler stderr ends with: " + tail.strip().replace("\n", " | ")[-400:],)
             raise
@@ -224,13 +337,20 @@ def run_session(
             advisor=adv.name, returncode=rc, observations=stats.observations, contexts=stats.contexts,
             decisions=stats.decisions, wall_s=time.monotonic() - t0, stderr_tail=proc.stderr_tail(),
             header=stats.header, episode=stats.episode, output=output_of(list(cmd)),
+            compiler_cpu_s=proc.cpu_s,
         )
     finally:
         if log is not None:
             log.abort()
         if proc is not None:
             proc.close()
-        chan.close()
+        if chan is not None:
+            chan.close()
+        if old_affinity is not None:
+            try:
+                os.sched_setaffinity(0, old_affinity)
+            except OSError:
+                pass
 
 
 def plain_compile(cmd: list[str], *, timeout: float = 300.0, cwd: str | None = None, env: dict | None = None) -> tuple[int, str]:

@@ -30,6 +30,10 @@ C_TYPES: Mapping[str, np.dtype] = {
 }
 _C_NAMES = {v: k for k, v in C_TYPES.items()}
 
+#: limits that keep a garbage header from allocating absurd buffers
+MAX_TENSOR_BYTES = 1 << 28
+MAX_DIMS = 32
+
 
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:
@@ -43,8 +47,12 @@ class TensorSpec:
     def __post_init__(self) -> None:
         if self.ctype not in C_TYPES:
             raise ProtocolError(f"tensor {self.name!r}: unknown type {self.ctype!r}")
-        if any((not isinstance(d, int)) or d < 0 for d in self.shape):
+        if not isinstance(self.name, str) or not self.name:
+            raise ProtocolError(f"tensor name must be a non-empty string, got {self.name!r}")
+        if len(self.shape) > MAX_DIMS or any((not isinstance(d, int)) or d < 0 for d in self.shape):
             raise ProtocolError(f"tensor {self.name!r}: bad shape {list(self.shape)!r}")
+        if self.size * C_TYPES[self.ctype].itemsize > MAX_TENSOR_BYTES:
+            raise ProtocolError(f"tensor {self.name!r}: shape {list(self.shape)!r} is larger than {MAX_TENSOR_BYTES} bytes")
 
     @property
     def dtype(self) -> np.dtype:
@@ -68,8 +76,8 @@ class TensorSpec:
         except KeyError as e:
             raise ProtocolError(f"{where}: missing key {e.args[0]!r}") from None
         port = obj.get("port", 0)
-        if not isinstance(name, str):
-            raise ProtocolError(f"{where}: name must be a string")
+        if not isinstance(name, str) or not name:
+            raise ProtocolError(f"{where}: name must be a non-empty string")
         if not isinstance(ctype, str):
             raise ProtocolError(f"{where} {name!r}: type must be a string")
         if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):

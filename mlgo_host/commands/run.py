@@ -4,8 +4,10 @@ Adds the advisor's flags to COMPILER ARGS (with -mllvm for clang, bare for
 opt/llc), serves the channel, and prints one JSON object on stdout:
 advisor, observations, contexts, decisions (advice -> count), returncode,
 output (the -o file), text_size (llvm-size text of the output object) and
-wall_s.  Exit status: the compiler's; 2 with a one-line message on stderr
-when the host side fails (malformed stream, timeout, compiler death).
+wall_s, compiler_cpu_s and host_cpu_s.  Exit status: the compiler's; 2 with
+a one-line message on stderr when the host side fails (malformed stream,
+timeout, compiler death, illegal advice); 130/143/129 after SIGINT/SIGTERM/
+SIGHUP (the compiler's process group is killed, FIFOs and temp files removed).
 
 example: mlgo-host run --policy default -- clang-19 -Oz -c x.c -o x.o
 """
@@ -29,29 +31,50 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample", action="store_true", help="sample from a saved policy instead of its greedy choice")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds the whole compile may take")
     p.add_argument("--log", metavar="FILE", help="write observations and the advice taken in clang's training-log format")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMPILER ARGS...",
+    p.add_argument("--pin", metavar="CPU", type=int, nargs="?", const=-1, default=None,
+                   help="run the host and the compiler on one CPU (default: the current one); "
+                        "cheaper ping-pong when the CPU is otherwise idle")
+    # dest must not be "command": the CLI dispatcher keeps the subcommand name there
+    p.add_argument("compiler_args", nargs=argparse.REMAINDER, metavar="-- COMPILER ARGS...",
                    help="the compiler command line (after --)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from mlgo_host.channel.fifo import install_signal_cleanup
+    from mlgo_host.channel.fifo import SignalExit, install_signal_cleanup
+
+    # SIGINT/SIGTERM/SIGHUP unwind the session: compiler group killed, FIFOs,
+    # channel directory, partial log and temp outputs removed.
+    install_signal_cleanup(sigint=True)
+    try:
+        return _run(args)
+    except SignalExit as e:
+        print(f"mlgo-host run: interrupted by {e.signame}; compiler killed, channel removed", file=sys.stderr)
+        return int(e.code)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import resource
+
     from mlgo_host.channel.session import run_session
     from mlgo_host.policies import load_policy
 
-    cmd = list(args.command)
+    cmd = list(args.compiler_args)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
         raise ConfigError("no compiler command given (mlgo-host run [options] -- COMPILER ARGS...)")
-    install_signal_cleanup()
+    if args.timeout <= 0:
+        raise ConfigError(f"--timeout must be positive, got {args.timeout:g}")
     policy = load_policy(args.policy, seed=args.seed, greedy=not args.sample)
-    res = run_session(cmd, args.advisor, policy, timeout=args.timeout, log_path=args.log)
+    res = run_session(cmd, args.advisor, policy, timeout=args.timeout, log_path=args.log, pin_cpu=args.pin)
     out = res.summary()
     out["policy"] = args.policy
     out["text_size"] = None
     if res.returncode == 0 and res.output and res.output != "-":
         path = res.output if os.path.isabs(res.output) else os.path.join(os.getcwd(), res.output)
         out["text_size"] = _text_size(path)
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    out["host_cpu_s"] = round(me.ru_utime + me.ru_stime, 4)
     if res.returncode != 0 and res.stderr_tail:
         sys.stderr.write(res.stderr_tail)
     print(json.dumps(out))

@@ -1,0 +1,139 @@
+"""Shared helpers of the channel tests: generated C modules, a fake
+compiler for fault injection, leak checks."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mlgo_host.channel import synth
+
+HAVE_CLANG = shutil.which("clang-19") is not None
+needs_clang = pytest.mark.skipif(not HAVE_CLANG, reason="clang-19 not installed")
+
+#: given to fake-compiler runs (MLGO_INLINE_DEFAULT_SLOT), so fakes are never probed
+BUGGY_SLOT = "callee_basic_block_count"
+
+
+def mlgo_host_cmd() -> list[str]:
+    return [sys.executable, "-m", "mlgo_host"]
+
+
+@pytest.fixture(scope="session")
+def cdir(tmp_path_factory):
+    """Generated C modules, written once per test session."""
+    d = tmp_path_factory.mktemp("csrc")
+    files = {
+        "tiny.c": synth.inline_module(5, seed=1),
+        "mid.c": synth.inline_module(330, seed=2),
+        "big.c": synth.inline_module(1300, seed=3),
+        "pressure.c": synth.pressure_module(n_funcs=2, live=36, seed=4),
+        "nobody.c": synth.no_body_module(),
+    }
+    for name, text in files.items():
+        (d / name).write_text(text)
+    return d
+
+
+# --------------------------------------------------------------------------
+# The fake compiler: opens the FIFOs like clang (.in for read, then .out for
+# write), writes its pid (and a grandchild's) to $FAKE_PIDS, then misbehaves
+# as $FAKE_MODE says.
+FAKE = r'''
+import json, os, struct, subprocess, sys, time
+mode = os.environ["FAKE_MODE"]
+base = None
+for a in sys.argv[1:]:
+    if a.startswith("-inliner-interactive-channel-base="):
+        base = a.split("=", 1)[1]
+kid = subprocess.Popen(["sleep", "1000"])  # a grandchild in the same group
+with open(os.environ["FAKE_PIDS"], "w") as f:
+    f.write(f"{os.getpid()} {kid.pid}\n")
+if mode == "hang_before_open":
+    time.sleep(1000)
+feats = [{"name": "callee_users", "port": 0, "type": "int64_t", "shape": [1]},
+         {"name": "callee_basic_block_count", "port": 0, "type": "int64_t", "shape": [1]},
+         {"name": "inlining_default", "port": 0, "type": "int64_t", "shape": [1]},
+         {"name": "weights", "port": 0, "type": "float", "shape": [2, 3]}]
+if mode == "unknown_type":
+    feats[3]["type"] = "bfloat16"
+header = {"features": feats,
+          "advice": {"name": "inlining_decision", "port": 0, "type": "int64_t", "shape": [1]}}
+inp = open(base + ".in", "rb", buffering=0)
+out = open(base + ".out", "wb", buffering=0)
+def obs(i, default):
+    return struct.pack("<qqq6f", 3 + i, default, 0, *([0.5] * 6))
+if mode == "garbage_header":
+    out.write(b"\x89PNG this is not a header\n")
+else:
+    out.write(json.dumps(header, separators=(",", ":")).encode() + b"\n")
+if mode in ("hang_after_header", "garbage_header", "unknown_type"):
+    time.sleep(1000)
+out.write(b'{"context":""}\n')
+n = int(os.environ.get("FAKE_N", "3"))
+for i in range(n):
+    t = obs(i, i % 2)
+    if mode == "truncated" and i == 1:
+        out.write(b'{"observation":1}\n' + t[:10])
+        time.sleep(1000)
+    if mode == "death" and i == 1:
+        out.write(b'{"observation":1}\n' + t[:10])
+        os._exit(3)
+    if mode == "missing_newline" and i == 1:
+        out.write(b'{"observation":1}\n' + t + b"X")
+        time.sleep(1000)
+    out.write(b'{"observation":%d}\n' % i + t + b"\n")
+    adv = inp.read(8)
+    if len(adv) != 8 or struct.unpack("<q", adv)[0] != i % 2:
+        sys.stderr.write(f"fake: bad advice {adv!r} for observation {i}\n")
+        os._exit(5)
+out.close()
+kid.kill()
+sys.exit(0)
+'''
+
+
+@pytest.fixture
+def fake_clang(tmp_path):
+    """Path of an executable fake compiler named like clang (so it gets -mllvm flags)."""
+    p = tmp_path / "bin" / "fake-clang"
+    p.parent.mkdir()
+    p.write_text(f"#!{sys.executable}\n" + textwrap.dedent(FAKE))
+    p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    return p
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0): look at its state
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def leftovers(tmpdir) -> list[str]:
+    """Channel directories, FIFOs and temp outputs left in ``tmpdir``."""
+    bad = []
+    for root, dirs, files in os.walk(tmpdir):
+        for n in dirs + files:
+            p = os.path.join(root, n)
+            if n.startswith("mlgo-ch-") or n.endswith(".tmp") or stat.S_ISFIFO(os.lstat(p).st_mode):
+                bad.append(p)
+    return bad
+
+
+def run_cli(args: list[str], env_extra: dict | None = None, timeout: float = 60, cwd=None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.update(env_extra or {})
+    return subprocess.run(mlgo_host_cmd() + args, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
