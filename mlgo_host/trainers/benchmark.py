@@ -247,4 +247,6 @@ def build_benchmark(
     out.mkdir(parents=True, exist_ok=True)
     db = out / "compile_commands.json"
     write_compile_commands(db, entries)
-    return build_corpus(load_compile_commands(db), out, clang=clang, jobs=jobs, progress=progress)
+    # Module names: <sdist directory>/<source path without extension>.
+    names = [f"{Path(e['directory']).name}/{os.path.splitext(e['file'])[0]}" for e in entries]
+    return build_corpus(load_compile_commands(db), out, clang=clang, jobs=jobs, progress=progress, names=names)

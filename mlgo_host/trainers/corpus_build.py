@@ -53,6 +53,11 @@ class CompileEntry:
     file: Path  #: absolute source path
     arguments: tuple[str, ...]  #: the original argv, compiler first
     output: Path | None  #: absolute object path (None when the entry has no -o)
+    source_arg: str = ""  #: the input as spelled on the command line (keeps source_filename)
+
+    @property
+    def source(self) -> str:
+        return self.source_arg or str(self.file)
 
     @property
     def is_cxx(self) -> bool:
@@ -109,8 +114,10 @@ def load_compile_commands(path: str | os.PathLike) -> list[CompileEntry]:
         output = _output_of(args, e.get("output"))
         if output is not None and not output.is_absolute():
             output = directory / output
-        out.append(CompileEntry(directory, Path(os.path.normpath(file)), tuple(args),
-                                Path(os.path.normpath(output)) if output else None))
+        entry = CompileEntry(directory, Path(os.path.normpath(file)), tuple(args),
+                             Path(os.path.normpath(output)) if output else None)
+        spelled = next((a for a in args[1:] if _is_input(entry, a)), "")
+        out.append(dataclasses.replace(entry, source_arg=spelled))
     return out
 
 
@@ -183,7 +190,7 @@ def cc1_command(clang: str, entry: CompileEntry, flags: Sequence[str], timeout: 
     """The cc1 job of the object compile (``clang -###``), without the program,
     ``-o`` and the input: the form of mlgo-utils' ``.cmd`` files."""
     probe_out = "mlgo-host-probe.o"
-    r = subprocess.run([clang, "-###", *flags, "-c", str(entry.file), "-o", probe_out], cwd=entry.directory,
+    r = subprocess.run([clang, "-###", *flags, "-c", entry.source, "-o", probe_out], cwd=entry.directory,
                        capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         raise CorpusError(_tail(r.stderr) or f"clang -### exited with {r.returncode}")
@@ -239,7 +246,7 @@ def build_module(clang: str, entry: CompileEntry, name: str, out_dir: Path, opt_
     bc.parent.mkdir(parents=True, exist_ok=True)
     tmp = bc.with_name(f".{bc.name}.{os.getpid()}.tmp")
     try:
-        cmd = [clang, *flags, "-emit-llvm", "-c", "-Xclang", "-disable-llvm-passes", str(entry.file), "-o", str(tmp)]
+        cmd = [clang, *flags, "-emit-llvm", "-c", "-Xclang", "-disable-llvm-passes", entry.source, "-o", str(tmp)]
         try:
             r = subprocess.run(cmd, cwd=entry.directory, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -264,16 +271,21 @@ def build_corpus(
     timeout: float = 300.0,
     progress: bool = True,
     force: bool = False,
+    names: Sequence[str] | None = None,
 ) -> BuildReport:
     """Build (or complete) the corpus in ``output`` from ``entries`` and write
-    ``corpus_description.json`` listing every module that now exists."""
+    ``corpus_description.json`` listing every module that now exists.
+    ``names`` overrides the module names derived by :func:`module_names`."""
     from tqdm import tqdm
 
     if not entries:
         raise CorpusError("the compile database has no entries")
     out_dir = Path(output)
     out_dir.mkdir(parents=True, exist_ok=True)
-    names = module_names(entries)
+    if names is None:
+        names = module_names(entries)
+    elif len(names) != len(entries) or len(set(names)) != len(names):
+        raise CorpusError("module names must be unique, one per entry")
     jobs = max(1, jobs or os.cpu_count() or 1)
     ok: list[tuple[str, bool]] = []
     failures: list[tuple[str, str]] = []
