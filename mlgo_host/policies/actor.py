@@ -1,0 +1,510 @@
+"""The actor network in numpy: decides in the compiler's critical path.
+
+Same forward pass as the TF actor (:mod:`mlgo_host.policies.tf_agent`):
+
+* inliner — tf-agents' ``ActorDistributionNetwork`` with a categorical
+  projection: the normalized features (:mod:`mlgo_host.policies.vocab`) of
+  the input features in name order are concatenated, go through dense layers
+  (``activation(x @ W + b)``), and a dense projection gives 2 logits;
+* eviction — a per-column network: for each of the W candidate columns the
+  normalized per-candidate features (scalar features broadcast) form one
+  row, the same dense layers score every row, a dense projection gives one
+  logit per column, and the logits of ``mask == 0`` columns are -inf.
+
+Weights come from :func:`mlgo_host.policies.tf_agent.export_actor_weights`
+(an ``.npz``: ``hidden_<i>_kernel``/``hidden_<i>_bias`` per dense layer, then
+``logits_kernel``/``logits_bias``).  :meth:`NumpyActor.logits` is the batch
+reference (used by tests and the learner); :class:`NumpyPolicy` is the
+per-decision path.  Its ``bind`` precomputes everything for one header:
+
+* one copy of the observation's raw bytes into a fixed buffer, then numpy
+  views of that buffer (no per-call array objects for the features);
+* when every input is an int64 scalar (the inliner), the quantile
+  normalization of all features is one ``clip``, one ``add`` and one
+  vectorized ``searchsorted`` over the concatenated, per-feature-shifted
+  integer thresholds, then one ``take`` of the normalized values; the first
+  layer's bias rides along as a constant 1 input;
+* sampling uses a pre-drawn block of uniforms from a seeded
+  ``np.random.Generator``.
+
+Nothing here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from mlgo_host.errors import ConfigError
+from mlgo_host.policies.base import Policy
+from mlgo_host.policies.specs import BINARY, MASKED_CHOICE, PolicySpec
+from mlgo_host.policies.vocab import NormConfig, Vocab, int_thresholds
+
+
+def _relu(x, out):
+    return np.maximum(x, 0.0, out=out)
+
+
+def _tanh(x, out):
+    return np.tanh(x, out=out)
+
+
+def _sigmoid(x, out):
+    np.negative(x, out=out)
+    np.exp(out, out=out)
+    np.add(out, 1.0, out=out)
+    return np.reciprocal(out, out=out)
+
+
+def _elu(x, out):
+    neg = np.expm1(np.minimum(x, 0.0))
+    np.maximum(x, 0.0, out=out)
+    return np.add(out, neg, out=out)
+
+
+def _linear(x, out):
+    if out is not x:
+        np.copyto(out, x)
+    return out
+
+
+#: activation name (as in the exported metadata) -> in-place numpy function
+ACTIVATIONS: dict[str, Callable] = {"relu": _relu, "tanh": _tanh, "sigmoid": _sigmoid, "elu": _elu, "linear": _linear}
+
+_BLOCK = 4096  # uniforms drawn at a time
+
+
+class NumpyActor:
+    """Spec + vocab + normalization config + exported weights."""
+
+    def __init__(self, spec: PolicySpec, vocab: Vocab, norm: NormConfig, weights: Mapping[str, np.ndarray],
+                 activation: str = "relu"):
+        if activation not in ACTIVATIONS:
+            raise ConfigError(f"activation {activation!r} has no numpy version (have {', '.join(ACTIVATIONS)})")
+        missing = [n for n in spec.input_names if n not in vocab]
+        if missing:
+            raise ConfigError(f"the vocab has no boundaries for input features {missing}")
+        self.spec = spec
+        self.vocab = vocab
+        self.norm = norm
+        self.activation = activation
+        self.hidden: list[tuple[np.ndarray, np.ndarray]] = []
+        i = 0
+        while f"hidden_{i}_kernel" in weights:
+            self.hidden.append((np.asarray(weights[f"hidden_{i}_kernel"], np.float64),
+                                np.asarray(weights[f"hidden_{i}_bias"], np.float64)))
+            i += 1
+        try:
+            self.out_w = np.asarray(weights["logits_kernel"], np.float64)
+            self.out_b = np.asarray(weights["logits_bias"], np.float64)
+        except KeyError:
+            raise ConfigError("actor weights have no logits_kernel/logits_bias") from None
+        d = self.input_dim
+        for k, (w, b) in enumerate(self.hidden + [(self.out_w, self.out_b)]):
+            if w.ndim != 2 or w.shape[0] != d or b.shape != (w.shape[1],):
+                raise ConfigError(f"actor weights: layer {k} has kernel {w.shape} / bias {b.shape}, expected ({d}, n)")
+            d = w.shape[1]
+        want = spec.num_actions if spec.action.kind == BINARY else 1
+        if d != want:
+            raise ConfigError(f"actor weights: {d} outputs, the {spec.advisor} spec needs {want}")
+
+    @property
+    def input_dim(self) -> int:
+        return len(self.spec.inputs) * self.norm.width
+
+    # -- weights files ---------------------------------------------------
+    def weights(self) -> dict[str, np.ndarray]:
+        out = {}
+        for i, (w, b) in enumerate(self.hidden):
+            out[f"hidden_{i}_kernel"] = w.astype(np.float32)
+            out[f"hidden_{i}_bias"] = b.astype(np.float32)
+        out["logits_kernel"] = self.out_w.astype(np.float32)
+        out["logits_bias"] = self.out_b.astype(np.float32)
+        return out
+
+    @staticmethod
+    def load_weights(path: str) -> dict[str, np.ndarray]:
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                return {k: z[k] for k in z.files}
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"cannot read actor weights {path}: {e}") from None
+
+    @staticmethod
+    def save_weights(path: str, weights: Mapping[str, np.ndarray]) -> None:
+        """Write an ``.npz`` atomically."""
+        d = os.path.dirname(os.path.abspath(path))
+        tmp = os.path.join(d, f".{os.path.basename(path)}.{os.getpid()}.tmp.npz")
+        try:
+            np.savez(tmp, **{k: np.asarray(v) for k, v in weights.items()})
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    # -- batch reference path -------------------------------------------
+    def _column(self, features: Any, name: str, n: int) -> np.ndarray:
+        v = np.asarray(features[name])
+        if self.spec.action.kind == BINARY:
+            return v.reshape(n)
+        w = self.spec.width
+        return v.reshape(n, w) if v.size == n * w else np.broadcast_to(v.reshape(n, 1), (n, w))
+
+    def inputs(self, features: Any) -> np.ndarray:
+        """Network inputs (float32) of N observations: ``[N, D]`` (inliner)
+        or ``[N, W, D]`` (eviction).  ``features``: a structured array of
+        records or a mapping name -> array with N leading."""
+        first = self.spec.inputs[0].name
+        n = int(np.asarray(features[first]).shape[0])
+        parts = [self.vocab[f.name].normalize(self._column(features, f.name, n), self.norm) for f in self.spec.inputs]
+        return np.concatenate(parts, axis=-1)
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """Raw network outputs (before masking) from network inputs."""
+        act = ACTIVATIONS[self.activation]
+        h = np.asarray(x, np.float64)
+        for w, b in self.hidden:
+            h = h @ w + b
+            act(h, h)
+        out = h @ self.out_w + self.out_b
+        return out if self.spec.action.kind == BINARY else out[..., 0]
+
+    def logits(self, features: Any) -> np.ndarray:
+        """Logits ``[N, num_actions]`` (float64); eviction columns whose mask
+        is 0 get -inf."""
+        out = self.forward(self.inputs(features))
+        if self.spec.action.kind == MASKED_CHOICE:
+            n = out.shape[0]
+            m = np.asarray(features[self.spec.mask.name]).reshape(n, self.spec.width)  # type: ignore[union-attr]
+            out = np.where(m != 0, out, -np.inf)
+        return out
+
+    def greedy(self, features: Any) -> np.ndarray:
+        return np.argmax(self.logits(features), axis=-1)
+
+
+def _softplus(z: float) -> float:
+    return max(z, 0.0) + math.log1p(math.exp(-abs(z)))
+
+
+class NumpyPolicy(Policy):
+    """A learned policy answering with the numpy actor: greedy (argmax) or
+    sampling (seeded); :meth:`act_logp` also gives the log-probability of
+    the advice under the policy (what PPO needs)."""
+
+    def __init__(self, actor: NumpyActor, greedy: bool = True, seed: int = 0, name: str = "numpy"):
+        self.actor = actor
+        self.greedy = greedy
+        self.stochastic = not greedy
+        self.name = name
+        self.rng = np.random.default_rng(seed)
+        self._u = self.rng.random(_BLOCK)
+        self._ui = 0
+        self.fast_path = False
+
+    # -- binding ---------------------------------------------------------
+    def bind(self, header, advisor) -> None:
+        super().bind(header, advisor)
+        spec = self.actor.spec
+        if advisor is not None and getattr(advisor, "name", spec.advisor) != spec.advisor:
+            raise ConfigError(f"this policy was trained for {spec.advisor}, not {advisor.name}")
+        spec.check_header(header)
+        nb = header.observation_nbytes
+        self._nb = nb
+        self._buf = bytearray(nb)
+        self._mv = memoryview(self._buf)
+        if spec.action.kind == BINARY and self._bind_int_fast(header):
+            self.fast_path = True
+        else:
+            self.fast_path = False
+            self._bind_generic(header)
+
+    def _layers(self, w1_rows: np.ndarray, lead: tuple[int, ...]):
+        """Augmented layer matrices: ``w1_rows`` is the first kernel with its
+        rows rearranged for this header's input layout (bias not included).
+        Returns the list of (kernel_aug, out_buffer, hidden_view) and the
+        final (kernel_aug, out_buffer)."""
+        a = self.actor
+        mats = []
+        ws = [w for w, _ in a.hidden] + [a.out_w]
+        bs = [b for _, b in a.hidden] + [a.out_b]
+        for k, (w, b) in enumerate(zip(ws, bs)):
+            rows = w1_rows if k == 0 else w
+            units = w.shape[1]
+            last = k == len(ws) - 1
+            aug = np.zeros((rows.shape[0] + 1, units + (0 if last else 1)), np.float64)
+            aug[:-1, :units] = rows
+            aug[-1, :units] = b
+            if not last:
+                aug[-1, units] = 1.0  # propagate the constant 1
+            buf = np.zeros(lead + (aug.shape[1],), np.float64)
+            if not last:
+                buf[..., units] = 1.0
+            mats.append((aug, buf, buf[..., :units]))
+        return mats
+
+    def _hidden(self, mats):
+        """(kernel, out, hidden view, zeros) per hidden layer and the
+        activation as ``f(view, zeros, out=view)``: relu is one ufunc call
+        against a preallocated zero array."""
+        hidden = [(m[0], m[1], m[2], np.zeros(m[2].shape)) for m in mats[:-1]]
+        name = self.actor.activation
+        if name == "relu":
+            return hidden, np.maximum
+        fn = ACTIVATIONS[name]
+
+        def act(view, zero, out):
+            return fn(view, out)
+
+        return hidden, act
+
+    def _bind_int_fast(self, header) -> bool:
+        spec, a = self.actor.spec, self.actor
+        nb = header.observation_nbytes
+        if nb % 8:
+            return False
+        slot_of = {}
+        for j, f in enumerate(spec.inputs):
+            off = header.offset(f.name)
+            if f.ctype != "int64_t" or f.size != 1 or off % 8:
+                return False
+            slot_of[off // 8] = (j, f)
+        cfg = a.norm
+        w0 = cfg.width - int(cfg.with_z_score)
+        S = nb // 8
+        lo = np.zeros(S, np.int64)
+        off_arr = np.zeros(S, np.int64)
+        hi = np.zeros(S, np.int64)
+        keys: list[int] = []
+        rows = [np.zeros((1, w0))]
+        zmean = np.zeros(S, np.float32)
+        zscale = np.ones(S, np.float32)
+        base = 0
+        for s in range(S):
+            jf = slot_of.get(s)
+            if jf is None:
+                u = np.zeros(0, np.int64)
+                counts = np.zeros(1, np.int64)
+                table = np.zeros((1, w0))
+            else:
+                fv = a.vocab[jf[1].name]
+                t = int_thresholds(fv.boundaries)
+                u = np.unique(t)
+                counts = np.concatenate([[0], np.searchsorted(t, u, side="right")])
+                table = fv.values_table(cfg).astype(np.float64)
+                zmean[s], zscale[s] = fv.mean32, fv.scale32
+            lo_s = int(u[0]) - 1 if u.size else 0
+            hi_s = int(u[-1]) if u.size else 0
+            o = base - lo_s
+            lo[s], hi[s] = lo_s, hi_s
+            if not (-(2**62) <= o < 2**62):
+                return False
+            off_arr[s] = o
+            keys.append(base)
+            keys.extend(int(x) + o for x in u)
+            rows.append(table[counts])
+            base += (hi_s - lo_s) + 1
+            if base >= 2**62:
+                return False
+        G = np.asarray(keys, np.int64)
+        NV = np.concatenate(rows, axis=0)
+        # first-layer rows for the slot-major input layout [S*w0 | z (S) | 1]
+        w1 = a.hidden[0][0] if a.hidden else a.out_w
+        D = S * w0 + (S if cfg.with_z_score else 0)
+        w1_rows = np.zeros((D, w1.shape[1]))
+        for s, (j, f) in slot_of.items():
+            w1_rows[s * w0 : (s + 1) * w0] = w1[j * cfg.width : j * cfg.width + w0]
+            if cfg.with_z_score:
+                w1_rows[S * w0 + s] = w1[j * cfg.width + w0]
+        mats = self._layers(w1_rows, ())
+        xin = np.zeros(D + 1)
+        xin[-1] = 1.0
+        x2d = xin[: S * w0].reshape(S, w0)
+        zview = xin[S * w0 : D]
+        slots = np.frombuffer(self._buf, dtype="<i8")
+        k = np.zeros(S, np.int64)
+        z32 = np.zeros(S, np.float32)
+        clip = np.core.umath.clip
+        add = np.add
+        dot = np.dot
+        take = NV.take  # the method: np.take's wrapper costs ~0.5 us more
+        searchsorted = G.searchsorted
+        hidden, activate = self._hidden(mats)
+        wout = mats[-1][0]
+        wdiff = np.ascontiguousarray(wout[:, 1] - wout[:, 0])
+        mv = self._mv
+        with_z = cfg.with_z_score
+        subtract, divide, copyto = np.subtract, np.divide, np.copyto
+
+        def diff(raw: bytes) -> float:
+            mv[:] = raw
+            clip(slots, lo, hi, out=k)
+            add(k, off_arr, out=k)
+            take(searchsorted(k, "right"), axis=0, out=x2d)
+            if with_z:
+                copyto(z32, slots, casting="unsafe")
+                subtract(z32, zmean, out=z32)
+                divide(z32, zscale, out=z32)
+                copyto(zview, z32)
+            x = xin
+            for w, out, hv, zero in hidden:
+                dot(x, w, out=out)
+                activate(hv, zero, out=hv)
+                x = out
+            return float(dot(x, wdiff))
+
+        self._diff = diff
+        self._install_binary()
+        return True
+
+    def _install_binary(self) -> None:
+        diff = self._diff
+        u = self
+
+        if self.greedy:
+            def act(obs):
+                return 1 if diff(obs.raw) > 0.0 else 0
+
+            def act_logp(obs):
+                d = diff(obs.raw)
+                return (1, -_softplus(-d)) if d > 0.0 else (0, -_softplus(d))
+        else:
+            def act_logp(obs):
+                d = diff(obs.raw)
+                i = u._ui
+                if i >= _BLOCK:
+                    u._u = u.rng.random(_BLOCK)
+                    i = 0
+                r = u._u[i]
+                u._ui = i + 1
+                # P(1) = sigmoid(d); log P(1) = -softplus(-d)
+                lp1 = -_softplus(-d)
+                if r < math.exp(lp1):
+                    return 1, lp1
+                return 0, -_softplus(d)
+
+            def act(obs):
+                return act_logp(obs)[0]
+
+        self.act = act  # type: ignore[method-assign]
+        self.act_logp = act_logp  # type: ignore[method-assign]
+
+    def _bind_generic(self, header) -> None:
+        """Any feature types; eviction. One numpy view per feature, one
+        ``searchsorted`` per feature, then the dense layers on [rows, D]."""
+        spec, a = self.actor.spec, self.actor
+        cfg = a.norm
+        w0 = cfg.width - int(cfg.with_z_score)
+        binary = spec.action.kind == BINARY
+        R = 1 if binary else int(spec.width)  # type: ignore[arg-type]
+        D = a.input_dim
+        xin = np.zeros((R, D + 1))
+        xin[:, -1] = 1.0
+        steps = []
+        for j, f in enumerate(spec.inputs):
+            fv = a.vocab[f.name]
+            view = np.ndarray((f.size,), dtype=f.dtype, buffer=self._buf, offset=header.offset(f.name))
+            if f.is_integer:
+                bounds, conv = int_thresholds(fv.boundaries), None
+            else:
+                bounds, conv = fv.boundaries, (None if f.ctype == "float" else np.float32)
+            table = fv.values_table(cfg).astype(np.float64)
+            cols = xin[:, j * cfg.width : j * cfg.width + w0]
+            zcol = xin[:, j * cfg.width + w0] if cfg.with_z_score else None
+            tmp = np.zeros((f.size, w0))
+            steps.append((view, bounds.searchsorted, conv, table.take, cols, zcol, tmp, fv.mean32, fv.scale32))
+        w1 = a.hidden[0][0] if a.hidden else a.out_w
+        mats = self._layers(w1, (R,))
+        hidden, activate = self._hidden(mats)
+        wout, obuf = mats[-1][0], mats[-1][1]
+        mv = self._mv
+        dot, copyto = np.dot, np.copyto
+        if not binary:
+            mask = np.ndarray((R,), dtype=spec.mask.dtype, buffer=self._buf,  # type: ignore[union-attr]
+                              offset=header.offset(spec.mask.name))  # type: ignore[union-attr]
+            illegal = np.zeros(R, bool)
+        ninf = -np.inf
+        with_z = cfg.with_z_score
+
+        def outputs(raw: bytes) -> np.ndarray:
+            if with_z:
+                with np.errstate(invalid="ignore", over="ignore"):
+                    return _outputs(raw)
+            return _outputs(raw)
+
+        def _outputs(raw: bytes) -> np.ndarray:
+            mv[:] = raw
+            for view, bucket, conv, take, cols, zcol, tmp, m32, s32 in steps:
+                take(bucket(view if conv is None else view.astype(conv), "right"), axis=0, out=tmp)
+                copyto(cols, tmp)
+                if zcol is not None:
+                    z = (view.astype(np.float32) - m32) / s32
+                    z[~np.isfinite(z)] = 0.0  # inf/NaN inputs (use_def_density can be inf)
+                    copyto(zcol, z)
+            x = xin
+            for w, out, hv, zero in hidden:
+                dot(x, w, out=out)
+                activate(hv, zero, out=hv)
+                x = out
+            dot(x, wout, out=obuf)
+            if binary:
+                return obuf[0]
+            lg = obuf[:, 0]
+            np.equal(mask, 0, out=illegal)
+            lg[illegal] = ninf
+            return lg
+
+        if binary:
+            def diff(raw: bytes) -> float:
+                o = outputs(raw)
+                return float(o[1] - o[0])
+
+            self._diff = diff
+            self._install_binary()
+            return
+
+        self._outputs = outputs
+        u = self
+
+        def choose(obs, sample: bool):
+            lg = outputs(obs.raw)
+            best = int(lg.argmax())
+            mx = lg[best]
+            p = np.exp(lg - mx)
+            tot = float(p.sum())
+            if sample:
+                i = u._ui
+                if i >= _BLOCK:
+                    u._u = u.rng.random(_BLOCK)
+                    i = 0
+                r = u._u[i] * tot
+                u._ui = i + 1
+                a_ = int(np.searchsorted(np.cumsum(p), r, side="right"))
+                a_ = min(a_, R - 1)
+                while not np.isfinite(lg[a_]):  # r landed on a zero-probability tail
+                    a_ -= 1
+            else:
+                a_ = best
+            return a_, float(lg[a_] - mx - math.log(tot))
+
+        sample = not self.greedy
+
+        def act_logp(obs):
+            return choose(obs, sample)
+
+        def act(obs):
+            return choose(obs, sample)[0]
+
+        self.act = act  # type: ignore[method-assign]
+        self.act_logp = act_logp  # type: ignore[method-assign]
+
+    # unbound use is an error: the session always binds first
+    def act(self, obs):  # replaced in bind()
+        raise ConfigError("NumpyPolicy.act called before bind()")
+
+    def act_logp(self, obs):  # replaced in bind()
+        raise ConfigError("NumpyPolicy.act_logp called before bind()")

@@ -1,0 +1,273 @@
+"""Observation and action specs of a learned policy, derived from the advisor
+and the compiler's header (never from a hard-coded feature list).
+
+A :class:`PolicySpec` lists every observation feature the compiler sent when
+the policy was created, each with a *role*:
+
+* ``input`` — normalized with the vocab and fed to the network;
+* ``mask`` — eviction only: the ``mask`` tensor, used to rule out columns
+  (logits of ``mask == 0`` columns are set to -inf), not an input;
+* ``discard`` — not used; the reason is kept in ``discarded``.  Discarded:
+  ``inlining_default`` (the answer itself, as in ml-compiler-opt), the slot
+  where the compiler puts its default decision (clang-19's include-default
+  bug writes it into ``callee_basic_block_count``; see PROTOCOL.md), features
+  without a vocab, tensors of a shape the network does not handle.
+
+Binding to a session header later (:meth:`PolicySpec.check_header`) looks the
+used features up *by name*: features the policy does not know are ignored, so
+a newer clang with more features works unchanged; a used feature that is
+missing or changed type or shape is a :class:`ConfigError`.
+
+Actions:
+
+* ``inline`` — 2 actions (advice ``inlining_decision`` int64, 0/1), the
+  network is tf-agents' ``ActorDistributionNetwork`` (one input vector).
+* ``regalloc-evict`` — a masked choice over the header's width W, read from
+  the ``mask`` feature's shape ``[1, W]`` (column W-1 is the live range being
+  allocated, "evict nothing").  Per-candidate features ``[1, W]`` give one
+  row per column, scalar features (``progress``) are broadcast to every
+  column, and one network scores each column.
+* ``regalloc-priority`` (a continuous advice) is not supported by learned
+  policies: :func:`PolicySpec.from_header` raises :class:`ConfigError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Iterable, Mapping
+
+from mlgo_host.channel.codec import Header
+from mlgo_host.channel.spec import C_TYPES
+from mlgo_host.errors import ConfigError
+
+INPUT, MASK, DISCARD = "input", "mask", "discard"
+BINARY, MASKED_CHOICE = "binary", "masked_choice"
+
+#: advisor -> (advice name, action kind)
+SUPPORTED = {"inline": ("inlining_decision", BINARY), "regalloc-evict": ("index_to_evict", MASKED_CHOICE)}
+#: features never used as inputs, per advisor (ml-compiler-opt discards these too)
+ALWAYS_DISCARD = {"inline": ("inlining_default",), "regalloc-evict": ()}
+MASK_FEATURE = "mask"
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureSpec:
+    """One observation tensor as the compiler described it, and its role."""
+
+    name: str
+    ctype: str
+    shape: tuple[int, ...]
+    role: str = INPUT
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def dtype(self):
+        return C_TYPES[self.ctype]
+
+    @property
+    def is_integer(self) -> bool:
+        return self.dtype.kind in "iu"
+
+    @property
+    def tf_shape(self) -> tuple[int, ...]:
+        """Shape without the leading 1s (``[1]`` -> ``()``, ``[1, W]`` -> ``(W,)``),
+        as ml-compiler-opt's signature specs."""
+        s = list(self.shape)
+        while s and s[0] == 1:
+            s.pop(0)
+        return tuple(s)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "type": self.ctype, "shape": list(self.shape), "role": self.role}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "FeatureSpec":
+        try:
+            spec = cls(str(d["name"]), str(d["type"]), tuple(int(x) for x in d["shape"]), str(d.get("role", INPUT)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"bad feature spec {d!r}: {e}") from None
+        if spec.ctype not in C_TYPES or spec.role not in (INPUT, MASK, DISCARD):
+            raise ConfigError(f"bad feature spec {d!r}: unknown type or role")
+        return spec
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionSpec:
+    name: str
+    ctype: str
+    kind: str
+    num_actions: int
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "type": self.ctype, "kind": self.kind, "num_actions": self.num_actions}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ActionSpec":
+        try:
+            return cls(str(d["name"]), str(d["type"]), str(d["kind"]), int(d["num_actions"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"bad action spec {d!r}: {e}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicySpec:
+    """What a learned policy reads and answers."""
+
+    advisor: str
+    features: tuple[FeatureSpec, ...]
+    action: ActionSpec
+    #: eviction: number of columns W (None for the inliner)
+    width: int | None = None
+    #: discarded feature -> why
+    discarded: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    # -- views -----------------------------------------------------------
+    @property
+    def inputs(self) -> tuple[FeatureSpec, ...]:
+        """Input features in network order: sorted by name (the order
+        ``tf.nest.flatten`` gives the observation dict)."""
+        return tuple(sorted((f for f in self.features if f.role == INPUT), key=lambda f: f.name))
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.inputs)
+
+    @property
+    def mask(self) -> FeatureSpec | None:
+        for f in self.features:
+            if f.role == MASK:
+                return f
+        return None
+
+    def feature(self, name: str) -> FeatureSpec | None:
+        for f in self.features:
+            if f.name == name:
+                return f
+        return None
+
+    @property
+    def num_actions(self) -> int:
+        return self.action.num_actions
+
+    # -- construction ----------------------------------------------------
+    @classmethod
+    def from_header(
+        cls,
+        header: Header,
+        advisor: Any,
+        *,
+        vocab_names: Iterable[str] | None = None,
+        discard: Iterable[str] = (),
+        default_slot: str | None = None,
+    ) -> "PolicySpec":
+        """Build the spec from a session header or a training-log header.
+
+        ``advisor`` is an advisor name or object (its ``default_slot``, for the
+        inliner, is discarded; ``default_slot`` overrides it).  ``vocab_names``:
+        features with a vocab (others are discarded); ``discard``: more
+        features to leave out.
+        """
+        name = advisor if isinstance(advisor, str) else getattr(advisor, "name", str(advisor))
+        if name not in SUPPORTED:
+            if name == "regalloc-priority":
+                raise ConfigError("learned policies for regalloc-priority (a continuous advice) are not supported")
+            raise ConfigError(f"unknown advisor {name!r}; learned policies support {', '.join(SUPPORTED)}")
+        advice_name, kind = SUPPORTED[name]
+        if default_slot is None and not isinstance(advisor, str):
+            default_slot = getattr(advisor, "default_slot", None)
+        adv_spec = header.advice or header.feature(advice_name)
+        if adv_spec is None or adv_spec.name != advice_name:
+            raise ConfigError(f"{name}: the header has no advice {advice_name!r}")
+        drop: dict[str, str] = {}
+        for f in ALWAYS_DISCARD[name]:
+            drop[f] = "the compiler's own decision"
+        if name == "inline" and default_slot and default_slot not in drop:
+            drop[default_slot] = "carries the compiler's default decision (include-default slot)"
+        for f in discard:
+            drop.setdefault(f, "discarded by configuration")
+        vocab = None if vocab_names is None else set(vocab_names)
+
+        width = None
+        if kind == MASKED_CHOICE:
+            m = header.feature(MASK_FEATURE)
+            if m is None or len(m.shape) == 0 or m.ctype not in ("int64_t", "int32_t"):
+                raise ConfigError(f"{name}: the header has no integer '{MASK_FEATURE}' feature")
+            width = int(m.shape[-1])
+            if width < 2 or m.size != width:
+                raise ConfigError(f"{name}: mask shape {list(m.shape)} is not [1, W] with W >= 2")
+        feats = []
+        reasons: dict[str, str] = {}
+        for s in header.features:
+            if s.name == advice_name:
+                continue  # a training log: the advice taken is the last feature
+            fs = FeatureSpec(s.name, s.ctype, tuple(s.shape), INPUT)
+            role, why = INPUT, ""
+            if kind == MASKED_CHOICE and s.name == MASK_FEATURE:
+                role = MASK
+            elif s.name in drop:
+                role, why = DISCARD, drop[s.name]
+            elif kind == BINARY and fs.size != 1:
+                role, why = DISCARD, f"shape {list(s.shape)}: the inliner network takes scalars"
+            elif kind == MASKED_CHOICE and fs.size not in (1, width):
+                role, why = DISCARD, f"shape {list(s.shape)}: neither per-candidate [1, {width}] nor scalar"
+            elif vocab is not None and s.name not in vocab:
+                role, why = DISCARD, "no vocab"
+            feats.append(dataclasses.replace(fs, role=role))
+            if why:
+                reasons[s.name] = why
+        num = 2 if kind == BINARY else int(width)  # type: ignore[arg-type]
+        spec = cls(name, tuple(feats), ActionSpec(advice_name, adv_spec.ctype, kind, num), width, reasons)
+        if not spec.inputs:
+            raise ConfigError(f"{name}: no usable input feature in the header (discarded: {sorted(reasons)})")
+        return spec
+
+    # -- binding ---------------------------------------------------------
+    def check_header(self, header: Header) -> None:
+        """Raise :class:`ConfigError` unless every used feature is in the
+        header with the same type and shape.  Extra features are fine."""
+        problems = []
+        for f in self.features:
+            if f.role == DISCARD:
+                continue
+            h = header.feature(f.name)
+            if h is None:
+                problems.append(f"{f.name!r} is missing")
+            elif h.ctype != f.ctype or tuple(h.shape) != f.shape:
+                problems.append(f"{f.name!r} is {h.ctype}{list(h.shape)}, the policy expects {f.ctype}{list(f.shape)}")
+        adv = header.advice
+        if adv is not None and adv.name != self.action.name:
+            problems.append(f"the compiler asks for {adv.name!r}, the policy answers {self.action.name!r}")
+        if problems:
+            raise ConfigError(f"{self.advisor} policy does not fit this compiler's features: " + "; ".join(problems))
+
+    # -- JSON ------------------------------------------------------------
+    def to_json(self) -> dict:
+        return {
+            "advisor": self.advisor,
+            "features": [f.to_json() for f in self.features],
+            "action": self.action.to_json(),
+            "width": self.width,
+            "discarded": dict(self.discarded),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "PolicySpec":
+        try:
+            spec = cls(
+                advisor=str(d["advisor"]),
+                features=tuple(FeatureSpec.from_json(f) for f in d["features"]),
+                action=ActionSpec.from_json(d["action"]),
+                width=None if d.get("width") is None else int(d["width"]),
+                discarded=dict(d.get("discarded", {})),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"bad policy spec: {e}") from None
+        if spec.advisor not in SUPPORTED or spec.action.kind != SUPPORTED[spec.advisor][1]:
+            raise ConfigError(f"bad policy spec: advisor {spec.advisor!r} with action kind {spec.action.kind!r}")
+        if spec.action.kind == MASKED_CHOICE and (spec.width is None or spec.mask is None):
+            raise ConfigError("bad policy spec: an eviction policy needs a width and a mask feature")
+        return spec

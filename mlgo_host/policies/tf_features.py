@@ -1,0 +1,92 @@
+"""The feature normalization of :mod:`mlgo_host.policies.vocab` in TensorFlow:
+the preprocessing layers of the TF actor and value networks.
+
+Same function as :meth:`FeatureVocab.normalize` (tests check equality):
+``tf.raw_ops.Bucketize`` on the value cast to float32, divided by the number
+of boundaries, then ``x*x``, ``sqrt(x)`` and the z-score as configured,
+concatenated on a new last axis.  Imports TensorFlow: learner side only.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+
+from mlgo_host.policies.specs import BINARY, INPUT, PolicySpec
+from mlgo_host.policies.vocab import FeatureVocab, NormConfig, Vocab
+
+_TF_DTYPES = {
+    "float": tf.float32, "double": tf.float64, "int8_t": tf.int8, "uint8_t": tf.uint8, "int16_t": tf.int16,
+    "uint16_t": tf.uint16, "int32_t": tf.int32, "uint32_t": tf.uint32, "int64_t": tf.int64, "uint64_t": tf.uint64,
+}
+
+
+def tf_dtype(ctype: str) -> tf.DType:
+    return _TF_DTYPES[ctype]
+
+
+def normalize_fn(fv: FeatureVocab, cfg: NormConfig) -> Callable[[tf.Tensor], tf.Tensor]:
+    """``obs [...] -> float32 [..., cfg.width]``."""
+    boundaries = [float(x) for x in fv.boundaries]  # float32 values, exactly representable
+    n = tf.constant(np.float32(fv.n))
+    mean = tf.constant(fv.mean32)
+    scale = tf.constant(fv.scale32)
+
+    def normalize(obs):
+        v = tf.expand_dims(tf.cast(obs, tf.float32), -1)
+        x = tf.cast(tf.raw_ops.Bucketize(input=v, boundaries=boundaries), tf.float32) / n
+        outs = [x]
+        if cfg.with_square:
+            outs.append(x * x)
+        if cfg.with_sqrt:
+            outs.append(tf.sqrt(x))
+        if cfg.with_z_score:
+            z = (v - mean) / scale
+            outs.append(tf.where(tf.math.is_finite(z), z, tf.zeros_like(z)))
+        return tf.concat(outs, axis=-1)
+
+    return normalize
+
+
+def discard_fn(obs):
+    """A zero-width float32 output ``[N, 0]`` (the feature is not used)."""
+    return tf.zeros(tf.stack([tf.shape(obs)[0], 0]), tf.float32)
+
+
+def _tile_columns(fn, width: int):
+    """Scalar feature of an eviction policy: normalize, then repeat for every column."""
+
+    def tiled(obs):
+        y = fn(obs)  # [N, w]
+        return tf.tile(tf.expand_dims(y, -2), [1, width, 1])
+
+    return tiled
+
+
+def _discard_columns(width: int):
+    """A zero-width ``[N, W, 0]`` output (unused feature of an eviction policy)."""
+
+    def f(obs):
+        return tf.zeros(tf.stack([tf.shape(obs)[0], width, 0]), tf.float32)
+
+    return f
+
+
+def preprocessing_layers(spec: PolicySpec, vocab: Vocab, cfg: NormConfig) -> dict[str, tf.keras.layers.Layer]:
+    """One fresh Keras layer per observation feature of ``spec`` (all roles:
+    a discarded feature or the mask gives a zero-width output).  Outputs are
+    ``[N, width]`` (inliner) or ``[N, W, width]`` (eviction) once the outer
+    dimensions were squashed to N by the network."""
+    layers = {}
+    binary = spec.action.kind == BINARY
+    for f in spec.features:
+        if f.role != INPUT:
+            fn = discard_fn if binary else _discard_columns(int(spec.width))  # type: ignore[arg-type]
+        else:
+            fn = normalize_fn(vocab[f.name], cfg)
+            if not binary and f.size == 1:
+                fn = _tile_columns(fn, int(spec.width))  # type: ignore[arg-type]
+        layers[f.name] = tf.keras.layers.Lambda(fn, name=f"pre_{f.name}")
+    return layers

@@ -1,0 +1,298 @@
+"""Per-feature quantile vocabularies and the feature normalization (numpy).
+
+Vocabulary layout (as ml-compiler-opt's ``generate_vocab``): a directory with
+one text file ``<feature>.buckets`` per feature, one boundary per line
+(a Python float), the ``num_buckets`` quantiles of the feature's observed
+values at ``linspace(0, 1, num_buckets)``: the first line is the minimum, the
+last the maximum, duplicates are kept (a feature with few distinct values has
+many equal boundaries).  Non-finite values are left out of the quantiles
+(they still normalize: ``+inf`` and NaN fall in the last bucket).
+
+Normalization of one value ``v`` of a feature with boundaries ``b``
+(``n = len(b)``), the same as ml-compiler-opt's ``feature_ops.get_normalize_fn``
+with ``tf.raw_ops.Bucketize``:
+
+* ``x = bucket(v) / n`` where ``bucket(v)`` is the number of boundaries
+  ``<= float32(v)``, compared in float32 (``Bucketize`` keeps its boundaries
+  as float32; values are cast to float32 first);
+* outputs, in this order: ``x``, then ``x*x`` (``with_square``),
+  ``sqrt(x)`` (``with_sqrt``), ``(float32(v) - mean(b)) / (std(b) + eps)``
+  (``with_z_score``; 0 where that is not finite, e.g. an infinite
+  ``use_def_density``), all float32.
+
+This module is the numpy reference; :mod:`mlgo_host.policies.tf_features` is
+the same function in TensorFlow (tests check they are equal), and
+:mod:`mlgo_host.policies.actor` compiles it into lookup tables for the
+per-decision fast path.  No TensorFlow here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import shutil
+import tempfile
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from mlgo_host.errors import ConfigError
+
+BUCKETS_SUFFIX = ".buckets"
+DEFAULT_NUM_BUCKETS = 1000
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+@dataclasses.dataclass(frozen=True)
+class NormConfig:
+    """Which normalized outputs each feature value gets (ml-compiler-opt's
+    ``get_observation_processing_layer_creator`` options)."""
+
+    with_square: bool = True
+    with_sqrt: bool = False
+    with_z_score: bool = False
+    eps: float = 1e-8
+
+    @property
+    def width(self) -> int:
+        """Number of float32 outputs per feature element."""
+        return 1 + int(self.with_square) + int(self.with_sqrt) + int(self.with_z_score)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "NormConfig":
+        try:
+            return cls(**{k: d[k] for k in ("with_square", "with_sqrt", "with_z_score", "eps") if k in d})
+        except TypeError as e:
+            raise ConfigError(f"bad normalization config {dict(d)!r}: {e}") from None
+
+
+class FeatureVocab:
+    """The boundaries of one feature and the constants its normalization needs."""
+
+    __slots__ = ("name", "raw", "boundaries", "mean32", "scale32")
+
+    def __init__(self, name: str, boundaries: Iterable[float], eps: float = 1e-8):
+        raw = np.asarray(list(boundaries) if not isinstance(boundaries, np.ndarray) else boundaries, dtype=np.float64)
+        if raw.ndim != 1 or raw.size == 0:
+            raise ConfigError(f"vocab {name!r}: needs at least one boundary")
+        if not np.all(np.isfinite(raw)):
+            raise ConfigError(f"vocab {name!r}: boundaries must be finite numbers")
+        if np.any(np.diff(raw) < 0):
+            raise ConfigError(f"vocab {name!r}: boundaries are not sorted")
+        self.name = name
+        #: float64 values as written in the file (mean/std are computed on these)
+        self.raw = raw
+        #: the float32 boundaries Bucketize compares against
+        self.boundaries = raw.astype(np.float32)
+        self.mean32 = np.float32(np.mean(raw))
+        self.scale32 = np.float32(float(np.std(raw)) + eps)
+
+    @property
+    def n(self) -> int:
+        return int(self.raw.size)
+
+    def bucket(self, values) -> np.ndarray:
+        """Number of boundaries <= float32(value), elementwise (int64)."""
+        v = np.asarray(values).astype(np.float32)
+        return np.searchsorted(self.boundaries, v, side="right").astype(np.int64)
+
+    def normalize(self, values, cfg: NormConfig) -> np.ndarray:
+        """float32 array of shape ``values.shape + (cfg.width,)``."""
+        v = np.asarray(values)
+        x = self.bucket(v).astype(np.float32) / np.float32(self.n)
+        outs = [x]
+        if cfg.with_square:
+            outs.append(x * x)
+        if cfg.with_sqrt:
+            outs.append(np.sqrt(x))
+        if cfg.with_z_score:
+            y = v.astype(np.float32)
+            with np.errstate(invalid="ignore", over="ignore"):
+                z = (y - self.mean32) / self.scale32
+            outs.append(np.where(np.isfinite(z), z, np.float32(0.0)))
+        return np.stack(outs, axis=-1).astype(np.float32, copy=False)
+
+    def values_table(self, cfg: NormConfig) -> np.ndarray:
+        """Normalized outputs for every bucket 0..n (z-score excluded: it
+        depends on the value, not the bucket): shape (n + 1, width_without_z)."""
+        x = np.arange(self.n + 1, dtype=np.float32) / np.float32(self.n)
+        outs = [x]
+        if cfg.with_square:
+            outs.append(x * x)
+        if cfg.with_sqrt:
+            outs.append(np.sqrt(x))
+        return np.stack(outs, axis=-1)
+
+
+class Vocab:
+    """A feature name -> :class:`FeatureVocab` mapping, loaded from or saved
+    to a vocab directory."""
+
+    def __init__(self, features: Mapping[str, FeatureVocab] | None = None):
+        self.features: dict[str, FeatureVocab] = dict(features or {})
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.features
+
+    def __getitem__(self, name: str) -> FeatureVocab:
+        return self.features[name]
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def names(self) -> list[str]:
+        return sorted(self.features)
+
+    # -- files -----------------------------------------------------------
+    @classmethod
+    def load(cls, directory: str, names: Iterable[str] | None = None, eps: float = 1e-8) -> "Vocab":
+        """Read ``<feature>.buckets`` files (all, or only ``names``)."""
+        if not os.path.isdir(directory):
+            raise ConfigError(f"vocab directory {directory!r} does not exist")
+        wanted = None if names is None else set(names)
+        feats: dict[str, FeatureVocab] = {}
+        for fn in sorted(os.listdir(directory)):
+            if not fn.endswith(BUCKETS_SUFFIX):
+                continue
+            name = fn[: -len(BUCKETS_SUFFIX)]
+            if wanted is not None and name not in wanted:
+                continue
+            path = os.path.join(directory, fn)
+            vals = []
+            with open(path, encoding="utf-8") as f:
+                for lineno, line in enumerate(f, 1):
+                    s = line.strip()
+                    if not s:
+                        continue
+                    try:
+                        vals.append(float(s))
+                    except ValueError:
+                        raise ConfigError(f"{path}:{lineno}: not a number: {s[:40]!r}") from None
+            try:
+                feats[name] = FeatureVocab(name, vals, eps=eps)
+            except ConfigError as e:
+                raise ConfigError(f"{path}: {e}") from None
+        if not feats and wanted != set():
+            raise ConfigError(f"vocab directory {directory!r} has no *{BUCKETS_SUFFIX} files")
+        return cls(feats)
+
+    def save(self, directory: str) -> None:
+        """Write the vocab directory atomically (built aside, then renamed
+        into place; an existing directory is replaced)."""
+        parent = os.path.dirname(os.path.abspath(directory))
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix="." + os.path.basename(os.path.abspath(directory)) + ".", dir=parent)
+        try:
+            self.write_into(tmp)
+            replace_dir(tmp, directory)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def write_into(self, directory: str) -> None:
+        """Write the ``.buckets`` files into an existing (private) directory."""
+        for name, fv in self.features.items():
+            if not _NAME_RE.match(name):
+                raise ConfigError(f"feature name {name!r} cannot be a file name")
+            with open(os.path.join(directory, name + BUCKETS_SUFFIX), "w", encoding="utf-8") as f:
+                f.write("".join(f"{float(x)!r}\n" for x in fv.raw))
+
+
+def replace_dir(tmp_dir: str, final_dir: str) -> None:
+    """Move a fully written directory into place, replacing an old one (the
+    old one is renamed aside first and removed after)."""
+    old = None
+    if os.path.lexists(final_dir):
+        old = tempfile.mkdtemp(prefix="." + os.path.basename(os.path.abspath(final_dir)) + ".old.",
+                               dir=os.path.dirname(os.path.abspath(final_dir)))
+        os.rmdir(old)
+        os.rename(final_dir, old)
+    os.rename(tmp_dir, final_dir)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def quantile_boundaries(values: np.ndarray, num_buckets: int = DEFAULT_NUM_BUCKETS) -> np.ndarray | None:
+    """``num_buckets`` quantiles of the finite ``values`` (None when none is finite)."""
+    if not 1 <= num_buckets <= DEFAULT_NUM_BUCKETS:
+        raise ConfigError(f"num_buckets must be in [1, {DEFAULT_NUM_BUCKETS}], got {num_buckets}")
+    v = np.asarray(values, dtype=np.float64).ravel()
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return None
+    return np.quantile(v, np.linspace(0.0, 1.0, num_buckets))
+
+
+class VocabBuilder:
+    """Accumulates feature values (optionally a seeded random sample of the
+    observations) and computes the quantile vocab.
+
+    ``add(records)`` takes a structured array of observations (fields =
+    features); each tensor is flattened, so an eviction feature ``[1, W]``
+    contributes its W values per observation."""
+
+    def __init__(self, sampling_fraction: float = 1.0, seed: int = 0, exclude: Iterable[str] = ()):
+        if not 0.0 < sampling_fraction <= 1.0:
+            raise ConfigError(f"sampling_fraction must be in (0, 1], got {sampling_fraction}")
+        self.fraction = sampling_fraction
+        self.rng = np.random.default_rng(seed)
+        self.exclude = set(exclude)
+        self._chunks: dict[str, list[np.ndarray]] = {}
+        self.observations = 0
+
+    def add(self, records: np.ndarray) -> None:
+        if records.size == 0:
+            return
+        if self.fraction < 1.0:
+            keep = self.rng.random(records.shape[0]) < self.fraction
+            records = records[keep]
+            if records.size == 0:
+                return
+        self.observations += int(records.shape[0])
+        for name in records.dtype.names or ():
+            if name in self.exclude:
+                continue
+            col = records[name]
+            self._chunks.setdefault(name, []).append(np.ascontiguousarray(col).reshape(-1).astype(np.float64))
+
+    def build(self, num_buckets: int = DEFAULT_NUM_BUCKETS) -> Vocab:
+        feats = {}
+        for name, chunks in self._chunks.items():
+            b = quantile_boundaries(np.concatenate(chunks), num_buckets)
+            if b is not None:
+                feats[name] = FeatureVocab(name, b)
+        return Vocab(feats)
+
+
+def int_thresholds(boundaries_f32: np.ndarray) -> np.ndarray:
+    """For integer inputs: the smallest int64 ``t`` with ``float32(t) >= b``
+    for each float32 boundary ``b``, so ``bucket(v) == #(t <= v)`` exactly,
+    without converting ``v``.  Boundaries beyond the int64 range map to
+    +/- 2**62 (values are clipped to that range by the fast path)."""
+    b = np.asarray(boundaries_f32, dtype=np.float32).astype(np.float64)
+    lim = float(2**62)
+    out = np.empty(b.shape, dtype=np.int64)
+    for i, x in enumerate(b):
+        if x <= -lim:
+            out[i] = -(2**62)
+            continue
+        if x > lim:
+            out[i] = 2**62
+            continue
+        c = int(math.ceil(x))
+        # float32(c) >= x holds (rounding is monotone and x is a float32);
+        # for |x| > 2**24 smaller integers may round up to x as well.
+        lo, hi = c - (1 << 40) if abs(x) > 2**24 else c, c
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if float(np.array(mid, dtype=np.int64).astype(np.float32)) >= x:  # direct int64->float32, as C++
+                hi = mid
+            else:
+                lo = mid + 1
+        out[i] = hi
+    return out
