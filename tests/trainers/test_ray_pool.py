@@ -1,0 +1,286 @@
+"""The Ray backend of the worker pool, on one local Ray instance (2 CPUs),
+with the real compiler: parity with the local pool, shipped bitcode, a killed
+actor, straggler cancellation and several experiments on the same actors."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from mlgo_host.errors import UnknownExperimentError  # noqa: E402
+from mlgo_host.trainers.pool import EarlyExit, WorkerPool, make_pool  # noqa: E402
+from mlgo_host.trainers.ray_pool import RayCluster, RayPool, _children, _stat  # noqa: E402
+
+pytestmark = pytest.mark.ray
+
+FACTORY = "mlgo_host.trainers.worker:CollectWorker"
+HERE = os.path.dirname(os.path.abspath(__file__))
+SMALL = {"s0": 12, "s1": 25, "s2": 40, "s3": 18, "s4": 30}  # module name -> number of functions
+SLOW = ("slow", 800)
+
+
+def _c_source(n: int, seed: int) -> str:
+    """``n`` small static functions and ``n`` callers: ~3n inlining decisions."""
+    lines = ["static volatile int sink;"]
+    for i in range(n):
+        lines.append(f"static int f{i}(int x) {{ int y = x * {(i * 7 + seed) % 13 + 1} + {seed}; "
+                     f"if (y & 1) sink += y; return y ^ {i}; }}")
+    for i in range(n):
+        calls = " + ".join(f"f{(i * 5 + k + seed) % n}(x + {k})" for k in range(3))
+        lines.append(f"int g{i}(int x) {{ return {calls}; }}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    # Actors import test helpers too (the local pool passes sys.path to its
+    # spawned children; Ray workers inherit the environment of the raylet).
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = HERE + (os.pathsep + old if old else "")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A corpus built from generated C files with clang-19 (the corpus
+    builder: -disable-llvm-passes bitcode + the cc1 command)."""
+    from mlgo_host.trainers.corpus import load_corpus
+    from mlgo_host.trainers.corpus_build import build_corpus, load_compile_commands, write_compile_commands
+
+    root = tmp_path_factory.mktemp("ray-corpus")
+    src = root / "src"
+    src.mkdir()
+    entries = []
+    for k, (name, n) in enumerate([*SMALL.items(), SLOW]):
+        (src / f"{name}.c").write_text(_c_source(n, k))
+        entries.append({"directory": str(src), "file": str(src / f"{name}.c"),
+                        "arguments": ["clang-19", "-Oz", "-c", f"{name}.c", "-o", f"{name}.o"]})
+    write_compile_commands(src / "compile_commands.json", entries)
+    build_corpus(load_compile_commands(src / "compile_commands.json"), root / "corpus", progress=False)
+    c = load_corpus(root / "corpus")
+    assert sorted(m.name for m in c.modules) == sorted([*SMALL, SLOW[0]])
+    return c
+
+
+@pytest.fixture(scope="module")
+def worker_kwargs(tmp_path_factory):
+    return {"baseline_cache": str(tmp_path_factory.mktemp("baselines"))}
+
+
+def _small_tasks(corpus, ship_bitcode=False):
+    mods = sorted((m for m in corpus.modules if m.name in SMALL), key=lambda m: m.name)
+    return [(m.to_task(ship_bitcode=ship_bitcode), 1000 + i, False, True) for i, m in enumerate(mods)]
+
+
+def _sizes(outcomes) -> dict[str, int]:
+    assert all(o.ok for o in outcomes), [o.error for o in outcomes if not o.ok]
+    assert all(o.value["status"] == "ok" for o in outcomes), [o.value["reason"] for o in outcomes]
+    return {o.value["name"]: o.value["policy_size"] for o in outcomes}
+
+
+@pytest.fixture(scope="module")
+def local_sizes(corpus, worker_kwargs):
+    """Per-module sizes from the local backend (seeded random policy)."""
+    with WorkerPool(2, FACTORY, worker_kwargs) as pool:
+        pool.broadcast("set_policy", {"heuristic": "random"})
+        random_sizes = _sizes(pool.map_unordered("collect", _small_tasks(corpus)))
+        pool.broadcast("set_policy", {"heuristic": "default"})
+        slow = [m for m in corpus.modules if m.name == SLOW[0]][0]
+        default_sizes = _sizes(pool.map_unordered("collect", [(m.to_task(), 0, True, True)
+                                                              for m in corpus.modules if m.name in SMALL]
+                                                  + [(slow.to_task(), 0, True, True)]))
+    return {"random": random_sizes, "default": default_sizes}
+
+
+@pytest.fixture
+def cluster(ray_instance):
+    # half a CPU per actor: a private pool (make_pool) can start beside it
+    with RayCluster(2, num_cpus_per_worker=0.5) as c:
+        yield c
+
+
+def test_ray_pool_gives_the_local_pools_sizes(ray_instance, corpus, worker_kwargs, local_sizes):
+    sizes_random = local_sizes["random"]
+    # the seeded random policy really decides something: not the -Oz sizes
+    assert sizes_random != local_sizes["default"]
+    with make_pool("ray", 2, FACTORY, worker_kwargs, ray_address=None, num_cpus_per_worker=0.5) as pool:
+        assert pool.backend == "ray" and pool.num_workers == 2
+        pool.broadcast("set_policy", {"heuristic": "random"})
+        seen = []
+        out = pool.map_unordered("collect", _small_tasks(corpus), on_result=seen.append)
+        assert len(seen) == len(out) == len(SMALL)
+        assert _sizes(out) == sizes_random
+        assert sorted(o.index for o in out) == list(range(len(SMALL)))
+        info = pool.workers_info()
+        assert len({i["pid"] for i in info}) == 2 and os.getpid() not in {i["pid"] for i in info}
+        assert not any(i["tensorflow"] for i in info)
+        assert pool.retries == 0
+
+
+def test_shipped_bitcode_needs_no_shared_filesystem(cluster, corpus, worker_kwargs, local_sizes):
+    tasks = []
+    for task, seed, greedy, record in _small_tasks(corpus, ship_bitcode=True):
+        assert task["bc_bytes"]
+        # the path does not exist on the worker: only the shipped bytes can be compiled
+        task = dict(task, bc_path=os.path.join(HERE, "no-such-dir", task["name"] + ".bc"))
+        tasks.append((task, seed, greedy, record))
+    pool = cluster.pool("shipped", FACTORY, worker_kwargs)
+    pool.broadcast("set_policy", {"heuristic": "random"})
+    assert _sizes(pool.map_unordered("collect", tasks)) == local_sizes["random"]
+    # without the bytes, the missing path is a reported task failure, not a hang
+    bad = dict(tasks[0][0])
+    del bad["bc_bytes"]
+    out = pool.map_unordered("collect", [(bad, 0, False, True)])
+    assert not (out[0].ok and out[0].value["status"] == "ok")
+
+
+def _compiler_children(pid: int) -> list[int]:
+    """Session-leader children of an actor process (its compilers)."""
+    out = []
+    for c in _children(pid):
+        st = _stat(c)
+        if st is not None and st[0] == c:
+            try:
+                with open(f"/proc/{c}/cmdline", "rb") as f:
+                    if b"clang" in f.read():
+                        out.append(c)
+            except OSError:
+                pass
+    return out
+
+
+def _gone(pid: int, timeout: float = 20.0) -> bool:
+    """True once ``pid`` has exited (absent or a zombie)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                data = f.read()
+            if data[data.rindex(b")") + 2:].split()[0] == b"Z":
+                return True
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _slow_tasks(corpus):
+    slow = [m for m in corpus.modules if m.name == SLOW[0]][0]
+    return [(slow.to_task(), 0, True, True)] + [(t, 0, True, True) for t, *_ in _small_tasks(corpus)]
+
+
+def test_a_killed_actor_mid_module_is_retried_once_and_replaced(cluster, corpus, worker_kwargs, local_sizes):
+    pool = cluster.pool("kill", FACTORY, worker_kwargs)
+    pool.broadcast("set_policy", {"heuristic": "default"})
+    slots = pool.workers_info()  # in slot order
+    killed: dict = {}
+
+    def killer():
+        # kill the actor that runs the slow module's channel compile, mid-module
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed:
+            for slot, actor in enumerate(cluster.actors):
+                for c in _compiler_children(slots[slot]["pid"]):
+                    try:
+                        with open(f"/proc/{c}/cmdline", "rb") as f:
+                            cmd = f.read()
+                    except OSError:
+                        continue
+                    if b"slow.bc" in cmd and b"interactive-channel-base" in cmd:
+                        killed.update(pid=slots[slot]["pid"], compiler=c, tmp=slots[slot]["tmp"])
+                        ray.kill(actor)
+                        return
+            time.sleep(0.01)
+
+    th = threading.Thread(target=killer)
+    th.start()
+    out = pool.map_unordered("collect", _slow_tasks(corpus))
+    th.join()
+    assert killed, "the slow module's compile was never seen"
+    # every module completed, with the sizes of the local backend; one retry
+    assert _sizes(out) == local_sizes["default"]
+    assert pool.retries == 1 and pool.last_retried == [0]
+    # the dead actor was replaced: still two workers, the killed pid is not among them
+    info = pool.workers_info()
+    assert len(info) == 2 and killed["pid"] not in {i["pid"] for i in info}
+    assert all(i["experiments"] == ["kill"] for i in info)
+    # the orphaned compiler was killed by the actor's watchdog, and its directory removed
+    assert _gone(killed["compiler"])
+    deadline = time.monotonic() + 20
+    while os.path.exists(killed["tmp"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(killed["tmp"])
+    # the replacement got the last broadcast (the policy) and serves
+    again = pool.map_unordered("collect", [(t, 0, True, True) for t, *_ in _small_tasks(corpus)[:2]])
+    assert all(o.ok and o.value["policy_size"] == local_sizes["default"][o.value["name"]] for o in again)
+
+
+def test_stragglers_are_cancelled_and_their_compilers_killed(cluster, corpus, worker_kwargs):
+    pool = cluster.pool("straggle", FACTORY, worker_kwargs)
+    pool.broadcast("set_policy", {"heuristic": "default"})
+    tasks = _slow_tasks(corpus)[:5]  # the slow module and four small ones
+    early = EarlyExit(fraction=0.8, grace_s=0.1, grace_factor=0.05, timeout_s=600)
+    out = pool.map_unordered("collect", tasks, early)
+    by_index = {o.index: o for o in out}
+    assert sorted(by_index) == list(range(5))
+    assert by_index[0].cancelled and not by_index[0].ok
+    assert all(by_index[i].ok for i in range(1, 5))
+    # no compiler left running in any actor, and the actors still serve
+    for i in pool.workers_info():
+        assert _compiler_children(i["pid"]) == []
+    again = pool.map_unordered("collect", tasks[1:3])
+    assert all(o.ok for o in again) and pool.retries == 0
+
+
+def test_two_experiments_share_the_actors_with_their_own_policies(cluster, corpus, worker_kwargs, local_sizes):
+    a = RayPool.shared(cluster, "train", FACTORY, worker_kwargs)
+    b = cluster.pool("heldout", FACTORY, worker_kwargs)
+    a.broadcast("set_policy", {"heuristic": "random"})
+    b.broadcast("set_policy", {"heuristic": "default"})
+    # the same processes hold both experiments
+    pids = [i["pid"] for i in a.workers_info()]
+    assert pids == [i["pid"] for i in b.workers_info()]
+    assert all(i["experiments"] == ["heldout", "train"] for i in a.workers_info())
+    tasks = _small_tasks(corpus)
+    results = {}
+
+    def run(name, pool):
+        results[name] = pool.map_unordered("collect", tasks)
+
+    threads = [threading.Thread(target=run, args=("a", a)), threading.Thread(target=run, args=("b", b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert _sizes(results["a"]) == local_sizes["random"]
+    assert _sizes(results["b"]) == {k: v for k, v in local_sizes["default"].items() if k in SMALL}
+    # an unknown experiment id is a typed error naming the id and the known ids
+    with pytest.raises(UnknownExperimentError) as ei:
+        ray.get(cluster.actors[0].call.remote("nope", "collect", 0, *tasks[0]))
+    err = ei.value if isinstance(ei.value, UnknownExperimentError) else ei.value.cause
+    assert err.experiment_id == "nope" and err.known == ["heldout", "train"]
+    assert "'nope'" in str(ei.value) and "'heldout', 'train'" in str(ei.value)
+    # ... also through a pool whose experiment was removed from the actors
+    b.close()
+    stale = RayPool.__new__(RayPool)
+    stale.__dict__.update(a.__dict__, experiment_id="heldout")
+    with pytest.raises(UnknownExperimentError, match="unknown experiment id 'heldout'.*'train'"):
+        stale.map_unordered("collect", tasks[:1])
+    with pytest.raises(UnknownExperimentError):
+        stale.broadcast("set_policy", {"heuristic": "default"})
+    # the remaining experiment is unaffected
+    assert _sizes(a.map_unordered("collect", tasks[:2])) == {k: local_sizes["random"][k] for k in ("s0", "s1")}
