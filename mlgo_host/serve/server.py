@@ -142,6 +142,7 @@ class Slot(threading.Thread):
         self.n = 0
         self.busy = False  # a compile is in flight
         self.abort = threading.Event()
+        self.started = threading.Event()  # first generation offered
         self.policy = None
         self.chan = None
         os.makedirs(self.dir, exist_ok=True)
@@ -177,6 +178,7 @@ class Slot(threading.Thread):
                 gen = f"{srv.id}:{self.k}:{self.n}"
                 self.chan = Channel(directory=self.dir, name=S.CHANNEL_NAME)
                 S.write_atomic(self._p(S.READY), gen.encode())
+                self.started.set()
                 msg = self._wait_start(gen)
                 if msg is None:
                     break
@@ -195,6 +197,7 @@ class Slot(threading.Thread):
         except Exception as e:
             srv.log(f"slot {self.k}: stopped by an internal error: {e!r}")
         finally:
+            self.started.set()
             S.unlink_quiet(self._p(S.READY))
             if self.chan is not None:
                 self.chan.close()
@@ -472,6 +475,10 @@ class Server:
                 self.slots.append(Slot(self, k))
             for s in self.slots:
                 s.start()
+            for s in self.slots:  # server.json appears once every slot is offered
+                s.started.wait(30)
+                if not s.is_alive():
+                    raise ConfigError(f"slot {s.k} failed to start (see the messages above)")
             self.heartbeat()
             S.write_atomic(os.path.join(self.root, S.SERVER_JSON), json.dumps({
                 "id": self.id, "pid": os.getpid(), "slots": self.nslots, "advisor": self.advisor_name,
