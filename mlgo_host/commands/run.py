@@ -19,8 +19,11 @@ import json
 import os
 import sys
 
-from mlgo_host.channel.advisors import ADVISORS
-from mlgo_host.errors import ConfigError
+# `run` does no BLAS work: a single OpenBLAS thread saves ~0.1 s of CPU at start-up.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from mlgo_host.channel.advisors import ADVISORS  # noqa: E402  (imports numpy)
+from mlgo_host.errors import ConfigError  # noqa: E402
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -30,9 +30,9 @@ def cdir(tmp_path_factory):
     """Generated C modules, written once per test session."""
     d = tmp_path_factory.mktemp("csrc")
     files = {
-        "tiny.c": synth.inline_module(5, seed=1),
+        "tiny.c": synth.inline_module(8, seed=1),
         "mid.c": synth.inline_module(330, seed=2),
-        "big.c": synth.inline_module(1300, seed=3),
+        "big.c": synth.inline_module(1380, seed=3),
         "pressure.c": synth.pressure_module(n_funcs=2, live=36, seed=4),
         "nobody.c": synth.no_body_module(),
     }

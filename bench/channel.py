@@ -1,0 +1,155 @@
+"""Channel benchmark: what a host costs per inliner decision and per compile.
+
+On two generated modules (~600 and ~2,500 inliner decisions) it runs, side by
+side in one run and alternating, several repetitions of: the plain compile
+(``clang-19 -Oz -c``), the minimal reference host (``bench/ref_host.py``)
+and ``mlgo-host run --policy default``, each unpinned and pinned to one CPU
+(host and compiler on the same CPU). Each run is a child process reaped with
+``os.wait4``: its CPU (host + compiler) minus the compiler's CPU (which both
+hosts report from their own ``wait4``) is the host's CPU. A fixed cost and a
+per-decision cost are fitted from the two sizes (medians), for the host's CPU
+and for the wall-time overhead over the plain compile.
+
+usage: python bench/channel.py [--reps N] [--cpu CPU] [--out FILE]
+Prints a table and writes bench/results/channel.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from mlgo_host.channel import synth  # noqa: E402
+
+CLANG = "clang-19"
+SIZES = {"600": 330, "2500": 1300}  # decisions (approx.) -> generated functions
+
+
+def run_one(argv, env=None):
+    t0 = time.perf_counter()
+    pid = os.posix_spawnp(argv[0], argv, env or os.environ,
+                          file_actions=[(os.POSIX_SPAWN_OPEN, 1, OUTFILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
+                                        (os.POSIX_SPAWN_OPEN, 2, ERRFILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)])
+    _, status, ru = os.wait4(pid, 0)
+    wall = time.perf_counter() - t0
+    rc = os.waitstatus_to_exitcode(status)
+    with open(OUTFILE) as f:
+        out = f.read()
+    if rc != 0:
+        with open(ERRFILE) as f:
+            raise SystemExit(f"{argv[:4]}... failed ({rc}): {f.read()[-500:]}")
+    return wall, ru.ru_utime + ru.ru_stime, out
+
+
+def fit(n1, y1, n2, y2):
+    per = (y2 - y1) / (n2 - n1)
+    return y1 - per * n1, per
+
+
+def main() -> int:
+    global OUTFILE, ERRFILE
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--cpu", type=int, default=None, help="CPU for the pinned variants (default: the last one)")
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "channel.json"))
+    args = ap.parse_args()
+    cpu = args.cpu if args.cpu is not None else max(os.sched_getaffinity(0))
+    work = tempfile.mkdtemp(prefix="mlgo-bench-")
+    OUTFILE, ERRFILE = os.path.join(work, "stdout"), os.path.join(work, "stderr")
+    py = sys.executable
+    env = dict(os.environ)
+    try:
+        srcs = {}
+        for k, nf in SIZES.items():
+            srcs[k] = os.path.join(work, f"m{k}.c")
+            with open(srcs[k], "w") as f:
+                f.write(synth.inline_module(nf, seed=7))
+
+        def argv(variant, k):
+            out = os.path.join(work, f"{variant}-{k}.o")
+            comp = [CLANG, "-Oz", "-c", srcs[k], "-o", out]
+            if variant == "plain":
+                return comp
+            if variant.startswith("ref"):
+                pin = ["--pin", str(cpu)] if variant.endswith("pinned") else []
+                return [py, os.path.join(HERE, "ref_host.py")] + pin + ["--"] + comp
+            pin = [f"--pin={cpu}"] if variant.endswith("pinned") else []
+            return [py, "-m", "mlgo_host", "run", "--policy", "default"] + pin + ["--"] + comp
+
+        variants = ["plain", "ref", "ours", "ref-pinned", "ours-pinned"]
+        # warm-up (page cache, the default-slot probe cache) + byte identity
+        for k in SIZES:
+            for v in variants:
+                run_one(argv(v, k), env)
+            base = open(os.path.join(work, f"plain-{k}.o"), "rb").read()
+            for v in variants[1:]:
+                assert open(os.path.join(work, f"{v}-{k}.o"), "rb").read() == base, f"{v} object differs from plain"
+        data = {v: {k: [] for k in SIZES} for v in variants}
+        decisions = {}
+        for rep in range(args.reps):
+            order = variants[rep % len(variants):] + variants[: rep % len(variants)]
+            for k in SIZES:
+                for v in order:
+                    wall, cpu_s, out = run_one(argv(v, k), env)
+                    if v == "plain":
+                        comp = cpu_s
+                    else:
+                        j = json.loads(out.strip().splitlines()[-1])
+                        comp = j["compiler_cpu_s"]
+                        decisions[k] = j["observations"]
+                    data[v][k].append({"wall": wall, "cpu": cpu_s, "compiler_cpu": comp, "host_cpu": cpu_s - comp})
+            print(f"rep {rep + 1}/{args.reps} done", file=sys.stderr)
+
+        # no TensorFlow on the `run` path
+        r = subprocess.run([py, "-X", "importtime", "-m", "mlgo_host", "run", "--", CLANG, "-Oz", "-c", srcs["600"],
+                            "-o", os.path.join(work, "imp.o")], capture_output=True, text=True, env=env)
+        imports_tf = "tensorflow" in r.stderr
+
+        med = {v: {k: {m: statistics.median(x[m] for x in data[v][k]) for m in data[v][k][0]} for k in SIZES}
+               for v in variants}
+        (k1, k2), (n1, n2) = list(SIZES), (decisions["600"], decisions["2500"])
+        res = {"decisions": decisions, "reps": args.reps, "pinned_cpu": cpu, "imports_tensorflow": imports_tf,
+               "median": med, "hosts": {}}
+        print(f"\nchannel benchmark: {n1} and {n2} inliner decisions, {args.reps} reps, medians"
+              f" (pinned = host and compiler on CPU {cpu})")
+        print(f"plain compile: {med['plain'][k1]['wall']:.3f} s / {med['plain'][k2]['wall']:.3f} s wall")
+        hdr = (f"{'host':<12} {'host CPU µs/dec':>15} {'host CPU fixed s':>16} {'wall µs/dec':>11} "
+               f"{'wall fixed s':>12} {'ratio ~600':>10} {'ratio ~2500':>11} {'clang +CPU µs/dec':>17}")
+        print(hdr)
+        print("-" * len(hdr))
+        for v in variants[1:]:
+            hf, hp = fit(n1, med[v][k1]["host_cpu"], n2, med[v][k2]["host_cpu"])
+            d1 = med[v][k1]["wall"] - med["plain"][k1]["wall"]
+            d2 = med[v][k2]["wall"] - med["plain"][k2]["wall"]
+            wf, wp = fit(n1, d1, n2, d2)
+            _, cp = fit(n1, med[v][k1]["compiler_cpu"] - med["plain"][k1]["compiler_cpu"],
+                        n2, med[v][k2]["compiler_cpu"] - med["plain"][k2]["compiler_cpu"])
+            r1 = med[v][k1]["wall"] / med["plain"][k1]["wall"]
+            r2 = med[v][k2]["wall"] / med["plain"][k2]["wall"]
+            res["hosts"][v] = {"host_cpu_us_per_decision": hp * 1e6, "host_cpu_fixed_s": hf,
+                               "wall_us_per_decision": wp * 1e6, "wall_fixed_s": wf,
+                               "wall_ratio": {k1: r1, k2: r2}, "compiler_extra_cpu_us_per_decision": cp * 1e6}
+            print(f"{v:<12} {hp * 1e6:>15.1f} {hf:>16.3f} {wp * 1e6:>11.1f} {wf:>12.3f} {r1:>10.2f} {r2:>11.2f}"
+                  f" {cp * 1e6:>17.1f}")
+        print(f"`mlgo-host run` imports TensorFlow: {imports_tf}")
+        os.makedirs(os.path.dirname(args.out), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=1)
+        print(f"wrote {os.path.relpath(args.out)}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
