@@ -102,9 +102,10 @@ class _Watchdog:
     ``fired`` and raises :class:`ChannelTimeout`. Costs nothing per decision
     (the thread sleeps on an Event)."""
 
-    def __init__(self, deadline: float, out_path: str):
+    def __init__(self, deadline: float, out_path: str, in_path: str | None = None):
         self.deadline = deadline
         self.out_path = out_path
+        self.in_path = in_path
         self.fired = False
         self._ev = threading.Event()
         self._th = threading.Thread(target=self._run, name="mlgo-channel-watchdog", daemon=True)
@@ -117,7 +118,7 @@ class _Watchdog:
         else:
             return
         self.fired = True
-        try:
+        try:  # wake a reader blocked on .out
             fd = os.open(self.out_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
                 os.write(fd, b"\0")
@@ -125,6 +126,25 @@ class _Watchdog:
                 os.close(fd)
         except OSError:
             pass
+        if not self.in_path:
+            return
+        # Unblock a session loop stuck writing to a full .in (a compiler that
+        # stopped reading advice): drain it until the loop cancels us.
+        try:
+            fd = os.open(self.in_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            while True:
+                try:
+                    while os.read(fd, 1 << 16):
+                        pass
+                except (BlockingIOError, OSError):
+                    pass
+                if self._ev.wait(0.05):
+                    return
+        finally:
+            os.close(fd)
 
     def cancel(self) -> None:
         self._ev.set()
@@ -175,7 +195,7 @@ def serve_channel(
         if data:
             fl = fcntl.fcntl(rfd, fcntl.F_GETFL)
             fcntl.fcntl(rfd, fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
-            wd = _Watchdog(deadline, chan.out_path)
+            wd = _Watchdog(deadline, chan.out_path, chan.in_path)
         while data:
             r = feed_one(data)
             if r is not None:

@@ -76,6 +76,10 @@ else:
 if mode in ("hang_after_header", "garbage_header", "unknown_type"):
     time.sleep(1000)
 out.write(b'{"context":""}\n')
+if mode == "flood":  # never reads the advice: the host's writes to .in fill up and block
+    for i in range(20000):
+        out.write(b'{"observation":%d}\n' % i + obs(i, 0) + b"\n")
+    time.sleep(1000)
 n = int(os.environ.get("FAKE_N", "3"))
 for i in range(n):
     t = obs(i, i % 2)

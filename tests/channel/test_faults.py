@@ -25,6 +25,7 @@ CASES = {
     "death": ("ended mid-record", "observation 1", "exit status 3"),
     "hang_before_open": ("did not open", "channel.in", "timeout 1.5 s"),
     "hang_after_header": ("timed out", "event line", "stream byte"),
+    "flood": ("timed out", "observations decoded"),
 }
 
 
