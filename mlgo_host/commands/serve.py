@@ -53,7 +53,11 @@ def run(args: argparse.Namespace) -> int:
     srv = Server(args.channels, slots=args.slots, policy=args.policy, advisor=args.advisor, stats_path=args.stats,
                  collect_dir=args.collect, timeout=args.timeout, grace=args.grace, seed=args.seed,
                  sample=args.sample, compiler=args.compiler, verbose=args.verbose)
+    srv.install_signals()
     srv.start()
+    if srv.stopping.is_set():  # signalled while starting
+        srv.shutdown()
+        return 0
     srv.log(f"serving {srv.nslots} slots in {srv.root} (policy {srv.policy_name}, advisor {srv.advisor_name}, "
             f"pid {os.getpid()}); clients: MLGO_CHANNELS={srv.root} CC=mlgo-clang")
     rc = srv.serve_forever()

@@ -363,10 +363,14 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
             if rc is not None:
                 break
             live, why = S.server_status(root, stale_s, sid)
-            if live is None:
+            nxt = S.read_text(os.path.join(sdir, S.READY))
+            if live is None or (nxt and nxt != gen):
+                # the server is gone, or it moved on without our compiler
+                # (which may block in open() forever): kill it
                 proc.kill()
                 _remove_temp_outputs(plan["output"], t0)
-                return fallback(f"{why} during the compile")
+                return fallback(f"{why} during the compile" if live is None else
+                                f"slot {k} of {root} gave up on this compile")
         try:
             os.write(ctl, (json.dumps({"op": "done", "gen": gen, "returncode": rc,
                                        "wall_s": round(time.time() - t0, 4)}) + "\n").encode())
@@ -390,14 +394,21 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
         S.unlock(lock_fd)
 
 
+def _main(kind: str) -> int:
+    try:
+        return main(kind)
+    except KeyboardInterrupt:  # the compiler was killed in main's finally
+        return 130
+
+
 def main_c() -> int:
-    return main("c")
+    return _main("c")
 
 
 def main_cxx() -> int:
     global PROG
     PROG = "mlgo-clang++"
-    return main("cxx")
+    return _main("cxx")
 
 
 if __name__ == "__main__":  # pragma: no cover

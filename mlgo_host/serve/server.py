@@ -281,14 +281,21 @@ class Slot(threading.Thread):
             srv.log(f"slot {self.k}: session {gen} aborted: {error}")
         chan.close()  # FIFOs removed: the next generation gets fresh ones
         self.chan = None
-        # the compiler's exit status (it finishes codegen after the channel closes)
-        while not done and time.monotonic() < deadline + 30:
+        # The compiler's exit status: it finishes codegen after the channel
+        # closed. Its client is bounded by it, so wait as long as the client
+        # lives (on shutdown, its compiler is killed and it reports at once).
+        abort_seen = None
+        while not done:
             poll_done(0.25)
             if done or not _pid_alive(client_pid):
                 poll_done()
                 break
-            if self.abort.is_set() and not aborted:
-                self.kill_compilers()
+            if self.abort.is_set():
+                if abort_seen is None:
+                    abort_seen = time.monotonic()
+                    self.kill_compilers()
+                elif time.monotonic() - abort_seen > 10:
+                    break
         if aborted:
             status = "aborted"
         elif not done:
@@ -477,7 +484,7 @@ class Server:
                 s.start()
             for s in self.slots:  # server.json appears once every slot is offered
                 s.started.wait(30)
-                if not s.is_alive():
+                if not s.is_alive() and not self.stopping.is_set():
                     raise ConfigError(f"slot {s.k} failed to start (see the messages above)")
             self.heartbeat()
             S.write_atomic(os.path.join(self.root, S.SERVER_JSON), json.dumps({
@@ -514,13 +521,15 @@ class Server:
         except FileNotFoundError:
             os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
 
-    def serve_forever(self, install_signals: bool = True) -> int:
-        if install_signals:
-            def handler(signum, frame):
-                self.stopping.set()
+    def install_signals(self) -> None:
+        """SIGTERM/SIGINT/SIGHUP stop the server cleanly (main thread only)."""
+        def handler(signum, frame):
+            self.stopping.set()
 
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                signal.signal(sig, handler)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, handler)
+
+    def serve_forever(self) -> int:
         while not self.stopping.wait(1.0):
             self.heartbeat()
             for i, s in enumerate(self.slots):

@@ -72,6 +72,26 @@ def test_make_j4_two_slots_byte_identical(tmp_path):
     assert txt.returncode == 0 and "m5.o" in txt.stdout and "+0.00%" in txt.stdout
 
 
+def test_one_slot_serves_concurrent_clients_one_at_a_time(tmp_path):
+    d = str(tmp_path)
+    sources = write_sources(d, 4, functions=12)
+    ch, stats = str(tmp_path / "ch"), str(tmp_path / "stats.jsonl")
+    with ServerProc(ch, slots=1, policy="default", stats=stats) as srv:
+        env = dict(os.environ, MLGO_CHANNELS=ch, MLGO_FALLBACK="fail")
+        procs = [subprocess.Popen([MLGO_CLANG, "-Oz", "-c", s, "-o", s[:-2] + ".o"], env=env,
+                                  stderr=subprocess.PIPE, text=True) for s in sources]
+        errs = [p.communicate(timeout=300)[1] for p in procs]
+        assert [p.returncode for p in procs] == [0] * 4, errs
+        recs = wait_for(lambda: (lambda x: x if len(x) >= 4 else None)(read_stats(stats)), 30, "4 stats lines")
+        assert srv.terminate() == 0
+    # one generation per compile, in order, all served by slot 0
+    assert sorted(r["gen"].rsplit(":", 1)[1] for r in recs) == ["1", "2", "3", "4"]
+    assert {r["status"] for r in recs} == {"ok"} and {r["slot"] for r in recs} == {0}
+    for s in sources:
+        with open(s[:-2] + ".o", "rb") as f:
+            assert f.read() == plain_object(s, os.path.join(d, "plain.o"))
+
+
 def test_client_killed_mid_compile_server_keeps_serving(tmp_path):
     d = str(tmp_path)
     with open(os.path.join(d, "big.c"), "w") as f:

@@ -1,0 +1,222 @@
+"""Wall time of a `make -j2` build through `mlgo-host serve` + `mlgo-clang`
+(policy default, 2 slots) against the same build with plain clang-19, and
+with `mlgo-clang` alone (no server: the wrapper's own cost).
+
+Sources: the benchmark corpus's C/C++ files when their sdists are already
+extracted in the benchmark cache (`mlgo-host corpus benchmark`, or --fetch
+here), else ~40 generated C modules.  Prints the figures and writes
+bench/results/serve.json.  The served objects are checked byte-identical to
+the plain ones.
+
+usage: .venv/bin/python bench/serve.py [--repeat 3] [--jobs 2] [--generated] [--fetch] [--max-files 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BIN = os.path.dirname(sys.executable)
+
+
+def generated_entries(d: str, n: int = 40) -> list[dict]:
+    rng = random.Random(7)
+    entries = []
+    for m in range(n):
+        lines = []
+        nf = rng.randint(15, 40)
+        for i in range(nf):
+            body = [f"static int f{i}(int x, const int *p) {{", "  int s = x;"]
+            for j in range(rng.choice((1, 2, 3, 6))):
+                body.append(f"  if (s & {1 << rng.randint(0, 7)}) s = s * {rng.randint(3, 99)} + p[{j % 4}];"
+                            f" else s ^= {rng.randint(1, 999)};")
+            if rng.random() < 0.3:
+                body.append(f"  for (int j = 0; j < (x & 3); j++) s += p[j] * {rng.randint(2, 9)};")
+            body.append("  return s;\n}")
+            lines.append("\n".join(body))
+        lines.append(f"int entry_{m}(int a, const int *p) {{\n  int t = 0;")
+        for i in range(nf):
+            for _ in range(rng.choice((1, 1, 2, 3))):
+                lines.append(f"  t += f{i}(a + {rng.randint(0, 99)}, p);")
+        lines.append("  return t;\n}\n")
+        src = os.path.join(d, f"gen{m:02d}.c")
+        with open(src, "w") as f:
+            f.write("\n".join(lines))
+        entries.append({"directory": d, "file": src, "arguments": ["clang-19", "-Oz", "-c", src, "-o", "x.o"]})
+    return entries
+
+
+def benchmark_entries(fetch: bool) -> list[dict] | None:
+    """Compile entries of the benchmark corpus sources, if extracted (or
+    fetched with --fetch). None when not available."""
+    try:
+        from mlgo_host.trainers import benchmark as B
+    except ImportError:
+        return None
+    spec = B.load_spec()
+    cache = B.default_cache_dir()
+    entries = []
+    for pkg in spec.packages:
+        archive = cache / "sdists" / pkg.filename
+        if fetch:
+            archive = B.fetch(pkg, cache)
+        elif not archive.exists():
+            continue  # not downloaded: no network use unless --fetch
+        top = B.extract(archive, cache / "src")  # no-op when already extracted
+        entries += B.compile_entries(pkg, top, "clang-19", spec.opt_level)
+    return entries or None
+
+
+def write_makefile(entries: list[dict], out_dir: str) -> list[str]:
+    rules, objs = [], []
+    for i, e in enumerate(entries):
+        args = list(e["arguments"])
+        src = e["file"]
+        is_cxx = os.path.splitext(src)[1] in (".cc", ".cpp", ".cxx", ".C")
+        flags = []
+        skip = False
+        for j, a in enumerate(args[1:], 1):
+            if skip:
+                skip = False
+                continue
+            if a == "-o":
+                skip = True
+                continue
+            if a in ("-c", src):
+                continue
+            flags.append(a)
+        obj = os.path.join(out_dir, f"o{i:03d}.o")
+        objs.append(obj)
+        cc = "$(CXX)" if is_cxx else "$(CC)"
+        rules.append(f"{obj}:\n\tcd {shlex.quote(e['directory'])} && {cc} {' '.join(shlex.quote(f) for f in flags)} "
+                     f"-c {shlex.quote(src)} -o {obj}\n")
+    with open(os.path.join(out_dir, "Makefile"), "w") as f:
+        f.write("all: " + " ".join(objs) + "\n" + "".join(rules))
+    return objs
+
+
+def make(out_dir: str, jobs: int, cc: str, cxx: str, env: dict) -> float:
+    for f in os.listdir(out_dir):
+        if f.endswith(".o"):
+            os.unlink(os.path.join(out_dir, f))
+    t = time.monotonic()
+    r = subprocess.run(["make", "-s", f"-j{jobs}", "-C", out_dir, f"CC={cc}", f"CXX={cxx}"], env=env,
+                       capture_output=True, text=True)
+    wall = time.monotonic() - t
+    if r.returncode != 0:
+        raise SystemExit(f"build failed ({cc}):\n{r.stderr[-2000:]}")
+    return wall
+
+
+def read_objs(objs: list[str]) -> list[bytes]:
+    out = []
+    for o in objs:
+        with open(o, "rb") as f:
+            out.append(f.read())
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--slots", type=int, default=2)
+    ap.add_argument("--generated", action="store_true", help="use generated C files even if the corpus exists")
+    ap.add_argument("--fetch", action="store_true", help="download + extract the benchmark sdists first (pip)")
+    ap.add_argument("--max-files", type=int, default=60, help="at most this many benchmark sources")
+    ap.add_argument("--output", default=os.path.join(HERE, "results", "serve.json"))
+    args = ap.parse_args()
+
+    work = tempfile.mkdtemp(prefix="mlgo-bench-serve-")
+    srv = None
+    try:
+        entries = None if args.generated else benchmark_entries(args.fetch)
+        kind = "benchmark corpus sources"
+        if entries is None:
+            kind = "generated C modules"
+            gen = os.path.join(work, "src")
+            os.makedirs(gen)
+            entries = generated_entries(gen)
+        else:
+            entries = entries[: args.max_files]
+        out_dir = os.path.join(work, "build")
+        os.makedirs(out_dir)
+        objs = write_makefile(entries, out_dir)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MLGO_")}
+        mlgo_cc, mlgo_cxx = os.path.join(BIN, "mlgo-clang"), os.path.join(BIN, "mlgo-clang++")
+
+        # plain reference (also warms the page cache)
+        make(out_dir, args.jobs, "clang-19", "clang++-19", env)
+        plain_objs = read_objs(objs)
+
+        ch = os.path.join(work, "ch")
+        stats = os.path.join(work, "stats.jsonl")
+        log = open(os.path.join(work, "server.log"), "wb")
+        srv = subprocess.Popen([sys.executable, "-m", "mlgo_host", "serve", "--channels", ch, "--slots",
+                                str(args.slots), "--policy", "default", "--stats", stats], stdout=log, stderr=log,
+                               env=env)
+        end = time.monotonic() + 60
+        while not os.path.exists(os.path.join(ch, "server.json")):
+            if srv.poll() is not None or time.monotonic() > end:
+                raise SystemExit("server did not start: " + open(log.name).read())
+            time.sleep(0.05)
+        served_env = dict(env, MLGO_CHANNELS=ch, MLGO_FALLBACK="fail")
+
+        plain_t, served_t, wrapper_t = [], [], []
+        identical = True
+        for _ in range(args.repeat):
+            plain_t.append(make(out_dir, args.jobs, "clang-19", "clang++-19", env))
+            served_t.append(make(out_dir, args.jobs, mlgo_cc, mlgo_cxx, served_env))
+            identical &= read_objs(objs) == plain_objs
+            wrapper_t.append(make(out_dir, args.jobs, mlgo_cc, mlgo_cxx, env))
+        srv.send_signal(signal.SIGTERM)
+        rc = srv.wait(timeout=120)
+        srv = None
+        with open(stats) as f:
+            recs = [json.loads(line) for line in f]
+        ok = sum(r["status"] == "ok" for r in recs)
+        decisions = sum(r["observations"] for r in recs) // max(args.repeat, 1)
+        res = {
+            "sources": kind, "files": len(entries), "jobs": args.jobs, "slots": args.slots, "repeat": args.repeat,
+            "cpus": os.cpu_count(), "plain_s": round(statistics.median(plain_t), 3),
+            "served_s": round(statistics.median(served_t), 3),
+            "wrapper_only_s": round(statistics.median(wrapper_t), 3),
+            "ratio_served_vs_plain": round(statistics.median(served_t) / statistics.median(plain_t), 3),
+            "ratio_wrapper_vs_plain": round(statistics.median(wrapper_t) / statistics.median(plain_t), 3),
+            "decisions_per_build": decisions, "compiles_recorded": len(recs), "compiles_ok": ok,
+            "objects_identical_to_plain": bool(identical), "server_exit": rc,
+            "runs": {"plain_s": [round(x, 3) for x in plain_t], "served_s": [round(x, 3) for x in served_t],
+                     "wrapper_only_s": [round(x, 3) for x in wrapper_t]},
+        }
+        print(f"{res['files']} {kind}, make -j{args.jobs}, {args.slots} slots, median of {args.repeat}:")
+        print(f"  plain clang-19          {res['plain_s']:.2f} s")
+        print(f"  mlgo-clang, no server   {res['wrapper_only_s']:.2f} s  ({res['ratio_wrapper_vs_plain']:.2f}x)")
+        print(f"  mlgo-clang + serve      {res['served_s']:.2f} s  ({res['ratio_served_vs_plain']:.2f}x), "
+              f"{decisions} decisions per build, {ok}/{len(recs)} compiles ok, objects identical: {identical}")
+        os.makedirs(os.path.dirname(args.output), exist_ok=True)
+        tmp = args.output + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(res, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, args.output)
+        return 0 if identical and rc == 0 and ok == len(recs) else 1
+    finally:
+        if srv is not None and srv.poll() is None:
+            srv.kill()
+            srv.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
