@@ -189,7 +189,8 @@ def main() -> int:
         decisions = sum(r["observations"] for r in recs) // max(args.repeat, 1)
         res = {
             "sources": kind, "files": len(entries), "jobs": args.jobs, "slots": args.slots, "repeat": args.repeat,
-            "cpus": os.cpu_count(), "plain_s": round(statistics.median(plain_t), 3),
+            "cpus": os.cpu_count(), "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
+            "plain_s": round(statistics.median(plain_t), 3),
             "served_s": round(statistics.median(served_t), 3),
             "wrapper_only_s": round(statistics.median(wrapper_t), 3),
             "ratio_served_vs_plain": round(statistics.median(served_t) / statistics.median(plain_t), 3),

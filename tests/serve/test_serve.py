@@ -203,6 +203,19 @@ def test_restart_cleans_stale_slots_of_killed_server(tmp_path):
         assert sorted(os.path.basename(p) for p in S.find_fifos(ch)) == ["ch.in", "ch.out", "ctl"]
         r = mlgo_clang(["-Oz", "-c", src, "-o", os.path.join(d, "a.o")], ch, "fail")
         assert r.returncode == 0, r.stderr
+        # C++ through mlgo-clang++ (MLGO_CLANGXX, default clang++-19)
+        cpp = os.path.join(d, "k.cpp")
+        with open(cpp, "w") as f:
+            f.write("template <class T> static T sq(T x) { return x * x; }\n"
+                    "struct V { int a[4]; int sum() const { int s = 0; for (int x : a) s += sq(x); return s; } };\n"
+                    "int use(const V &v) { return v.sum() + sq(3); }\n")
+        r = subprocess.run([MLGO_CLANG + "++", "-Oz", "-c", cpp, "-o", os.path.join(d, "k.o")],
+                           env=dict(os.environ, MLGO_CHANNELS=ch, MLGO_FALLBACK="fail"), capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        subprocess.run(["clang++-19", "-Oz", "-c", cpp, "-o", os.path.join(d, "k.plain.o")], check=True, timeout=120)
+        with open(os.path.join(d, "k.o"), "rb") as f1, open(os.path.join(d, "k.plain.o"), "rb") as f2:
+            assert f1.read() == f2.read()
         # a second server on the same directory is refused
         other = subprocess.run([sys.executable, "-m", "mlgo_host", "serve", "--channels", ch, "--slots", "1"],
                                capture_output=True, text=True, timeout=60)
