@@ -469,7 +469,10 @@ class Server:
         try:
             self.clean_stale()
             # fail early on a bad policy or compiler, before any client comes
-            self.make_policy(0)
+            pol = self.make_policy(0)
+            if self.collect_dir and not getattr(pol, "stochastic", False):
+                self.log(f"--collect with the deterministic policy {self.policy_name!r}: episodes carry "
+                         "log-probability 0 (usable for behavioural cloning, not for PPO)")
             flags = self._flags()
             if self.advisor_name == "inline":
                 self.make_advisor(self.compiler)

@@ -82,8 +82,16 @@ def test_one_slot_serves_concurrent_clients_one_at_a_time(tmp_path):
                                   stderr=subprocess.PIPE, text=True) for s in sources]
         errs = [p.communicate(timeout=300)[1] for p in procs]
         assert [p.returncode for p in procs] == [0] * 4, errs
-        recs = wait_for(lambda: (lambda x: x if len(x) >= 4 else None)(read_stats(stats)), 30, "4 stats lines")
+        # a real compile error is the compiler's: its status, its message, no fallback
+        bad = os.path.join(d, "bad.c")
+        with open(bad, "w") as f:
+            f.write("int broken(void) { return missing_name; }\n")
+        r = mlgo_clang(["-Oz", "-c", bad, "-o", os.path.join(d, "bad.o")], ch, "plain")
+        assert r.returncode == 1 and "missing_name" in r.stderr and "without the server" not in r.stderr
+        recs = wait_for(lambda: (lambda x: x if len(x) >= 5 else None)(read_stats(stats)), 30, "5 stats lines")
         assert srv.terminate() == 0
+    assert recs[-1]["status"] == "compile_error" and recs[-1]["returncode"] == 1
+    recs = recs[:4]
     # one generation per compile, in order, all served by slot 0
     assert sorted(r["gen"].rsplit(":", 1)[1] for r in recs) == ["1", "2", "3", "4"]
     assert {r["status"] for r in recs} == {"ok"} and {r["slot"] for r in recs} == {0}
