@@ -284,3 +284,44 @@ def test_two_experiments_share_the_actors_with_their_own_policies(cluster, corpu
         stale.broadcast("set_policy", {"heuristic": "default"})
     # the remaining experiment is unaffected
     assert _sizes(a.map_unordered("collect", tasks[:2])) == {k: local_sizes["random"][k] for k in ("s0", "s1")}
+
+
+@pytest.fixture(scope="module")
+def small_corpus_dir(corpus, tmp_path_factory):
+    """The small modules only (a short training iteration)."""
+    import shutil
+
+    from mlgo_host.trainers.corpus import write_description
+
+    d = tmp_path_factory.mktemp("small-corpus")
+    for name in SMALL:
+        for ext in (".bc", ".cmd"):
+            shutil.copy(os.path.join(corpus.root, name + ext), d / (name + ext))
+    write_description(d, list(SMALL))
+    return d
+
+
+def _one_iteration(root, corpus_dir, backend):
+    from mlgo_host.trainers.train_loop import train
+
+    train(str(root), str(corpus_dir), num_iterations=1, modules_per_iteration=4, num_workers=2,
+          worker_backend=backend, eval_every=0, heldout_fraction=0.0, seed=3, progress=False,
+          early_exit_fraction=1.0, trace_modules=3)
+    import json
+
+    with open(os.path.join(root, "state.json")) as f:
+        return json.load(f)
+
+
+def test_one_training_iteration_on_ray_matches_the_local_backend(ray_instance, small_corpus_dir, tmp_path):
+    """The issue's acceptance test: the same seed and policy give the same
+    per-module sizes with worker_backend='ray' as with 'local'."""
+    local = _one_iteration(tmp_path / "local", small_corpus_dir, "local")
+    remote = _one_iteration(tmp_path / "ray", small_corpus_dir, "ray")
+    assert local["history"][0]["failures"] == 0 and remote["history"][0]["failures"] == 0
+    assert local["history"][0]["ok"] == remote["history"][0]["ok"] == 4
+    # after one iteration the moving averages are a function of each module's
+    # policy size and -Oz size: equal averages <=> equal per-module sizes
+    assert local["moving_average"]["averages"] == remote["moving_average"]["averages"]
+    assert len(local["moving_average"]["averages"]) >= 2
+    assert local["history"][0]["decisions"] == remote["history"][0]["decisions"] > 0
