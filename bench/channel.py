@@ -118,10 +118,14 @@ def main() -> int:
         med = {v: {k: {m: statistics.median(x[m] for x in data[v][k]) for m in data[v][k][0]} for k in SIZES}
                for v in variants}
         (k1, k2), (n1, n2) = list(SIZES), (decisions["600"], decisions["2500"])
+        load = os.getloadavg()
         res = {"decisions": decisions, "reps": args.reps, "pinned_cpu": cpu, "imports_tensorflow": imports_tf,
+               "loadavg_at_end": load, "cpus": os.cpu_count(),
                "median": med, "hosts": {}}
         print(f"\nchannel benchmark: {n1} and {n2} inliner decisions, {args.reps} reps, medians"
               f" (pinned = host and compiler on CPU {cpu})")
+        print(f"load average at the end: {load[0]:.1f} on {os.cpu_count()} CPUs"
+              + ("  (machine busy: figures are noisy, compare rows, not runs)" if load[0] > 1.5 else ""))
         print(f"plain compile: {med['plain'][k1]['wall']:.3f} s / {med['plain'][k2]['wall']:.3f} s wall")
         hdr = (f"{'host':<12} {'host CPU µs/dec':>15} {'host CPU fixed s':>16} {'wall µs/dec':>11} "
                f"{'wall fixed s':>12} {'ratio ~600':>10} {'ratio ~2500':>11} {'clang +CPU µs/dec':>17}")
