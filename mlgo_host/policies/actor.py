@@ -318,7 +318,7 @@ class NumpyPolicy(Policy):
         w1_rows = np.zeros((D, w1.shape[1]))
         for s, (j, f) in slot_of.items():
             w1_rows[s * w0 : (s + 1) * w0] = w1[j * cfg.width : j * cfg.width + w0]
-            if cfg.with_z_score:
+            if cfg.with_z_score and a.vocab[f.name].z_enabled:
                 w1_rows[S * w0 + s] = w1[j * cfg.width + w0]
         mats = self._layers(w1_rows, ())
         xin = np.zeros(D + 1)
@@ -414,7 +414,7 @@ class NumpyPolicy(Policy):
                 bounds, conv = fv.boundaries, (None if f.ctype == "float" else np.float32)
             table = fv.values_table(cfg).astype(np.float64)
             cols = xin[:, j * cfg.width : j * cfg.width + w0]
-            zcol = xin[:, j * cfg.width + w0] if cfg.with_z_score else None
+            zcol = xin[:, j * cfg.width + w0] if cfg.with_z_score and fv.z_enabled else None
             tmp = np.zeros((f.size, w0))
             steps.append((view, bounds.searchsorted, conv, table.take, cols, zcol, tmp, fv.mean32, fv.scale32))
         w1 = a.hidden[0][0] if a.hidden else a.out_w

@@ -36,7 +36,8 @@ import numpy as np
 from mlgo_host.errors import ConfigError
 from mlgo_host.policies.actor import NumpyActor, NumpyPolicy
 from mlgo_host.policies.specs import PolicySpec
-from mlgo_host.policies.vocab import NormConfig, Vocab, replace_dir
+from mlgo_host.fsutil import replace_dir
+from mlgo_host.policies.vocab import NormConfig, Vocab
 
 FORMAT = "mlgo_host.policy/1"
 METADATA = "metadata.json"

@@ -230,15 +230,20 @@ def create_ppo_agent(
     gradient_clipping: float | None = None,
     normalize_rewards: bool = False,
     warm_start: str | Mapping[str, np.ndarray] | None = None,
+    actor_fc_layer_params: Sequence[int] | None = None,
     debug_summaries: bool = False,
 ):
     """A tf-agents PPO agent (``PPOClipAgent``, or ``PPOAgent`` with the KL
     penalty when ``clip_agent=False``) for ``spec``; ``warm_start`` is a saved
     policy directory, an ``actor.npz`` or a weight dict.  Defaults follow
     ml-compiler-opt's inlining PPO config (discount 0, lambda 0: every
-    decision gets its module's reward), with a learned value baseline."""
+    decision gets its module's reward), with a learned value baseline.
+    ``actor_fc_layer_params`` overrides ``build_actor_network.fc_layer_params``."""
     norm = norm if norm is not None else GinNormConfig()
-    actor = build_actor_network(spec, vocab, norm)
+    if actor_fc_layer_params is not None:
+        actor = build_actor_network(spec, vocab, norm, fc_layer_params=tuple(actor_fc_layer_params))
+    else:
+        actor = build_actor_network(spec, vocab, norm)
     value = build_value_network(spec, vocab, norm)
     if warm_start is not None:
         import_actor_weights(actor, _load_weights(warm_start))
@@ -255,6 +260,21 @@ def create_ppo_agent(
     agent = cls(time_step_spec(spec), action_spec(spec), **common)
     agent.initialize()
     return agent
+
+
+def create_ppo_agent_from_saved(path: str, **kwargs):
+    """A PPO agent continuing from a saved policy directory (e.g. the
+    behavioural-cloning warm start): its spec, vocab, normalization, layer
+    sizes and actor weights; other agent options as :func:`create_ppo_agent`.
+    Returns ``(agent, saved_policy)``."""
+    from mlgo_host.policies.saved import read_saved_policy
+
+    sp = read_saved_policy(path)
+    a = sp.actor
+    layers = sp.metadata.get("fc_layer_params") or [w.shape[1] for w, _ in a.hidden]
+    agent = create_ppo_agent(sp.spec, a.vocab, a.norm, warm_start=a.weights(), actor_fc_layer_params=layers,
+                             **kwargs)
+    return agent, sp
 
 
 def _load_weights(src) -> dict[str, np.ndarray]:

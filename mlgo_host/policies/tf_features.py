@@ -44,7 +44,8 @@ def normalize_fn(fv: FeatureVocab, cfg: NormConfig) -> Callable[[tf.Tensor], tf.
             outs.append(tf.sqrt(x))
         if cfg.with_z_score:
             z = (v - mean) / scale
-            outs.append(tf.where(tf.math.is_finite(z), z, tf.zeros_like(z)))
+            ok = tf.math.is_finite(z) if fv.z_enabled else tf.zeros_like(z, tf.bool)
+            outs.append(tf.where(ok, z, tf.zeros_like(z)))
         return tf.concat(outs, axis=-1)
 
     return normalize

@@ -18,7 +18,8 @@ with ``tf.raw_ops.Bucketize``:
 * outputs, in this order: ``x``, then ``x*x`` (``with_square``),
   ``sqrt(x)`` (``with_sqrt``), ``(float32(v) - mean(b)) / (std(b) + eps)``
   (``with_z_score``; 0 where that is not finite, e.g. an infinite
-  ``use_def_density``), all float32.
+  ``use_def_density``, and 0 for a feature whose boundaries are all equal),
+  all float32.
 
 This module is the numpy reference; :mod:`mlgo_host.policies.tf_features` is
 the same function in TensorFlow (tests check they are equal), and
@@ -39,6 +40,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from mlgo_host.errors import ConfigError
+from mlgo_host.fsutil import replace_dir
 
 BUCKETS_SUFFIX = ".buckets"
 DEFAULT_NUM_BUCKETS = 1000
@@ -74,7 +76,7 @@ class NormConfig:
 class FeatureVocab:
     """The boundaries of one feature and the constants its normalization needs."""
 
-    __slots__ = ("name", "raw", "boundaries", "mean32", "scale32")
+    __slots__ = ("name", "raw", "boundaries", "mean32", "scale32", "z_enabled")
 
     def __init__(self, name: str, boundaries: Iterable[float], eps: float = 1e-8):
         raw = np.asarray(list(boundaries) if not isinstance(boundaries, np.ndarray) else boundaries, dtype=np.float64)
@@ -90,7 +92,10 @@ class FeatureVocab:
         #: the float32 boundaries Bucketize compares against
         self.boundaries = raw.astype(np.float32)
         self.mean32 = np.float32(np.mean(raw))
-        self.scale32 = np.float32(float(np.std(raw)) + eps)
+        std = float(np.std(raw))
+        self.scale32 = np.float32(std + eps)
+        #: a constant feature (std 0) gets a z-score of 0, not (v - c) / eps
+        self.z_enabled = std > 0.0
 
     @property
     def n(self) -> int:
@@ -114,7 +119,8 @@ class FeatureVocab:
             y = v.astype(np.float32)
             with np.errstate(invalid="ignore", over="ignore"):
                 z = (y - self.mean32) / self.scale32
-            outs.append(np.where(np.isfinite(z), z, np.float32(0.0)))
+            ok = np.isfinite(z) if self.z_enabled else np.zeros(z.shape, bool)
+            outs.append(np.where(ok, z, np.float32(0.0)))
         return np.stack(outs, axis=-1).astype(np.float32, copy=False)
 
     def values_table(self, cfg: NormConfig) -> np.ndarray:
@@ -203,20 +209,6 @@ class Vocab:
                 f.write("".join(f"{float(x)!r}\n" for x in fv.raw))
 
 
-def replace_dir(tmp_dir: str, final_dir: str) -> None:
-    """Move a fully written directory into place, replacing an old one (the
-    old one is renamed aside first and removed after)."""
-    old = None
-    if os.path.lexists(final_dir):
-        old = tempfile.mkdtemp(prefix="." + os.path.basename(os.path.abspath(final_dir)) + ".old.",
-                               dir=os.path.dirname(os.path.abspath(final_dir)))
-        os.rmdir(old)
-        os.rename(final_dir, old)
-    os.rename(tmp_dir, final_dir)
-    if old:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def quantile_boundaries(values: np.ndarray, num_buckets: int = DEFAULT_NUM_BUCKETS) -> np.ndarray | None:
     """``num_buckets`` quantiles of the finite ``values`` (None when none is finite)."""
     if not 1 <= num_buckets <= DEFAULT_NUM_BUCKETS:
@@ -296,3 +288,24 @@ def int_thresholds(boundaries_f32: np.ndarray) -> np.ndarray:
                 lo = mid + 1
         out[i] = hi
     return out
+
+
+def build_vocab_from_features(
+    records: np.ndarray,
+    output_dir: str | None = None,
+    *,
+    num_buckets: int = DEFAULT_NUM_BUCKETS,
+    sampling_fraction: float = 1.0,
+    seed: int = 0,
+    exclude: Iterable[str] = (),
+) -> Vocab:
+    """The vocab of a structured array of observations (fields = features);
+    written to ``output_dir`` (atomically) when given."""
+    b = VocabBuilder(sampling_fraction=sampling_fraction, seed=seed, exclude=exclude)
+    b.add(records)
+    vocab = b.build(num_buckets)
+    if not len(vocab):
+        raise ConfigError("no feature values to build a vocab from")
+    if output_dir is not None:
+        vocab.save(output_dir)
+    return vocab

@@ -1,0 +1,55 @@
+"""Record a policy's observations and decisions over a corpus.
+
+Compiles every module of --corpus with --policy answering the --advisor's
+decisions (in parallel with --jobs), and writes --output:
+
+  trace.json         index: advisor, policy, compiler version, the feature
+                     carrying the compiler's default decision (inliner),
+                     per module status, reason, observations, decisions and
+                     the llvm-size text size of its object, plus totals
+  logs/<module>.log  each module's decisions in clang's training-log format
+                     (the advice taken is the header's last feature);
+                     mlgo_host.channel.codec reads them back
+
+A module that fails (compiler error, timeout, host error) is listed as failed
+with its reason; the others are still traced.  The directory is written
+atomically.  The default trace is what `mlgo-host vocab` and behavioural
+cloning read.
+
+example: mlgo-host trace --corpus corpus/ --output out/trace --jobs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--corpus", required=True, metavar="DIR", help="corpus directory (corpus_description.json)")
+    p.add_argument("--output", required=True, metavar="DIR", help="trace directory to write")
+    p.add_argument("--policy", default="default",
+                   help="default, never, always, random, or a saved policy directory")
+    p.add_argument("--advisor", choices=("inline", "regalloc-evict"), default="inline", help="which decision to trace")
+    p.add_argument("--jobs", type=int, default=1, help="modules compiled in parallel")
+    p.add_argument("--clang", default="clang-19", help="the clang driver to compile with")
+    p.add_argument("--llvm_size", default=None, help="llvm-size binary (default: llvm-size-19, then llvm-size)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds one module's compile may take")
+    p.add_argument("--modules", type=int, default=None, metavar="N", help="trace only the first N modules")
+    p.add_argument("--seed", type=int, default=0, help="seed of stochastic policies")
+    p.add_argument("--no_progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mlgo_host.channel.fifo import install_signal_cleanup
+    from mlgo_host.policies.traces import record_trace
+
+    install_signal_cleanup()
+    index = record_trace(args.corpus, args.output, policy=args.policy, advisor=args.advisor, jobs=args.jobs,
+                         clang=args.clang, llvm_size=args.llvm_size, timeout=args.timeout, max_modules=args.modules,
+                         seed=args.seed, progress=not args.no_progress)
+    failed = [m for m in index["modules"] if m["status"] != "ok"]
+    for m in failed[:20]:
+        print(f"failed: {m['name']}: {m['reason']}", file=__import__("sys").stderr)
+    print(json.dumps({"output": args.output, **index["totals"]}))
+    return 0 if index["totals"]["ok"] else 1

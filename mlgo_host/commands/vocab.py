@@ -1,0 +1,35 @@
+"""Compute per-feature quantile vocabularies from a trace.
+
+Reads the training logs of a trace directory (made by `mlgo-host trace`) and
+writes one <feature>.buckets file per feature into --output: the
+--num_buckets quantiles (default 1,000) of the feature's observed values,
+one per line, as ml-compiler-opt's generate_vocab does.  The advice taken is
+not a feature and gets no file.  With --sampling_fraction F < 1 a seeded
+random fraction F of the observations is used (less memory on big traces).
+The output directory is written atomically (replaced as a whole).
+
+example: mlgo-host vocab --trace out/trace --output out/vocab
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trace", required=True, metavar="DIR", help="trace directory (with trace.json)")
+    p.add_argument("--output", required=True, metavar="DIR", help="vocab directory to write")
+    p.add_argument("--sampling_fraction", type=float, default=1.0, metavar="F",
+                   help="fraction of the observations to use, in (0, 1]")
+    p.add_argument("--num_buckets", type=int, default=1000, metavar="N", help="quantiles per feature, 1..1000")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampling")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mlgo_host.policies.traces import vocab_from_trace
+
+    vocab = vocab_from_trace(args.trace, args.output, num_buckets=args.num_buckets,
+                             sampling_fraction=args.sampling_fraction, seed=args.seed)
+    print(json.dumps({"output": args.output, "features": len(vocab), "num_buckets": args.num_buckets}))
+    return 0

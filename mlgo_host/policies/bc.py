@@ -1,0 +1,218 @@
+"""Behavioural cloning: a warm start that imitates the compiler's default.
+
+:func:`train_bc` reads a trace of the default policy (``mlgo-host trace``),
+trains the very actor network PPO uses (tf-agents'
+``ActorDistributionNetwork`` for the inliner, the per-column network for
+eviction; same vocab normalization) to predict the decision taken, with a
+softmax cross-entropy loss, and saves a policy directory
+(:mod:`mlgo_host.policies.saved`) that PPO can start from
+(``create_ppo_agent(..., warm_start=DIR)``).  Accuracy against the default
+decisions is printed per epoch (training and held-out modules) and measured
+at the end with the saved numpy actor, i.e. what workers will run.
+
+Gin-configurable (``configs/inlining/bc.gin``).  Imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+import time
+from typing import Any, Sequence
+
+import gin
+import numpy as np
+
+from mlgo_host.errors import ConfigError
+from mlgo_host.policies.specs import PolicySpec
+from mlgo_host.policies.traces import load_trace
+from mlgo_host.policies.vocab import NormConfig, Vocab
+
+log = logging.getLogger("mlgo_host.bc")
+
+
+@dataclasses.dataclass
+class BCResult:
+    output_dir: str
+    decisions: int
+    train_decisions: int
+    heldout_decisions: int
+    accuracy: float  # numpy actor (as saved) vs the default decisions, all decisions
+    train_accuracy: float
+    heldout_accuracy: float | None
+    default_positive_rate: float  # fraction of decisions that are 1 (inliner) / not "evict nothing"
+    epochs: int
+    steps: int
+    wall_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _load_data(trace, spec: PolicySpec):
+    """Per module: the observation dict (spec features) and actions."""
+    from mlgo_host.policies.tf_agent import _numpy_observations
+
+    mods = []
+    for lg in trace.logs():
+        obs = _numpy_observations(spec, lg.records, lg.n)
+        mods.append((lg.name, obs, lg.actions.astype(np.int64)))
+    if not mods:
+        raise ConfigError(f"trace {trace.path} has no decisions")
+    return mods
+
+
+def _concat(parts):
+    keys = parts[0][1].keys()
+    obs = {k: np.concatenate([p[1][k] for p in parts]) for k in keys}
+    return obs, np.concatenate([p[2] for p in parts])
+
+
+@gin.configurable(module="bc")
+def train_bc(
+    trace_dir: str,
+    output_dir: str,
+    *,
+    vocab_dir: str | None = None,
+    norm: NormConfig | None = None,
+    fc_layer_params: Sequence[int] | None = None,
+    epochs: int = 30,
+    batch_size: int = 256,
+    learning_rate: float = 3e-3,
+    heldout_fraction: float = 0.1,
+    num_buckets: int = 1000,
+    seed: int = 0,
+    saved_model: bool = True,
+    progress: bool = True,
+) -> BCResult:
+    """Train the actor to imitate the traced decisions; save the policy.
+
+    ``vocab_dir``: an existing vocab (else computed from the trace and saved
+    with the policy).  ``fc_layer_params`` None: the layer sizes bound to
+    ``build_actor_network.fc_layer_params`` (the PPO actor's, so the result
+    warm-starts it).  ``heldout_fraction`` of the modules (by a seeded
+    shuffle, at least one when there are two or more) measure accuracy on
+    code not trained on.
+    """
+    import tensorflow as tf
+    from tqdm import tqdm
+
+    from mlgo_host.policies import tf_agent
+    from mlgo_host.policies.saved import save_policy
+    from mlgo_host.policies.traces import vocab_from_trace
+
+    t0 = time.monotonic()
+    tf.random.set_seed(seed)
+    norm = norm if norm is not None else tf_agent.GinNormConfig()
+    trace = load_trace(trace_dir)
+    if trace.advisor not in ("inline", "regalloc-evict"):
+        raise ConfigError(f"behavioural cloning supports inline and regalloc-evict traces, not {trace.advisor!r}")
+    vocab = Vocab.load(vocab_dir) if vocab_dir else vocab_from_trace(trace_dir, num_buckets=num_buckets, seed=seed)
+    first = next(trace.logs(), None)
+    if first is None:
+        raise ConfigError(f"trace {trace_dir} has no decisions")
+    spec = PolicySpec.from_header(first.header, trace.advisor, vocab_names=vocab.names(),
+                                  default_slot=trace.default_slot)
+    mods = _load_data(trace, spec)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(mods))
+    n_held = int(round(heldout_fraction * len(mods)))
+    if heldout_fraction > 0 and len(mods) >= 2:
+        n_held = max(1, min(n_held, len(mods) - 1))
+    else:
+        n_held = 0
+    held = [mods[i] for i in order[:n_held]]
+    train = [mods[i] for i in order[n_held:]]
+    x_tr, y_tr = _concat(train)
+    x_ho, y_ho = _concat(held) if held else (None, None)
+    n_tr = int(y_tr.shape[0])
+
+    if fc_layer_params is None:  # the PPO actor's (gin: build_actor_network.fc_layer_params)
+        net = tf_agent.build_actor_network(spec, vocab, norm)
+    else:
+        net = tf_agent.build_actor_network(spec, vocab, norm, fc_layer_params=tuple(fc_layer_params))
+    opt = tf.keras.optimizers.Adam(learning_rate=learning_rate)
+    obs_spec = tf_agent.observation_spec(spec)
+
+    def logits_of(obs):
+        dist, _ = net(obs, step_type=None, network_state=(), training=False)
+        return dist.logits_parameter() if hasattr(dist, "logits_parameter") else dist.logits
+
+    @tf.function(input_signature=[obs_spec_batched(obs_spec), tf.TensorSpec([None], tf.int64)])
+    def step(obs, y):
+        with tf.GradientTape() as tape:
+            lg = logits_of(obs)
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=lg))
+        grads = tape.gradient(loss, net.trainable_variables)
+        opt.apply_gradients(zip(grads, net.trainable_variables))
+        acc = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(lg, axis=-1), y), tf.float32))
+        return loss, acc
+
+    @tf.function(input_signature=[obs_spec_batched(obs_spec)])
+    def predict(obs):
+        return tf.argmax(logits_of(obs), axis=-1)
+
+    def accuracy(x, y) -> float:
+        if x is None:
+            return float("nan")
+        hits = 0
+        for s in range(0, y.shape[0], 8192):
+            sl = {k: v[s : s + 8192] for k, v in x.items()}
+            hits += int(np.sum(predict(sl).numpy() == y[s : s + 8192]))
+        return hits / max(1, y.shape[0])
+
+    steps = 0
+    bar = tqdm(range(epochs), desc="behavioural cloning", unit="epoch", disable=not progress, file=sys.stderr)
+    for ep in bar:
+        perm = rng.permutation(n_tr)
+        losses = []
+        for s in range(0, n_tr, batch_size):
+            idx = perm[s : s + batch_size]
+            loss, _ = step({k: v[idx] for k, v in x_tr.items()}, y_tr[idx])
+            losses.append(float(loss))
+            steps += 1
+        if ep == epochs - 1 or ep % 5 == 4:
+            tr_acc = accuracy(x_tr, y_tr)
+            ho_acc = accuracy(x_ho, y_ho)
+            bar.set_postfix(loss=f"{np.mean(losses):.4f}", acc=f"{tr_acc:.4f}", heldout=f"{ho_acc:.4f}")
+            log.info("epoch %d: loss %.4f, accuracy %.4f (train), %.4f (held out)", ep + 1, np.mean(losses),
+                     tr_acc, ho_acc)
+    bar.close()
+
+    sp = save_policy(output_dir, net, spec, vocab, norm, compiler=trace.index.get("compiler"), training_step=0,
+                     saved_model=saved_model,
+                     extra={"bc": {"trace_policy": trace.index.get("policy"), "epochs": epochs, "steps": steps}})
+    # Accuracy of what was saved: the numpy actor, greedy.
+    hits_tr = int(np.sum(sp.actor.greedy(x_tr) == y_tr))
+    hits_ho = int(np.sum(sp.actor.greedy(x_ho) == y_ho)) if x_ho is not None else 0
+    n_ho = int(y_ho.shape[0]) if y_ho is not None else 0
+    y_all = y_tr if y_ho is None else np.concatenate([y_tr, y_ho])
+    if spec.action.kind == "binary":
+        pos = float(np.mean(y_all == 1))
+    else:
+        pos = float(np.mean(y_all != spec.num_actions - 1))
+    res = BCResult(
+        output_dir=sp.path, decisions=n_tr + n_ho, train_decisions=n_tr, heldout_decisions=n_ho,
+        accuracy=(hits_tr + hits_ho) / (n_tr + n_ho), train_accuracy=hits_tr / n_tr,
+        heldout_accuracy=(hits_ho / n_ho) if n_ho else None, default_positive_rate=pos, epochs=epochs,
+        steps=steps, wall_s=time.monotonic() - t0)
+    _write_report(sp.path, res)
+    ho = "n/a" if res.heldout_accuracy is None else f"{res.heldout_accuracy:.4f}"
+    print(f"behavioural cloning: accuracy against the default decisions {res.accuracy:.4f} "
+          f"(train {res.train_accuracy:.4f} on {n_tr} decisions, held out {ho} on {n_ho}); "
+          f"policy saved to {sp.path}", file=sys.stderr)
+    return res
+
+
+def obs_spec_batched(obs_spec: dict) -> dict:
+    import tensorflow as tf
+
+    return {k: tf.TensorSpec([None] + list(s.shape), s.dtype, name=k) for k, s in obs_spec.items()}
+
+
+def _write_report(path: str, res: BCResult) -> None:
+    from mlgo_host.fsutil import atomic_write_json
+
+    atomic_write_json(os.path.join(path, "bc_report.json"), res.as_dict())

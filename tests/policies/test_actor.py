@@ -1,0 +1,124 @@
+"""The numpy actor and NumpyPolicy on real clang-19 observations (no TF)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mlgo_host.errors import ConfigError
+from mlgo_host.policies.actor import NumpyActor, NumpyPolicy
+from mlgo_host.policies.specs import PolicySpec
+from mlgo_host.policies.vocab import NormConfig, VocabBuilder
+
+from _policy_helpers import observations, random_weights
+
+CONFIGS = [NormConfig(), NormConfig(with_square=False), NormConfig(with_sqrt=True, with_z_score=True)]
+
+
+def _actor(session, cfg, layers=(40, 40, 20), seed=0, activation="relu"):
+    header, ep, adv = session
+    vb = VocabBuilder()
+    vb.add(ep.features())
+    vocab = vb.build(200)
+    spec = PolicySpec.from_header(header, adv, vocab_names=vocab.names())
+    outs = 2 if spec.action.kind == "binary" else 1
+    w = random_weights(len(spec.inputs) * cfg.width, layers, outs, seed=seed)
+    return NumpyActor(spec, vocab, cfg, w, activation=activation)
+
+
+def _reference_logp(logits, a):
+    fin = np.isfinite(logits)
+    m = logits[fin].max()
+    return float(logits[a] - m - np.log(np.exp(logits[fin] - m).sum()))
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["square", "linear", "sqrt+z"])
+def test_inliner_fast_path_matches_the_reference(inline_session, cfg):
+    header, ep, adv = inline_session
+    actor = _actor(inline_session, cfg)
+    ref = actor.logits(ep.features())
+    obs = observations(header, ep)
+    pol = NumpyPolicy(actor, greedy=True)
+    pol.bind(header, adv)
+    assert pol.fast_path  # int64 scalars: the vectorized path
+    for o, lg in zip(obs, ref):
+        a, lp = pol.act_logp(o)
+        assert a == int(np.argmax(lg)) or lg[0] == lg[1]
+        assert pol.act(o) == a
+        assert lp == pytest.approx(_reference_logp(lg, a), abs=1e-9)
+
+
+def test_generic_path_matches_the_fast_path(inline_session):
+    header, ep, adv = inline_session
+    actor = _actor(inline_session, NormConfig(with_sqrt=True), activation="tanh")
+    fast = NumpyPolicy(actor)
+    fast.bind(header, adv)
+    slow = NumpyPolicy(actor)
+    slow.bind(header, adv)
+    slow._bind_generic(header)  # force the per-feature path
+    for o in observations(header, ep):
+        assert fast._diff(o.raw) == pytest.approx(slow._diff(o.raw), abs=1e-9)
+
+
+def test_seeded_sampling_follows_the_probabilities(inline_session):
+    header, ep, adv = inline_session
+    actor = _actor(inline_session, NormConfig(), seed=3)
+    obs = observations(header, ep)
+    d = np.diff(actor.logits(ep.features()), axis=1)[:, 0]
+    p1 = 1.0 / (1.0 + np.exp(-d))
+    reps = 40
+    runs = []
+    for seed in (7, 7, 8):
+        pol = NumpyPolicy(actor, greedy=False, seed=seed)
+        pol.bind(header, adv)
+        runs.append([pol.act_logp(o) for _ in range(reps) for o in obs])
+    assert runs[0] == runs[1]  # same seed, same decisions
+    assert runs[0] != runs[2]
+    acts = np.array([a for a, _ in runs[0]], float).reshape(reps, len(obs))
+    # empirical frequency of "inline" vs the model's probability (binomial, 5 sigma)
+    se = np.sqrt(p1 * (1 - p1) / reps) + 1e-9
+    assert np.all(np.abs(acts.mean(0) - p1) <= 5 * se + 1.0 / reps)
+    lps = np.array([lp for _, lp in runs[0]]).reshape(reps, len(obs))
+    want = np.where(acts == 1, np.log(p1), np.log1p(-p1))
+    np.testing.assert_allclose(lps, want, atol=1e-9)
+
+
+def test_eviction_never_picks_masked_columns(evict_session):
+    header, ep, adv = evict_session
+    actor = _actor(evict_session, NormConfig(), layers=(32, 16))
+    feats = ep.features()
+    ref = actor.logits(feats)
+    mask = feats["mask"].reshape(ep.n, -1)
+    assert np.all(np.isneginf(ref[mask == 0])) and np.all(np.isfinite(ref[mask != 0]))
+    obs = observations(header, ep)
+    greedy = NumpyPolicy(actor, greedy=True)
+    greedy.bind(header, adv)
+    sampler = NumpyPolicy(actor, greedy=False, seed=1)
+    sampler.bind(header, adv)
+    assert not greedy.fast_path
+    for o, lg, m in zip(obs, ref, mask):
+        a, lp = greedy.act_logp(o)
+        assert a == int(np.argmax(lg))
+        assert lp == pytest.approx(_reference_logp(lg, a), abs=1e-9)
+        s, slp = sampler.act_logp(o)
+        assert m[s] != 0
+        adv.validate(o, s)  # what the session checks before sending
+        assert slp == pytest.approx(_reference_logp(lg, s), abs=1e-9)
+
+
+def test_bind_rejects_a_foreign_header(inline_session, evict_session):
+    actor = _actor(inline_session, NormConfig())
+    pol = NumpyPolicy(actor)
+    header, _, adv = evict_session
+    with pytest.raises(ConfigError):
+        pol.bind(header, adv)
+
+
+def test_bad_weights_are_config_errors(inline_session):
+    actor = _actor(inline_session, NormConfig())
+    w = actor.weights()
+    w["hidden_1_kernel"] = w["hidden_1_kernel"][:-1]
+    with pytest.raises(ConfigError, match="layer 1"):
+        NumpyActor(actor.spec, actor.vocab, actor.norm, w)
+    with pytest.raises(ConfigError, match="activation"):
+        NumpyActor(actor.spec, actor.vocab, actor.norm, actor.weights(), activation="swish")
