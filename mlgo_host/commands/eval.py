@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     report = evaluate(
         args.corpus, args.policy, modules=args.modules, split=args.split, heldout_fraction=args.heldout_fraction,
         jobs=args.jobs, advisor=args.advisor, clang=args.clang, llvm_size=args.llvm_size, timeout=args.timeout,
-        cache_dir=os.path.join(args.baseline_cache) if args.baseline_cache else None, seed=args.seed,
+        cache_dir=args.baseline_cache, seed=args.seed,
         progress=not args.no_progress,
     )
     if args.output:
