@@ -223,7 +223,7 @@ class NumpyPolicy(Policy):
             self.fast_path = False
             self._bind_generic(header)
 
-    def _layers(self, w1_rows: np.ndarray, lead: tuple[int, ...]):
+    def _layers(self, w1_rows: np.ndarray, lead: tuple[int, ...], bias0: np.ndarray | None = None):
         """Augmented layer matrices: ``w1_rows`` is the first kernel with its
         rows rearranged for this header's input layout (bias not included).
         Returns the list of (kernel_aug, out_buffer, hidden_view) and the
@@ -238,7 +238,7 @@ class NumpyPolicy(Policy):
             last = k == len(ws) - 1
             aug = np.zeros((rows.shape[0] + 1, units + (0 if last else 1)), np.float64)
             aug[:-1, :units] = rows
-            aug[-1, :units] = b
+            aug[-1, :units] = b if (k or bias0 is None) else bias0
             if not last:
                 aug[-1, units] = 1.0  # propagate the constant 1
             buf = np.zeros(lead + (aug.shape[1],), np.float64)
@@ -281,8 +281,6 @@ class NumpyPolicy(Policy):
         hi = np.zeros(S, np.int64)
         keys: list[int] = []
         rows = [np.zeros((1, w0))]
-        zmean = np.zeros(S, np.float32)
-        zscale = np.ones(S, np.float32)
         base = 0
         for s in range(S):
             jf = slot_of.get(s)
@@ -296,7 +294,6 @@ class NumpyPolicy(Policy):
                 u = np.unique(t)
                 counts = np.concatenate([[0], np.searchsorted(t, u, side="right")])
                 table = fv.values_table(cfg).astype(np.float64)
-                zmean[s], zscale[s] = fv.mean32, fv.scale32
             lo_s = int(u[0]) - 1 if u.size else 0
             hi_s = int(u[-1]) if u.size else 0
             o = base - lo_s
@@ -312,22 +309,28 @@ class NumpyPolicy(Policy):
                 return False
         G = np.asarray(keys, np.int64)
         NV = np.concatenate(rows, axis=0)
-        # first-layer rows for the slot-major input layout [S*w0 | z (S) | 1]
-        w1 = a.hidden[0][0] if a.hidden else a.out_w
+        # first-layer rows for the slot-major input layout [S*w0 | x (S) | 1].
+        # The z-score (x - mean) / scale is affine in x: it is folded into the
+        # first layer (rows scaled by 1/scale, bias shifted by -mean/scale),
+        # so the raw values enter as they are (int64 -> float64, one copy).
+        w1, b1 = (a.hidden[0] if a.hidden else (a.out_w, a.out_b))
         D = S * w0 + (S if cfg.with_z_score else 0)
         w1_rows = np.zeros((D, w1.shape[1]))
+        bias = np.array(b1, np.float64)
         for s, (j, f) in slot_of.items():
             w1_rows[s * w0 : (s + 1) * w0] = w1[j * cfg.width : j * cfg.width + w0]
-            if cfg.with_z_score and a.vocab[f.name].z_enabled:
-                w1_rows[S * w0 + s] = w1[j * cfg.width + w0]
-        mats = self._layers(w1_rows, ())
+            fv = a.vocab[f.name]
+            if cfg.with_z_score and fv.z_enabled:
+                wz = w1[j * cfg.width + w0] / float(fv.scale32)
+                w1_rows[S * w0 + s] = wz
+                bias -= float(fv.mean32) * wz
+        mats = self._layers(w1_rows, (), bias0=bias)
         xin = np.zeros(D + 1)
         xin[-1] = 1.0
         x2d = xin[: S * w0].reshape(S, w0)
         zview = xin[S * w0 : D]
         slots = np.frombuffer(self._buf, dtype="<i8")
         k = np.zeros(S, np.int64)
-        z32 = np.zeros(S, np.float32)
         clip = np.core.umath.clip
         add = np.add
         dot = np.dot
@@ -338,7 +341,7 @@ class NumpyPolicy(Policy):
         wdiff = np.ascontiguousarray(wout[:, 1] - wout[:, 0])
         mv = self._mv
         with_z = cfg.with_z_score
-        subtract, divide, copyto = np.subtract, np.divide, np.copyto
+        copyto = np.copyto
 
         def diff(raw: bytes) -> float:
             mv[:] = raw
@@ -346,10 +349,7 @@ class NumpyPolicy(Policy):
             add(k, off_arr, out=k)
             take(searchsorted(k, "right"), axis=0, out=x2d)
             if with_z:
-                copyto(z32, slots, casting="unsafe")
-                subtract(z32, zmean, out=z32)
-                divide(z32, zscale, out=z32)
-                copyto(zview, z32)
+                copyto(zview, slots, casting="unsafe")
             x = xin
             for w, out, hv, zero in hidden:
                 dot(x, w, out=out)

@@ -264,22 +264,20 @@ class VocabBuilder:
 def int_thresholds(boundaries_f32: np.ndarray) -> np.ndarray:
     """For integer inputs: the smallest int64 ``t`` with ``float32(t) >= b``
     for each float32 boundary ``b``, so ``bucket(v) == #(t <= v)`` exactly,
-    without converting ``v``.  Boundaries beyond the int64 range map to
-    +/- 2**62 (values are clipped to that range by the fast path)."""
+    without converting ``v``.  Boundaries beyond +/- 2**62 map to +/- 2**62
+    (values are clipped to that range by the fast path)."""
     b = np.asarray(boundaries_f32, dtype=np.float32).astype(np.float64)
     lim = float(2**62)
-    out = np.empty(b.shape, dtype=np.int64)
-    for i, x in enumerate(b):
-        if x <= -lim:
-            out[i] = -(2**62)
-            continue
-        if x > lim:
-            out[i] = 2**62
-            continue
-        c = int(math.ceil(x))
-        # float32(c) >= x holds (rounding is monotone and x is a float32);
-        # for |x| > 2**24 smaller integers may round up to x as well.
-        lo, hi = c - (1 << 40) if abs(x) > 2**24 else c, c
+    # |b| <= 2**24: every integer up to there is a float32, so t = ceil(b)
+    out = np.ceil(np.clip(b, -lim, lim)).astype(np.int64)
+    out[b <= -lim] = -(2**62)
+    out[b > lim] = 2**62
+    for i in np.flatnonzero((np.abs(b) > 2**24) & (np.abs(b) <= lim)):
+        x = b[i]
+        # float32(ceil(x)) >= x holds (rounding is monotone and x is a
+        # float32); smaller integers may round up to x as well: search.
+        hi = int(math.ceil(x))
+        lo = hi - (1 << 40)
         while lo < hi:
             mid = (lo + hi) // 2
             if float(np.array(mid, dtype=np.int64).astype(np.float32)) >= x:  # direct int64->float32, as C++

@@ -41,11 +41,14 @@ def test_inliner_fast_path_matches_the_reference(inline_session, cfg):
     pol = NumpyPolicy(actor, greedy=True)
     pol.bind(header, adv)
     assert pol.fast_path  # int64 scalars: the vectorized path
+    # the fast path folds the z-score into the first layer in float64 (the
+    # reference computes it in float32, like TF): not bit-identical then
+    tol = 1e-6 if cfg.with_z_score else 1e-9
     for o, lg in zip(obs, ref):
         a, lp = pol.act_logp(o)
-        assert a == int(np.argmax(lg)) or lg[0] == lg[1]
+        assert a == int(np.argmax(lg)) or abs(lg[0] - lg[1]) < tol
         assert pol.act(o) == a
-        assert lp == pytest.approx(_reference_logp(lg, a), abs=1e-9)
+        assert lp == pytest.approx(_reference_logp(lg, a), abs=tol)
 
 
 def test_generic_path_matches_the_fast_path(inline_session):
