@@ -366,3 +366,22 @@ def test_shipped_benchmark_list_is_pinned_and_mixes_c_and_cxx():
         assert len(p.sha256) == 64 and p.filename.endswith((".tar.gz", ".zip")) and p.version
     pats = [s for p in spec.packages for u in p.units for s in u.sources]
     assert any(s.endswith(".c") for s in pats) and any(s.endswith(".cc") for s in pats)
+
+
+def test_corpus_build_command(tmp_path, capsys):
+    from mlgo_host.cli import main
+
+    db = write_project(tmp_path)
+    entries = json.loads(db.read_text())
+    entries.append({"directory": str(tmp_path), "file": "src/nope.c", "command": "cc -Oz -c src/nope.c -o nope.o"})
+    db.write_text(json.dumps(entries))
+    out = tmp_path / "corpus"
+    assert main(["corpus", "build", "--compile-commands", str(db), "--output", str(out), "--jobs", "2",
+                 "--no-progress"]) == 0
+    cap = capsys.readouterr()
+    assert "4 modules (3 C, 1 C++): 4 built" in cap.out and "1 failed" in cap.out
+    assert "failed" in cap.err and "nope.c" in cap.err
+    assert len(load_corpus(out, strict=True)) == 4
+    assert main(["corpus", "build", "--compile-commands", str(tmp_path / "none.json"), "--output", str(out)]) == 2
+    assert "compile database not found" in capsys.readouterr().err
+    assert main(["corpus"]) == 2
