@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -213,6 +214,11 @@ class NumpyPolicy(Policy):
         if advisor is not None and getattr(advisor, "name", spec.advisor) != spec.advisor:
             raise ConfigError(f"this policy was trained for {spec.advisor}, not {advisor.name}")
         spec.check_header(header)
+        slot = getattr(advisor, "default_slot", None)
+        if slot and slot != "inlining_default" and slot in spec.input_names:
+            warnings.warn(f"this compiler writes its default decision into {slot!r}, which the policy reads as a "
+                          "feature (it was trained on a compiler without that bug): its decisions may be off",
+                          RuntimeWarning, stacklevel=2)
         nb = header.observation_nbytes
         self._nb = nb
         self._buf = bytearray(nb)

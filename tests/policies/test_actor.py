@@ -125,3 +125,18 @@ def test_bad_weights_are_config_errors(inline_session):
         NumpyActor(actor.spec, actor.vocab, actor.norm, w)
     with pytest.raises(ConfigError, match="activation"):
         NumpyActor(actor.spec, actor.vocab, actor.norm, actor.weights(), activation="swish")
+
+
+def test_warns_when_the_default_slot_is_an_input(inline_session):
+    from mlgo_host.channel.advisors import InlineAdvisor
+
+    header, ep, _ = inline_session
+    vb = VocabBuilder()
+    vb.add(ep.features())
+    vocab = vb.build(50)
+    # a spec made on a compiler without the include-default bug uses callee_basic_block_count
+    spec = PolicySpec.from_header(header, "inline", vocab_names=vocab.names())
+    assert "callee_basic_block_count" in spec.input_names
+    actor = NumpyActor(spec, vocab, NormConfig(), random_weights(len(spec.inputs) * 2, (8,), 2))
+    with pytest.warns(RuntimeWarning, match="callee_basic_block_count"):
+        NumpyPolicy(actor).bind(header, InlineAdvisor(default_slot="callee_basic_block_count"))
