@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shlex
 import shutil
 import signal
@@ -106,17 +107,34 @@ def write_makefile(entries: list[dict], out_dir: str) -> list[str]:
     return objs
 
 
-def make(out_dir: str, jobs: int, cc: str, cxx: str, env: dict) -> float:
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of a live process."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def make(out_dir: str, jobs: int, cc: str, cxx: str, env: dict, server_pid: int | None = None) -> tuple[float, float]:
+    """(wall s, CPU s of the build: make, wrappers, compilers, + the server)."""
     for f in os.listdir(out_dir):
         if f.endswith(".o"):
             os.unlink(os.path.join(out_dir, f))
+    cpu0 = _children_cpu() + (proc_cpu(server_pid) if server_pid else 0.0)
     t = time.monotonic()
     r = subprocess.run(["make", "-s", f"-j{jobs}", "-C", out_dir, f"CC={cc}", f"CXX={cxx}"], env=env,
                        capture_output=True, text=True)
     wall = time.monotonic() - t
+    if server_pid:
+        time.sleep(0.3)  # the recorder's llvm-size of the last objects
+    cpu = _children_cpu() + (proc_cpu(server_pid) if server_pid else 0.0) - cpu0
     if r.returncode != 0:
         raise SystemExit(f"build failed ({cc}):\n{r.stderr[-2000:]}")
-    return wall
+    return wall, cpu
 
 
 def read_objs(objs: list[str]) -> list[bytes]:
@@ -148,8 +166,9 @@ def main() -> int:
             gen = os.path.join(work, "src")
             os.makedirs(gen)
             entries = generated_entries(gen)
-        else:
-            entries = entries[: args.max_files]
+        elif len(entries) > args.max_files:  # an even spread over the packages
+            step = len(entries) / args.max_files
+            entries = [entries[int(i * step)] for i in range(args.max_files)]
         out_dir = os.path.join(work, "build")
         os.makedirs(out_dir)
         objs = write_makefile(entries, out_dir)
@@ -173,13 +192,13 @@ def main() -> int:
             time.sleep(0.05)
         served_env = dict(env, MLGO_CHANNELS=ch, MLGO_FALLBACK="fail")
 
-        plain_t, served_t, wrapper_t = [], [], []
+        runs: dict[str, list[tuple[float, float]]] = {"plain": [], "served": [], "wrapper_only": []}
         identical = True
         for _ in range(args.repeat):
-            plain_t.append(make(out_dir, args.jobs, "clang-19", "clang++-19", env))
-            served_t.append(make(out_dir, args.jobs, mlgo_cc, mlgo_cxx, served_env))
+            runs["plain"].append(make(out_dir, args.jobs, "clang-19", "clang++-19", env))
+            runs["served"].append(make(out_dir, args.jobs, mlgo_cc, mlgo_cxx, served_env, srv.pid))
             identical &= read_objs(objs) == plain_objs
-            wrapper_t.append(make(out_dir, args.jobs, mlgo_cc, mlgo_cxx, env))
+            runs["wrapper_only"].append(make(out_dir, args.jobs, mlgo_cc, mlgo_cxx, env))
         srv.send_signal(signal.SIGTERM)
         rc = srv.wait(timeout=120)
         srv = None
@@ -187,24 +206,35 @@ def main() -> int:
             recs = [json.loads(line) for line in f]
         ok = sum(r["status"] == "ok" for r in recs)
         decisions = sum(r["observations"] for r in recs) // max(args.repeat, 1)
+        fig: dict = {}
+        for name, rs in runs.items():
+            walls, cpus = [w for w, _ in rs], [c for _, c in rs]
+            fig[name] = {"wall_median_s": round(statistics.median(walls), 3), "wall_min_s": round(min(walls), 3),
+                         "cpu_median_s": round(statistics.median(cpus), 3),
+                         "wall_s": [round(w, 3) for w in walls], "cpu_s": [round(c, 3) for c in cpus]}
+        ratio = {f"{name}_vs_plain": {k: round(fig[name][k] / fig["plain"][k], 3)
+                                      for k in ("wall_median_s", "wall_min_s", "cpu_median_s")}
+                 for name in ("served", "wrapper_only")}
         res = {
             "sources": kind, "files": len(entries), "jobs": args.jobs, "slots": args.slots, "repeat": args.repeat,
             "cpus": os.cpu_count(), "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
-            "plain_s": round(statistics.median(plain_t), 3),
-            "served_s": round(statistics.median(served_t), 3),
-            "wrapper_only_s": round(statistics.median(wrapper_t), 3),
-            "ratio_served_vs_plain": round(statistics.median(served_t) / statistics.median(plain_t), 3),
-            "ratio_wrapper_vs_plain": round(statistics.median(wrapper_t) / statistics.median(plain_t), 3),
+            "builds": fig, "ratios": ratio,
             "decisions_per_build": decisions, "compiles_recorded": len(recs), "compiles_ok": ok,
             "objects_identical_to_plain": bool(identical), "server_exit": rc,
-            "runs": {"plain_s": [round(x, 3) for x in plain_t], "served_s": [round(x, 3) for x in served_t],
-                     "wrapper_only_s": [round(x, 3) for x in wrapper_t]},
         }
-        print(f"{res['files']} {kind}, make -j{args.jobs}, {args.slots} slots, median of {args.repeat}:")
-        print(f"  plain clang-19          {res['plain_s']:.2f} s")
-        print(f"  mlgo-clang, no server   {res['wrapper_only_s']:.2f} s  ({res['ratio_wrapper_vs_plain']:.2f}x)")
-        print(f"  mlgo-clang + serve      {res['served_s']:.2f} s  ({res['ratio_served_vs_plain']:.2f}x), "
-              f"{decisions} decisions per build, {ok}/{len(recs)} compiles ok, objects identical: {identical}")
+        print(f"{res['files']} {kind}, make -j{args.jobs}, {args.slots} slots, {args.repeat} runs each "
+              f"(load average at the end {res['loadavg_at_end'][0]}):")
+        print(f"  {'':24} {'wall median':>11} {'wall min':>9} {'CPU median':>11}")
+        for name, label in (("plain", "plain clang-19"), ("wrapper_only", "mlgo-clang, no server"),
+                            ("served", "mlgo-clang + serve")):
+            f_ = fig[name]
+            line = f"  {label:24} {f_['wall_median_s']:>10.2f}s {f_['wall_min_s']:>8.2f}s {f_['cpu_median_s']:>10.2f}s"
+            if name != "plain":
+                r_ = ratio[f"{name}_vs_plain"]
+                line += f"   ({r_['wall_median_s']:.2f}x / {r_['wall_min_s']:.2f}x / {r_['cpu_median_s']:.2f}x)"
+            print(line)
+        print(f"  {decisions} decisions per build, {ok}/{len(recs)} served compiles ok, "
+              f"objects identical to plain: {identical}")
         os.makedirs(os.path.dirname(args.output), exist_ok=True)
         tmp = args.output + ".tmp"
         with open(tmp, "w") as f:
