@@ -399,9 +399,10 @@ class NumpyPolicy(Policy):
         self.act = act  # type: ignore[method-assign]
         self.act_logp = act_logp  # type: ignore[method-assign]
 
-    def _bind_generic(self, header) -> None:
-        """Any feature types; eviction. One numpy view per feature, one
-        ``searchsorted`` per feature, then the dense layers on [rows, D]."""
+    def _bind_generic(self, header, vectorized: bool = True) -> None:
+        """Any feature types. One numpy view per feature, one
+        ``searchsorted`` per feature, then the dense layers on [rows, D].
+        Eviction uses :meth:`_columns_outputs` unless ``vectorized=False``."""
         spec, a = self.actor.spec, self.actor
         cfg = a.norm
         w0 = cfg.width - int(cfg.with_z_score)
@@ -472,7 +473,14 @@ class NumpyPolicy(Policy):
             self._diff = diff
             self._install_binary()
             return
+        if vectorized:
+            outputs = self._columns_outputs(header)
+            self.fast_path = True
+        self._install_choice(outputs, R)
 
+    def _install_choice(self, outputs, R: int) -> None:
+        """act/act_logp of a masked choice from ``outputs(raw) -> logits [R]``
+        (-inf on illegal columns)."""
         self._outputs = outputs
         u = self
 
@@ -507,6 +515,125 @@ class NumpyPolicy(Policy):
 
         self.act = act  # type: ignore[method-assign]
         self.act_logp = act_logp  # type: ignore[method-assign]
+
+    def _columns_outputs(self, header):
+        """Eviction logits with the normalization of all features of all
+        columns vectorized: the inputs are copied (one copy per run of
+        same-typed, adjacent per-column features) into a float32 matrix
+        ``[W, F]``, mapped to monotone integer keys (float32 bits, shifted per
+        feature), bucketed by one ``searchsorted`` over every feature's
+        boundaries and turned into normalized values by one ``take``.  NaN
+        becomes +inf first (the last bucket, like ``Bucketize``: clang does
+        send NaN ``use_def_density`` values, with the sign bit set)."""
+        spec, a = self.actor.spec, self.actor
+        cfg = a.norm
+        w0 = cfg.width - int(cfg.with_z_score)
+        R = int(spec.width)  # type: ignore[arg-type]
+        buf = self._buf
+        feats = sorted((header.offset(f.name), j, f) for j, f in enumerate(spec.inputs))
+        F = len(feats)
+        V = np.zeros((R, F), np.float32)
+        copies = []
+        i = 0
+        while i < F:
+            off, _, f = feats[i]
+            if f.size == 1:
+                copies.append((V[:, i : i + 1], np.ndarray((1, 1), dtype=f.dtype, buffer=buf, offset=off)))
+                i += 1
+                continue
+            k = 1
+            while (i + k < F and feats[i + k][2].size == R and feats[i + k][2].dtype == f.dtype
+                   and feats[i + k][0] == off + k * R * f.dtype.itemsize):
+                k += 1
+            src = np.ndarray((k, R), dtype=f.dtype, buffer=buf, offset=off)
+            copies.append((V[:, i : i + k], src.T))
+            i += k
+
+        def keys32(x: np.ndarray) -> np.ndarray:
+            bits = (np.asarray(x, np.float32) + np.float32(0.0)).view(np.int32)
+            return bits ^ ((bits >> 31) & 0x7FFFFFFF)
+
+        G: list[np.ndarray] = []
+        rows = [np.zeros((1, w0))]
+        w1 = a.hidden[0][0] if a.hidden else a.out_w
+        w1q = np.zeros((F * w0, w1.shape[1]))
+        w1z = np.zeros((F, w1.shape[1]))
+        zmean = np.zeros(F, np.float32)
+        zscale = np.ones(F, np.float32)
+        for c, (_, j, f) in enumerate(feats):
+            fv = a.vocab[f.name]
+            kb = np.sort(keys32(fv.boundaries).astype(np.int64))
+            u = np.unique(kb)
+            counts = np.concatenate([[0], np.searchsorted(kb, u, side="right")])
+            base = np.int64(c) << 32
+            G.append(np.concatenate([[base - 2**31], u + base]))
+            rows.append(fv.values_table(cfg).astype(np.float64)[counts])
+            w1q[c * w0 : (c + 1) * w0] = w1[j * cfg.width : j * cfg.width + w0]
+            if cfg.with_z_score and fv.z_enabled:
+                w1z[c] = w1[j * cfg.width + w0]
+                zmean[c], zscale[c] = fv.mean32, fv.scale32
+        Gs = np.concatenate(G).astype(np.int64)
+        NV = np.concatenate(rows, axis=0)
+        offs = (np.arange(F, dtype=np.int64) << 32)
+        mats = self._layers(w1q, (R,))
+        aug0, buf0, hv0 = mats[0]
+        w1a = np.ascontiguousarray(aug0[:-1])
+        b1a = aug0[-1].copy()
+        w1z_ext = np.zeros((F, aug0.shape[1]))
+        w1z_ext[:, : w1z.shape[1]] = w1z
+        hidden, activate = self._hidden(mats)
+        first_hidden = hidden[0] if hidden else None
+        rest = hidden[1:]
+        wout, obuf = mats[-1][0], mats[-1][1]
+        X3 = np.zeros((R, F, w0))
+        X2 = X3.reshape(R, F * w0)
+        t32 = np.zeros((R, F), np.int32)
+        k64 = np.zeros((R, F), np.int64)
+        bits = V.view(np.int32)
+        mask = np.ndarray((R,), dtype=spec.mask.dtype, buffer=buf,  # type: ignore[union-attr]
+                          offset=header.offset(spec.mask.name))  # type: ignore[union-attr]
+        illegal = np.zeros(R, bool)
+        mv = self._mv
+        copyto, add, dot = np.copyto, np.add, np.dot
+        rshift, band, bxor = np.right_shift, np.bitwise_and, np.bitwise_xor
+        take, search = NV.take, Gs.searchsorted
+        zero32, inf32, fmin = np.float32(0.0), np.float32(np.inf), np.fmin
+        with_z = cfg.with_z_score
+        ninf = -np.inf
+
+        def outputs(raw: bytes) -> np.ndarray:
+            mv[:] = raw
+            for dst, src in copies:
+                copyto(dst, src, casting="unsafe")
+            add(V, zero32, out=V)  # -0.0 -> 0.0
+            fmin(V, inf32, out=V)  # NaN (clang sends -NaN densities) -> +inf: the last bucket, as Bucketize
+            rshift(bits, 31, out=t32)
+            band(t32, 0x7FFFFFFF, out=t32)
+            bxor(bits, t32, out=t32)
+            add(t32, offs, out=k64)
+            take(search(k64, "right"), axis=0, out=X3)
+            out0 = buf0 if first_hidden is not None else obuf
+            dot(X2, w1a, out=out0)
+            add(out0, b1a, out=out0)
+            if with_z:
+                with np.errstate(invalid="ignore", over="ignore"):
+                    z = (V - zmean) / zscale
+                z[~np.isfinite(z)] = 0.0
+                out0 += dot(z, w1z_ext if first_hidden is not None else w1z_ext[:, : out0.shape[1]])
+            if first_hidden is not None:
+                activate(hv0, first_hidden[3], out=hv0)
+                x = buf0
+                for w, out, hv, zero in rest:
+                    dot(x, w, out=out)
+                    activate(hv, zero, out=hv)
+                    x = out
+                dot(x, wout, out=obuf)
+            lg = obuf[:, 0]
+            np.equal(mask, 0, out=illegal)
+            lg[illegal] = ninf
+            return lg
+
+        return outputs
 
     # unbound use is an error: the session always binds first
     def act(self, obs):  # replaced in bind()
