@@ -339,7 +339,6 @@ class NumpyPolicy(Policy):
         k = np.zeros(S, np.int64)
         clip = np.core.umath.clip
         add = np.add
-        dot = np.dot
         take = NV.take  # the method: np.take's wrapper costs ~0.5 us more
         searchsorted = G.searchsorted
         hidden, activate = self._hidden(mats)
@@ -348,6 +347,13 @@ class NumpyPolicy(Policy):
         mv = self._mv
         with_z = cfg.with_z_score
         copyto = np.copyto
+        # bound ndarray.dot methods (no __array_function__ dispatch: ~0.25 us each)
+        chain = []
+        x = xin
+        for w, out, hv, zero in hidden:
+            chain.append((x.dot, w, out, hv, zero))
+            x = out
+        last_dot = x.dot
 
         def diff(raw: bytes) -> float:
             mv[:] = raw
@@ -356,12 +362,10 @@ class NumpyPolicy(Policy):
             take(searchsorted(k, "right"), axis=0, out=x2d)
             if with_z:
                 copyto(zview, slots, casting="unsafe")
-            x = xin
-            for w, out, hv, zero in hidden:
-                dot(x, w, out=out)
+            for d, w, out, hv, zero in chain:
+                d(w, out=out)
                 activate(hv, zero, out=hv)
-                x = out
-            return float(dot(x, wdiff))
+            return float(last_dot(wdiff))
 
         self._diff = diff
         self._install_binary()
