@@ -150,6 +150,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--slots", type=int, default=2)
+    ap.add_argument("--pin", action="store_true", help="serve --pin (slot thread + compiler on one CPU)")
     ap.add_argument("--generated", action="store_true", help="use generated C files even if the corpus exists")
     ap.add_argument("--fetch", action="store_true", help="download + extract the benchmark sdists first (pip)")
     ap.add_argument("--max-files", type=int, default=60, help="at most this many benchmark sources")
@@ -183,7 +184,7 @@ def main() -> int:
         stats = os.path.join(work, "stats.jsonl")
         log = open(os.path.join(work, "server.log"), "wb")
         srv = subprocess.Popen([sys.executable, "-m", "mlgo_host", "serve", "--channels", ch, "--slots",
-                                str(args.slots), "--policy", "default", "--stats", stats], stdout=log, stderr=log,
+                                str(args.slots), "--policy", "default", "--stats", stats] + (["--pin"] if args.pin else []), stdout=log, stderr=log,
                                env=env)
         end = time.monotonic() + 60
         while not os.path.exists(os.path.join(ch, "server.json")):
@@ -217,7 +218,7 @@ def main() -> int:
                  for name in ("served", "wrapper_only")}
         res = {
             "sources": kind, "files": len(entries), "jobs": args.jobs, "slots": args.slots, "repeat": args.repeat,
-            "cpus": os.cpu_count(), "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
+            "pin": args.pin, "cpus": os.cpu_count(), "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
             "builds": fig, "ratios": ratio,
             "decisions_per_build": decisions, "compiles_recorded": len(recs), "compiles_ok": ok,
             "objects_identical_to_plain": bool(identical), "server_exit": rc,

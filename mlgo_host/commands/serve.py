@@ -44,6 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compiler", default=None,
                    help="compiler probed at start for the inliner's default-decision slot "
                         "(default: $MLGO_CLANG or clang-19; each client's compiler is probed too)")
+    p.add_argument("--pin", action="store_true",
+                   help="pin slot K's thread and its compilers to one CPU (K mod CPUs); helps when slots <= CPUs "
+                        "and the machine is otherwise idle")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per compile on stderr")
 
 
@@ -52,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
 
     srv = Server(args.channels, slots=args.slots, policy=args.policy, advisor=args.advisor, stats_path=args.stats,
                  collect_dir=args.collect, timeout=args.timeout, grace=args.grace, seed=args.seed,
-                 sample=args.sample, compiler=args.compiler, verbose=args.verbose)
+                 sample=args.sample, compiler=args.compiler, verbose=args.verbose,
+                 pin=args.pin)
     srv.install_signals()
     srv.start()
     if srv.stopping.is_set():  # signalled while starting

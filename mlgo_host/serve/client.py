@@ -149,7 +149,7 @@ def _exec(cmd: list[str]) -> int:
 class _Spawned:
     """The real compiler as our child; it is SIGKILLed if we die."""
 
-    def __init__(self, cmd: list[str]):
+    def __init__(self, cmd: list[str], cpu: int | None = None):
         libc_prctl = None
         try:
             import ctypes
@@ -167,6 +167,11 @@ class _Spawned:
                     libc_prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
                     if os.getppid() != parent:
                         os._exit(137)
+                if cpu is not None:
+                    try:
+                        os.sched_setaffinity(0, {cpu})
+                    except OSError:
+                        pass
                 for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM):
                     signal.signal(sig, signal.SIG_DFL)
                 os.execvp(cmd[0], cmd)
@@ -343,7 +348,8 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
         flags = [f.replace(S.BASE_PLACEHOLDER, base) for f in info.get("flags", [])]
         compiler = _which(real) or real
         try:
-            proc = _Spawned(plain + flags)
+            cpu = (info.get("pin") or {}).get(str(k))
+            proc = _Spawned(plain + flags, cpu if isinstance(cpu, int) else None)
         except FileNotFoundError as e:
             _say("error", f"{e} (set MLGO_CLANG / MLGO_CLANGXX)")
             return 127

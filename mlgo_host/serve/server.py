@@ -173,6 +173,9 @@ class Slot(threading.Thread):
         srv = self.server
         try:
             self.policy = srv.make_policy(self.k)
+            cpu = srv.pin_cpu(self.k)
+            if cpu is not None:
+                os.sched_setaffinity(0, {cpu})  # this thread only (Linux)
             while not srv.stopping.is_set():
                 self.n += 1
                 gen = f"{srv.id}:{self.k}:{self.n}"
@@ -400,7 +403,7 @@ class Server:
     def __init__(self, root: str, slots: int = 2, policy: str = "default", advisor: str = "inline",
                  stats_path: str | None = None, collect_dir: str | None = None, timeout: float = 600.0,
                  grace: float = 10.0, seed: int = 0, sample: bool = False, compiler: str | None = None,
-                 verbose: bool = False):
+                 verbose: bool = False, pin: bool = False):
         from mlgo_host.channel.advisors import ADVISORS
 
         if slots < 1:
@@ -419,6 +422,7 @@ class Server:
         self.sample = sample or collect_dir is not None
         self.compiler = compiler or os.environ.get("MLGO_CLANG") or "clang-19"
         self.verbose = verbose
+        self.pin = pin
         self.id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.stopping = threading.Event()
         self.slots: list[Slot] = []
@@ -445,6 +449,14 @@ class Server:
 
                 slot = self._slot_cache[compiler] = default_slot(compiler)
         return InlineAdvisor(slot)
+
+    def pin_cpu(self, k: int) -> int | None:
+        """With --pin: the CPU slot ``k``'s thread and its compilers share
+        (the synchronous ping-pong is cheaper without cross-CPU wake-ups)."""
+        if not self.pin:
+            return None
+        cpus = sorted(os.sched_getaffinity(0))
+        return cpus[k % len(cpus)]
 
     def log(self, msg: str) -> None:
         sys.stderr.write(f"mlgo-host serve: {msg}\n")
@@ -493,6 +505,7 @@ class Server:
             S.write_atomic(os.path.join(self.root, S.SERVER_JSON), json.dumps({
                 "id": self.id, "pid": os.getpid(), "slots": self.nslots, "advisor": self.advisor_name,
                 "policy": self.policy_name, "flags": flags, "started": time.time(),
+                "pin": {str(s.k): self.pin_cpu(s.k) for s in self.slots} if self.pin else None,
             }).encode())
         except BaseException:
             self.shutdown()

@@ -76,7 +76,8 @@ def test_one_slot_serves_concurrent_clients_one_at_a_time(tmp_path):
     d = str(tmp_path)
     sources = write_sources(d, 4, functions=12)
     ch, stats = str(tmp_path / "ch"), str(tmp_path / "stats.jsonl")
-    with ServerProc(ch, slots=1, policy="default", stats=stats) as srv:
+    with ServerProc(ch, slots=1, policy="default", stats=stats, extra=("--pin",)) as srv:
+        assert srv.info["pin"] == {"0": min(os.sched_getaffinity(0))}
         env = dict(os.environ, MLGO_CHANNELS=ch, MLGO_FALLBACK="fail")
         procs = [subprocess.Popen([MLGO_CLANG, "-Oz", "-c", s, "-o", s[:-2] + ".o"], env=env,
                                   stderr=subprocess.PIPE, text=True) for s in sources]
