@@ -368,7 +368,7 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
             rc = proc.wait(0.5)
             if rc is not None:
                 break
-            live, why = S.server_status(root, stale_s, sid)
+            live, why = S.server_status(root, stale_s, sid, in_flight=True)
             nxt = S.read_text(os.path.join(sdir, S.READY))
             if live is None or (nxt and nxt != gen):
                 # the server is gone, or it moved on without our compiler
@@ -384,7 +384,7 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
             pass
         if rc != 0:
             aborted = S.read_text(os.path.join(sdir, S.ABORTED)) == gen
-            live, why = S.server_status(root, stale_s, sid)
+            live, why = S.server_status(root, stale_s, sid, in_flight=True)
             if aborted or live is None:
                 _remove_temp_outputs(plan["output"], t0)
                 S.unlock(lock_fd)

@@ -140,6 +140,7 @@ class Slot(threading.Thread):
         self.dir = S.slot_dir(server.root, k)
         self.base = S.channel_base(server.root, k)
         self.n = 0
+        self.gen: str | None = None
         self.busy = False  # a compile is in flight
         self.abort = threading.Event()
         self.started = threading.Event()  # first generation offered
@@ -154,6 +155,16 @@ class Slot(threading.Thread):
     # -- helpers -----------------------------------------------------------
     def _p(self, name: str) -> str:
         return os.path.join(self.dir, name)
+
+    def mark_aborted(self, gen: str | None = None) -> None:
+        """Tell the client of generation ``gen`` (default: the current one)
+        that the server ended its session: it then falls back."""
+        gen = gen or self.gen
+        if gen:
+            try:
+                S.write_atomic(self._p(S.ABORTED), gen.encode())
+            except OSError:
+                pass
 
     def kill_compilers(self) -> list[int]:
         """SIGKILL every process of ours whose command line names this
@@ -178,7 +189,7 @@ class Slot(threading.Thread):
                 os.sched_setaffinity(0, {cpu})  # this thread only (Linux)
             while not srv.stopping.is_set():
                 self.n += 1
-                gen = f"{srv.id}:{self.k}:{self.n}"
+                gen = self.gen = f"{srv.id}:{self.k}:{self.n}"
                 self.chan = Channel(directory=self.dir, name=S.CHANNEL_NAME)
                 S.write_atomic(self._p(S.READY), gen.encode())
                 self.started.set()
@@ -190,8 +201,8 @@ class Slot(threading.Thread):
                     self._session(gen)
                 except Exception as e:  # a bug of ours: never take the server down
                     srv.log(f"slot {self.k}: internal error in generation {gen}: {e!r}")
+                    self.mark_aborted(gen)
                     self.kill_compilers()
-                    S.write_atomic(self._p(S.ABORTED), gen.encode())
                 finally:
                     self.busy = False
                     if self.chan is not None:
@@ -277,8 +288,8 @@ class Slot(threading.Thread):
         if aborted:
             # The compiler may be waiting for advice (it would spin forever
             # once we close our end) or blocked in open(): kill it.
+            self.mark_aborted(gen)  # before the kill: the client looks right after its compiler died
             self.kill_compilers()
-            S.write_atomic(self._p(S.ABORTED), gen.encode())
             if error is None:
                 error = "server shutting down"
             srv.log(f"slot {self.k}: session {gen} aborted: {error}")
@@ -296,6 +307,8 @@ class Slot(threading.Thread):
             if self.abort.is_set():
                 if abort_seen is None:
                     abort_seen = time.monotonic()
+                    aborted, error = True, error or "server shutting down"
+                    self.mark_aborted(gen)
                     self.kill_compilers()
                 elif time.monotonic() - abort_seen > 10:
                     break
@@ -562,7 +575,13 @@ class Server:
         """Stop: no new compiles, in-flight ones get ``grace`` s, then are
         aborted (compilers killed); FIFOs and slot dirs removed."""
         self.stopping.set()
-        S.unlink_quiet(os.path.join(self.root, S.SERVER_JSON))
+        sj = os.path.join(self.root, S.SERVER_JSON)
+        info = S.read_json(sj)
+        if isinstance(info, dict) and info.get("id") == self.id and any(s.busy for s in self.slots):
+            # new compiles go plain; those in flight keep being served
+            S.write_atomic(sj, json.dumps(dict(info, stopping=True)).encode())
+        else:
+            S.unlink_quiet(sj)
         end = time.monotonic() + self.grace
         while any(s.busy for s in self.slots) and time.monotonic() < end:
             time.sleep(0.05)
@@ -570,6 +589,7 @@ class Server:
         for s in self.slots:
             if s.busy:
                 s.abort.set()
+                s.mark_aborted()
                 s.kill_compilers()
         for s in self.slots:
             if s.is_alive():
@@ -582,6 +602,8 @@ class Server:
             if s.chan is not None:
                 s.chan.close()
             shutil.rmtree(s.dir, ignore_errors=True)
+        if (S.read_json(sj) or {}).get("id") == self.id:
+            S.unlink_quiet(sj)
         S.unlink_quiet(os.path.join(self.root, S.HEARTBEAT))
         if self._lock_fd is not None:
             S.unlock(self._lock_fd)

@@ -143,9 +143,12 @@ def server_lock_held(root: str) -> bool:
     return False
 
 
-def server_status(root: str, stale_s: float, expect_id: str | None = None) -> tuple[dict | None, str]:
+def server_status(root: str, stale_s: float, expect_id: str | None = None,
+                  in_flight: bool = False) -> tuple[dict | None, str]:
     """(server.json contents, "") when a live server owns ``root``; else
-    (None, reason in words)."""
+    (None, reason in words).  A stopping server (``"stopping": true``, during
+    its grace period) takes no new compile but still serves those in flight
+    (``in_flight=True``)."""
     if not os.path.isdir(root):
         return None, f"no channel directory {root}"
     info = read_json(os.path.join(root, SERVER_JSON))
@@ -153,6 +156,8 @@ def server_status(root: str, stale_s: float, expect_id: str | None = None) -> tu
         return None, f"no server.json in {root} (server not started, or stopping)"
     if expect_id is not None and info["id"] != expect_id:
         return None, f"the server of {root} was replaced (id {info['id']} instead of {expect_id})"
+    if info.get("stopping") and not in_flight:
+        return None, f"the server of {root} (pid {info.get('pid')}) is stopping"
     if not server_lock_held(root):
         return None, f"the server of {root} (pid {info.get('pid')}) is gone (its lock is free)"
     try:

@@ -162,6 +162,39 @@ def test_sigterm_in_flight_ends_session_and_client_falls_back(tmp_path):
     _no_serve_leftovers(ch)
 
 
+def test_sigterm_lets_in_flight_compile_finish_within_grace(tmp_path):
+    d = str(tmp_path)
+    src = os.path.join(d, "big.c")
+    with open(src, "w") as f:
+        f.write(big_source())
+    (small,) = write_sources(d, 1)
+    ch, stats = str(tmp_path / "ch"), str(tmp_path / "stats.jsonl")
+    with ServerProc(ch, slots=2, policy="default", stats=stats, extra=("--grace", "120")) as srv:
+        env = dict(os.environ, MLGO_CHANNELS=ch, MLGO_FALLBACK="fail")
+        client = subprocess.Popen([MLGO_CLANG, "-Oz", "-c", "big.c", "-o", "big.o"], cwd=d, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: compiler_on_channel(os.path.join(ch, "slot-0", "request.json"))
+                     or compiler_on_channel(os.path.join(ch, "slot-1", "request.json")), 60,
+                     "the compiler to open a slot's channel")
+            srv.proc.send_signal(signal.SIGTERM)
+            wait_for(lambda: (S.read_json(os.path.join(ch, "server.json")) or {}).get("stopping"), 30,
+                     "the server to announce it is stopping")
+            # a new compile is not taken by a stopping server
+            r = mlgo_clang(["-Oz", "-c", small, "-o", small[:-2] + ".o"], ch, "fail", timeout=60)
+            assert r.returncode == 2 and "stopping" in r.stderr
+            _, err = client.communicate(timeout=300)
+            assert srv.proc.wait(timeout=60) == 0
+        finally:
+            client.kill()
+    assert client.returncode == 0 and "without the server" not in err, err
+    (rec,) = read_stats(stats)
+    assert rec["status"] == "ok" and rec["observations"] == 400
+    with open(os.path.join(d, "big.o"), "rb") as f:
+        assert f.read() == plain_object(src, os.path.join(d, "plain.o"))
+    _no_serve_leftovers(ch)
+
+
 def test_no_server_plain_fallback_and_fail_mode(tmp_path):
     d = str(tmp_path)
     (src,) = write_sources(d, 1)
