@@ -374,6 +374,7 @@ class NumpyPolicy(Policy):
     def _install_binary(self) -> None:
         diff = self._diff
         u = self
+        exp, log1p = math.exp, math.log1p
 
         if self.greedy:
             def act(obs):
@@ -391,11 +392,11 @@ class NumpyPolicy(Policy):
                     i = 0
                 r = u._u[i]
                 u._ui = i + 1
-                # P(1) = sigmoid(d); log P(1) = -softplus(-d)
-                lp1 = -_softplus(-d)
-                if r < math.exp(lp1):
+                # P(1) = sigmoid(d): log P(1) = -softplus(-d), log P(0) = log P(1) - d
+                lp1 = -(max(-d, 0.0) + log1p(exp(-abs(d))))
+                if r < exp(lp1):
                     return 1, lp1
-                return 0, -_softplus(d)
+                return 0, lp1 - d
 
             def act(obs):
                 return act_logp(obs)[0]
