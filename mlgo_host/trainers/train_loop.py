@@ -16,7 +16,6 @@ Only this module (and the learner) imports TensorFlow; workers never do.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -31,29 +30,6 @@ from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_write_json
 
 log = logging.getLogger("mlgo_host.train")
-
-
-@dataclasses.dataclass
-class RewardStats:
-    """Per-module moving averages of policy sizes (the training baseline)."""
-
-    decay: float = 0.8
-    averages: dict[str, float] = dataclasses.field(default_factory=dict)
-
-    def baseline(self, name: str, default_size: float, use_moving_average: bool) -> float:
-        if use_moving_average and name in self.averages:
-            return self.averages[name]
-        return default_size
-
-    def update(self, name: str, size: float, default_size: float) -> None:
-        prev = self.averages.get(name, default_size)
-        self.averages[name] = self.decay * prev + (1 - self.decay) * size
-
-
-def module_reward(policy_size: float, baseline: float, delta: float = 0.01) -> float:
-    from mlgo_host.trainers.reward import reward as _reward
-
-    return _reward(policy_size, baseline, delta)
 
 
 def percentile_summary(values: list[float]) -> dict[str, float]:
@@ -92,6 +68,7 @@ def train(
     early_exit_grace_s: float = 60.0,
     collection_timeout_s: float = 1800.0,
     trace_modules: int = 0,
+    sampling_strategy: str = "round_robin",
     progress: bool = True,
 ) -> dict[str, Any]:
     """Train a policy; returns the final statistics (also in state.json)."""
@@ -99,6 +76,7 @@ def train(
 
     from mlgo_host.trainers.corpus import load_corpus
     from mlgo_host.trainers.pool import EarlyExit, make_pool
+    from mlgo_host.trainers.reward import MovingAverageBaseline, reward
     from mlgo_host.trainers.summaries import Summaries
 
     os.makedirs(root_dir, exist_ok=True)
@@ -139,17 +117,18 @@ def train(
 
         from mlgo_host.trainers.learner import Learner
 
-        learner = Learner(header_json, advisor=advisor, vocab_dir=vocab_path, root_dir=root_dir, seed=seed)
+        learner = Learner(header_json, advisor=advisor, vocab_dir=vocab_path, root_dir=root_dir, seed=seed,
+                          clang=clang_path)
         start_iter = 0
-        stats = RewardStats(decay=moving_average_decay)
+        stats = MovingAverageBaseline(decay=moving_average_decay)
         if state:
             learner.restore(state["iteration"])
             start_iter = state["iteration"]
-            stats.averages = {k: float(v) for k, v in state.get("moving_averages", {}).items()}
+            stats = MovingAverageBaseline.from_state(state["moving_average"])
         elif warmstart_policy:
             learner.warmstart(warmstart_policy)
         summaries = Summaries(root_dir)
-        sampler = corpus.sampler(train_mods, seed=seed)
+        sampler = corpus.sampler(train_mods, seed=seed, strategy=sampling_strategy)
         sampler.skip(start_iter * modules_per_iteration)
         history = state.get("history", [])
         early = EarlyExit(fraction=early_exit_fraction, grace_s=early_exit_grace_s, timeout_s=collection_timeout_s)
@@ -171,10 +150,13 @@ def train(
                     reason = o.error if not o.ok else (r or {}).get("reason", "no episode")
                     failures.append({"module": tasks[o.index][0]["name"], "reason": reason})
                     continue
-                base = stats.baseline(r["name"], r["baseline_size"], use_moving_average_baseline)
-                rew = module_reward(r["policy_size"], base)
-                ok_rewards.append(module_reward(r["policy_size"], r["baseline_size"]))
-                stats.update(r["name"], r["policy_size"], r["baseline_size"])
+                # training reward: against the moving average (or the default
+                # size); reported reward: always against the default size.
+                if use_moving_average_baseline:
+                    rew = stats.reward(r["name"], r["policy_size"], r["baseline_size"])
+                else:
+                    rew = reward(r["policy_size"], r["baseline_size"])
+                ok_rewards.append(reward(r["policy_size"], r["baseline_size"]))
                 if r["observations"] == 0:
                     continue
                 from mlgo_host.episode import Episode
@@ -211,7 +193,7 @@ def train(
             history.append(row)
             summaries.write_iteration(iteration, dist, row, eval_row)
             atomic_write_json(state_path, {
-                "iteration": iteration, "moving_averages": stats.averages, "history": history,
+                "iteration": iteration, "moving_average": stats.state(), "history": history,
                 "last_eval": last_eval, "failures_last_iteration": failures,
                 "config": {"advisor": advisor, "corpus_dir": os.path.abspath(corpus_dir), "seed": seed},
             })
@@ -277,7 +259,7 @@ def _build_vocab(pool, modules, vocab_dir: str, root_dir: str, task_of, progress
     from tqdm import tqdm
 
     from mlgo_host.episode import Episode
-    from mlgo_host.policies.vocab import build_vocab_from_features
+    from mlgo_host.policies.vocab import VocabBuilder
 
     pool.broadcast("set_policy", {"heuristic": "default"})
     tasks = [(task_of(m), 0, True, True) for m in modules]
@@ -285,15 +267,14 @@ def _build_vocab(pool, modules, vocab_dir: str, root_dir: str, task_of, progress
                disable=not progress, leave=False, file=sys.stderr)
     outcomes = pool.map_unordered("collect", tasks, None, on_result=lambda r: bar.update(1))
     bar.close()
-    feats = []
+    builder = VocabBuilder()
     header = None
     for o in outcomes:
         if o.ok and o.value and o.value["episode"] is not None:
             ep = Episode.from_state(o.value["episode"])
             header = header or ep.header
-            if ep.n:
-                feats.append(ep.features())
-    if not feats:
+            builder.add(ep.features())
+    if not builder.observations:
         raise ConfigError("tracing produced no observations; cannot build a vocab")
     atomic_write_json(os.path.join(root_dir, "header.json"), header.to_json())
-    build_vocab_from_features(np.concatenate(feats), vocab_dir)
+    builder.build().save(vocab_dir)

@@ -1,0 +1,138 @@
+"""The learner: owns the tf-agents PPO agent for one training run.
+
+It turns collected episodes and module rewards into trajectories, trains,
+exports the actor's weights for the TF-free workers, writes saved policies
+and checkpoints (TF checkpoint per iteration, restored on resume).  The only
+part of training that imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+import gin
+import numpy as np
+
+from mlgo_host.channel.codec import Header
+from mlgo_host.errors import ConfigError
+
+
+@gin.configurable(module="learner")
+class Learner:
+    def __init__(
+        self,
+        header_json: dict,
+        advisor: str,
+        vocab_dir: str,
+        root_dir: str,
+        seed: int = 0,
+        *,
+        clang: str = "clang-19",
+        sequence_length: int = 16,
+        batch_size: int = 256,
+        use_tf_function: bool = True,
+        keep_checkpoints: int = 3,
+    ):
+        import tensorflow as tf
+
+        from mlgo_host.channel.default_probe import default_slot
+        from mlgo_host.policies import tf_agent
+        from mlgo_host.policies.specs import PolicySpec
+        from mlgo_host.policies.vocab import Vocab
+
+        tf.random.set_seed(seed)
+        self._tf = tf
+        self.tf_agent = tf_agent
+        self.root_dir = root_dir
+        self.seed = seed
+        self.clang = clang
+        self.sequence_length = sequence_length
+        self.batch_size = batch_size
+        self.header = Header.from_json(header_json)
+        self.vocab = Vocab.load(vocab_dir)
+        slot = default_slot(clang) if advisor == "inline" else None
+        self.spec = PolicySpec.from_header(self.header, advisor, vocab_names=self.vocab.names(), default_slot=slot)
+        self.norm = tf_agent.GinNormConfig()
+        self.agent = tf_agent.create_ppo_agent(self.spec, self.vocab, self.norm)
+        self.actor = self.agent.actor_net
+        self._train = tf_agent.train_function(self.agent) if use_tf_function else self.agent.train
+        self.ckpt = tf.train.Checkpoint(agent=self.agent)
+        self.ckpt_dir = os.path.join(root_dir, "checkpoints")
+        self.manager = tf.train.CheckpointManager(self.ckpt, self.ckpt_dir, max_to_keep=keep_checkpoints,
+                                                  checkpoint_name="ckpt")
+        self._batches_seen = 0
+
+    # -- weights in and out ------------------------------------------------
+    def warmstart(self, policy_dir: str) -> None:
+        """Start from a saved policy (e.g. behavioural cloning)."""
+        from mlgo_host.policies.actor import NumpyActor
+
+        path = os.path.join(policy_dir, "actor.npz")
+        if not os.path.exists(path):
+            raise ConfigError(f"warm-start policy {policy_dir!r} has no actor.npz")
+        self.tf_agent.import_actor_weights(self.actor, NumpyActor.load_weights(path))
+
+    def policy_blob(self) -> dict:
+        """The current actor as a TF-free saved-policy blob for workers."""
+        from mlgo_host.trainers.worker import policy_blob_from_dir
+
+        with tempfile.TemporaryDirectory(prefix="mlgo-blob-", dir=self.root_dir) as d:
+            p = os.path.join(d, "policy")
+            self.save_policy(p, step=int(self.agent.train_step_counter.numpy()), saved_model=False)
+            return policy_blob_from_dir(p)
+
+    def save_policy(self, path: str, step: int, saved_model: bool = True) -> None:
+        from mlgo_host.policies.saved import save_policy
+
+        save_policy(path, self.actor, self.spec, self.vocab, self.norm, compiler=self.clang, training_step=step,
+                    saved_model=saved_model)
+
+    # -- checkpoints -------------------------------------------------------
+    def checkpoint(self, iteration: int) -> None:
+        self.manager.save(checkpoint_number=iteration)
+
+    def restore(self, iteration: int) -> None:
+        path = os.path.join(self.ckpt_dir, f"ckpt-{iteration}")
+        if not self._tf.io.gfile.exists(path + ".index"):
+            raise ConfigError(f"no checkpoint for iteration {iteration} in {self.ckpt_dir} (state.json says it was done)")
+        self.ckpt.restore(path).assert_existing_objects_matched()
+
+    # -- training ----------------------------------------------------------
+    def train(self, episodes: list, rewards: list[float]) -> dict[str, Any]:
+        """One PPO update on the iteration's episodes; returns loss metrics,
+        the policy entropy and the approximate KL to the collecting policy."""
+        trajs = self.tf_agent.episodes_to_trajectories(
+            self.spec, episodes, rewards, sequence_length=self.sequence_length, batch_size=self.batch_size,
+            seed=self.seed + self._batches_seen)
+        metrics: dict[str, list[float]] = {}
+        for t in trajs:
+            info = self._train(experience=t)
+            self._batches_seen += 1
+            metrics.setdefault("total_loss", []).append(float(info.loss))
+            extra = info.extra._asdict() if hasattr(info.extra, "_asdict") else dict(info.extra or {})
+            for k, v in extra.items():
+                try:
+                    metrics.setdefault(k, []).append(float(np.mean(np.asarray(v))))
+                except (TypeError, ValueError):
+                    pass
+        out = {k: float(np.mean(v)) for k, v in metrics.items() if v}
+        out.update(self._entropy_and_kl(episodes))
+        out["batches"] = len(trajs)
+        return out
+
+    def _entropy_and_kl(self, episodes: list, max_steps: int = 20000) -> dict[str, float]:
+        steps = self.tf_agent.episodes_to_steps(self.spec, episodes, [0.0] * len(episodes))
+        n = min(steps.n, max_steps)
+        obs = {k: v[:n] for k, v in steps.observation.items()}
+        logits = self.tf_agent.tf_logits(self.actor, self.spec, obs).astype(np.float64)
+        logits = np.where(np.isfinite(logits), logits, -1e30)
+        logits -= logits.max(axis=1, keepdims=True)
+        logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+        p = np.exp(logp)
+        entropy = float(-(p * np.where(p > 0, logp, 0.0)).sum(axis=1).mean())
+        a = steps.action[:n]
+        new_lp = logp[np.arange(n), a]
+        old_lp = np.concatenate([np.asarray(ep.logps, np.float64) for ep in episodes if ep.n])[:n]
+        return {"entropy": entropy, "kl": float(np.mean(old_lp - new_lp))}
