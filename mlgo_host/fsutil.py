@@ -2,11 +2,35 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
-from typing import Any
+import threading
+from typing import Any, Iterator
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[str]:
+    """A temporary name beside ``path`` for writers that want a file name
+    (``np.savez``, ``savefig``, a compiler's ``-o``): when the block ends
+    normally the file written there replaces ``path``; when it raises, the
+    file is removed.  The name is hidden (``.<name>.<pid>...<suffix>``) and
+    unique per process and thread; nothing is created before the writer
+    creates it (its mode is the writer's).  No fsync."""
+    path = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    tmp = os.path.join(d, f".{os.path.basename(path)}.{os.getpid()}.{threading.get_ident()}{suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:

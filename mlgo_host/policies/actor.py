@@ -33,13 +33,13 @@ Nothing here imports TensorFlow.
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from mlgo_host.errors import ConfigError
+from mlgo_host.fsutil import atomic_path
 from mlgo_host.policies.base import Policy
 from mlgo_host.policies.specs import BINARY, MASKED_CHOICE, PolicySpec
 from mlgo_host.policies.vocab import NormConfig, Vocab, int_thresholds
@@ -137,15 +137,8 @@ class NumpyActor:
     @staticmethod
     def save_weights(path: str, weights: Mapping[str, np.ndarray]) -> None:
         """Write an ``.npz`` atomically."""
-        d = os.path.dirname(os.path.abspath(path))
-        tmp = os.path.join(d, f".{os.path.basename(path)}.{os.getpid()}.tmp.npz")
-        try:
+        with atomic_path(path, suffix=".tmp.npz") as tmp:  # np.savez adds .npz to other names
             np.savez(tmp, **{k: np.asarray(v) for k, v in weights.items()})
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
 
     # -- batch reference path -------------------------------------------
     def _column(self, features: Any, name: str, n: int) -> np.ndarray:

@@ -239,19 +239,6 @@ class _Spawned:
             self.wait(None)
 
 
-def _remove_temp_outputs(output: str, since: float) -> None:
-    import glob
-
-    stem, ext = os.path.splitext(output)
-    for pat in (glob.escape(output) + "-*.tmp", glob.escape(stem) + "-*" + glob.escape(ext) + ".tmp"):
-        for p in glob.glob(pat):
-            try:
-                if os.stat(p).st_mtime >= since - 1:
-                    os.unlink(p)
-            except OSError:
-                pass
-
-
 def _env_float(name: str, default: float) -> float:
     v = os.environ.get(name)
     if not v:
@@ -362,7 +349,7 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
             os.write(ctl, (json.dumps({"op": "start", "gen": gen}) + "\n").encode())
         except OSError as e:
             proc.kill()
-            _remove_temp_outputs(plan["output"], t0)
+            S.remove_temp_outputs(plan["output"], t0)
             return fallback(f"slot {k} of {root} stopped answering ({e.strerror})")
         while True:
             rc = proc.wait(0.5)
@@ -374,7 +361,7 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
                 # the server is gone, or it moved on without our compiler
                 # (which may block in open() forever): kill it
                 proc.kill()
-                _remove_temp_outputs(plan["output"], t0)
+                S.remove_temp_outputs(plan["output"], t0)
                 return fallback(f"{why} during the compile" if live is None else
                                 f"slot {k} of {root} gave up on this compile")
         try:
@@ -386,7 +373,7 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
             aborted = S.read_text(os.path.join(sdir, S.ABORTED)) == gen
             live, why = S.server_status(root, stale_s, sid, in_flight=True)
             if aborted or live is None:
-                _remove_temp_outputs(plan["output"], t0)
+                S.remove_temp_outputs(plan["output"], t0)
                 S.unlock(lock_fd)
                 lock_fd = None
                 return fallback("the server aborted the session (see its log)" if aborted else f"{why} during the compile")
@@ -394,7 +381,7 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
     finally:
         if proc is not None and proc.returncode is None:
             proc.kill()
-            _remove_temp_outputs(plan["output"], t0)
+            S.remove_temp_outputs(plan["output"], t0)
         if ctl >= 0:
             os.close(ctl)
         S.unlock(lock_fd)

@@ -31,6 +31,7 @@ import os
 import numpy as np
 
 from mlgo_host.errors import CorpusError
+from mlgo_host.fsutil import atomic_path
 
 MANIFEST = "episodes.jsonl"
 
@@ -38,23 +39,13 @@ MANIFEST = "episodes.jsonl"
 def save_episode(directory: str, rec: dict, episode) -> str:
     """Write one episode (``rec`` = its stats record); returns the file name."""
     name = "ep-" + str(rec["gen"]).replace(":", "-") + ".npz"
-    path = os.path.join(directory, name)
-    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
     meta = {k: v for k, v in rec.items() if k not in ("decisions",)}
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(
-                f, raw=np.frombuffer(episode.raw, dtype=np.uint8), actions=episode.actions, logps=episode.logps,
-                header=np.array(json.dumps(episode.header.to_json())), contexts=np.array(json.dumps(episode.contexts)),
-                meta=np.array(json.dumps(meta, sort_keys=True)),
-            )
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with atomic_path(os.path.join(directory, name)) as tmp, open(tmp, "wb") as f:
+        np.savez(
+            f, raw=np.frombuffer(episode.raw, dtype=np.uint8), actions=episode.actions, logps=episode.logps,
+            header=np.array(json.dumps(episode.header.to_json())), contexts=np.array(json.dumps(episode.contexts)),
+            meta=np.array(json.dumps(meta, sort_keys=True)),
+        )
     line = (json.dumps(dict(meta, file=name), sort_keys=True) + "\n").encode()
     fd = os.open(os.path.join(directory, MANIFEST), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:

@@ -324,7 +324,7 @@ class Slot(threading.Thread):
             status = "ok"
         if status == "client_died":
             self.kill_compilers()
-            _remove_temp_outputs(req.get("output"), t_start)
+            S.remove_temp_outputs(req.get("output"), t_start)
         rec = {
             "time": round(t_start, 3), "server": srv.id, "slot": self.k, "gen": gen,
             "build": req.get("build"), "output": req.get("output"), "source": req.get("source"),
@@ -338,22 +338,6 @@ class Slot(threading.Thread):
             "session_s": round(session_s, 4), "text_size": None, "error": error,
         }
         srv.record(rec, stats.episode if stats is not None else None)
-
-
-def _remove_temp_outputs(output: str | None, since: float) -> None:
-    """``<output>-XXXX.tmp`` files a killed compiler leaves behind."""
-    if not output:
-        return
-    import glob
-
-    stem, ext = os.path.splitext(output)
-    for pat in (glob.escape(output) + "-*.tmp", glob.escape(stem) + "-*" + glob.escape(ext) + ".tmp"):
-        for p in glob.glob(pat):
-            try:
-                if os.stat(p).st_mtime >= since - 1:
-                    os.unlink(p)
-            except OSError:
-                pass
 
 
 class Recorder(threading.Thread):

@@ -213,3 +213,21 @@ def processes_using(base: str) -> list[int]:
         if needle in cmd and (b"=" + needle + b"\0") in cmd + b"\0":
             pids.append(int(e))
     return pids
+
+
+def remove_temp_outputs(output: str | None, since: float) -> None:
+    """Remove the ``<output>-XXXX.tmp`` / ``<stem>-XXXX<ext>.tmp`` files a
+    killed compiler leaves behind (only those modified since ``since``, the
+    compile's start, minus a second)."""
+    if not output:
+        return
+    import glob
+
+    stem, ext = os.path.splitext(output)
+    for pat in (glob.escape(output) + "-*.tmp", glob.escape(stem) + "-*" + glob.escape(ext) + ".tmp"):
+        for p in glob.glob(pat):
+            try:
+                if os.stat(p).st_mtime >= since - 1:
+                    os.unlink(p)
+            except OSError:
+                pass

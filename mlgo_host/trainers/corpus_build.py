@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from mlgo_host.errors import CorpusError
-from mlgo_host.fsutil import atomic_write_bytes
+from mlgo_host.fsutil import atomic_path, atomic_write_bytes
 from mlgo_host.trainers.corpus import write_description
 
 SOURCE_EXTS = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".m", ".mm")
@@ -243,20 +243,14 @@ def build_module(clang: str, entry: CompileEntry, name: str, out_dir: Path, opt_
     if "-O0" in cc1 or not any(a.startswith("-O") for a in cc1):
         raise CorpusError("the entry compiles at -O0 (its bitcode would carry optnone and offer no decisions); "
                           "give it an optimization level (corpus build --opt -Oz)")
-    bc.parent.mkdir(parents=True, exist_ok=True)
-    tmp = bc.with_name(f".{bc.name}.{os.getpid()}.tmp")
-    try:
-        cmd = [clang, *flags, "-emit-llvm", "-c", "-Xclang", "-disable-llvm-passes", entry.source, "-o", str(tmp)]
+    with atomic_path(bc) as tmp:
+        cmd = [clang, *flags, "-emit-llvm", "-c", "-Xclang", "-disable-llvm-passes", entry.source, "-o", tmp]
         try:
             r = subprocess.run(cmd, cwd=entry.directory, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise CorpusError(f"the frontend did not finish within {timeout:g} s") from None
         if r.returncode != 0:
             raise CorpusError(_tail(r.stderr) or f"clang exited with {r.returncode}")
-        os.replace(tmp, bc)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     atomic_write_bytes(str(cmd_file), "\0".join(cc1).encode("utf-8"))
     return True
 
@@ -280,7 +274,8 @@ def build_corpus(
 
     if not entries:
         raise CorpusError("the compile database has no entries")
-    out_dir = Path(output)
+    # Absolute: each entry's frontend runs in the entry's own directory.
+    out_dir = Path(os.path.abspath(output))
     out_dir.mkdir(parents=True, exist_ok=True)
     if names is None:
         names = module_names(entries)

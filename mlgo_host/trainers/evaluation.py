@@ -24,7 +24,7 @@ import sys
 from typing import Any, Sequence
 
 from mlgo_host.errors import ConfigError, CorpusError
-from mlgo_host.fsutil import atomic_write_bytes
+from mlgo_host.fsutil import atomic_path, atomic_write_bytes
 
 CSV_FIELDS = ("module", "baseline_text", "policy_text", "reward", "observations", "status", "reason")
 SPLITS = ("all", "train", "heldout")
@@ -145,16 +145,11 @@ class EvalReport:
                      f"({s.smaller} smaller, {s.equal} equal, {s.bigger} bigger, {s.failed} failed)", fontsize=9)
         ax.grid(True, alpha=0.3)
         fig.tight_layout()
-        d = os.path.dirname(os.path.abspath(path))
-        os.makedirs(d, exist_ok=True)
-        tmp = os.path.join(d, f".{os.path.basename(path)}.{os.getpid()}.tmp.png")
         try:
-            fig.savefig(tmp, dpi=110)
-            os.replace(tmp, path)
+            with atomic_path(path, suffix=".tmp.png") as tmp:  # savefig picks the format by the suffix
+                fig.savefig(tmp, dpi=110)
         finally:
             plt.close(fig)
-            if os.path.exists(tmp):
-                os.unlink(tmp)
 
 
 def select_modules(corpus, modules: int | None = None, split: str = "all", heldout_fraction: float = 0.1,

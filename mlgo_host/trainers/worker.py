@@ -19,6 +19,7 @@ import shutil
 import tempfile
 from typing import Any
 
+from mlgo_host.fsutil import atomic_path
 from mlgo_host.policies import load_policy
 from mlgo_host.policies.base import Policy
 
@@ -98,10 +99,8 @@ class CollectWorker:
             # No shared filesystem: write the shipped bitcode locally.
             p = os.path.join(self.tmp, "bc", hashlib.sha1(task["bc_bytes"]).hexdigest() + ".bc")
             if not os.path.exists(p):
-                os.makedirs(os.path.dirname(p), exist_ok=True)
-                with open(p + ".tmp", "wb") as f:
+                with atomic_path(p) as tmp, open(tmp, "wb") as f:
                     f.write(task["bc_bytes"])
-                os.replace(p + ".tmp", p)
             mod = dataclasses.replace(mod, bc_path=p)
         return mod
 

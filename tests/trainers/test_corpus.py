@@ -385,3 +385,14 @@ def test_corpus_build_command(tmp_path, capsys):
     assert main(["corpus", "build", "--compile-commands", str(tmp_path / "none.json"), "--output", str(out)]) == 2
     assert "compile database not found" in capsys.readouterr().err
     assert main(["corpus"]) == 2
+
+
+def test_relative_output_with_entries_in_other_directories(tmp_path, monkeypatch):
+    """--output relative to the caller's directory, while each entry's frontend
+    runs in the entry's own directory (here build/ and the project root)."""
+    db = write_project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    rep = build_corpus(load_compile_commands(db), "out/corpus", clang=CLANG, jobs=2, progress=False)
+    assert rep.failures == [] and rep.built == 4
+    assert len(load_corpus(tmp_path / "out" / "corpus", strict=True)) == 4
+    assert not list((tmp_path / "build").rglob("*.bc"))
