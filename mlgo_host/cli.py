@@ -21,20 +21,34 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "trace": ("mlgo_host.commands.trace", "record a policy's observations and decisions over a corpus"),
     "vocab": ("mlgo_host.commands.vocab", "compute per-feature quantile vocabularies from a trace"),
     "train": ("mlgo_host.commands.train", "train a policy with PPO or behavioural cloning (gin-configured)"),
-    "serve": ("mlgo_host.commands.serve", "serve channel slots for compilers launched by others (mlgo-clang)"),
+    "serve": ("mlgo_host.commands.serve", "answer the compiles of a build run through mlgo-clang"),
     "stats": ("mlgo_host.commands.stats", "summarize the per-compile statistics written by `serve --stats`"),
 }
 
 
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written; "(default: X)" after an option's help only
+    when X says something: not for None, False or an empty list, nor when
+    the help already tells its default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "%(default)" in text or "default:" in text:
+            return text
+        default = action.default
+        if default is None or default is False or default == [] or default is argparse.SUPPRESS:
+            return text
+        if not action.option_strings and action.nargs not in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mlgo-host",
-        description="Train and serve LLVM's ML optimization advisors (inliner, register allocation) "
+        description="Train and serve LLVM's ML optimization advisors (inliner, register allocation)\n"
         "through clang's interactive channel, with a stock clang-19.",
+        epilog="`mlgo-host COMMAND --help` describes a command and its options.",
         formatter_class=_Formatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -34,32 +34,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from mlgo_host.cli import _Formatter
 
     sub = p.add_subparsers(dest="corpus_command", metavar="ACTION")
-    b = sub.add_parser("build", help="build a corpus from a compile database", formatter_class=_Formatter,
+    b = sub.add_parser("build", help="build a corpus from a compile database (compile_commands.json)",
+                       formatter_class=_Formatter,
                        description="Build an mlgo-utils corpus from a compile database.")
-    b.add_argument("--compile-commands", required=True, metavar="PATH", help="compile_commands.json")
+    b.add_argument("--compile-commands", required=True, metavar="PATH",
+                   help="the compile database to build from (compile_commands.json)")
     _common(b)
     b.add_argument("--opt", metavar="LEVEL", default=None,
                    help="replace every -O flag of the entries with this one (e.g. -Oz); "
                         "entries compiled at -O0 are otherwise skipped")
     b.add_argument("--force", action="store_true", help="rebuild modules that already exist")
-    m = sub.add_parser("benchmark", help="download and build the pinned benchmark corpus",
+    m = sub.add_parser("benchmark", help="download and build the benchmark corpus (pinned PyPI sdists)",
                        formatter_class=_Formatter,
                        description="Build the benchmark corpus from pinned PyPI source distributions.")
     _common(m)
     m.add_argument("--cache-dir", metavar="DIR", default=None,
-                   help="where sdists are downloaded and extracted; when not given: ~/.cache/mlgo_host/benchmark")
+                   help="where sdists are downloaded and extracted "
+                        "(default: $XDG_CACHE_HOME/mlgo_host/benchmark, i.e. ~/.cache/mlgo_host/benchmark)")
     m.add_argument("--sources", metavar="JSON", default=None,
-                   help="the list of pinned sdists; when not given: the list shipped in mlgo_host/data")
+                   help="the list of pinned sdists and their sha256 "
+                        "(default: mlgo_host/data/benchmark_sources.json of the package)")
     m.add_argument("--package", action="append", metavar="NAME",
-                   help="only this package of the list (repeatable)")
+                   help="build only this package of the list (repeatable; default: all of them)")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", required=True, metavar="DIR", help="corpus directory to create or complete")
-    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, help="parallel compiles")
-    p.add_argument("--clang", default="clang-19", help="clang binary")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds one compile may take")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, metavar="N",
+                   help="parallel compiles (default: the number of CPUs)")
+    p.add_argument("--clang", default="clang-19", metavar="PATH",
+                   help="clang driver that emits the bitcode and the cc1 commands")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="time one compile may take")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -31,26 +31,31 @@ from mlgo_host.errors import ConfigError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", required=True, metavar="DIR", help="corpus directory (corpus_description.json)")
     p.add_argument("--policy", default="default",
-                   help="default, never, always, random, or a saved policy directory")
-    p.add_argument("--advisor", choices=sorted(ADVISORS), default="inline", help="which decision the policy makes")
+                   help="who answers: a heuristic (default, never, always, random) or a saved policy directory "
+                        "(greedy)")
+    p.add_argument("--advisor", choices=sorted(ADVISORS), default="inline",
+                   help="which of the compiler's decisions the policy makes")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--modules", type=int, metavar="N",
                        help="evaluate only N modules, spread evenly over the module sizes")
     which.add_argument("--split", choices=("all", "train", "heldout"), default="all",
                        help="evaluate one side of the deterministic train/held-out split")
-    p.add_argument("--heldout-fraction", type=float, default=0.1, help="share of modules held out by --split")
-    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, help="worker processes")
-    p.add_argument("--clang", default="clang-19", help="clang binary compiling the modules")
-    p.add_argument("--llvm-size", default=None, help="llvm-size binary; when not given: llvm-size-19, then llvm-size")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds one module compile may take")
+    p.add_argument("--heldout-fraction", type=float, default=0.1, metavar="F",
+                   help="share of modules held out by --split (training's is 0.2)")
+    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, metavar="N",
+                   help="worker processes (default: the number of CPUs)")
+    p.add_argument("--clang", default="clang-19", metavar="PATH", help="clang binary compiling the modules")
+    p.add_argument("--llvm-size", default=None, metavar="PATH",
+                   help="llvm-size binary (default: llvm-size-19, then llvm-size)")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="time one module compile may take")
     p.add_argument("--baseline-cache", metavar="DIR", default=None,
-                   help="where default-heuristic sizes are cached; when not given: $MLGO_HOST_CACHE or "
-                        "~/.cache/mlgo_host, subdirectory baselines)")
-    p.add_argument("--seed", type=int, default=0, help="seed of stochastic policies and of the split")
+                   help="where default-heuristic sizes are cached (default: $MLGO_HOST_CACHE/baselines, "
+                        "else $XDG_CACHE_HOME/mlgo_host/baselines, i.e. ~/.cache/mlgo_host/baselines)")
+    p.add_argument("--seed", type=int, default=0, help="seed of stochastic policies and salt of the split")
     p.add_argument("--output", "-o", metavar="CSV", help="write the per-module report as CSV")
     p.add_argument("--plot", metavar="PNG", help="plot per-module size change against module size")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -27,16 +27,18 @@ from mlgo_host.errors import ConfigError  # noqa: E402
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--advisor", choices=sorted(ADVISORS), default="inline", help="which decision to serve")
+    p.add_argument("--advisor", choices=sorted(ADVISORS), default="inline",
+                   help="which of the compiler's decisions the policy makes")
     p.add_argument("--policy", default="default",
-                   help="default, never, always, random, or a saved policy directory")
-    p.add_argument("--seed", type=int, default=0, help="seed of stochastic policies")
+                   help="who answers: a heuristic (default = the compiler's own decision, never, always, random) "
+                        "or a saved policy directory")
+    p.add_argument("--seed", type=int, default=0, help="seed of stochastic policies (random, --sample)")
     p.add_argument("--sample", action="store_true", help="sample from a saved policy instead of its greedy choice")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds the whole compile may take")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS", help="time the whole compile may take")
     p.add_argument("--log", metavar="FILE", help="write observations and the advice taken in clang's training-log format")
     p.add_argument("--pin", metavar="CPU", type=int, nargs="?", const=-1, default=None,
-                   help="run the host and the compiler on one CPU (default: the current one); "
-                        "cheaper ping-pong when the CPU is otherwise idle")
+                   help="run the host and the compiler on one CPU (CPU omitted: the current one); "
+                        "cheaper ping-pong when that CPU is otherwise idle")
     # dest must not be "command": the CLI dispatcher keeps the subcommand name there
     p.add_argument("compiler_args", nargs=argparse.REMAINDER, metavar="-- COMPILER ARGS...",
                    help="the compiler command line (after --)")

@@ -28,20 +28,26 @@ import os
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from mlgo_host.channel.advisors import ADVISORS
 
-    p.add_argument("--channels", metavar="DIR", required=True, help="slot directory (clients: MLGO_CHANNELS=DIR)")
-    p.add_argument("--slots", type=int, default=os.cpu_count() or 2, help="compiles served at the same time")
-    p.add_argument("--policy", default="default", help="default, never, always, random, or a saved policy directory")
-    p.add_argument("--advisor", choices=sorted(ADVISORS), default="inline", help="which decision to serve")
-    p.add_argument("--stats", metavar="FILE", help="append one JSON line per compile")
+    p.add_argument("--channels", metavar="DIR", required=True,
+                   help="slot directory, created if needed (clients: MLGO_CHANNELS=DIR)")
+    p.add_argument("--slots", type=int, default=os.cpu_count() or 2, metavar="N",
+                   help="compiles served at the same time (default: the number of CPUs)")
+    p.add_argument("--policy", default="default",
+                   help="who answers: a heuristic (default = the compiler's own decision, never, always, random) "
+                        "or a saved policy directory")
+    p.add_argument("--advisor", choices=sorted(ADVISORS), default="inline",
+                   help="which of the compiler's decisions the policy makes")
+    p.add_argument("--stats", metavar="FILE", help="append one JSON line per compile (read it with mlgo-host stats)")
     p.add_argument("--collect", metavar="DIR",
                    help="keep each compile's episode (.npz) for training; saved policies sample instead of "
                         "taking their greedy choice")
     p.add_argument("--seed", type=int, default=0, help="seed of stochastic policies (slot K uses seed+K)")
     p.add_argument("--sample", action="store_true", help="sample from a saved policy (implied by --collect)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds one compile's session may take")
-    p.add_argument("--grace", type=float, default=10.0,
-                   help="on SIGTERM, seconds in-flight compiles get before they are aborted")
-    p.add_argument("--compiler", default=None,
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="time one compile's session may take")
+    p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
+                   help="on SIGTERM/SIGINT, time in-flight compiles get before they are aborted")
+    p.add_argument("--compiler", default=None, metavar="PATH",
                    help="compiler probed at start for the inliner's default-decision slot "
                         "(default: $MLGO_CLANG or clang-19; each client's compiler is probed too)")
     p.add_argument("--pin", action="store_true",

@@ -18,9 +18,12 @@ import json
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="stats file written by `mlgo-host serve --stats`")
-    p.add_argument("--build", help="only this build (label or 'server <id>'); default: every build")
-    p.add_argument("--baseline", metavar="FILE2", help="compare module sizes with the last build of FILE2")
-    p.add_argument("--top", type=int, default=None, help="list only the N largest modules")
+    p.add_argument("--build", metavar="LABEL",
+                   help="only this build (its MLGO_BUILD label, or 'server <id>'; default: every build)")
+    p.add_argument("--baseline", metavar="FILE2",
+                   help="compare module sizes with the last build of FILE2 (e.g. a --policy default build)")
+    p.add_argument("--top", type=int, default=None, metavar="N",
+                   help="list only the N largest modules (default: all)")
     p.add_argument("--json", action="store_true", help="print the summaries as JSON")
 
 

@@ -29,15 +29,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", required=True, metavar="DIR", help="corpus directory (corpus_description.json)")
     p.add_argument("--output", required=True, metavar="DIR", help="trace directory to write")
     p.add_argument("--policy", default="default",
-                   help="default, never, always, random, or a saved policy directory")
-    p.add_argument("--advisor", choices=("inline", "regalloc-evict"), default="inline", help="which decision to trace")
-    p.add_argument("--jobs", type=int, default=1, help="modules compiled in parallel")
-    p.add_argument("--clang", default="clang-19", help="the clang driver to compile with")
-    p.add_argument("--llvm_size", default=None, help="llvm-size binary (default: llvm-size-19, then llvm-size)")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds one module's compile may take")
-    p.add_argument("--modules", type=int, default=None, metavar="N", help="trace only the first N modules")
+                   help="who answers: a heuristic (default, never, always, random) or a saved policy directory")
+    p.add_argument("--advisor", choices=("inline", "regalloc-evict"), default="inline",
+                   help="which of the compiler's decisions to trace")
+    p.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="modules compiled in parallel")
+    p.add_argument("--clang", default="clang-19", metavar="PATH", help="the clang driver to compile with")
+    p.add_argument("--llvm_size", "--llvm-size", dest="llvm_size", default=None, metavar="PATH",
+                   help="llvm-size binary (default: llvm-size-19, then llvm-size)")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="time one module's compile may take")
+    p.add_argument("--modules", type=int, default=None, metavar="N",
+                   help="trace only the first N modules (default: all)")
     p.add_argument("--seed", type=int, default=0, help="seed of stochastic policies")
-    p.add_argument("--no_progress", action="store_true", help="no progress bar")
+    p.add_argument("--no_progress", "--no-progress", dest="no_progress", action="store_true",
+                   help="no progress bar on stderr")
 
 
 def run(args: argparse.Namespace) -> int:

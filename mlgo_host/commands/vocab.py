@@ -20,10 +20,11 @@ import json
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, metavar="DIR", help="trace directory (with trace.json)")
     p.add_argument("--output", required=True, metavar="DIR", help="vocab directory to write")
-    p.add_argument("--sampling_fraction", type=float, default=1.0, metavar="F",
-                   help="fraction of the observations to use, in (0, 1]")
-    p.add_argument("--num_buckets", type=int, default=1000, metavar="N", help="quantiles per feature, 1..1000")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampling")
+    p.add_argument("--sampling_fraction", "--sampling-fraction", dest="sampling_fraction", type=float, default=1.0,
+                   metavar="F", help="fraction of the observations to use, in (0, 1]")
+    p.add_argument("--num_buckets", "--num-buckets", dest="num_buckets", type=int, default=1000, metavar="N",
+                   help="quantiles per feature, 1..1000")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampling (with --sampling_fraction < 1)")
 
 
 def run(args: argparse.Namespace) -> int:
