@@ -45,9 +45,33 @@ def run(args: argparse.Namespace) -> int:
     for f in args.gin_files:
         if not os.path.exists(f):
             raise ConfigError(f"gin file not found: {f}")
+    # Includes are spelled from the repository root ('configs/inlining/common.gin',
+    # as in ml-compiler-opt); resolve them from the root of each file's tree too,
+    # so the command works from any directory.
+    for f in args.gin_files:
+        root = _configs_root(f)
+        if root is not None:
+            gin.add_config_file_search_path(root)
+    root_logger = logging.getLogger()
+    level = root_logger.level
+    root_logger.setLevel(logging.CRITICAL)  # gin logs an ERROR for every search-path miss
     try:
         gin.parse_config_files_and_bindings(args.gin_files, args.gin_bindings)
     except Exception as e:  # gin raises ValueError, SyntaxError, ImportError, ...
         raise ConfigError(f"bad gin configuration: {e}") from None
+    finally:
+        root_logger.setLevel(level)
     entry.run(root_dir=args.root_dir, corpus_dir=args.corpus, progress=not args.no_progress)
     return 0
+
+
+def _configs_root(path: str) -> str | None:
+    """The directory holding the ``configs/`` tree ``path`` lives in."""
+    d = os.path.dirname(os.path.abspath(path))
+    while True:
+        if os.path.basename(d) == "configs":
+            return os.path.dirname(d)
+        parent = os.path.dirname(d)
+        if parent == d:
+            return None
+        d = parent

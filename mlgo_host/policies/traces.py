@@ -39,7 +39,7 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -185,11 +185,13 @@ def record_trace(
     llvm_size: str | None = None,
     timeout: float = 300.0,
     max_modules: int | None = None,
+    names: Sequence[str] | None = None,
     seed: int = 0,
     progress: bool = True,
 ) -> dict:
     """Compile every module of the corpus with ``policy`` serving
-    ``advisor``, keep each module's training log and object size; returns
+    ``advisor`` (only the modules ``names`` when given), keep each module's
+    training log and object size; returns
     the index (also written as ``trace.json``)."""
     from tqdm import tqdm
 
@@ -201,7 +203,7 @@ def record_trace(
     if jobs < 1:
         raise ConfigError("--jobs must be at least 1")
     corpus = load_corpus(corpus_dir)
-    mods = list(corpus)
+    mods = list(corpus) if names is None else [corpus[n] for n in names]
     if max_modules is not None:
         mods = mods[:max_modules]
     if not mods:

@@ -34,6 +34,7 @@ class Learner:
         batch_size: int = 256,
         use_tf_function: bool = True,
         keep_checkpoints: int = 3,
+        deterministic: bool = True,
     ):
         import tensorflow as tf
 
@@ -42,6 +43,10 @@ class Learner:
         from mlgo_host.policies.specs import PolicySpec
         from mlgo_host.policies.vocab import Vocab
 
+        if deterministic:
+            # Same seed, same episodes -> same weights: a resumed run retraces an
+            # uninterrupted one (costs little for networks this small).
+            tf.config.experimental.enable_op_determinism()
         tf.random.set_seed(seed)
         self._tf = tf
         self.tf_agent = tf_agent
@@ -58,21 +63,30 @@ class Learner:
         self.agent = tf_agent.create_ppo_agent(self.spec, self.vocab, self.norm)
         self.actor = self.agent.actor_net
         self._train = tf_agent.train_function(self.agent) if use_tf_function else self.agent.train
+        # The Keras optimizer makes its Adam moments on the first update; build
+        # them now, in the order PPOAgent trains them (sorted by name), so a
+        # checkpoint restores them and a resumed run keeps the optimizer state.
+        self.agent._optimizer.build(sorted(self.actor.trainable_weights + self.agent._value_net.trainable_weights,
+                                           key=lambda v: v.name))
         self.ckpt = tf.train.Checkpoint(agent=self.agent)
         self.ckpt_dir = os.path.join(root_dir, "checkpoints")
         self.manager = tf.train.CheckpointManager(self.ckpt, self.ckpt_dir, max_to_keep=keep_checkpoints,
                                                   checkpoint_name="ckpt")
-        self._batches_seen = 0
 
     # -- weights in and out ------------------------------------------------
     def warmstart(self, policy_dir: str) -> None:
-        """Start from a saved policy (e.g. behavioural cloning)."""
-        from mlgo_host.policies.actor import NumpyActor
+        """Start from a saved policy (e.g. behavioural cloning).  Its inputs
+        and normalization must be this run's (train uses its vocab)."""
+        from mlgo_host.policies.saved import read_saved_policy
 
-        path = os.path.join(policy_dir, "actor.npz")
-        if not os.path.exists(path):
-            raise ConfigError(f"warm-start policy {policy_dir!r} has no actor.npz")
-        self.tf_agent.import_actor_weights(self.actor, NumpyActor.load_weights(path))
+        sp = read_saved_policy(policy_dir)
+        if list(sp.spec.input_names) != list(self.spec.input_names):
+            raise ConfigError(f"warm-start policy {policy_dir!r} reads features {list(sp.spec.input_names)}, "
+                              f"this run's actor {list(self.spec.input_names)}")
+        if sp.actor.norm.to_json() != self.norm.to_json():
+            raise ConfigError(f"warm-start policy {policy_dir!r} normalizes features as {sp.actor.norm.to_json()}, "
+                              f"this run as {self.norm.to_json()} (keep NormConfig equal in both configs)")
+        self.tf_agent.import_actor_weights(self.actor, sp.actor.weights())
 
     def policy_blob(self) -> dict:
         """The current actor as a TF-free saved-policy blob for workers."""
@@ -100,16 +114,17 @@ class Learner:
         self.ckpt.restore(path).assert_existing_objects_matched()
 
     # -- training ----------------------------------------------------------
-    def train(self, episodes: list, rewards: list[float]) -> dict[str, Any]:
+    def train(self, episodes: list, rewards: list[float], iteration: int) -> dict[str, Any]:
         """One PPO update on the iteration's episodes; returns loss metrics,
-        the policy entropy and the approximate KL to the collecting policy."""
+        the policy entropy and the approximate KL to the collecting policy.
+        The batch shuffle is seeded by (seed, iteration), so a resumed run
+        trains on the same batches as an uninterrupted one."""
         trajs = self.tf_agent.episodes_to_trajectories(
             self.spec, episodes, rewards, sequence_length=self.sequence_length, batch_size=self.batch_size,
-            seed=self.seed + self._batches_seen)
+            seed=self.seed * 1_000_003 + iteration)
         metrics: dict[str, list[float]] = {}
         for t in trajs:
             info = self._train(experience=t)
-            self._batches_seen += 1
             metrics.setdefault("total_loss", []).append(float(info.loss))
             extra = info.extra._asdict() if hasattr(info.extra, "_asdict") else dict(info.extra or {})
             for k, v in extra.items():

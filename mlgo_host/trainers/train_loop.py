@@ -103,7 +103,10 @@ def train(
     pool = make_pool(worker_backend, num_workers, "mlgo_host.trainers.worker:CollectWorker", worker_kwargs,
                      **pool_opts)
     try:
-        # -- vocab: trace the default policy over the training split when none is given
+        # -- vocab: a warm-start policy brings its own (its weights were trained
+        # on it); else trace the default policy over the training split.
+        if vocab_path is None and warmstart_policy:
+            vocab_path = os.path.join(warmstart_policy, "vocab")
         if vocab_path is None:
             vocab_path = os.path.join(root_dir, "vocab")
             if not os.path.isdir(vocab_path):
@@ -144,7 +147,8 @@ def train(
             bar.close()
             t_collect = time.monotonic() - t0
             episodes, rewards, failures, decisions, ok_rewards = [], [], [], 0, []
-            for o in outcomes:
+            # task order, not completion order: the batches depend only on what was collected
+            for o in sorted(outcomes, key=lambda o: o.index):
                 r = o.value
                 if not o.ok or r is None or r["status"] != "ok" or r["episode"] is None:
                     reason = o.error if not o.ok else (r or {}).get("reason", "no episode")
@@ -167,7 +171,7 @@ def train(
             for f in failures:
                 log.warning("iteration %d: module %s failed: %s", it + 1, f["module"], f["reason"])
             t1 = time.monotonic()
-            train_metrics = learner.train(episodes, rewards) if episodes else {}
+            train_metrics = learner.train(episodes, rewards, it) if episodes else {}
             t_train = time.monotonic() - t1
             iteration = it + 1
             # -- held-out evaluation with the greedy policy

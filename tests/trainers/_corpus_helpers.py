@@ -87,3 +87,32 @@ def build_small_corpus(root: Path) -> Path:
 def copy_corpus(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst
+
+
+def generated_c_source(n: int, seed: int) -> str:
+    """``n`` small static functions and ``n`` callers: ~3n inlining decisions."""
+    lines = ["static volatile int sink;"]
+    for i in range(n):
+        lines.append(f"static int f{i}(int x) {{ int y = x * {(i * 7 + seed) % 13 + 1} + {seed}; "
+                     f"if (y & 1) sink += y; return y ^ {i}; }}")
+    for i in range(n):
+        calls = " + ".join(f"f{(i * 5 + k + seed) % n}(x + {k})" for k in range(3))
+        lines.append(f"int g{i}(int x) {{ return {calls}; }}")
+    return "\n".join(lines) + "\n"
+
+
+def build_generated_corpus(root: Path, sizes: dict[str, int]) -> Path:
+    """A corpus of generated C files (name -> number of functions) built
+    with the real clang-19 by the corpus builder; returns its directory."""
+    from mlgo_host.trainers.corpus_build import build_corpus, load_compile_commands, write_compile_commands
+
+    src = root / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for k, (name, n) in enumerate(sizes.items()):
+        (src / f"{name}.c").write_text(generated_c_source(n, k))
+        entries.append({"directory": str(src), "file": str(src / f"{name}.c"),
+                        "arguments": ["clang-19", "-Oz", "-c", f"{name}.c", "-o", f"{name}.o"]})
+    write_compile_commands(src / "compile_commands.json", entries)
+    build_corpus(load_compile_commands(src / "compile_commands.json"), root / "corpus", progress=False)
+    return root / "corpus"

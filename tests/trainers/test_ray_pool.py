@@ -13,6 +13,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from _corpus_helpers import build_generated_corpus  # noqa: E402
 from mlgo_host.errors import UnknownExperimentError  # noqa: E402
 from mlgo_host.trainers.pool import EarlyExit, WorkerPool, make_pool  # noqa: E402
 from mlgo_host.trainers.ray_pool import RayCluster, RayPool, _children, _stat  # noqa: E402
@@ -23,18 +24,6 @@ FACTORY = "mlgo_host.trainers.worker:CollectWorker"
 HERE = os.path.dirname(os.path.abspath(__file__))
 SMALL = {"s0": 12, "s1": 25, "s2": 40, "s3": 18, "s4": 30}  # module name -> number of functions
 SLOW = ("slow", 800)
-
-
-def _c_source(n: int, seed: int) -> str:
-    """``n`` small static functions and ``n`` callers: ~3n inlining decisions."""
-    lines = ["static volatile int sink;"]
-    for i in range(n):
-        lines.append(f"static int f{i}(int x) {{ int y = x * {(i * 7 + seed) % 13 + 1} + {seed}; "
-                     f"if (y & 1) sink += y; return y ^ {i}; }}")
-    for i in range(n):
-        calls = " + ".join(f"f{(i * 5 + k + seed) % n}(x + {k})" for k in range(3))
-        lines.append(f"int g{i}(int x) {{ return {calls}; }}")
-    return "\n".join(lines) + "\n"
 
 
 @pytest.fixture(scope="module")
@@ -59,18 +48,9 @@ def corpus(tmp_path_factory):
     """A corpus built from generated C files with clang-19 (the corpus
     builder: -disable-llvm-passes bitcode + the cc1 command)."""
     from mlgo_host.trainers.corpus import load_corpus
-    from mlgo_host.trainers.corpus_build import build_corpus, load_compile_commands, write_compile_commands
 
     root = tmp_path_factory.mktemp("ray-corpus")
-    src = root / "src"
-    src.mkdir()
-    entries = []
-    for k, (name, n) in enumerate([*SMALL.items(), SLOW]):
-        (src / f"{name}.c").write_text(_c_source(n, k))
-        entries.append({"directory": str(src), "file": str(src / f"{name}.c"),
-                        "arguments": ["clang-19", "-Oz", "-c", f"{name}.c", "-o", f"{name}.o"]})
-    write_compile_commands(src / "compile_commands.json", entries)
-    build_corpus(load_compile_commands(src / "compile_commands.json"), root / "corpus", progress=False)
+    build_generated_corpus(root, {**SMALL, SLOW[0]: SLOW[1]})
     c = load_corpus(root / "corpus")
     assert sorted(m.name for m in c.modules) == sorted([*SMALL, SLOW[0]])
     return c

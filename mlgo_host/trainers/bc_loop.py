@@ -1,0 +1,75 @@
+"""Behavioural cloning from a corpus (``run.algorithm = 'bc'``).
+
+The warm start ``mlgo-host train --gin_files configs/inlining/bc.gin`` runs:
+trace the default heuristic over the corpus' *training* split (the same
+seeded split PPO uses, so held-out modules stay unseen), build the quantile
+vocab from that trace, clone the default decisions into the PPO actor and
+save it as ``<root_dir>/saved_policy``.  Each step's output is kept and
+reused when the command is run again (``trace/``, ``vocab/``).
+
+PPO then starts from it with ``warmstart_policy='<root_dir>/saved_policy'``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import gin
+
+from mlgo_host.errors import ConfigError
+from mlgo_host.fsutil import atomic_write_json
+
+
+@gin.configurable(module="bc_loop")
+def train_bc_from_corpus(
+    root_dir: str,
+    corpus_dir: str,
+    *,
+    clang_path: str = "clang-19",
+    llvm_size_path: str | None = None,
+    advisor: str = "inline",
+    num_workers: int = 2,
+    heldout_fraction: float = 0.2,
+    seed: int = 0,
+    module_timeout: float = 300.0,
+    max_trace_modules: int | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Trace → vocab → behavioural cloning → ``root_dir/saved_policy``.
+    Returns the BC result (accuracy against the default decisions)."""
+    from mlgo_host.policies.bc import train_bc
+    from mlgo_host.policies.traces import INDEX, record_trace, vocab_from_trace
+    from mlgo_host.trainers.corpus import load_corpus
+
+    os.makedirs(root_dir, exist_ok=True)
+    corpus = load_corpus(corpus_dir)
+    train_mods, _ = corpus.split(heldout_fraction, seed=seed)
+    if not train_mods:
+        raise ConfigError(f"corpus {corpus_dir} has no training modules")
+    trace_dir = os.path.join(root_dir, "trace")
+    if not os.path.exists(os.path.join(trace_dir, INDEX)):
+        index = record_trace(corpus_dir, trace_dir, policy="default", advisor=advisor, jobs=max(1, num_workers),
+                             clang=clang_path, llvm_size=llvm_size_path, timeout=module_timeout,
+                             names=[m.name for m in train_mods], max_modules=max_trace_modules, seed=seed,
+                             progress=progress)
+        totals = index["totals"]
+        if totals["ok"] == 0:
+            raise ConfigError(f"tracing the default policy failed on every training module of {corpus_dir}")
+    vocab_dir = os.path.join(root_dir, "vocab")
+    if not os.path.isdir(vocab_dir):
+        vocab_from_trace(trace_dir, vocab_dir, seed=seed)
+    result = train_bc(trace_dir, os.path.join(root_dir, "saved_policy"), vocab_dir=vocab_dir, seed=seed,
+                      progress=progress)
+    out = result.as_dict()
+    atomic_write_json(os.path.join(root_dir, "bc_result.json"), out)
+    return out
+
+
+def read_result(root_dir: str) -> dict[str, Any] | None:
+    path = os.path.join(root_dir, "bc_result.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)

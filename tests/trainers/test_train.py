@@ -1,0 +1,169 @@
+"""`mlgo-host train` end to end with the real clang-19: PPO over a tiny
+generated corpus through the interactive channel, TensorBoard tags, saved
+policies that `mlgo-host run` loads, and resuming after a real SIGTERM."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from _corpus_helpers import build_generated_corpus
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PPO_GIN = os.path.join(REPO, "configs", "inlining", "ppo.gin")
+# t7 falls in the held-out part of a 0.25 split (seed 0); t0..t5 are trained on.
+SIZES = {"t0": 10, "t1": 25, "t2": 14, "t3": 30, "t4": 18, "t5": 22, "t7": 16}
+BINDINGS = ["num_iterations=2", "modules_per_iteration=4", "eval_every=1", "heldout_fraction=0.25",
+            "num_workers=2", "seed=0"]
+TAGS = ([f"reward_distribution/p{p}" for p in range(10, 100, 10)]
+        + ["reward_distribution/mean", "heldout/size_change_pct", "loss/policy_gradient_loss", "loss/entropy",
+           "loss/kl", "loss/total_loss", "perf/modules_per_minute", "perf/decisions_per_second",
+           "perf/collect_s", "perf/train_s", "failures/modules"])
+
+
+def _cmd(root, corpus) -> list[str]:
+    return [sys.executable, "-m", "mlgo_host", "train", "--root_dir", str(root), "--corpus", str(corpus),
+            "--gin_files", PPO_GIN, "--gin_bindings", *BINDINGS, "--no_progress"]
+
+
+def _env(tmp) -> dict:
+    os.makedirs(tmp, exist_ok=True)
+    return {**os.environ, "TMPDIR": str(tmp), "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def _state(root) -> dict:
+    with open(os.path.join(root, "state.json")) as f:
+        return json.load(f)
+
+
+def _leftovers(tmp) -> list[str]:
+    bad = []
+    for r, dirs, files in os.walk(tmp):
+        for n in dirs + files:
+            p = os.path.join(r, n)
+            if n.startswith(("mlgo-ch-", "mlgo-worker-")) or n.endswith(".tmp") or stat.S_ISFIFO(os.lstat(p).st_mode):
+                bad.append(p)
+    return bad
+
+
+def _session_processes(sid: int) -> list[int]:
+    """Processes still alive in session ``sid`` (the run's workers, compilers)."""
+    out = []
+    for stat_path in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat_path) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":  # fields[3] is the session id
+            out.append(int(stat_path.split("/")[2]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return build_generated_corpus(tmp_path_factory.mktemp("train-corpus"), SIZES)
+
+
+@pytest.fixture(scope="module")
+def trained(corpus, tmp_path_factory):
+    """An uninterrupted two-iteration run."""
+    base = tmp_path_factory.mktemp("train")
+    root = base / "root"
+    p = subprocess.run(_cmd(root, corpus), capture_output=True, text=True, timeout=600, env=_env(base / "tmp"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    return root, p, base
+
+
+def test_two_iterations_write_state_policies_and_tensorboard(trained):
+    root, p, base = trained
+    st = _state(root)
+    assert st["iteration"] == 2
+    assert [h["iteration"] for h in st["history"]] == [1, 2]
+    for h in st["history"]:
+        assert h["modules"] == 4 and h["ok"] == 4 and h["failures"] == 0
+        assert h["decisions"] > 0 and "heldout_size_change_pct" in h
+    assert st["last_eval"]["modules"] == 1 and st["last_eval"]["ok"] == 1
+    # one summary line per iteration on the terminal
+    assert "iteration 1/2: reward mean" in p.stderr and "iteration 2/2: reward mean" in p.stderr
+    for d in ("policy/1", "policy/2", "saved_policy", "vocab"):
+        assert os.path.isfile(os.path.join(root, d, "metadata.json")) or os.path.isdir(os.path.join(root, d)), d
+    assert os.path.isfile(os.path.join(root, "saved_policy", "saved_model", "output_spec.json"))
+    assert os.path.isfile(os.path.join(root, "checkpoints", "ckpt-2.index"))
+    assert os.path.isfile(os.path.join(root, "operative_config.gin"))
+    assert not _leftovers(base / "tmp")
+
+    import tensorflow as tf
+
+    tags = set()
+    for ev in glob.glob(os.path.join(root, "train", "events.out.tfevents.*")):
+        for e in tf.compat.v1.train.summary_iterator(ev):
+            tags.update(v.tag for v in e.summary.value)
+    missing = [t for t in TAGS if t not in tags]
+    assert not missing, (missing, sorted(tags))
+
+
+def test_saved_policy_serves_a_real_compile(trained, tmp_path):
+    root, _, _ = trained
+    src = tmp_path / "m.c"
+    from _corpus_helpers import generated_c_source
+
+    src.write_text(generated_c_source(20, 3))
+    p = subprocess.run([sys.executable, "-m", "mlgo_host", "run", "--policy", str(root / "saved_policy"), "--",
+                        "clang-19", "-Oz", "-c", str(src), "-o", str(tmp_path / "m.o")],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["observations"] > 0 and sum(out["decisions"].values()) == out["observations"]
+    assert out["text_size"] > 0
+
+
+def test_a_killed_run_resumes_where_it_stopped(trained, corpus, tmp_path):
+    """SIGTERM during iteration 2; the same command again finishes iteration
+    2 from the iteration-1 checkpoint and statistics, and ends where the
+    uninterrupted run ended."""
+    root = tmp_path / "root"
+    env = _env(tmp_path / "tmp")
+    proc = subprocess.Popen(_cmd(root, corpus), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (os.path.exists(root / "state.json") and _state(root)["iteration"] >= 1):
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        after_first = _state(root)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert after_first["iteration"] == 1
+    assert proc.returncode != 0, "the run finished before the signal landed"
+    time.sleep(0.5)
+    assert not _session_processes(proc.pid), "workers or compilers outlived the killed run"
+    assert not _leftovers(tmp_path / "tmp")
+    assert _state(root) == after_first  # nothing half-written
+
+    p = subprocess.run(_cmd(root, corpus), capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "resuming" in p.stderr and "iteration 1/2:" not in p.stderr
+    final = _state(root)
+    assert final["iteration"] == 2
+    assert final["history"][0] == after_first["history"][0]
+    ref = _state(trained[0])
+    same = ("reward_mean", "decisions", "ok", "failures", "heldout_size_change_pct", "policy_gradient_loss")
+    for h, r in zip(final["history"], ref["history"]):
+        assert {k: h[k] for k in same} == {k: r[k] for k in same}
+    # iteration 2 trained from the restored checkpoint: the same episodes and
+    # module sizes as the uninterrupted run
+    assert final["moving_average"] == ref["moving_average"]
+    assert final["history"][1]["decisions"] == ref["history"][1]["decisions"]
