@@ -66,6 +66,13 @@ class Advisor:
     def validate(self, obs: Observation, advice: Any) -> None:
         raise NotImplementedError
 
+    def default_flag_offset(self) -> int | None:
+        """After :meth:`bind`: when the default advice is 1 if an int64 slot
+        of the observation is nonzero and 0 otherwise, that slot's byte offset
+        (the session's default fast path then reads it straight from the
+        received bytes); None when the default needs more than that."""
+        return None
+
     def __repr__(self) -> str:
         return f"<advisor {self.name}>"
 
@@ -108,6 +115,9 @@ class InlineAdvisor(Advisor):
     def default_advice(self, obs: Observation) -> int:
         o = self._off
         return 1 if int.from_bytes(obs.raw[o : o + 8], "little", signed=True) else 0
+
+    def default_flag_offset(self) -> int | None:
+        return self._off if self._off >= 0 else None
 
     def validate(self, obs: Observation, advice: Any) -> None:
         if advice not in (0, 1):

@@ -185,11 +185,15 @@ class Decoder:
         self._fast = _NO_FAST  # _obs_total when nothing is buffered (see feed_one)
 
     # ---------------------------------------------------------------
-    def feed_one(self, data: bytes) -> Observation | None:
+    def frame_one(self, data: bytes) -> int:
         """Fast path of the session loop: when ``data`` is exactly one whole
-        observation (how the compiler writes, and how one read returns it)
-        and nothing is buffered, return it; otherwise return None *without
-        consuming anything* -- the caller then uses :meth:`feed`."""
+        observation in canonical form (``{"observation":N}\\n`` + tensor bytes
+        + ``\\n``, how the compiler writes it and how one read returns it) and
+        nothing is buffered, consume it and return the position of the event
+        line's ``\\n`` (the tensor bytes are ``data[nl + 1 : -1]``, the index
+        ``data[15 : nl - 1]``). Otherwise return -1 *without consuming
+        anything* -- the caller then uses :meth:`feed`, which reads any
+        chunking and raises the typed errors."""
         nl = data.find(10)
         # _fast == observation_nbytes + 2 when nothing is buffered, else -1 << 40
         if len(data) == self._fast + nl and 16 < nl < 34 and data[-1] == 10 and data[nl - 1] == 125 \
@@ -198,8 +202,16 @@ class Decoder:
             if num.isdigit() and (num[0] != 48 or nl == 17):
                 self._pos += len(data)
                 self.observations += 1
-                return Observation(int(num), self._ctx, data[nl + 1 : -1], self.header)  # type: ignore[arg-type]
-        return None
+                return nl
+        return -1
+
+    def feed_one(self, data: bytes) -> Observation | None:
+        """:meth:`frame_one`, returning the :class:`Observation` (or None,
+        nothing consumed)."""
+        nl = self.frame_one(data)
+        if nl < 0:
+            return None
+        return Observation(int(data[15 : nl - 1]), self._ctx, data[nl + 1 : -1], self.header)  # type: ignore[arg-type]
 
     # ---------------------------------------------------------------
     def _err(self, msg: str, at: int) -> ProtocolError:

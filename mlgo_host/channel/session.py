@@ -69,6 +69,9 @@ class TrainingLogWriter:
         self.path = path
         self._tmp = path + f".{os.getpid()}.tmp"
         self._f = open(self._tmp, "wb", buffering=1 << 16)
+        #: append already encoded bytes (the session's fast path writes the
+        #: received event line and tensors, then the advice and "\n")
+        self.write = self._f.write
         self._enc: Callable[[Any], bytes] | None = None
 
     def header(self, header: Header) -> None:
@@ -93,6 +96,9 @@ class TrainingLogWriter:
                 os.unlink(self._tmp)
             except FileNotFoundError:
                 pass
+
+
+_ZERO8 = bytes(8)
 
 
 class _Watchdog:
@@ -154,7 +160,7 @@ class _Watchdog:
 def serve_channel(
     chan: Channel,
     advisor: Advisor,
-    policy: Policy,
+    policy: Policy | None,
     *,
     deadline: float,
     alive: Callable[[], bool],
@@ -164,32 +170,80 @@ def serve_channel(
 ) -> ServeStats:
     """Serve one opened channel until the compiler closes it.
 
+    ``policy`` None answers every decision with the advisor's default (the
+    compiler's own heuristic, as the ``default`` policy does).
+
     Raises :class:`ProtocolError` on malformed bytes, :class:`ChannelTimeout`
     at the deadline, :class:`AdviceError` on illegal advice (never sent),
     :class:`CompilerError` when the compiler goes away mid-observation.
 
-    Hot loop: one blocking ``read`` (normally one whole observation), the
-    decoder's fast path, the policy, the advisor's check, one ``write``. The
-    first bytes are awaited with ``poll`` (a FIFO whose writer has not
-    connected yet reads as end-of-file); after that a watchdog thread
-    enforces the deadline, so no timer is armed per decision.
+    Hot loop: one blocking ``read`` (normally one whole observation, framed
+    by :meth:`Decoder.frame_one` without copying it into the decoder), the
+    policy, the advisor's check, one ``write`` of the advice bytes (memoized
+    per value for discrete advice). Any other chunking goes through
+    :meth:`Decoder.feed`. The first bytes are awaited with ``poll`` (a FIFO
+    whose writer has not connected yet reads as end-of-file); after that a
+    watchdog thread enforces the deadline, so no timer is armed per decision.
+
+    Default fast path: when the answer is the advisor's default and that
+    default is an int64 flag of the observation (the inliner), the advice is
+    one of two byte strings, each checked once with the advisor's
+    :meth:`~Advisor.validate` when the header arrives, and picked by looking
+    at the flag's 8 bytes in the received chunk: no :class:`Observation`
+    object, no policy call.
     """
     dec = Decoder()
     stats = ServeStats()
-    rec = EpisodeRecorder() if record else None
+    rec = None
+    if record:
+        from mlgo_host.episode import EpisodeRecorder
+
+        rec = EpisodeRecorder()
     first_chunk = chan.reader(alive, lambda: deadline, lambda: f"{dec.waiting_for} ({dec.where})")
     rfd, wfd = chan.rfd, chan.wfd
     read, write = os.read, os.write
-    feed_one = dec.feed_one
-    encode: Callable[[Any], bytes] | None = None
-    enc_cache: dict = {}
-    act = None
+    frame_one = dec.frame_one
+    log_write = log.write if log is not None else None
+    # bound when the header arrives
+    hdr: Header | None = None
+    ctx = ""
+    act: Callable[[Observation], Any] | None = None
+    act_logp: Callable[[Observation], tuple[Any, float]] | None = None
     validate = advisor.validate
-    counts: dict = stats.decisions
-    count = count_decisions
-    cache = False
+    encode: Callable[[Any], bytes] | None = None
+    cache: dict | None = None  # advice -> its bytes (discrete scalar advice)
+    counts: dict = {}
+    count = False
+    flag = -1  # default fast path: offset of the default flag from the event line's '\n'
+    yes_b = no_b = yes_nl = no_nl = b""
+    n_flag = n_yes = 0
     n = 0
     wd = None
+
+    def decide(obs: Observation) -> bytes:
+        """The advice bytes for one observation: policy, check, encoding."""
+        if rec is not None:
+            advice, logp = act_logp(obs)  # type: ignore[misc]
+            rec.add(obs, advice, logp)
+        else:
+            advice = act(obs)  # type: ignore[misc]
+        validate(obs, advice)
+        if cache is not None:
+            b = cache.get(advice)
+            if b is None:
+                b = encode(advice)  # type: ignore[misc]
+                if len(cache) < 256:
+                    cache[advice] = b
+        else:
+            b = encode(advice)  # type: ignore[misc]
+        if count:
+            counts[advice] = counts.get(advice, 0) + 1
+        return b
+
+    def broken(index: int) -> CompilerError:
+        return CompilerError(f"the compiler closed the channel before reading the advice of observation {index} "
+                             f"({dec.where})")
+
     data = first_chunk()
     try:
         if data:
@@ -197,58 +251,72 @@ def serve_channel(
             fcntl.fcntl(rfd, fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
             wd = _Watchdog(deadline, chan.out_path, chan.in_path)
         while data:
-            r = feed_one(data)
-            if r is not None:
-                records: Any = (r,)
-            else:
-                records = dec.feed(data)
-            for r in records:
-                if type(r) is Observation:
-                    if record:
-                        advice, logp = policy.act_logp(r)
-                        rec.add(r, advice, logp)  # type: ignore[union-attr]
+            nl = frame_one(data)
+            if nl >= 0:  # exactly one whole observation
+                if flag >= 0:
+                    p = nl + flag
+                    if data[p : p + 8] != _ZERO8:
+                        b, b_nl = yes_b, yes_nl
+                        n_yes += 1
                     else:
-                        advice = act(r)  # type: ignore[misc]
-                    validate(r, advice)
-                    if cache:
-                        b = enc_cache.get(advice)
-                        if b is None:
-                            b = encode(advice)  # type: ignore[misc]
-                            if len(enc_cache) < 256:
-                                enc_cache[advice] = b
-                    else:
-                        b = encode(advice)  # type: ignore[misc]
-                    try:
-                        write(wfd, b)
-                    except BrokenPipeError:
-                        raise CompilerError(
-                            f"the compiler closed the channel before reading the advice of observation {r.index} "
-                            f"({dec.where})") from None
-                    if log is not None:
-                        log.observation(r, b)
-                    n += 1
-                    if count:
-                        counts[advice] = counts.get(advice, 0) + 1
-                elif type(r) is Context:
-                    stats.contexts += 1
-                    if log is not None:
-                        log.context(r.name)
-                elif type(r) is Header:
-                    hdr: Header = r  # type: ignore[assignment]
-                    advisor.bind(hdr)
-                    policy.bind(hdr, advisor)
-                    act = policy.act
-                    encode = codec.AdviceEncoder(hdr.advice).encode  # type: ignore[arg-type]
-                    discrete = advisor.num_actions(hdr) > 0
-                    count = count_decisions and discrete
-                    # discrete advice is a small int: its bytes are memoized
-                    cache = discrete and hdr.advice.size == 1  # type: ignore[union-attr]
-                    stats.header = hdr
-                    if log is not None:
-                        log.header(hdr)
+                        b, b_nl = no_b, no_nl
+                    n_flag += 1
                 else:
-                    raise ProtocolError(f"unexpected {type(r).__name__} record in an interactive session",
-                                        offset=dec.offset, context=dec.context)
+                    b = decide(Observation(int(data[15 : nl - 1]), ctx, data[nl + 1 : -1], hdr))  # type: ignore[arg-type]
+                    b_nl = b + b"\n"
+                try:
+                    write(wfd, b)
+                except BrokenPipeError:
+                    raise broken(int(data[15 : nl - 1])) from None
+                if log_write is not None:
+                    # the log's record: this event line and tensors, then the advice
+                    log_write(data[:-1] + b_nl)
+                n += 1
+            else:
+                for r in dec.feed(data):
+                    if type(r) is Observation:
+                        b = decide(r)  # type: ignore[arg-type]
+                        try:
+                            write(wfd, b)
+                        except BrokenPipeError:
+                            raise broken(r.index) from None  # type: ignore[union-attr]
+                        if log is not None:
+                            log.observation(r, b)  # type: ignore[arg-type]
+                        n += 1
+                    elif type(r) is Context:
+                        stats.contexts += 1
+                        if log is not None:
+                            log.context(r.name)  # type: ignore[union-attr]
+                    elif type(r) is Header:
+                        hdr = r  # type: ignore[assignment]
+                        advisor.bind(hdr)  # type: ignore[arg-type]
+                        if policy is None:
+                            act = advisor.default_advice
+                            act_logp = lambda obs: (act(obs), 0.0)  # noqa: E731
+                        else:
+                            policy.bind(hdr, advisor)  # type: ignore[arg-type]
+                            act, act_logp = policy.act, policy.act_logp
+                        encode = codec.AdviceEncoder(hdr.advice).encode  # type: ignore[union-attr]
+                        discrete = advisor.num_actions(hdr) > 0  # type: ignore[arg-type]
+                        count = count_decisions and discrete
+                        # discrete advice is a small int: its bytes are memoized
+                        cache = {} if discrete and hdr.advice.size == 1 else None  # type: ignore[union-attr]
+                        off = advisor.default_flag_offset()
+                        if rec is None and off is not None and act == advisor.default_advice:
+                            # both possible answers, checked once here
+                            zero = Observation(-1, "", bytes(hdr.observation_nbytes), hdr)  # type: ignore[union-attr]
+                            validate(zero, 1)
+                            validate(zero, 0)
+                            flag = 1 + off
+                            yes_b, no_b = encode(1), encode(0)
+                            yes_nl, no_nl = yes_b + b"\n", no_b + b"\n"
+                        stats.header = hdr
+                        if log is not None:
+                            log.header(hdr)  # type: ignore[arg-type]
+                    else:
+                        raise ProtocolError(f"unexpected {type(r).__name__} record in an interactive session",
+                                            offset=dec.offset, context=dec.context)
+                ctx = dec.context or ""
             data = read(rfd, 65536)
             if wd is not None and wd.fired:
                 raise ChannelTimeout(f"timed out waiting for {dec.waiting_for} from the compiler ({dec.where})")
@@ -260,6 +328,11 @@ def serve_channel(
         dec.close()
     except ProtocolError as e:
         raise CompilerError(f"the compiler's stream ended mid-record: {e}") from None
+    if n_flag and count:
+        if n_yes:
+            counts[1] = counts.get(1, 0) + n_yes
+        if n_flag - n_yes:
+            counts[0] = counts.get(0, 0) + n_flag - n_yes
     stats.decisions = {str(k): v for k, v in sorted(counts.items(), key=lambda kv: kv[0])}
     if rec is not None and stats.header is not None:
         stats.episode = rec.finish(stats.header)
