@@ -37,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
 
     install_signal_cleanup()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("absl", "tensorflow"):  # SavedModel writing chatter at INFO
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import gin
 

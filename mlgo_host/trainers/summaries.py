@@ -14,7 +14,7 @@ from typing import Any
 
 LOSS_KEYS = ("policy_gradient_loss", "value_estimation_loss", "entropy", "kl", "total_loss",
              "entropy_regularization_loss", "l2_regularization_loss", "kl_penalty_loss")
-PERF_KEYS = ("modules_per_minute", "decisions_per_second", "collect_s", "train_s")
+PERF_KEYS = ("modules_per_minute", "decisions_per_second", "collect_s", "train_s", "save_s")
 
 
 class Summaries:

@@ -69,6 +69,7 @@ def train(
     collection_timeout_s: float = 1800.0,
     trace_modules: int = 0,
     sampling_strategy: str = "round_robin",
+    saved_model_every_iteration: bool = False,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Train a policy; returns the final statistics (also in state.json)."""
@@ -78,7 +79,10 @@ def train(
     from mlgo_host.trainers.pool import EarlyExit, make_pool
     from mlgo_host.trainers.reward import MovingAverageBaseline, reward
     from mlgo_host.trainers.summaries import Summaries
+    from mlgo_host.trainers.worker import policy_blob_from_dir
 
+    # absolute: workers (Ray actors too) may run in another directory
+    root_dir = os.path.abspath(root_dir)
     os.makedirs(root_dir, exist_ok=True)
     corpus = load_corpus(corpus_dir)
     train_mods, heldout_mods = corpus.split(heldout_fraction, seed=seed)
@@ -136,9 +140,12 @@ def train(
         history = state.get("history", [])
         early = EarlyExit(fraction=early_exit_fraction, grace_s=early_exit_grace_s, timeout_s=collection_timeout_s)
         last_eval = state.get("last_eval")
+        blob = None  # the current policy's TF-free files, shipped to the workers
         for it in range(start_iter, num_iterations):
             t0 = time.monotonic()
-            pool.broadcast("set_policy", learner.policy_blob())
+            if blob is None:
+                blob = learner.policy_blob()
+            pool.broadcast("set_policy", blob)
             mods = sampler.take(modules_per_iteration)
             tasks = [(task_of(m), seed * 1_000_003 + it * 10_007 + i, False, True) for i, m in enumerate(mods)]
             bar = tqdm(total=len(tasks), desc=f"iteration {it + 1}/{num_iterations}", unit="module",
@@ -174,20 +181,31 @@ def train(
             train_metrics = learner.train(episodes, rewards, it) if episodes else {}
             t_train = time.monotonic() - t1
             iteration = it + 1
+            evaluating = bool(heldout_mods and eval_every and (iteration % eval_every == 0
+                                                                or iteration == num_iterations))
+            # -- persist: policy/<iteration> (the workers' next policy is read
+            # from it), checkpoint; state.json last, atomically.  The SavedModel
+            # (seconds of TF work) only where someone will look at it.
+            t2 = time.monotonic()
+            policy_dir = os.path.join(root_dir, "policy", str(iteration))
+            learner.save_policy(policy_dir, step=iteration,
+                                saved_model=saved_model_every_iteration or evaluating or iteration == num_iterations)
+            learner.checkpoint(iteration)
+            blob = policy_blob_from_dir(policy_dir)
+            t_save = time.monotonic() - t2
             # -- held-out evaluation with the greedy policy
             eval_row = None
-            if heldout_mods and eval_every and (iteration % eval_every == 0 or iteration == num_iterations):
-                pool.broadcast("set_policy", learner.policy_blob())
+            if evaluating:
+                t3 = time.monotonic()
+                pool.broadcast("set_policy", blob)
                 eval_row = evaluate_heldout(pool, heldout_mods, task_of, progress, f"held-out eval {iteration}")
+                eval_row["eval_s"] = round(time.monotonic() - t3, 3)
                 last_eval = eval_row
-            # -- persist: checkpoint, policy/<iteration>, state.json (last, atomically)
-            learner.checkpoint(iteration)
-            learner.save_policy(os.path.join(root_dir, "policy", str(iteration)), step=iteration)
             dist = percentile_summary(ok_rewards)
             row = {
                 "iteration": iteration, "modules": len(tasks), "ok": len(ok_rewards), "failures": len(failures),
                 "reward_mean": dist.get("mean"), "decisions": decisions,
-                "collect_s": round(t_collect, 3), "train_s": round(t_train, 3),
+                "collect_s": round(t_collect, 3), "train_s": round(t_train, 3), "save_s": round(t_save, 3),
                 "modules_per_minute": round(60.0 * len(ok_rewards) / max(t_collect, 1e-9), 2),
                 "decisions_per_second": round(decisions / max(t_collect, 1e-9), 1),
                 **{k: v for k, v in train_metrics.items() if isinstance(v, (int, float))},
@@ -214,7 +232,7 @@ def _summary_line(row: dict, total: int) -> str:
              f"reward mean {row['reward_mean']:+.4f}" if row.get("reward_mean") is not None else "reward n/a",
              f"{row['ok']}/{row['modules']} modules", f"{row['failures']} failed",
              f"{row['decisions_per_second']:.0f} decisions/s",
-             f"collect {row['collect_s']:.1f}s", f"train {row['train_s']:.1f}s"]
+             f"collect {row['collect_s']:.1f}s", f"train {row['train_s']:.1f}s", f"save {row['save_s']:.1f}s"]
     if "heldout_size_change_pct" in row:
         parts.append(f"held-out size {row['heldout_size_change_pct']:+.3f}% vs -Oz")
     return " ".join(parts)

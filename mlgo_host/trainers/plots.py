@@ -1,0 +1,49 @@
+"""A training run's curves as a PNG: held-out size change against -Oz and
+the mean module reward per iteration, read from ``state.json``."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from mlgo_host.fsutil import atomic_path
+
+
+def plot_training(state_path: str | os.PathLike, png: str | os.PathLike, title: str | None = None) -> str | None:
+    """Write the curves of the run whose ``state.json`` is ``state_path``;
+    returns the PNG path, or None when the run has no iteration yet."""
+    if not os.path.exists(state_path):
+        return None
+    with open(state_path) as f:
+        history = json.load(f).get("history", [])
+    if not history:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    it = [h["iteration"] for h in history]
+    ev = [(h["iteration"], h["heldout_size_change_pct"]) for h in history if "heldout_size_change_pct" in h]
+    rw = [(h["iteration"], h["reward_mean"]) for h in history if h.get("reward_mean") is not None]
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    if ev:
+        a1.plot([x for x, _ in ev], [y for _, y in ev], "o-", color="tab:blue")
+    a1.axhline(0.0, color="black", linewidth=0.8)
+    a1.set_ylabel("held-out .text vs -Oz (%)")
+    a1.set_title(title or "greedy policy on the held-out modules (lower is smaller)", fontsize=9)
+    a1.grid(True, alpha=0.3)
+    if rw:
+        a2.plot([x for x, _ in rw], [y for _, y in rw], ".-", color="tab:green")
+    a2.axhline(0.0, color="black", linewidth=0.8)
+    a2.set_ylabel("mean module reward\n(stochastic policy vs -Oz)")
+    a2.set_xlabel("iteration")
+    a2.set_xlim(0.5, max(it) + 0.5)
+    a2.grid(True, alpha=0.3)
+    fig.tight_layout()
+    try:
+        with atomic_path(png, suffix=".tmp.png") as tmp:
+            fig.savefig(tmp, dpi=110)
+    finally:
+        plt.close(fig)
+    return str(png)
