@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from mlgo_host.channel.codec import Header, Observation
 from mlgo_host.errors import AdviceError, ProtocolError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
 
 
 def is_clang_driver(compiler: str) -> bool:
@@ -140,6 +141,9 @@ class EvictAdvisor(Advisor):
         mask = header.feature("mask")
         if mask is None or mask.ctype != "int64_t" or len(mask.shape) == 0:
             raise ProtocolError("regalloc-evict: the header has no int64 'mask' feature")
+        import numpy as np  # not at module import: the inliner's default path runs without numpy
+
+        self._np = np
         self.width = mask.shape[-1]
         self._mask_off = header.offset("mask")
         self._mask_dt = np.dtype("<i8")
@@ -152,8 +156,8 @@ class EvictAdvisor(Advisor):
             raise ProtocolError("regalloc-evict: the header has no 'mask' feature")
         return mask.shape[-1]
 
-    def mask(self, obs: Observation) -> np.ndarray:
-        return np.frombuffer(obs.raw, dtype=self._mask_dt, count=self.width, offset=self._mask_off)
+    def mask(self, obs: Observation) -> "np.ndarray":
+        return self._np.frombuffer(obs.raw, dtype=self._mask_dt, count=self.width, offset=self._mask_off)
 
     def default_advice(self, obs: Observation) -> int:
         """Evict nothing when allowed; otherwise the legal candidate with the
@@ -162,6 +166,7 @@ class EvictAdvisor(Advisor):
         w = self.width
         if m[w - 1]:
             return w - 1
+        np = self._np
         legal = np.flatnonzero(m[: w - 1])
         if legal.size == 0:
             raise AdviceError(f"regalloc-evict: observation {obs.index} has no legal candidate (all masks 0)")

@@ -17,12 +17,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import struct
-from typing import Any, Iterable, Iterator, Union
-
-import numpy as np
+import sys
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Union
 
 from mlgo_host.channel.spec import TensorSpec, record_dtype
 from mlgo_host.errors import ProtocolError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+# numpy is imported where a tensor is decoded into an array (Observation.record,
+# outcomes, array advice), not at import: the default inliner session never
+# needs it.
 
 #: A header line longer than this is not a header (protects memory on garbage).
 MAX_LINE = 1 << 20
@@ -41,8 +47,7 @@ class Header:
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ProtocolError(f"header: duplicate feature names {sorted(dup)}")
-        dt = record_dtype(self.features)
-        object.__setattr__(self, "_dtype", dt)
+        object.__setattr__(self, "_dtype", None)  # built on first use (imports numpy)
         offsets = {}
         off = 0
         for f in self.features:
@@ -52,9 +57,13 @@ class Header:
         object.__setattr__(self, "_nbytes", off)
 
     @property
-    def record_dtype(self) -> np.dtype:
+    def record_dtype(self) -> "np.dtype":
         """Structured dtype of one observation's feature bytes."""
-        return self._dtype  # type: ignore[attr-defined]
+        dt = self._dtype  # type: ignore[attr-defined]
+        if dt is None:
+            dt = record_dtype(self.features)
+            object.__setattr__(self, "_dtype", dt)
+        return dt
 
     @property
     def observation_nbytes(self) -> int:
@@ -126,18 +135,20 @@ class Observation:
         self._rec = None
 
     @property
-    def record(self) -> np.ndarray:
+    def record(self) -> "np.ndarray":
         if self._rec is None:
+            import numpy as np
+
             self._rec = np.frombuffer(self.raw, dtype=self.header.record_dtype, count=1)
         return self._rec
 
-    def __getitem__(self, name: str) -> np.ndarray:
+    def __getitem__(self, name: str) -> "np.ndarray":
         return self.record[name][0]
 
     def __contains__(self, name: str) -> bool:
         return name in self.header.record_dtype.names
 
-    def as_dict(self) -> dict[str, np.ndarray]:
+    def as_dict(self) -> "dict[str, np.ndarray]":
         rec = self.record
         return {n: rec[n][0] for n in self.header.record_dtype.names}
 
@@ -154,7 +165,7 @@ class Context:
 class Outcome:
     index: int
     context: str
-    value: np.ndarray
+    value: "np.ndarray"
 
 
 Record = Union[Header, Context, Observation, Outcome]
@@ -240,6 +251,8 @@ class Decoder:
                         out.append(Observation(idx, self._ctx, payload, self.header))  # type: ignore[arg-type]
                         self.observations += 1
                     else:
+                        import numpy as np
+
                         sc = self.header.score  # type: ignore[union-attr]
                         val = np.frombuffer(payload, dtype=sc.dtype).reshape(sc.shape)  # type: ignore[union-attr]
                         out.append(Outcome(idx, self.context or "", val))
@@ -404,11 +417,15 @@ class AdviceEncoder:
         self._scalar = struct.Struct(_STRUCT[spec.ctype]) if spec.size == 1 else None
 
     def encode(self, value: Any) -> bytes:
-        if self._scalar is not None and not isinstance(value, np.ndarray):
-            try:
-                return self._scalar.pack(value)
-            except struct.error:
-                pass
+        if self._scalar is not None:
+            np = sys.modules.get("numpy")  # an ndarray means numpy is loaded
+            if np is None or not isinstance(value, np.ndarray):
+                try:
+                    return self._scalar.pack(value)
+                except struct.error:
+                    pass
+        import numpy as np
+
         arr = np.asarray(value, dtype=self.spec.dtype)
         if arr.size != self.spec.size:
             raise ProtocolError(f"advice {self.spec.name!r}: {arr.size} values for shape {list(self.spec.shape)}")
@@ -426,5 +443,7 @@ def encode_records(records: Iterable[Record]) -> bytes:
         elif isinstance(r, Observation):
             parts.append(encode_observation(r.index, r.raw))
         elif isinstance(r, Outcome):
+            import numpy as np
+
             parts.append(encode_outcome(r.index, np.ascontiguousarray(r.value).tobytes()))
     return b"".join(parts)

@@ -15,16 +15,19 @@ import os
 import threading
 import tempfile
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from mlgo_host.channel import codec
 from mlgo_host.channel.advisors import Advisor, InlineAdvisor, get_advisor
 from mlgo_host.channel.codec import Context, Decoder, Header, Observation
 from mlgo_host.channel.fifo import Channel
 from mlgo_host.channel.process import CompilerProcess, output_of
-from mlgo_host.episode import Episode, EpisodeRecorder
 from mlgo_host.errors import AdviceError, ChannelTimeout, CompilerError, ConfigError, MlgoHostError, ProtocolError
-from mlgo_host.policies.base import Policy
+
+if TYPE_CHECKING:  # pragma: no cover
+    # not imported at run time: `mlgo-host run --policy default` starts without numpy
+    from mlgo_host.episode import Episode
+    from mlgo_host.policies.base import Policy
 
 
 @dataclasses.dataclass
@@ -352,7 +355,7 @@ def current_cpu() -> int:
 def run_session(
     cmd: list[str],
     advisor: Advisor | str,
-    policy: Policy,
+    policy: Policy | None,
     *,
     timeout: float = 300.0,
     log_path: str | None = None,
@@ -362,7 +365,8 @@ def run_session(
     tmpdir: str | None = None,
     pin_cpu: int | None = None,
 ) -> SessionResult:
-    """Run ``cmd`` (the advisor's flags appended) and serve its channel.
+    """Run ``cmd`` (the advisor's flags appended) and serve its channel
+    (``policy`` None: the advisor's default answers, see :func:`serve_channel`).
 
     Host-side failures raise :class:`MlgoHostError` subclasses after the
     compiler's process group was killed (and its temp outputs removed); a

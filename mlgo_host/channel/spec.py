@@ -9,26 +9,49 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Iterable, Mapping, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from mlgo_host.errors import ProtocolError
 
-#: C scalar name -> little-endian numpy dtype (the channel is native LE).
-C_TYPES: Mapping[str, np.dtype] = {
-    "float": np.dtype("<f4"),
-    "double": np.dtype("<f8"),
-    "int8_t": np.dtype("i1"),
-    "uint8_t": np.dtype("u1"),
-    "int16_t": np.dtype("<i2"),
-    "uint16_t": np.dtype("<u2"),
-    "int32_t": np.dtype("<i4"),
-    "uint32_t": np.dtype("<u4"),
-    "int64_t": np.dtype("<i8"),
-    "uint64_t": np.dtype("<u8"),
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+# numpy is imported on first use only: the default inliner session
+# (`mlgo-host run --policy default`) never needs it, and it costs ~0.15 s of
+# CPU at start-up.
+
+#: C scalar name -> (size in bytes, little-endian numpy dtype string)
+_CTYPES: Mapping[str, tuple[int, str]] = {
+    "float": (4, "<f4"),
+    "double": (8, "<f8"),
+    "int8_t": (1, "i1"),
+    "uint8_t": (1, "u1"),
+    "int16_t": (2, "<i2"),
+    "uint16_t": (2, "<u2"),
+    "int32_t": (4, "<i4"),
+    "uint32_t": (4, "<u4"),
+    "int64_t": (8, "<i8"),
+    "uint64_t": (8, "<u8"),
 }
-_C_NAMES = {v: k for k, v in C_TYPES.items()}
+_DTYPES: "dict[str, np.dtype] | None" = None
+
+
+def c_types() -> "Mapping[str, np.dtype]":
+    """C scalar name -> little-endian numpy dtype (the channel is native LE).
+    Also available as the module attribute ``C_TYPES`` (imports numpy)."""
+    global _DTYPES
+    if _DTYPES is None:
+        import numpy as np
+
+        _DTYPES = {k: np.dtype(v) for k, (_, v) in _CTYPES.items()}
+    return _DTYPES
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: ``C_TYPES`` built on first access
+    if name == "C_TYPES":
+        return c_types()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: limits that keep a garbage header from allocating absurd buffers
 MAX_TENSOR_BYTES = 1 << 28
@@ -45,18 +68,22 @@ class TensorSpec:
     port: int = 0
 
     def __post_init__(self) -> None:
-        if self.ctype not in C_TYPES:
+        if self.ctype not in _CTYPES:
             raise ProtocolError(f"tensor {self.name!r}: unknown type {self.ctype!r}")
         if not isinstance(self.name, str) or not self.name:
             raise ProtocolError(f"tensor name must be a non-empty string, got {self.name!r}")
         if len(self.shape) > MAX_DIMS or any((not isinstance(d, int)) or d < 0 for d in self.shape):
             raise ProtocolError(f"tensor {self.name!r}: bad shape {list(self.shape)!r}")
-        if self.size * C_TYPES[self.ctype].itemsize > MAX_TENSOR_BYTES:
+        if self.size * _CTYPES[self.ctype][0] > MAX_TENSOR_BYTES:
             raise ProtocolError(f"tensor {self.name!r}: shape {list(self.shape)!r} is larger than {MAX_TENSOR_BYTES} bytes")
 
     @property
-    def dtype(self) -> np.dtype:
-        return C_TYPES[self.ctype]
+    def dtype(self) -> "np.dtype":
+        return c_types()[self.ctype]
+
+    @property
+    def itemsize(self) -> int:
+        return _CTYPES[self.ctype][0]
 
     @property
     def size(self) -> int:
@@ -65,7 +92,7 @@ class TensorSpec:
 
     @property
     def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
+        return self.size * _CTYPES[self.ctype][0]
 
     @classmethod
     def from_json(cls, obj: Any, where: str = "spec") -> "TensorSpec":
@@ -84,7 +111,7 @@ class TensorSpec:
             raise ProtocolError(f"{where} {name!r}: shape must be a list of integers")
         if not isinstance(port, int) or isinstance(port, bool):
             raise ProtocolError(f"{where} {name!r}: port must be an integer")
-        if ctype not in C_TYPES:
+        if ctype not in _CTYPES:
             raise ProtocolError(f"{where} {name!r}: unknown type {ctype!r}")
         return cls(name=name, ctype=ctype, shape=tuple(shape), port=port)
 
@@ -94,16 +121,21 @@ class TensorSpec:
     @classmethod
     def of(cls, name: str, dtype: Any, shape: Sequence[int], port: int = 0) -> "TensorSpec":
         """Build a spec from a numpy dtype (convenience for tests and logs)."""
+        import numpy as np
+
         dt = np.dtype(dtype).newbyteorder("<") if np.dtype(dtype).itemsize > 1 else np.dtype(dtype)
-        return cls(name=name, ctype=_C_NAMES[dt], shape=tuple(shape), port=port)
+        names = {v: k for k, v in c_types().items()}
+        return cls(name=name, ctype=names[dt], shape=tuple(shape), port=port)
 
 
-def record_dtype(specs: Iterable[TensorSpec]) -> np.dtype:
+def record_dtype(specs: Iterable[TensorSpec]) -> "np.dtype":
     """A packed structured dtype laying the specs out back to back, in order.
 
     One ``np.frombuffer`` with this dtype decodes a whole observation; each
     field is then a zero-copy view of its tensor.
     """
+    import numpy as np
+
     fields = []
     for s in specs:
         fields.append((s.name, s.dtype, s.shape) if s.shape else (s.name, s.dtype))

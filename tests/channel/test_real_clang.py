@@ -179,3 +179,24 @@ def test_run_never_imports_tensorflow(cdir, tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "TF [] 0" in r.stdout
+
+
+def test_run_default_starts_without_numpy(cdir, tmp_path):
+    """`run --policy default` is answered by the session's default path: no
+    policies package, no numpy (~0.15 s of start-up CPU), same object. (The
+    one-off default-slot probe of a new compiler binary may import them: warm
+    its cache first.)"""
+    from mlgo_host.channel import default_probe
+
+    default_probe.default_slot("clang-19")
+    code = ("import sys; sys.argv = ['mlgo-host', 'run', '--policy', 'default', '--', 'clang-19', '-Oz', '-c', "
+            "sys.argv[1], '-o', sys.argv[2]]\nfrom mlgo_host.cli import main\nrc = main(sys.argv[1:])\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'numpy' or m.startswith('mlgo_host.policies'))\n"
+            "print('HEAVY', bad[:5], rc)")
+    r = subprocess.run([sys.executable, "-c", code, str(cdir / "mid.c"), str(tmp_path / "t.o")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "HEAVY [] 0" in r.stdout, r.stdout
+    plain = tmp_path / "plain.o"
+    subprocess.run(["clang-19", "-Oz", "-c", str(cdir / "mid.c"), "-o", str(plain)], check=True)
+    assert (tmp_path / "t.o").read_bytes() == plain.read_bytes()
