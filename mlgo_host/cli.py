@@ -64,6 +64,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+_GIN_CALL_NOTE = "\n  In call to configurable "
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Import only the chosen subcommand (keeps `run` free of TensorFlow).
@@ -78,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._module.run(args) or 0)
     except MlgoHostError as e:
-        print(f"mlgo-host {args.command}: error: {e}", file=sys.stderr)
+        # gin appends "\n  In call to configurable ..." to what a configurable raises
+        msg = str(e).split(_GIN_CALL_NOTE, 1)[0]
+        print(f"mlgo-host {args.command}: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"mlgo-host {args.command}: interrupted", file=sys.stderr)

@@ -10,6 +10,12 @@ State lives in --root_dir: TensorBoard events (train/), checkpoints, reward
 statistics (state.json), policy/<iteration>/ and saved_policy/ at the end.
 Re-running the same command after an interruption resumes after the last
 completed iteration.  Watch it with: tensorboard --logdir ROOT_DIR
+
+Without a corpus: --collected DIR --baseline_stats FILE makes one PPO
+iteration from the episodes `mlgo-host serve --collect DIR` kept since the
+last such run (rewards against FILE, the stats of a --policy default build
+of the same tree) and writes ROOT_DIR/saved_policy for the next build to
+serve and collect with (see the README, "Collecting episodes").
 """
 
 from __future__ import annotations
@@ -23,8 +29,14 @@ from mlgo_host.errors import ConfigError
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root_dir", required=True, help="output directory (checkpoints, summaries, policies)")
-    p.add_argument("--corpus", "--data_path", dest="corpus", required=True,
-                   help="corpus directory (corpus_description.json + .bc/.cmd files)")
+    p.add_argument("--corpus", "--data_path", dest="corpus",
+                   help="corpus directory (corpus_description.json + .bc/.cmd files); or --collected")
+    p.add_argument("--collected", metavar="DIR",
+                   help="train one iteration on the episodes `serve --collect DIR` kept since the last run "
+                        "(instead of --corpus; needs --baseline_stats)")
+    p.add_argument("--baseline_stats", "--baseline-stats", metavar="FILE",
+                   help="with --collected: the --stats file of a `serve --policy default` build of the same "
+                        "tree (the rewards' baseline sizes)")
     p.add_argument("--gin_files", nargs="+", action="extend", default=[], required=True, metavar="FILE",
                    help="gin configuration files")
     p.add_argument("--gin_bindings", nargs="+", action="extend", default=[], metavar="BINDING",
@@ -35,6 +47,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from mlgo_host.channel.fifo import install_signal_cleanup
 
+    if (args.corpus is None) == (args.collected is None):
+        raise ConfigError("give exactly one of --corpus DIR (train over a corpus) and --collected DIR "
+                          "(one iteration on episodes collected by serve --collect)")
+    if args.collected is not None and args.baseline_stats is None:
+        raise ConfigError("--collected needs --baseline_stats FILE (the stats of a --policy default build)")
+    if args.corpus is not None and args.baseline_stats is not None:
+        raise ConfigError("--baseline_stats goes with --collected, not --corpus")
+
     install_signal_cleanup()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("absl", "tensorflow"):  # SavedModel writing chatter at INFO
@@ -44,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
 
     from mlgo_host.trainers import entry
 
+    if args.collected is not None:
+        import mlgo_host.trainers.online  # noqa: F401  (its gin configurable, for --gin_bindings online.*)
     for f in args.gin_files:
         if not os.path.exists(f):
             raise ConfigError(f"gin file not found: {f}")
@@ -63,7 +85,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"bad gin configuration: {e}") from None
     finally:
         root_logger.setLevel(level)
-    entry.run(root_dir=args.root_dir, corpus_dir=args.corpus, progress=not args.no_progress)
+    if args.collected is not None:
+        entry.run_online(args.root_dir, args.collected, args.baseline_stats, progress=not args.no_progress)
+    else:
+        entry.run(root_dir=args.root_dir, corpus_dir=args.corpus, progress=not args.no_progress)
     return 0
 
 

@@ -16,11 +16,16 @@ Format (one compile = one file, written atomically)::
 The reward is not known when the object is written: it needs the size the
 default heuristic gives the same module.  :func:`load_collected` pairs each
 episode with a baseline size taken from a stats file of a ``--policy
-default`` build of the same tree (matched by output path relative to the
-build's root), and computes the ml-compiler-opt reward
+default`` build of the same tree (matched by output path, else by output
+path relative to each build's root), and computes the ml-compiler-opt reward
 ``1 - (size + 0.01) / (baseline + 0.01)`` (:mod:`mlgo_host.trainers.reward`).
-The result is ``(episodes, rewards)`` as the PPO learner's ``train()`` takes
-them.
+The result is ``(episodes, rewards, metas)``, as the PPO learner's
+``train()`` takes them.
+
+``mlgo-host train --collected DIR --baseline_stats FILE`` (see
+:mod:`mlgo_host.trainers.online`) makes one PPO update from the episodes
+collected since its last run; serving its new ``saved_policy`` with
+``--collect`` again closes the loop.
 """
 
 from __future__ import annotations
@@ -82,25 +87,59 @@ def _rel_outputs(records: list[dict]) -> dict[str, dict]:
     return {os.path.relpath(r["output"], root): r for r in records if r.get("output")}
 
 
-def load_collected(directory: str, baseline_stats: str, delta: float = 0.01):
+def read_meta(path: str) -> dict:
+    """The stats record of one episode file (reads that member only)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return json.loads(str(z["meta"]))
+    except (OSError, KeyError, ValueError) as e:
+        raise CorpusError(f"{path}: not a collected episode ({e})") from None
+
+
+def load_collected(directory: str, baseline_stats: str, delta: float = 0.01, *, exclude=(), strict: bool = False):
     """Episodes of ``directory`` with their module rewards against the
     ``text_size`` of the same modules in ``baseline_stats`` (a stats file of
-    a ``--policy default`` build). Returns (episodes, rewards, metas);
-    episodes without a baseline or a size are skipped."""
+    a ``--policy default`` build). Returns (episodes, rewards, metas), in
+    file name order; each meta carries its episode's ``file`` name and the
+    ``baseline_text_size`` its reward is against.
+
+    A module is matched by its output path, else by the output path
+    relative to each build's root (the common directory of all its outputs,
+    episodes in ``exclude`` included, so a key does not depend on which
+    files are left out).  Episode files named in ``exclude`` are not loaded.
+    Episodes without a size of their own are skipped; without a baseline
+    size they are skipped too, or with ``strict`` a :class:`CorpusError`
+    names them."""
     from mlgo_host.serve.stats import read_records
     from mlgo_host.trainers.reward import reward
 
-    base = {k: r for k, r in _rel_outputs([r for r in read_records(baseline_stats) if r.get("status") == "ok"]).items()}
-    files = sorted(f for f in os.listdir(directory) if f.endswith(".npz"))
-    loaded = [load_episode(os.path.join(directory, f)) for f in files]
-    rel = _rel_outputs([m for _, m in loaded])
-    by_output = {m["output"]: key for key, m in rel.items()}
-    episodes, rewards, metas = [], [], []
-    for ep, meta in loaded:
-        b = base.get(by_output.get(meta.get("output"), ""))
-        if b is None or b.get("text_size") is None or meta.get("text_size") is None:
+    base_recs = [r for r in read_records(baseline_stats) if r.get("status") == "ok" and r.get("output")]
+    base_abs = {r["output"]: r for r in base_recs}
+    base_rel = _rel_outputs(base_recs)
+    try:
+        names = os.listdir(directory)
+    except OSError as e:
+        raise CorpusError(f"cannot read the collection directory {directory}: {e.strerror}") from None
+    files = sorted(f for f in names if f.endswith(".npz"))
+    exclude = set(exclude)
+    metas_all = {f: (read_meta(os.path.join(directory, f)) if f in exclude else None) for f in files}
+    loaded = {f: load_episode(os.path.join(directory, f)) for f in files if f not in exclude}
+    for f, (_, meta) in loaded.items():
+        metas_all[f] = meta
+    rel_of = {m["output"]: key for key, m in _rel_outputs(list(metas_all.values())).items()}
+    episodes, rewards, metas, missing = [], [], [], []
+    for f, (ep, meta) in loaded.items():
+        if meta.get("text_size") is None:
+            continue
+        b = base_abs.get(meta.get("output")) or base_rel.get(rel_of.get(meta.get("output"), ""))
+        if b is None or b.get("text_size") is None:
+            missing.append(meta.get("output") or f)
             continue
         episodes.append(ep)
         rewards.append(reward(float(meta["text_size"]), float(b["text_size"]), delta))
-        metas.append(meta)
+        metas.append(dict(meta, file=f, baseline_text_size=b["text_size"]))
+    if strict and missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise CorpusError(f"{len(missing)} collected episode(s) have no default-policy size in {baseline_stats}: "
+                          f"{shown} (build the same tree with --policy default --stats {baseline_stats})")
     return episodes, rewards, metas

@@ -1,0 +1,264 @@
+"""Training from episodes collected in real builds (``mlgo-host train --collected``).
+
+The online loop, with no corpus::
+
+    serve --policy default --stats base.jsonl          # once: the default sizes
+    serve --policy P --collect CDIR                    # a build, P stochastic
+    train --root_dir R --collected CDIR --baseline_stats base.jsonl --gin_files ppo.gin
+    serve --policy R/saved_policy --collect CDIR       # the next build ...
+    train ...                                          # ... the next iteration
+
+One invocation of :func:`train_from_collected` is one PPO update ("one
+iteration") on the episodes collected since the previous invocation: the
+files already trained on are listed in ``R/state.json`` (``consumed``).
+Rewards are against the default-policy size of the same module
+(:func:`mlgo_host.serve.collect.load_collected`).  The first invocation
+starts from ``warmstart_policy`` (use the policy that collected the first
+episodes, if it is a saved policy) or from a fresh actor; later ones restore
+the checkpoint of the last iteration.  The vocab (``R/vocab``, fixed by the
+first invocation) is a copy of the warm-start policy's (its weights were
+trained on it), else of ``vocab_path``, else built from the first
+invocation's episodes.
+
+Written per iteration (state.json last, every file atomically):
+``checkpoints/ckpt-<i>``, ``policy/<i>/``, ``saved_policy/`` (what the next
+build serves), TensorBoard events under ``train/`` (``reward_distribution/*``,
+``loss/*``, ``perf/train_s``) and ``state.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+import gin
+import numpy as np
+
+from mlgo_host.errors import ConfigError, CorpusError
+from mlgo_host.fsutil import atomic_write_json, replace_dir
+
+log = logging.getLogger("mlgo_host.train.online")
+
+MODE = "online"
+# train_from_collected parameters that default to common.gin's macros (the
+# same --gin_bindings spellings as corpus training: warmstart_policy=...).
+MACRO_PARAMS = ("clang_path", "vocab_path", "warmstart_policy", "seed")
+
+
+@gin.configurable(module="online")
+def train_from_collected(
+    root_dir: str,
+    collected_dir: str,
+    baseline_stats: str,
+    *,
+    warmstart_policy: str | None = None,
+    vocab_path: str | None = None,
+    advisor: str = "inline",
+    clang_path: str = "clang-19",
+    seed: int = 0,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """One PPO update on the new episodes of ``collected_dir``; returns the
+    iteration's history row (also in ``root_dir/state.json``)."""
+    root_dir = os.path.abspath(root_dir)
+    collected_dir = os.path.abspath(collected_dir)
+    state_path = os.path.join(root_dir, "state.json")
+    state: dict[str, Any] = {}
+    if os.path.exists(state_path):
+        with open(state_path) as f:
+            state = json.load(f)
+        if (state.get("config") or {}).get("mode") != MODE:
+            raise ConfigError(f"{root_dir} holds a corpus training run; train from collected episodes in another "
+                              f"--root_dir (warm start from its saved_policy)")
+    consumed: list[str] = list(state.get("consumed", []))
+    iteration = int(state.get("iteration", 0))
+
+    # -- the new episodes and their rewards (no TensorFlow work yet)
+    if not os.path.isdir(collected_dir):
+        raise ConfigError(f"no collection directory {collected_dir} (serve with --collect DIR first)")
+    if not os.path.exists(baseline_stats):
+        raise ConfigError(f"no baseline stats file {baseline_stats} (serve the same tree with --policy default "
+                          f"--stats FILE first)")
+    try:
+        episodes, rewards, metas = _load(collected_dir, baseline_stats, consumed)
+    except CorpusError as e:
+        raise ConfigError(str(e)) from None
+    if not episodes:
+        raise ConfigError(f"no new episodes in {collected_dir} since iteration {iteration} "
+                          f"({len(consumed)} already trained on): collect another build first")
+    advisors = {m.get("advisor") for m in metas}
+    if advisors != {advisor}:
+        raise ConfigError(f"the episodes in {collected_dir} are from the {sorted(map(str, advisors))} advisor, "
+                          f"this run trains {advisor!r}")
+    deterministic = sorted({str(m.get("policy")) for m, ep in zip(metas, episodes) if not np.any(ep.logps)})
+    if deterministic:
+        raise ConfigError(f"episodes collected with the deterministic policy {', '.join(deterministic)} carry "
+                          f"log-probability 0 and cannot train PPO; collect with a stochastic one (random or a "
+                          f"saved policy)")
+    header_json = episodes[0].header.to_json()
+    if any(ep.header.to_json() != header_json for ep in episodes[1:]):
+        raise ConfigError(f"the new episodes in {collected_dir} have different channel headers "
+                          f"(different compilers or flags in one collection)")
+    header_path = os.path.join(root_dir, "header.json")
+    if os.path.exists(header_path):
+        with open(header_path) as f:
+            if json.load(f) != header_json:
+                raise ConfigError(f"the new episodes' channel header differs from the one {root_dir} was "
+                                  f"trained on ({header_path}): a different compiler or flags")
+
+    # -- the vocab: fixed by the first invocation, kept in root_dir/vocab
+    vocab_dir = os.path.join(root_dir, "vocab")
+    source = None  # where the first invocation takes it from (None: the episodes)
+    if state:
+        if not os.path.isdir(vocab_dir):
+            raise ConfigError(f"{root_dir} has no vocab directory (state.json says iteration {iteration} is done)")
+        if warmstart_policy or vocab_path:
+            log.info("%s continues after iteration %d: warmstart_policy/vocab_path apply to its first "
+                     "iteration only", root_dir, iteration)
+    elif warmstart_policy:
+        if not os.path.isfile(os.path.join(warmstart_policy, "metadata.json")):
+            raise ConfigError(f"warm-start policy {warmstart_policy!r} is not a saved policy directory")
+        source = os.path.join(os.path.abspath(warmstart_policy), "vocab")  # its weights were trained on it
+    elif vocab_path:
+        source = os.path.abspath(vocab_path)
+    if source is not None and not os.path.isdir(source):
+        raise ConfigError(f"no vocab directory {source}")
+    os.makedirs(root_dir, exist_ok=True)
+    if not os.path.exists(header_path):
+        atomic_write_json(header_path, header_json)
+    if not state:
+        if source is not None:
+            _copy_dir(source, vocab_dir)
+        else:
+            _build_vocab(episodes, vocab_dir)
+
+    from mlgo_host.trainers.learner import Learner
+    from mlgo_host.trainers.summaries import Summaries
+    from mlgo_host.trainers.train_loop import percentile_summary
+
+    t0 = time.monotonic()
+    learner = Learner(header_json, advisor=advisor, vocab_dir=vocab_dir, root_dir=root_dir, seed=seed,
+                      clang=clang_path)
+    if state:
+        learner.restore(iteration)
+    elif warmstart_policy:
+        learner.warmstart(warmstart_policy)
+    if progress:
+        print(f"iteration {iteration + 1}: training on {len(episodes)} episodes "
+              f"({sum(ep.n for ep in episodes)} decisions)", file=sys.stderr, flush=True)
+    t1 = time.monotonic()
+    train_metrics = learner.train(episodes, rewards, iteration)
+    t_train = time.monotonic() - t1
+    it = iteration + 1
+
+    # -- persist: checkpoint, policy/<it>/, saved_policy/; state.json last
+    t2 = time.monotonic()
+    learner.checkpoint(it)
+    policy_dir = os.path.join(root_dir, "policy", str(it))
+    learner.save_policy(policy_dir, step=it, saved_model=True)
+    _copy_dir(policy_dir, os.path.join(root_dir, "saved_policy"))
+    t_save = time.monotonic() - t2
+
+    dist = percentile_summary(rewards)
+    sizes = sum(float(m["text_size"]) for m in metas)
+    bases = sum(float(m["baseline_text_size"]) for m in metas)
+    row = {
+        "iteration": it, "episodes": len(episodes),
+        "decisions": int(sum(ep.n for ep in episodes)),
+        "reward_mean": dist.get("mean"), "reward_percentiles": {k: v for k, v in dist.items() if k != "mean"},
+        "text_size": int(sizes), "baseline_text_size": int(bases),
+        "size_change_pct": 100.0 * (sizes - bases) / bases if bases else None,
+        "policies": sorted({str(m.get("policy")) for m in metas}),
+        "builds": sorted({str(m.get("build")) for m in metas if m.get("build")}),
+        "train_s": round(t_train, 3), "save_s": round(t_save, 3), "setup_s": round(t1 - t0, 3),
+        **{k: v for k, v in train_metrics.items() if isinstance(v, (int, float))},
+    }
+    summaries = Summaries(root_dir)
+    summaries.write_iteration(it, dist, row, None)
+    summaries.close()
+    config = state.get("config") or {}
+    history = list(state.get("history", [])) + [row]
+    atomic_write_json(state_path, {
+        "iteration": it, "consumed": consumed + [m["file"] for m in metas], "history": history,
+        "config": {"mode": MODE, "advisor": advisor, "collected_dir": collected_dir,
+                   "baseline_stats": os.path.abspath(baseline_stats), "seed": seed, "vocab": vocab_dir,
+                   "vocab_source": config.get("vocab_source", source),
+                   "warmstart_policy": config.get("warmstart_policy",
+                                                  os.path.abspath(warmstart_policy) if warmstart_policy else None)},
+    })
+    print(_summary_line(row), file=sys.stderr, flush=True)
+    return row
+
+
+def _load(collected_dir: str, baseline_stats: str, consumed: list[str]):
+    from mlgo_host.serve.collect import load_collected
+
+    return load_collected(collected_dir, baseline_stats, exclude=consumed, strict=True)
+
+
+def _build_vocab(episodes: list, vocab_dir: str) -> None:
+    """Quantile vocab of the collected episodes' features."""
+    from mlgo_host.policies.vocab import VocabBuilder
+
+    builder = VocabBuilder()
+    for ep in episodes:
+        builder.add(ep.features())
+    if not builder.observations:
+        raise ConfigError("the collected episodes have no observations; cannot build a vocab")
+    builder.build().save(vocab_dir)
+
+
+def _copy_dir(src: str, dest: str) -> None:
+    """``dest`` becomes a copy of ``src``, renamed into place."""
+    parent = os.path.dirname(dest)
+    tmp = tempfile.mkdtemp(prefix="." + os.path.basename(dest) + ".", dir=parent)
+    try:
+        shutil.copytree(src, tmp, dirs_exist_ok=True)
+        replace_dir(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _summary_line(row: dict) -> str:
+    parts = [f"iteration {row['iteration']}:",
+             f"reward mean {row['reward_mean']:+.4f}" if row.get("reward_mean") is not None else "reward n/a",
+             f"{row['episodes']} episodes", f"{row['decisions']} decisions"]
+    if row.get("size_change_pct") is not None:
+        parts.append(f"collected build {row['size_change_pct']:+.3f}% text vs default")
+    parts += [f"train {row['train_s']:.1f}s", f"save {row['save_s']:.1f}s"]
+    return " ".join(parts)
+
+
+def bind_common_macros() -> dict[str, Any]:
+    """Bind the :func:`train_from_collected` parameters the parsed gin
+    configuration leaves unbound to common.gin's macros (``warmstart_policy``,
+    ``vocab_path``, ``clang_path``, ``seed``: the same --gin_bindings
+    spellings as corpus training) and ``advisor`` to the corpus trainer's
+    ``train.advisor`` (configs/regalloc/ppo.gin sets it), so the operative
+    config records them.  Returns what it bound."""
+    def bound(selector: str) -> bool:
+        try:
+            gin.query_parameter(selector)
+            return True
+        except ValueError:
+            return False
+
+    values: dict[str, Any] = {}
+    for name in MACRO_PARAMS:
+        if not bound(f"online.train_from_collected.{name}") and bound(f"%{name}"):
+            values[name] = gin.query_parameter(f"%{name}")
+    if not bound("online.train_from_collected.advisor") and bound("train.advisor"):
+        adv = gin.query_parameter("train.advisor")
+        if isinstance(adv, str):
+            values["advisor"] = adv
+    with gin.unlock_config():
+        for name, v in values.items():
+            gin.bind_parameter(f"online.train_from_collected.{name}", v)
+    return values
