@@ -103,8 +103,11 @@ def quality(workdir: str, corpus_dir: str, iterations: int, modules_per_iteratio
     rows = {r["policy"]: r for r in res["table"]["rows"]}
     ppo = rows["PPO"]
     return {
-        "iterations": iterations, "modules_per_iteration": modules_per_iteration, "wall_s": round(
-            time.perf_counter() - t0, 1), "timings_s": res["timings_s"],
+        "iterations": iterations, "modules_per_iteration": modules_per_iteration,
+        # this invocation (a resumed run only evaluates) and the PPO run's own time
+        "wall_s": round(time.perf_counter() - t0, 1), "timings_s": res["timings_s"],
+        "ppo_seconds": round(sum(h.get("collect_s", 0) + h.get("train_s", 0) + h.get("save_s", 0)
+                                 for h in history), 1),
         "heldout": {k: {"change_percent": v["change_percent"], "policy_total": v["policy_total"],
                         "baseline_total": v["baseline_total"], "mean_reward": v["mean_reward"],
                         "smaller": v["smaller"], "equal": v["equal"], "bigger": v["bigger"],

@@ -17,6 +17,8 @@ import pytest
 
 from _corpus_helpers import build_generated_corpus
 
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PPO_GIN = os.path.join(REPO, "configs", "inlining", "ppo.gin")
 # t7 falls in the held-out part of a 0.25 split (seed 0); t0..t5 are trained on.
