@@ -216,6 +216,21 @@ class Decoder:
                 return nl
         return -1
 
+    @property
+    def frame_base(self) -> int:
+        """``observation_nbytes + 2`` while the decoder is idle (header known,
+        nothing buffered): a chunk with its first ``\\n`` at ``nl`` can only be
+        one whole observation if ``len(chunk) == frame_base + nl``. A large
+        negative number otherwise. For callers that inline :meth:`frame_one`."""
+        return self._fast
+
+    def skip(self, nbytes: int, observations: int) -> None:
+        """Account for ``observations`` whole observations (``nbytes`` bytes
+        in all) that the caller framed itself with :meth:`frame_one`'s test
+        while the decoder was idle."""
+        self._pos += nbytes
+        self.observations += observations
+
     def feed_one(self, data: bytes) -> Observation | None:
         """:meth:`frame_one`, returning the :class:`Observation` (or None,
         nothing consumed)."""

@@ -54,8 +54,9 @@ class FakeCompiler(threading.Thread):
     plan: "whole" (one write per record, like clang), "split" (event line and
     tensor bytes in two writes with a pause between), "glued" (header,
     context and first observation in one write; each later context glued to
-    the observation after it), "close_in" (closes its advice end before
-    sending observation 3)."""
+    the observation after it), "spaced" (valid but not canonical event lines,
+    ``{"observation": N}``: never the fast paths), "close_in" (closes its
+    advice end before sending observation 3)."""
 
     def __init__(self, chan: Channel, plan: str):
         super().__init__(daemon=True)
@@ -76,6 +77,8 @@ class FakeCompiler(threading.Thread):
         if self.plan == "glued":
             (h, _), (c, _), (o, _) = ev[:3]
             ev = [(h + c + o, True)] + ev[3:]
+        elif self.plan == "spaced":
+            ev = [(b.replace(b'{"observation":', b'{"observation": ', 1), a) for b, a in ev]
         for k, (b, answer) in enumerate(ev):
             if self.plan == "close_in" and answer and len(self.advice) == 3:
                 inp.close()  # before sending observation 3: the host's answer finds no reader
@@ -150,7 +153,7 @@ def _expected_log() -> bytes:
 def test_default_answers_same_on_every_chunking(tmp_path, calls, policy_name):
     want = [_default(i) for i in range(N)]
     expected_log = _expected_log()
-    for plan, slow in (("whole", 0), ("split", N), ("glued", 1)):
+    for plan, slow in (("whole", 0), ("split", N), ("glued", 1), ("spaced", N)):
         pol = None if policy_name is None else make_heuristic(policy_name)
         calls["default_advice"] = 0
         st, advice, logbytes = _serve(tmp_path, plan, pol)
@@ -175,7 +178,7 @@ class Never(Policy):
 
 def test_generic_policy_same_on_every_chunking(tmp_path):
     ref = None
-    for plan in ("whole", "split", "glued"):
+    for plan in ("whole", "split", "glued", "spaced"):
         pol = Never()
         st, advice, logbytes = _serve(tmp_path, plan, pol)
         assert advice == [0] * N
