@@ -8,9 +8,22 @@ and ``mlgo-host run --policy default``, each unpinned and pinned to one CPU
 ``os.wait4``: its CPU (host + compiler) minus the compiler's CPU (which both
 hosts report from their own ``wait4``) is the host's CPU. A fixed cost and a
 per-decision cost are fitted from the two sizes (medians), for the host's CPU
-and for the wall-time overhead over the plain compile.
+and for the wall-time overhead over the plain compile; the per-decision host
+CPU is also fitted within each repetition (the two sizes run minutes apart at
+most), and the median and range of those fits are reported: on a shared
+machine the spread says how much to trust a figure. Both hosts also report
+the CPU of their serving loop alone (``serve_cpu_s``: first byte to end of
+stream, no start-up): "in-loop µs/dec" is that over the decisions of the
+larger module (median of the repetitions), the per-decision cost without the
+noise of a fixed cost.
 
-usage: python bench/channel.py [--reps N] [--cpu CPU] [--out FILE]
+Python bytecode: when the environment sets PYTHONDONTWRITEBYTECODE (as this
+project's machines do), every start would recompile mlgo_host's sources (~30
+ms of CPU), which an installed package never does; the hosts therefore run
+with bytecode cached in a private PYTHONPYCACHEPREFIX (filled by the warm-up
+runs), unless --no-pycache.
+
+usage: python bench/channel.py [--reps N] [--cpu CPU] [--no-pycache] [--out FILE]
 Prints a table and writes bench/results/channel.json.
 """
 
@@ -59,15 +72,23 @@ def fit(n1, y1, n2, y2):
 def main() -> int:
     global OUTFILE, ERRFILE
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=7, help="repetitions of every variant and size, alternating")
     ap.add_argument("--cpu", type=int, default=None, help="CPU for the pinned variants (default: the last one)")
+    ap.add_argument("--no-pycache", action="store_true",
+                    help="run the hosts with the environment's bytecode settings as they are")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "channel.json"))
     args = ap.parse_args()
+    load_start = os.getloadavg()
     cpu = args.cpu if args.cpu is not None else max(os.sched_getaffinity(0))
     work = tempfile.mkdtemp(prefix="mlgo-bench-")
     OUTFILE, ERRFILE = os.path.join(work, "stdout"), os.path.join(work, "stderr")
     py = sys.executable
     env = dict(os.environ)
+    bytecode = "as the environment says"
+    if not args.no_pycache and env.get("PYTHONDONTWRITEBYTECODE"):
+        env.pop("PYTHONDONTWRITEBYTECODE")
+        env["PYTHONPYCACHEPREFIX"] = os.path.join(work, "pycache")
+        bytecode = "cached in a private PYTHONPYCACHEPREFIX (the environment sets PYTHONDONTWRITEBYTECODE)"
     try:
         srcs = {}
         for k, nf in SIZES.items():
@@ -101,38 +122,52 @@ def main() -> int:
             for k in SIZES:
                 for v in order:
                     wall, cpu_s, out = run_one(argv(v, k), env)
+                    serve = 0.0
                     if v == "plain":
                         comp = cpu_s
                     else:
                         j = json.loads(out.strip().splitlines()[-1])
                         comp = j["compiler_cpu_s"]
+                        serve = j["serve_cpu_s"]
                         decisions[k] = j["observations"]
-                    data[v][k].append({"wall": wall, "cpu": cpu_s, "compiler_cpu": comp, "host_cpu": cpu_s - comp})
+                    data[v][k].append({"wall": wall, "cpu": cpu_s, "compiler_cpu": comp, "host_cpu": cpu_s - comp,
+                                       "serve_cpu": serve})
             print(f"rep {rep + 1}/{args.reps} done", file=sys.stderr)
 
         # no TensorFlow on the `run` path
         r = subprocess.run([py, "-X", "importtime", "-m", "mlgo_host", "run", "--", CLANG, "-Oz", "-c", srcs["600"],
                             "-o", os.path.join(work, "imp.o")], capture_output=True, text=True, env=env)
         imports_tf = "tensorflow" in r.stderr
+        imports_np = "numpy" in r.stderr
 
         med = {v: {k: {m: statistics.median(x[m] for x in data[v][k]) for m in data[v][k][0]} for k in SIZES}
                for v in variants}
         (k1, k2), (n1, n2) = list(SIZES), (decisions["600"], decisions["2500"])
         load = os.getloadavg()
         res = {"decisions": decisions, "reps": args.reps, "pinned_cpu": cpu, "imports_tensorflow": imports_tf,
-               "loadavg_at_end": load, "cpus": os.cpu_count(),
-               "median": med, "hosts": {}}
+               "imports_numpy": imports_np, "bytecode": bytecode,
+               "loadavg_at_start": load_start, "loadavg_at_end": load, "cpus": os.cpu_count(),
+               "median": med, "hosts": {}, "runs": data}
         print(f"\nchannel benchmark: {n1} and {n2} inliner decisions, {args.reps} reps, medians"
-              f" (pinned = host and compiler on CPU {cpu})")
-        print(f"load average at the end: {load[0]:.1f} on {os.cpu_count()} CPUs"
-              + ("  (machine busy: figures are noisy, compare rows, not runs)" if load[0] > 1.5 else ""))
+              f" (pinned = host and compiler on CPU {cpu}); Python bytecode {bytecode}")
+        busy = max(load_start[0], load[0]) > 1.5
+        print(f"load average at the start / end: {load_start[0]:.1f} / {load[0]:.1f} on {os.cpu_count()} CPUs"
+              + ("  (machine busy: figures are noisy, compare rows, not runs)" if busy else ""))
         print(f"plain compile: {med['plain'][k1]['wall']:.3f} s / {med['plain'][k2]['wall']:.3f} s wall")
-        hdr = (f"{'host':<12} {'host CPU µs/dec':>15} {'host CPU fixed s':>16} {'wall µs/dec':>11} "
-               f"{'wall fixed s':>12} {'ratio ~600':>10} {'ratio ~2500':>11} {'clang +CPU µs/dec':>17}")
+        hdr = (f"{'host':<12} {'host CPU µs/dec':>15} {'per-rep fits: median [min, max]':>32} "
+               f"{'in-loop µs/dec':>14} {'host CPU fixed s':>16} "
+               f"{'wall µs/dec':>11} {'wall fixed s':>12} {'ratio ~600':>10} {'ratio ~2500':>11} "
+               f"{'clang +CPU µs/dec':>17}")
         print(hdr)
         print("-" * len(hdr))
         for v in variants[1:]:
             hf, hp = fit(n1, med[v][k1]["host_cpu"], n2, med[v][k2]["host_cpu"])
+            per_rep = sorted(fit(n1, a["host_cpu"], n2, b["host_cpu"])[1] * 1e6
+                             for a, b in zip(data[v][k1], data[v][k2]))
+            rep_med = statistics.median(per_rep)
+            # the serving loop's own CPU (first byte to end of stream), per decision, at the larger size
+            in_loop = sorted(x["serve_cpu"] / n2 * 1e6 for x in data[v][k2])
+            loop_med = statistics.median(in_loop)
             d1 = med[v][k1]["wall"] - med["plain"][k1]["wall"]
             d2 = med[v][k2]["wall"] - med["plain"][k2]["wall"]
             wf, wp = fit(n1, d1, n2, d2)
@@ -141,11 +176,17 @@ def main() -> int:
             r1 = med[v][k1]["wall"] / med["plain"][k1]["wall"]
             r2 = med[v][k2]["wall"] / med["plain"][k2]["wall"]
             res["hosts"][v] = {"host_cpu_us_per_decision": hp * 1e6, "host_cpu_fixed_s": hf,
+                               "host_cpu_us_per_decision_per_rep": per_rep,
+                               "host_cpu_us_per_decision_per_rep_median": rep_med,
+                               "serve_loop_cpu_us_per_decision": {"median": loop_med, "min": in_loop[0],
+                                                                  "max": in_loop[-1]},
                                "wall_us_per_decision": wp * 1e6, "wall_fixed_s": wf,
                                "wall_ratio": {k1: r1, k2: r2}, "compiler_extra_cpu_us_per_decision": cp * 1e6}
-            print(f"{v:<12} {hp * 1e6:>15.1f} {hf:>16.3f} {wp * 1e6:>11.1f} {wf:>12.3f} {r1:>10.2f} {r2:>11.2f}"
-                  f" {cp * 1e6:>17.1f}")
-        print(f"`mlgo-host run` imports TensorFlow: {imports_tf}")
+            spread = f"{rep_med:.1f} [{per_rep[0]:.1f}, {per_rep[-1]:.1f}]"
+            print(f"{v:<12} {hp * 1e6:>15.1f} {spread:>32} {loop_med:>14.1f} {hf:>16.3f} {wp * 1e6:>11.1f} "
+                  f"{wf:>12.3f} {r1:>10.2f} "
+                  f"{r2:>11.2f} {cp * 1e6:>17.1f}")
+        print(f"`mlgo-host run --policy default` imports TensorFlow: {imports_tf}, numpy: {imports_np}")
         os.makedirs(os.path.dirname(args.out), exist_ok=True)
         with open(args.out, "w") as f:
             json.dump(res, f, indent=1)

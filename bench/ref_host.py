@@ -7,7 +7,8 @@ cleanup on errors. It exists only as the yardstick of ``bench/channel.py``.
 
 usage: python bench/ref_host.py [--pin CPU] [--slot NAME] -- COMPILER ARGS...
 prints one JSON line: observations, returncode, compiler CPU seconds (from
-wait4), host CPU seconds (getrusage of this process).
+wait4), host CPU seconds (getrusage of this process) and the CPU seconds of
+its decode-and-answer loop (serve_cpu_s, like `mlgo-host run`'s).
 """
 
 import json
@@ -16,6 +17,7 @@ import resource
 import shutil
 import sys
 import tempfile
+import time
 
 SIZES = {"float": 4, "double": 8, "int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2,
          "int32_t": 4, "uint32_t": 4, "int64_t": 8, "uint64_t": 8}
@@ -63,6 +65,7 @@ def main(argv):
         nbytes += n
     yes, no = (1).to_bytes(8, "little"), bytes(8)
     n_obs = 0
+    cpu0 = time.thread_time()
     while True:
         nl = buf.find(b"\n")
         if nl < 0 or (buf.startswith(b'{"o') and len(buf) < nl + 2 + nbytes):
@@ -78,13 +81,15 @@ def main(argv):
             buf = buf[p + nbytes + 1:]
         else:  # context
             buf = buf[nl + 1:]
+    loop_cpu = time.thread_time() - cpu0
     os.close(wfd)
     os.close(rfd)
     _, status, ru = os.wait4(pid, 0)
     shutil.rmtree(d)
     me = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"observations": n_obs, "returncode": os.waitstatus_to_exitcode(status),
-                      "compiler_cpu_s": ru.ru_utime + ru.ru_stime, "host_self_cpu_s": me.ru_utime + me.ru_stime}))
+                      "compiler_cpu_s": ru.ru_utime + ru.ru_stime, "host_self_cpu_s": me.ru_utime + me.ru_stime,
+                      "serve_cpu_s": loop_cpu}))
     return os.waitstatus_to_exitcode(status)
 
 

@@ -44,6 +44,8 @@ class SessionResult:
     output: str | None = None
     #: CPU seconds (user+system) of the compiler process, from wait4
     compiler_cpu_s: float | None = None
+    #: CPU seconds of the host thread serving the channel (first byte to end of stream)
+    serve_cpu_s: float | None = None
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -51,6 +53,7 @@ class SessionResult:
             "decisions": self.decisions, "returncode": self.returncode, "output": self.output,
             "wall_s": round(self.wall_s, 4),
             "compiler_cpu_s": None if self.compiler_cpu_s is None else round(self.compiler_cpu_s, 4),
+            "serve_cpu_s": None if self.serve_cpu_s is None else round(self.serve_cpu_s, 4),
         }
 
 
@@ -61,6 +64,8 @@ class ServeStats:
     contexts: int = 0
     decisions: dict = dataclasses.field(default_factory=dict)
     episode: Episode | None = None
+    #: CPU seconds of the serving thread from the first byte to the end of the stream
+    serve_cpu_s: float = 0.0
 
 
 class TrainingLogWriter:
@@ -251,6 +256,7 @@ def serve_channel(
                              f"({dec.where})")
 
     data = first_chunk()
+    cpu0 = time.thread_time()
     try:
         if data:
             fl = fcntl.fcntl(rfd, fcntl.F_GETFL)
@@ -359,6 +365,7 @@ def serve_channel(
     finally:
         if wd is not None:
             wd.cancel()
+    stats.serve_cpu_s = time.thread_time() - cpu0
     stats.observations = n
     try:
         dec.close()
@@ -467,7 +474,7 @@ def run_session(
             advisor=adv.name, returncode=rc, observations=stats.observations, contexts=stats.contexts,
             decisions=stats.decisions, wall_s=time.monotonic() - t0, stderr_tail=proc.stderr_tail(),
             header=stats.header, episode=stats.episode, output=output_of(list(cmd)),
-            compiler_cpu_s=proc.cpu_s,
+            compiler_cpu_s=proc.cpu_s, serve_cpu_s=stats.serve_cpu_s if opened else None,
         )
     finally:
         if log is not None:

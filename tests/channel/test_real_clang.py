@@ -45,6 +45,7 @@ def test_default_policy_byte_identical(cdir, tmp_path, name, min_obs):
     assert sum(out["decisions"].values()) == out["observations"]
     assert set(out["decisions"]) == {"0", "1"}
     assert out["text_size"] > 0 and out["output"] == str(ours)
+    assert 0 < out["serve_cpu_s"] <= out["host_cpu_s"]
     assert ours.read_bytes() == plain.read_bytes()
 
 
