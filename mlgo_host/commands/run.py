@@ -5,10 +5,11 @@ opt/llc), serves the channel, and prints one JSON object on stdout:
 advisor, observations, contexts, decisions (advice -> count), returncode,
 output (the -o file), text_size (llvm-size text of the output object) and
 wall_s, compiler_cpu_s, host_cpu_s (this process) and serve_cpu_s (its
-thread serving the channel, first byte to end of stream).  Exit status: the compiler's; 2 with
-a one-line message on stderr when the host side fails (malformed stream,
-timeout, compiler death, illegal advice); 130/143/129 after SIGINT/SIGTERM/
-SIGHUP (the compiler's process group is killed, FIFOs and temp files removed).
+thread serving the channel, first byte to end of stream).  Exit status: the
+compiler's; 2 with a one-line message on stderr when the host side fails
+(malformed stream, timeout, compiler death, illegal advice); 130/143/129
+after SIGINT/SIGTERM/SIGHUP (the compiler's process group is killed, FIFOs
+and temp files removed).
 
 example: mlgo-host run --policy default -- clang-19 -Oz -c x.c -o x.o
 """
