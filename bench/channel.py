@@ -23,7 +23,10 @@ ms of CPU), which an installed package never does; the hosts therefore run
 with bytecode cached in a private PYTHONPYCACHEPREFIX (filled by the warm-up
 runs), unless --no-pycache.
 
-usage: python bench/channel.py [--reps N] [--cpu CPU] [--no-pycache] [--out FILE]
+--c-floor adds a C version of the reference host's loop: the kernel's share
+of the ping-pong (read, write, sleep and wake-up), a floor for any host.
+
+usage: python bench/channel.py [--reps N] [--cpu CPU] [--no-pycache] [--c-floor] [--out FILE]
 Prints a table and writes bench/results/channel.json.
 """
 
@@ -46,6 +49,106 @@ from mlgo_host.channel import synth  # noqa: E402
 
 CLANG = "clang-19"
 SIZES = {"600": 330, "2500": 1300}  # decisions (approx.) -> generated functions
+
+# --c-floor: the reference host's loop in C (same protocol handling, no
+# interpreter), built with clang-19 into the work directory. What is left of
+# its per-decision CPU is the kernel's share of the ping-pong (one read, one
+# write, one sleep and wake-up per decision): the floor for any host.
+C_FLOOR = r"""
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sched.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+extern char **environ;
+static char buf[1 << 22];
+static long tsize(const char *t) {
+  if (!strncmp(t, "double\"", 7) || strstr(t, "int64_t\"") == t || strstr(t, "uint64_t\"") == t) return 8;
+  if (!strncmp(t, "float\"", 6) || strstr(t, "int32_t\"") == t || strstr(t, "uint32_t\"") == t) return 4;
+  if (strstr(t, "int16_t\"") == t || strstr(t, "uint16_t\"") == t) return 2;
+  return 1;
+}
+static double tcpu(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+int main(int argc, char **argv) {  /* cfloor DIR PIN(-1: none) COMPILER ARGS... */
+  char in[4096], out[4096], flag[4200];
+  int pin = atoi(argv[2]);
+  if (pin >= 0) { cpu_set_t s; CPU_ZERO(&s); CPU_SET(pin, &s); sched_setaffinity(0, sizeof s, &s); }
+  snprintf(in, sizeof in, "%s/ch.in", argv[1]);
+  snprintf(out, sizeof out, "%s/ch.out", argv[1]);
+  snprintf(flag, sizeof flag, "-inliner-interactive-channel-base=%s/ch", argv[1]);
+  unlink(in); unlink(out);
+  if (mkfifo(in, 0600) || mkfifo(out, 0600)) { perror("mkfifo"); return 2; }
+  char **cmd = calloc(argc + 8, sizeof *cmd);
+  int n = 0;
+  for (int i = 3; i < argc; i++) cmd[n++] = argv[i];
+  char *fl[] = {"-mllvm", "-enable-ml-inliner=release", "-mllvm", "-inliner-interactive-include-default",
+                "-mllvm", flag};
+  for (int i = 0; i < 6; i++) cmd[n++] = fl[i];
+  pid_t pid;
+  if (posix_spawnp(&pid, cmd[0], NULL, NULL, cmd, environ)) { perror("spawn"); return 2; }
+  int wfd = open(in, O_WRONLY), rfd = open(out, O_RDONLY);
+  long len = 0, nbytes = 0, off = -1, n_obs = 0;
+  char *nl;
+  while (!(nl = memchr(buf, '\n', len))) {
+    ssize_t k = read(rfd, buf + len, sizeof buf - len);
+    if (k <= 0) return 2;
+    len += k;
+  }
+  *nl = 0;
+  char *adv = strstr(buf, "\"advice\""), *p = buf;
+  while ((p = strstr(p, "{\"name\":\"")) && (!adv || p < adv)) {
+    char *name = p + 9, *t = strstr(p, "\"type\":\"") + 8, *sh = strstr(p, "\"shape\":[") + 9;
+    long cnt = 1;
+    while (*sh != ']') { cnt *= strtol(sh, &sh, 10); if (*sh == ',') sh++; }
+    if (!strncmp(name, "callee_basic_block_count\"", 25)) off = nbytes;
+    nbytes += cnt * tsize(t);
+    p = sh;
+  }
+  long used = nl - buf + 1;
+  memmove(buf, buf + used, len - used);
+  len -= used;
+  char yes[8] = {1}, no[8] = {0};
+  double c0 = tcpu();
+  for (;;) {
+    nl = memchr(buf, '\n', len);
+    if (!nl || (buf[2] == 'o' && len < (nl - buf) + 2 + nbytes)) {
+      ssize_t k = read(rfd, buf + len, sizeof buf - len);
+      if (k <= 0) break;
+      len += k;
+      continue;
+    }
+    if (buf[2] == 'o') {
+      if (write(wfd, memcmp(nl + 1 + off, no, 8) ? yes : no, 8) != 8) return 2;
+      n_obs++;
+      used = (nl - buf) + 2 + nbytes;
+    } else {
+      used = nl - buf + 1;
+    }
+    memmove(buf, buf + used, len - used);
+    len -= used;
+  }
+  double loop = tcpu() - c0;
+  close(wfd); close(rfd);
+  int status; struct rusage ru;
+  wait4(pid, &status, 0, &ru);
+  unlink(in); unlink(out);
+  printf("{\"observations\": %ld, \"returncode\": %d, \"compiler_cpu_s\": %.6f, \"serve_cpu_s\": %.6f}\n", n_obs,
+         WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
+         ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6, loop);
+  return off < 0 ? 3 : WIFEXITED(status) ? WEXITSTATUS(status) : 2;
+}
+"""
 
 
 def run_one(argv, env=None):
@@ -76,6 +179,8 @@ def main() -> int:
     ap.add_argument("--cpu", type=int, default=None, help="CPU for the pinned variants (default: the last one)")
     ap.add_argument("--no-pycache", action="store_true",
                     help="run the hosts with the environment's bytecode settings as they are")
+    ap.add_argument("--c-floor", action="store_true",
+                    help="also run a C version of the reference host (built with clang-19): the kernel's share")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "channel.json"))
     args = ap.parse_args()
     load_start = os.getloadavg()
@@ -96,11 +201,20 @@ def main() -> int:
             with open(srcs[k], "w") as f:
                 f.write(synth.inline_module(nf, seed=7))
 
+        cfloor = os.path.join(work, "cfloor")
+        if args.c_floor:
+            with open(cfloor + ".c", "w") as f:
+                f.write(C_FLOOR)
+            subprocess.run([CLANG, "-O2", "-o", cfloor, cfloor + ".c"], check=True)
+            os.mkdir(cfloor + ".d")
+
         def argv(variant, k):
             out = os.path.join(work, f"{variant}-{k}.o")
             comp = [CLANG, "-Oz", "-c", srcs[k], "-o", out]
             if variant == "plain":
                 return comp
+            if variant.startswith("c-floor"):
+                return [cfloor, cfloor + ".d", str(cpu if variant.endswith("pinned") else -1)] + comp
             if variant.startswith("ref"):
                 pin = ["--pin", str(cpu)] if variant.endswith("pinned") else []
                 return [py, os.path.join(HERE, "ref_host.py")] + pin + ["--"] + comp
@@ -108,6 +222,8 @@ def main() -> int:
             return [py, "-m", "mlgo_host", "run", "--policy", "default"] + pin + ["--"] + comp
 
         variants = ["plain", "ref", "ours", "ref-pinned", "ours-pinned"]
+        if args.c_floor:
+            variants += ["c-floor", "c-floor-pinned"]
         # warm-up (page cache, the default-slot probe cache) + byte identity
         for k in SIZES:
             for v in variants:
@@ -145,7 +261,7 @@ def main() -> int:
         (k1, k2), (n1, n2) = list(SIZES), (decisions["600"], decisions["2500"])
         load = os.getloadavg()
         res = {"decisions": decisions, "reps": args.reps, "pinned_cpu": cpu, "imports_tensorflow": imports_tf,
-               "imports_numpy": imports_np, "bytecode": bytecode,
+               "imports_numpy": imports_np, "bytecode": bytecode, "c_floor": args.c_floor,
                "loadavg_at_start": load_start, "loadavg_at_end": load, "cpus": os.cpu_count(),
                "median": med, "hosts": {}, "runs": data}
         print(f"\nchannel benchmark: {n1} and {n2} inliner decisions, {args.reps} reps, medians"
