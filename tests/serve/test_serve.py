@@ -148,6 +148,10 @@ def test_sigterm_in_flight_ends_session_and_client_falls_back(tmp_path):
             comp = wait_for(lambda: compiler_on_channel(os.path.join(ch, "slot-0", "request.json"))
                             or compiler_on_channel(os.path.join(ch, "slot-1", "request.json")), 60,
                             "the compiler to open a slot's channel")
+            # keep the compile in flight whatever the machine's speed: a stopped
+            # compiler cannot finish its session before the server shuts down
+            # (SIGKILL still ends a stopped process)
+            os.kill(comp, signal.SIGSTOP)
             assert srv.terminate() == 0, srv.output()
             assert not pid_alive(comp)
             _, err = client.communicate(timeout=120)
@@ -174,15 +178,19 @@ def test_sigterm_lets_in_flight_compile_finish_within_grace(tmp_path):
         client = subprocess.Popen([MLGO_CLANG, "-Oz", "-c", "big.c", "-o", "big.o"], cwd=d, env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            wait_for(lambda: compiler_on_channel(os.path.join(ch, "slot-0", "request.json"))
-                     or compiler_on_channel(os.path.join(ch, "slot-1", "request.json")), 60,
-                     "the compiler to open a slot's channel")
-            srv.proc.send_signal(signal.SIGTERM)
-            wait_for(lambda: (S.read_json(os.path.join(ch, "server.json")) or {}).get("stopping"), 30,
-                     "the server to announce it is stopping")
-            # a new compile is not taken by a stopping server
-            r = mlgo_clang(["-Oz", "-c", small, "-o", small[:-2] + ".o"], ch, "fail", timeout=60)
-            assert r.returncode == 2 and "stopping" in r.stderr
+            comp = wait_for(lambda: compiler_on_channel(os.path.join(ch, "slot-0", "request.json"))
+                            or compiler_on_channel(os.path.join(ch, "slot-1", "request.json")), 60,
+                            "the compiler to open a slot's channel")
+            os.kill(comp, signal.SIGSTOP)  # in flight until we let it go, whatever the machine's speed
+            try:
+                srv.proc.send_signal(signal.SIGTERM)
+                wait_for(lambda: (S.read_json(os.path.join(ch, "server.json")) or {}).get("stopping"), 30,
+                         "the server to announce it is stopping")
+                # a new compile is not taken by a stopping server
+                r = mlgo_clang(["-Oz", "-c", small, "-o", small[:-2] + ".o"], ch, "fail", timeout=60)
+                assert r.returncode == 2 and "stopping" in r.stderr
+            finally:
+                os.kill(comp, signal.SIGCONT)
             _, err = client.communicate(timeout=300)
             assert srv.proc.wait(timeout=60) == 0
         finally:
