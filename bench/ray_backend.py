@@ -28,19 +28,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FACTORY = "mlgo_host.trainers.worker:CollectWorker"
 
 
-def _c_source(n: int, seed: int) -> str:
-    lines = ["static volatile int sink;"]
-    for i in range(n):
-        lines.append(f"static int f{i}(int x) {{ int y = x * {(i * 7 + seed) % 13 + 1} + {seed}; "
-                     f"if (y & 1) sink += y; return y ^ {i}; }}")
-    for i in range(n):
-        calls = " + ".join(f"f{(i * 5 + k + seed) % n}(x + {k})" for k in range(3))
-        lines.append(f"int g{i}(int x) {{ return {calls}; }}")
-    return "\n".join(lines) + "\n"
-
-
 def synthetic_corpus(root: str, modules: int, clang: str):
     """``modules`` generated C files of 10 to ~200 functions, built into a corpus."""
+    from mlgo_host.channel.synth import caller_module
     from mlgo_host.trainers.corpus import load_corpus
     from mlgo_host.trainers.corpus_build import build_corpus, load_compile_commands, write_compile_commands
 
@@ -51,7 +41,7 @@ def synthetic_corpus(root: str, modules: int, clang: str):
         n = 10 + (k * 37) % 190
         name = f"m{k:03d}"
         with open(os.path.join(src, name + ".c"), "w") as f:
-            f.write(_c_source(n, k))
+            f.write(caller_module(n, k))
         entries.append({"directory": src, "file": os.path.join(src, name + ".c"),
                         "arguments": [clang, "-Oz", "-c", name + ".c", "-o", name + ".o"]})
     write_compile_commands(os.path.join(src, "compile_commands.json"), entries)

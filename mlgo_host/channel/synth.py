@@ -49,6 +49,19 @@ def inline_module(n_funcs: int, seed: int = 0) -> str:
     return "\n".join(out) + "\n"
 
 
+def caller_module(n: int, seed: int = 0) -> str:
+    """``n`` small static functions and ``n`` callers of three of them each:
+    ~3n inlining decisions (the tests' and benchmarks' generated corpora)."""
+    lines = ["static volatile int sink;"]
+    for i in range(n):
+        lines.append(f"static int f{i}(int x) {{ int y = x * {(i * 7 + seed) % 13 + 1} + {seed}; "
+                     f"if (y & 1) sink += y; return y ^ {i}; }}")
+    for i in range(n):
+        calls = " + ".join(f"f{(i * 5 + k + seed) % n}(x + {k})" for k in range(3))
+        lines.append(f"int g{i}(int x) {{ return {calls}; }}")
+    return "\n".join(lines) + "\n"
+
+
 def pressure_module(n_funcs: int = 6, live: int = 40, seed: int = 0) -> str:
     """C source whose functions keep ``live`` values alive across calls and
     loops: high register pressure, many eviction decisions."""

@@ -91,14 +91,9 @@ def copy_corpus(src: Path, dst: Path) -> Path:
 
 def generated_c_source(n: int, seed: int) -> str:
     """``n`` small static functions and ``n`` callers: ~3n inlining decisions."""
-    lines = ["static volatile int sink;"]
-    for i in range(n):
-        lines.append(f"static int f{i}(int x) {{ int y = x * {(i * 7 + seed) % 13 + 1} + {seed}; "
-                     f"if (y & 1) sink += y; return y ^ {i}; }}")
-    for i in range(n):
-        calls = " + ".join(f"f{(i * 5 + k + seed) % n}(x + {k})" for k in range(3))
-        lines.append(f"int g{i}(int x) {{ return {calls}; }}")
-    return "\n".join(lines) + "\n"
+    from mlgo_host.channel.synth import caller_module
+
+    return caller_module(n, seed)
 
 
 def build_generated_corpus(root: Path, sizes: dict[str, int]) -> Path:
