@@ -134,6 +134,18 @@ def test_client_killed_mid_compile_server_keeps_serving(tmp_path):
     _no_serve_leftovers(ch)
 
 
+def _stop_compiler_in_flight(ch: str) -> int:
+    """Wait for a compiler on one of the two slots' channels and stop it
+    (SIGSTOP): its compile stays in flight whatever the machine's speed, so it
+    cannot finish before the server shuts down (SIGKILL still ends a stopped
+    process; SIGCONT lets it go on).  Returns its pid."""
+    comp = wait_for(lambda: compiler_on_channel(os.path.join(ch, "slot-0", "request.json"))
+                    or compiler_on_channel(os.path.join(ch, "slot-1", "request.json")), 60,
+                    "the compiler to open a slot's channel")
+    os.kill(comp, signal.SIGSTOP)
+    return comp
+
+
 def test_sigterm_in_flight_ends_session_and_client_falls_back(tmp_path):
     d = str(tmp_path)
     src = os.path.join(d, "big.c")
@@ -145,13 +157,7 @@ def test_sigterm_in_flight_ends_session_and_client_falls_back(tmp_path):
         client = subprocess.Popen([MLGO_CLANG, "-Oz", "-c", "big.c", "-o", "big.o"], cwd=d, env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            comp = wait_for(lambda: compiler_on_channel(os.path.join(ch, "slot-0", "request.json"))
-                            or compiler_on_channel(os.path.join(ch, "slot-1", "request.json")), 60,
-                            "the compiler to open a slot's channel")
-            # keep the compile in flight whatever the machine's speed: a stopped
-            # compiler cannot finish its session before the server shuts down
-            # (SIGKILL still ends a stopped process)
-            os.kill(comp, signal.SIGSTOP)
+            comp = _stop_compiler_in_flight(ch)
             assert srv.terminate() == 0, srv.output()
             assert not pid_alive(comp)
             _, err = client.communicate(timeout=120)
@@ -178,10 +184,7 @@ def test_sigterm_lets_in_flight_compile_finish_within_grace(tmp_path):
         client = subprocess.Popen([MLGO_CLANG, "-Oz", "-c", "big.c", "-o", "big.o"], cwd=d, env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            comp = wait_for(lambda: compiler_on_channel(os.path.join(ch, "slot-0", "request.json"))
-                            or compiler_on_channel(os.path.join(ch, "slot-1", "request.json")), 60,
-                            "the compiler to open a slot's channel")
-            os.kill(comp, signal.SIGSTOP)  # in flight until we let it go, whatever the machine's speed
+            comp = _stop_compiler_in_flight(ch)
             try:
                 srv.proc.send_signal(signal.SIGTERM)
                 wait_for(lambda: (S.read_json(os.path.join(ch, "server.json")) or {}).get("stopping"), 30,
