@@ -45,7 +45,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from mlgo_host.channel import synth  # noqa: E402
+from mlgo_host.corpus import synth  # noqa: E402
 
 CLANG = "clang-19"
 SIZES = {"600": 330, "2500": 1300}  # decisions (approx.) -> generated functions

@@ -39,10 +39,11 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
 
-from mlgo_host.channel import synth  # noqa: E402
+from mlgo_host.corpus import synth  # noqa: E402
 from mlgo_host.channel.advisors import get_advisor  # noqa: E402
 from mlgo_host.channel.codec import Observation  # noqa: E402
 from mlgo_host.channel.session import run_session  # noqa: E402
+from mlgo_host.episode import EpisodeRecorder  # noqa: E402
 from mlgo_host.fsutil import atomic_write_json  # noqa: E402
 from mlgo_host.policies import load_policy  # noqa: E402
 from mlgo_host.policies.actor import NumpyActor, NumpyPolicy  # noqa: E402
@@ -70,7 +71,7 @@ def session(tmp, advisor, source, opt):
         f.write(source)
     adv = get_advisor(advisor)
     res = run_session(["clang-19", opt, "-c", src, "-o", os.path.join(tmp, f"{advisor}.o")], adv,
-                      load_policy("default"), record=True, timeout=300)
+                      load_policy("default"), recorder=EpisodeRecorder(), timeout=300)
     if res.returncode != 0 or res.episode is None:
         raise SystemExit(f"compile failed: {res.stderr_tail[-400:]}")
     ep = res.episode
@@ -157,7 +158,7 @@ def main() -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
-    from mlgo_host.policies import saved, tf_agent
+    from mlgo_host.trainers import export, tf_agent
 
     cfg = NormConfig()
     actor = numpy_policy(header, ep, adv, cfg)
@@ -171,7 +172,7 @@ def main() -> int:
         return {f.name: tf.constant(rec[f.name].reshape((1,) + f.tf_shape)) for f in spec.features}
 
     sm_dir = os.path.join(tmp, "sm")
-    saved.write_saved_model(sm_dir, net, spec)
+    export.write_saved_model(sm_dir, net, spec)
     sm = tf.saved_model.load(sm_dir)
     sig = sm.signatures["action"]
     extra = {"step_type": tf.constant([1], tf.int32), "reward": tf.constant([0.0]), "discount": tf.constant([1.0])}

@@ -30,9 +30,9 @@ FACTORY = "mlgo_host.trainers.worker:CollectWorker"
 
 def synthetic_corpus(root: str, modules: int, clang: str):
     """``modules`` generated C files of 10 to ~200 functions, built into a corpus."""
-    from mlgo_host.channel.synth import caller_module
-    from mlgo_host.trainers.corpus import load_corpus
-    from mlgo_host.trainers.corpus_build import build_corpus, load_compile_commands, write_compile_commands
+    from mlgo_host.corpus.synth import caller_module
+    from mlgo_host.corpus.corpus import load_corpus
+    from mlgo_host.corpus.build import build_corpus, load_compile_commands, write_compile_commands
 
     src = os.path.join(root, "src")
     os.makedirs(src, exist_ok=True)
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     import ray
 
     from mlgo_host.fsutil import atomic_write_json
-    from mlgo_host.trainers.corpus import load_corpus
+    from mlgo_host.corpus.corpus import load_corpus
     from mlgo_host.trainers.pool import WorkerPool
     from mlgo_host.trainers.ray_pool import RayPool
 

@@ -62,7 +62,7 @@ def benchmark_entries(fetch: bool) -> list[dict] | None:
     """Compile entries of the benchmark corpus sources, if extracted (or
     fetched with --fetch). None when not available."""
     try:
-        from mlgo_host.trainers import benchmark as B
+        from mlgo_host.corpus import benchmark as B
     except ImportError:
         return None
     spec = B.load_spec()

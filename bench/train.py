@@ -40,7 +40,7 @@ def loadavg() -> list[float]:
 
 
 def collection_scaling(corpus_dir: str, policy: str, modules: int, rounds: int, cache: str) -> dict:
-    from mlgo_host.trainers.corpus import load_corpus
+    from mlgo_host.corpus.corpus import load_corpus
     from mlgo_host.trainers.pool import WorkerPool
     from mlgo_host.trainers.worker import policy_blob_from_dir
 
@@ -136,7 +136,7 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(HERE, "results", "train.json"))
     args = ap.parse_args()
 
-    from mlgo_host.trainers.benchmark import build_benchmark, default_cache_dir
+    from mlgo_host.corpus.benchmark import build_benchmark, default_cache_dir
 
     corpus_dir = args.corpus
     if corpus_dir is None:

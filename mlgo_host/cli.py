@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 
+from mlgo_host.commands.help import HelpFormatter
 from mlgo_host.errors import MlgoHostError
 
 # name -> (module, one-line help)
@@ -26,30 +27,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """Descriptions as written; "(default: X)" after an option's help only
-    when X says something: not for None, False or an empty list, nor when
-    the help already tells its default."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if "%(default)" in text or "default:" in text:
-            return text
-        default = action.default
-        if default is None or default is False or default == [] or default is argparse.SUPPRESS:
-            return text
-        if not action.option_strings and action.nargs not in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
-            return text
-        return f"{text} (default: %(default)s)"
-
-
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mlgo-host",
         description="Train and serve LLVM's ML optimization advisors (inliner, register allocation)\n"
         "through clang's interactive channel, with a stock clang-19.",
         epilog="`mlgo-host COMMAND --help` describes a command and its options.",
-        formatter_class=_Formatter,
+        formatter_class=HelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
@@ -58,7 +42,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             continue
         mod = importlib.import_module(module)
         p = sub.add_parser(name, help=help_text, description=(mod.__doc__ or help_text).strip(),
-                           formatter_class=_Formatter)
+                           formatter_class=HelpFormatter)
         mod.add_arguments(p)
         p.set_defaults(_module=mod)
     return parser

@@ -54,10 +54,38 @@ def _probe_clang(compiler: str) -> str | None:
     return cand if os.path.exists(cand) else None
 
 
+class _Never:
+    """Answers every probe decision with 0 (a policy by shape only: the
+    channel floor does not import the policies above it)."""
+
+    name = "never"
+
+    def bind(self, header, advisor) -> None:
+        pass
+
+    def act(self, obs) -> int:
+        return 0
+
+    def act_logp(self, obs) -> tuple[int, float]:
+        return 0, 0.0
+
+
+class _SlotRecorder:
+    """Keeps the two candidate slots' values of each probe decision."""
+
+    def __init__(self) -> None:
+        self.values: list[dict[str, int]] = []
+
+    def add(self, obs, action, logp) -> None:
+        self.values.append({n: int(obs[n].reshape(-1)[0]) for n in (FIXED_SLOT, BUGGY_SLOT) if n in obs})
+
+    def finish(self, header) -> None:
+        return None
+
+
 def probe(clang: str, timeout: float = 60.0) -> str:
     """Run the probe compile; returns the feature name holding the default."""
-    from mlgo_host.channel.session import run_session
-    from mlgo_host.policies.heuristic import ConstantPolicy
+    from mlgo_host.channel.session import run_session  # session imports this module
 
     d = tempfile.mkdtemp(prefix="mlgo-probe-")
     try:
@@ -65,15 +93,14 @@ def probe(clang: str, timeout: float = 60.0) -> str:
         with open(src, "w") as f:
             f.write(PROBE_C)
         adv = InlineAdvisor(default_slot=FIXED_SLOT)
+        rec = _SlotRecorder()
         res = run_session([clang, "-Oz", "-c", src, "-o", os.path.join(d, "probe.o")], adv,
-                          ConstantPolicy("never"), timeout=timeout, record=True)
-        if res.returncode != 0 or res.episode is None or res.episode.n == 0:
+                          _Never(), timeout=timeout, recorder=rec)
+        if res.returncode != 0 or not rec.values:
             raise RuntimeError(f"probe compile failed (exit {res.returncode}): {res.stderr_tail[-300:]}")
-        feats = res.episode.features()
-        names = feats.dtype.names
-        if FIXED_SLOT in names and feats[FIXED_SLOT].any():
+        if any(v.get(FIXED_SLOT) for v in rec.values):
             return FIXED_SLOT
-        if BUGGY_SLOT in names and int(feats[BUGGY_SLOT].max()) <= 1:
+        if all(BUGGY_SLOT in v for v in rec.values) and max(int(v[BUGGY_SLOT]) for v in rec.values) <= 1:
             return BUGGY_SLOT
         return FIXED_SLOT
     finally:

@@ -15,7 +15,7 @@ import os
 import threading
 import tempfile
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from mlgo_host.channel import codec
 from mlgo_host.channel.advisors import Advisor, InlineAdvisor, get_advisor
@@ -26,8 +26,17 @@ from mlgo_host.errors import AdviceError, ChannelTimeout, CompilerError, ConfigE
 
 if TYPE_CHECKING:  # pragma: no cover
     # not imported at run time: `mlgo-host run --policy default` starts without numpy
-    from mlgo_host.episode import Episode
     from mlgo_host.policies.base import Policy
+
+
+class Recorder(Protocol):
+    """What a session records its decisions into (structural: the channel
+    floor does not import the episode floor above it;
+    :class:`mlgo_host.episode.EpisodeRecorder` is the usual one)."""
+
+    def add(self, obs: Observation, action: Any, logp: float) -> None: ...
+
+    def finish(self, header: Header) -> Any: ...
 
 
 @dataclasses.dataclass
@@ -40,7 +49,8 @@ class SessionResult:
     wall_s: float
     stderr_tail: str = ""
     header: Header | None = None
-    episode: Episode | None = None
+    #: what the session's ``recorder`` made of its decisions (``recorder.finish(header)``)
+    episode: Any = None
     output: str | None = None
     #: CPU seconds (user+system) of the compiler process, from wait4
     compiler_cpu_s: float | None = None
@@ -63,7 +73,8 @@ class ServeStats:
     observations: int = 0
     contexts: int = 0
     decisions: dict = dataclasses.field(default_factory=dict)
-    episode: Episode | None = None
+    #: what the session's ``recorder`` made of its decisions (``recorder.finish(header)``)
+    episode: Any = None
     #: CPU seconds of the serving thread from the first byte to the end of the stream
     serve_cpu_s: float = 0.0
 
@@ -172,7 +183,7 @@ def serve_channel(
     *,
     deadline: float,
     alive: Callable[[], bool],
-    record: bool = False,
+    recorder: Recorder | None = None,
     log: TrainingLogWriter | None = None,
     count_decisions: bool = True,
 ) -> ServeStats:
@@ -204,11 +215,7 @@ def serve_channel(
     """
     dec = Decoder()
     stats = ServeStats()
-    rec = None
-    if record:
-        from mlgo_host.episode import EpisodeRecorder
-
-        rec = EpisodeRecorder()
+    rec = recorder
     first_chunk = chan.reader(alive, lambda: deadline, lambda: f"{dec.waiting_for} ({dec.where})")
     rfd, wfd = chan.rfd, chan.wfd
     read, write = os.read, os.write
@@ -406,7 +413,7 @@ def run_session(
     *,
     timeout: float = 300.0,
     log_path: str | None = None,
-    record: bool = False,
+    recorder: Recorder | None = None,
     cwd: str | None = None,
     env: dict | None = None,
     tmpdir: str | None = None,
@@ -451,7 +458,7 @@ def run_session(
         log = TrainingLogWriter(log_path) if log_path else None
         try:
             opened = chan.open(proc.alive, deadline)
-            stats = serve_channel(chan, adv, policy, deadline=deadline, alive=proc.alive, record=record, log=log) \
+            stats = serve_channel(chan, adv, policy, deadline=deadline, alive=proc.alive, recorder=recorder, log=log) \
                 if opened else ServeStats()
             chan.close_fds()
             rc = proc.wait(deadline - time.monotonic())

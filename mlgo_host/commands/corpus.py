@@ -27,15 +27,15 @@ import argparse
 import os
 import sys
 
+from mlgo_host.commands.help import HelpFormatter
 from mlgo_host.errors import ConfigError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from mlgo_host.cli import _Formatter
 
     sub = p.add_subparsers(dest="corpus_command", metavar="ACTION")
     b = sub.add_parser("build", help="build a corpus from a compile database (compile_commands.json)",
-                       formatter_class=_Formatter,
+                       formatter_class=HelpFormatter,
                        description="Build an mlgo-utils corpus from a compile database.")
     b.add_argument("--compile-commands", required=True, metavar="PATH",
                    help="the compile database to build from (compile_commands.json)")
@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "entries compiled at -O0 are otherwise skipped")
     b.add_argument("--force", action="store_true", help="rebuild modules that already exist")
     m = sub.add_parser("benchmark", help="download and build the benchmark corpus (pinned PyPI sdists)",
-                       formatter_class=_Formatter,
+                       formatter_class=HelpFormatter,
                        description="Build the benchmark corpus from pinned PyPI source distributions.")
     _common(m)
     m.add_argument("--cache-dir", metavar="DIR", default=None,
@@ -69,7 +69,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mlgo_host.trainers.corpus_build import build_corpus, load_compile_commands
+    from mlgo_host.corpus.build import build_corpus, load_compile_commands
 
     if args.corpus_command is None:
         raise ConfigError("choose an action: mlgo-host corpus build ... or mlgo-host corpus benchmark ...")
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         report = build_corpus(entries, args.output, clang=args.clang, jobs=args.jobs, opt_level=args.opt,
                               timeout=args.timeout, progress=progress, force=args.force)
     else:
-        from mlgo_host.trainers.benchmark import build_benchmark
+        from mlgo_host.corpus.benchmark import build_benchmark
 
         report = build_benchmark(args.output, cache_dir=args.cache_dir, spec_path=args.sources, clang=args.clang,
                                  jobs=args.jobs, progress=progress, packages=args.package)

@@ -95,7 +95,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _text_size(path: str) -> int | None:
-    from mlgo_host.trainers.reward import text_size
+    from mlgo_host.corpus.sizes import text_size
     from mlgo_host.errors import MlgoHostError
 
     try:

@@ -247,6 +247,7 @@ class Slot(threading.Thread):
 
     def _session(self, gen: str) -> None:
         from mlgo_host.channel.session import serve_channel
+        from mlgo_host.episode import EpisodeRecorder
 
         srv = self.server
         t_start = time.time()
@@ -280,7 +281,7 @@ class Slot(threading.Thread):
             if opened:
                 t_open = time.monotonic()
                 stats = serve_channel(chan, advisor, self.policy, deadline=deadline, alive=alive,
-                                      record=srv.collect_dir is not None)
+                                      recorder=EpisodeRecorder() if srv.collect_dir is not None else None)
         except (MlgoHostError, OSError, ValueError) as e:
             error = f"{type(e).__name__}: {e}"
         session_s = time.monotonic() - t_open if t_open is not None else 0.0
@@ -369,7 +370,7 @@ class Recorder(threading.Thread):
             except Exception as e:  # still write the line
                 rec["error"] = f"llvm-size failed: {e!r}"
         if episode is not None and srv.collect_dir and rec["status"] == "ok" and episode.n > 0:
-            from mlgo_host.serve.collect import save_episode
+            from mlgo_host.collected import save_episode
 
             try:
                 rec["episode"] = save_episode(srv.collect_dir, rec, episode)
@@ -388,7 +389,7 @@ class Recorder(threading.Thread):
 
 
 def _text_size(path: str) -> int | None:
-    from mlgo_host.trainers.reward import text_size
+    from mlgo_host.corpus.sizes import text_size
 
     try:
         return text_size(path)

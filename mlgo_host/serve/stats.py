@@ -22,34 +22,7 @@ import json
 import os
 from typing import Any, Iterable
 
-from mlgo_host.errors import CorpusError
-
-STATUSES = ("ok", "compile_error", "no_channel", "client_died", "aborted")
-
-
-class StatsError(CorpusError):
-    """A stats file is missing or has a malformed line."""
-
-
-def read_records(path: str) -> list[dict]:
-    try:
-        f = open(path, encoding="utf-8")
-    except OSError as e:
-        raise StatsError(f"cannot read stats file {path}: {e.strerror}") from None
-    out = []
-    with f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError as e:
-                raise StatsError(f"{path}:{i}: not a JSON line ({e.msg} at column {e.colno})") from None
-            if not isinstance(rec, dict) or "status" not in rec:
-                raise StatsError(f"{path}:{i}: not a compile record (no 'status')")
-            out.append(rec)
-    return out
-
+from mlgo_host.collected import STATUSES, StatsError, read_records  # noqa: F401 (re-exported)
 
 def build_key(rec: dict) -> str:
     return rec.get("build") or f"server {rec.get('server', '?')}"

@@ -39,9 +39,9 @@ def train_bc_from_corpus(
 ) -> dict[str, Any]:
     """Trace → vocab → behavioural cloning → ``root_dir/saved_policy``.
     Returns the BC result (accuracy against the default decisions)."""
-    from mlgo_host.policies.bc import train_bc
-    from mlgo_host.policies.traces import INDEX, record_trace, vocab_from_trace
-    from mlgo_host.trainers.corpus import load_corpus
+    from mlgo_host.trainers.bc import train_bc
+    from mlgo_host.trainers.traces import INDEX, record_trace, vocab_from_trace
+    from mlgo_host.corpus.corpus import load_corpus
 
     os.makedirs(root_dir, exist_ok=True)
     corpus = load_corpus(corpus_dir)

@@ -1,7 +1,7 @@
 """Evaluate a policy over a corpus against the compiler's default heuristic.
 
 Each module is compiled twice in a worker process: without the channel (the
-default heuristic; cached by :class:`~mlgo_host.trainers.reward.BaselineCache`)
+default heuristic; cached by :class:`~mlgo_host.corpus.compile.BaselineCache`)
 and with the policy answering the channel.  Workers load the policy with
 :func:`mlgo_host.policies.load_policy` (numpy only: they never import
 TensorFlow).  A module that fails in any way is a ``failed`` row with its
@@ -159,7 +159,7 @@ def select_modules(corpus, modules: int | None = None, split: str = "all", heldo
     ``split`` keeps the train or held-out part of the deterministic split;
     ``modules=N`` then picks N modules evenly spread over the size order (a
     deterministic, size-representative subset)."""
-    from mlgo_host.trainers.corpus import is_heldout
+    from mlgo_host.corpus.corpus import is_heldout
 
     if split not in SPLITS:
         raise ConfigError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
@@ -194,8 +194,9 @@ def _policy(name: str, seed: int):
 def evaluate_module(task: dict, policy: str, cfg: dict) -> EvalRow:
     """Baseline and policy compile of one module; never raises."""
     from mlgo_host.errors import MlgoHostError
-    from mlgo_host.trainers.corpus import Module
-    from mlgo_host.trainers.reward import baseline_size, compile_module, reward
+    from mlgo_host.corpus.corpus import Module
+    from mlgo_host.corpus.compile import baseline_size, compile_module
+    from mlgo_host.corpus.reward import reward
 
     mod = Module.from_task(task)
     if mod.error is not None:
@@ -240,8 +241,8 @@ def evaluate(
     worker processes."""
     from tqdm import tqdm
 
-    from mlgo_host.trainers.corpus import load_corpus
-    from mlgo_host.trainers.reward import find_llvm_size
+    from mlgo_host.corpus.corpus import load_corpus
+    from mlgo_host.corpus.compile import find_llvm_size
 
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")

@@ -39,7 +39,7 @@ class Learner:
         import tensorflow as tf
 
         from mlgo_host.channel.default_probe import default_slot
-        from mlgo_host.policies import tf_agent
+        from mlgo_host.trainers import tf_agent
         from mlgo_host.policies.specs import PolicySpec
         from mlgo_host.policies.vocab import Vocab
 
@@ -98,7 +98,7 @@ class Learner:
             return policy_blob_from_dir(p)
 
     def save_policy(self, path: str, step: int, saved_model: bool = True) -> None:
-        from mlgo_host.policies.saved import save_policy
+        from mlgo_host.trainers.export import save_policy
 
         save_policy(path, self.actor, self.spec, self.vocab, self.norm, compiler=self.clang, training_step=step,
                     saved_model=saved_model)

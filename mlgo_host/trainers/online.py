@@ -12,7 +12,7 @@ One invocation of :func:`train_from_collected` is one PPO update ("one
 iteration") on the episodes collected since the previous invocation: the
 files already trained on are listed in ``R/state.json`` (``consumed``).
 Rewards are against the default-policy size of the same module
-(:func:`mlgo_host.serve.collect.load_collected`).  The first invocation
+(:func:`load_collected`).  The first invocation
 starts from ``warmstart_policy`` (use the policy that collected the first
 episodes, if it is a saved policy) or from a fresh actor; later ones restore
 the checkpoint of the last iteration.  The vocab (``R/vocab``, fixed by the
@@ -42,6 +42,8 @@ import numpy as np
 
 from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.fsutil import atomic_write_json, replace_dir
+from mlgo_host.collected import load_episode, read_meta, read_records
+from mlgo_host.corpus.reward import reward
 
 log = logging.getLogger("mlgo_host.train.online")
 
@@ -197,7 +199,6 @@ def train_from_collected(
 
 
 def _load(collected_dir: str, baseline_stats: str, consumed: list[str]):
-    from mlgo_host.serve.collect import load_collected
 
     return load_collected(collected_dir, baseline_stats, exclude=consumed, strict=True)
 
@@ -262,3 +263,58 @@ def bind_common_macros() -> dict[str, Any]:
         for name, v in values.items():
             gin.bind_parameter(f"online.train_from_collected.{name}", v)
     return values
+
+
+def _rel_outputs(records: list[dict]) -> dict[str, dict]:
+    """Records keyed by output path relative to their build's common root."""
+    outs = [r["output"] for r in records if r.get("output")]
+    if not outs:
+        return {}
+    root = os.path.commonpath([os.path.dirname(o) for o in outs])
+    return {os.path.relpath(r["output"], root): r for r in records if r.get("output")}
+
+
+def load_collected(directory: str, baseline_stats: str, delta: float = 0.01, *, exclude=(), strict: bool = False):
+    """Episodes of ``directory`` with their module rewards against the
+    ``text_size`` of the same modules in ``baseline_stats`` (a stats file of
+    a ``--policy default`` build). Returns (episodes, rewards, metas), in
+    file name order; each meta carries its episode's ``file`` name and the
+    ``baseline_text_size`` its reward is against.
+
+    A module is matched by its output path, else by the output path
+    relative to each build's root (the common directory of all its outputs,
+    episodes in ``exclude`` included, so a key does not depend on which
+    files are left out).  Episode files named in ``exclude`` are not loaded.
+    Episodes without a size of their own are skipped; without a baseline
+    size they are skipped too, or with ``strict`` a :class:`CorpusError`
+    names them."""
+    base_recs = [r for r in read_records(baseline_stats) if r.get("status") == "ok" and r.get("output")]
+    base_abs = {r["output"]: r for r in base_recs}
+    base_rel = _rel_outputs(base_recs)
+    try:
+        names = os.listdir(directory)
+    except OSError as e:
+        raise CorpusError(f"cannot read the collection directory {directory}: {e.strerror}") from None
+    files = sorted(f for f in names if f.endswith(".npz"))
+    exclude = set(exclude)
+    metas_all = {f: (read_meta(os.path.join(directory, f)) if f in exclude else None) for f in files}
+    loaded = {f: load_episode(os.path.join(directory, f)) for f in files if f not in exclude}
+    for f, (_, meta) in loaded.items():
+        metas_all[f] = meta
+    rel_of = {m["output"]: key for key, m in _rel_outputs(list(metas_all.values())).items()}
+    episodes, rewards, metas, missing = [], [], [], []
+    for f, (ep, meta) in loaded.items():
+        if meta.get("text_size") is None:
+            continue
+        b = base_abs.get(meta.get("output")) or base_rel.get(rel_of.get(meta.get("output"), ""))
+        if b is None or b.get("text_size") is None:
+            missing.append(meta.get("output") or f)
+            continue
+        episodes.append(ep)
+        rewards.append(reward(float(meta["text_size"]), float(b["text_size"]), delta))
+        metas.append(dict(meta, file=f, baseline_text_size=b["text_size"]))
+    if strict and missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise CorpusError(f"{len(missing)} collected episode(s) have no default-policy size in {baseline_stats}: "
+                          f"{shown} (build the same tree with --policy default --stats {baseline_stats})")
+    return episodes, rewards, metas

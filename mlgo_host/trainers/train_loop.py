@@ -75,9 +75,9 @@ def train(
     """Train a policy; returns the final statistics (also in state.json)."""
     from tqdm import tqdm
 
-    from mlgo_host.trainers.corpus import load_corpus
+    from mlgo_host.corpus.corpus import load_corpus
     from mlgo_host.trainers.pool import EarlyExit, make_pool
-    from mlgo_host.trainers.reward import MovingAverageBaseline, reward
+    from mlgo_host.corpus.reward import MovingAverageBaseline, reward
     from mlgo_host.trainers.summaries import Summaries
     from mlgo_host.trainers.worker import policy_blob_from_dir
 

@@ -92,7 +92,7 @@ class CollectWorker:
         return load_policy(self.policy_dir, seed=seed, greedy=greedy)
 
     def _module(self, task: dict):
-        from mlgo_host.trainers.corpus import Module
+        from mlgo_host.corpus.corpus import Module
 
         mod = Module.from_task(task)
         if task.get("bc_bytes") is not None:
@@ -108,7 +108,7 @@ class CollectWorker:
         """Compile one module with the current policy. Returns a dict with
         name, status, reason, policy_size, baseline_size, observations and the
         episode state (when recorded)."""
-        from mlgo_host.trainers.reward import compile_module, baseline_size
+        from mlgo_host.corpus.compile import compile_module, baseline_size
 
         mod = self._module(task)
         c = self.config

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from mlgo_host.channel import synth
+from mlgo_host.corpus import synth
 
 HAVE_CLANG = shutil.which("clang-19") is not None
 needs_clang = pytest.mark.skipif(not HAVE_CLANG, reason="clang-19 not installed")

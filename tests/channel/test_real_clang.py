@@ -17,6 +17,7 @@ from conftest import leftovers, needs_clang, run_cli
 from mlgo_host.channel import codec
 from mlgo_host.channel.advisors import EvictAdvisor, get_advisor
 from mlgo_host.channel.session import run_session
+from mlgo_host.episode import EpisodeRecorder
 from mlgo_host.errors import AdviceError
 from mlgo_host.policies import make_heuristic
 from mlgo_host.policies.base import Policy
@@ -124,7 +125,7 @@ def test_regalloc_sessions_legal_advice(cdir, tmp_path, advisor, tool):
 
 def test_random_evict_is_legal_and_completes(cdir, tmp_path):
     res = run_session(["clang-19", "-O2", "-c", str(cdir / "pressure.c"), "-o", str(tmp_path / "p.o")],
-                      "regalloc-evict", make_heuristic("random", seed=1), timeout=120, record=True)
+                      "regalloc-evict", make_heuristic("random", seed=1), timeout=120, recorder=EpisodeRecorder())
     assert res.returncode == 0 and res.episode is not None and res.episode.n == res.observations
     feats = res.episode.features()
     masks = feats["mask"].reshape(res.episode.n, -1)

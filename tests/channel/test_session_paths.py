@@ -18,6 +18,7 @@ from mlgo_host.channel import codec
 from mlgo_host.channel.advisors import InlineAdvisor
 from mlgo_host.channel.fifo import Channel
 from mlgo_host.channel.session import TrainingLogWriter, serve_channel
+from mlgo_host.episode import EpisodeRecorder
 from mlgo_host.errors import AdviceError, CompilerError
 from mlgo_host.policies import make_heuristic
 from mlgo_host.policies.base import Policy
@@ -111,7 +112,7 @@ def _serve(tmp_path, plan, policy, *, record=False, log=True):
     try:
         assert chan.open(fake.is_alive, time.monotonic() + 10)
         st = serve_channel(chan, InlineAdvisor("callee_basic_block_count"), policy,
-                           deadline=time.monotonic() + 20, alive=fake.is_alive, record=record, log=lw)
+                           deadline=time.monotonic() + 20, alive=fake.is_alive, recorder=EpisodeRecorder() if record else None, log=lw)
         if lw is not None:
             lw.commit()
             lw = None

@@ -15,7 +15,7 @@ import pytest
 
 from _serve_util import ServerProc, mlgo_clang, needs_clang, read_stats, write_sources
 from mlgo_host.errors import ConfigError
-from mlgo_host.serve.collect import load_collected
+from mlgo_host.trainers.online import load_collected
 
 pytestmark = needs_clang
 

@@ -17,7 +17,7 @@ import pytest
 from _serve_util import (CLANG, MLGO_CLANG, ServerProc, big_source, compiler_on_channel, mlgo_clang, needs_clang,
                          pid_alive, plain_object, read_stats, wait_for, write_sources)
 from mlgo_host.serve import slots as S
-from mlgo_host.trainers.reward import text_size
+from mlgo_host.corpus.compile import text_size
 
 pytestmark = needs_clang
 
@@ -278,7 +278,8 @@ def test_restart_cleans_stale_slots_of_killed_server(tmp_path):
 
 
 def test_collect_keeps_episodes_with_rewards(tmp_path):
-    from mlgo_host.serve.collect import load_collected, load_episode
+    from mlgo_host.collected import load_episode
+    from mlgo_host.trainers.online import load_collected
 
     d = str(tmp_path)
     sources = write_sources(d, 2)

@@ -14,9 +14,9 @@ import pytest
 
 from _corpus_helpers import build_small_corpus
 from mlgo_host.cli import main
-from mlgo_host.trainers.corpus import DESCRIPTION, is_heldout, load_corpus
+from mlgo_host.corpus.corpus import DESCRIPTION, is_heldout, load_corpus
 from mlgo_host.trainers.evaluation import CSV_FIELDS, evaluate, select_modules
-from mlgo_host.trainers.reward import plain_size
+from mlgo_host.corpus.compile import plain_size
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,7 @@ def test_module_selection(corpus_dir, tmp_path):
 def test_eval_workers_do_not_import_tensorflow(corpus_dir, tmp_path):
     code = (
         "import sys\n"
-        "from mlgo_host.trainers.corpus import load_corpus\n"
+        "from mlgo_host.corpus.corpus import load_corpus\n"
         "from mlgo_host.trainers.evaluation import evaluate_module\n"
         f"m = load_corpus({str(corpus_dir)!r})['mathx']\n"
         f"cfg = dict(clang='clang-19', llvm_size=None, timeout=60.0, advisor='inline', seed=0, "

@@ -21,7 +21,7 @@ from mlgo_host.trainers.ray_pool import RayCluster, RayPool, _children, _stat  #
 pytestmark = pytest.mark.ray
 
 FACTORY = "mlgo_host.trainers.worker:CollectWorker"
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "helpers")
 SMALL = {"s0": 12, "s1": 25, "s2": 40, "s3": 18, "s4": 30}  # module name -> number of functions
 SLOW = ("slow", 800)
 
@@ -47,7 +47,7 @@ def ray_instance():
 def corpus(tmp_path_factory):
     """A corpus built from generated C files with clang-19 (the corpus
     builder: -disable-llvm-passes bitcode + the cc1 command)."""
-    from mlgo_host.trainers.corpus import load_corpus
+    from mlgo_host.corpus.corpus import load_corpus
 
     root = tmp_path_factory.mktemp("ray-corpus")
     build_generated_corpus(root, {**SMALL, SLOW[0]: SLOW[1]})
@@ -271,7 +271,7 @@ def small_corpus_dir(corpus, tmp_path_factory):
     """The small modules only (a short training iteration)."""
     import shutil
 
-    from mlgo_host.trainers.corpus import write_description
+    from mlgo_host.corpus.corpus import write_description
 
     d = tmp_path_factory.mktemp("small-corpus")
     for name in SMALL:

@@ -16,10 +16,10 @@ import pytest
 
 from _corpus_helpers import CLANG, build_small_corpus, write_project
 from mlgo_host.errors import CorpusError
-from mlgo_host.trainers import benchmark
-from mlgo_host.trainers.corpus import (DESCRIPTION, Corpus, Module, Sampler, clean_cc1, is_heldout, load_corpus,
+from mlgo_host.corpus import benchmark
+from mlgo_host.corpus.corpus import (DESCRIPTION, Corpus, Module, Sampler, clean_cc1, is_heldout, load_corpus,
                                        write_description)
-from mlgo_host.trainers.corpus_build import build_corpus, compile_flags, load_compile_commands, module_names
+from mlgo_host.corpus.build import build_corpus, compile_flags, load_compile_commands, module_names
 
 
 @pytest.fixture(scope="module")

@@ -74,7 +74,7 @@ def write_project(root: Path) -> Path:
 
 def build_small_corpus(root: Path) -> Path:
     """Build the project's corpus once into ``root/corpus`` (idempotent)."""
-    from mlgo_host.trainers.corpus_build import build_corpus, load_compile_commands
+    from mlgo_host.corpus.build import build_corpus, load_compile_commands
 
     out = root / "corpus"
     if not (out / "corpus_description.json").exists():
@@ -91,7 +91,7 @@ def copy_corpus(src: Path, dst: Path) -> Path:
 
 def generated_c_source(n: int, seed: int) -> str:
     """``n`` small static functions and ``n`` callers: ~3n inlining decisions."""
-    from mlgo_host.channel.synth import caller_module
+    from mlgo_host.corpus.synth import caller_module
 
     return caller_module(n, seed)
 
@@ -99,7 +99,7 @@ def generated_c_source(n: int, seed: int) -> str:
 def build_generated_corpus(root: Path, sizes: dict[str, int]) -> Path:
     """A corpus of generated C files (name -> number of functions) built
     with the real clang-19 by the corpus builder; returns its directory."""
-    from mlgo_host.trainers.corpus_build import build_corpus, load_compile_commands, write_compile_commands
+    from mlgo_host.corpus.build import build_corpus, load_compile_commands, write_compile_commands
 
     src = root / "src"
     src.mkdir(parents=True, exist_ok=True)

@@ -151,8 +151,8 @@ def _init_worker(policy: str, seed: int) -> None:
 
 
 def _trace_one(task: dict, cfg: dict, log_path: str) -> dict:
-    from mlgo_host.trainers.corpus import Module
-    from mlgo_host.trainers.reward import compile_module
+    from mlgo_host.corpus.corpus import Module
+    from mlgo_host.corpus.compile import compile_module
 
     if "policy" not in _W:
         _init_worker(cfg["policy"], cfg["seed"])
@@ -195,8 +195,8 @@ def record_trace(
     the index (also written as ``trace.json``)."""
     from tqdm import tqdm
 
-    from mlgo_host.trainers.corpus import load_corpus
-    from mlgo_host.trainers.reward import compiler_version
+    from mlgo_host.corpus.corpus import load_corpus
+    from mlgo_host.corpus.compile import compiler_version
 
     if advisor not in ADVICE_NAMES:
         raise ConfigError(f"unknown advisor {advisor!r}; choose from {', '.join(ADVICE_NAMES)}")

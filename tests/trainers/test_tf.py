@@ -17,9 +17,10 @@ tf = pytest.importorskip("tensorflow")
 
 from _policy_helpers import observations, random_weights  # noqa: E402
 
-from mlgo_host.policies import saved, tf_agent  # noqa: E402
+from mlgo_host.policies import saved  # noqa: E402
+from mlgo_host.trainers import export, tf_agent  # noqa: E402
 from mlgo_host.policies.specs import PolicySpec  # noqa: E402
-from mlgo_host.policies.tf_features import normalize_fn  # noqa: E402
+from mlgo_host.trainers.tf_features import normalize_fn  # noqa: E402
 from mlgo_host.policies.vocab import FeatureVocab, NormConfig, VocabBuilder  # noqa: E402
 
 CONFIGS = [NormConfig(), NormConfig(with_sqrt=True), NormConfig(with_sqrt=True, with_z_score=True)]
@@ -59,7 +60,7 @@ def _agreement(session, cfg, layers):
     outs = 2 if spec.action.kind == "binary" else 1
     tf_agent.import_actor_weights(net, random_weights(len(spec.inputs) * cfg.width, layers, outs, seed=5))
     actor = tf_agent.numpy_actor(net, spec, vocab, cfg)
-    feats = [session[1].features(), saved.random_features(spec, vocab, 400, seed=1)]
+    feats = [session[1].features(), export.random_features(spec, vocab, 400, seed=1)]
     for x in feats:
         lt = tf_agent.tf_logits(net, spec, x)
         ln = actor.logits(x)
@@ -91,7 +92,7 @@ def saved_inliner(inline_session, tmp_path_factory):
     net = tf_agent.build_actor_network(spec, vocab, cfg, fc_layer_params=(24, 12))
     tf_agent.import_actor_weights(net, random_weights(len(spec.inputs) * cfg.width, (24, 12), 2, seed=9))
     d = tmp_path_factory.mktemp("pol") / "policy"
-    sp = saved.save_policy(str(d), net, spec, vocab, cfg, compiler="clang-19 (test)", training_step=7)
+    sp = export.save_policy(str(d), net, spec, vocab, cfg, compiler="clang-19 (test)", training_step=7)
     return d, net, spec, vocab
 
 
@@ -124,7 +125,7 @@ def test_saved_policy_round_trip(saved_inliner, inline_session):
 def test_loading_and_running_a_saved_policy_never_imports_tensorflow(saved_inliner, inline_session, tmp_path):
     d, *_ = saved_inliner
     src = tmp_path / "x.c"
-    from mlgo_host.channel import synth
+    from mlgo_host.corpus import synth
 
     src.write_text(synth.inline_module(40, seed=2))
     script = textwrap.dedent(f"""
@@ -198,8 +199,8 @@ def test_ppo_agent_trains_on_real_episodes(inline_session, evict_session, saved_
 
 
 def test_behavioural_cloning_on_a_default_trace(default_trace, tmp_path, inline_session):
-    from mlgo_host.policies.bc import train_bc
-    from mlgo_host.policies.traces import load_trace
+    from mlgo_host.trainers.bc import train_bc
+    from mlgo_host.trainers.traces import load_trace
 
     out, index = default_trace
     res = train_bc(str(out), str(tmp_path / "bc"), epochs=25, batch_size=32, learning_rate=3e-3,

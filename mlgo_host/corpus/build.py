@@ -32,7 +32,7 @@ from typing import Iterable, Sequence
 
 from mlgo_host.errors import CorpusError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes
-from mlgo_host.trainers.corpus import write_description
+from mlgo_host.corpus.corpus import write_description
 
 SOURCE_EXTS = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".m", ".mm")
 CXX_EXTS = (".cc", ".cpp", ".cxx", ".c++", ".C", ".mm")

@@ -27,7 +27,7 @@ import numpy as np
 
 from mlgo_host.errors import ConfigError
 from mlgo_host.policies.specs import PolicySpec
-from mlgo_host.policies.traces import load_trace
+from mlgo_host.trainers.traces import load_trace
 from mlgo_host.policies.vocab import NormConfig, Vocab
 
 log = logging.getLogger("mlgo_host.bc")
@@ -53,7 +53,7 @@ class BCResult:
 
 def _load_data(trace, spec: PolicySpec):
     """Per module: the observation dict (spec features) and actions."""
-    from mlgo_host.policies.tf_agent import _numpy_observations
+    from mlgo_host.trainers.tf_agent import _numpy_observations
 
     mods = []
     for lg in trace.logs():
@@ -99,9 +99,9 @@ def train_bc(
     import tensorflow as tf
     from tqdm import tqdm
 
-    from mlgo_host.policies import tf_agent
-    from mlgo_host.policies.saved import save_policy
-    from mlgo_host.policies.traces import vocab_from_trace
+    from mlgo_host.trainers import tf_agent
+    from mlgo_host.trainers.export import save_policy
+    from mlgo_host.trainers.traces import vocab_from_trace
 
     t0 = time.monotonic()
     tf.random.set_seed(seed)

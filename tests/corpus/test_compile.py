@@ -15,9 +15,9 @@ import pytest
 from _corpus_helpers import CLANG, build_small_corpus
 from mlgo_host.errors import CompilerError, ConfigError
 from mlgo_host.policies import load_policy
-from mlgo_host.trainers.corpus import load_corpus
-from mlgo_host.trainers.reward import (BaselineCache, MovingAverageBaseline, baseline_size, compile_module,
-                                       plain_size, reward, text_size)
+from mlgo_host.corpus.corpus import load_corpus
+from mlgo_host.corpus.compile import BaselineCache, baseline_size, compile_module, plain_size, text_size
+from mlgo_host.corpus.reward import MovingAverageBaseline, reward
 
 
 @pytest.fixture(scope="module")

@@ -11,13 +11,13 @@ import pytest
 from mlgo_host.channel import codec
 from mlgo_host.cli import main
 from mlgo_host.errors import ConfigError
-from mlgo_host.policies.traces import load_trace, read_log, record_trace
+from mlgo_host.trainers.traces import load_trace, read_log, record_trace
 from mlgo_host.policies.vocab import Vocab
 
 
 def test_default_trace_index_and_logs(default_trace, small_corpus):
-    from mlgo_host.trainers.corpus import load_corpus
-    from mlgo_host.trainers.reward import plain_size
+    from mlgo_host.corpus.corpus import load_corpus
+    from mlgo_host.corpus.compile import plain_size
 
     out, index = default_trace
     assert json.loads((out / "trace.json").read_text()) == index

@@ -38,7 +38,7 @@ import tensorflow_probability as tfp
 from mlgo_host.errors import ConfigError
 from mlgo_host.policies.actor import ACTIVATIONS, NumpyActor
 from mlgo_host.policies.specs import BINARY, DISCARD, MASKED_CHOICE, PolicySpec
-from mlgo_host.policies.tf_features import preprocessing_layers, tf_dtype
+from mlgo_host.trainers.tf_features import preprocessing_layers, tf_dtype
 from mlgo_host.policies.vocab import NormConfig, Vocab
 
 #: gin-configurable normalization options (``NormConfig.with_sqrt = True`` ...)

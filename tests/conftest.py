@@ -1,15 +1,21 @@
-"""Shared fixtures of the policy tests: real clang-19 sessions (an inliner
-and an eviction episode with the default policy), a small corpus of
-generated C modules and its default trace."""
+"""Shared fixtures of the tests: real clang-19 sessions (an inliner and an
+eviction episode with the default policy), a small corpus of generated C
+modules and its default trace.  ``tests/helpers`` (generated corpora, toy
+workers, policy helpers) is put on ``sys.path`` for every test directory."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers"))
 
 import pytest
 
-from mlgo_host.channel import synth
+from mlgo_host.corpus import synth
+from mlgo_host.episode import EpisodeRecorder
 
 HAVE_CLANG = shutil.which("clang-19") is not None
 needs_clang = pytest.mark.skipif(not HAVE_CLANG, reason="clang-19 not installed")
@@ -24,7 +30,7 @@ def _session(tmp, advisor: str, source: str, opt: str):
     src.write_text(source)
     adv = get_advisor(advisor)
     res = run_session(["clang-19", opt, "-c", str(src), "-o", str(tmp / f"{advisor}.o")], adv, load_policy("default"),
-                      record=True, timeout=120)
+                      recorder=EpisodeRecorder(), timeout=120)
     assert res.returncode == 0, res.stderr_tail
     assert res.episode is not None and res.episode.n > 50
     return res.header, res.episode, adv
@@ -52,7 +58,7 @@ def small_corpus(tmp_path_factory):
     module whose bitcode is corrupt (it must fail, the others trace)."""
     if not HAVE_CLANG:
         pytest.skip("clang-19 not installed")
-    from mlgo_host.trainers.corpus_build import build_corpus, load_compile_commands
+    from mlgo_host.corpus.build import build_corpus, load_compile_commands
 
     root = tmp_path_factory.mktemp("proj")
     (root / "src").mkdir()
@@ -75,7 +81,7 @@ def small_corpus(tmp_path_factory):
 @pytest.fixture(scope="session")
 def default_trace(small_corpus, tmp_path_factory):
     """The default policy's trace of the small corpus (2 jobs) and its index."""
-    from mlgo_host.policies.traces import record_trace
+    from mlgo_host.trainers.traces import record_trace
 
     out = tmp_path_factory.mktemp("trace") / "trace"
     index = record_trace(str(small_corpus), str(out), policy="default", jobs=2, progress=False)

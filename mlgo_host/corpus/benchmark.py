@@ -7,7 +7,7 @@ flags.  :func:`build_benchmark` downloads every sdist with
 ``pip download --no-deps --no-binary :all: NAME==VERSION`` into a cache,
 checks its sha256 against the one kept in the repository, extracts it safely,
 writes a compile database of the listed sources and builds the corpus from it
-with :func:`mlgo_host.trainers.corpus_build.build_corpus`.  Every step skips
+with :func:`mlgo_host.corpus.build.build_corpus`.  Every step skips
 work already done (cached archives, extracted trees, built modules), so the
 command is idempotent and a second run takes seconds.
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from mlgo_host.errors import CorpusError
-from mlgo_host.trainers.corpus_build import BuildReport, build_corpus, load_compile_commands, write_compile_commands
+from mlgo_host.corpus.build import BuildReport, build_corpus, load_compile_commands, write_compile_commands
 
 EXTRACTED_STAMP = ".mlgo-extracted"
 

@@ -1,0 +1,104 @@
+"""The files a served build leaves for training: its stats records and,
+with ``serve --collect DIR``, one episode file per compile.
+
+Stats records: one JSON line per compile of ``mlgo-host serve --stats FILE``
+(see :mod:`mlgo_host.serve.stats` for the fields and their aggregation).
+
+Episode files (one compile = one file, written atomically)::
+
+    DIR/ep-<server id>-<slot>-<n>.npz
+        raw       uint8[N * record_bytes]  every observation's feature bytes, in order
+        actions   advice dtype [N]         the advice sent (sampled by the policy)
+        logps     float32 [N]              log-probability of that advice under the policy
+        header    str                      the channel header JSON (feature specs, advice spec)
+        contexts  str                      JSON list: the context of each decision
+        meta      str                      JSON: the stats record (output, source, cwd, build,
+                                           policy, text_size of the object, observations, ...)
+    DIR/episodes.jsonl                     one line per episode file (the same meta + "file")
+
+The reward is not known when the object is written: it needs the size the
+default heuristic gives the same module; the trainer pairs them
+(:func:`mlgo_host.trainers.online.load_collected`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from mlgo_host.channel.codec import Header
+from mlgo_host.episode import Episode
+from mlgo_host.errors import CorpusError
+from mlgo_host.fsutil import atomic_path
+
+MANIFEST = "episodes.jsonl"
+STATUSES = ("ok", "compile_error", "no_channel", "client_died", "aborted")
+
+
+class StatsError(CorpusError):
+    """A stats file is missing or has a malformed line."""
+
+
+def read_records(path: str) -> list[dict]:
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as e:
+        raise StatsError(f"cannot read stats file {path}: {e.strerror}") from None
+    out = []
+    with f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError as e:
+                raise StatsError(f"{path}:{i}: not a JSON line ({e.msg} at column {e.colno})") from None
+            if not isinstance(rec, dict) or "status" not in rec:
+                raise StatsError(f"{path}:{i}: not a compile record (no 'status')")
+            out.append(rec)
+    return out
+
+
+def save_episode(directory: str, rec: dict, episode) -> str:
+    """Write one episode (``rec`` = its stats record); returns the file name."""
+    name = "ep-" + str(rec["gen"]).replace(":", "-") + ".npz"
+    meta = {k: v for k, v in rec.items() if k not in ("decisions",)}
+    with atomic_path(os.path.join(directory, name)) as tmp, open(tmp, "wb") as f:
+        np.savez(
+            f, raw=np.frombuffer(episode.raw, dtype=np.uint8), actions=episode.actions, logps=episode.logps,
+            header=np.array(json.dumps(episode.header.to_json())), contexts=np.array(json.dumps(episode.contexts)),
+            meta=np.array(json.dumps(meta, sort_keys=True)),
+        )
+    line = (json.dumps(dict(meta, file=name), sort_keys=True) + "\n").encode()
+    fd = os.open(os.path.join(directory, MANIFEST), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+    return name
+
+
+def load_episode(path: str):
+    """(Episode, meta) of one ``.npz`` file written by :func:`save_episode`."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            header = Header.from_json(json.loads(str(z["header"])))
+            ep = Episode(header, z["raw"].tobytes(), z["actions"], z["logps"], json.loads(str(z["contexts"])))
+            meta = json.loads(str(z["meta"]))
+    except (OSError, KeyError, ValueError) as e:
+        raise CorpusError(f"{path}: not a collected episode ({e})") from None
+    if len(ep.raw) != ep.n * header.observation_nbytes:
+        raise CorpusError(f"{path}: {len(ep.raw)} feature bytes for {ep.n} decisions "
+                          f"of {header.observation_nbytes} bytes each")
+    return ep, meta
+
+
+def read_meta(path: str) -> dict:
+    """The stats record of one episode file (reads that member only)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return json.loads(str(z["meta"]))
+    except (OSError, KeyError, ValueError) as e:
+        raise CorpusError(f"{path}: not a collected episode ({e})") from None

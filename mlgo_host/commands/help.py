@@ -1,0 +1,22 @@
+"""The help formatter every ``mlgo-host`` parser and subparser uses."""
+
+from __future__ import annotations
+
+import argparse
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written; "(default: X)" after an option's help only
+    when X says something: not for None, False or an empty list, nor when
+    the help already tells its default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "%(default)" in text or "default:" in text:
+            return text
+        default = action.default
+        if default is None or default is False or default == [] or default is argparse.SUPPRESS:
+            return text
+        if not action.option_strings and action.nargs not in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
+            return text
+        return f"{text} (default: %(default)s)"

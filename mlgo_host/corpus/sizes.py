@@ -1,0 +1,60 @@
+"""Object sizes: the ``text`` column of ``llvm-size`` (Berkeley format; it
+includes read-only data), as ml-compiler-opt measures inlining for size, and
+the compiler's version (part of every cached size's key).  No numpy: ``run``
+imports this."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+
+from mlgo_host.errors import CompilerError, ConfigError
+
+LLVM_SIZE_CANDIDATES = ("llvm-size-19", "llvm-size")
+
+
+@functools.lru_cache(maxsize=None)
+def find_llvm_size(llvm_size: str | None = None) -> str:
+    """The llvm-size binary: ``llvm_size`` if given, else ``llvm-size-19``,
+    else ``llvm-size`` on PATH."""
+    cands = (llvm_size,) if llvm_size else LLVM_SIZE_CANDIDATES
+    for c in cands:
+        p = shutil.which(c)
+        if p:
+            return p
+    raise ConfigError(f"llvm-size not found (tried {', '.join(cands)}); install llvm-19 or pass --llvm-size")
+
+
+def text_size(obj_path: str | os.PathLike, llvm_size: str | None = None, timeout: float = 60.0) -> int:
+    """The ``text`` column of ``llvm-size`` (Berkeley format) for one object."""
+    tool = find_llvm_size(llvm_size)
+    try:
+        r = subprocess.run([tool, "--format=berkeley", str(obj_path)], capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise CompilerError(f"llvm-size did not finish on {obj_path} within {timeout:g} s") from None
+    if r.returncode != 0:
+        raise CompilerError(f"llvm-size failed on {obj_path}", r.returncode, r.stderr)
+    lines = [ln.split() for ln in r.stdout.strip().splitlines() if ln.strip()]
+    if len(lines) < 2 or not lines[0] or lines[0][0] != "text":
+        raise CompilerError(f"llvm-size printed no Berkeley table for {obj_path}: {r.stdout.strip()[:200]!r}")
+    try:
+        return int(lines[1][0])
+    except (ValueError, IndexError):
+        raise CompilerError(f"llvm-size: cannot read the text column for {obj_path}: {lines[1]!r}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_version(clang: str) -> str:
+    """``clang --version`` (cached per process); part of the baseline key."""
+    try:
+        r = subprocess.run([clang, "--version"], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise ConfigError(f"compiler {clang!r} not found") from None
+    except subprocess.TimeoutExpired:
+        raise CompilerError(f"{clang} --version did not answer within 60 s") from None
+    if r.returncode != 0:
+        raise CompilerError(f"{clang} --version failed", r.returncode, r.stderr)
+    return r.stdout.strip()

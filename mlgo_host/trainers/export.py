@@ -1,0 +1,176 @@
+"""Writing saved policy directories from a TF actor network: the numpy
+weights and vocab the workers read (:mod:`mlgo_host.policies.saved`), the
+metadata, and the tf-agents SavedModel with LLVM's ``output_spec.json``.
+
+:func:`save_policy` builds the directory next to its destination and renames
+it into place (a reader sees the old or the new policy, never half of one);
+the numpy actor read back from the files is checked against the TF actor
+first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from typing import Any, Mapping
+
+import numpy as np
+
+from mlgo_host.errors import ConfigError
+from mlgo_host.fsutil import replace_dir
+from mlgo_host.policies.actor import NumpyActor
+from mlgo_host.policies.saved import (FORMAT, METADATA, OUTPUT_SPEC, SAVED_MODEL_DIR, VOCAB_DIR, WEIGHTS, SavedPolicy,
+                                      read_saved_policy)
+from mlgo_host.policies.specs import PolicySpec
+from mlgo_host.policies.vocab import NormConfig, Vocab
+
+
+def save_policy(
+    path: str,
+    actor_net: Any,
+    spec: PolicySpec,
+    vocab: Vocab,
+    norm: NormConfig,
+    *,
+    compiler: str | None = None,
+    training_step: int = 0,
+    extra: Mapping[str, Any] | None = None,
+    saved_model: bool = True,
+    fc_layer_params: Any = None,
+) -> SavedPolicy:
+    """Write a saved policy directory from a TF actor network (imports TF).
+
+    ``saved_model=False`` skips the SavedModel (seconds of TF work) when only
+    workers will read the directory.  The numpy actor read back from the
+    written files is checked against the TF actor on random observations
+    before the directory is moved into place.
+    """
+    from mlgo_host.trainers import tf_agent
+
+    missing = [n for n in spec.input_names if n not in vocab]
+    if missing:
+        raise ConfigError(f"the vocab has no boundaries for input features {missing}")
+    dest = os.path.abspath(path)
+    parent = os.path.dirname(dest)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="." + os.path.basename(dest) + ".", dir=parent)
+    try:
+        weights = tf_agent.export_actor_weights(actor_net)
+        activation = tf_agent.actor_activation(actor_net)
+        NumpyActor.save_weights(os.path.join(tmp, WEIGHTS), weights)
+        vdir = os.path.join(tmp, VOCAB_DIR)
+        os.mkdir(vdir)
+        Vocab({n: vocab[n] for n in spec.input_names}).write_into(vdir)
+        hidden = [int(weights[f"hidden_{i}_bias"].shape[0]) for i in range(len(weights) // 2 - 1)]
+        md = {
+            "format": FORMAT,
+            "advisor": spec.advisor,
+            "spec": spec.to_json(),
+            "norm": norm.to_json(),
+            "activation": activation,
+            "fc_layer_params": list(fc_layer_params) if fc_layer_params is not None else hidden,
+            "input_features": list(spec.input_names),
+            "compiler": compiler,
+            "training_step": int(training_step),
+            "saved_model": SAVED_MODEL_DIR if saved_model else None,
+        }
+        if extra:
+            md["extra"] = dict(extra)
+        with open(os.path.join(tmp, METADATA), "w", encoding="utf-8") as f:
+            json.dump(md, f, indent=1, sort_keys=True)
+            f.write("\n")
+        if saved_model:
+            write_saved_model(os.path.join(tmp, SAVED_MODEL_DIR), actor_net, spec)
+        sp = read_saved_policy(tmp)
+        _check_export(actor_net, sp.actor, spec)
+        replace_dir(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    sp.path = dest
+    return sp
+
+
+def _check_export(actor_net: Any, actor: NumpyActor, spec: PolicySpec, n: int = 64) -> None:
+    """The numpy actor read back must give the TF actor's logits."""
+    from mlgo_host.trainers import tf_agent
+
+    feats = random_features(spec, actor.vocab, n, seed=0)
+    lt = tf_agent.tf_logits(actor_net, spec, feats)
+    ln = actor.logits(feats)
+    fin = np.isfinite(ln)
+    err = float(np.max(np.abs(lt[fin] - ln[fin]))) if fin.any() else 0.0
+    if not err <= 1e-4 * max(1.0, float(np.max(np.abs(ln[fin])) if fin.any() else 1.0)):
+        raise ConfigError(f"exported numpy actor disagrees with the TF actor (max |logit diff| {err:.3g})")
+
+
+def random_features(spec: PolicySpec, vocab: Vocab, n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """``n`` random observations (dict name -> array with n leading, header
+    shapes) spread over each input feature's vocab range and beyond; the
+    mask of an eviction spec has random legal columns (at least one)."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, np.ndarray] = {}
+    for f in spec.features:
+        shape = (n,) + f.shape
+        if f.role == "mask":
+            m = (rng.random(shape) < 0.6).astype(f.dtype)
+            flat = m.reshape(n, -1)
+            flat[np.arange(n), rng.integers(0, flat.shape[1], n)] = 1
+            out[f.name] = m
+            continue
+        if f.name in vocab:
+            b = vocab[f.name].raw
+            lo, hi = float(b[0]), float(b[-1])
+            span = max(hi - lo, 1.0)
+            v = rng.uniform(lo - 0.25 * span, hi + 0.25 * span, shape)
+            # half of the values exactly on boundaries (the ties matter)
+            pick = rng.random(shape) < 0.5
+            v = np.where(pick, rng.choice(b, shape), v)
+        else:
+            v = rng.uniform(-10, 10, shape)
+        if f.dtype.kind in "iu":
+            info = np.iinfo(f.dtype)
+            v = np.clip(np.round(v), info.min, info.max)
+        out[f.name] = v.astype(f.dtype)
+    return out
+
+
+def write_saved_model(directory: str, actor_net: Any, spec: PolicySpec) -> None:
+    """tf-agents PolicySaver SavedModel of the greedy policy of ``actor_net``,
+    plus ``output_spec.json`` (as ml-compiler-opt's policy saver writes it)."""
+    import tensorflow as tf
+    from tf_agents.policies import actor_policy, greedy_policy, policy_saver
+
+    from mlgo_host.trainers import tf_agent
+
+    pol = greedy_policy.GreedyPolicy(actor_policy.ActorPolicy(
+        tf_agent.time_step_spec(spec), tf_agent.action_spec(spec), actor_network=actor_net))
+    saver = policy_saver.PolicySaver(pol, batch_size=1, use_nest_path_signatures=False)
+    saver.save(directory)
+    with open(os.path.join(directory, OUTPUT_SPEC), "w", encoding="utf-8") as f:
+        json.dump(_output_spec(directory, saver, tf), f, indent=1)
+        f.write("\n")
+
+
+def _output_spec(directory: str, saver: Any, tf: Any) -> list[dict]:
+    from mlgo_host.trainers.tf_features import _TF_DTYPES
+
+    names = {v: k for k, v in _TF_DTYPES.items()}
+    sm = tf.saved_model.load(directory)
+    sig = sm.signatures["action"]
+    flat_specs = tf.nest.flatten(sig.structured_outputs)
+    index = {s.name.lower(): i for i, s in enumerate(flat_specs)}
+    tensors = sig.outputs
+    entries = []
+    wanted = [s.name for s in tf.nest.flatten(saver.policy_step_spec.action)]
+    wanted += [s.name for s in tf.nest.flatten(saver.policy_step_spec.info)]
+    for logging_name in wanted:
+        t = tensors[index[logging_name.lower()]]
+        while t.op.name.startswith("Identity"):  # the real op behind the signature's identities
+            t = t.op.inputs[0]
+        op, _, port = t.name.partition(":")
+        entries.append({"logging_name": logging_name, "tensor_spec": {
+            "name": op, "port": int(port or 0), "type": names[t.dtype], "shape": t.shape.as_list()}})
+    return entries
