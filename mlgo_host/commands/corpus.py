@@ -14,11 +14,15 @@ per module <m>.bc and its NUL-separated cc1 command <m>.cmd).
              lz4, ujson's double-conversion, fasttext, uvloop's libuv),
              downloaded with pip, checked against the sha256 kept in the
              package, extracted and built at -Oz.  Idempotent: a second run
-             reuses the cache and the built modules.
+             reuses the cache and the built modules.  With --sources external
+             it builds the external corpus instead: projects the benchmark
+             does not contain (zopfli, cmark-gfm, llhttp/http-parser, xxHash,
+             c-ares, libyaml, jsonnet), for measuring generalization.
 
 examples:
   mlgo-host corpus build --compile-commands build/compile_commands.json --output corpus/
   mlgo-host corpus benchmark --output bench_corpus/
+  mlgo-host corpus benchmark --sources external --output external_corpus/
 """
 
 from __future__ import annotations
@@ -46,14 +50,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--force", action="store_true", help="rebuild modules that already exist")
     m = sub.add_parser("benchmark", help="download and build the benchmark corpus (pinned PyPI sdists)",
                        formatter_class=HelpFormatter,
-                       description="Build the benchmark corpus from pinned PyPI source distributions.")
+                       description="Build the benchmark corpus (or, with --sources external, the external "
+                                   "corpus of projects the benchmark does not contain) from pinned PyPI "
+                                   "source distributions.")
     _common(m)
     m.add_argument("--cache-dir", metavar="DIR", default=None,
                    help="where sdists are downloaded and extracted "
                         "(default: $XDG_CACHE_HOME/mlgo_host/benchmark, i.e. ~/.cache/mlgo_host/benchmark)")
-    m.add_argument("--sources", metavar="JSON", default=None,
-                   help="the list of pinned sdists and their sha256 "
-                        "(default: mlgo_host/data/benchmark_sources.json of the package)")
+    m.add_argument("--sources", metavar="NAME|JSON", default=None,
+                   help="the list of pinned sdists and their sha256: 'benchmark' (the default, "
+                        "mlgo_host/data/benchmark_sources.json: the corpus to train and hold out from), "
+                        "'external' (mlgo_host/data/external_sources.json: other projects, to measure "
+                        "generalization beyond the benchmark), or the path of a list in the same format")
     m.add_argument("--package", action="append", metavar="NAME",
                    help="build only this package of the list (repeatable; default: all of them)")
 

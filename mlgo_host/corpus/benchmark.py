@@ -63,17 +63,42 @@ class BenchmarkSpec:
     opt_level: str = "-Oz"
 
 
+# Source lists shipped in mlgo_host/data, by the short name ``--sources`` takes:
+# "benchmark" is the corpus training and the held-out split come from;
+# "external" holds projects the benchmark does not contain, to measure how a
+# policy generalizes beyond it.
+PACKAGED_SPECS = {"benchmark": "benchmark_sources.json", "external": "external_sources.json"}
+DEFAULT_SPEC = "benchmark"
+
+
+def packaged_spec_path(name: str) -> Path:
+    return Path(str(resources.files("mlgo_host") / "data" / PACKAGED_SPECS[name]))
+
+
 def default_spec_path() -> Path:
-    return Path(str(resources.files("mlgo_host") / "data" / "benchmark_sources.json"))
+    return packaged_spec_path(DEFAULT_SPEC)
+
+
+def resolve_spec_path(spec: str | os.PathLike | None = None) -> Path:
+    """The source list ``spec`` names: None for the default, a packaged list's
+    short name (a name wins over a same-named file; write ./NAME for the file),
+    else a path."""
+    if spec is None:
+        return default_spec_path()
+    if isinstance(spec, str) and spec in PACKAGED_SPECS:
+        return packaged_spec_path(spec)
+    return Path(spec)
 
 
 def load_spec(path: str | os.PathLike | None = None) -> BenchmarkSpec:
-    """Read and check a benchmark source list (the packaged one by default)."""
-    p = Path(path) if path is not None else default_spec_path()
+    """Read and check a benchmark source list: a path or a packaged list's
+    short name (see :data:`PACKAGED_SPECS`); the benchmark list by default."""
+    p = resolve_spec_path(path)
     try:
         raw = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise CorpusError(f"{p}: benchmark source list not found") from None
+        names = ", ".join(PACKAGED_SPECS)
+        raise CorpusError(f"{p}: benchmark source list not found (give a path or one of: {names})") from None
     except json.JSONDecodeError as e:
         raise CorpusError(f"{p}: not valid JSON: {e.msg} at line {e.lineno}") from None
     try:
