@@ -219,6 +219,7 @@ def serve_channel(
     cpu0 = time.thread_time()
     session = None
     if data:
+        # from the first byte on: plain blocking reads, the watchdog keeps the deadline
         fl = fcntl.fcntl(chan.rfd, fcntl.F_GETFL)
         fcntl.fcntl(chan.rfd, fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
         wd = _Watchdog(deadline, chan.out_path, chan.in_path)
