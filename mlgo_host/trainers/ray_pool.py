@@ -61,6 +61,7 @@ directory and compiles that copy.
 from __future__ import annotations
 
 import collections
+import ctypes
 import os
 import shutil
 import subprocess
@@ -85,8 +86,6 @@ _ASYNC_CANCEL_AFTER_S = 0.5  # still running this long after its compilers were 
 def _async_raise(thread_id: int, exc: type | None) -> None:
     """Raise ``exc`` in the thread ``thread_id`` at its next Python bytecode
     (None: withdraw a pending one)."""
-    import ctypes
-
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id),
                                                ctypes.py_object(exc) if exc is not None else None)
 

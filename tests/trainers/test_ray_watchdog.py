@@ -60,7 +60,10 @@ def test_the_watchdog_cleans_up_after_its_actor(tmp_path, how):
             p.wait()
 
 
-def test_the_watchdog_refuses_bad_arguments():
-    r = subprocess.run([sys.executable, "-m", "mlgo_host.trainers.ray_watchdog", "notapid"],
+def test_the_watchdog_refuses_bad_arguments_and_imports_no_numpy_nor_ray():
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "mlgo_host.trainers.ray_watchdog", "notapid"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "usage" in r.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    assert "mlgo_host.procs" in imported
+    assert not {m for m in imported if m.split(".")[0] in ("numpy", "ray", "tensorflow")}
