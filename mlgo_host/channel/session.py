@@ -100,11 +100,9 @@ class TrainingLogWriter:
         #: append already encoded bytes (the session's fast path writes the
         #: received event line and tensors, then the advice and "\n")
         self.write = self._f.write
-        self._enc: Callable[[Any], bytes] | None = None
 
     def header(self, header: Header) -> None:
         self._f.write(codec.encode_header(header.as_training_log()))
-        self._enc = codec.AdviceEncoder(header.advice).encode  # type: ignore[arg-type]
 
     def context(self, name: str) -> None:
         self._f.write(codec.encode_context(name))
