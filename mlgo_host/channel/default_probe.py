@@ -13,11 +13,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 
 from mlgo_host.channel.advisors import InlineAdvisor, is_clang_driver
+from mlgo_host.channel.session import run_session
 
 BUGGY_SLOT = "callee_basic_block_count"
 FIXED_SLOT = "inlining_default"
@@ -85,8 +87,6 @@ class _SlotRecorder:
 
 def probe(clang: str, timeout: float = 60.0) -> str:
     """Run the probe compile; returns the feature name holding the default."""
-    from mlgo_host.channel.session import run_session  # session imports this module
-
     d = tempfile.mkdtemp(prefix="mlgo-probe-")
     try:
         src = os.path.join(d, "probe.c")
@@ -112,8 +112,6 @@ def _version_guess(compiler: str) -> str:
         out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         return BUGGY_SLOT
-    import re
-
     m = re.search(r"version (\d+)\.", out)
     return BUGGY_SLOT if m and int(m.group(1)) <= 20 else FIXED_SLOT
 

@@ -57,11 +57,27 @@ class Channel:
             _LIVE.add(self)
 
     # -- opening ---------------------------------------------------------
-    def open(self, alive: Callable[[], bool], deadline: float) -> bool:
+    def open(self, alive: Callable[[], bool], deadline: float, max_delay: float = 0.02) -> bool:
         """Open both ends in the compiler's order. Returns False if the
         compiler finished without ever opening the channel (``alive()`` went
-        False); raises :class:`ChannelTimeout` at ``deadline``."""
-        delay = 0.0002
+        False); raises :class:`ChannelTimeout` at ``deadline``.
+
+        The write end is retried with a back-off up to ``max_delay`` s: a
+        compiler that is already waiting in its blocking ``open`` waits that
+        long at most (a server whose compiles start before it gets there
+        passes a short one: the back-off is compile latency)."""
+        self.wfd = self._open_write_end(alive, deadline, max_delay)
+        if self.wfd < 0:
+            return False
+        self.rfd = os.open(self.out_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        return True
+
+    def _open_write_end(self, alive: Callable[[], bool], deadline: float, max_delay: float) -> int:
+        """``.in`` opened for writing (blocking), or -1 when the compiler went
+        away first. Opened non-blocking, which fails with ENXIO until the
+        compiler has opened its read end, so a compiler that never comes
+        cannot hang the host."""
+        delay = min(0.0002, max_delay)
         while True:
             try:
                 fd = os.open(self.in_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -70,16 +86,14 @@ class Channel:
                 if e.errno != errno.ENXIO:
                     raise
             if not alive():
-                return False
+                return -1
             if time.monotonic() >= deadline:
-                raise ChannelTimeout(f"the compiler did not open {os.path.basename(self.in_path)} before the deadline")
+                raise ChannelTimeout(f"the compiler did not open {self.in_path} before the deadline")
             time.sleep(delay)
-            delay = min(delay * 2, 0.02)
+            delay = min(delay * 2, max_delay)
         fl = fcntl.fcntl(fd, fcntl.F_GETFL)
         fcntl.fcntl(fd, fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
-        self.wfd = fd
-        self.rfd = os.open(self.out_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        return True
+        return fd
 
     # -- reading ---------------------------------------------------------
     def reader(self, alive: Callable[[], bool], deadline_ref: Callable[[], float], describe: Callable[[], str],

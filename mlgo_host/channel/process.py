@@ -24,6 +24,8 @@ import subprocess
 import time
 import weakref
 
+from mlgo_host.errors import CompilerError
+
 _LIVE: "weakref.WeakSet[CompilerProcess]" = weakref.WeakSet()
 
 
@@ -63,8 +65,6 @@ class CompilerProcess:
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
             self._log.close()
-            from mlgo_host.errors import CompilerError
-
             raise CompilerError(f"cannot start the compiler {argv[0]!r}: {e.strerror or e}") from None
         except BaseException:
             self._log.close()

@@ -12,21 +12,30 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import os
-import threading
+import shutil
 import tempfile
+import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import Any, Callable, Protocol
 
+from mlgo_host import procs
 from mlgo_host.channel import codec
 from mlgo_host.channel.advisors import Advisor, InlineAdvisor, get_advisor
 from mlgo_host.channel.codec import _OBS_PREFIX, Context, Decoder, Header, Observation
 from mlgo_host.channel.fifo import Channel
 from mlgo_host.channel.process import CompilerProcess, output_of
-from mlgo_host.errors import AdviceError, ChannelTimeout, CompilerError, ConfigError, MlgoHostError, ProtocolError
+from mlgo_host.errors import ChannelTimeout, CompilerError, ConfigError, MlgoHostError, ProtocolError
 
-if TYPE_CHECKING:  # pragma: no cover
-    # not imported at run time: `mlgo-host run --policy default` starts without numpy
-    from mlgo_host.policies.base import Policy
+class Policy(Protocol):
+    """Who answers the decisions (structural: the channel floor does not
+    import the policies above it, and `mlgo-host run --policy default` starts
+    without numpy; :class:`mlgo_host.policies.base.Policy` is the usual one)."""
+
+    def bind(self, header: Header, advisor: Advisor) -> None: ...
+
+    def act(self, obs: Observation) -> Any: ...
+
+    def act_logp(self, obs: Observation) -> tuple[Any, float]: ...
 
 
 class Recorder(Protocol):
@@ -91,11 +100,9 @@ class TrainingLogWriter:
         #: append already encoded bytes (the session's fast path writes the
         #: received event line and tensors, then the advice and "\n")
         self.write = self._f.write
-        self._enc: Callable[[Any], bytes] | None = None
 
     def header(self, header: Header) -> None:
         self._f.write(codec.encode_header(header.as_training_log()))
-        self._enc = codec.AdviceEncoder(header.advice).encode  # type: ignore[arg-type]
 
     def context(self, name: str) -> None:
         self._f.write(codec.encode_context(name))
@@ -196,214 +203,286 @@ def serve_channel(
     at the deadline, :class:`AdviceError` on illegal advice (never sent),
     :class:`CompilerError` when the compiler goes away mid-observation.
 
-    Hot loop: one blocking ``read`` (normally one whole observation, framed
-    by :meth:`Decoder.frame_one` without copying it into the decoder), the
-    policy, the advisor's check, one ``write`` of the advice bytes (memoized
-    per value for discrete advice). Any other chunking goes through
-    :meth:`Decoder.feed`. The first bytes are awaited with ``poll`` (a FIFO
-    whose writer has not connected yet reads as end-of-file); after that a
-    watchdog thread enforces the deadline, so no timer is armed per decision.
-
-    Default fast path: when the answer is the advisor's default and that
-    default is an int64 flag of the observation (the inliner), the advice is
-    one of two byte strings, each checked once with the advisor's
-    :meth:`~Advisor.validate` when the header arrives, and picked by looking
-    at the flag's 8 bytes in the received chunk: no :class:`Observation`
-    object, no policy call, in a loop of its own with the framing test
-    inlined. Its cost is mostly cache misses (the compiler runs between two
-    decisions), so it touches as little as it can.
+    The first bytes are awaited with ``poll`` (a FIFO whose writer has not
+    connected yet reads as end-of-file); after that the reads block and a
+    :class:`_Watchdog` thread enforces the deadline, so no timer is armed per
+    decision. Steps: :func:`_read_header` decodes the header, binding it
+    makes a :class:`_Session` (policy, advice check and encoding, the
+    default-flag answers), whose loops answer until end of stream; then
+    :func:`_finish` counts.
     """
     dec = Decoder()
-    stats = ServeStats()
-    rec = recorder
     first_chunk = chan.reader(alive, lambda: deadline, lambda: f"{dec.waiting_for} ({dec.where})")
-    rfd, wfd = chan.rfd, chan.wfd
-    read, write = os.read, os.write
-    frame_one = dec.frame_one
-    log_write = log.write if log is not None else None
-    # bound when the header arrives
-    hdr: Header | None = None
-    ctx = ""
-    act: Callable[[Observation], Any] | None = None
-    act_logp: Callable[[Observation], tuple[Any, float]] | None = None
-    validate = advisor.validate
-    encode: Callable[[Any], bytes] | None = None
-    cache: dict | None = None  # advice -> its bytes (discrete scalar advice)
-    counts: dict = {}
-    count = False
-    flag = -1  # default fast path: offset of the default flag from the event line's '\n'
-    yes_b = no_b = yes_nl = no_nl = b""
-    n_flag = n_yes = 0
-    n = 0
-    wd = None
-    base = dec.frame_base
-
-    def decide(obs: Observation) -> bytes:
-        """The advice bytes for one observation: policy, check, encoding."""
-        if rec is not None:
-            advice, logp = act_logp(obs)  # type: ignore[misc]
-            rec.add(obs, advice, logp)
-        else:
-            advice = act(obs)  # type: ignore[misc]
-        validate(obs, advice)
-        if cache is not None:
-            b = cache.get(advice)
-            if b is None:
-                b = encode(advice)  # type: ignore[misc]
-                if len(cache) < 256:
-                    cache[advice] = b
-        else:
-            b = encode(advice)  # type: ignore[misc]
-        if count:
-            counts[advice] = counts.get(advice, 0) + 1
-        return b
-
-    def broken(index: int) -> CompilerError:
-        return CompilerError(f"the compiler closed the channel before reading the advice of observation {index} "
-                             f"({dec.where})")
-
     data = first_chunk()
     cpu0 = time.thread_time()
-    try:
-        if data:
-            fl = fcntl.fcntl(rfd, fcntl.F_GETFL)
-            fcntl.fcntl(rfd, fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
-            wd = _Watchdog(deadline, chan.out_path, chan.in_path)
-            rbuf = bytearray(65536)  # the flag loop reads into this one buffer
-            rv, rmv = [rbuf], memoryview(rbuf)
-            readv = os.readv
-        while data:
-            if flag >= 0:
-                # Default-flag path: a loop of its own, as small as it gets
-                # (every bytecode and cache line it touches is cold again after
-                # the compiler ran), while each chunk is one whole canonical
-                # observation -- Decoder.frame_one's test, inlined; the decoder
-                # is told how far it got when the loop ends. It reads into one
-                # preallocated buffer (no 64 KiB allocation per read).
-                k = fb = 0
-                cur, m = data, len(data)
-                while True:
-                    nl = cur.find(10, 0, m)
-                    if not (m == base + nl and 16 < nl < 34 and cur[m - 1] == 10 and cur[nl - 1] == 125
-                            and cur.startswith(_OBS_PREFIX) and cur[15 : nl - 1].isdigit()
-                            and (cur[15] != 48 or nl == 17)):
-                        break
-                    p = nl + flag
-                    if cur[p : p + 8] != _ZERO8:
-                        b = yes_b
-                        n_yes += 1
-                    else:
-                        b = no_b
-                    try:
-                        write(wfd, b)
-                    except BrokenPipeError:
-                        dec.skip(fb + m, k + 1)
-                        raise broken(int(cur[15 : nl - 1])) from None
-                    if log_write is not None:
-                        # the log's record: this event line and tensors, then the advice
-                        log_write(cur[: m - 1] + (yes_nl if b is yes_b else no_nl))
-                    k += 1
-                    fb += m
-                    m = readv(rfd, rv)
-                    cur = rbuf
-                    if wd.fired:  # type: ignore[union-attr]
-                        break
-                data = cur if cur is not rbuf else bytes(rmv[:m])
-                if k:
-                    dec.skip(fb, k)
-                    n += k
-                    n_flag += k
-                if wd.fired:  # type: ignore[union-attr]
-                    raise ChannelTimeout(f"timed out waiting for {dec.waiting_for} from the compiler ({dec.where})")
-                if not data:
-                    break
-            nl = frame_one(data)
-            if nl >= 0:  # exactly one whole observation
-                b = decide(Observation(int(data[15 : nl - 1]), ctx, data[nl + 1 : -1], hdr))  # type: ignore[arg-type]
-                try:
-                    write(wfd, b)
-                except BrokenPipeError:
-                    raise broken(int(data[15 : nl - 1])) from None
-                if log_write is not None:
-                    log_write(data[:-1] + b + b"\n")
-                n += 1
-            else:
-                for r in dec.feed(data):
-                    if type(r) is Observation:
-                        b = decide(r)  # type: ignore[arg-type]
-                        try:
-                            write(wfd, b)
-                        except BrokenPipeError:
-                            raise broken(r.index) from None  # type: ignore[union-attr]
-                        if log is not None:
-                            log.observation(r, b)  # type: ignore[arg-type]
-                        n += 1
-                    elif type(r) is Context:
-                        stats.contexts += 1
-                        if log is not None:
-                            log.context(r.name)  # type: ignore[union-attr]
-                    elif type(r) is Header:
-                        hdr = r  # type: ignore[assignment]
-                        advisor.bind(hdr)  # type: ignore[arg-type]
-                        if policy is None:
-                            act = advisor.default_advice
-                            act_logp = lambda obs: (act(obs), 0.0)  # noqa: E731
-                        else:
-                            policy.bind(hdr, advisor)  # type: ignore[arg-type]
-                            act, act_logp = policy.act, policy.act_logp
-                        encode = codec.AdviceEncoder(hdr.advice).encode  # type: ignore[union-attr]
-                        discrete = advisor.num_actions(hdr) > 0  # type: ignore[arg-type]
-                        count = count_decisions and discrete
-                        # discrete advice is a small int: its bytes are memoized
-                        cache = {} if discrete and hdr.advice.size == 1 else None  # type: ignore[union-attr]
-                        off = advisor.default_flag_offset()
-                        if rec is None and off is not None and act == advisor.default_advice:
-                            # both possible answers, checked once here
-                            zero = Observation(-1, "", bytes(hdr.observation_nbytes), hdr)  # type: ignore[union-attr]
-                            validate(zero, 1)
-                            validate(zero, 0)
-                            flag = 1 + off
-                            yes_b, no_b = encode(1), encode(0)
-                            yes_nl, no_nl = yes_b + b"\n", no_b + b"\n"
-                        stats.header = hdr
-                        if log is not None:
-                            log.header(hdr)  # type: ignore[arg-type]
-                    else:
-                        raise ProtocolError(f"unexpected {type(r).__name__} record in an interactive session",
-                                            offset=dec.offset, context=dec.context)
-                ctx = dec.context or ""
-                base = dec.frame_base
-            data = read(rfd, 65536)
-            if wd is not None and wd.fired:
-                raise ChannelTimeout(f"timed out waiting for {dec.waiting_for} from the compiler ({dec.where})")
-    finally:
-        if wd is not None:
+    session = None
+    if data:
+        # from the first byte on: plain blocking reads, the watchdog keeps the deadline
+        fl = fcntl.fcntl(chan.rfd, fcntl.F_GETFL)
+        fcntl.fcntl(chan.rfd, fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
+        wd = _Watchdog(deadline, chan.out_path, chan.in_path)
+        try:
+            header, records = _read_header(dec, data, chan.rfd, wd)
+            if header is not None:
+                session = _Session(chan, dec, wd, header, advisor, policy, recorder, log, count_decisions)
+                session.answer_records(records)
+                session.run()
+        finally:
             wd.cancel()
-    stats.serve_cpu_s = time.thread_time() - cpu0
-    stats.observations = n
+    return _finish(dec, session, recorder, time.thread_time() - cpu0)
+
+
+def _timed_out(dec: Decoder) -> ChannelTimeout:
+    return ChannelTimeout(f"timed out waiting for {dec.waiting_for} from the compiler ({dec.where})")
+
+
+def _read_header(dec: Decoder, data: bytes, rfd: int, wd: _Watchdog) -> tuple[Header | None, list]:
+    """Feed the stream from its first chunk ``data`` to the decoder until it
+    has decoded the header. Returns the header and the records that followed
+    it in the same chunk; (None, []) when the stream ended before."""
+    while data:
+        records = dec.feed(data)
+        if records:
+            header = records[0]
+            if type(header) is not Header:  # the decoder yields the header first, always
+                raise ProtocolError(f"expected the header, got a {type(header).__name__} record",
+                                    offset=dec.offset, context=dec.context)
+            return header, records[1:]
+        data = os.read(rfd, 65536)
+        if wd.fired:
+            raise _timed_out(dec)
+    return None, []
+
+
+def _finish(dec: Decoder, session: _Session | None, recorder: Recorder | None, serve_cpu_s: float) -> ServeStats:
+    """The stats of a stream that ended: a record cut short is the
+    compiler's failure; decisions counted per advice value; the recorder's
+    episode."""
+    stats = ServeStats(serve_cpu_s=serve_cpu_s)
     try:
         dec.close()
     except ProtocolError as e:
         raise CompilerError(f"the compiler's stream ended mid-record: {e}") from None
-    if n_flag and count:
-        if n_yes:
-            counts[1] = counts.get(1, 0) + n_yes
-        if n_flag - n_yes:
-            counts[0] = counts.get(0, 0) + n_flag - n_yes
+    if session is None:
+        return stats
+    stats.header, stats.observations, stats.contexts = session.header, session.n, session.contexts
+    counts = session.counts
+    if session.n_flag and session.count:
+        # the default-flag loop counts the 1s only: add both to the counts
+        if session.n_yes:
+            counts[1] = counts.get(1, 0) + session.n_yes
+        if session.n_flag - session.n_yes:
+            counts[0] = counts.get(0, 0) + session.n_flag - session.n_yes
     stats.decisions = {str(k): v for k, v in sorted(counts.items(), key=lambda kv: kv[0])}
-    if rec is not None and stats.header is not None:
-        stats.episode = rec.finish(stats.header)
+    if recorder is not None:
+        stats.episode = recorder.finish(session.header)
     return stats
 
 
-def current_cpu() -> int:
-    """The CPU this process last ran on (from /proc; 0 when unknown)."""
-    try:
-        with open("/proc/self/stat", "rb") as f:
-            stat = f.read()
-        return int(stat[stat.rindex(b")") + 2 :].split()[36])
-    except (OSError, ValueError, IndexError):
-        return 0
+class _Session:
+    """One channel served once its header is known.
+
+    Binding the header (:meth:`__init__`) fixes how an observation is
+    answered: :attr:`decide` (the policy, the advisor's check, the advice
+    bytes, memoized per value for discrete scalar advice) and, when the
+    answer is the advisor's default and that default is an int64 flag of the
+    observation (the inliner), the two possible answers of the default-flag
+    loop, each checked once here.
+
+    :meth:`run` is the hot loop: one blocking ``read`` (normally one whole
+    observation, framed by :meth:`Decoder.frame_one` without copying it into
+    the decoder), :attr:`decide`, one ``write``. Any other chunking goes
+    through :meth:`Decoder.feed` and :meth:`answer_records`. Once the header
+    chose the default-flag answers, :meth:`flag_loop` takes every chunk it
+    can.
+    """
+
+    def __init__(self, chan: Channel, dec: Decoder, wd: _Watchdog, header: Header, advisor: Advisor,
+                 policy: Policy | None, recorder: Recorder | None, log: TrainingLogWriter | None,
+                 count_decisions: bool):
+        self.rfd, self.wfd = chan.rfd, chan.wfd
+        self.dec, self.wd, self.header, self.log = dec, wd, header, log
+        #: append already encoded bytes to the training log (the loops write
+        #: the received event line and tensors, then the advice and "\n")
+        self.log_write = log.write if log is not None else None
+        self.n = 0  # observations answered
+        self.contexts = 0
+        self.n_flag = self.n_yes = 0  # answered by the default-flag loop; of which 1
+        self.counts: dict[Any, int] = {}  # advice -> how often (discrete advice, when counting)
+        advisor.bind(header)
+        if policy is None:
+            act = advisor.default_advice
+            act_logp: Callable[[Observation], tuple[Any, float]] = lambda obs: (act(obs), 0.0)  # noqa: E731
+        else:
+            policy.bind(header, advisor)
+            act, act_logp = policy.act, policy.act_logp
+        spec = header.advice
+        if spec is None:  # advisor.bind refuses such a header already
+            raise ProtocolError(f"{advisor.name}: the header has no advice spec")
+        encode = codec.AdviceEncoder(spec).encode
+        discrete = advisor.num_actions(header) > 0
+        self.count = count_decisions and discrete
+        # discrete advice is a small int: its bytes are memoized
+        memo: dict[Any, bytes] | None = {} if discrete and spec.size == 1 else None
+        self.decide = _decider(act, act_logp, recorder, advisor.validate, encode, memo,
+                               self.counts if self.count else None)
+        #: default-flag loop: offset of the default flag from the event line's "\n" (-1: no such loop)
+        self.flag = -1
+        self.yes = self.no = b""
+        off = advisor.default_flag_offset()
+        if recorder is None and off is not None and act == advisor.default_advice:
+            zero = Observation(-1, "", bytes(header.observation_nbytes), header)
+            advisor.validate(zero, 1)
+            advisor.validate(zero, 0)
+            self.flag = 1 + off
+            self.yes, self.no = encode(1), encode(0)
+            self.rbuf = bytearray(65536)  # the flag loop reads into this one buffer
+        if log is not None:
+            log.header(header)
+
+    def broken(self, index: int) -> CompilerError:
+        return CompilerError(f"the compiler closed the channel before reading the advice of observation {index} "
+                             f"({self.dec.where})")
+
+    def run(self) -> None:
+        """Answer until end of stream (the header and the records after it in
+        its chunk are done)."""
+        rfd, wfd, dec, wd = self.rfd, self.wfd, self.dec, self.wd
+        read, write = os.read, os.write
+        frame_one = dec.frame_one
+        log_write = self.log_write
+        decide, header, flag = self.decide, self.header, self.flag
+        ctx = dec.context or ""
+        n = 0
+        while True:
+            data = read(rfd, 65536)
+            if wd.fired:
+                raise _timed_out(dec)
+            if flag >= 0 and data:
+                data = self.flag_loop(data)
+            if not data:
+                break
+            nl = frame_one(data)
+            if nl >= 0:  # exactly one whole observation
+                b = decide(Observation(int(data[15 : nl - 1]), ctx, data[nl + 1 : -1], header))
+                try:
+                    write(wfd, b)
+                except BrokenPipeError:
+                    raise self.broken(int(data[15 : nl - 1])) from None
+                if log_write is not None:
+                    log_write(data[:-1] + b + b"\n")
+                n += 1
+            else:
+                self.answer_records(dec.feed(data))
+                ctx = dec.context or ""
+        self.n += n
+
+    def answer_records(self, records: list) -> None:
+        """The general path: records the decoder made of any chunking."""
+        for r in records:
+            if type(r) is Observation:
+                b = self.decide(r)
+                try:
+                    os.write(self.wfd, b)
+                except BrokenPipeError:
+                    raise self.broken(r.index) from None
+                if self.log is not None:
+                    self.log.observation(r, b)
+                self.n += 1
+            elif type(r) is Context:
+                self.contexts += 1
+                if self.log is not None:
+                    self.log.context(r.name)
+            else:  # a second header, an outcome
+                raise ProtocolError(f"unexpected {type(r).__name__} record in an interactive session",
+                                    offset=self.dec.offset, context=self.dec.context)
+
+    def flag_loop(self, data: bytes) -> bytes:
+        """The default-flag loop, from chunk ``data`` on, while each chunk is
+        one whole canonical observation (:meth:`Decoder.frame_one`'s test,
+        inlined; the decoder is told how far it got when the loop ends): the
+        answer is picked by looking at the flag's 8 bytes in the chunk, no
+        :class:`Observation`, no policy call. Returns the first chunk it did
+        not take (b"" at end of stream).
+
+        As small as it gets: its cost is mostly cache misses (every bytecode
+        and cache line it touches is cold again after the compiler ran). It
+        reads into one preallocated buffer (no 64 KiB allocation per read).
+        Entered once per stretch of canonical chunks (normally once)."""
+        rfd, wfd, dec, wd = self.rfd, self.wfd, self.dec, self.wd
+        write, readv = os.write, os.readv
+        flag, yes_b, no_b = self.flag, self.yes, self.no
+        yes_nl, no_nl = yes_b + b"\n", no_b + b"\n"
+        log_write = self.log_write
+        base = dec.frame_base
+        rbuf = self.rbuf
+        rv = [rbuf]
+        n_yes = k = fb = 0
+        cur, m = data, len(data)
+        while True:
+            nl = cur.find(10, 0, m)
+            if not (m == base + nl and 16 < nl < 34 and cur[m - 1] == 10 and cur[nl - 1] == 125
+                    and cur.startswith(_OBS_PREFIX) and cur[15 : nl - 1].isdigit()
+                    and (cur[15] != 48 or nl == 17)):
+                break
+            p = nl + flag
+            if cur[p : p + 8] != _ZERO8:
+                b = yes_b
+                n_yes += 1
+            else:
+                b = no_b
+            try:
+                write(wfd, b)
+            except BrokenPipeError:
+                dec.skip(fb + m, k + 1)
+                raise self.broken(int(cur[15 : nl - 1])) from None
+            if log_write is not None:
+                # the log's record: this event line and tensors, then the advice
+                log_write(cur[: m - 1] + (yes_nl if b is yes_b else no_nl))
+            k += 1
+            fb += m
+            m = readv(rfd, rv)
+            cur = rbuf
+            if wd.fired:
+                break
+        if k:
+            dec.skip(fb, k)
+            self.n += k
+            self.n_flag += k
+            self.n_yes += n_yes
+        if wd.fired:
+            raise _timed_out(dec)
+        return cur if cur is not rbuf else bytes(memoryview(rbuf)[:m])
+
+
+def _decider(act: Callable[[Observation], Any], act_logp: Callable[[Observation], tuple[Any, float]],
+             recorder: Recorder | None, validate: Callable[[Observation, Any], None],
+             encode: Callable[[Any], bytes], memo: dict[Any, bytes] | None,
+             counts: dict[Any, int] | None) -> Callable[[Observation], bytes]:
+    """The advice bytes for one observation: the policy (recording its
+    decision when there is a recorder), the advisor's check, the encoding
+    (memoized when ``memo``), counted per value when ``counts``."""
+
+    def decide(obs: Observation) -> bytes:
+        if recorder is not None:
+            advice, logp = act_logp(obs)
+            recorder.add(obs, advice, logp)
+        else:
+            advice = act(obs)
+        validate(obs, advice)
+        if memo is not None:
+            b = memo.get(advice)
+            if b is None:
+                b = encode(advice)
+                if len(memo) < 256:
+                    memo[advice] = b
+        else:
+            b = encode(advice)
+        if counts is not None:
+            counts[advice] = counts.get(advice, 0) + 1
+        return b
+
+    return decide
 
 
 def run_session(
@@ -434,6 +513,7 @@ def run_session(
     if not cmd:
         raise CompilerError("empty compiler command")
     if isinstance(adv, InlineAdvisor) and adv.default_slot is None:
+        # not at the top: the probe is itself a session (default_probe imports this module)
         from mlgo_host.channel.default_probe import default_slot
 
         adv.set_default_slot(default_slot(cmd[0]))
@@ -441,7 +521,7 @@ def run_session(
     deadline = t0 + timeout
     old_affinity = None
     if pin_cpu is not None:
-        cpu = current_cpu() if pin_cpu < 0 else pin_cpu
+        cpu = procs.current_cpu() if pin_cpu < 0 else pin_cpu
         try:
             old_affinity = os.sched_getaffinity(0)
             os.sched_setaffinity(0, {cpu})  # the compiler inherits it
@@ -517,6 +597,4 @@ def plain_compile(cmd: list[str], *, timeout: float = 300.0, cwd: str | None = N
         return rc, proc.stderr_tail()
     finally:
         proc.close()
-        import shutil
-
         shutil.rmtree(d, ignore_errors=True)

@@ -2,6 +2,8 @@
 decisions of compilers launched by build systems (make, CMake, Ninja).
 
 ``slots`` (directory layout, locks, liveness), ``server`` (one thread per
-slot), ``client`` (the ``mlgo-clang`` drop-in compiler), ``stats`` (per-build
-aggregation of the JSON lines) and ``collect`` (episodes kept for training).
+slot), ``client`` (the ``mlgo-clang`` drop-in compiler) and ``stats``
+(per-build aggregation of the JSON lines).  The stats records and the
+episodes kept for training (``--collect``) are read and written by
+:mod:`mlgo_host.collected`, a floor below, which training reads too.
 """

@@ -22,8 +22,6 @@ finish for ``grace`` seconds, abort the rest, remove every FIFO, exit 0.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import os
 import queue
@@ -35,52 +33,21 @@ import threading
 import time
 import uuid
 
+from mlgo_host import procs
+from mlgo_host.channel.advisors import ADVISORS, InlineAdvisor, get_advisor
+from mlgo_host.channel.default_probe import default_slot
+from mlgo_host.channel.fifo import Channel
+from mlgo_host.channel.session import serve_channel
+from mlgo_host.collected import save_episode
+from mlgo_host.corpus.sizes import text_size
+from mlgo_host.episode import EpisodeRecorder
 from mlgo_host.errors import ConfigError, MlgoHostError
+from mlgo_host.policies import load_policy
 from mlgo_host.serve import slots as S
 
-
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is dead for our purposes
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            st = f.read()
-        return st[st.rindex(b")") + 2: st.rindex(b")") + 3] != b"Z"
-    except (OSError, ValueError):
-        return True
-
-
-def open_channel(chan, alive, deadline: float, max_delay: float = 0.001) -> bool:
-    """Open ``chan`` in the compiler's order like ``Channel.open`` but retry
-    every ``max_delay`` at most: the compiler waits in its blocking open()
-    until we get there, so a long back-off is compile latency."""
-    from mlgo_host.errors import ChannelTimeout
-
-    delay = 0.0001
-    while True:
-        try:
-            fd = os.open(chan.in_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            break
-        except OSError as e:
-            if e.errno != errno.ENXIO:
-                raise
-        if not alive():
-            return False
-        if time.monotonic() >= deadline:
-            raise ChannelTimeout(f"the compiler did not open {chan.in_path} before the deadline")
-        time.sleep(delay)
-        delay = min(delay * 2, max_delay)
-    fl = fcntl.fcntl(fd, fcntl.F_GETFL)
-    fcntl.fcntl(fd, fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
-    chan.wfd = fd
-    chan.rfd = os.open(chan.out_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    return True
+#: the longest back-off between two tries to open a slot's channel: the
+#: compiler already waits in its blocking open(), so the wait is compile latency
+OPEN_MAX_DELAY_S = 0.001
 
 
 class Ctl:
@@ -179,8 +146,6 @@ class Slot(threading.Thread):
 
     # -- the loop ------------------------------------------------------------
     def run(self) -> None:
-        from mlgo_host.channel.fifo import Channel
-
         srv = self.server
         try:
             self.policy = srv.make_policy(self.k)
@@ -246,9 +211,6 @@ class Slot(threading.Thread):
         return None
 
     def _session(self, gen: str) -> None:
-        from mlgo_host.channel.session import serve_channel
-        from mlgo_host.episode import EpisodeRecorder
-
         srv = self.server
         t_start = time.time()
         req = S.read_json(self._p(S.REQUEST)) or {}
@@ -268,7 +230,7 @@ class Slot(threading.Thread):
             if self.abort.is_set():
                 return False
             poll_done()
-            return not done and _pid_alive(compiler_pid)
+            return not done and procs.alive(compiler_pid)
 
         deadline = time.monotonic() + srv.timeout
         stats = None
@@ -277,7 +239,7 @@ class Slot(threading.Thread):
         t_open = None
         try:
             advisor = srv.make_advisor(req.get("compiler") or srv.compiler)
-            opened = open_channel(chan, alive, deadline)
+            opened = chan.open(alive, deadline, max_delay=OPEN_MAX_DELAY_S)
             if opened:
                 t_open = time.monotonic()
                 stats = serve_channel(chan, advisor, self.policy, deadline=deadline, alive=alive,
@@ -302,7 +264,7 @@ class Slot(threading.Thread):
         abort_seen = None
         while not done:
             poll_done(0.25)
-            if done or not _pid_alive(client_pid):
+            if done or not procs.alive(client_pid):
                 poll_done()
                 break
             if self.abort.is_set():
@@ -370,8 +332,6 @@ class Recorder(threading.Thread):
             except Exception as e:  # still write the line
                 rec["error"] = f"llvm-size failed: {e!r}"
         if episode is not None and srv.collect_dir and rec["status"] == "ok" and episode.n > 0:
-            from mlgo_host.collected import save_episode
-
             try:
                 rec["episode"] = save_episode(srv.collect_dir, rec, episode)
             except OSError as e:
@@ -389,8 +349,6 @@ class Recorder(threading.Thread):
 
 
 def _text_size(path: str) -> int | None:
-    from mlgo_host.corpus.sizes import text_size
-
     try:
         return text_size(path)
     except MlgoHostError:
@@ -402,8 +360,6 @@ class Server:
                  stats_path: str | None = None, collect_dir: str | None = None, timeout: float = 600.0,
                  grace: float = 10.0, seed: int = 0, sample: bool = False, compiler: str | None = None,
                  verbose: bool = False, pin: bool = False):
-        from mlgo_host.channel.advisors import ADVISORS
-
         if slots < 1:
             raise ConfigError(f"--slots must be at least 1, got {slots}")
         if advisor not in ADVISORS:
@@ -431,20 +387,14 @@ class Server:
 
     # -- factories used by the slots ----------------------------------------
     def make_policy(self, k: int):
-        from mlgo_host.policies import load_policy
-
         return load_policy(self.policy_name, seed=self.seed + k, greedy=not self.sample)
 
     def make_advisor(self, compiler: str):
-        from mlgo_host.channel.advisors import InlineAdvisor, get_advisor
-
         if self.advisor_name != "inline":
             return get_advisor(self.advisor_name)
         with self._cache_lock:
             slot = self._slot_cache.get(compiler)
             if slot is None:
-                from mlgo_host.channel.default_probe import default_slot
-
                 slot = self._slot_cache[compiler] = default_slot(compiler)
         return InlineAdvisor(slot)
 
@@ -510,8 +460,6 @@ class Server:
             raise
 
     def _flags(self) -> list[str]:
-        from mlgo_host.channel.advisors import get_advisor
-
         return get_advisor(self.advisor_name).flags(S.BASE_PLACEHOLDER, "clang")
 
     def clean_stale(self) -> list[str]:

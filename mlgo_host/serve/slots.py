@@ -22,7 +22,8 @@ heartbeat is fresh.  A lock dies with its process, so a SIGKILLed server is
 seen as gone at once; a stopped (SIGSTOP) or wedged one after ``stale_s``.
 
 This module is imported by the ``mlgo-clang`` client on every compile: it
-must stay light (no numpy, no channel package).
+must stay light (standard library and :mod:`mlgo_host.procs` only: no numpy,
+no channel package).
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import time
+
+from mlgo_host import procs
 
 SERVER_LOCK = "server.lock"
 SERVER_JSON = "server.json"
@@ -170,8 +174,6 @@ def server_status(root: str, stale_s: float, expect_id: str | None = None,
 
 
 def is_fifo(path: str) -> bool:
-    import stat
-
     try:
         return stat.S_ISFIFO(os.lstat(path).st_mode)
     except OSError:
@@ -190,29 +192,10 @@ def find_fifos(root: str) -> list[str]:
 
 
 def processes_using(base: str) -> list[int]:
-    """Pids of this user's processes whose command line mentions ``base``
-    (the compilers started on a slot's channel)."""
-    needle = base.encode()
-    uid = os.getuid()
-    me = os.getpid()
-    pids = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return pids
-    for e in entries:
-        if not e.isdigit() or int(e) == me:
-            continue
-        try:
-            if os.stat(f"/proc/{e}").st_uid != uid:
-                continue
-            with open(f"/proc/{e}/cmdline", "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        if needle in cmd and (b"=" + needle + b"\0") in cmd + b"\0":
-            pids.append(int(e))
-    return pids
+    """Pids of this user's processes with an argument ``...=base`` (the
+    compilers started on a slot's channel: ``-...-channel-base=base``)."""
+    arg_end = b"=" + base.encode() + b"\0"
+    return [pid for pid, cmd in procs.own_processes() if arg_end in cmd + b"\0"]
 
 
 def remove_temp_outputs(output: str | None, since: float) -> None:
@@ -221,7 +204,7 @@ def remove_temp_outputs(output: str | None, since: float) -> None:
     compile's start, minus a second)."""
     if not output:
         return
-    import glob
+    import glob  # only the server gets here: the client's start-up stays without it
 
     stem, ext = os.path.splitext(output)
     for pat in (glob.escape(output) + "-*.tmp", glob.escape(stem) + "-*" + glob.escape(ext) + ".tmp"):

@@ -18,11 +18,11 @@ run (its id).  Within a build the last record of each output file counts
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Iterable
 
 from mlgo_host.collected import STATUSES, StatsError, read_records  # noqa: F401 (re-exported)
+
 
 def build_key(rec: dict) -> str:
     return rec.get("build") or f"server {rec.get('server', '?')}"

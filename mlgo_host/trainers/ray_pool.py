@@ -42,7 +42,8 @@ concurrency group ("control") whose ``cancel(experiment, tag)`` marks the
 running call cancelled and kills the compiler process groups the actor started
 (its session-leader children) until the call returns; the call then reports
 ``cancelled`` like the local pool's SIGUSR1 path.  Each actor also starts a tiny
-watchdog process (its own session, no Ray, no TensorFlow) that records the
+watchdog process (:mod:`mlgo_host.trainers.ray_watchdog`: its own session, no
+Ray, no TensorFlow) that records the
 actor's compiler children and, when the actor dies without cleaning up
 (``ray.kill``, SIGKILL, OOM killer), kills them and every process whose command
 line points into the actor's private temporary directory (channel FIFOs and
@@ -60,9 +61,9 @@ directory and compiles that copy.
 from __future__ import annotations
 
 import collections
+import ctypes
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -71,6 +72,8 @@ import time
 import uuid
 from typing import Any, Callable, Sequence
 
+import mlgo_host
+from mlgo_host import procs
 from mlgo_host.errors import ConfigError, MlgoHostError, UnknownExperimentError, WorkerPoolError
 from mlgo_host.trainers.pool import Cancelled, EarlyExit, TaskOutcome, _resolve
 
@@ -83,129 +86,8 @@ _ASYNC_CANCEL_AFTER_S = 0.5  # still running this long after its compilers were 
 def _async_raise(thread_id: int, exc: type | None) -> None:
     """Raise ``exc`` in the thread ``thread_id`` at its next Python bytecode
     (None: withdraw a pending one)."""
-    import ctypes
-
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id),
                                                ctypes.py_object(exc) if exc is not None else None)
-
-
-# -- process helpers (Linux /proc) ------------------------------------------
-
-
-def _children(pid: int) -> list[int]:
-    """Direct children of ``pid`` (all its threads)."""
-    out: list[int] = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out.extend(int(x) for x in f.read().split())
-        except (OSError, ValueError):
-            pass
-    return out
-
-
-def _stat(pid: int) -> tuple[int, int, int] | None:
-    """(session id, process group id, start time) of ``pid``, None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    fields = data[data.rindex(b")") + 2:].split()
-    # fields[0] is the state (field 3); pgrp is field 5, session 6, starttime 22
-    return int(fields[3]), int(fields[2]), int(fields[19])
-
-
-def _kill_tree_leader(pid: int) -> None:
-    st = _stat(pid)
-    if st is None:
-        return
-    sid, pgid, _ = st
-    try:
-        if pgid == pid:  # a group leader (compilers run in their own session)
-            os.killpg(pid, signal.SIGKILL)
-        else:
-            os.kill(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-_WATCHDOG = r"""
-import os, select, shutil, signal, sys
-actor, root = int(sys.argv[1]), sys.argv[2]
-# Detach (double fork): Ray kills an actor's direct children with it, and the
-# watchdog must outlive the actor to clean up after it.
-if os.fork() > 0:
-    os._exit(0)
-def stat(pid):
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            d = f.read()
-    except OSError:
-        return None
-    x = d[d.rindex(b")") + 2:].split()
-    return int(x[2]), int(x[19])
-def children(pid):
-    out = []
-    try:
-        tids = os.listdir("/proc/%d/task" % pid)
-    except OSError:
-        return out
-    for t in tids:
-        try:
-            with open("/proc/%d/task/%s/children" % (pid, t)) as f:
-                out += [int(v) for v in f.read().split()]
-        except (OSError, ValueError):
-            pass
-    return out
-def kill(pid, pgid):
-    try:
-        if pgid == pid:
-            os.killpg(pid, signal.SIGKILL)
-        else:
-            os.kill(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-me = os.getpid()
-seen = {}
-while True:
-    r, _, _ = select.select([0], [], [], 0.05)
-    if r and not os.read(0, 4096):
-        break
-    for c in children(actor):
-        if c != me and c not in seen:
-            s = stat(c)
-            if s:
-                seen[c] = s
-    for c in [c for c in seen if stat(c) != seen[c]]:
-        del seen[c]
-for c, (pgid, start) in seen.items():
-    if stat(c) == (pgid, start):
-        kill(c, pgid)
-uid = os.getuid()
-needle = root.encode()
-for name in os.listdir("/proc"):
-    if not name.isdigit() or int(name) == me:
-        continue
-    pid = int(name)
-    try:
-        if os.stat("/proc/%d" % pid).st_uid != uid:
-            continue
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            cmd = f.read()
-    except OSError:
-        continue
-    if needle in cmd:
-        s = stat(pid)
-        if s:
-            kill(pid, s[0])
-shutil.rmtree(root, ignore_errors=True)
-"""
 
 
 # -- the nesting worker (the body of each Ray actor) --------------------------
@@ -231,11 +113,7 @@ class NestingWorker:
         self._cancel_requested = False
         self._watchdog: subprocess.Popen | None = None
         if watchdog and sys.platform.startswith("linux"):
-            self._watchdog = subprocess.Popen(
-                [sys.executable, "-c", _WATCHDOG, str(os.getpid()), self.tmp],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True, close_fds=True)
-            self._watchdog.wait(30)  # the launcher exits at once; the detached watchdog keeps the pipe
+            self._watchdog = _start_watchdog(self.tmp)
 
     # -- experiments
     def add(self, experiment_id: str, factory: str, kwargs: dict | None = None) -> int:
@@ -327,10 +205,10 @@ class NestingWorker:
         return True
 
     def _kill_compilers(self) -> None:
-        for c in _children(os.getpid()):
-            st = _stat(c)
-            if st is not None and st[0] == c:  # session leader: a compiler started by CompilerProcess
-                _kill_tree_leader(c)
+        for c in procs.children(os.getpid()):
+            st = procs.stat(c)
+            if st is not None and st.sid == c:  # session leader: a compiler started by CompilerProcess
+                procs.kill_group_or_process(c, st)
 
     def ping(self) -> dict:
         return {"pid": os.getpid(), "host": os.uname().nodename, "tmp": self.tmp,
@@ -350,6 +228,26 @@ class NestingWorker:
             self._watchdog = None
         shutil.rmtree(self.tmp, ignore_errors=True)
         return True
+
+
+def _start_watchdog(tmp: str) -> subprocess.Popen:
+    """Start this actor's watchdog (:mod:`mlgo_host.trainers.ray_watchdog`):
+    it cleans up the compilers and ``tmp`` when the actor dies. Closing the
+    returned process's stdin tells it the actor shut down cleanly."""
+    env = dict(os.environ)
+    # The actor imported this package, maybe from a path its children do not
+    # inherit (a Ray runtime_env): give the watchdog the same one.
+    here = os.path.dirname(os.path.dirname(os.path.abspath(mlgo_host.__file__)))
+    env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlgo_host.trainers.ray_watchdog", str(os.getpid()), tmp],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True, close_fds=True, env=env)
+    rc = proc.wait(30)  # the launcher exits at once; the detached watchdog keeps the pipe
+    if rc != 0:
+        raise WorkerPoolError(f"the Ray actor's watchdog did not start (exit status {rc}): try "
+                              f"`{sys.executable} -m mlgo_host.trainers.ray_watchdog` on the worker node")
+    return proc
 
 
 _ACTOR_CLS = None
@@ -641,120 +539,17 @@ class RayPool:
         completion order.  A task whose actor dies is retried (``max_retries``
         times) on another actor; stragglers past the early-exit point are
         cancelled (their compilers killed) and reported as cancelled."""
-        ray = self._ray
-        early = early_exit or EarlyExit(fraction=1.0, timeout_s=float("inf"))
-        pending: collections.deque[int] = collections.deque(range(len(tasks)))
-        attempts = [0] * len(tasks)
-        busy: dict[Any, tuple[int, Any, int, str]] = {}  # ref -> (slot, actor, task, tag)
-        starting: dict[Any, tuple[int, Any, float]] = {}  # ping ref of a replacement -> (slot, actor, since)
-        idle: collections.deque[tuple[int, Any]] = collections.deque(self._live())
-        out: list[TaskOutcome] = []
         self.last_retried = []
-        t0 = time.monotonic()
-        stop_at = t0 + early.timeout_s
-        need = max(1, int(early.fraction * len(tasks) + 0.999999)) if tasks else 0
-        fraction_reached = False
-        exp = self.experiment_id
-
-        def emit(res: TaskOutcome) -> None:
-            out.append(res)
-            if on_result:
-                on_result(res)
-
-        def dispatch() -> None:
-            while idle and pending:
-                slot, actor = idle.popleft()
-                if self.cluster.actors[slot] is not actor:  # replaced meanwhile by another pool
-                    cur = self.cluster.actors[slot]
-                    if cur is None:
-                        continue
-                    actor = cur
-                t = pending.popleft()
-                tag = f"{self._token}:{t}:{attempts[t]}"
-                busy[actor.call.remote(exp, method, tag, *tasks[t])] = (slot, actor, t, tag)
-
-        def lost(slot: int, actor) -> None:
-            new = self.cluster.replace(slot, actor)
-            if new is not None:
-                starting[new.ping.remote()] = (slot, new, time.monotonic())
-
-        dispatch()
-        while busy or (pending and starting):
-            now = time.monotonic()
-            if now >= stop_at:
-                break
-            refs = list(busy) + list(starting)
-            ready, _ = ray.wait(refs, num_returns=1, timeout=min(stop_at - now, 1.0))
-            for ref in ready:
-                if ref in starting:
-                    slot, actor, _ = starting.pop(ref)
-                    try:
-                        ray.get(ref)
-                        idle.append((slot, actor))
-                    except ray.exceptions.RayActorError:
-                        lost(slot, actor)
-                    continue
-                slot, actor, t, tag = busy.pop(ref)
-                try:
-                    status, _, value = ray.get(ref)
-                except ray.exceptions.RayActorError as e:
-                    lost(slot, actor)
-                    if attempts[t] < self.max_retries:
-                        attempts[t] += 1
-                        self.retries += 1
-                        self.last_retried.append(t)
-                        pending.appendleft(t)  # first in line for the next free (other) actor
-                    else:
-                        emit(TaskOutcome(t, False, None, f"worker died {attempts[t] + 1} times on this task: "
-                                                         f"{str(e).splitlines()[0]}"))
-                    continue
-                except ray.exceptions.RayTaskError as e:
-                    c = self._unwrap(e)
-                    idle.append((slot, actor))
-                    emit(TaskOutcome(t, False, None, f"{type(c).__name__}: {c}"))
-                    continue
-                idle.append((slot, actor))
-                emit(TaskOutcome(t, status == "ok", value if status == "ok" else None,
-                                 "" if status == "ok" else str(value), cancelled=status == "cancelled"))
-            for ref, (slot, actor, since) in list(starting.items()):
-                if time.monotonic() - since > self.replace_timeout_s:  # replacement never came up: shrink
-                    starting.pop(ref)
-                    self.cluster.drop(slot, actor)
-            if not fraction_reached and len(out) >= need:
-                fraction_reached = True
-                stop_at = early.stop_at(t0, time.monotonic())
-            dispatch()
-            if pending and not busy and not idle and not starting:
-                raise WorkerPoolError(f"all Ray workers died; {len(pending)} of {len(tasks)} tasks not run "
-                                      f"(retries so far: {self.retries})")
-        # -- cancel stragglers (running or queued on an actor) and never-started tasks
-        cancels = {ref: actor.cancel.remote(exp, tag) for ref, (slot, actor, t, tag) in busy.items()}
-        for ref, c in cancels.items():
-            try:
-                running = ray.get(c, timeout=_CANCEL_WAIT_S + 5.0)
-            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError, ray.exceptions.GetTimeoutError):
-                running = True
-            if not running:  # still queued (behind another experiment's call) or just finished
-                ray.cancel(ref)
-        deadline = time.monotonic() + _CANCEL_WAIT_S + 5.0
-        for ref, (slot, actor, t, tag) in list(busy.items()):
-            try:
-                status, _, value = ray.get(ref, timeout=max(deadline - time.monotonic(), 0.1))
-                ok = status == "ok"
-                res = TaskOutcome(t, ok, value if ok else None,
-                                  "" if ok else "cancelled: straggler past the collection deadline",
-                                  cancelled=not ok)
-            except ray.exceptions.GetTimeoutError:  # stuck even after cancel: replace the actor
-                self.cluster.replace(slot, actor)
-                res = TaskOutcome(t, False, None, "worker did not answer the cancel (replaced)", cancelled=True)
-            except (ray.exceptions.TaskCancelledError, ray.exceptions.RayActorError, ray.exceptions.RayTaskError):
-                res = TaskOutcome(t, False, None, "cancelled: straggler past the collection deadline",
-                                  cancelled=True)
-            emit(res)
-        for t in pending:
-            emit(TaskOutcome(t, False, None, "cancelled: not started before the collection deadline",
-                             cancelled=True))
-        return out
+        run = _MapRun(self, method, tasks, early_exit or EarlyExit(fraction=1.0, timeout_s=float("inf")), on_result)
+        run.dispatch()
+        while run.running() and run.wait_and_collect():
+            run.drop_stuck_replacements()
+            run.check_early_exit()
+            run.dispatch()
+            run.fail_if_no_worker_left()
+        run.cancel_stragglers()
+        run.report_not_started()
+        return run.out
 
     def workers_info(self) -> list[dict]:
         """``ping`` of every actor: pid, host, private tmp dir, experiments, whether TF is loaded."""
@@ -774,3 +569,159 @@ class RayPool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _MapRun:
+    """The state of one :meth:`RayPool.map_unordered` call: tasks pending,
+    running on an actor (``busy``), actors idle or starting (replacements of
+    dead ones, waited for with a ``ping``), and the outcomes so far."""
+
+    def __init__(self, pool: RayPool, method: str, tasks: Sequence[tuple], early: EarlyExit,
+                 on_result: Callable[[TaskOutcome], None] | None):
+        self.pool, self.cluster, self.ray = pool, pool.cluster, pool._ray
+        self.method, self.tasks, self.early, self.on_result = method, tasks, early, on_result
+        self.pending: collections.deque[int] = collections.deque(range(len(tasks)))
+        self.attempts = [0] * len(tasks)
+        self.busy: dict[Any, tuple[int, Any, int, str]] = {}  # ref -> (slot, actor, task, tag)
+        self.starting: dict[Any, tuple[int, Any, float]] = {}  # ping ref of a replacement -> (slot, actor, since)
+        self.idle: collections.deque[tuple[int, Any]] = collections.deque(pool._live())
+        self.out: list[TaskOutcome] = []
+        self.t0 = time.monotonic()
+        self.stop_at = self.t0 + early.timeout_s
+        self.need = max(1, int(early.fraction * len(tasks) + 0.999999)) if tasks else 0
+        self.fraction_reached = False
+
+    def emit(self, res: TaskOutcome) -> None:
+        self.out.append(res)
+        if self.on_result:
+            self.on_result(res)
+
+    def dispatch(self) -> None:
+        """Give pending tasks to idle actors (a slot's current actor, if
+        another pool replaced it meanwhile)."""
+        while self.idle and self.pending:
+            slot, actor = self.idle.popleft()
+            if self.cluster.actors[slot] is not actor:
+                actor = self.cluster.actors[slot]
+                if actor is None:  # the slot was dropped
+                    continue
+            t = self.pending.popleft()
+            tag = f"{self.pool._token}:{t}:{self.attempts[t]}"
+            ref = actor.call.remote(self.pool.experiment_id, self.method, tag, *self.tasks[t])
+            self.busy[ref] = (slot, actor, t, tag)
+
+    def running(self) -> bool:
+        """Tasks running, or pending with a replacement actor on its way."""
+        return bool(self.busy or (self.pending and self.starting))
+
+    def wait_and_collect(self) -> bool:
+        """Wait (up to a second) for a task or a replacement actor, and take
+        what is ready. False once the collection's time is up."""
+        now = time.monotonic()
+        if now >= self.stop_at:
+            return False
+        refs = list(self.busy) + list(self.starting)
+        ready, _ = self.ray.wait(refs, num_returns=1, timeout=min(self.stop_at - now, 1.0))
+        for ref in ready:
+            if ref in self.starting:
+                self._replacement_answered(ref)
+            else:
+                self._task_answered(ref)
+        return True
+
+    def _replacement_answered(self, ref) -> None:
+        slot, actor, _ = self.starting.pop(ref)
+        try:
+            self.ray.get(ref)
+            self.idle.append((slot, actor))
+        except self.ray.exceptions.RayActorError:
+            self._lost(slot, actor)
+
+    def _task_answered(self, ref) -> None:
+        slot, actor, t, _ = self.busy.pop(ref)
+        exc = self.ray.exceptions
+        try:
+            status, _, value = self.ray.get(ref)
+        except exc.RayActorError as e:
+            self._lost(slot, actor)
+            self._retry_or_fail(t, e)
+            return
+        except exc.RayTaskError as e:
+            c = self.pool._unwrap(e)
+            self.idle.append((slot, actor))
+            self.emit(TaskOutcome(t, False, None, f"{type(c).__name__}: {c}"))
+            return
+        self.idle.append((slot, actor))
+        ok = status == "ok"
+        self.emit(TaskOutcome(t, ok, value if ok else None, "" if ok else str(value), cancelled=status == "cancelled"))
+
+    def _lost(self, slot: int, actor) -> None:
+        """``actor`` died: start its replacement (unless the slot is dropped)."""
+        new = self.cluster.replace(slot, actor)
+        if new is not None:
+            self.starting[new.ping.remote()] = (slot, new, time.monotonic())
+
+    def _retry_or_fail(self, t: int, e: BaseException) -> None:
+        """Task ``t``'s actor died under it: run it again, first in line for
+        the next free (other) actor, or report it once out of retries."""
+        pool = self.pool
+        if self.attempts[t] < pool.max_retries:
+            self.attempts[t] += 1
+            pool.retries += 1
+            pool.last_retried.append(t)
+            self.pending.appendleft(t)
+        else:
+            self.emit(TaskOutcome(t, False, None, f"worker died {self.attempts[t] + 1} times on this task: "
+                                                  f"{str(e).splitlines()[0]}"))
+
+    def drop_stuck_replacements(self) -> None:
+        """A replacement not up within ``replace_timeout_s`` never comes: the pool shrinks."""
+        for ref, (slot, actor, since) in list(self.starting.items()):
+            if time.monotonic() - since > self.pool.replace_timeout_s:
+                self.starting.pop(ref)
+                self.cluster.drop(slot, actor)
+
+    def check_early_exit(self) -> None:
+        """Once the early-exit fraction is in, the stragglers' deadline is set."""
+        if not self.fraction_reached and len(self.out) >= self.need:
+            self.fraction_reached = True
+            self.stop_at = self.early.stop_at(self.t0, time.monotonic())
+
+    def fail_if_no_worker_left(self) -> None:
+        if self.pending and not self.busy and not self.idle and not self.starting:
+            raise WorkerPoolError(f"all Ray workers died; {len(self.pending)} of {len(self.tasks)} tasks not run "
+                                  f"(retries so far: {self.pool.retries})")
+
+    def cancel_stragglers(self) -> None:
+        """Cancel the tasks still running (their compilers killed) or queued
+        on an actor, and report each: its result if it finished after all,
+        else cancelled (an actor that does not answer the cancel is replaced)."""
+        ray, exc, exp = self.ray, self.ray.exceptions, self.pool.experiment_id
+        cancels = {ref: actor.cancel.remote(exp, tag) for ref, (slot, actor, t, tag) in self.busy.items()}
+        for ref, c in cancels.items():
+            try:
+                running = ray.get(c, timeout=_CANCEL_WAIT_S + 5.0)
+            except (exc.RayActorError, exc.RayTaskError, exc.GetTimeoutError):
+                running = True
+            if not running:  # still queued (behind another experiment's call) or just finished
+                ray.cancel(ref)
+        deadline = time.monotonic() + _CANCEL_WAIT_S + 5.0
+        for ref, (slot, actor, t, tag) in list(self.busy.items()):
+            try:
+                status, _, value = ray.get(ref, timeout=max(deadline - time.monotonic(), 0.1))
+                ok = status == "ok"
+                res = TaskOutcome(t, ok, value if ok else None,
+                                  "" if ok else "cancelled: straggler past the collection deadline",
+                                  cancelled=not ok)
+            except exc.GetTimeoutError:  # stuck even after cancel: replace the actor
+                self.cluster.replace(slot, actor)
+                res = TaskOutcome(t, False, None, "worker did not answer the cancel (replaced)", cancelled=True)
+            except (exc.TaskCancelledError, exc.RayActorError, exc.RayTaskError):
+                res = TaskOutcome(t, False, None, "cancelled: straggler past the collection deadline",
+                                  cancelled=True)
+            self.emit(res)
+
+    def report_not_started(self) -> None:
+        for t in self.pending:
+            self.emit(TaskOutcome(t, False, None, "cancelled: not started before the collection deadline",
+                                  cancelled=True))

@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 
+from mlgo_host import procs
 from mlgo_host.corpus import synth
 
 HAVE_CLANG = shutil.which("clang-19") is not None
@@ -113,17 +114,8 @@ def fake_clang(tmp_path):
     return p
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie still answers kill(0): look at its state
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+#: exists and is not a zombie (a zombie still answers kill(0))
+pid_alive = procs.alive
 
 
 def leftovers(tmpdir) -> list[str]:

@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from mlgo_host import procs
+
 BIN = os.path.dirname(sys.executable)
 MLGO_CLANG = os.path.join(BIN, "mlgo-clang")
 CLANG = "clang-19"
@@ -183,10 +185,5 @@ def compiler_on_channel(request_path: str) -> int | None:
     return None
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            st = f.read()
-        return st[st.rindex(")") + 2] != "Z"
-    except (OSError, ValueError):
-        return False
+#: exists and is not a zombie
+pid_alive = procs.alive

@@ -16,7 +16,8 @@ ray = pytest.importorskip("ray")
 from _corpus_helpers import build_generated_corpus  # noqa: E402
 from mlgo_host.errors import UnknownExperimentError  # noqa: E402
 from mlgo_host.trainers.pool import EarlyExit, WorkerPool, make_pool  # noqa: E402
-from mlgo_host.trainers.ray_pool import RayCluster, RayPool, _children, _stat  # noqa: E402
+from mlgo_host import procs  # noqa: E402
+from mlgo_host.trainers.ray_pool import RayCluster, RayPool  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -131,9 +132,9 @@ def test_shipped_bitcode_needs_no_shared_filesystem(cluster, corpus, worker_kwar
 def _compiler_children(pid: int) -> list[int]:
     """Session-leader children of an actor process (its compilers)."""
     out = []
-    for c in _children(pid):
-        st = _stat(c)
-        if st is not None and st[0] == c:
+    for c in procs.children(pid):
+        st = procs.stat(c)
+        if st is not None and st.sid == c:
             try:
                 with open(f"/proc/{c}/cmdline", "rb") as f:
                     if b"clang" in f.read():
@@ -147,12 +148,7 @@ def _gone(pid: int, timeout: float = 20.0) -> bool:
     """True once ``pid`` has exited (absent or a zombie)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                data = f.read()
-            if data[data.rindex(b")") + 2:].split()[0] == b"Z":
-                return True
-        except OSError:
+        if not procs.alive(pid):
             return True
         time.sleep(0.05)
     return False

@@ -1,0 +1,129 @@
+"""Process checks through Linux ``/proc`` (the bottom floor: no package imports).
+
+The one place that reads ``/proc/PID/stat``, ``/proc/PID/task/*/children``
+and ``/proc/PID/cmdline``: whether a process is alive (a zombie is not), its
+process group and session, its start time (with the pid, the identity of a
+process: a pid can be reused, the pair cannot), its children, and the
+processes of this user whose command line names a path.  Also imported by the
+``mlgo-clang`` client and by the Ray actors' watchdog process: it must stay
+light (standard library only).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+from collections.abc import Iterator
+
+# not typing.NamedTuple: typing costs the mlgo-clang client milliseconds per compile
+#: The fields of ``/proc/PID/stat`` this package looks at: ``state`` (R, S,
+#: D, Z, T, ...), process group ``pgid``, session ``sid`` and ``start``, the
+#: start time after boot in clock ticks (``(pid, start)`` names one process).
+ProcStat = collections.namedtuple("ProcStat", "state pgid sid start")
+
+
+def stat(pid: int) -> ProcStat | None:
+    """``pid``'s state, group, session and start time; None if it is gone
+    (or cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # the command name (field 2) is in parentheses and may hold spaces or ")"
+    fields = data[data.rindex(b")") + 2:].split()
+    try:
+        # fields[0] is field 3 of proc(5): state; pgrp is 5, session 6, starttime 22
+        return ProcStat(fields[0].decode(), int(fields[2]), int(fields[3]), int(fields[19]))
+    except (IndexError, ValueError):
+        return None
+
+
+def alive(pid: object) -> bool:
+    """True while ``pid`` (an int > 0; anything else is "no process") runs:
+    it exists and is not a zombie (exited, not yet reaped)."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process: it exists
+    except OverflowError:
+        return False
+    st = stat(pid)
+    # unreadable stat (e.g. /proc mounted hidepid) but kill(0) saw it: alive
+    return st is None or st.state != "Z"
+
+
+def same_process(pid: int, seen: ProcStat) -> bool:
+    """Whether ``pid`` is still the process ``seen`` was read from (not
+    exited, its pid not reused by another)."""
+    now = stat(pid)
+    return now is not None and now.start == seen.start and now.state != "Z"
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (those of all its threads)."""
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.extend(int(x) for x in f.read().split())
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def own_processes() -> Iterator[tuple[int, bytes]]:
+    """``(pid, command line)`` of every process of this user but this one
+    (the command line's arguments separated by NUL bytes)."""
+    uid, me = os.getuid(), os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return
+    for e in entries:
+        if not e.isdigit() or int(e) == me:
+            continue
+        try:
+            if os.stat(f"/proc/{e}").st_uid != uid:
+                continue
+            with open(f"/proc/{e}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue  # exited meanwhile
+        yield int(e), cmd
+
+
+def kill_group_or_process(pid: int, st: ProcStat | None = None) -> None:
+    """SIGKILL ``pid``'s whole process group when it leads one (a compiler
+    started in its own session, with whatever it started), else ``pid`` alone.
+    ``st``: its stat, if already read. Gone already: nothing to do."""
+    st = st or stat(pid)
+    if st is None:
+        return
+    try:
+        if st.pgid == pid:
+            os.killpg(pid, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def current_cpu() -> int:
+    """The CPU this process last ran on (0 when unknown)."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            data = f.read()
+        # field 39 of proc(5), "processor"
+        return int(data[data.rindex(b")") + 2:].split()[36])
+    except (OSError, ValueError, IndexError):
+        return 0
