@@ -34,6 +34,7 @@ from mlgo_host.channel.codec import Header
 from mlgo_host.errors import ConfigError
 from mlgo_host.policies.specs import PolicySpec
 from mlgo_host.policies.vocab import NormConfig, Vocab, VocabBuilder
+from mlgo_host.trainers.bc import obs_spec_batched
 
 log = logging.getLogger("mlgo_host.imitate")
 
@@ -101,7 +102,6 @@ def train_imitation(
     import tensorflow as tf
 
     from mlgo_host.trainers import tf_agent
-    from mlgo_host.trainers.bc import obs_spec_batched
     from mlgo_host.trainers.export import save_policy
 
     tf.random.set_seed(seed)

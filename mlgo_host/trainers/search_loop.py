@@ -117,9 +117,10 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, cfg, c
                max_growth, heldout, seed, progress) -> dict[str, Any]:
     base_dir = state.get("best_policy")
     t0 = time.monotonic()
-    results = _search_round(pool, r, base_dir, train_mods, state, compiles, seed, progress)
+    results = _cached_search_round(root_dir, pool, r, base_dir, train_mods, state, compiles, seed, progress)
     t_search = time.monotonic() - t0
-    data = _merge_round(root_dir, r, results, state)
+    _note_modules(state, results)
+    data = _merge_round(root_dir, r, results)
     model = _fit_flip_model(data)
     state["flip_model"] = model.to_json() if model is not None else None
     t1 = time.monotonic()
@@ -142,6 +143,19 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, cfg, c
         row["heldout_pct"], row["heldout_bigger_1pct"] = _evaluate(pool, policy_dir, held_mods, progress,
                                                                    f"round {r}: held-out")
     return row
+
+
+def _cached_search_round(root_dir, pool, r, *args) -> list[dict]:
+    """The round's search results, computed once: a run killed after the
+    search (the longest step) resumes with its results."""
+    path = os.path.join(root_dir, "search", f"round-{r}.pkl")
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    results = _search_round(pool, r, *args)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        pickle.dump(results, f, protocol=pickle.HIGHEST_PROTOCOL)
+    return results
 
 
 def _search_round(pool, r, base_dir, mods: list[Module], state, compiles, seed, progress) -> list[dict]:
@@ -167,21 +181,30 @@ def _search_round(pool, r, base_dir, mods: list[Module], state, compiles, seed, 
     return out
 
 
-def _merge_round(root_dir: str, r: int, results: list[dict], state: dict) -> dict:
+def _note_modules(state: dict, results: list[dict]) -> None:
+    """What the next rounds' budgets and the imitation need to know."""
+    for res in results:
+        if res["status"] == "ok":
+            state["sizes"][res["name"]] = res["default_size"]
+            state["decisions"][res["name"]] = len(res["actions"])
+            state["default_slot"] = state.get("default_slot") or res.get("default_slot")
+
+
+def _merge_round(root_dir: str, r: int, results: list[dict]) -> dict:
     """Each module's best trajectory over all rounds and every flip tried;
     the round's results are kept under ``search/``."""
     path = os.path.join(root_dir, "search", "data.pkl")
-    data = {"best": {}, "flip_only": []}
+    data = {"best": {}, "flip_only": [], "merged": []}
     if os.path.exists(path):
         with open(path, "rb") as f:
             data = pickle.load(f)
+    if r in data["merged"]:  # a resumed run: this round is in already
+        return data
+    data["merged"].append(r)
     for res in results:
         if res["status"] != "ok":
             continue
         name = res["name"]
-        state["sizes"][name] = res["default_size"]
-        state["decisions"][name] = len(res["actions"])
-        state["default_slot"] = state.get("default_slot") or res.get("default_slot")
         old = data["best"].get(name)
         if old is None or res["best_size"] < old["best_size"]:
             if old is not None:  # its flips stay examples
@@ -191,8 +214,6 @@ def _merge_round(root_dir: str, r: int, results: list[dict], state: dict) -> dic
             data["flip_only"].append(dict(res, raw=b"", actions=np.zeros(0, np.int64)))
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         pickle.dump(data, f, protocol=pickle.HIGHEST_PROTOCOL)
-    best = list(data["best"].values())
-    state["headroom_pct"] = total_gain_pct(best)
     return data
 
 
