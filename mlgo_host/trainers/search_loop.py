@@ -158,27 +158,55 @@ def _cached_search_round(root_dir, pool, r, *args) -> list[dict]:
     return results
 
 
-def _search_round(pool, r, base_dir, mods: list[Module], state, compiles, seed, progress) -> list[dict]:
-    """Search every training module around the current policy."""
-    from tqdm import tqdm
-
+def _search_round(pool, r, base_dir, mods: list[Module], state, compiles, seed, progress,
+                  first_share: float = 0.6, patience: int = 6) -> list[dict]:
+    """Search every training module around the current policy, in two
+    passes: ``first_share`` of the compiles shared by module size, each
+    module stopping after ``patience`` flips in a row that did not pay;
+    then what is left goes to the modules that paid, in proportion to the
+    bytes they gained, continuing from their best."""
     pool.broadcast("set_policy", policy_blob_from_dir(base_dir) if base_dir else {"heuristic": "default"})
     sizes = [state["sizes"].get(m.name, m.size) for m in mods]
     decisions = [state["decisions"].get(m.name, 10_000) for m in mods]
-    budget = budgets(sizes, decisions, compiles)
     model = state.get("flip_model")
-    tasks = [(m.to_task(), b, model, None, seed + r) for m, b in zip(mods, budget)]
-    bar = tqdm(total=len(tasks), desc=f"round {r}: search", unit="module", disable=not progress, leave=False,
-               file=sys.stderr)
+    budget = budgets(sizes, decisions, int(first_share * compiles))
+    tasks = [(m.to_task(), b, model, None, seed + r, patience) for m, b in zip(mods, budget)]
+    first = _run_search(pool, tasks, r, f"round {r}: search", progress)
+    left = compiles - sum(x["compiles"] for x in first.values())
+    paid = [x for x in first.values() if x["status"] == "ok" and x["best_size"] < x["start_size"]]
+    if left > 0 and paid:
+        gains = np.array([x["start_size"] - x["best_size"] for x in paid], dtype=np.float64)
+        extra = np.floor(left * gains / gains.sum()).astype(int)
+        by_name = {m.name: m for m in mods}
+        tasks = [(by_name[x["name"]].to_task(), int(e) + 1, model, x["forced"], seed + r, patience, x["tried"],
+                  x["base"] == "default") for x, e in zip(paid, extra) if e > 0]
+        for res in _run_search(pool, tasks, r, f"round {r}: search, 2nd pass", progress).values():
+            first[res["name"]] = _continued(first[res["name"]], res)
+    return [first[m.name] for m in mods if m.name in first]
+
+
+def _run_search(pool, tasks, r, desc, progress) -> dict[str, dict]:
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(tasks), desc=desc, unit="module", disable=not progress, leave=False, file=sys.stderr)
     outcomes = pool.map_unordered("search", tasks, None, on_result=lambda o: bar.update(1))
     bar.close()
-    out = []
+    out = {}
     for o in sorted(outcomes, key=lambda o: o.index):
         if o.ok and o.value is not None:
-            out.append(o.value)
+            out[o.value["name"]] = o.value
         else:
             log.warning("round %d: search of %s failed: %s", r, tasks[o.index][0]["name"], o.error)
     return out
+
+
+def _continued(first: dict, second: dict) -> dict:
+    """One module's two passes as one result: the second's best (it started
+    from the first's), both passes' flips and compiles."""
+    if second["status"] != "ok" or second["best_size"] is None or second["best_size"] > first["best_size"]:
+        return dict(first, compiles=first["compiles"] + second["compiles"])
+    return dict(second, policy_size=first["policy_size"], start_size=first["start_size"],
+                compiles=first["compiles"] + second["compiles"], flips=first["flips"] + second["flips"])
 
 
 def _note_modules(state: dict, results: list[dict]) -> None:
