@@ -215,10 +215,34 @@ def baseline_size(
 ) -> int:
     """The default-heuristic text size of ``module``, from the on-disk cache
     when present, else compiled once and cached."""
+    return baseline_size_info(module, clang, llvm_size, cache_dir, timeout, advisor)[0]
+
+
+def baseline_size_info(
+    module: "Module",
+    clang: str = "clang-19",
+    llvm_size: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    timeout: float = 300.0,
+    advisor: str = "inline",
+) -> tuple[int, float | None]:
+    """:func:`baseline_size` and what it cost: (size, CPU seconds of the
+    default compile and llvm-size run now, or None when the size was cached).
+    The CPU is this process's waited-for children's, so call it from one
+    thread at a time (as the eval workers do)."""
     cache = BaselineCache(cache_dir)
     got = cache.get(module, clang, advisor)
     if got is not None:
-        return got
+        return got, None
+    cpu0 = _children_cpu_s()
     size = plain_size(module, clang, llvm_size, timeout)
+    cpu = _children_cpu_s() - cpu0
     cache.put(module, clang, size, advisor)
-    return size
+    return size, cpu
+
+
+def _children_cpu_s() -> float:
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
