@@ -41,8 +41,8 @@ from mlgo_host.errors import ConfigError  # noqa: E402
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--advisor", choices=sorted(ADVISORS), default=None,
-                   help="which of the compiler's decisions the policy makes (default: inline, or the replay's)")
+    p.add_argument("--advisor", choices=sorted(ADVISORS), default="inline",
+                   help="which of the compiler's decisions the policy makes (a replay's must match)")
     p.add_argument("--policy", default=None,
                    help="who answers: a heuristic (default = the compiler's own decision, never, always, random) "
                         "or a saved policy directory (default: default); with --replay, the base policy "
@@ -92,15 +92,13 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError("--save-replay needs --replay FILE (the forced actions to fingerprint)")
     if args.timeout <= 0:
         raise ConfigError(f"--timeout must be positive, got {args.timeout:g}")
-    advisor = args.advisor or "inline"
     if args.replay:
         from mlgo_host.policies.replay import load_replay
 
         policy = load_replay(args.replay, base=args.policy, seed=args.seed, greedy=not args.sample)
-        if args.advisor and args.advisor != policy.replay.advisor:
+        if args.advisor != policy.replay.advisor:
             raise ConfigError(f"replay file {args.replay} is for the {policy.replay.advisor} advisor, "
-                              f"not --advisor {args.advisor}")
-        advisor = policy.replay.advisor
+                              f"not {args.advisor} (use --advisor {policy.replay.advisor})")
     elif args.policy in (None, "default"):
         # The compiler's own decision: the session answers it itself (policy
         # None), without importing the policies and numpy (~0.15 s of CPU).
@@ -109,7 +107,7 @@ def _run(args: argparse.Namespace) -> int:
         from mlgo_host.policies import load_policy
 
         policy = load_policy(args.policy, seed=args.seed, greedy=not args.sample)
-    res = run_session(cmd, advisor, policy, timeout=args.timeout, log_path=args.log, pin_cpu=args.pin)
+    res = run_session(cmd, args.advisor, policy, timeout=args.timeout, log_path=args.log, pin_cpu=args.pin)
     out = res.summary()
     out["policy"] = args.policy or "default"
     if args.replay:

@@ -82,6 +82,9 @@ def test_cli_errors_are_one_line(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
     r = _cli(["run", "--save-replay", "o.json", "--", "clang-19", "-Oz", "-c", "x.c"], tmp_path)
     assert r.returncode == 2 and "--save-replay needs --replay" in r.stderr
+    evict = _write(tmp_path / "evict.json", {"format": FORMAT, "advisor": "regalloc-evict", "forced": {"1": 0}})
+    r = _cli(["run", "--replay", evict, "--", "clang-19", "-O2", "-c", "x.c"], tmp_path)
+    assert r.returncode == 2 and "is for the regalloc-evict advisor, not inline (use --advisor regalloc-evict)" in r.stderr
 
 
 # -- forcing and the fingerprint on a recorded episode ------------------------
