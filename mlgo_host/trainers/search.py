@@ -40,7 +40,7 @@ from mlgo_host.corpus.compile import ModuleResult, baseline_size, compile_module
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.episode import Episode
 from mlgo_host.policies.base import Policy
-from mlgo_host.policies.replay import ReplayPolicy
+from mlgo_host.policies.replay import Replay, ReplayPolicy
 from mlgo_host.trainers.worker import CollectWorker
 
 #: features the pattern prior reads (inliner, present in every clang >= 17 header)
@@ -161,7 +161,7 @@ class Trial:
 
 
 def _trial(module: Module, base: Policy, forced: dict[int, int], cfg: dict) -> Trial:
-    pol = ReplayPolicy(base, forced) if forced else base
+    pol = ReplayPolicy(Replay(forced=dict(forced), base=getattr(base, "name", "policy")), base) if forced else base
     res: ModuleResult = compile_module(module, pol, advisor="inline", clang=cfg["clang"],
                                        llvm_size=cfg.get("llvm_size"), timeout=cfg.get("module_timeout", 300.0),
                                        record=True)

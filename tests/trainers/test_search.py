@@ -78,10 +78,10 @@ def test_search_finds_the_flip_that_shrinks_a_module_and_records_every_try(corpu
     assert accepted and all(f["delta"] < 0 for f in accepted)
     assert sum(f["delta"] for f in accepted) == res["best_size"] - res["default_size"]
     # the best trajectory is what the forced flips give: replaying it gives the same size
-    from mlgo_host.policies.replay import ReplayPolicy
+    from mlgo_host.policies.replay import Replay, ReplayPolicy
 
-    again = compile_module(c["k.c"], ReplayPolicy(d, {int(k): v for k, v in res["forced"].items()}),
-                           clang="clang-19")
+    forced = {int(k): v for k, v in res["forced"].items()}
+    again = compile_module(c["k.c"], ReplayPolicy(Replay(forced=forced), d), clang="clang-19")
     assert again.text_size == res["best_size"]
 
 
