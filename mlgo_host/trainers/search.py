@@ -186,7 +186,8 @@ def search_module(module: Module, base: Policy, budget: int, cfg: dict, *, defau
     flips: list[dict] = []
     tried: set[int] = {int(i) for i in exclude}
     misses = 0
-    while compiles < budget and cur.episode is not None and (patience is None or misses < patience):
+    while (compiles < budget and cur.episode is not None and cur.episode.n > 0
+           and (patience is None or misses < patience)):
         order = _candidates(cur, tried, model, policy_probs)
         if not order:
             break

@@ -50,7 +50,7 @@ from mlgo_host.trainers.worker import policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.search")
 
-GATE_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98)
+GATE_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 
 
 @gin.configurable(module="search")
@@ -160,29 +160,46 @@ def _cached_search_round(root_dir, pool, r, *args) -> list[dict]:
 
 def _search_round(pool, r, base_dir, mods: list[Module], state, compiles, seed, progress,
                   first_share: float = 0.6, patience: int = 6) -> list[dict]:
-    """Search every training module around the current policy, in two
-    passes: ``first_share`` of the compiles shared by module size, each
-    module stopping after ``patience`` flips in a row that did not pay;
-    then what is left goes to the modules that paid, in proportion to the
-    bytes they gained, continuing from their best."""
+    """Search every training module around the current policy, in passes:
+    ``first_share`` of the compiles shared by module size, each module
+    stopping after ``patience`` flips in a row that did not pay; then half
+    of what is left to the modules that paid, in proportion to the bytes
+    they gained, and the rest to the modules the patience stopped (by
+    size), each continuing from its best and skipping what it tried."""
     pool.broadcast("set_policy", policy_blob_from_dir(base_dir) if base_dir else {"heuristic": "default"})
     sizes = [state["sizes"].get(m.name, m.size) for m in mods]
     decisions = [state["decisions"].get(m.name, 10_000) for m in mods]
     model = state.get("flip_model")
     budget = budgets(sizes, decisions, int(first_share * compiles))
     tasks = [(m.to_task(), b, model, None, seed + r, patience) for m, b in zip(mods, budget)]
-    first = _run_search(pool, tasks, r, f"round {r}: search", progress)
-    left = compiles - sum(x["compiles"] for x in first.values())
-    paid = [x for x in first.values() if x["status"] == "ok" and x["best_size"] < x["start_size"]]
+    found = _run_search(pool, tasks, r, f"round {r}: search", progress)
+    by_name = {m.name: m for m in mods}
+    left = compiles - sum(x["compiles"] for x in found.values())
+    paid = [x for x in found.values() if x["status"] == "ok" and x["best_size"] < x["start_size"]]
     if left > 0 and paid:
-        gains = np.array([x["start_size"] - x["best_size"] for x in paid], dtype=np.float64)
-        extra = np.floor(left * gains / gains.sum()).astype(int)
-        by_name = {m.name: m for m in mods}
-        tasks = [(by_name[x["name"]].to_task(), int(e) + 1, model, x["forced"], seed + r, patience, x["tried"],
-                  x["base"] == "default") for x, e in zip(paid, extra) if e > 0]
-        for res in _run_search(pool, tasks, r, f"round {r}: search, 2nd pass", progress).values():
-            first[res["name"]] = _continued(first[res["name"]], res)
-    return [first[m.name] for m in mods if m.name in first]
+        gains = [x["start_size"] - x["best_size"] for x in paid]
+        _continue(pool, found, paid, _shares(left // 2, gains), by_name, model, seed + r, 3 * patience,
+                  f"round {r}: search, modules that paid", progress)
+    left = compiles - sum(x["compiles"] for x in found.values())
+    stopped = [x for x in found.values() if x["status"] == "ok" and x.get("stopped") == "patience"]
+    if left > 0 and stopped:
+        sizes = [np.sqrt(max(x["default_size"], 1)) for x in stopped]
+        _continue(pool, found, stopped, _shares(left, sizes), by_name, model, seed + r, 2 * patience,
+                  f"round {r}: search, further", progress)
+    return [found[m.name] for m in mods if m.name in found]
+
+
+def _shares(total: int, weights) -> list[int]:
+    w = np.asarray(weights, dtype=np.float64)
+    return [int(x) for x in np.floor(total * w / w.sum())] if w.sum() > 0 else [0] * len(w)
+
+
+def _continue(pool, found, results, extra, by_name, model, seed, patience, desc, progress) -> None:
+    """More compiles for some modules, from their best, skipping their tries."""
+    tasks = [(by_name[x["name"]].to_task(), int(e) + 1, model, x["forced"], seed, patience, x["tried"],
+              x["base"] == "default") for x, e in zip(results, extra) if e > 0]
+    for res in _run_search(pool, tasks, 0, desc, progress).values():
+        found[res["name"]] = _continued(found[res["name"]], res)
 
 
 def _run_search(pool, tasks, r, desc, progress) -> dict[str, dict]:
@@ -201,12 +218,13 @@ def _run_search(pool, tasks, r, desc, progress) -> dict[str, dict]:
 
 
 def _continued(first: dict, second: dict) -> dict:
-    """One module's two passes as one result: the second's best (it started
-    from the first's), both passes' flips and compiles."""
+    """One module's passes as one result: the later pass's best (it started
+    from the earlier one's), every flip, try and compile of both."""
+    both = {"compiles": first["compiles"] + second["compiles"], "flips": first["flips"] + second["flips"],
+            "tried": sorted(set(first["tried"]) | set(second.get("tried", ())))}
     if second["status"] != "ok" or second["best_size"] is None or second["best_size"] > first["best_size"]:
-        return dict(first, compiles=first["compiles"] + second["compiles"])
-    return dict(second, policy_size=first["policy_size"], start_size=first["start_size"],
-                compiles=first["compiles"] + second["compiles"], flips=first["flips"] + second["flips"])
+        return dict(first, **both)
+    return dict(second, policy_size=first["policy_size"], start_size=first["start_size"], **both)
 
 
 def _note_modules(state: dict, results: list[dict]) -> None:
