@@ -26,9 +26,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from serve import BIN, benchmark_entries, generated_entries, make, write_makefile  # noqa: E402
+from serve import BIN, build_entries, make, write_makefile  # noqa: E402
 
 from mlgo_host.corpus.sizes import text_size  # noqa: E402
+from mlgo_host.fsutil import atomic_write_json  # noqa: E402
 from mlgo_host.serve.stats import aggregate  # noqa: E402
 
 
@@ -75,16 +76,7 @@ def main() -> int:
     work = tempfile.mkdtemp(prefix="mlgo-bench-guard-")
     servers = []
     try:
-        entries = None if args.generated else benchmark_entries(False)
-        kind = "benchmark corpus sources"
-        if entries is None:
-            kind = "generated C modules"
-            gen = os.path.join(work, "src")
-            os.makedirs(gen)
-            entries = generated_entries(gen)
-        elif len(entries) > args.max_files:  # an even spread over the packages
-            step = len(entries) / args.max_files
-            entries = [entries[int(i * step)] for i in range(args.max_files)]
+        entries, kind = build_entries(work, args.generated, False, args.max_files)
         out_dir = os.path.join(work, "build")
         os.makedirs(out_dir)
         objs = write_makefile(entries, out_dir)
@@ -125,12 +117,7 @@ def main() -> int:
             "guard_cost": {k: round(fig["guarded"][k] / fig["served"][k], 3) for k in ("wall_median_s", "cpu_median_s")},
         }
         print(json.dumps(res, indent=1))
-        os.makedirs(os.path.dirname(args.output), exist_ok=True)
-        tmp = args.output + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(res, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, args.output)
+        atomic_write_json(args.output, res)
         return 0 if res["guarded"]["bigger"] == 0 else 1
     finally:
         for srv in servers:

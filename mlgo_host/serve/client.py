@@ -275,6 +275,8 @@ def _guard(plain: list[str], output: str) -> dict:
     proc = None
     try:
         proc = _Spawned(cmd, quiet=True)
+        # Unbounded like any plain compile: without the channel flags there is
+        # no FIFO to block on, and the compiler dies with us (PDEATHSIG).
         rc = proc.wait(None)
         if rc != 0:
             return {"guard": "policy", "guard_reason": f"the default compile failed (exit status {rc})"}

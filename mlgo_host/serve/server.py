@@ -339,6 +339,8 @@ class Slot(threading.Thread):
             "session_s": round(session_s, 4), "text_size": None, "error": error,
         }
         rec.update(guard_fields(done[0] if done else {}))
+        if stats is not None and hasattr(self.policy, "report"):  # a replay: forced, applied, stale
+            rec["replay"] = self.policy.report()
         srv.record(rec, stats.episode if stats is not None else None)
 
 

@@ -12,7 +12,9 @@ One line per compile (appended with one ``write``)::
      "error", "episode" (with --collect),
      with the guard (serve --guard / MLGO_GUARD=1): "guard": "policy" |
      "default" | "skipped" (the object kept), "guard_policy_text",
-     "guard_default_text", "guard_s" (the plain compile + sizes), "guard_reason"}
+     "guard_default_text", "guard_s" (the plain compile + sizes), "guard_reason",
+     with a replay file as the policy: "replay": {"forced", "applied",
+     "missed", "decisions", "stale"[, "stale_reason"]}}
 
 A build is the ``MLGO_BUILD`` label the clients ran with, else the server
 run (its id).  Within a build the last record of each output file counts
