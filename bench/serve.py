@@ -79,6 +79,21 @@ def benchmark_entries(fetch: bool) -> list[dict] | None:
     return entries or None
 
 
+def build_entries(work: str, generated: bool, fetch: bool, max_files: int) -> tuple[list[dict], str]:
+    """(compile entries, what they are): at most ``max_files`` benchmark
+    corpus sources spread over the packages, else generated C modules in
+    ``work``/src."""
+    entries = None if generated else benchmark_entries(fetch)
+    if entries is None:
+        gen = os.path.join(work, "src")
+        os.makedirs(gen)
+        return generated_entries(gen), "generated C modules"
+    if len(entries) > max_files:  # an even spread over the packages
+        step = len(entries) / max_files
+        entries = [entries[int(i * step)] for i in range(max_files)]
+    return entries, "benchmark corpus sources"
+
+
 def write_makefile(entries: list[dict], out_dir: str) -> list[str]:
     rules, objs = [], []
     for i, e in enumerate(entries):
@@ -160,16 +175,7 @@ def main() -> int:
     work = tempfile.mkdtemp(prefix="mlgo-bench-serve-")
     srv = None
     try:
-        entries = None if args.generated else benchmark_entries(args.fetch)
-        kind = "benchmark corpus sources"
-        if entries is None:
-            kind = "generated C modules"
-            gen = os.path.join(work, "src")
-            os.makedirs(gen)
-            entries = generated_entries(gen)
-        elif len(entries) > args.max_files:  # an even spread over the packages
-            step = len(entries) / args.max_files
-            entries = [entries[int(i * step)] for i in range(args.max_files)]
+        entries, kind = build_entries(work, args.generated, args.fetch, args.max_files)
         out_dir = os.path.join(work, "build")
         os.makedirs(out_dir)
         objs = write_makefile(entries, out_dir)

@@ -1,17 +1,21 @@
 """``make demo``: the main job end to end on the benchmark corpus.
 
 1. build the benchmark corpus (pinned PyPI sdists, C and C++; cached),
-2. behavioural cloning warm start (configs/inlining/bc.gin: trace the
-   default heuristic over the training split, quantile vocab, cloning),
-3. a short PPO run from it (configs/inlining/ppo.gin) through the real
-   compiler's interactive channel,
-4. the held-out evaluation table against clang's own -Oz, a plot of the
-   held-out size change per iteration, and where to point TensorBoard.
+2. behavioural cloning of clang's own heuristic (configs/inlining/bc.gin:
+   trace the default over the training split, quantile vocab, cloning): the
+   reference point of imitation without search,
+3. search, then imitate (configs/inlining/search.gin) for ``--minutes``:
+   rounds of per-module flip search on the training split, weighted
+   cloning of the best decisions found, the gate chosen on the validation
+   split,
+4. the held-out evaluation table against clang's own -Oz (BC, search +
+   imitate, and the guard: per module the smaller of the policy's and
+   -Oz's object), the learning curve, and where to point TensorBoard.
 
-Every step keeps its output under ``--output`` and is skipped (or resumed,
-for PPO) when the command runs again.
+Every step keeps its output under ``--output`` and is skipped (or resumed)
+when the command runs again.
 
-    python -m mlgo_host.demo --output demo_out [--iterations N] [--modules-per-iteration N]
+    python -m mlgo_host.demo --output demo_out [--minutes M] [--workers N]
 """
 
 from __future__ import annotations
@@ -51,13 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", default="demo_out", help="where everything goes (default: demo_out)")
     p.add_argument("--corpus", default=None,
                    help="use this corpus instead of building the benchmark corpus into OUTPUT/corpus")
-    p.add_argument("--iterations", type=int, default=12, help="PPO iterations (default: 12)")
-    p.add_argument("--modules-per-iteration", type=int, default=32, help="modules per PPO iteration (default: 32)")
-    p.add_argument("--eval-every", type=int, default=4, help="held-out evaluation every N iterations (default: 4)")
+    p.add_argument("--minutes", type=float, default=4.0,
+                   help="time budget of the search-then-imitate training (default: 4)")
+    p.add_argument("--compiles-per-round", type=int, default=700,
+                   help="search compiles per round, shared by module size (default: 700)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 2,
                    help="collection worker processes (default: the number of CPUs)")
     p.add_argument("--gin_bindings", nargs="+", action="extend", default=[], metavar="BINDING",
-                   help="extra gin bindings for the PPO run")
+                   help="extra gin bindings for the search-then-imitate run")
     args = p.parse_args(argv)
 
     t0 = time.monotonic()
@@ -88,40 +93,41 @@ def main(argv: list[str] | None = None) -> int:
         print("already trained", file=sys.stderr)
     timings["bc"] = time.monotonic() - t
 
-    ppo_root = os.path.join(out, "ppo")
-    _step(f"3/4 PPO: {args.iterations} iterations x {args.modules_per_iteration} modules, from the BC policy")
+    search_root = os.path.join(out, "search")
+    _step(f"3/4 search, then imitate: {args.minutes:g} minutes of rounds")
     t = time.monotonic()
-    _mlgo(["train", "--root_dir", ppo_root, "--corpus", corpus,
-           "--gin_files", os.path.join(configs, "inlining", "ppo.gin"),
-           "--gin_bindings", *common, f"num_iterations={args.iterations}",
-           f"modules_per_iteration={args.modules_per_iteration}", f"eval_every={args.eval_every}",
-           f"warmstart_policy='{os.path.join(bc_root, 'saved_policy')}'", *args.gin_bindings])
-    timings["ppo"] = time.monotonic() - t
+    _mlgo(["train", "--root_dir", search_root, "--corpus", corpus,
+           "--gin_files", os.path.join(configs, "inlining", "search.gin"),
+           "--gin_bindings", *common, f"time_budget_minutes={args.minutes}",
+           f"compiles_per_round={args.compiles_per_round}", "search.train_search.gate_thresholds=(0.5, 0.7, 0.9)",
+           *args.gin_bindings])
+    timings["search"] = time.monotonic() - t
 
     _step("4/4 held-out evaluation against clang -Oz")
     t = time.monotonic()
     table = heldout_table(corpus, {"behavioural cloning": os.path.join(bc_root, "saved_policy"),
-                                   "PPO": os.path.join(ppo_root, "saved_policy")},
-                          out, jobs=args.workers)
+                                   "search + imitate": os.path.join(search_root, "saved_policy")},
+                          out, jobs=args.workers, guard_row="search + imitate")
     timings["eval"] = time.monotonic() - t
-    from mlgo_host.trainers.plots import plot_training
+    from mlgo_host.trainers.plots import plot_search
 
-    curve = plot_training(os.path.join(ppo_root, "state.json"), os.path.join(out, "ppo_heldout.png"))
+    curve = plot_search(os.path.join(search_root, "state.json"), os.path.join(out, "search_curve.png"))
     timings["total"] = time.monotonic() - t0
     with open(os.path.join(out, "demo_result.json"), "w") as f:
         json.dump({"table": table, "timings_s": {k: round(v, 1) for k, v in timings.items()}}, f, indent=1)
     print(format_table(table))
     print()
     print("minutes: " + ", ".join(f"{k} {v / 60:.1f}" for k, v in timings.items()))
-    print(f"per-module CSVs: {out}/heldout_*.csv; held-out curve: {curve or '(no evaluation yet)'}")
-    print(f"TensorBoard:     tensorboard --logdir {ppo_root}   (then open http://localhost:6006)")
+    print(f"per-module CSVs: {out}/heldout_*.csv; learning curve: {curve or '(no round yet)'}")
+    print(f"TensorBoard:     tensorboard --logdir {search_root}   (then open http://localhost:6006)")
     return 0
 
 
 def heldout_table(corpus: str, policies: dict[str, str], out: str, *, jobs: int,
-                  heldout_fraction: float = 0.2, seed: int = 0) -> dict:
+                  heldout_fraction: float = 0.2, seed: int = 0, guard_row: str | None = None) -> dict:
     """Evaluate each policy (greedy) on the training runs' held-out split
-    against the default heuristic (-Oz)."""
+    against the default heuristic (-Oz); ``guard_row``: also that policy
+    behind the guard (per module, the smaller of its object and -Oz's)."""
     from mlgo_host.trainers.evaluation import evaluate
 
     rows = []
@@ -137,7 +143,23 @@ def heldout_table(corpus: str, policies: dict[str, str], out: str, *, jobs: int,
                          "module": worst.module, "baseline": worst.baseline_text, "policy": worst.policy_text,
                          "change_percent": 100.0 * (worst.policy_text - worst.baseline_text)
                          / max(worst.baseline_text, 1)}})
+        if label == guard_row:
+            rows.append(_guard_row(f"{label} + guard", path, ok))
     return {"corpus": corpus, "heldout_fraction": heldout_fraction, "rows": rows}
+
+
+def _guard_row(label: str, path: str, ok: list) -> dict:
+    """The guard's result from the same compiles: per module, the smaller
+    of the policy's object and -Oz's (what ``eval --guard`` keeps)."""
+    base = sum(r.baseline_text for r in ok)
+    kept = [min(r.policy_text, r.baseline_text) for r in ok]
+    total = sum(kept)
+    rewards = [1.0 - (k + 0.01) / (r.baseline_text + 0.01) for k, r in zip(kept, ok)]
+    return {"policy": label, "path": path, "modules": len(ok), "ok": len(ok), "baseline_total": base,
+            "policy_total": total, "change_percent": 100.0 * (total - base) / base if base else None,
+            "smaller": sum(k < r.baseline_text for k, r in zip(kept, ok)),
+            "equal": sum(k == r.baseline_text for k, r in zip(kept, ok)), "bigger": 0,
+            "mean_reward": sum(rewards) / len(rewards) if rewards else 0.0, "worst_module": None}
 
 
 def format_table(table: dict) -> str:

@@ -14,6 +14,14 @@ baseline_text, policy_text, reward, observations, status, reason); --plot
 draws the per-module size change against module size.  Exit status 0, or 1
 when no module could be evaluated.
 
+--guard: each module keeps the smaller valid object of the policy's and the
+default's (as `serve --guard` does in a build), so no module is bigger than
+the default; a failed policy compile keeps the default's.  The summary adds
+what the guard kept, its gain in bytes against the unguarded policy and its
+cost (default compiles made in this run and their CPU seconds; cached sizes
+are free here, a guarded build pays one plain compile per module); the CSV
+adds unguarded_text and kept (policy | default).
+
 example: mlgo-host eval --corpus corpus/ --policy never --jobs 2 --output never.csv --plot never.png
 """
 
@@ -52,6 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where default-heuristic sizes are cached (default: $MLGO_HOST_CACHE/baselines, "
                         "else $XDG_CACHE_HOME/mlgo_host/baselines, i.e. ~/.cache/mlgo_host/baselines)")
     p.add_argument("--seed", type=int, default=0, help="seed of stochastic policies and salt of the split")
+    p.add_argument("--guard", action="store_true",
+                   help="keep each module's smaller valid object of the policy's and the default's "
+                        "(never bigger than the default); report the guard's gain and cost")
     p.add_argument("--output", "-o", metavar="CSV", help="write the per-module report as CSV")
     p.add_argument("--plot", metavar="PNG", help="plot per-module size change against module size")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
@@ -69,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         args.corpus, args.policy, modules=args.modules, split=args.split, heldout_fraction=args.heldout_fraction,
         jobs=args.jobs, advisor=args.advisor, clang=args.clang, llvm_size=args.llvm_size, timeout=args.timeout,
         cache_dir=args.baseline_cache, seed=args.seed,
-        progress=not args.no_progress,
+        progress=not args.no_progress, guard=args.guard,
     )
     if args.output:
         report.write_csv(args.output)
@@ -79,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(s.as_dict(), indent=1))
     else:
-        print(s.text(args.policy))
+        print(s.text(args.policy + (" (guarded)" if args.guard else "")))
         failed = [r for r in report.rows if not r.ok]
         for r in failed[:10]:
             print(f"  failed {r.module}: {r.reason[:300]}")

@@ -11,7 +11,19 @@ compiler's; 2 with a one-line message on stderr when the host side fails
 after SIGINT/SIGTERM/SIGHUP (the compiler's process group is killed, FIFOs
 and temp files removed).
 
+--replay FILE forces the actions of a replay file at its decision indices
+(0-based over every decision of the compile) and lets its base policy
+answer the rest; --policy P given with it replaces the file's base.  The
+JSON then has "replay": {forced, applied, missed, decisions, stale}: stale
+when the file's fingerprint does not match this compile's observation
+stream (the module changed), in which case forcing stopped at the first
+mismatch and the base answered the rest.  The same module with the same
+replay gives the same object, byte for byte.  Format:
+  {"format": "mlgo_host.replay/1", "advisor": "inline", "base": "default",
+   "forced": {"12": 1, "40": 0}, "module": ..., "observations": ..., "fingerprint": ...}
+
 example: mlgo-host run --policy default -- clang-19 -Oz -c x.c -o x.o
+         mlgo-host run --replay x.replay.json -- clang-19 -Oz -c x.c -o x.o
 """
 
 from __future__ import annotations
@@ -30,10 +42,17 @@ from mlgo_host.errors import ConfigError  # noqa: E402
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--advisor", choices=sorted(ADVISORS), default="inline",
-                   help="which of the compiler's decisions the policy makes")
-    p.add_argument("--policy", default="default",
+                   help="which of the compiler's decisions the policy makes (a replay's must match)")
+    p.add_argument("--policy", default=None,
                    help="who answers: a heuristic (default = the compiler's own decision, never, always, random) "
-                        "or a saved policy directory")
+                        "or a saved policy directory (default: default); with --replay, the base policy "
+                        "replacing the replay file's")
+    p.add_argument("--replay", metavar="FILE",
+                   help="a replay file (JSON): force its actions at its decision indices, its base policy "
+                        "(or --policy) elsewhere; stops forcing if its fingerprint shows the module changed")
+    p.add_argument("--save-replay", metavar="OUT",
+                   help="with --replay: write the replay to OUT with this compile's fingerprint and decision "
+                        "count, so later compiles of a changed module are detected as stale")
     p.add_argument("--seed", type=int, default=0, help="seed of stochastic policies (random, --sample)")
     p.add_argument("--sample", action="store_true", help="sample from a saved policy instead of its greedy choice")
     p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS", help="time the whole compile may take")
@@ -69,9 +88,18 @@ def _run(args: argparse.Namespace) -> int:
         cmd = cmd[1:]
     if not cmd:
         raise ConfigError("no compiler command given (mlgo-host run [options] -- COMPILER ARGS...)")
+    if args.save_replay and not args.replay:
+        raise ConfigError("--save-replay needs --replay FILE (the forced actions to fingerprint)")
     if args.timeout <= 0:
         raise ConfigError(f"--timeout must be positive, got {args.timeout:g}")
-    if args.policy == "default":
+    if args.replay:
+        from mlgo_host.policies.replay import load_replay
+
+        policy = load_replay(args.replay, base=args.policy, seed=args.seed, greedy=not args.sample)
+        if args.advisor != policy.replay.advisor:
+            raise ConfigError(f"replay file {args.replay} is for the {policy.replay.advisor} advisor, "
+                              f"not {args.advisor} (use --advisor {policy.replay.advisor})")
+    elif args.policy in (None, "default"):
         # The compiler's own decision: the session answers it itself (policy
         # None), without importing the policies and numpy (~0.15 s of CPU).
         policy = None
@@ -81,7 +109,14 @@ def _run(args: argparse.Namespace) -> int:
         policy = load_policy(args.policy, seed=args.seed, greedy=not args.sample)
     res = run_session(cmd, args.advisor, policy, timeout=args.timeout, log_path=args.log, pin_cpu=args.pin)
     out = res.summary()
-    out["policy"] = args.policy
+    out["policy"] = args.policy or "default"
+    if args.replay:
+        out["policy"] = policy.name  # type: ignore[union-attr]
+        out["replay"] = policy.report()  # type: ignore[union-attr]
+        if args.save_replay and res.returncode == 0:
+            from mlgo_host.policies.replay import write_replay
+
+            write_replay(args.save_replay, policy.replay.with_fingerprint(policy))  # type: ignore[union-attr]
     out["text_size"] = None
     if res.returncode == 0 and res.output and res.output != "-":
         path = res.output if os.path.isabs(res.output) else os.path.join(os.getcwd(), res.output)

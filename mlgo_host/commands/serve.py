@@ -8,6 +8,13 @@ observations, decisions, duration, llvm-size text of the object); summarize
 them with `mlgo-host stats FILE`.  With --collect DIR each compile's episode
 (observations, sampled advice, log-probabilities) is kept for training.
 
+--guard: never an object bigger than the default's.  After a served compile
+succeeds, mlgo-clang compiles the same command plainly (no channel) into a
+temp file beside the output and keeps the smaller valid object (llvm-size
+text) in place; the stats line says which ("guard": "policy" | "default",
+with both sizes).  It costs one plain compile per served compile, run while
+the client holds its slot.  Clients can override it with MLGO_GUARD=0/1.
+
 On SIGTERM/SIGINT: no new compiles; in-flight ones get --grace seconds, then
 their compilers are killed and their clients fall back to a plain compile;
 every FIFO is removed; exit status 0.  A restart on the same DIR removes
@@ -53,6 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pin", action="store_true",
                    help="pin slot K's thread and its compilers to one CPU (K mod CPUs); helps when slots <= CPUs "
                         "and the machine is otherwise idle")
+    p.add_argument("--guard", action="store_true",
+                   help="clients also compile plainly and keep the smaller object: never bigger than the default "
+                        "(one extra plain compile per served compile; MLGO_GUARD=0/1 overrides per client)")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per compile on stderr")
 
 
@@ -62,13 +72,14 @@ def run(args: argparse.Namespace) -> int:
     srv = Server(args.channels, slots=args.slots, policy=args.policy, advisor=args.advisor, stats_path=args.stats,
                  collect_dir=args.collect, timeout=args.timeout, grace=args.grace, seed=args.seed,
                  sample=args.sample, compiler=args.compiler, verbose=args.verbose,
-                 pin=args.pin)
+                 pin=args.pin, guard=args.guard)
     srv.install_signals()
     srv.start()
     if srv.stopping.is_set():  # signalled while starting
         srv.shutdown()
         return 0
     srv.log(f"serving {srv.nslots} slots in {srv.root} (policy {srv.policy_name}, advisor {srv.advisor_name}, "
+            f"{'guarded, ' if srv.guard else ''}"
             f"pid {os.getpid()}); clients: MLGO_CHANNELS={srv.root} CC=mlgo-clang")
     rc = srv.serve_forever()
     srv.log("stopped")

@@ -8,6 +8,9 @@ Sizes are :mod:`mlgo_host.corpus.sizes`' (``llvm-size``'s text column).
   into a temp directory that is always removed; any failure (compiler error,
   timeout, host error) is a ``failed`` :class:`ModuleResult` with its reason,
   never a size.
+* :func:`compile_replay`: :func:`compile_module` with a replay (forced
+  actions over a base policy), returning the replay fingerprinted by this
+  compile (what a search keeps as a module's best) and whether it was stale.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from mlgo_host.fsutil import atomic_write_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     from mlgo_host.policies.base import Policy
+    from mlgo_host.policies.replay import Replay
 
 def default_cache_dir() -> Path:
     """``$MLGO_HOST_CACHE`` or ``$XDG_CACHE_HOME/mlgo_host`` (``~/.cache/mlgo_host``)."""
@@ -87,6 +91,8 @@ class ModuleResult:
     decisions: dict[str, int] = dataclasses.field(default_factory=dict)
     wall_s: float = 0.0
     episode: "Episode | None" = None
+    #: CPU seconds (user+system) of the compiler process
+    compiler_cpu_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -134,9 +140,52 @@ def compile_module(
         except MlgoHostError as e:
             return _failed(module.name, str(e), t0, res.observations)
         return ModuleResult(module.name, "ok", text_size=size, observations=res.observations,
-                            decisions=dict(res.decisions), wall_s=time.monotonic() - t0, episode=res.episode)
+                            decisions=dict(res.decisions), wall_s=time.monotonic() - t0, episode=res.episode,
+                            compiler_cpu_s=res.compiler_cpu_s)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@dataclasses.dataclass
+class ReplayOutcome:
+    """A module compiled with a replay: the result (``result.text_size``,
+    ``result.episode`` with ``record=True``), the replay with this compile's
+    fingerprint, observation count and module name (save it with
+    :func:`~mlgo_host.policies.replay.write_replay`), and what the replay did."""
+
+    result: ModuleResult
+    replay: "Replay"
+    applied: int
+    stale: bool
+
+    @property
+    def text_size(self) -> int | None:
+        return self.result.text_size
+
+
+def compile_replay(
+    module: "Module",
+    replay: "Replay",
+    base: "Policy | None" = None,
+    *,
+    advisor: str | None = None,
+    clang: str = "clang-19",
+    llvm_size: str | None = None,
+    timeout: float = 300.0,
+    record: bool = False,
+) -> ReplayOutcome:
+    """Compile ``module`` with ``replay``'s forced actions over ``base`` (an
+    already loaded policy, e.g. the search's current one; default: the
+    replay's own base)."""
+    from mlgo_host.policies.replay import ReplayPolicy, replay_policy
+
+    pol = ReplayPolicy(replay, base) if base is not None else replay_policy(replay)
+    res = compile_module(module, pol, advisor=advisor or replay.advisor, clang=clang, llvm_size=llvm_size,
+                         timeout=timeout, record=record)
+    made = replay.with_fingerprint(pol) if res.ok else replay
+    if res.ok and made.module is None:
+        made = dataclasses.replace(made, module=module.name)
+    return ReplayOutcome(res, made, pol.applied, pol.stale)
 
 
 def plain_size(module: "Module", clang: str = "clang-19", llvm_size: str | None = None,
@@ -166,10 +215,34 @@ def baseline_size(
 ) -> int:
     """The default-heuristic text size of ``module``, from the on-disk cache
     when present, else compiled once and cached."""
+    return baseline_size_info(module, clang, llvm_size, cache_dir, timeout, advisor)[0]
+
+
+def baseline_size_info(
+    module: "Module",
+    clang: str = "clang-19",
+    llvm_size: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    timeout: float = 300.0,
+    advisor: str = "inline",
+) -> tuple[int, float | None]:
+    """:func:`baseline_size` and what it cost: (size, CPU seconds of the
+    default compile and llvm-size run now, or None when the size was cached).
+    The CPU is this process's waited-for children's, so call it from one
+    thread at a time (as the eval workers do)."""
     cache = BaselineCache(cache_dir)
     got = cache.get(module, clang, advisor)
     if got is not None:
-        return got
+        return got, None
+    cpu0 = _children_cpu_s()
     size = plain_size(module, clang, llvm_size, timeout)
+    cpu = _children_cpu_s() - cpu0
     cache.put(module, clang, size, advisor)
-    return size
+    return size, cpu
+
+
+def _children_cpu_s() -> float:
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime

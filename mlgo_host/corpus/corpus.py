@@ -256,6 +256,28 @@ def load_corpus(path: str | os.PathLike, strict: bool = False) -> Corpus:
     return Corpus.load(path, strict=strict)
 
 
+def split_three(modules: Sequence[Module], heldout_fraction: float, validation_fraction: float,
+                seed: int = 0) -> tuple[list[Module], list[Module], list[Module]]:
+    """Deterministic train / validation / held-out split by hashes of the
+    module names.  The held-out part is the one :meth:`Corpus.split` keeps
+    out with the same fraction and seed (so every trainer reports on the same
+    modules); validation takes ``validation_fraction`` of the corpus from the
+    rest, by a second hash."""
+    if heldout_fraction < 0 or validation_fraction < 0 or heldout_fraction + validation_fraction >= 1:
+        raise CorpusError(f"held-out ({heldout_fraction}) and validation ({validation_fraction}) fractions "
+                          "must be >= 0 and leave modules to train on")
+    rest_fraction = validation_fraction / (1.0 - heldout_fraction) if heldout_fraction < 1 else 0.0
+    train, val, held = [], [], []
+    for m in modules:
+        if is_heldout(m.name, heldout_fraction, seed):
+            held.append(m)
+        elif is_heldout(m.name, rest_fraction, seed + 7919):
+            val.append(m)
+        else:
+            train.append(m)
+    return train, val, held
+
+
 def is_heldout(name: str, fraction: float, seed: int = 0) -> bool:
     """True when ``name`` falls in the held-out part of a ``fraction`` split."""
     if not 0.0 <= fraction <= 1.0:

@@ -84,6 +84,7 @@ def _linear(x, out):
 ACTIVATIONS: dict[str, Callable] = {"relu": _relu, "tanh": _tanh, "sigmoid": _sigmoid, "elu": _elu, "linear": _linear}
 
 _BLOCK = 4096  # uniforms drawn at a time
+_ZERO8 = bytes(8)
 
 
 class NumpyActor:
@@ -198,8 +199,14 @@ class NumpyPolicy(Policy):
     sampling (seeded); :meth:`act_logp` also gives the log-probability of
     the advice under the policy (what PPO needs)."""
 
-    def __init__(self, actor: NumpyActor, greedy: bool = True, seed: int = 0, name: str = "numpy"):
+    def __init__(self, actor: NumpyActor, greedy: bool = True, seed: int = 0, name: str = "numpy",
+                 gate: float | None = None):
+        if gate is not None and not 0.5 <= gate <= 1.0:
+            raise ConfigError(f"gate threshold must be in [0.5, 1], got {gate}")
         self.actor = actor
+        #: greedy inliner only: leave the compiler's default decision only where
+        #: the model gives the other action a probability above this threshold
+        self.gate = gate
         self.greedy = greedy
         self.stochastic = not greedy
         self.name = name
@@ -216,7 +223,10 @@ class NumpyPolicy(Policy):
             raise ConfigError(f"this policy was trained for {spec.advisor}, not {advisor.name}")
         spec.check_header(header)
         slot = getattr(advisor, "default_slot", None)
-        if slot and slot != "inlining_default" and slot in spec.input_names:
+        self._default_off = header.offset(slot) if slot and header.feature(slot) is not None else None
+        if self.gate is not None and self.greedy and self._default_off is None:
+            raise ConfigError("a gated policy needs the compiler's default decision (inliner include-default slot)")
+        if slot and slot != "inlining_default" and slot in spec.input_names and slot != spec.default_input:
             warnings.warn(f"this compiler writes its default decision into {slot!r}, which the policy reads as a "
                           "feature (it was trained on a compiler without that bug): its decisions may be off",
                           RuntimeWarning, stacklevel=2)
@@ -377,7 +387,9 @@ class NumpyPolicy(Policy):
         u = self
         exp, log1p = math.exp, math.log1p
 
-        if self.greedy:
+        if self.greedy and self.gate is not None:
+            act, act_logp = self._gated(diff)
+        elif self.greedy:
             def act(obs):
                 return 1 if diff(obs.raw) > 0.0 else 0
 
@@ -404,6 +416,27 @@ class NumpyPolicy(Policy):
 
         self.act = act  # type: ignore[method-assign]
         self.act_logp = act_logp  # type: ignore[method-assign]
+
+    def _gated(self, diff):
+        """Greedy decisions behind the gate: the default, unless the model
+        puts more than ``gate`` probability on the other action."""
+        off = self._default_off
+        # P(1) = sigmoid(d) > gate  <=>  d > logit(gate); P(0) > gate <=> d < -logit(gate)
+        g = min(self.gate, 1.0 - 1e-12)
+        thr = math.inf if self.gate >= 1.0 else math.log(g / (1.0 - g))
+
+        def act(obs):
+            raw = obs.raw
+            d = diff(raw)
+            if raw[off : off + 8] != _ZERO8:  # the default inlines
+                return 0 if d < -thr else 1
+            return 1 if d > thr else 0
+
+        def act_logp(obs):
+            a = act(obs)
+            return a, 0.0
+
+        return act, act_logp
 
     def _bind_generic(self, header, vectorized: bool = True) -> None:
         """Any feature types. One numpy view per feature, one

@@ -83,11 +83,36 @@ def read_saved_policy(path: str) -> SavedPolicy:
 
 
 def load_saved_policy(path: str, greedy: bool = True, seed: int = 0) -> NumpyPolicy:
-    """A :class:`NumpyPolicy` from a saved policy directory, greedy (argmax)
-    or sampling with ``seed``.  Never imports TensorFlow."""
+    """A :class:`NumpyPolicy` from a saved policy directory, greedy (argmax,
+    behind the policy's gate when it has one) or sampling with ``seed``.
+    Never imports TensorFlow."""
     sp = read_saved_policy(path)
     name = os.path.basename(os.path.normpath(path)) or "saved"
-    return NumpyPolicy(sp.actor, greedy=greedy, seed=seed, name=name)
+    return NumpyPolicy(sp.actor, greedy=greedy, seed=seed, name=name, gate=gate_of(sp.metadata, path))
+
+
+def gate_of(metadata: dict, path: str = "") -> float | None:
+    """The gate threshold a saved policy's metadata carries, or None."""
+    gate = metadata.get("gate")
+    if gate is None:
+        return None
+    try:
+        return float(gate["threshold"])
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError(f"{os.path.join(path, METADATA)}: bad gate {gate!r} (expected {{\"threshold\": p}})") from None
+
+
+def set_gate(path: str, threshold: float | None, **info) -> None:
+    """Write the gate (chosen on a validation split) into a saved policy's
+    metadata, atomically; None removes it."""
+    from mlgo_host.fsutil import atomic_write_json
+
+    md = read_metadata(path)
+    if threshold is None:
+        md.pop("gate", None)
+    else:
+        md["gate"] = {"threshold": float(threshold), **info}
+    atomic_write_json(os.path.join(path, METADATA), md)
 
 
 def compiler_version(compiler: str = "clang-19") -> str | None:

@@ -124,6 +124,9 @@ class PolicySpec:
     width: int | None = None
     #: discarded feature -> why
     discarded: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: inliner: the include-default slot, when the policy reads the compiler's
+    #: default decision as an input (search-then-imitate policies do; PPO's don't)
+    default_input: str | None = None
 
     # -- views -----------------------------------------------------------
     @property
@@ -163,13 +166,15 @@ class PolicySpec:
         vocab_names: Iterable[str] | None = None,
         discard: Iterable[str] = (),
         default_slot: str | None = None,
+        keep_default: bool = False,
     ) -> "PolicySpec":
         """Build the spec from a session header or a training-log header.
 
         ``advisor`` is an advisor name or object (its ``default_slot``, for the
         inliner, is discarded; ``default_slot`` overrides it).  ``vocab_names``:
         features with a vocab (others are discarded); ``discard``: more
-        features to leave out.
+        features to leave out.  ``keep_default``: the inliner's default
+        slot stays an input (``default_input``) instead of being discarded.
         """
         name = advisor if isinstance(advisor, str) else getattr(advisor, "name", str(advisor))
         if name not in SUPPORTED:
@@ -185,7 +190,10 @@ class PolicySpec:
         drop: dict[str, str] = {}
         for f in ALWAYS_DISCARD[name]:
             drop[f] = "the compiler's own decision"
-        if name == "inline" and default_slot and default_slot not in drop:
+        keep = default_slot if (keep_default and name == "inline" and default_slot) else None
+        if keep:
+            drop.pop(keep, None)
+        elif name == "inline" and default_slot and default_slot not in drop:
             drop[default_slot] = "carries the compiler's default decision (include-default slot)"
         for f in discard:
             drop.setdefault(f, "discarded by configuration")
@@ -220,7 +228,7 @@ class PolicySpec:
             if why:
                 reasons[s.name] = why
         num = 2 if kind == BINARY else int(width)  # type: ignore[arg-type]
-        spec = cls(name, tuple(feats), ActionSpec(advice_name, adv_spec.ctype, kind, num), width, reasons)
+        spec = cls(name, tuple(feats), ActionSpec(advice_name, adv_spec.ctype, kind, num), width, reasons, keep)
         if not spec.inputs:
             raise ConfigError(f"{name}: no usable input feature in the header (discarded: {sorted(reasons)})")
         return spec
@@ -252,6 +260,7 @@ class PolicySpec:
             "action": self.action.to_json(),
             "width": self.width,
             "discarded": dict(self.discarded),
+            "default_input": self.default_input,
         }
 
     @classmethod
@@ -263,6 +272,7 @@ class PolicySpec:
                 action=ActionSpec.from_json(d["action"]),
                 width=None if d.get("width") is None else int(d["width"]),
                 discarded=dict(d.get("discarded", {})),
+                default_input=d.get("default_input"),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"bad policy spec: {e}") from None

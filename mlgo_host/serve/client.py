@@ -24,6 +24,11 @@ Environment:
   MLGO_BUILD      a label stored in each stats line (``mlgo-host stats``
                   groups by it)
   MLGO_QUIET      1: no fallback warnings
+  MLGO_GUARD      1: after a served compile, also compile plainly (the
+                  default) into a temp file beside the output and keep the
+                  smaller valid object (never bigger than the default; see
+                  mlgo_host.serve.guard); 0: don't, even if the server runs
+                  with --guard; unset: as the server says
 
 Never hangs: every wait is bounded and checks the server's liveness; when
 the server dies mid-compile the compiler (which would block or spin on its
@@ -149,7 +154,7 @@ def _exec(cmd: list[str]) -> int:
 class _Spawned:
     """The real compiler as our child; it is SIGKILLed if we die."""
 
-    def __init__(self, cmd: list[str], cpu: int | None = None):
+    def __init__(self, cmd: list[str], cpu: int | None = None, quiet: bool = False):
         libc_prctl = None
         try:
             import ctypes
@@ -174,6 +179,10 @@ class _Spawned:
                         pass
                 for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM):
                     signal.signal(sig, signal.SIG_DFL)
+                if quiet:  # the guard's second compile: its diagnostics were printed once already
+                    null = os.open(os.devnull, os.O_WRONLY)
+                    os.dup2(null, 1)
+                    os.dup2(null, 2)
                 os.execvp(cmd[0], cmd)
             except BaseException as e:
                 try:
@@ -248,6 +257,39 @@ def _env_float(name: str, default: float) -> float:
     except ValueError:
         _say("warning", f"{name}={v!r} is not a number; using {default:g}")
         return default
+
+
+def _guard(plain: list[str], output: str) -> dict:
+    """The guard after a successful served compile: compile ``plain``
+    without the channel into a temp file beside ``output`` and keep the
+    smaller valid object there.  Returns the stats fields (guard, both
+    sizes, guard_s); never raises for the compile's sake: on any failure
+    the policy's object stays."""
+    from mlgo_host.serve import guard as G
+
+    t0 = time.time()
+    tmp = G.temp_output(output)
+    cmd, why = G.guard_command(plain, tmp)
+    if cmd is None:
+        return {"guard": "skipped", "guard_reason": why}
+    proc = None
+    try:
+        proc = _Spawned(cmd, quiet=True)
+        # Unbounded like any plain compile: without the channel flags there is
+        # no FIFO to block on, and the compiler dies with us (PDEATHSIG).
+        rc = proc.wait(None)
+        if rc != 0:
+            return {"guard": "policy", "guard_reason": f"the default compile failed (exit status {rc})"}
+        got = G.keep_smaller(output, tmp)
+    except OSError as e:  # cannot run it, or the rename failed: the policy's object stays
+        return {"guard": "policy", "guard_reason": f"{type(e).__name__}: {e}"}
+    finally:
+        if proc is not None and proc.returncode is None:
+            proc.kill()
+        S.unlink_quiet(tmp)
+        S.remove_temp_outputs(tmp, t0)
+    got["guard_s"] = round(time.time() - t0, 4)
+    return got
 
 
 def _acquire(root: str, info: dict, wait_s: float, stale_s: float):
@@ -364,9 +406,14 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
                 S.remove_temp_outputs(plan["output"], t0)
                 return fallback(f"{why} during the compile" if live is None else
                                 f"slot {k} of {root} gave up on this compile")
+        done = {"op": "done", "gen": gen, "returncode": rc, "wall_s": round(time.time() - t0, 4)}
+        if rc == 0:
+            from mlgo_host.serve.guard import wanted
+
+            if wanted(info):
+                done["guard"] = _guard(plain, plan["output"])
         try:
-            os.write(ctl, (json.dumps({"op": "done", "gen": gen, "returncode": rc,
-                                       "wall_s": round(time.time() - t0, 4)}) + "\n").encode())
+            os.write(ctl, (json.dumps(done) + "\n").encode())
         except OSError:
             pass
         if rc != 0:

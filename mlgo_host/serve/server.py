@@ -300,7 +300,22 @@ class Slot(threading.Thread):
             "duration_s": round(float(done[0].get("wall_s", 0.0)), 4) if done else round(time.time() - t_start, 4),
             "session_s": round(session_s, 4), "text_size": None, "error": error,
         }
+        rec.update(guard_fields(done[0] if done else {}))
+        if stats is not None and hasattr(self.policy, "report"):  # a replay: forced, applied, stale
+            rec["replay"] = self.policy.report()
         srv.record(rec, stats.episode if stats is not None else None)
+
+
+#: what a guarding client reports in its "done" message (see mlgo_host.serve.guard)
+GUARD_FIELDS = ("guard", "guard_policy_text", "guard_default_text", "guard_s", "guard_reason")
+
+
+def guard_fields(done: dict) -> dict:
+    """The guard's stats fields from a client's "done" message ({} unguarded)."""
+    g = done.get("guard")
+    if not isinstance(g, dict):
+        return {}
+    return {k: g[k] for k in GUARD_FIELDS if k in g}
 
 
 class Recorder(threading.Thread):
@@ -359,7 +374,7 @@ class Server:
     def __init__(self, root: str, slots: int = 2, policy: str = "default", advisor: str = "inline",
                  stats_path: str | None = None, collect_dir: str | None = None, timeout: float = 600.0,
                  grace: float = 10.0, seed: int = 0, sample: bool = False, compiler: str | None = None,
-                 verbose: bool = False, pin: bool = False):
+                 verbose: bool = False, pin: bool = False, guard: bool = False):
         if slots < 1:
             raise ConfigError(f"--slots must be at least 1, got {slots}")
         if advisor not in ADVISORS:
@@ -377,6 +392,8 @@ class Server:
         self.compiler = compiler or os.environ.get("MLGO_CLANG") or "clang-19"
         self.verbose = verbose
         self.pin = pin
+        #: clients keep the smaller of the policy's and a plain compile's object
+        self.guard = guard
         self.id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.stopping = threading.Event()
         self.slots: list[Slot] = []
@@ -454,6 +471,7 @@ class Server:
                 "id": self.id, "pid": os.getpid(), "slots": self.nslots, "advisor": self.advisor_name,
                 "policy": self.policy_name, "flags": flags, "started": time.time(),
                 "pin": {str(s.k): self.pin_cpu(s.k) for s in self.slots} if self.pin else None,
+                "guard": self.guard,
             }).encode())
         except BaseException:
             self.shutdown()

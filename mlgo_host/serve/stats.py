@@ -9,7 +9,12 @@ One line per compile (appended with one ``write``)::
      "returncode", "observations", "contexts", "decisions": {"0": n, "1": m},
      "duration_s" (the compile, measured by mlgo-clang), "session_s" (the
      channel's open time), "text_size" (llvm-size text of the object, ok only),
-     "error", "episode" (with --collect)}
+     "error", "episode" (with --collect),
+     with the guard (serve --guard / MLGO_GUARD=1): "guard": "policy" |
+     "default" | "skipped" (the object kept), "guard_policy_text",
+     "guard_default_text", "guard_s" (the plain compile + sizes), "guard_reason",
+     with a replay file as the policy: "replay": {"forced", "applied",
+     "missed", "decisions", "stale"[, "stale_reason"]}}
 
 A build is the ``MLGO_BUILD`` label the clients ran with, else the server
 run (its id).  Within a build the last record of each output file counts
@@ -76,7 +81,24 @@ def aggregate(records: Iterable[dict]) -> list[dict[str, Any]]:
             "policies": sorted({str(r.get("policy")) for r in recs}),
             "rows": rows,
         })
+        guard = guard_totals(modules.values())
+        if guard is not None:
+            out[-1]["guard"] = guard
     return out
+
+
+def guard_totals(records: Iterable[dict]) -> dict[str, Any] | None:
+    """What the guard kept over a build's records (None: nothing guarded):
+    objects kept per side, bytes saved against the policy's objects, and
+    the seconds its plain compiles took."""
+    g = [r for r in records if r.get("guard")]
+    if not g:
+        return None
+    kept = {k: sum(1 for r in g if r["guard"] == k) for k in ("policy", "default", "skipped")}
+    saved = sum(int(r["guard_policy_text"]) - int(r["guard_default_text"]) for r in g
+                if r["guard"] == "default" and r.get("guard_policy_text") is not None
+                and r.get("guard_default_text") is not None)
+    return {"kept": kept, "saved_bytes": saved, "guard_s": round(sum(float(r.get("guard_s") or 0) for r in g), 3)}
 
 
 def compare(build: dict, baseline: dict) -> dict[str, Any]:
@@ -109,6 +131,12 @@ def format_build(b: dict, top: int | None = None) -> str:
         f"  {b['compiles']} compiles, {b['modules']} modules ({st}); text size {b['text_size']} bytes "
         f"over {b['sized_modules']} objects; {b['observations']} decisions{rate}; compile time {b['compile_s']:.2f} s",
     ]
+    g = b.get("guard")
+    if g:
+        k = g["kept"]
+        lines.append(f"  guard: kept the policy's object {k['policy']}x, the default's {k['default']}x "
+                     f"(skipped {k['skipped']}); {g['saved_bytes']} bytes saved vs the policy's objects; "
+                     f"plain compiles {g['guard_s']:.2f} s")
     cmp = b.get("compare")
     if cmp:
         ch = f"{100.0 * cmp['size_change']:+.2f}%" if cmp["size_change"] is not None else "n/a"

@@ -22,8 +22,12 @@ def run(root_dir: str, corpus_dir: str, algorithm: str = "ppo", progress: bool =
         from mlgo_host.trainers.bc_loop import train_bc_from_corpus
 
         result = train_bc_from_corpus(root_dir, corpus_dir, progress=progress)
+    elif algorithm == "search":
+        from mlgo_host.trainers.search_loop import train_search
+
+        result = train_search(root_dir, corpus_dir, progress=progress)
     else:
-        raise ConfigError(f"unknown run.algorithm {algorithm!r} (ppo or bc)")
+        raise ConfigError(f"unknown run.algorithm {algorithm!r} (ppo, bc or search)")
     _write_operative_config(root_dir)
     return result
 

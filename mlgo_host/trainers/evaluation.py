@@ -10,6 +10,14 @@ reason; the others are still evaluated.
 The report is a CSV (one row per module), a printed summary (total size
 against the baseline, modules smaller / equal / bigger, failures) and,
 optionally, a scatter plot of per-module size change against module size.
+
+With ``guard=True`` each module keeps the smaller valid object of the
+policy's and the default's (:func:`apply_guard`): a module is never bigger
+than the default, and one whose policy compile failed gets the default's
+object.  The summary then says what the guard kept, what it gained against
+the unguarded policy and what it cost (the default compiles this run made;
+cached ones cost nothing here, while a guarded build pays one plain compile
+per module).
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes
 
 CSV_FIELDS = ("module", "baseline_text", "policy_text", "reward", "observations", "status", "reason")
+#: extra CSV columns with --guard: the policy's own size and which object was kept
+GUARD_FIELDS = ("unguarded_text", "kept")
 SPLITS = ("all", "train", "heldout")
 
 
@@ -40,6 +50,13 @@ class EvalRow:
     status: str
     reason: str = ""
     wall_s: float = 0.0
+    #: CPU s of the default compile made for this row (None: the size was cached)
+    baseline_cpu_s: float | None = None
+    #: CPU s of the policy's compile (the compiler process)
+    policy_cpu_s: float | None = None
+    #: with the guard: the policy's own size (None if its compile failed) and "policy" | "default"
+    unguarded_text: int | None = None
+    kept: str = ""
 
     @property
     def ok(self) -> bool:
@@ -54,6 +71,8 @@ class EvalRow:
             "observations": self.observations,
             "status": self.status,
             "reason": self.reason,
+            "unguarded_text": "" if self.unguarded_text is None else self.unguarded_text,
+            "kept": self.kept,
         }
 
 
@@ -68,6 +87,8 @@ class EvalSummary:
     equal: int
     bigger: int
     mean_reward: float | None
+    #: with the guard: see :func:`guard_summary`
+    guard: dict | None = None
 
     @property
     def change_percent(self) -> float | None:
@@ -84,6 +105,8 @@ class EvalSummary:
                          f"({'n/a' if ch is None else f'{ch:+.3f}%'})")
             lines.append(f"modules smaller: {self.smaller}, equal: {self.equal}, bigger: {self.bigger}; "
                          f"mean reward {self.mean_reward:+.5f}")
+        if self.guard is not None:
+            lines.append(_guard_text(self.guard))
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
@@ -96,6 +119,8 @@ class EvalSummary:
 class EvalReport:
     policy: str
     rows: list[EvalRow]
+    #: the rows went through :func:`apply_guard`
+    guard: bool = False
 
     def summary(self) -> EvalSummary:
         ok = [r for r in self.rows if r.ok]
@@ -108,11 +133,13 @@ class EvalReport:
             equal=sum(1 for r in ok if r.policy_text == r.baseline_text),
             bigger=sum(1 for r in ok if (r.policy_text or 0) > (r.baseline_text or 0)),
             mean_reward=(sum(r.reward or 0.0 for r in ok) / len(ok)) if ok else None,
+            guard=guard_summary(self.rows) if self.guard else None,
         )
 
     def to_csv(self) -> str:
         buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+        fields = CSV_FIELDS + GUARD_FIELDS if self.guard else CSV_FIELDS
+        w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
         w.writeheader()
         for r in self.rows:
             w.writerow(r.csv_row())
@@ -150,6 +177,59 @@ class EvalReport:
                 fig.savefig(tmp, dpi=110)
         finally:
             plt.close(fig)
+
+
+# -- the guard: never bigger than the default ----------------------------------
+
+def apply_guard(row: EvalRow) -> EvalRow:
+    """The row of a guarded compile: the smaller valid object of the
+    policy's and the default's (the policy's on a tie).  A module whose
+    policy compile failed gets the default's object; one without a default
+    size is left as it is (nothing to compare with)."""
+    from mlgo_host.corpus.reward import reward
+
+    if row.baseline_text is None:
+        return row
+    if row.ok and row.policy_text is not None and row.policy_text <= row.baseline_text:
+        return dataclasses.replace(row, unguarded_text=row.policy_text, kept="policy")
+    reason = "" if row.ok else f"guard: kept the default; the policy's compile failed: {row.reason}"
+    return dataclasses.replace(row, policy_text=row.baseline_text, reward=reward(row.baseline_text, row.baseline_text),
+                               status="ok", reason=reason, unguarded_text=row.policy_text if row.ok else None,
+                               kept="default")
+
+
+def guard_summary(rows: Sequence[EvalRow]) -> dict[str, Any]:
+    """What the guard kept, gained and cost over guarded ``rows``.
+
+    gain: bytes the guard saved against the unguarded policy, over the
+    modules both compiled (``rescued`` counts the failed policy compiles it
+    replaced by the default).  cost: the default compiles this run made and
+    their CPU seconds (cached sizes cost nothing here), and the policy
+    compiles' CPU for scale: a guarded build pays one plain compile per
+    module, about the policy compile's CPU."""
+    g = [r for r in rows if r.kept]
+    both = [r for r in g if r.unguarded_text is not None]
+    unguarded = sum(r.unguarded_text for r in both)  # type: ignore[misc]
+    guarded = sum(r.policy_text or 0 for r in both)
+    compiled = [r.baseline_cpu_s for r in rows if r.baseline_cpu_s is not None]
+    pol_cpu = [r.policy_cpu_s for r in rows if r.policy_cpu_s is not None]
+    return {
+        "kept_policy": sum(1 for r in g if r.kept == "policy"),
+        "kept_default": sum(1 for r in g if r.kept == "default"),
+        "rescued": sum(1 for r in g if r.unguarded_text is None),
+        "unguarded_total": unguarded, "guarded_total": guarded, "gain_bytes": unguarded - guarded,
+        "gain_percent": 100.0 * (unguarded - guarded) / unguarded if unguarded else None,
+        "default_compiles": len(compiled), "default_cpu_s": round(sum(compiled), 3),
+        "policy_compiles": len(pol_cpu), "policy_cpu_s": round(sum(pol_cpu), 3),
+    }
+
+
+def _guard_text(g: dict) -> str:
+    gain = "n/a" if g["gain_percent"] is None else f"{g['gain_percent']:.3f}%"
+    return (f"guard: kept the policy's object on {g['kept_policy']} modules, the default's on {g['kept_default']} "
+            f"({g['rescued']} failed policy compiles); gain {g['gain_bytes']} bytes ({gain}) vs the unguarded "
+            f"policy; cost {g['default_compiles']} default compiles, {g['default_cpu_s']:.2f} CPU s this run "
+            f"(cached sizes are free; policy compiles: {g['policy_cpu_s']:.2f} CPU s)")
 
 
 def select_modules(corpus, modules: int | None = None, split: str = "all", heldout_fraction: float = 0.1,
@@ -195,15 +275,15 @@ def evaluate_module(task: dict, policy: str, cfg: dict) -> EvalRow:
     """Baseline and policy compile of one module; never raises."""
     from mlgo_host.errors import MlgoHostError
     from mlgo_host.corpus.corpus import Module
-    from mlgo_host.corpus.compile import baseline_size, compile_module
+    from mlgo_host.corpus.compile import baseline_size_info, compile_module
     from mlgo_host.corpus.reward import reward
 
     mod = Module.from_task(task)
     if mod.error is not None:
         return EvalRow(mod.name, None, None, None, 0, "failed", mod.error)
     try:
-        base = baseline_size(mod, clang=cfg["clang"], llvm_size=cfg["llvm_size"], cache_dir=cfg["cache_dir"],
-                             timeout=cfg["timeout"], advisor=cfg["advisor"])
+        base, base_cpu = baseline_size_info(mod, clang=cfg["clang"], llvm_size=cfg["llvm_size"],
+                                            cache_dir=cfg["cache_dir"], timeout=cfg["timeout"], advisor=cfg["advisor"])
     except MlgoHostError as e:
         return EvalRow(mod.name, None, None, None, 0, "failed", f"baseline: {e}")
     except Exception as e:  # noqa: BLE001 - a report row, not a crash
@@ -214,9 +294,10 @@ def evaluate_module(task: dict, policy: str, cfg: dict) -> EvalRow:
     except Exception as e:  # noqa: BLE001 - e.g. a policy that raises
         return EvalRow(mod.name, base, None, None, 0, "failed", f"{type(e).__name__}: {e}")
     if not res.ok:
-        return EvalRow(mod.name, base, None, None, res.observations, "failed", res.reason, res.wall_s)
+        return EvalRow(mod.name, base, None, None, res.observations, "failed", res.reason, res.wall_s,
+                       baseline_cpu_s=base_cpu)
     return EvalRow(mod.name, base, res.text_size, reward(res.text_size, base), res.observations, "ok", "",
-                   res.wall_s)
+                   res.wall_s, baseline_cpu_s=base_cpu, policy_cpu_s=res.compiler_cpu_s)
 
 
 def evaluate(
@@ -235,10 +316,12 @@ def evaluate(
     seed: int = 0,
     progress: bool = True,
     selected: Sequence | None = None,
+    guard: bool = False,
 ) -> EvalReport:
-    """Evaluate ``policy`` (a heuristic name or a saved policy directory) on
-    the selected modules of the corpus in ``corpus_dir`` with ``jobs``
-    worker processes."""
+    """Evaluate ``policy`` (a heuristic name, a saved policy directory or a
+    replay file) on the selected modules of the corpus in ``corpus_dir``
+    with ``jobs`` worker processes; ``guard``: keep each module's smaller
+    valid object of the policy's and the default's (:func:`apply_guard`)."""
     from tqdm import tqdm
 
     from mlgo_host.corpus.corpus import load_corpus
@@ -281,4 +364,7 @@ def evaluate(
                     bar.update(1)
     finally:
         bar.close()
-    return EvalReport(policy=str(policy), rows=[rows[t["name"]] for t in tasks])
+    out = [rows[t["name"]] for t in tasks]
+    if guard:
+        return EvalReport(policy=str(policy), rows=[apply_guard(r) for r in out], guard=True)
+    return EvalReport(policy=str(policy), rows=out)

@@ -47,3 +47,42 @@ def plot_training(state_path: str | os.PathLike, png: str | os.PathLike, title: 
     finally:
         plt.close(fig)
     return str(png)
+
+
+def plot_search(state_path: str | os.PathLike, png: str | os.PathLike, title: str | None = None) -> str | None:
+    """The learning curve of a search-then-imitate run (``state.json``):
+    per round, the search's headroom on the training modules, the policy on
+    the training, validation and held-out modules, all against -Oz."""
+    if not os.path.exists(state_path):
+        return None
+    with open(state_path) as f:
+        history = json.load(f).get("history", [])
+    if not history:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    series = (("headroom_pct", "search: best found (train)", "tab:gray", "s--"),
+              ("train_policy_pct", "policy at round start (train)", "tab:green", ".-"),
+              ("validation_pct", "gated policy (validation)", "tab:orange", "o-"),
+              ("heldout_pct", "gated policy (held-out)", "tab:blue", "o-"))
+    for key, label, color, style in series:
+        pts = [(h["round"], h[key]) for h in history if h.get(key) is not None]
+        if pts:
+            ax.plot([x for x, _ in pts], [y for _, y in pts], style, color=color, label=label)
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    ax.set_xlabel("round")
+    ax.set_ylabel(".text vs clang -Oz (%)")
+    ax.set_title(title or "search, then imitate (lower is smaller)", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    try:
+        with atomic_path(png, suffix=".tmp.png") as tmp:
+            fig.savefig(tmp, dpi=110)
+    finally:
+        plt.close(fig)
+    return str(png)

@@ -144,3 +144,28 @@ def test_warns_when_the_default_slot_is_an_input(inline_session):
     actor = NumpyActor(spec, vocab, NormConfig(), random_weights(len(spec.inputs) * 2, (8,), 2))
     with pytest.warns(RuntimeWarning, match="callee_basic_block_count"):
         NumpyPolicy(actor).bind(header, InlineAdvisor(default_slot="callee_basic_block_count"))
+
+
+def test_gate_keeps_the_default_unless_the_model_is_confident(inline_session):
+    """Behind a gate of p, a greedy decision leaves the compiler's default
+    only where the model puts more than p on the other action: at p = 1 it
+    is always the default, at p = 0.5 it is the plain greedy decision, and
+    in between exactly the confident deviations."""
+    header, ep, adv = inline_session
+    actor = _actor(inline_session, NormConfig(), seed=3)
+    obs = observations(header, ep)
+    d = actor.logits(ep.features())
+    p1 = 1.0 / (1.0 + np.exp(-(d[:, 1] - d[:, 0])))
+    default = np.array([adv.default_advice(o) for o in obs])
+    greedy = (p1 > 0.5).astype(int)
+    assert (greedy != default).any(), "the random actor should disagree with the default somewhere"
+    for gate in (0.5, 0.8, 1.0):
+        pol = NumpyPolicy(actor, greedy=True, gate=gate)
+        pol.bind(header, adv)
+        got = np.array([pol.act(o) for o in obs])
+        confident = np.where(default == 1, 1.0 - p1 > gate, p1 > gate)
+        want = np.where(confident, 1 - default, default)
+        assert (got == want).all(), gate
+    assert (got == default).all()  # gate 1: the model never overrides the compiler
+    with pytest.raises(ConfigError):
+        NumpyPolicy(actor, gate=0.3)

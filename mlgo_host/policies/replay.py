@@ -1,0 +1,323 @@
+"""Replays: forced actions at given decision indices, a base policy elsewhere.
+
+A replay file (JSON, written atomically)::
+
+    {"format": "mlgo_host.replay/1",
+     "advisor": "inline",
+     "base": "default",              # a heuristic name or a saved policy directory
+                                     # (relative: to the replay file's directory first)
+     "forced": {"12": 1, "40": 0},   # decision index -> action
+     "module": "src/foo.o",          # optional: what it was made for (reports only)
+     "observations": 187,            # optional: decisions the compile made when recorded
+     "fingerprint": {...}}           # optional: see below
+
+A decision's index is the session's decision counter: 0-based, over every
+observation of the compile, in the order the compiler sends them (the
+channel's own observation ids restart per function, so they are not used).
+
+Forcing decision 12 changes what the compiler asks afterwards, so a replay is
+tied to its module *and* its forced actions: the same module with the same
+replay gives the same decisions, hence the same object, byte for byte.
+
+**Fingerprint** (staleness).  While it runs, :class:`ReplayPolicy` keeps a
+running 64-bit BLAKE2b over every observation's raw feature bytes
+(``obs.raw``, ~0.2 µs per decision).  The fingerprint recorded with a replay
+holds that digest at each forced index (``at``, taken after hashing the
+observation being decided) and after the last observation (``end``)::
+
+    {"hash": "blake2b-64", "at": {"12": "9f..", "40": "0c.."}, "end": "77.."}
+
+On a later compile, a forced action is applied only when the stream up to
+and including that decision hashes to the recorded digest, so a module that
+changed before a forced decision never gets it: at the first mismatch the
+replay stops forcing, defers to the base for the rest of the compile and is
+``stale``.  A change after the last forced decision (or a different number
+of observations) is only seen at the end: :attr:`ReplayPolicy.stale` is then
+True too, with every forced action applied to a stream that matched up to
+that point (``applied`` says how many; a caller that wants the base's
+object exactly can recompile with the base).  Read ``stale`` after the
+session.  A forced action the advisor rejects (e.g. an illegal eviction
+index) also makes the replay stale instead of failing the compile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from typing import Any
+
+from mlgo_host.channel.advisors import ADVISORS
+from mlgo_host.errors import ConfigError, MlgoHostError
+from mlgo_host.fsutil import atomic_write_json
+from mlgo_host.policies import HEURISTICS, load_policy
+from mlgo_host.policies.base import Policy
+
+FORMAT = "mlgo_host.replay/1"
+HASH = "blake2b-64"
+_DIGEST_SIZE = 8
+
+
+def new_stream_hash():
+    """The running hash of a fingerprint (update it with each ``obs.raw``)."""
+    return hashlib.blake2b(digest_size=_DIGEST_SIZE)
+
+
+@dataclasses.dataclass
+class Replay:
+    """The content of a replay file."""
+
+    forced: dict[int, Any]
+    base: str = "default"
+    advisor: str = "inline"
+    module: str | None = None
+    observations: int | None = None
+    fingerprint: dict | None = None
+    #: the file it was read from (resolves a relative ``base``); not written
+    path: str | None = dataclasses.field(default=None, compare=False)
+
+    def to_json(self) -> dict:
+        d: dict[str, Any] = {"format": FORMAT, "advisor": self.advisor, "base": self.base,
+                             "forced": {str(i): a for i, a in sorted(self.forced.items())}}
+        for k in ("module", "observations", "fingerprint"):
+            v = getattr(self, k)
+            if v is not None:
+                d[k] = v
+        return d
+
+    @classmethod
+    def from_json(cls, d: Any, where: str = "replay") -> "Replay":
+        """Validate a parsed replay; ConfigError(``where: ...``) on any flaw."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"{where}: a replay is a JSON object, got {type(d).__name__}")
+        if d.get("format") != FORMAT:
+            raise ConfigError(f"{where}: not a {FORMAT} replay (format {d.get('format')!r})")
+        advisor = d.get("advisor", "inline")
+        if advisor not in ADVISORS:
+            raise ConfigError(f"{where}: unknown advisor {advisor!r} (have {', '.join(ADVISORS)})")
+        base = d.get("base", "default")
+        if not isinstance(base, str) or not base:
+            raise ConfigError(f"{where}: 'base' must be a policy name or directory, got {base!r}")
+        forced = _parse_forced(d.get("forced", {}), advisor, where)
+        obs = d.get("observations")
+        if obs is not None and (type(obs) is not int or obs < 0):
+            raise ConfigError(f"{where}: 'observations' must be a non-negative integer, got {obs!r}")
+        module = d.get("module")
+        if module is not None and not isinstance(module, str):
+            raise ConfigError(f"{where}: 'module' must be a string, got {module!r}")
+        fp = d.get("fingerprint")
+        if fp is not None:
+            _check_fingerprint(fp, where)
+        return cls(forced, base, advisor, module, obs, fp)
+
+    def base_path(self) -> str:
+        """``base`` as load_policy takes it: a heuristic name, else a
+        directory, relative ones looked up beside the replay file first."""
+        if self.base in HEURISTICS or os.path.isabs(self.base) or not self.path:
+            return self.base
+        beside = os.path.join(os.path.dirname(os.path.abspath(self.path)), self.base)
+        return beside if os.path.exists(beside) else self.base
+
+    def with_fingerprint(self, policy: "ReplayPolicy") -> "Replay":
+        """This replay with the fingerprint and observation count that
+        ``policy`` saw in its last session (made from this replay)."""
+        return dataclasses.replace(self, fingerprint=policy.observed_fingerprint(),
+                                   observations=policy.seen)
+
+
+def _parse_forced(raw: Any, advisor: str, where: str) -> dict[int, Any]:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: 'forced' must be an object of decision index -> action, got {type(raw).__name__}")
+    forced: dict[int, Any] = {}
+    for k, a in raw.items():
+        try:
+            i = int(k)
+        except (TypeError, ValueError):
+            i = -1
+        if i < 0 or str(i) != str(k).strip():
+            raise ConfigError(f"{where}: forced decision index {k!r} is not a non-negative integer")
+        forced[i] = _parse_action(a, advisor, f"{where}: forced[{k}]")
+    return forced
+
+
+def _parse_action(a: Any, advisor: str, where: str) -> Any:
+    if advisor == "inline":
+        if type(a) is not int or a not in (0, 1):
+            raise ConfigError(f"{where}: an inlining decision is 0 or 1, got {a!r}")
+    elif advisor == "regalloc-evict":
+        if type(a) is not int or a < 0:
+            raise ConfigError(f"{where}: an eviction index is a non-negative integer, got {a!r}")
+    elif type(a) not in (int, float):
+        raise ConfigError(f"{where}: a priority is a number, got {a!r}")
+    return a
+
+
+def _check_fingerprint(fp: Any, where: str) -> None:
+    if not isinstance(fp, dict) or fp.get("hash") != HASH:
+        raise ConfigError(f"{where}: 'fingerprint' must be an object with \"hash\": \"{HASH}\"")
+    at = fp.get("at", {})
+    digests = list(at.values()) if isinstance(at, dict) else [None]
+    if fp.get("end") is not None:
+        digests.append(fp["end"])
+    for h in digests:
+        if not isinstance(h, str) or len(h) != 2 * _DIGEST_SIZE or not _is_hex(h):
+            raise ConfigError(f"{where}: fingerprint digest {h!r} is not {2 * _DIGEST_SIZE} hex digits")
+    if isinstance(at, dict):
+        for k in at:
+            if not str(k).isdigit():
+                raise ConfigError(f"{where}: fingerprint index {k!r} is not a non-negative integer")
+
+
+def _is_hex(s: str) -> bool:
+    try:
+        bytes.fromhex(s)
+        return True
+    except ValueError:
+        return False
+
+
+def read_replay(path: str | os.PathLike) -> Replay:
+    """A replay file, validated; ConfigError naming the file on any flaw."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"replay file {path} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"replay {path} is a directory, not a replay file") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"replay file {path}: unreadable: {e}") from None
+    r = Replay.from_json(d, where=f"replay file {path}")
+    r.path = path
+    return r
+
+
+def write_replay(path: str | os.PathLike, replay: Replay) -> None:
+    """Write ``replay`` atomically (a reader never sees half a file)."""
+    atomic_write_json(os.fspath(path), replay.to_json())
+
+
+def is_replay_file(path: str) -> bool:
+    """True for an existing regular file (policies are directories or names)."""
+    return os.path.isfile(path)
+
+
+class ReplayPolicy(Policy):
+    """Forces ``replay.forced`` and defers to ``base`` elsewhere (see the
+    module's docstring for the fingerprint check).  After a session:
+    ``seen`` decisions, ``applied`` forced actions, ``stale``/``stale_at``."""
+
+    def __init__(self, replay: Replay, base: Policy, name: str | None = None):
+        self.replay = replay
+        self.base = base
+        self.name = name or f"replay({base.name})"
+        self.stochastic = base.stochastic
+        self._want = {int(i): bytes.fromhex(h) for i, h in (replay.fingerprint or {}).get("at", {}).items()}
+        self._reset()
+
+    def _reset(self) -> None:
+        self.seen = 0
+        self.applied = 0
+        self.stale_at: int | None = None  # first decision whose check failed
+        self.stale_reason = ""
+        self._forced = self.replay.forced  # emptied when the replay goes stale
+        self._hash = new_stream_hash()
+        self._at: dict[int, bytes] = {}
+
+    def bind(self, header, advisor) -> None:
+        if advisor.name != self.replay.advisor:
+            raise ConfigError(f"{self.replay.path or 'replay'}: made for the {self.replay.advisor} advisor, "
+                              f"used for {advisor.name}")
+        super().bind(header, advisor)
+        self.base.bind(header, advisor)
+        self._reset()
+
+    def _forced_action(self, obs) -> Any:
+        """The forced action of the current decision, or None (then the base
+        answers): hashes the observation, checks the fingerprint."""
+        i = self.seen
+        self.seen = i + 1
+        h = self._hash
+        h.update(obs.raw)
+        a = self._forced.get(i)
+        if a is None:
+            return None
+        d = self._at[i] = h.digest()
+        want = self._want.get(i)
+        if want is not None and d != want:
+            self._go_stale(i, "the observation stream differs from the recorded one")
+            return None
+        try:
+            self.advisor.validate(obs, a)
+        except MlgoHostError as e:
+            self._go_stale(i, f"forced action {a!r} rejected: {e}")
+            return None
+        self.applied += 1
+        return a
+
+    def _go_stale(self, i: int, why: str) -> None:
+        self.stale_at = i
+        self.stale_reason = f"decision {i}: {why}"
+        self._forced = {}
+
+    def act(self, obs) -> Any:
+        a = self._forced_action(obs)
+        return self.base.act(obs) if a is None else a
+
+    def act_logp(self, obs) -> tuple[Any, float]:
+        a = self._forced_action(obs)
+        return self.base.act_logp(obs) if a is None else (a, 0.0)
+
+    # -- after a session -------------------------------------------------
+    @property
+    def stale(self) -> bool:
+        """The module's stream is not the one the replay was recorded on
+        (a mismatch at a forced decision, at the end, or in the count)."""
+        if self.stale_at is not None:
+            return True
+        fp = self.replay.fingerprint
+        if self.replay.observations is not None and self.seen != self.replay.observations:
+            return True
+        return bool(fp and fp.get("end") is not None and self._hash.hexdigest() != fp["end"])
+
+    @property
+    def missed(self) -> int:
+        """Forced decisions the compile never reached (or skipped when stale)."""
+        return len(self.replay.forced) - self.applied
+
+    def observed_fingerprint(self) -> dict:
+        """The fingerprint of the last session's stream (to save with a
+        replay made from it)."""
+        return {"hash": HASH, "at": {str(i): d.hex() for i, d in sorted(self._at.items())},
+                "end": self._hash.hexdigest()}
+
+    def report(self) -> dict:
+        """What the last session did with the replay (for JSON outputs)."""
+        out = {"forced": len(self.replay.forced), "applied": self.applied, "missed": self.missed,
+               "decisions": self.seen, "stale": self.stale}
+        if self.stale:
+            out["stale_reason"] = self.stale_reason or (
+                f"the stream differs after the last forced decision ({self.seen} decisions, "
+                f"{self.replay.observations} recorded)")
+        return out
+
+
+def replay_policy(replay: Replay, base: str | None = None, seed: int = 0, greedy: bool = True) -> ReplayPolicy:
+    """A :class:`ReplayPolicy` for ``replay``; ``base`` overrides the file's."""
+    where = replay.path or "replay"
+    try:
+        b = load_policy(base or replay.base_path(), seed=seed, greedy=greedy)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: base policy: {e}") from None
+    if isinstance(b, ReplayPolicy):
+        raise ConfigError(f"{where}: the base of a replay cannot be another replay ({b.replay.path})")
+    stem = os.path.splitext(os.path.basename(replay.path))[0] if replay.path else "replay"
+    return ReplayPolicy(replay, b, name=f"{stem}+{b.name}")
+
+
+def load_replay(path: str | os.PathLike, base: str | None = None, seed: int = 0,
+                greedy: bool = True) -> ReplayPolicy:
+    """Read a replay file and build its policy (``base`` overrides the file's)."""
+    return replay_policy(read_replay(path), base=base, seed=seed, greedy=greedy)

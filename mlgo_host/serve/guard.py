@@ -1,0 +1,110 @@
+"""The guard of served builds: never an object bigger than the default's.
+
+After a served compile succeeded, ``mlgo-clang`` (which owns the command
+line) compiles the same command plainly, without the channel flags, into a
+temporary file beside the output, and keeps the smaller valid object
+(llvm-size ``text``; the policy's on a tie) atomically in place
+(``os.replace``).  Side outputs the policy's compile already wrote are not
+written again (dependency files, diagnostics, time traces); commands whose
+side outputs depend on the object file name (split DWARF, coverage notes,
+saved temps) are not guarded.
+
+On by ``mlgo-host serve --guard`` (``"guard": true`` in ``server.json``) or
+``MLGO_GUARD=1`` in the client's environment; ``MLGO_GUARD=0`` turns it off
+for a client of a guarding server.  This module runs in the client: it
+imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import os
+
+from mlgo_host.errors import MlgoHostError
+from mlgo_host.serve.slots import unlink_quiet
+
+GUARD_ENV = "MLGO_GUARD"
+
+#: options dropped with their value: the policy's compile wrote those files already
+_DROP_WITH_VALUE = {"-MF", "-MT", "-MQ", "-MJ", "-serialize-diagnostics", "-dependency-file", "-dependency-dot"}
+#: options dropped alone
+_DROP = {"-MD", "-MMD", "-MP", "-MG", "-ftime-trace", "--serialize-diagnostics"}
+_DROP_PREFIX = ("-MF", "-MT", "-MQ", "-MJ", "-ftime-trace=", "-ftime-trace-granularity=", "--serialize-diagnostics=",
+                "-Wp,-MD", "-Wp,-MMD")
+#: options whose side outputs are named after the object: not guarded
+_UNGUARDED = {"-gsplit-dwarf", "-save-temps", "--coverage", "-ftest-coverage", "-fprofile-arcs"}
+_UNGUARDED_PREFIX = ("-gsplit-dwarf=", "-save-temps=")
+
+
+def wanted(info: dict) -> bool:
+    """Whether this client guards: ``MLGO_GUARD`` (1/0) if set, else the
+    server's ``--guard``."""
+    v = os.environ.get(GUARD_ENV, "").strip().lower()
+    if v in ("1", "yes", "true", "on"):
+        return True
+    if v in ("0", "no", "false", "off"):
+        return False
+    return bool(info.get("guard"))
+
+
+def temp_output(output: str) -> str:
+    """A hidden file name beside ``output`` for the default's object (same
+    directory, so keeping it is one rename)."""
+    d, b = os.path.split(output)
+    return os.path.join(d, f".{b}.mlgo-guard.{os.getpid()}.o")
+
+
+def guard_command(argv: list[str], tmp_out: str) -> tuple[list[str] | None, str]:
+    """The plain compile of ``argv`` (compiler first) writing ``tmp_out``
+    and no side outputs: (command, "") or (None, why it is not guarded)."""
+    out = [argv[0]]
+    has_o = False
+    skip_value = False
+    args = argv[1:]
+    for i, a in enumerate(args):
+        if skip_value:
+            skip_value = False
+            continue
+        if a in _UNGUARDED or a.startswith(_UNGUARDED_PREFIX):
+            return None, f"{a} writes files named after the object"
+        if a == "-o":
+            out += ["-o", tmp_out]
+            has_o = skip_value = True
+        elif a.startswith("-o") and len(a) > 2:
+            out.append("-o" + tmp_out)
+            has_o = True
+        elif a in _DROP_WITH_VALUE:
+            skip_value = True
+        elif a in _DROP or a.startswith(_DROP_PREFIX):
+            continue
+        elif a in ("-Xclang", "-mllvm") and i + 1 < len(args):
+            out += [a, args[i + 1]]
+            skip_value = True
+        else:
+            out.append(a)
+    if not has_o:
+        out += ["-o", tmp_out]
+    return out, ""
+
+
+def _size(path: str) -> int | None:
+    from mlgo_host.corpus.sizes import text_size
+
+    try:
+        return text_size(path)
+    except MlgoHostError:
+        return None
+
+
+def keep_smaller(output: str, tmp_out: str) -> dict:
+    """Keep the smaller valid object of ``output`` (the policy's) and
+    ``tmp_out`` (the default's) at ``output``; ``tmp_out`` is gone after.
+    Returns the stats fields: guard ("policy" | "default"),
+    guard_policy_text, guard_default_text."""
+    pol = _size(output) if os.path.exists(output) else None
+    dft = _size(tmp_out) if os.path.exists(tmp_out) else None
+    keep_default = dft is not None and (pol is None or dft < pol)
+    if keep_default:
+        os.replace(tmp_out, output)
+    else:
+        unlink_quiet(tmp_out)
+    return {"guard": "default" if keep_default else "policy", "guard_policy_text": pol, "guard_default_text": dft}

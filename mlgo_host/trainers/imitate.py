@@ -1,0 +1,172 @@
+"""Imitate the searched decisions: weighted behavioural cloning, then a gate.
+
+The examples come from the search (:mod:`mlgo_host.trainers.search`):
+
+* every decision of each module's best trajectory, labelled with the action
+  the best trajectory took, weight ``untried_weight`` (bytes-equivalent);
+* every flip tried, at the observation it was tried at: labelled with the
+  flipped action when it shrank the object, else with the action it flipped
+  from; weight = the bytes it changed (the bytes at stake).
+
+The network is the PPO actor (:func:`mlgo_host.trainers.tf_agent.build_actor_network`)
+with one more input: the compiler's default decision (the include-default
+slot), so the model learns *where deviating from the default pays* rather
+than re-learning the default heuristic.  It is saved as a normal policy
+directory (numpy actor for the workers, SavedModel for TF tooling).
+
+The deployed decision falls back to the compiler's default: greedy decisions
+go through a *gate* (``NumpyPolicy(gate=p)``): leave the default only where
+the model gives the other action more than ``p``.  ``p`` is chosen on a
+validation split by :func:`choose_gate`; it is written into the saved
+policy's metadata, so ``run``, ``eval``, ``serve`` and the workers apply it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Sequence
+
+import gin
+import numpy as np
+
+from mlgo_host.channel.codec import Header
+from mlgo_host.errors import ConfigError
+from mlgo_host.policies.specs import PolicySpec
+from mlgo_host.policies.vocab import NormConfig, Vocab, VocabBuilder
+from mlgo_host.trainers.bc import obs_spec_batched
+
+log = logging.getLogger("mlgo_host.imitate")
+
+
+@dataclasses.dataclass
+class Examples:
+    """Structured feature records, labels and weights (one row per example)."""
+
+    header: Header
+    records: np.ndarray
+    labels: np.ndarray
+    weights: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+
+def examples_from_search(results: Sequence[dict], *, untried_weight: float = 1.0,
+                         max_flip_weight: float = 4096.0) -> Examples:
+    """The imitation examples of a set of search results (see the module
+    docstring).  All results must share one header."""
+    ok = [r for r in results if r.get("status") == "ok" and r.get("header")]
+    if not ok:
+        raise ConfigError("no search result to imitate")
+    header = Header.from_json(ok[0]["header"])
+    dt = header.record_dtype
+    recs, labels, weights = [], [], []
+    for r in ok:
+        traj = np.frombuffer(r["raw"], dtype=dt)
+        recs.append(traj)
+        labels.append(np.asarray(r["actions"], dtype=np.int64))
+        weights.append(np.full(len(traj), float(untried_weight)))
+        for f in r["flips"]:
+            recs.append(np.frombuffer(f["raw"], dtype=dt))
+            labels.append(np.array([1 - f["from"] if f["accepted"] else f["from"]], dtype=np.int64))
+            weights.append(np.array([min(max(abs(float(f["delta"])), 1.0), max_flip_weight)]))
+    return Examples(header, np.concatenate(recs), np.concatenate(labels), np.concatenate(weights))
+
+
+def build_vocab(examples: Examples, num_buckets: int = 1000) -> Vocab:
+    vb = VocabBuilder()
+    vb.add(examples.records)
+    return vb.build(num_buckets)
+
+
+@gin.configurable(module="imitate")
+def train_imitation(
+    examples: Examples,
+    output_dir: str,
+    *,
+    default_slot: str,
+    vocab: Vocab | None = None,
+    norm: NormConfig | None = None,
+    fc_layer_params: Sequence[int] = (40, 40, 20),
+    epochs: int = 20,
+    batch_size: int = 512,
+    learning_rate: float = 3e-3,
+    seed: int = 0,
+    compiler: str | None = None,
+    saved_model: bool = True,
+    extra: dict | None = None,
+) -> dict[str, Any]:
+    """Train the actor on ``examples`` (weighted cross-entropy) and save it
+    to ``output_dir``; returns a summary (loss, weighted accuracy, sizes)."""
+    import tensorflow as tf
+
+    from mlgo_host.trainers import tf_agent
+    from mlgo_host.trainers.export import save_policy
+
+    tf.random.set_seed(seed)
+    rng = np.random.default_rng(seed)
+    norm = norm if norm is not None else NormConfig(with_square=True)
+    vocab = vocab if vocab is not None else build_vocab(examples)
+    spec = PolicySpec.from_header(examples.header, "inline", vocab_names=vocab.names(), default_slot=default_slot,
+                                  keep_default=True)
+    x = tf_agent._numpy_observations(spec, examples.records, len(examples))
+    y = examples.labels
+    w = (examples.weights / examples.weights.mean()).astype(np.float32)
+    net = tf_agent.build_actor_network(spec, vocab, norm, fc_layer_params=tuple(fc_layer_params))
+    opt = tf.keras.optimizers.Adam(learning_rate=learning_rate)
+    sig = obs_spec_batched(tf_agent.observation_spec(spec))
+
+    def logits_of(obs):
+        dist, _ = net(obs, step_type=None, network_state=(), training=False)
+        return dist.logits_parameter() if hasattr(dist, "logits_parameter") else dist.logits
+
+    @tf.function(input_signature=[sig, tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.float32)])
+    def step(obs, labels, wts):
+        with tf.GradientTape() as tape:
+            ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits_of(obs))
+            loss = tf.reduce_sum(ce * wts) / tf.reduce_sum(wts)
+        grads = tape.gradient(loss, net.trainable_variables)
+        opt.apply_gradients(zip(grads, net.trainable_variables))
+        return loss
+
+    n = len(examples)
+    losses: list[float] = []
+    for _ in range(epochs):
+        perm = rng.permutation(n)
+        ep_loss = []
+        for s in range(0, n, batch_size):
+            idx = perm[s : s + batch_size]
+            ep_loss.append(float(step({k: v[idx] for k, v in x.items()}, y[idx], w[idx])))
+        losses.append(float(np.mean(ep_loss)))
+    sp = save_policy(output_dir, net, spec, vocab, norm, compiler=compiler, saved_model=saved_model,
+                     fc_layer_params=fc_layer_params, extra={"imitation": dict(extra or {}, examples=n)})
+    pred = sp.actor.greedy(examples.records)
+    acc = float(np.sum((pred == y) * examples.weights) / np.sum(examples.weights))
+    return {"examples": n, "loss": losses[-1] if losses else float("nan"), "weighted_accuracy": acc,
+            "deviations_labelled": int(np.sum(y != _defaults(examples.records, default_slot)))}
+
+
+def _defaults(records: np.ndarray, slot: str) -> np.ndarray:
+    return (records[slot].reshape(len(records), -1)[:, 0] != 0).astype(np.int64)
+
+
+def choose_gate(sizes_by_threshold: dict[float, dict[str, int]], default_sizes: dict[str, int],
+                max_module_growth_pct: float = 1.0) -> tuple[float, dict[str, Any]]:
+    """The gate threshold with the smallest validation total among those
+    under which no module grows more than ``max_module_growth_pct``; 1.0
+    (always the default) when none beats the default.  Returns (threshold,
+    the table of every threshold tried)."""
+    table = {}
+    for thr, sizes in sorted(sizes_by_threshold.items()):
+        common = [m for m in default_sizes if m in sizes]
+        d = sum(default_sizes[m] for m in common)
+        p = sum(sizes[m] for m in common)
+        worst = max((100.0 * (sizes[m] - default_sizes[m]) / max(default_sizes[m], 1) for m in common), default=0.0)
+        table[thr] = {"size_change_pct": 100.0 * (p - d) / d if d else 0.0, "worst_module_pct": worst,
+                      "modules": len(common), "missing": len(default_sizes) - len(common)}
+    ok = [(v["size_change_pct"], -t, t) for t, v in table.items()
+          if v["worst_module_pct"] <= max_module_growth_pct and v["missing"] == 0 and v["size_change_pct"] < 0]
+    if not ok:
+        return 1.0, table
+    return min(ok)[2], table

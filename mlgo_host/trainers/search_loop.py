@@ -1,0 +1,422 @@
+"""Search, then imitate (``run.algorithm = 'search'``, ``configs/inlining/search.gin``).
+
+Per round:
+
+1. **search** every training module around the current policy (the first
+   round: the compiler's default) on the worker pool, the compile budget
+   shared by module size (:mod:`mlgo_host.trainers.search`);
+2. keep each module's best trajectory across rounds and every flip tried;
+   fit the flip-gain model (the next round's prior);
+3. **imitate**: train the actor on all best trajectories and flips so far
+   (weighted behavioural cloning, :mod:`mlgo_host.trainers.imitate`), from
+   scratch, as ``policy/<round>/``;
+4. **gate**: compile the validation split under several gate thresholds and
+   keep the best one under which no validation module grows more than 1 %;
+5. ``saved_policy/`` becomes this round's policy when its validation total is
+   the best so far (never the last round's by default).
+
+The held-out split is evaluated after each round for the learning curve
+only: no choice reads it.  Rounds go on until ``time_budget_minutes`` is
+spent (a round is not started when the last one would not fit) or
+``max_rounds``.  ``state.json`` is written last, atomically, after each
+round; a killed run resumes after its last completed round and
+``saved_policy/`` is always the best policy so far.  Round data (search
+results: trajectories and flips) are pickled under ``search/``: the
+learner's own cache, read only by this module.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import shutil
+import sys
+import time
+from typing import Any
+
+import gin
+import numpy as np
+
+from mlgo_host.corpus.corpus import Module, load_corpus, split_three
+from mlgo_host.errors import ConfigError
+from mlgo_host.fsutil import atomic_path, atomic_write_json, replace_dir
+from mlgo_host.policies.saved import METADATA, set_gate
+from mlgo_host.trainers.imitate import choose_gate, examples_from_search, train_imitation
+from mlgo_host.trainers.pool import make_pool
+from mlgo_host.trainers.search import FlipGainModel, budgets, total_gain_pct
+from mlgo_host.trainers.worker import policy_blob_from_dir
+
+log = logging.getLogger("mlgo_host.search")
+
+GATE_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+
+
+@gin.configurable(module="search")
+def train_search(
+    root_dir: str,
+    corpus_dir: str,
+    *,
+    clang_path: str = "clang-19",
+    llvm_size_path: str | None = None,
+    num_workers: int = 2,
+    worker_backend: str = "local",
+    ray_address: str | None = None,
+    time_budget_minutes: float = 60.0,
+    max_rounds: int = 100,
+    compiles_per_round: int = 3000,
+    heldout_fraction: float = 0.2,
+    validation_fraction: float = 0.2,
+    max_module_growth_pct: float = 1.0,
+    gate_thresholds: tuple = GATE_THRESHOLDS,
+    evaluate_heldout: bool = True,
+    module_timeout: float = 300.0,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run rounds of search and imitation; returns the state (also in state.json)."""
+    t_start = time.monotonic()
+    root_dir = os.path.abspath(root_dir)
+    os.makedirs(os.path.join(root_dir, "search"), exist_ok=True)
+    corpus = load_corpus(corpus_dir)
+    train_mods, val_mods, held_mods = split_three(corpus.modules, heldout_fraction, validation_fraction, seed)
+    if not train_mods or not val_mods:
+        raise ConfigError(f"corpus {corpus_dir}: {len(train_mods)} training and {len(val_mods)} validation modules "
+                          "(need at least one of each; lower the fractions or add modules)")
+    state = _load_state(root_dir)
+    cfg = {"clang": clang_path, "llvm_size": llvm_size_path, "module_timeout": module_timeout,
+           "baseline_cache": os.path.join(root_dir, "baselines")}
+    pool_opts = {"ray_address": ray_address} if worker_backend == "ray" else {}
+    pool = make_pool(worker_backend, num_workers, "mlgo_host.trainers.search:SearchWorker",
+                     {"clang": clang_path, "llvm_size": llvm_size_path, "advisor": "inline",
+                      "module_timeout": module_timeout, "baseline_cache": cfg["baseline_cache"]}, **pool_opts)
+    summaries = _summaries(root_dir)
+    try:
+        while state["round"] < max_rounds and _time_left(state, t_start, time_budget_minutes):
+            t0 = time.monotonic()
+            r = state["round"] + 1
+            row = _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, cfg, compiles_per_round,
+                             gate_thresholds, max_module_growth_pct, evaluate_heldout, seed, progress)
+            row["round_s"] = round(time.monotonic() - t0, 1)
+            state["history"].append(row)
+            state["round"] = r
+            summaries(row)
+            atomic_write_json(os.path.join(root_dir, "state.json"), state)
+            print(_summary_line(row), file=sys.stderr, flush=True)
+        _ensure_saved_policy(pool, state, root_dir)
+        return state
+    finally:
+        pool.close()
+
+
+# -- one round ------------------------------------------------------------------
+
+
+def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, cfg, compiles, thresholds,
+               max_growth, heldout, seed, progress) -> dict[str, Any]:
+    base_dir = state.get("best_policy")
+    t0 = time.monotonic()
+    results = _cached_search_round(root_dir, pool, r, base_dir, train_mods, state, compiles, seed, progress)
+    t_search = time.monotonic() - t0
+    _note_modules(state, results)
+    data = _merge_round(root_dir, r, results)
+    model = _fit_flip_model(data)
+    state["flip_model"] = model.to_json() if model is not None else None
+    t1 = time.monotonic()
+    policy_dir = os.path.join(root_dir, "policy", str(r))
+    fit = train_imitation(examples_from_search(list(data["best"].values()) + data["flip_only"]), policy_dir,
+                          default_slot=state["default_slot"], compiler=cfg["clang"], seed=seed + r,
+                          extra={"round": r})
+    t_train = time.monotonic() - t1
+    t2 = time.monotonic()
+    gate, table, val = _choose_gate(pool, policy_dir, val_mods, thresholds, max_growth, progress, r)
+    set_gate(policy_dir, gate, chosen_on="validation", round=r, table={str(k): v for k, v in table.items()})
+    t_gate = time.monotonic() - t2
+    row = _round_row(r, results, data, fit, gate, val, t_search, t_train, t_gate)
+    if state.get("best_val") is None or val["size_change_pct"] < state["best_val"]:
+        state["best_val"], state["best_round"] = val["size_change_pct"], r
+        state["best_policy"] = policy_dir
+        _publish(policy_dir, os.path.join(root_dir, "saved_policy"))
+    row["train_policy_pct"] = _policy_train_pct(results)
+    if heldout and held_mods:
+        row["heldout_pct"], row["heldout_bigger_1pct"] = _evaluate(pool, policy_dir, held_mods, progress,
+                                                                   f"round {r}: held-out")
+    return row
+
+
+def _cached_search_round(root_dir, pool, r, *args) -> list[dict]:
+    """The round's search results, computed once: a run killed after the
+    search (the longest step) resumes with its results."""
+    path = os.path.join(root_dir, "search", f"round-{r}.pkl")
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    results = _search_round(pool, r, *args)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        pickle.dump(results, f, protocol=pickle.HIGHEST_PROTOCOL)
+    return results
+
+
+def _search_round(pool, r, base_dir, mods: list[Module], state, compiles, seed, progress,
+                  first_share: float = 0.6, patience: int = 6) -> list[dict]:
+    """Search every training module around the current policy, in passes:
+    ``first_share`` of the compiles shared by module size, each module
+    stopping after ``patience`` flips in a row that did not pay; then half
+    of what is left to the modules that paid, in proportion to the bytes
+    they gained, and the rest to the modules the patience stopped (by
+    size), each continuing from its best and skipping what it tried."""
+    pool.broadcast("set_policy", policy_blob_from_dir(base_dir) if base_dir else {"heuristic": "default"})
+    sizes = [state["sizes"].get(m.name, m.size) for m in mods]
+    decisions = [state["decisions"].get(m.name, 10_000) for m in mods]
+    model = state.get("flip_model")
+    budget = budgets(sizes, decisions, int(first_share * compiles))
+    tasks = [(m.to_task(), b, model, None, seed + r, patience) for m, b in zip(mods, budget)]
+    found = _run_search(pool, tasks, r, f"round {r}: search", progress)
+    by_name = {m.name: m for m in mods}
+    left = compiles - sum(x["compiles"] for x in found.values())
+    paid = [x for x in found.values() if x["status"] == "ok" and x["best_size"] < x["start_size"]]
+    if left > 0 and paid:
+        gains = [x["start_size"] - x["best_size"] for x in paid]
+        _continue(pool, found, paid, _shares(left // 2, gains), by_name, model, seed + r, 3 * patience,
+                  f"round {r}: search, modules that paid", progress)
+    left = compiles - sum(x["compiles"] for x in found.values())
+    stopped = [x for x in found.values() if x["status"] == "ok" and x.get("stopped") == "patience"]
+    if left > 0 and stopped:
+        sizes = [np.sqrt(max(x["default_size"], 1)) for x in stopped]
+        _continue(pool, found, stopped, _shares(left, sizes), by_name, model, seed + r, 2 * patience,
+                  f"round {r}: search, further", progress)
+    return [found[m.name] for m in mods if m.name in found]
+
+
+def _shares(total: int, weights) -> list[int]:
+    w = np.asarray(weights, dtype=np.float64)
+    return [int(x) for x in np.floor(total * w / w.sum())] if w.sum() > 0 else [0] * len(w)
+
+
+def _continue(pool, found, results, extra, by_name, model, seed, patience, desc, progress) -> None:
+    """More compiles for some modules, from their best, skipping their tries."""
+    tasks = [(by_name[x["name"]].to_task(), int(e) + 1, model, x["forced"], seed, patience, x["tried"],
+              x["base"] == "default") for x, e in zip(results, extra) if e > 0]
+    for res in _run_search(pool, tasks, 0, desc, progress).values():
+        found[res["name"]] = _continued(found[res["name"]], res)
+
+
+def _run_search(pool, tasks, r, desc, progress) -> dict[str, dict]:
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(tasks), desc=desc, unit="module", disable=not progress, leave=False, file=sys.stderr)
+    outcomes = pool.map_unordered("search", tasks, None, on_result=lambda o: bar.update(1))
+    bar.close()
+    out = {}
+    for o in sorted(outcomes, key=lambda o: o.index):
+        if o.ok and o.value is not None:
+            out[o.value["name"]] = o.value
+        else:
+            log.warning("round %d: search of %s failed: %s", r, tasks[o.index][0]["name"], o.error)
+    return out
+
+
+def _continued(first: dict, second: dict) -> dict:
+    """One module's passes as one result: the later pass's best (it started
+    from the earlier one's), every flip, try and compile of both."""
+    both = {"compiles": first["compiles"] + second["compiles"], "flips": first["flips"] + second["flips"],
+            "tried": sorted(set(first["tried"]) | set(second.get("tried", ())))}
+    if second["status"] != "ok" or second["best_size"] is None or second["best_size"] > first["best_size"]:
+        return dict(first, **both)
+    return dict(second, policy_size=first["policy_size"], start_size=first["start_size"], **both)
+
+
+def _note_modules(state: dict, results: list[dict]) -> None:
+    """What the next rounds' budgets and the imitation need to know."""
+    for res in results:
+        if res["status"] == "ok":
+            state["sizes"][res["name"]] = res["default_size"]
+            state["decisions"][res["name"]] = len(res["actions"])
+            state["default_slot"] = state.get("default_slot") or res.get("default_slot")
+
+
+def _merge_round(root_dir: str, r: int, results: list[dict]) -> dict:
+    """Each module's best trajectory over all rounds and every flip tried;
+    the round's results are kept under ``search/``."""
+    path = os.path.join(root_dir, "search", "data.pkl")
+    data = {"best": {}, "flip_only": [], "merged": []}
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            data = pickle.load(f)
+    if r in data["merged"]:  # a resumed run: this round is in already
+        return data
+    data["merged"].append(r)
+    for res in results:
+        if res["status"] != "ok":
+            continue
+        name = res["name"]
+        old = data["best"].get(name)
+        if old is None or res["best_size"] < old["best_size"]:
+            if old is not None:  # its flips stay examples
+                data["flip_only"].append(dict(old, raw=b"", actions=np.zeros(0, np.int64)))
+            data["best"][name] = res
+        else:
+            data["flip_only"].append(dict(res, raw=b"", actions=np.zeros(0, np.int64)))
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        pickle.dump(data, f, protocol=pickle.HIGHEST_PROTOCOL)
+    return data
+
+
+def _fit_flip_model(data: dict) -> FlipGainModel | None:
+    from mlgo_host.channel.codec import Header
+
+    rows = list(data["best"].values()) + data["flip_only"]
+    flips = [(r, f) for r in rows for f in r["flips"]]
+    if len(flips) < 32:
+        return None
+    header = Header.from_json(next(r["header"] for r in rows if r.get("header")))
+    feats = np.concatenate([np.frombuffer(f["raw"], dtype=header.record_dtype) for _, f in flips])
+    names = [s.name for s in header.features if s.size == 1 and s.name != (header.advice.name if header.advice else "")]
+    return FlipGainModel.fit(feats, np.array([f["from"] for _, f in flips]),
+                             np.array([f["accepted"] for _, f in flips], dtype=np.float64), names)
+
+
+# -- validation: the gate ---------------------------------------------------------
+
+
+def _choose_gate(pool, policy_dir, val_mods, thresholds, max_growth, progress, r):
+    """Compile the validation split under each gate threshold; the best
+    threshold (see :func:`choose_gate`) and its validation row."""
+    sizes: dict[float, dict[str, int]] = {}
+    defaults: dict[str, int] = {}
+    for thr in thresholds:
+        got = _sizes_under(pool, policy_dir, thr, val_mods, progress, f"round {r}: validation gate {thr}")
+        sizes[thr] = {k: v[0] for k, v in got.items()}
+        defaults.update({k: v[1] for k, v in got.items()})
+    gate, table = choose_gate(sizes, defaults, max_growth)
+    if gate in table:
+        val = {"size_change_pct": table[gate]["size_change_pct"], "worst_module_pct": table[gate]["worst_module_pct"]}
+    else:
+        val = {"size_change_pct": 0.0, "worst_module_pct": 0.0}
+    return gate, table, val
+
+
+def _gated_blob(policy_dir: str, threshold: float) -> dict:
+    blob = policy_blob_from_dir(policy_dir)
+    md = json.loads(blob["files"][METADATA])
+    md["gate"] = {"threshold": float(threshold)}
+    blob["files"][METADATA] = json.dumps(md).encode()
+    return blob
+
+
+def _sizes_under(pool, policy_dir, threshold, mods, progress, desc) -> dict[str, tuple[int, int]]:
+    """name -> (policy size, default size) of the greedy gated policy."""
+    from tqdm import tqdm
+
+    pool.broadcast("set_policy", _gated_blob(policy_dir, threshold) if threshold is not None
+                   else policy_blob_from_dir(policy_dir))
+    tasks = [(m.to_task(), 0, True, False) for m in mods]
+    bar = tqdm(total=len(tasks), desc=desc, unit="module", disable=not progress, leave=False, file=sys.stderr)
+    outcomes = pool.map_unordered("collect", tasks, None, on_result=lambda o: bar.update(1))
+    bar.close()
+    return {o.value["name"]: (o.value["policy_size"], o.value["baseline_size"]) for o in outcomes
+            if o.ok and o.value and o.value["status"] == "ok"}
+
+
+def _evaluate(pool, policy_dir, mods, progress, desc) -> tuple[float, int]:
+    """Total size change vs -Oz (%) and modules more than 1 % bigger, with the
+    policy as saved (its gate)."""
+    got = _sizes_under(pool, policy_dir, None, mods, progress, desc)
+    d = sum(v[1] for v in got.values())
+    p = sum(v[0] for v in got.values())
+    bigger = sum(v[0] > 1.01 * v[1] for v in got.values())
+    return (100.0 * (p - d) / d if d else 0.0), int(bigger)
+
+
+# -- bookkeeping -----------------------------------------------------------------
+
+
+def _load_state(root_dir: str) -> dict:
+    path = os.path.join(root_dir, "state.json")
+    if os.path.exists(path):
+        try:
+            with open(path) as f:
+                state = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{path}: unreadable state ({e}); move it away to start over") from None
+        log.info("resuming %s after round %d", root_dir, state["round"])
+        return state
+    return {"format": "mlgo_host.search_state/1", "round": 0, "history": [], "sizes": {}, "decisions": {},
+            "best_val": None, "best_round": None, "best_policy": None, "flip_model": None, "default_slot": None}
+
+
+def _time_left(state: dict, t_start: float, budget_min: float) -> bool:
+    """Start another round only when it would fit the budget (the last
+    round's duration is the estimate)."""
+    spent = time.monotonic() - t_start
+    last = state["history"][-1]["round_s"] if state["history"] else 0.0
+    return spent + last <= 60.0 * budget_min
+
+
+def _publish(policy_dir: str, dest: str) -> None:
+    tmp = dest + ".new"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(policy_dir, tmp)
+    replace_dir(tmp, dest)
+
+
+def _ensure_saved_policy(pool, state: dict, root_dir: str) -> None:
+    if state.get("best_policy") and not os.path.isdir(os.path.join(root_dir, "saved_policy")):
+        _publish(state["best_policy"], os.path.join(root_dir, "saved_policy"))
+
+
+def _policy_train_pct(results: list[dict]) -> float | None:
+    """The round's starting policy on the training modules (its search start)."""
+    ok = [x for x in results if x["status"] == "ok" and x.get("policy_size") is not None]
+    d = sum(x["default_size"] for x in ok)
+    return 100.0 * (sum(x["policy_size"] for x in ok) - d) / d if d else None
+
+
+def _round_row(r, results, data, fit, gate, val, t_search, t_train, t_gate) -> dict[str, Any]:
+    flips = [f for x in results for f in x["flips"]]
+    compiles = sum(x["compiles"] for x in results)
+    return {
+        "round": r, "modules": len(results), "compiles": compiles,
+        "flips_tried": len(flips), "flips_accepted": sum(f["accepted"] for f in flips),
+        "round_search_pct": total_gain_pct(results), "headroom_pct": total_gain_pct(list(data["best"].values())),
+        "compiles_per_minute": round(60.0 * compiles / max(t_search, 1e-9), 1),
+        "examples": fit["examples"], "imitation_loss": fit["loss"], "weighted_accuracy": fit["weighted_accuracy"],
+        "gate": gate, "validation_pct": val["size_change_pct"], "validation_worst_pct": val["worst_module_pct"],
+        "search_s": round(t_search, 1), "train_s": round(t_train, 1), "gate_s": round(t_gate, 1),
+    }
+
+
+def _summaries(root_dir: str):
+    """TensorBoard scalars per round (the learner imports TensorFlow anyway)."""
+    import tensorflow as tf
+
+    writer = tf.summary.create_file_writer(os.path.join(root_dir, "train"))
+    tags = {"headroom_pct": "search/headroom_pct", "round_search_pct": "search/round_pct",
+            "flips_tried": "search/flips_tried", "flips_accepted": "search/flips_accepted",
+            "compiles_per_minute": "perf/compiles_per_minute", "train_policy_pct": "policy/train_size_change_pct",
+            "validation_pct": "policy/validation_size_change_pct", "heldout_pct": "heldout/size_change_pct",
+            "gate": "policy/gate_threshold", "imitation_loss": "loss/imitation"}
+
+    def write(row: dict) -> None:
+        with writer.as_default(step=row["round"]):
+            for k, tag in tags.items():
+                if row.get(k) is not None:
+                    tf.summary.scalar(tag, row[k])
+        writer.flush()
+
+    return write
+
+
+def _summary_line(row: dict) -> str:
+    def pct(v):
+        return "n/a" if v is None else f"{v:+.3f}%"
+
+    parts = [f"round {row['round']}:", f"search {pct(row['round_search_pct'])} (headroom {pct(row['headroom_pct'])})",
+             f"{row['flips_accepted']}/{row['flips_tried']} flips kept", f"{row['compiles_per_minute']:.0f} compiles/min",
+             f"policy train {pct(row.get('train_policy_pct'))}", f"validation {pct(row['validation_pct'])} "
+             f"(gate {row['gate']:g})"]
+    if "heldout_pct" in row:
+        parts.append(f"held-out {pct(row['heldout_pct'])}")
+    parts.append(f"{row['round_s'] if 'round_s' in row else 0:.0f}s")
+    return " ".join(parts)

@@ -1,0 +1,164 @@
+"""Search, imitation and the gate, with the real clang-19 on generated modules.
+
+``k.c`` is the textbook case the search must find: a static helper called
+with constant arguments from two places, which the default inliner refuses
+at -Oz; inlining both calls lets the dead branches go and shrinks the object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from mlgo_host.channel.default_probe import default_slot
+from mlgo_host.corpus.build import build_corpus, load_compile_commands
+from mlgo_host.corpus.compile import compile_module
+from mlgo_host.corpus.corpus import load_corpus, split_three
+from mlgo_host.policies import load_policy
+from mlgo_host.trainers.search import FlipGainModel, budgets, pattern_scores, search_module
+
+needs_clang = pytest.mark.skipif(shutil.which("clang-19") is None, reason="clang-19 not installed")
+
+HELPER_C = r"""
+static int helper(int x, int mode) {
+  if (mode == 0) return x + 1;
+  if (mode == 1) { int s = 0; for (int i = 0; i < x; i++) s += i * x ^ (s >> 3); return s; }
+  if (mode == 2) { int p = 1; for (int i = 1; i < x; i++) p = p * i % 1000003; return p; }
+  return x * 7;
+}
+int ka(int x) { return helper(x, 0); }
+int kb(int x) { return helper(x, 0) * 2; }
+int kc(int x) { return helper(x, 3) - 1; }
+"""
+
+TINY_C = r"""
+static int tiny(int x) { return x * 3 + 1; }
+int ta(int x) { return tiny(x) + tiny(x + 1); }
+int tb(int x) { return tiny(x) ^ tiny(x - 1); }
+"""
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    if shutil.which("clang-19") is None:
+        pytest.skip("clang-19 not installed")
+    root = tmp_path_factory.mktemp("search")
+    (root / "src").mkdir()
+    db = []
+    for name, text in {"k.c": HELPER_C, "t.c": TINY_C}.items():
+        f = root / "src" / name
+        f.write_text(text)
+        db.append({"directory": str(root), "file": str(f),
+                   "arguments": ["clang", "-Oz", "-c", str(f), "-o", str(root / "obj" / (name + ".o"))]})
+    (root / "compile_commands.json").write_text(json.dumps(db))
+    rep = build_corpus(load_compile_commands(root / "compile_commands.json"), root / "corpus", jobs=2, progress=False)
+    assert not rep.failures
+    return load_corpus(root / "corpus"), root
+
+
+def _cfg(root):
+    return {"clang": "clang-19", "llvm_size": None, "module_timeout": 120,
+            "baseline_cache": str(root / "baselines"), "default_slot": default_slot("clang-19")}
+
+
+@needs_clang
+def test_search_finds_the_flip_that_shrinks_a_module_and_records_every_try(corpus):
+    c, root = corpus
+    d = load_policy("default")
+    res = search_module(c["k.c"], d, 20, _cfg(root), default=d)
+    assert res["status"] == "ok"
+    assert res["best_size"] < res["default_size"], res
+    assert res["forced"], "the improvement must come from forced flips"
+    assert res["compiles"] == 1 + len(res["flips"]) <= 20
+    accepted = [f for f in res["flips"] if f["accepted"]]
+    assert accepted and all(f["delta"] < 0 for f in accepted)
+    assert sum(f["delta"] for f in accepted) == res["best_size"] - res["default_size"]
+    # the best trajectory is what the forced flips give: replaying it gives the same size
+    from mlgo_host.policies.replay import Replay, ReplayPolicy
+
+    forced = {int(k): v for k, v in res["forced"].items()}
+    again = compile_module(c["k.c"], ReplayPolicy(Replay(forced=forced), d), clang="clang-19")
+    assert again.text_size == res["best_size"]
+
+
+@needs_clang
+def test_search_never_ends_worse_than_the_default(corpus):
+    c, root = corpus
+    d = load_policy("default")
+    never = load_policy("never")  # a base far worse than -Oz: the default takes over as the start
+    res = search_module(c["t.c"], never, 6, _cfg(root), default=d)
+    assert res["policy_size"] > res["default_size"]
+    assert res["best_size"] <= res["default_size"]
+    assert res["base"] == "default"
+
+
+def test_budgets_follow_the_bytes_and_respect_bounds():
+    b = budgets([100, 10_000, 1_000_000], [50, 50, 5], 120, floor=2)
+    assert b[0] < b[1]
+    assert b[2] == 5  # never more than one per decision
+    assert all(x >= 2 for x in b[:2])
+
+
+def test_flip_gain_model_learns_a_separable_rule():
+    rng = np.random.default_rng(0)
+    n = 400
+    rec = np.zeros(n, dtype=[("callee_users", "<i8"), ("cost_estimate", "<i8"), ("is_multiple_blocks", "<i8")])
+    rec["callee_users"] = rng.integers(1, 6, n)
+    rec["cost_estimate"] = rng.integers(0, 300, n)
+    base = rng.integers(0, 2, n)
+    gained = ((base == 0) & (rec["callee_users"] <= 2)).astype(float)
+    m = FlipGainModel.fit(rec, base, gained, ["callee_users", "cost_estimate"])
+    p = m.predict(rec, base)
+    assert p[gained == 1].mean() > 0.7 > 0.3 > p[gained == 0].mean()
+    again = FlipGainModel.from_json(json.loads(json.dumps(m.to_json())))
+    assert np.allclose(again.predict(rec, base), p)
+
+
+def test_pattern_prior_ranks_the_measured_winners_first():
+    rec = np.zeros(2, dtype=[("callee_users", "<i8"), ("cost_estimate", "<i8"), ("is_multiple_blocks", "<i8")])
+    rec["callee_users"] = [1, 9]
+    rec["cost_estimate"] = [80, 500]
+    rec["is_multiple_blocks"] = [1, 0]
+    s = pattern_scores(rec, np.array([0, 0]))  # both refused by the default
+    assert s[0] > s[1]
+
+
+def test_three_way_split_is_deterministic_and_disjoint(corpus):
+    c, _ = corpus
+    mods = c.modules * 1
+    a = split_three(mods, 0.2, 0.2, seed=3)
+    b = split_three(mods, 0.2, 0.2, seed=3)
+    assert [[m.name for m in part] for part in a] == [[m.name for m in part] for part in b]
+    names = [m.name for part in a for m in part]
+    assert sorted(names) == sorted(m.name for m in mods)
+    # the held-out part is the one every other trainer keeps out
+    assert [m.name for m in a[2]] == [m.name for m in c.split(0.2, seed=3)[1]]
+
+
+@needs_clang
+@pytest.mark.slow
+def test_imitation_and_gate_reproduce_the_searched_gain(corpus, tmp_path):
+    """The gated policy trained on the search's data makes the module as
+    small as the search did; with the gate closed it is the default."""
+    from mlgo_host.policies.saved import set_gate
+    from mlgo_host.trainers.imitate import examples_from_search, train_imitation
+
+    c, root = corpus
+    d = load_policy("default")
+    res = [search_module(c[n], d, 30, _cfg(root), default=d) for n in ("k.c", "t.c")]
+    pol_dir = str(tmp_path / "pol")
+    fit = train_imitation(examples_from_search(res), pol_dir, default_slot=default_slot("clang-19"), epochs=300,
+                          saved_model=False, seed=1)
+    assert fit["deviations_labelled"] >= 1
+    set_gate(pol_dir, 0.5)
+    gated = compile_module(c["k.c"], load_policy(pol_dir), clang="clang-19")
+    assert gated.text_size <= res[0]["best_size"] < res[0]["default_size"]
+    set_gate(pol_dir, 1.0)  # closed: never leaves the default
+    closed = compile_module(c["k.c"], load_policy(pol_dir), clang="clang-19")
+    assert closed.text_size == res[0]["default_size"]
+    md = json.loads(open(os.path.join(pol_dir, "metadata.json")).read())
+    assert md["gate"]["threshold"] == 1.0 and md["spec"]["default_input"] == default_slot("clang-19")

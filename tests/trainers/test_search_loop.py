@@ -1,0 +1,120 @@
+"""`mlgo-host train` with configs/inlining/search.gin, end to end with the
+real clang-19: rounds of search and imitation on a generated corpus, the
+gate chosen on validation, TensorBoard, and a run killed mid-round that
+resumes and still leaves the best policy in saved_policy."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from _corpus_helpers import build_generated_corpus
+
+pytestmark = pytest.mark.slow
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SEARCH_GIN = os.path.join(REPO, "configs", "inlining", "search.gin")
+# with 0.25 / 0.25 (seed 0): train t0 t1 t2 t4 t5 t6 t9, validation t3 t8, held out t7
+SIZES = {f"t{i}": 8 + 3 * i for i in range(10)}
+BINDINGS = ["search.train_search.max_rounds=2", "compiles_per_round=60", "heldout_fraction=0.25",
+            "validation_fraction=0.25", "num_workers=2", "seed=0", "time_budget_minutes=30",
+            "search.train_search.gate_thresholds=(0.5, 0.9)", "imitate.train_imitation.epochs=5"]
+TAGS = ["search/headroom_pct", "search/flips_tried", "search/flips_accepted", "perf/compiles_per_minute",
+        "policy/train_size_change_pct", "policy/validation_size_change_pct", "heldout/size_change_pct"]
+
+
+def _cmd(root, corpus, extra=()) -> list[str]:
+    return [sys.executable, "-m", "mlgo_host", "train", "--root_dir", str(root), "--corpus", str(corpus),
+            "--gin_files", SEARCH_GIN, "--gin_bindings", *BINDINGS, *extra]
+
+
+def _env(tmp) -> dict:
+    os.makedirs(tmp, exist_ok=True)
+    return {**os.environ, "TMPDIR": str(tmp), "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def _state(root) -> dict:
+    with open(os.path.join(root, "state.json")) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return build_generated_corpus(tmp_path_factory.mktemp("search-corpus"), SIZES)
+
+
+@pytest.fixture(scope="module")
+def trained(corpus, tmp_path_factory):
+    base = tmp_path_factory.mktemp("search-train")
+    root = base / "root"
+    p = subprocess.run(_cmd(root, corpus), capture_output=True, text=True, timeout=900, env=_env(base / "tmp"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    return root, p
+
+
+def test_rounds_search_imitate_gate_and_keep_the_best_by_validation(trained):
+    root, p = trained
+    st = _state(root)
+    assert st["round"] == 2 and [h["round"] for h in st["history"]] == [1, 2]
+    for h in st["history"]:
+        assert h["modules"] == 7 and h["compiles"] <= 60 + 2 * 7
+        assert h["flips_tried"] > 0 and h["headroom_pct"] <= 0.0  # the best is never worse than -Oz
+        assert h["gate"] in (0.5, 0.9, 1.0) and "heldout_pct" in h
+    assert "round 1: search" in p.stderr and "round 2: search" in p.stderr
+    # saved_policy is the round with the best validation total, gate included
+    best = min(st["history"], key=lambda h: (h["validation_pct"], h["round"]))
+    assert st["best_round"] == best["round"]
+    md = json.load(open(os.path.join(root, "saved_policy", "metadata.json")))
+    assert md["gate"]["chosen_on"] == "validation" and md["gate"]["round"] == best["round"]
+    assert os.path.isfile(os.path.join(root, "saved_policy", "saved_model", "output_spec.json"))
+
+    import tensorflow as tf
+
+    tags = set()
+    for ev in glob.glob(os.path.join(root, "train", "events.out.tfevents.*")):
+        for e in tf.compat.v1.train.summary_iterator(ev):
+            tags.update(v.tag for v in e.summary.value)
+    assert not [t for t in TAGS if t not in tags], sorted(tags)
+
+
+def test_the_saved_policy_never_makes_a_validation_module_grow_more_than_one_percent(trained, corpus):
+    root, _ = trained
+    st = _state(root)
+    row = next(h for h in st["history"] if h["round"] == st["best_round"])
+    assert row["validation_worst_pct"] <= 1.0
+
+
+def test_a_run_killed_mid_round_resumes_and_keeps_the_best_policy(trained, corpus, tmp_path):
+    root = tmp_path / "root"
+    env = _env(tmp_path / "tmp")
+    proc = subprocess.Popen(_cmd(root, corpus), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while not (os.path.exists(root / "state.json") and _state(root)["round"] >= 1):
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        after_first = _state(root)
+        time.sleep(1.0)  # into round 2's search
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, "the run finished before the signal landed"
+    assert _state(root) == after_first
+    assert os.path.isfile(root / "saved_policy" / "metadata.json")  # the best so far, whole
+    p = subprocess.run(_cmd(root, corpus), capture_output=True, text=True, timeout=900, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    final = _state(root)
+    assert final["round"] == 2 and final["history"][0] == after_first["history"][0]
+    assert "round 1: search" not in p.stderr
+    assert os.path.isfile(root / "saved_policy" / "metadata.json")
