@@ -18,8 +18,11 @@ from typing import Any
 
 import gin
 
+from mlgo_host.corpus.corpus import load_corpus
 from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_write_json
+from mlgo_host.trainers.bc import train_bc
+from mlgo_host.trainers.traces import INDEX, record_trace, vocab_from_trace
 
 
 @gin.configurable(module="bc_loop")
@@ -39,10 +42,6 @@ def train_bc_from_corpus(
 ) -> dict[str, Any]:
     """Trace → vocab → behavioural cloning → ``root_dir/saved_policy``.
     Returns the BC result (accuracy against the default decisions)."""
-    from mlgo_host.trainers.bc import train_bc
-    from mlgo_host.trainers.traces import INDEX, record_trace, vocab_from_trace
-    from mlgo_host.corpus.corpus import load_corpus
-
     os.makedirs(root_dir, exist_ok=True)
     corpus = load_corpus(corpus_dir)
     train_mods, _ = corpus.split(heldout_fraction, seed=seed)

@@ -2,8 +2,9 @@
 
 It turns collected episodes and module rewards into trajectories, trains,
 exports the actor's weights for the TF-free workers, writes saved policies
-and checkpoints (TF checkpoint per iteration, restored on resume).  The only
-part of training that imports TensorFlow.
+and checkpoints (TF checkpoint per iteration, restored on resume).  Imports
+TensorFlow (as do the other learner-side modules of trainers/: tf_agent,
+tf_features, export, bc, summaries); the workers never do.
 """
 
 from __future__ import annotations
@@ -63,11 +64,6 @@ class Learner:
         self.agent = tf_agent.create_ppo_agent(self.spec, self.vocab, self.norm)
         self.actor = self.agent.actor_net
         self._train = tf_agent.train_function(self.agent) if use_tf_function else self.agent.train
-        # The Keras optimizer makes its Adam moments on the first update; build
-        # them now, in the order PPOAgent trains them (sorted by name), so a
-        # checkpoint restores them and a resumed run keeps the optimizer state.
-        self.agent._optimizer.build(sorted(self.actor.trainable_weights + self.agent._value_net.trainable_weights,
-                                           key=lambda v: v.name))
         self.ckpt = tf.train.Checkpoint(agent=self.agent)
         self.ckpt_dir = os.path.join(root_dir, "checkpoints")
         self.manager = tf.train.CheckpointManager(self.ckpt, self.ckpt_dir, max_to_keep=keep_checkpoints,
@@ -126,6 +122,7 @@ class Learner:
         for t in trajs:
             info = self._train(experience=t)
             metrics.setdefault("total_loss", []).append(float(info.loss))
+            # (a namedtuple's _asdict is public API despite the underscore)
             extra = info.extra._asdict() if hasattr(info.extra, "_asdict") else dict(info.extra or {})
             for k, v in extra.items():
                 try:

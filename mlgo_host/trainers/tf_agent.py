@@ -87,6 +87,15 @@ class ColumnActorNetwork(network.DistributionNetwork):
         self._mask_name = mask_name
         self._num = num
 
+    # (the attribute names stay private: checkpoints key the weights by them)
+    @property
+    def dense_layers(self) -> list[tf.keras.layers.Dense]:
+        return list(self._dense)
+
+    @property
+    def logits_layer(self) -> tf.keras.layers.Dense:
+        return self._logits
+
     def call(self, observations, step_type=None, network_state=(), training=False, mask=None):
         del step_type, mask
         outer_rank = nest_utils.get_outer_rank(observations, self.input_tensor_spec)
@@ -148,8 +157,12 @@ def build_value_network(spec: PolicySpec, vocab: Vocab, norm: NormConfig,
 
 def _actor_dense_layers(actor_net) -> tuple[list[tf.keras.layers.Dense], tf.keras.layers.Dense]:
     if isinstance(actor_net, ColumnActorNetwork):
-        return list(actor_net._dense), actor_net._logits
+        return actor_net.dense_layers, actor_net.logits_layer
     if isinstance(actor_net, actor_distribution_network.ActorDistributionNetwork):
+        # Private tf-agents attributes, unavoidably: ActorDistributionNetwork
+        # exposes neither its encoder's dense layers nor the projection layer,
+        # and the numpy actor needs exactly those weights, layer by layer
+        # (tf-agents is pinned to 0.19.0 in pyproject.toml).
         enc = actor_net._encoder
         hidden = [l for l in enc._postprocessing_layers if isinstance(l, tf.keras.layers.Dense)]
         others = [l for l in enc._postprocessing_layers
@@ -259,6 +272,10 @@ def create_ppo_agent(
     cls = ppo_clip_agent.PPOClipAgent if clip_agent else ppo_agent.PPOAgent
     agent = cls(time_step_spec(spec), action_spec(spec), **common)
     agent.initialize()
+    # Keras makes Adam's moments on the first update; make them now, in the
+    # order PPOAgent trains the variables (sorted by name), so that a
+    # checkpoint holds them and a resumed run keeps the optimizer state.
+    optimizer.build(sorted(actor.trainable_weights + value.trainable_weights, key=lambda v: v.name))
     return agent
 
 
@@ -298,10 +315,10 @@ def observations_from_features(spec: PolicySpec, features: Any, n: int | None = 
     """The observation dict (every spec feature, TF shapes) of N records.
     Discarded features missing from the records are zeros; a missing used
     feature is a :class:`ConfigError`."""
-    return {k: tf.constant(v) for k, v in _numpy_observations(spec, features, n).items()}
+    return {k: tf.constant(v) for k, v in numpy_observations(spec, features, n).items()}
 
 
-def _numpy_observations(spec: PolicySpec, features: Any, n: int | None = None) -> dict[str, np.ndarray]:
+def numpy_observations(spec: PolicySpec, features: Any, n: int | None = None) -> dict[str, np.ndarray]:
     names = set(features.dtype.names) if hasattr(features, "dtype") and features.dtype.names else set(features)
     if n is None:
         first = next(f.name for f in spec.features if f.name in names)
@@ -371,7 +388,7 @@ def episodes_to_steps(spec: PolicySpec, episodes: Iterable[Any], rewards: Iterab
         if n == 0:
             continue
         feats = ep.features()
-        o = _numpy_observations(spec, feats, n)
+        o = numpy_observations(spec, feats, n)
         for k, v in o.items():
             obs_parts[k].append(v)
         a = np.asarray(ep.actions).reshape(n).astype(np.int64)
