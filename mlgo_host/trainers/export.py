@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from typing import Any, Mapping
 
 import numpy as np
@@ -148,16 +149,23 @@ def write_saved_model(directory: str, actor_net: Any, spec: PolicySpec) -> None:
     pol = greedy_policy.GreedyPolicy(actor_policy.ActorPolicy(
         tf_agent.time_step_spec(spec), tf_agent.action_spec(spec), actor_network=actor_net))
     saver = policy_saver.PolicySaver(pol, batch_size=1, use_nest_path_signatures=False)
-    saver.save(directory)
+    with warnings.catch_warnings():
+        # TF warns, once per save, that the greedy policy's Deterministic
+        # distribution spec needs tensorflow-probability to load the structure
+        # back: true, and harmless (the ``action`` signature LLVM and
+        # _output_spec use does not need it); on every saving iteration it
+        # would only be noise in the training log.
+        warnings.filterwarnings("ignore", message="Encoding a StructuredValue", category=UserWarning)
+        saver.save(directory)
     with open(os.path.join(directory, OUTPUT_SPEC), "w", encoding="utf-8") as f:
         json.dump(_output_spec(directory, saver, tf), f, indent=1)
         f.write("\n")
 
 
 def _output_spec(directory: str, saver: Any, tf: Any) -> list[dict]:
-    from mlgo_host.trainers.tf_features import _TF_DTYPES
+    from mlgo_host.trainers.tf_features import TF_DTYPES
 
-    names = {v: k for k, v in _TF_DTYPES.items()}
+    names = {v: k for k, v in TF_DTYPES.items()}
     sm = tf.saved_model.load(directory)
     sig = sm.signatures["action"]
     flat_specs = tf.nest.flatten(sig.structured_outputs)
