@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,6 +55,6 @@ def run(args: argparse.Namespace) -> int:
                          seed=args.seed, progress=not args.no_progress)
     failed = [m for m in index["modules"] if m["status"] != "ok"]
     for m in failed[:20]:
-        print(f"failed: {m['name']}: {m['reason']}", file=__import__("sys").stderr)
+        print(f"failed: {m['name']}: {m['reason']}", file=sys.stderr)
     print(json.dumps({"output": args.output, **index["totals"]}))
     return 0 if index["totals"]["ok"] else 1

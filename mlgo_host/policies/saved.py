@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
 from mlgo_host.errors import ConfigError
 from mlgo_host.policies.actor import ACTIVATIONS, NumpyActor, NumpyPolicy
@@ -114,8 +115,6 @@ def load_saved_policy(path: str, greedy: bool = True, seed: int = 0) -> NumpyPol
 
 def compiler_version(compiler: str = "clang-19") -> str | None:
     """First line of ``compiler --version`` (for the metadata), or None."""
-    import subprocess
-
     try:
         out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):

@@ -15,9 +15,17 @@ from typing import Any
 
 import gin
 import numpy as np
+import tensorflow as tf
 
 from mlgo_host.channel.codec import Header
+from mlgo_host.channel.default_probe import default_slot
 from mlgo_host.errors import ConfigError
+from mlgo_host.policies.saved import read_saved_policy
+from mlgo_host.policies.specs import PolicySpec
+from mlgo_host.policies.vocab import Vocab
+from mlgo_host.trainers import tf_agent
+from mlgo_host.trainers.export import save_policy
+from mlgo_host.trainers.worker import policy_blob_from_dir
 
 
 @gin.configurable(module="learner")
@@ -37,19 +45,11 @@ class Learner:
         keep_checkpoints: int = 3,
         deterministic: bool = True,
     ):
-        import tensorflow as tf
-
-        from mlgo_host.channel.default_probe import default_slot
-        from mlgo_host.trainers import tf_agent
-        from mlgo_host.policies.specs import PolicySpec
-        from mlgo_host.policies.vocab import Vocab
-
         if deterministic:
             # Same seed, same episodes -> same weights: a resumed run retraces an
             # uninterrupted one (costs little for networks this small).
             tf.config.experimental.enable_op_determinism()
         tf.random.set_seed(seed)
-        self._tf = tf
         self.tf_agent = tf_agent
         self.root_dir = root_dir
         self.seed = seed
@@ -73,8 +73,6 @@ class Learner:
     def warmstart(self, policy_dir: str) -> None:
         """Start from a saved policy (e.g. behavioural cloning).  Its inputs
         and normalization must be this run's (train uses its vocab)."""
-        from mlgo_host.policies.saved import read_saved_policy
-
         sp = read_saved_policy(policy_dir)
         if list(sp.spec.input_names) != list(self.spec.input_names):
             raise ConfigError(f"warm-start policy {policy_dir!r} reads features {list(sp.spec.input_names)}, "
@@ -86,16 +84,12 @@ class Learner:
 
     def policy_blob(self) -> dict:
         """The current actor as a TF-free saved-policy blob for workers."""
-        from mlgo_host.trainers.worker import policy_blob_from_dir
-
         with tempfile.TemporaryDirectory(prefix="mlgo-blob-", dir=self.root_dir) as d:
             p = os.path.join(d, "policy")
             self.save_policy(p, step=int(self.agent.train_step_counter.numpy()), saved_model=False)
             return policy_blob_from_dir(p)
 
     def save_policy(self, path: str, step: int, saved_model: bool = True) -> None:
-        from mlgo_host.trainers.export import save_policy
-
         save_policy(path, self.actor, self.spec, self.vocab, self.norm, compiler=self.clang, training_step=step,
                     saved_model=saved_model)
 
@@ -105,7 +99,7 @@ class Learner:
 
     def restore(self, iteration: int) -> None:
         path = os.path.join(self.ckpt_dir, f"ckpt-{iteration}")
-        if not self._tf.io.gfile.exists(path + ".index"):
+        if not tf.io.gfile.exists(path + ".index"):
             raise ConfigError(f"no checkpoint for iteration {iteration} in {self.ckpt_dir} (state.json says it was done)")
         self.ckpt.restore(path).assert_existing_objects_matched()
 

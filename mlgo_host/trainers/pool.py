@@ -1,10 +1,13 @@
 """Worker pools: long-lived worker processes reused across iterations.
 
-A pool holds N instances of a worker class (``CollectWorker`` for training)
-in separate processes started with ``spawn`` (never ``fork``: the learner
-has TensorFlow threads), so workers import only TF-free modules.  The learner
-broadcasts state once per iteration (``broadcast("set_policy", blob)``) and
-then streams tasks with :meth:`WorkerPool.map_unordered`, which implements the
+The one worker mechanism of the package: training (``worker.CollectWorker``),
+tracing (``traces.TraceWorker``) and evaluation (``evaluation.EvalWorker``)
+all run their tasks here.  A pool holds N instances of a worker class in
+separate processes started with ``spawn`` (never ``fork``: the learner has
+TensorFlow threads), so workers import only TF-free modules; a worker loads
+what it needs (its policy, its configuration) once, in its constructor.  The
+learner broadcasts state once per iteration (``broadcast("set_policy", blob)``)
+and then streams tasks with :meth:`WorkerPool.map_unordered`, which implements the
 collection deadline: once ``early_exit.fraction`` of the tasks are in, wait
 at most ``early_exit.grace_s`` (or ``grace_factor`` times the time taken so
 far) for the stragglers, and never past ``early_exit.timeout_s``; stragglers
@@ -268,6 +271,7 @@ def make_pool(backend: str, num_workers: int, factory: str, kwargs: dict | None 
     if backend == "local":
         return WorkerPool(num_workers, factory, kwargs, pin_cpus=opts.get("pin_cpus", False))
     if backend == "ray":
+        # lazily: ray_pool imports this module (EarlyExit, TaskOutcome)
         from mlgo_host.trainers.ray_pool import RayPool
 
         return RayPool(num_workers, factory, kwargs, **opts)

@@ -21,6 +21,7 @@ with :func:`export_actor_weights` to the dict the numpy actor
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Iterable, Mapping, Sequence
 
 import gin
@@ -32,11 +33,13 @@ from tf_agents.networks import utils as network_utils
 from tf_agents.specs import distribution_spec, tensor_spec
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
+from tf_agents.utils import common as tfa_common
 from tf_agents.utils import nest_utils
 import tensorflow_probability as tfp
 
 from mlgo_host.errors import ConfigError
 from mlgo_host.policies.actor import ACTIVATIONS, NumpyActor
+from mlgo_host.policies.saved import read_saved_policy
 from mlgo_host.policies.specs import BINARY, DISCARD, MASKED_CHOICE, PolicySpec
 from mlgo_host.trainers.tf_features import preprocessing_layers, tf_dtype
 from mlgo_host.policies.vocab import NormConfig, Vocab
@@ -284,8 +287,6 @@ def create_ppo_agent_from_saved(path: str, **kwargs):
     behavioural-cloning warm start): its spec, vocab, normalization, layer
     sizes and actor weights; other agent options as :func:`create_ppo_agent`.
     Returns ``(agent, saved_policy)``."""
-    from mlgo_host.policies.saved import read_saved_policy
-
     sp = read_saved_policy(path)
     a = sp.actor
     layers = sp.metadata.get("fc_layer_params") or [w.shape[1] for w, _ in a.hidden]
@@ -295,8 +296,6 @@ def create_ppo_agent_from_saved(path: str, **kwargs):
 
 
 def _load_weights(src) -> dict[str, np.ndarray]:
-    import os
-
     if isinstance(src, Mapping):
         return dict(src)
     path = os.path.join(src, "actor.npz") if os.path.isdir(src) else src
@@ -305,8 +304,6 @@ def _load_weights(src) -> dict[str, np.ndarray]:
 
 def train_function(agent):
     """``agent.train`` wrapped in a ``tf.function`` (traced once per batch shape)."""
-    from tf_agents.utils import common as tfa_common
-
     return tfa_common.function(agent.train, autograph=False)
 
 

@@ -110,30 +110,21 @@ def train(
         blob = learner.policy_blob() if done < num_iterations else None
         for it in range(done, num_iterations):
             iteration = it + 1
-            # -- collect with the stochastic policy, score against the baselines
-            t0 = time.monotonic()
-            pool.broadcast("set_policy", blob)
             tasks = [(task_of(m), seed * 1_000_003 + it * 10_007 + i, False, True)
                      for i, m in enumerate(sampler.take(modules_per_iteration))]
-            outcomes = map_with_progress(pool, "collect", tasks, desc=f"iteration {iteration}/{num_iterations}",
-                                         progress=progress, early_exit=early)
-            t_collect = time.monotonic() - t0
-            batch = _score(outcomes, tasks, stats, use_moving_average_baseline)
-            for f in batch.failures:
-                log.warning("iteration %d: module %s failed: %s", iteration, f["module"], f["reason"])
-            # -- train, persist policy/<iteration> (the workers' next policy) and
-            # the checkpoint; the SavedModel only where someone will look at it
+            batch, t_collect = _collect(pool, blob, tasks, stats, use_moving_average_baseline, early,
+                                        f"iteration {iteration}/{num_iterations}", progress)
             evaluating = bool(heldout_mods and eval_every and (iteration % eval_every == 0
                                                                 or iteration == num_iterations))
+            # policy/<iteration> is the workers' next policy; its SavedModel
+            # (seconds of TF work) only where someone will look at it
             update = train_and_save(learner, root_dir, iteration, batch.episodes, batch.rewards,
                                     saved_model=saved_model_every_iteration or evaluating
                                     or iteration == num_iterations)
             blob = policy_blob_from_dir(update.policy_dir)
-            # -- held-out evaluation with the greedy policy
-            eval_row = None
-            if evaluating:
-                eval_row = _evaluate(pool, blob, heldout_mods, task_of, progress, f"held-out eval {iteration}")
-                last_eval = eval_row
+            eval_row = (_evaluate(pool, blob, heldout_mods, task_of, progress, f"held-out eval {iteration}")
+                        if evaluating else None)
+            last_eval = eval_row or last_eval
             row = _history_row(iteration, len(tasks), batch, t_collect, update, eval_row)
             history.append(row)
             commit_iteration(root_dir, summaries, iteration, percentile_summary(batch.ok_rewards), row, eval_row, {
@@ -156,6 +147,20 @@ def _split(corpus, corpus_dir: str, heldout_fraction: float, heldout_modules: in
     if not train_mods:
         raise ConfigError(f"corpus {corpus_dir} has no training modules")
     return train_mods, heldout_mods
+
+
+def _collect(pool, blob: dict, tasks: list[tuple], stats: MovingAverageBaseline, use_moving_average: bool,
+             early: EarlyExit, desc: str, progress: bool) -> tuple["Batch", float]:
+    """The tasks' episodes with the stochastic policy ``blob``, scored; and
+    the collection's seconds."""
+    t0 = time.monotonic()
+    pool.broadcast("set_policy", blob)
+    outcomes = map_with_progress(pool, "collect", tasks, desc=desc, progress=progress, early_exit=early)
+    t_collect = time.monotonic() - t0
+    batch = _score(outcomes, tasks, stats, use_moving_average)
+    for f in batch.failures:
+        log.warning("%s: module %s failed: %s", desc.split("/")[0], f["module"], f["reason"])
+    return batch, t_collect
 
 
 @dataclasses.dataclass
