@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import warnings
 
 from mlgo_host.errors import ConfigError
 
@@ -60,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
     for noisy in ("absl", "tensorflow"):  # SavedModel writing chatter at INFO
         logging.getLogger(noisy).setLevel(logging.WARNING)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # AutoGraph recompiles tf-agents' network code, whose `state is not ()`
+    # Python 3.8+ flags at every run; not ours to fix, and not the reader's.
+    warnings.filterwarnings("ignore", message='"is not" with a literal', category=SyntaxWarning)
     from mlgo_host.trainers import entry  # TensorFlow and tf-agents: after the logging setup above
 
     entry.parse_gin(args.gin_files, args.gin_bindings)
