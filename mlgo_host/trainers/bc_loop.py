@@ -34,6 +34,8 @@ def train_bc_from_corpus(
     llvm_size_path: str | None = None,
     advisor: str = "inline",
     num_workers: int = 2,
+    worker_backend: str = "local",
+    ray_address: str | None = None,
     heldout_fraction: float = 0.2,
     seed: int = 0,
     module_timeout: float = 300.0,
@@ -52,7 +54,8 @@ def train_bc_from_corpus(
         index = record_trace(corpus_dir, trace_dir, policy="default", advisor=advisor, jobs=max(1, num_workers),
                              clang=clang_path, llvm_size=llvm_size_path, timeout=module_timeout,
                              names=[m.name for m in train_mods], max_modules=max_trace_modules, seed=seed,
-                             progress=progress)
+                             progress=progress, worker_backend=worker_backend,
+                             pool_options={"ray_address": ray_address})
         totals = index["totals"]
         if totals["ok"] == 0:
             raise ConfigError(f"tracing the default policy failed on every training module of {corpus_dir}")

@@ -267,7 +267,9 @@ def make_pool(backend: str, num_workers: int, factory: str, kwargs: dict | None 
 
     ``factory`` is ``"module:Class"``, instantiated once per worker with
     ``kwargs``; the worker holds whatever it loads (its policy, its config)
-    for the pool's life, so tasks carry only the module."""
+    for the pool's life, so tasks carry only the module.  ``opts`` are the
+    backend's (local: ``pin_cpus``; Ray: ``ray_address``, ...); the local
+    pool ignores Ray's, so callers pass them whatever the backend."""
     if backend == "local":
         return WorkerPool(num_workers, factory, kwargs, pin_cpus=opts.get("pin_cpus", False))
     if backend == "ray":

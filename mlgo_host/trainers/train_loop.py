@@ -92,8 +92,7 @@ def train(
 
     worker_kwargs = {"clang": clang_path, "llvm_size": llvm_size_path, "advisor": advisor,
                      "module_timeout": module_timeout, "baseline_cache": os.path.join(root_dir, "baselines")}
-    pool_opts = {"ray_address": ray_address} if worker_backend == "ray" else {}
-    with make_pool(worker_backend, num_workers, COLLECT_WORKER, worker_kwargs, **pool_opts) as pool:
+    with make_pool(worker_backend, num_workers, COLLECT_WORKER, worker_kwargs, ray_address=ray_address) as pool:
         vocab_path = _ensure_vocab(pool, root_dir, vocab_path, warmstart_policy,
                                    train_mods[:trace_modules] if trace_modules else train_mods, task_of, progress)
         header_json = _ensure_header(pool, root_dir, train_mods, task_of)
