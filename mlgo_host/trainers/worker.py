@@ -74,7 +74,6 @@ class CollectWorker:
         self.blob_key: str | None = None
         self.policy_dir: str | None = None
         self.heuristic: str | None = None
-        self._greedy_cache: dict[tuple[bool, int], Policy] = {}
 
     def set_policy(self, blob: dict) -> bool:
         if "heuristic" in blob:
@@ -83,7 +82,6 @@ class CollectWorker:
         else:
             self.heuristic = None
             self.policy_dir = _materialize(blob, self.tmp)
-        self._greedy_cache.clear()
         return True
 
     def _policy(self, greedy: bool, seed: int) -> Policy:
