@@ -73,20 +73,28 @@ def parse_gin(gin_files: list[str], gin_bindings: list[str]) -> None:
     # Includes are spelled from the repository root ('configs/inlining/common.gin',
     # as in ml-compiler-opt); resolve them from the root of each file's tree too,
     # so the command works from any directory.
-    for f in gin_files:
-        root = _configs_root(f)
-        if root is not None:
-            gin.add_config_file_search_path(root)
+    gin_files = [os.path.abspath(f) for f in gin_files]
+    roots = [r for r in dict.fromkeys(_configs_root(f) for f in gin_files) if r is not None]
+    for root in roots:
+        gin.add_config_file_search_path(root)
     root_logger = logging.getLogger()
     level = root_logger.level
     root_logger.setLevel(logging.CRITICAL)  # gin logs an ERROR for every search-path miss
+    cwd = os.getcwd()
     try:
+        # Parse from the configs' root: gin looks an include up relative to the
+        # working directory first, and when that misses, as a Python package
+        # path, which crashes (TypeError) when the repository root is on
+        # sys.path (PYTHONPATH) and makes configs/ a namespace package.
+        if roots:
+            os.chdir(roots[0])
         gin.parse_config_files_and_bindings(gin_files, gin_bindings)
     except Exception as e:  # gin raises ValueError, SyntaxError, ImportError, ...
         first, *where = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         where_text = f" [{': '.join(where)}]" if where else ""  # gin's "In file ..., line N" and the line
         raise ConfigError(f"bad gin configuration: {first}{_parameter_hint(first)}{where_text}") from None
     finally:
+        os.chdir(cwd)
         root_logger.setLevel(level)
     _refuse_unread_macros(gin_bindings)
 

@@ -53,3 +53,15 @@ def test_a_mistyped_worker_backend_is_one_line(small_corpus, tmp_path, capsys):
     rc, err = _train(tmp_path, capsys, "worker_backend='lcoal'", corpus=small_corpus)
     assert rc == 2
     assert err == "mlgo-host train: error: unknown worker backend 'lcoal' (choose 'local' or 'ray')", err
+
+
+def test_the_configs_parse_from_any_directory_with_the_repository_on_the_path(tmp_path, monkeypatch):
+    # With the checkout on sys.path (PYTHONPATH), configs/ is a namespace
+    # package, and gin's package lookup of an include crashed on it.
+    from mlgo_host.trainers.entry import parse_gin
+
+    monkeypatch.syspath_prepend(REPO)
+    monkeypatch.chdir(tmp_path)
+    parse_gin([os.path.relpath(PPO_GIN)], ["seed=1"])
+    assert gin.query_parameter("%seed") == 1
+    assert os.getcwd() == str(tmp_path)
