@@ -27,6 +27,8 @@ import subprocess
 import sys
 import time
 
+from mlgo_host.errors import MlgoHostError
+
 REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
 
@@ -182,5 +184,13 @@ def format_table(table: dict) -> str:
     return "\n".join(lines)
 
 
+def _main() -> int:
+    try:
+        return main()
+    except MlgoHostError as e:  # e.g. a --corpus too small to have held-out modules
+        print(f"demo: error: {e}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main())

@@ -52,6 +52,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="share of modules held out by --split (training's is 0.2)")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, metavar="N",
                    help="worker processes (default: the number of CPUs)")
+    p.add_argument("--worker_backend", "--worker-backend", dest="worker_backend", choices=("local", "ray"),
+                   default="local", help="where the worker processes run: this machine, or a Ray cluster")
+    p.add_argument("--ray_address", "--ray-address", dest="ray_address", default=None, metavar="ADDRESS",
+                   help="with --worker_backend ray: the cluster to join (default: start a local Ray)")
     p.add_argument("--clang", default="clang-19", metavar="PATH", help="clang binary compiling the modules")
     p.add_argument("--llvm-size", default=None, metavar="PATH",
                    help="llvm-size binary (default: llvm-size-19, then llvm-size)")
@@ -80,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
         args.corpus, args.policy, modules=args.modules, split=args.split, heldout_fraction=args.heldout_fraction,
         jobs=args.jobs, advisor=args.advisor, clang=args.clang, llvm_size=args.llvm_size, timeout=args.timeout,
         cache_dir=args.baseline_cache, seed=args.seed,
-        progress=not args.no_progress, guard=args.guard,
+        progress=not args.no_progress, guard=args.guard, worker_backend=args.worker_backend,
+        pool_options={"ray_address": args.ray_address},
     )
     if args.output:
         report.write_csv(args.output)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,6 +34,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--advisor", choices=("inline", "regalloc-evict"), default="inline",
                    help="which of the compiler's decisions to trace")
     p.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="modules compiled in parallel")
+    p.add_argument("--worker_backend", "--worker-backend", dest="worker_backend", choices=("local", "ray"),
+                   default="local", help="where the worker processes run: this machine, or a Ray cluster")
+    p.add_argument("--ray_address", "--ray-address", dest="ray_address", default=None, metavar="ADDRESS",
+                   help="with --worker_backend ray: the cluster to join (default: start a local Ray)")
     p.add_argument("--clang", default="clang-19", metavar="PATH", help="the clang driver to compile with")
     p.add_argument("--llvm_size", "--llvm-size", dest="llvm_size", default=None, metavar="PATH",
                    help="llvm-size binary (default: llvm-size-19, then llvm-size)")
@@ -51,9 +56,10 @@ def run(args: argparse.Namespace) -> int:
     install_signal_cleanup()
     index = record_trace(args.corpus, args.output, policy=args.policy, advisor=args.advisor, jobs=args.jobs,
                          clang=args.clang, llvm_size=args.llvm_size, timeout=args.timeout, max_modules=args.modules,
-                         seed=args.seed, progress=not args.no_progress)
+                         seed=args.seed, progress=not args.no_progress, worker_backend=args.worker_backend,
+                         pool_options={"ray_address": args.ray_address})
     failed = [m for m in index["modules"] if m["status"] != "ok"]
     for m in failed[:20]:
-        print(f"failed: {m['name']}: {m['reason']}", file=__import__("sys").stderr)
+        print(f"failed: {m['name']}: {m['reason']}", file=sys.stderr)
     print(json.dumps({"output": args.output, **index["totals"]}))
     return 0 if index["totals"]["ok"] else 1

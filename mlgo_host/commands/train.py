@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import warnings
 
 from mlgo_host.errors import ConfigError
 
@@ -60,45 +61,14 @@ def run(args: argparse.Namespace) -> int:
     for noisy in ("absl", "tensorflow"):  # SavedModel writing chatter at INFO
         logging.getLogger(noisy).setLevel(logging.WARNING)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import gin
+    # AutoGraph recompiles tf-agents' network code, whose `state is not ()`
+    # Python 3.8+ flags at every run; not ours to fix, and not the reader's.
+    warnings.filterwarnings("ignore", message='"is not" with a literal', category=SyntaxWarning)
+    from mlgo_host.trainers import entry  # TensorFlow and tf-agents: after the logging setup above
 
-    from mlgo_host.trainers import entry
-
-    if args.collected is not None:
-        import mlgo_host.trainers.online  # noqa: F401  (its gin configurable, for --gin_bindings online.*)
-    for f in args.gin_files:
-        if not os.path.exists(f):
-            raise ConfigError(f"gin file not found: {f}")
-    # Includes are spelled from the repository root ('configs/inlining/common.gin',
-    # as in ml-compiler-opt); resolve them from the root of each file's tree too,
-    # so the command works from any directory.
-    for f in args.gin_files:
-        root = _configs_root(f)
-        if root is not None:
-            gin.add_config_file_search_path(root)
-    root_logger = logging.getLogger()
-    level = root_logger.level
-    root_logger.setLevel(logging.CRITICAL)  # gin logs an ERROR for every search-path miss
-    try:
-        gin.parse_config_files_and_bindings(args.gin_files, args.gin_bindings)
-    except Exception as e:  # gin raises ValueError, SyntaxError, ImportError, ...
-        raise ConfigError(f"bad gin configuration: {e}") from None
-    finally:
-        root_logger.setLevel(level)
+    entry.parse_gin(args.gin_files, args.gin_bindings)
     if args.collected is not None:
         entry.run_online(args.root_dir, args.collected, args.baseline_stats, progress=not args.no_progress)
     else:
         entry.run(root_dir=args.root_dir, corpus_dir=args.corpus, progress=not args.no_progress)
     return 0
-
-
-def _configs_root(path: str) -> str | None:
-    """The directory holding the ``configs/`` tree ``path`` lives in."""
-    d = os.path.dirname(os.path.abspath(path))
-    while True:
-        if os.path.basename(d) == "configs":
-            return os.path.dirname(d)
-        parent = os.path.dirname(d)
-        if parent == d:
-            return None
-        d = parent

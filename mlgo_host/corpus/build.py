@@ -26,12 +26,12 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from mlgo_host.errors import CorpusError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes
+from mlgo_host.progress import progress_bar
 from mlgo_host.corpus.corpus import write_description
 
 SOURCE_EXTS = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".m", ".mm")
@@ -270,8 +270,6 @@ def build_corpus(
     """Build (or complete) the corpus in ``output`` from ``entries`` and write
     ``corpus_description.json`` listing every module that now exists.
     ``names`` overrides the module names derived by :func:`module_names`."""
-    from tqdm import tqdm
-
     if not entries:
         raise CorpusError("the compile database has no entries")
     # Absolute: each entry's frontend runs in the entry's own directory.
@@ -285,7 +283,7 @@ def build_corpus(
     ok: list[tuple[str, bool]] = []
     failures: list[tuple[str, str]] = []
     built = reused = 0
-    bar = tqdm(total=len(entries), desc="corpus", unit="module", disable=not progress, file=sys.stderr)
+    bar = progress_bar(total=len(entries), desc="corpus", enabled=progress)
     with cf.ThreadPoolExecutor(max_workers=jobs) as ex:
         futs = {ex.submit(build_module, clang, e, n, out_dir, opt_level, timeout, force): (e, n)
                 for e, n in zip(entries, names)}

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import math
 import warnings
+import zipfile
+import zlib
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -137,11 +139,18 @@ class NumpyActor:
 
     @staticmethod
     def load_weights(path: str) -> dict[str, np.ndarray]:
+        """The arrays of an ``.npz``; a :class:`ConfigError` naming the file
+        when it is missing, truncated or not an ``.npz`` of arrays."""
         try:
             with np.load(path, allow_pickle=False) as z:
+                if not isinstance(z, np.lib.npyio.NpzFile):
+                    raise ValueError("a single .npy array, not an .npz archive")
                 return {k: z[k] for k in z.files}
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"cannot read actor weights {path}: {e}") from None
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: missing (the actor weights)") from None
+        # a truncated or damaged archive fails in zipfile or zlib, not as OSError
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
+            raise ConfigError(f"{path}: not a readable .npz of actor weights ({type(e).__name__}: {e})") from None
 
     @staticmethod
     def save_weights(path: str, weights: Mapping[str, np.ndarray]) -> None:

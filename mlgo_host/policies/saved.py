@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
 from mlgo_host.errors import ConfigError
-from mlgo_host.policies.actor import NumpyActor, NumpyPolicy
+from mlgo_host.policies.actor import ACTIVATIONS, NumpyActor, NumpyPolicy
 from mlgo_host.policies.specs import PolicySpec
-from mlgo_host.policies.vocab import NormConfig, Vocab
+from mlgo_host.policies.vocab import BUCKETS_SUFFIX, NormConfig, Vocab
 
 FORMAT = "mlgo_host.policy/1"
 METADATA = "metadata.json"
@@ -72,14 +73,36 @@ def read_metadata(path: str) -> dict:
 
 
 def read_saved_policy(path: str) -> SavedPolicy:
-    """Metadata + numpy actor of a saved policy directory (no TensorFlow)."""
+    """Metadata + numpy actor of a saved policy directory (no TensorFlow).
+    A missing or damaged file is a :class:`ConfigError` naming the file."""
     md = read_metadata(path)
-    spec = PolicySpec.from_json(md.get("spec", {}))
-    norm = NormConfig.from_json(md.get("norm", {}))
-    vocab = Vocab.load(os.path.join(path, VOCAB_DIR), names=spec.input_names, eps=norm.eps)
-    weights = NumpyActor.load_weights(os.path.join(path, WEIGHTS))
-    actor = NumpyActor(spec, vocab, norm, weights, activation=str(md.get("activation", "relu")))
+    spec, norm, activation = _from_metadata(md, os.path.join(path, METADATA))
+    vocab_dir = os.path.join(path, VOCAB_DIR)
+    vocab = Vocab.load(vocab_dir, names=spec.input_names, eps=norm.eps)
+    missing = [n for n in spec.input_names if n not in vocab]
+    if missing:
+        raise ConfigError(f"{vocab_dir}: no {', '.join(n + BUCKETS_SUFFIX for n in missing)} "
+                          f"for the policy's input features")
+    weights_path = os.path.join(path, WEIGHTS)
+    weights = NumpyActor.load_weights(weights_path)
+    try:
+        actor = NumpyActor(spec, vocab, norm, weights, activation=activation)
+    except ConfigError as e:  # the weights do not fit the spec in metadata.json
+        raise ConfigError(f"{weights_path}: {e}") from None
     return SavedPolicy(path, md, actor)
+
+
+def _from_metadata(md: dict, where: str) -> tuple[PolicySpec, NormConfig, str]:
+    """The spec, normalization and activation recorded in ``metadata.json``."""
+    try:
+        spec = PolicySpec.from_json(md.get("spec", {}))
+        norm = NormConfig.from_json(md.get("norm", {}))
+    except (ConfigError, AttributeError, TypeError) as e:  # e.g. "spec": a list
+        raise ConfigError(f"{where}: {e}") from None
+    activation = str(md.get("activation", "relu"))
+    if activation not in ACTIVATIONS:
+        raise ConfigError(f"{where}: activation {activation!r} has no numpy version (have {', '.join(ACTIVATIONS)})")
+    return spec, norm, activation
 
 
 def load_saved_policy(path: str, greedy: bool = True, seed: int = 0) -> NumpyPolicy:
@@ -117,8 +140,6 @@ def set_gate(path: str, threshold: float | None, **info) -> None:
 
 def compiler_version(compiler: str = "clang-19") -> str | None:
     """First line of ``compiler --version`` (for the metadata), or None."""
-    import subprocess
-
     try:
         out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):

@@ -135,6 +135,26 @@ class FeatureVocab:
         return np.stack(outs, axis=-1)
 
 
+def _read_boundaries(path: str) -> list[float]:
+    """The numbers of a ``.buckets`` file, one a line (blank lines skipped)."""
+    vals = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                s = line.strip()
+                if not s:
+                    continue
+                try:
+                    vals.append(float(s))
+                except ValueError:
+                    raise ConfigError(f"{path}:{lineno}: not a number: {s[:40]!r}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not a text file of numbers ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: unreadable: {e.strerror or e}") from None
+    return vals
+
+
 class Vocab:
     """A feature name -> :class:`FeatureVocab` mapping, loaded from or saved
     to a vocab directory."""
@@ -169,16 +189,7 @@ class Vocab:
             if wanted is not None and name not in wanted:
                 continue
             path = os.path.join(directory, fn)
-            vals = []
-            with open(path, encoding="utf-8") as f:
-                for lineno, line in enumerate(f, 1):
-                    s = line.strip()
-                    if not s:
-                        continue
-                    try:
-                        vals.append(float(s))
-                    except ValueError:
-                        raise ConfigError(f"{path}:{lineno}: not a number: {s[:40]!r}") from None
+            vals = _read_boundaries(path)
             try:
                 feats[name] = FeatureVocab(name, vals, eps=eps)
             except ConfigError as e:

@@ -24,11 +24,16 @@ from typing import Any, Sequence
 
 import gin
 import numpy as np
+import tensorflow as tf
 
 from mlgo_host.errors import ConfigError
+from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.policies.specs import PolicySpec
-from mlgo_host.trainers.traces import load_trace
 from mlgo_host.policies.vocab import NormConfig, Vocab
+from mlgo_host.progress import progress_bar
+from mlgo_host.trainers import tf_agent
+from mlgo_host.trainers.export import save_policy
+from mlgo_host.trainers.traces import load_trace, vocab_from_trace
 
 log = logging.getLogger("mlgo_host.bc")
 
@@ -49,25 +54,6 @@ class BCResult:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def _load_data(trace, spec: PolicySpec):
-    """Per module: the observation dict (spec features) and actions."""
-    from mlgo_host.trainers.tf_agent import _numpy_observations
-
-    mods = []
-    for lg in trace.logs():
-        obs = _numpy_observations(spec, lg.records, lg.n)
-        mods.append((lg.name, obs, lg.actions.astype(np.int64)))
-    if not mods:
-        raise ConfigError(f"trace {trace.path} has no decisions")
-    return mods
-
-
-def _concat(parts):
-    keys = parts[0][1].keys()
-    obs = {k: np.concatenate([p[1][k] for p in parts]) for k in keys}
-    return obs, np.concatenate([p[2] for p in parts])
 
 
 @gin.configurable(module="bc")
@@ -96,27 +82,57 @@ def train_bc(
     shuffle, at least one when there are two or more) measure accuracy on
     code not trained on.
     """
-    import tensorflow as tf
-    from tqdm import tqdm
-
-    from mlgo_host.trainers import tf_agent
-    from mlgo_host.trainers.export import save_policy
-    from mlgo_host.trainers.traces import vocab_from_trace
-
     t0 = time.monotonic()
     tf.random.set_seed(seed)
     norm = norm if norm is not None else tf_agent.GinNormConfig()
     trace = load_trace(trace_dir)
+    vocab, spec = _vocab_and_spec(trace, vocab_dir, num_buckets, seed)
+    rng = np.random.default_rng(seed)
+    train, held = _split_modules(_load_data(trace, spec), heldout_fraction, rng)
+    if fc_layer_params is None:  # the PPO actor's (gin: build_actor_network.fc_layer_params)
+        net = tf_agent.build_actor_network(spec, vocab, norm)
+    else:
+        net = tf_agent.build_actor_network(spec, vocab, norm, fc_layer_params=tuple(fc_layer_params))
+    steps = _Cloner(net, spec, learning_rate).fit(train, held, epochs, batch_size, rng, progress)
+    sp = save_policy(output_dir, net, spec, vocab, norm, compiler=trace.index.get("compiler"), training_step=0,
+                     saved_model=saved_model,
+                     extra={"bc": {"trace_policy": trace.index.get("policy"), "epochs": epochs, "steps": steps}})
+    res = _measure_saved(sp, spec, train, held, epochs=epochs, steps=steps, t0=t0)
+    atomic_write_json(os.path.join(sp.path, "bc_report.json"), res.as_dict())
+    ho = "n/a" if res.heldout_accuracy is None else f"{res.heldout_accuracy:.4f}"
+    print(f"behavioural cloning: accuracy against the default decisions {res.accuracy:.4f} "
+          f"(train {res.train_accuracy:.4f} on {res.train_decisions} decisions, held out {ho} on "
+          f"{res.heldout_decisions}); policy saved to {sp.path}", file=sys.stderr)
+    return res
+
+
+def _vocab_and_spec(trace, vocab_dir: str | None, num_buckets: int, seed: int) -> tuple[Vocab, PolicySpec]:
+    """The vocab (given, else the trace's quantiles) and the policy spec of
+    the trace's header."""
     if trace.advisor not in ("inline", "regalloc-evict"):
         raise ConfigError(f"behavioural cloning supports inline and regalloc-evict traces, not {trace.advisor!r}")
-    vocab = Vocab.load(vocab_dir) if vocab_dir else vocab_from_trace(trace_dir, num_buckets=num_buckets, seed=seed)
+    vocab = Vocab.load(vocab_dir) if vocab_dir else vocab_from_trace(trace.path, num_buckets=num_buckets, seed=seed)
     first = next(trace.logs(), None)
     if first is None:
-        raise ConfigError(f"trace {trace_dir} has no decisions")
+        raise ConfigError(f"trace {trace.path} has no decisions")
     spec = PolicySpec.from_header(first.header, trace.advisor, vocab_names=vocab.names(),
                                   default_slot=trace.default_slot)
-    mods = _load_data(trace, spec)
-    rng = np.random.default_rng(seed)
+    return vocab, spec
+
+
+def _load_data(trace, spec: PolicySpec) -> list[tuple[str, dict, np.ndarray]]:
+    """Per module: its name, the observation dict (spec features) and actions."""
+    mods = []
+    for lg in trace.logs():
+        obs = tf_agent.numpy_observations(spec, lg.records, lg.n)
+        mods.append((lg.name, obs, lg.actions.astype(np.int64)))
+    if not mods:
+        raise ConfigError(f"trace {trace.path} has no decisions")
+    return mods
+
+
+def _split_modules(mods: list, heldout_fraction: float, rng: np.random.Generator) -> tuple[_Data, _Data | None]:
+    """(training data, held-out data or None), split by module with a seeded shuffle."""
     order = rng.permutation(len(mods))
     n_held = int(round(heldout_fraction * len(mods)))
     if heldout_fraction > 0 and len(mods) >= 2:
@@ -125,94 +141,106 @@ def train_bc(
         n_held = 0
     held = [mods[i] for i in order[:n_held]]
     train = [mods[i] for i in order[n_held:]]
-    x_tr, y_tr = _concat(train)
-    x_ho, y_ho = _concat(held) if held else (None, None)
-    n_tr = int(y_tr.shape[0])
+    return _Data.concat(train), (_Data.concat(held) if held else None)
 
-    if fc_layer_params is None:  # the PPO actor's (gin: build_actor_network.fc_layer_params)
-        net = tf_agent.build_actor_network(spec, vocab, norm)
-    else:
-        net = tf_agent.build_actor_network(spec, vocab, norm, fc_layer_params=tuple(fc_layer_params))
-    opt = tf.keras.optimizers.Adam(learning_rate=learning_rate)
-    obs_spec = tf_agent.observation_spec(spec)
 
-    def logits_of(obs):
-        dist, _ = net(obs, step_type=None, network_state=(), training=False)
+@dataclasses.dataclass
+class _Data:
+    """Observations (feature -> [N, ...]) and the decisions taken (N)."""
+
+    x: dict[str, np.ndarray]
+    y: np.ndarray
+
+    @classmethod
+    def concat(cls, parts: list) -> "_Data":
+        keys = parts[0][1].keys()
+        return cls({k: np.concatenate([p[1][k] for p in parts]) for k in keys},
+                   np.concatenate([p[2] for p in parts]))
+
+    @property
+    def n(self) -> int:
+        return int(self.y.shape[0])
+
+    def rows(self, idx) -> dict[str, np.ndarray]:
+        return {k: v[idx] for k, v in self.x.items()}
+
+
+class _Cloner:
+    """The actor network, Adam and the two compiled functions: one
+    cross-entropy step and the greedy prediction."""
+
+    def __init__(self, net, spec: PolicySpec, learning_rate: float):
+        self.net = net
+        self.opt = tf.keras.optimizers.Adam(learning_rate=learning_rate)
+        obs_spec = obs_spec_batched(tf_agent.observation_spec(spec))
+        self.step = tf.function(self._step, input_signature=[obs_spec, tf.TensorSpec([None], tf.int64)])
+        self.predict = tf.function(self._predict, input_signature=[obs_spec])
+
+    def _logits(self, obs):
+        dist, _ = self.net(obs, step_type=None, network_state=(), training=False)
         return dist.logits_parameter() if hasattr(dist, "logits_parameter") else dist.logits
 
-    @tf.function(input_signature=[obs_spec_batched(obs_spec), tf.TensorSpec([None], tf.int64)])
-    def step(obs, y):
+    def _step(self, obs, y):
         with tf.GradientTape() as tape:
-            lg = logits_of(obs)
+            lg = self._logits(obs)
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=lg))
-        grads = tape.gradient(loss, net.trainable_variables)
-        opt.apply_gradients(zip(grads, net.trainable_variables))
+        grads = tape.gradient(loss, self.net.trainable_variables)
+        self.opt.apply_gradients(zip(grads, self.net.trainable_variables))
         acc = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(lg, axis=-1), y), tf.float32))
         return loss, acc
 
-    @tf.function(input_signature=[obs_spec_batched(obs_spec)])
-    def predict(obs):
-        return tf.argmax(logits_of(obs), axis=-1)
+    def _predict(self, obs):
+        return tf.argmax(self._logits(obs), axis=-1)
 
-    def accuracy(x, y) -> float:
-        if x is None:
+    def accuracy(self, data: _Data | None) -> float:
+        if data is None:
             return float("nan")
         hits = 0
-        for s in range(0, y.shape[0], 8192):
-            sl = {k: v[s : s + 8192] for k, v in x.items()}
-            hits += int(np.sum(predict(sl).numpy() == y[s : s + 8192]))
-        return hits / max(1, y.shape[0])
+        for s in range(0, data.n, 8192):
+            sl = slice(s, s + 8192)
+            hits += int(np.sum(self.predict(data.rows(sl)).numpy() == data.y[sl]))
+        return hits / max(1, data.n)
 
-    steps = 0
-    bar = tqdm(range(epochs), desc="behavioural cloning", unit="epoch", disable=not progress, file=sys.stderr)
-    for ep in bar:
-        perm = rng.permutation(n_tr)
-        losses = []
-        for s in range(0, n_tr, batch_size):
-            idx = perm[s : s + batch_size]
-            loss, _ = step({k: v[idx] for k, v in x_tr.items()}, y_tr[idx])
-            losses.append(float(loss))
-            steps += 1
-        if ep == epochs - 1 or ep % 5 == 4:
-            tr_acc = accuracy(x_tr, y_tr)
-            ho_acc = accuracy(x_ho, y_ho)
-            bar.set_postfix(loss=f"{np.mean(losses):.4f}", acc=f"{tr_acc:.4f}", heldout=f"{ho_acc:.4f}")
-            log.info("epoch %d: loss %.4f, accuracy %.4f (train), %.4f (held out)", ep + 1, np.mean(losses),
-                     tr_acc, ho_acc)
-    bar.close()
+    def fit(self, train: _Data, held: _Data | None, epochs: int, batch_size: int, rng: np.random.Generator,
+            progress: bool) -> int:
+        """``epochs`` passes over shuffled minibatches; accuracy logged every
+        5 epochs and at the end.  Returns the number of steps."""
+        steps = 0
+        bar = progress_bar(range(epochs), desc="behavioural cloning", unit="epoch", enabled=progress)
+        for ep in bar:
+            perm = rng.permutation(train.n)
+            losses = []
+            for s in range(0, train.n, batch_size):
+                idx = perm[s : s + batch_size]
+                loss, _ = self.step(train.rows(idx), train.y[idx])
+                losses.append(float(loss))
+                steps += 1
+            if ep == epochs - 1 or ep % 5 == 4:
+                tr_acc, ho_acc = self.accuracy(train), self.accuracy(held)
+                bar.set_postfix(loss=f"{np.mean(losses):.4f}", acc=f"{tr_acc:.4f}", heldout=f"{ho_acc:.4f}")
+                log.info("epoch %d: loss %.4f, accuracy %.4f (train), %.4f (held out)", ep + 1, np.mean(losses),
+                         tr_acc, ho_acc)
+        bar.close()
+        return steps
 
-    sp = save_policy(output_dir, net, spec, vocab, norm, compiler=trace.index.get("compiler"), training_step=0,
-                     saved_model=saved_model,
-                     extra={"bc": {"trace_policy": trace.index.get("policy"), "epochs": epochs, "steps": steps}})
-    # Accuracy of what was saved: the numpy actor, greedy.
-    hits_tr = int(np.sum(sp.actor.greedy(x_tr) == y_tr))
-    hits_ho = int(np.sum(sp.actor.greedy(x_ho) == y_ho)) if x_ho is not None else 0
-    n_ho = int(y_ho.shape[0]) if y_ho is not None else 0
-    y_all = y_tr if y_ho is None else np.concatenate([y_tr, y_ho])
+
+def _measure_saved(sp, spec: PolicySpec, train: _Data, held: _Data | None, *, epochs: int, steps: int,
+                   t0: float) -> BCResult:
+    """Accuracy of what was saved: the numpy actor, greedy."""
+    hits_tr = int(np.sum(sp.actor.greedy(train.x) == train.y))
+    hits_ho = int(np.sum(sp.actor.greedy(held.x) == held.y)) if held is not None else 0
+    n_tr, n_ho = train.n, (held.n if held is not None else 0)
+    y_all = train.y if held is None else np.concatenate([train.y, held.y])
     if spec.action.kind == "binary":
         pos = float(np.mean(y_all == 1))
     else:
         pos = float(np.mean(y_all != spec.num_actions - 1))
-    res = BCResult(
+    return BCResult(
         output_dir=sp.path, decisions=n_tr + n_ho, train_decisions=n_tr, heldout_decisions=n_ho,
         accuracy=(hits_tr + hits_ho) / (n_tr + n_ho), train_accuracy=hits_tr / n_tr,
         heldout_accuracy=(hits_ho / n_ho) if n_ho else None, default_positive_rate=pos, epochs=epochs,
         steps=steps, wall_s=time.monotonic() - t0)
-    _write_report(sp.path, res)
-    ho = "n/a" if res.heldout_accuracy is None else f"{res.heldout_accuracy:.4f}"
-    print(f"behavioural cloning: accuracy against the default decisions {res.accuracy:.4f} "
-          f"(train {res.train_accuracy:.4f} on {n_tr} decisions, held out {ho} on {n_ho}); "
-          f"policy saved to {sp.path}", file=sys.stderr)
-    return res
 
 
 def obs_spec_batched(obs_spec: dict) -> dict:
-    import tensorflow as tf
-
     return {k: tf.TensorSpec([None] + list(s.shape), s.dtype, name=k) for k, s in obs_spec.items()}
-
-
-def _write_report(path: str, res: BCResult) -> None:
-    from mlgo_host.fsutil import atomic_write_json
-
-    atomic_write_json(os.path.join(path, "bc_report.json"), res.as_dict())

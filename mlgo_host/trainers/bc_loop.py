@@ -18,8 +18,11 @@ from typing import Any
 
 import gin
 
+from mlgo_host.corpus.corpus import load_corpus
 from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_write_json
+from mlgo_host.trainers.bc import train_bc
+from mlgo_host.trainers.traces import INDEX, record_trace, vocab_from_trace
 
 
 @gin.configurable(module="bc_loop")
@@ -31,6 +34,8 @@ def train_bc_from_corpus(
     llvm_size_path: str | None = None,
     advisor: str = "inline",
     num_workers: int = 2,
+    worker_backend: str = "local",
+    ray_address: str | None = None,
     heldout_fraction: float = 0.2,
     seed: int = 0,
     module_timeout: float = 300.0,
@@ -39,10 +44,6 @@ def train_bc_from_corpus(
 ) -> dict[str, Any]:
     """Trace → vocab → behavioural cloning → ``root_dir/saved_policy``.
     Returns the BC result (accuracy against the default decisions)."""
-    from mlgo_host.trainers.bc import train_bc
-    from mlgo_host.trainers.traces import INDEX, record_trace, vocab_from_trace
-    from mlgo_host.corpus.corpus import load_corpus
-
     os.makedirs(root_dir, exist_ok=True)
     corpus = load_corpus(corpus_dir)
     train_mods, _ = corpus.split(heldout_fraction, seed=seed)
@@ -53,7 +54,8 @@ def train_bc_from_corpus(
         index = record_trace(corpus_dir, trace_dir, policy="default", advisor=advisor, jobs=max(1, num_workers),
                              clang=clang_path, llvm_size=llvm_size_path, timeout=module_timeout,
                              names=[m.name for m in train_mods], max_modules=max_trace_modules, seed=seed,
-                             progress=progress)
+                             progress=progress, worker_backend=worker_backend,
+                             pool_options={"ray_address": ray_address})
         totals = index["totals"]
         if totals["ok"] == 0:
             raise ConfigError(f"tracing the default policy failed on every training module of {corpus_dir}")

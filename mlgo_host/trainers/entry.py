@@ -1,26 +1,31 @@
-"""Which trainer a gin configuration selects (``run.algorithm``), or
-training from collected episodes (``run_online``)."""
+"""The gin side of ``mlgo-host train``: parsing the configuration
+(:func:`parse_gin`, which refuses bindings nothing reads), then the trainer
+it selects (``run.algorithm``) or training from collected episodes
+(:func:`run_online`)."""
 
 from __future__ import annotations
 
+import difflib
+import inspect
+import logging
 import os
+import re
 
 import gin
 
 from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_write_bytes
+from mlgo_host.trainers import online
+from mlgo_host.trainers.bc_loop import train_bc_from_corpus
+from mlgo_host.trainers.train_loop import train
 
 
 @gin.configurable(module="run")
 def run(root_dir: str, corpus_dir: str, algorithm: str = "ppo", progress: bool = True):
     os.makedirs(root_dir, exist_ok=True)
     if algorithm == "ppo":
-        from mlgo_host.trainers.train_loop import train
-
         result = train(root_dir, corpus_dir, progress=progress)
     elif algorithm == "bc":
-        from mlgo_host.trainers.bc_loop import train_bc_from_corpus
-
         result = train_bc_from_corpus(root_dir, corpus_dir, progress=progress)
     elif algorithm == "search":
         from mlgo_host.trainers.search_loop import train_search
@@ -37,8 +42,6 @@ def run_online(root_dir: str, collected_dir: str, baseline_stats: str, progress:
     warm start, vocab, compiler, seed and advisor come from the same gin
     macros as corpus training unless ``online.train_from_collected.*`` binds
     them."""
-    from mlgo_host.trainers import online
-
     try:
         algorithm = gin.query_parameter("run.algorithm")
     except ValueError:
@@ -55,3 +58,102 @@ def run_online(root_dir: str, collected_dir: str, baseline_stats: str, progress:
 def _write_operative_config(root_dir: str) -> None:
     # The operative config, as ml-compiler-opt writes it, for reproducibility.
     atomic_write_bytes(os.path.join(root_dir, "operative_config.gin"), gin.operative_config_str().encode())
+
+
+# -- parsing ------------------------------------------------------------------
+_NO_PARAMETER = re.compile(r"Configurable '([\w./]+)' doesn't have a parameter named '(\w+)'")
+_MACRO_REF = re.compile(r"%([\w./]+)")
+_BOUND_PARAM = re.compile(r"^([\w./]+)\.(\w+) = ", re.MULTILINE)
+
+
+def parse_gin(gin_files: list[str], gin_bindings: list[str]) -> None:
+    """Parse the gin files, then the bindings over them.  A mistake is a
+    :class:`ConfigError`, and so is a binding nothing reads (a macro no
+    configuration refers to, e.g. the typo ``num_iteratons=2``), naming the
+    closest known macro or parameter."""
+    for f in gin_files:
+        if not os.path.exists(f):
+            raise ConfigError(f"gin file not found: {f}")
+    # Includes are spelled from the repository root ('configs/inlining/common.gin',
+    # as in ml-compiler-opt); resolve them from the root of each file's tree too,
+    # so the command works from any directory.
+    gin_files = [os.path.abspath(f) for f in gin_files]
+    roots = [r for r in dict.fromkeys(_configs_root(f) for f in gin_files) if r is not None]
+    for root in roots:
+        gin.add_config_file_search_path(root)
+    root_logger = logging.getLogger()
+    level = root_logger.level
+    root_logger.setLevel(logging.CRITICAL)  # gin logs an ERROR for every search-path miss
+    cwd = os.getcwd()
+    try:
+        # Parse from the configs' root: gin looks an include up relative to the
+        # working directory first, and when that misses, as a Python package
+        # path, which crashes (TypeError) when the repository root is on
+        # sys.path (PYTHONPATH) and makes configs/ a namespace package.
+        if roots:
+            os.chdir(roots[0])
+        gin.parse_config_files_and_bindings(gin_files, gin_bindings)
+    except Exception as e:  # gin raises ValueError, SyntaxError, ImportError, ...
+        first, *where = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        where_text = f" [{': '.join(where)}]" if where else ""  # gin's "In file ..., line N" and the line
+        raise ConfigError(f"bad gin configuration: {first}{_parameter_hint(first)}{where_text}") from None
+    finally:
+        os.chdir(cwd)
+        root_logger.setLevel(level)
+    _refuse_unread_macros(gin_bindings)
+
+
+def _configs_root(path: str) -> str | None:
+    """The directory holding the ``configs/`` tree ``path`` lives in."""
+    d = os.path.dirname(os.path.abspath(path))
+    while True:
+        if os.path.basename(d) == "configs":
+            return os.path.dirname(d)
+        parent = os.path.dirname(d)
+        if parent == d:
+            return None
+        d = parent
+
+
+def _parameters(selector: str) -> list[str]:
+    """The parameter names of the gin configurable ``selector`` ([] if unknown)."""
+    try:
+        return list(inspect.signature(gin.get_configurable(selector)).parameters)
+    except (KeyError, ValueError, TypeError):
+        return []
+
+
+def _parameter_hint(message: str) -> str:
+    """' Did you mean ...?' for gin's "doesn't have a parameter named" error."""
+    m = _NO_PARAMETER.search(message)
+    if not m:
+        return ""
+    close = difflib.get_close_matches(m.group(2), _parameters(m.group(1)), n=1)
+    return f" Did you mean {m.group(1)}.{close[0]}?" if close else ""
+
+
+def _refuse_unread_macros(gin_bindings: list[str]) -> None:
+    config = gin.config_str()
+    read = set(_MACRO_REF.findall(config))
+    params = {f"{sel}.{p}" for sel in {m[0] for m in _BOUND_PARAM.findall(config)} for p in _parameters(sel)}
+    for binding in gin_bindings:
+        for line in binding.splitlines():
+            key = line.split("=", 1)[0].strip()
+            if "=" not in line or not key or "." in key.rsplit("/", 1)[-1]:
+                continue  # not a macro binding (gin checked selector.parameter itself)
+            if key in read:
+                continue
+            raise ConfigError(f"--gin_bindings {line.strip()}: nothing reads the macro {key!r}"
+                              f"{_closest(key, read, params)}")
+
+
+def _closest(name: str, macros: set[str], params: set[str]) -> str:
+    by_param = {p.rsplit(".", 1)[1]: p for p in sorted(params)}
+    if name in by_param:  # a parameter without its configurable
+        return f"; did you mean {by_param[name]}?"
+    close = difflib.get_close_matches(name, sorted(macros) + sorted(by_param), n=1)
+    if not close:
+        return f" (known macros: {', '.join(sorted(macros))})" if macros else ""
+    if close[0] in macros:
+        return f"; did you mean {close[0]}?"
+    return f"; did you mean {by_param[close[0]]}?"

@@ -1,8 +1,9 @@
 """Evaluate a policy over a corpus against the compiler's default heuristic.
 
-Each module is compiled twice in a worker process: without the channel (the
-default heuristic; cached by :class:`~mlgo_host.corpus.compile.BaselineCache`)
-and with the policy answering the channel.  Workers load the policy with
+Each module is compiled twice in a pool worker (:class:`EvalWorker`, local
+processes or Ray): without the channel (the default heuristic; cached by
+:class:`~mlgo_host.corpus.compile.BaselineCache`) and with the policy
+answering the channel.  Workers load the policy once with
 :func:`mlgo_host.policies.load_policy` (numpy only: they never import
 TensorFlow).  A module that fails in any way is a ``failed`` row with its
 reason; the others are still evaluated.
@@ -22,17 +23,19 @@ per module).
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import csv
 import dataclasses
 import io
-import multiprocessing as mp
 import os
-import sys
 from typing import Any, Sequence
 
-from mlgo_host.errors import ConfigError, CorpusError
+from mlgo_host.corpus.compile import baseline_size_info, compile_module, find_llvm_size
+from mlgo_host.corpus.corpus import Module, is_heldout, load_corpus
+from mlgo_host.corpus.reward import reward
+from mlgo_host.errors import ConfigError, CorpusError, MlgoHostError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes
+from mlgo_host.policies import load_policy
+from mlgo_host.trainers.pool import make_pool, map_with_progress
 
 CSV_FIELDS = ("module", "baseline_text", "policy_text", "reward", "observations", "status", "reason")
 #: extra CSV columns with --guard: the policy's own size and which object was kept
@@ -150,7 +153,7 @@ class EvalReport:
 
     def plot(self, path: str | os.PathLike) -> None:
         """Scatter of per-module size change (%) against baseline size."""
-        import matplotlib
+        import matplotlib  # lazily: ~0.5 s of start-up that only --plot needs
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -239,8 +242,6 @@ def select_modules(corpus, modules: int | None = None, split: str = "all", heldo
     ``split`` keeps the train or held-out part of the deterministic split;
     ``modules=N`` then picks N modules evenly spread over the size order (a
     deterministic, size-representative subset)."""
-    from mlgo_host.corpus.corpus import is_heldout
-
     if split not in SPLITS:
         raise ConfigError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
     cands = sorted(list(corpus.modules) + list(corpus.broken), key=lambda m: m.name)
@@ -257,47 +258,40 @@ def select_modules(corpus, modules: int | None = None, split: str = "all", heldo
     return cands
 
 
-# -- worker side (a separate process: no TensorFlow) ---------------------------
+# -- worker side (a pool process: no TensorFlow) -------------------------------
 
-_POLICIES: dict[tuple[str, int], Any] = {}
+class EvalWorker:
+    """Pool worker of :func:`evaluate`: holds the greedy policy (loaded once)
+    and compiles modules with it and without it."""
 
+    def __init__(self, *, policy: str, seed: int, advisor: str, clang: str, llvm_size: str | None, timeout: float,
+                 cache_dir: str | None):
+        self.policy = load_policy(policy, seed=seed, greedy=True)
+        self.advisor, self.clang, self.llvm_size, self.timeout = advisor, clang, llvm_size, timeout
+        self.cache_dir = cache_dir
 
-def _policy(name: str, seed: int):
-    from mlgo_host.policies import load_policy
-
-    key = (name, seed)
-    if key not in _POLICIES:
-        _POLICIES[key] = load_policy(name, seed=seed, greedy=True)
-    return _POLICIES[key]
-
-
-def evaluate_module(task: dict, policy: str, cfg: dict) -> EvalRow:
-    """Baseline and policy compile of one module; never raises."""
-    from mlgo_host.errors import MlgoHostError
-    from mlgo_host.corpus.corpus import Module
-    from mlgo_host.corpus.compile import baseline_size_info, compile_module
-    from mlgo_host.corpus.reward import reward
-
-    mod = Module.from_task(task)
-    if mod.error is not None:
-        return EvalRow(mod.name, None, None, None, 0, "failed", mod.error)
-    try:
-        base, base_cpu = baseline_size_info(mod, clang=cfg["clang"], llvm_size=cfg["llvm_size"],
-                                            cache_dir=cfg["cache_dir"], timeout=cfg["timeout"], advisor=cfg["advisor"])
-    except MlgoHostError as e:
-        return EvalRow(mod.name, None, None, None, 0, "failed", f"baseline: {e}")
-    except Exception as e:  # noqa: BLE001 - a report row, not a crash
-        return EvalRow(mod.name, None, None, None, 0, "failed", f"baseline: {type(e).__name__}: {e}")
-    try:
-        res = compile_module(mod, _policy(policy, cfg["seed"]), advisor=cfg["advisor"], clang=cfg["clang"],
-                             llvm_size=cfg["llvm_size"], timeout=cfg["timeout"])
-    except Exception as e:  # noqa: BLE001 - e.g. a policy that raises
-        return EvalRow(mod.name, base, None, None, 0, "failed", f"{type(e).__name__}: {e}")
-    if not res.ok:
-        return EvalRow(mod.name, base, None, None, res.observations, "failed", res.reason, res.wall_s,
-                       baseline_cpu_s=base_cpu)
-    return EvalRow(mod.name, base, res.text_size, reward(res.text_size, base), res.observations, "ok", "",
-                   res.wall_s, baseline_cpu_s=base_cpu, policy_cpu_s=res.compiler_cpu_s)
+    def evaluate(self, task: dict) -> EvalRow:
+        """Baseline and policy compile of one module; never raises."""
+        mod = Module.from_task(task)
+        if mod.error is not None:
+            return EvalRow(mod.name, None, None, None, 0, "failed", mod.error)
+        try:
+            base, base_cpu = baseline_size_info(mod, clang=self.clang, llvm_size=self.llvm_size,
+                                                cache_dir=self.cache_dir, timeout=self.timeout, advisor=self.advisor)
+        except MlgoHostError as e:
+            return EvalRow(mod.name, None, None, None, 0, "failed", f"baseline: {e}")
+        except Exception as e:  # noqa: BLE001 - a report row, not a crash
+            return EvalRow(mod.name, None, None, None, 0, "failed", f"baseline: {type(e).__name__}: {e}")
+        try:
+            res = compile_module(mod, self.policy, advisor=self.advisor, clang=self.clang, llvm_size=self.llvm_size,
+                                 timeout=self.timeout)
+        except Exception as e:  # noqa: BLE001 - e.g. a policy that raises
+            return EvalRow(mod.name, base, None, None, 0, "failed", f"{type(e).__name__}: {e}")
+        if not res.ok:
+            return EvalRow(mod.name, base, None, None, res.observations, "failed", res.reason, res.wall_s,
+                           baseline_cpu_s=base_cpu)
+        return EvalRow(mod.name, base, res.text_size, reward(res.text_size, base), res.observations, "ok", "",
+                       res.wall_s, baseline_cpu_s=base_cpu, policy_cpu_s=res.compiler_cpu_s)
 
 
 def evaluate(
@@ -317,54 +311,37 @@ def evaluate(
     progress: bool = True,
     selected: Sequence | None = None,
     guard: bool = False,
+    worker_backend: str = "local",
+    pool_options: dict | None = None,
 ) -> EvalReport:
     """Evaluate ``policy`` (a heuristic name, a saved policy directory or a
     replay file) on the selected modules of the corpus in ``corpus_dir``
-    with ``jobs`` worker processes; ``guard``: keep each module's smaller
-    valid object of the policy's and the default's (:func:`apply_guard`)."""
-    from tqdm import tqdm
-
-    from mlgo_host.corpus.corpus import load_corpus
-    from mlgo_host.corpus.compile import find_llvm_size
-
+    with ``jobs`` pool workers (:func:`~mlgo_host.trainers.pool.make_pool`);
+    ``guard``: keep each module's smaller valid object of the policy's and
+    the default's (:func:`apply_guard`)."""
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     # Fail fast on a bad policy name / directory, in this (TF-free) process.
-    _policy(policy, seed)
+    load_policy(policy, seed=seed, greedy=True)
     find_llvm_size(llvm_size)
     if selected is None:
-        corpus = load_corpus(corpus_dir)
-        selected = select_modules(corpus, modules, split, heldout_fraction, seed)
+        selected = select_modules(load_corpus(corpus_dir), modules, split, heldout_fraction, seed)
     if not selected:
         raise CorpusError(f"{corpus_dir}: no module selected (split {split!r})")
-    cfg = {"clang": clang, "llvm_size": llvm_size, "timeout": timeout, "advisor": advisor, "seed": seed,
-           "cache_dir": None if cache_dir is None else str(cache_dir)}
-    tasks = [m.to_task() for m in selected]
+    worker = {"policy": policy, "seed": seed, "advisor": advisor, "clang": clang, "llvm_size": llvm_size,
+              "timeout": timeout, "cache_dir": None if cache_dir is None else str(cache_dir)}
+    # Big modules first, so that a slow one does not finish last alone.
+    order = sorted(selected, key=lambda m: -m.size)
+    with make_pool(worker_backend, min(jobs, len(order)), "mlgo_host.trainers.evaluation:EvalWorker", worker,
+                   **(pool_options or {})) as pool:
+        outcomes = map_with_progress(pool, "evaluate", [(m.to_task(),) for m in order],
+                                     desc=f"eval {os.path.basename(str(policy).rstrip('/'))}", progress=progress,
+                                     leave=True)
     rows: dict[str, EvalRow] = {}
-    bar = tqdm(total=len(tasks), desc=f"eval {os.path.basename(str(policy).rstrip('/'))}", unit="module",
-               disable=not progress, file=sys.stderr)
-    try:
-        if jobs == 1:
-            for t in tasks:
-                rows[t["name"]] = evaluate_module(t, policy, cfg)
-                bar.update(1)
-        else:
-            # Big modules first so that a slow one does not finish last alone.
-            order = sorted(tasks, key=lambda t: -t["size"])
-            ctx = mp.get_context("spawn")
-            with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as ex:
-                futs = {ex.submit(evaluate_module, t, policy, cfg): t for t in order}
-                for fut in cf.as_completed(futs):
-                    t = futs[fut]
-                    try:
-                        rows[t["name"]] = fut.result()
-                    except Exception as e:  # noqa: BLE001 - a dead worker process
-                        rows[t["name"]] = EvalRow(t["name"], None, None, None, 0, "failed",
-                                                  f"worker: {type(e).__name__}: {e}")
-                    bar.update(1)
-    finally:
-        bar.close()
-    out = [rows[t["name"]] for t in tasks]
+    for o in outcomes:
+        name = order[o.index].name
+        rows[name] = o.value if o.ok else EvalRow(name, None, None, None, 0, "failed", f"worker: {o.error}")
+    out = [rows[m.name] for m in selected]
     if guard:
         return EvalReport(policy=str(policy), rows=[apply_guard(r) for r in out], guard=True)
     return EvalReport(policy=str(policy), rows=out)

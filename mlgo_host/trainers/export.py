@@ -14,9 +14,12 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from typing import Any, Mapping
 
 import numpy as np
+import tensorflow as tf
+from tf_agents.policies import actor_policy, greedy_policy, policy_saver
 
 from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import replace_dir
@@ -25,6 +28,8 @@ from mlgo_host.policies.saved import (FORMAT, METADATA, OUTPUT_SPEC, SAVED_MODEL
                                       read_saved_policy)
 from mlgo_host.policies.specs import PolicySpec
 from mlgo_host.policies.vocab import NormConfig, Vocab
+from mlgo_host.trainers import tf_agent
+from mlgo_host.trainers.tf_features import TF_DTYPES
 
 
 def save_policy(
@@ -47,8 +52,6 @@ def save_policy(
     written files is checked against the TF actor on random observations
     before the directory is moved into place.
     """
-    from mlgo_host.trainers import tf_agent
-
     missing = [n for n in spec.input_names if n not in vocab]
     if missing:
         raise ConfigError(f"the vocab has no boundaries for input features {missing}")
@@ -95,8 +98,6 @@ def save_policy(
 
 def _check_export(actor_net: Any, actor: NumpyActor, spec: PolicySpec, n: int = 64) -> None:
     """The numpy actor read back must give the TF actor's logits."""
-    from mlgo_host.trainers import tf_agent
-
     feats = random_features(spec, actor.vocab, n, seed=0)
     lt = tf_agent.tf_logits(actor_net, spec, feats)
     ln = actor.logits(feats)
@@ -140,24 +141,24 @@ def random_features(spec: PolicySpec, vocab: Vocab, n: int, seed: int = 0) -> di
 def write_saved_model(directory: str, actor_net: Any, spec: PolicySpec) -> None:
     """tf-agents PolicySaver SavedModel of the greedy policy of ``actor_net``,
     plus ``output_spec.json`` (as ml-compiler-opt's policy saver writes it)."""
-    import tensorflow as tf
-    from tf_agents.policies import actor_policy, greedy_policy, policy_saver
-
-    from mlgo_host.trainers import tf_agent
-
     pol = greedy_policy.GreedyPolicy(actor_policy.ActorPolicy(
         tf_agent.time_step_spec(spec), tf_agent.action_spec(spec), actor_network=actor_net))
     saver = policy_saver.PolicySaver(pol, batch_size=1, use_nest_path_signatures=False)
-    saver.save(directory)
+    with warnings.catch_warnings():
+        # TF warns, once per save, that the greedy policy's Deterministic
+        # distribution spec needs tensorflow-probability to load the structure
+        # back: true, and harmless (the ``action`` signature LLVM and
+        # _output_spec use does not need it); on every saving iteration it
+        # would only be noise in the training log.
+        warnings.filterwarnings("ignore", message="Encoding a StructuredValue", category=UserWarning)
+        saver.save(directory)
     with open(os.path.join(directory, OUTPUT_SPEC), "w", encoding="utf-8") as f:
-        json.dump(_output_spec(directory, saver, tf), f, indent=1)
+        json.dump(_output_spec(directory, saver), f, indent=1)
         f.write("\n")
 
 
-def _output_spec(directory: str, saver: Any, tf: Any) -> list[dict]:
-    from mlgo_host.trainers.tf_features import _TF_DTYPES
-
-    names = {v: k for k, v in _TF_DTYPES.items()}
+def _output_spec(directory: str, saver: Any) -> list[dict]:
+    names = {v: k for k, v in TF_DTYPES.items()}
     sm = tf.saved_model.load(directory)
     sig = sm.signatures["action"]
     flat_specs = tf.nest.flatten(sig.structured_outputs)

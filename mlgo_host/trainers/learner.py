@@ -2,8 +2,9 @@
 
 It turns collected episodes and module rewards into trajectories, trains,
 exports the actor's weights for the TF-free workers, writes saved policies
-and checkpoints (TF checkpoint per iteration, restored on resume).  The only
-part of training that imports TensorFlow.
+and checkpoints (TF checkpoint per iteration, restored on resume).  Imports
+TensorFlow (as do the other learner-side modules of trainers/: tf_agent,
+tf_features, export, bc, summaries); the workers never do.
 """
 
 from __future__ import annotations
@@ -14,9 +15,17 @@ from typing import Any
 
 import gin
 import numpy as np
+import tensorflow as tf
 
 from mlgo_host.channel.codec import Header
+from mlgo_host.channel.default_probe import default_slot
 from mlgo_host.errors import ConfigError
+from mlgo_host.policies.saved import read_saved_policy
+from mlgo_host.policies.specs import PolicySpec
+from mlgo_host.policies.vocab import Vocab
+from mlgo_host.trainers import tf_agent
+from mlgo_host.trainers.export import save_policy
+from mlgo_host.trainers.worker import policy_blob_from_dir
 
 
 @gin.configurable(module="learner")
@@ -36,19 +45,11 @@ class Learner:
         keep_checkpoints: int = 3,
         deterministic: bool = True,
     ):
-        import tensorflow as tf
-
-        from mlgo_host.channel.default_probe import default_slot
-        from mlgo_host.trainers import tf_agent
-        from mlgo_host.policies.specs import PolicySpec
-        from mlgo_host.policies.vocab import Vocab
-
         if deterministic:
             # Same seed, same episodes -> same weights: a resumed run retraces an
             # uninterrupted one (costs little for networks this small).
             tf.config.experimental.enable_op_determinism()
         tf.random.set_seed(seed)
-        self._tf = tf
         self.tf_agent = tf_agent
         self.root_dir = root_dir
         self.seed = seed
@@ -63,11 +64,6 @@ class Learner:
         self.agent = tf_agent.create_ppo_agent(self.spec, self.vocab, self.norm)
         self.actor = self.agent.actor_net
         self._train = tf_agent.train_function(self.agent) if use_tf_function else self.agent.train
-        # The Keras optimizer makes its Adam moments on the first update; build
-        # them now, in the order PPOAgent trains them (sorted by name), so a
-        # checkpoint restores them and a resumed run keeps the optimizer state.
-        self.agent._optimizer.build(sorted(self.actor.trainable_weights + self.agent._value_net.trainable_weights,
-                                           key=lambda v: v.name))
         self.ckpt = tf.train.Checkpoint(agent=self.agent)
         self.ckpt_dir = os.path.join(root_dir, "checkpoints")
         self.manager = tf.train.CheckpointManager(self.ckpt, self.ckpt_dir, max_to_keep=keep_checkpoints,
@@ -77,8 +73,6 @@ class Learner:
     def warmstart(self, policy_dir: str) -> None:
         """Start from a saved policy (e.g. behavioural cloning).  Its inputs
         and normalization must be this run's (train uses its vocab)."""
-        from mlgo_host.policies.saved import read_saved_policy
-
         sp = read_saved_policy(policy_dir)
         if list(sp.spec.input_names) != list(self.spec.input_names):
             raise ConfigError(f"warm-start policy {policy_dir!r} reads features {list(sp.spec.input_names)}, "
@@ -90,16 +84,12 @@ class Learner:
 
     def policy_blob(self) -> dict:
         """The current actor as a TF-free saved-policy blob for workers."""
-        from mlgo_host.trainers.worker import policy_blob_from_dir
-
         with tempfile.TemporaryDirectory(prefix="mlgo-blob-", dir=self.root_dir) as d:
             p = os.path.join(d, "policy")
             self.save_policy(p, step=int(self.agent.train_step_counter.numpy()), saved_model=False)
             return policy_blob_from_dir(p)
 
     def save_policy(self, path: str, step: int, saved_model: bool = True) -> None:
-        from mlgo_host.trainers.export import save_policy
-
         save_policy(path, self.actor, self.spec, self.vocab, self.norm, compiler=self.clang, training_step=step,
                     saved_model=saved_model)
 
@@ -109,7 +99,7 @@ class Learner:
 
     def restore(self, iteration: int) -> None:
         path = os.path.join(self.ckpt_dir, f"ckpt-{iteration}")
-        if not self._tf.io.gfile.exists(path + ".index"):
+        if not tf.io.gfile.exists(path + ".index"):
             raise ConfigError(f"no checkpoint for iteration {iteration} in {self.ckpt_dir} (state.json says it was done)")
         self.ckpt.restore(path).assert_existing_objects_matched()
 
@@ -126,6 +116,7 @@ class Learner:
         for t in trajs:
             info = self._train(experience=t)
             metrics.setdefault("total_loss", []).append(float(info.loss))
+            # (a namedtuple's _asdict is public API despite the underscore)
             extra = info.extra._asdict() if hasattr(info.extra, "_asdict") else dict(info.extra or {})
             for k, v in extra.items():
                 try:

@@ -40,10 +40,14 @@ from typing import Any
 import gin
 import numpy as np
 
-from mlgo_host.errors import ConfigError, CorpusError
-from mlgo_host.fsutil import atomic_write_json, replace_dir
 from mlgo_host.collected import load_episode, read_meta, read_records
 from mlgo_host.corpus.reward import reward
+from mlgo_host.errors import ConfigError, CorpusError
+from mlgo_host.fsutil import atomic_write_json, replace_dir
+from mlgo_host.policies.vocab import VocabBuilder
+from mlgo_host.trainers.iteration import (Update, commit_iteration, numeric_metrics, open_learner,
+                                          percentile_summary, read_state, train_and_save)
+from mlgo_host.trainers.summaries import Summaries
 
 log = logging.getLogger("mlgo_host.train.online")
 
@@ -70,29 +74,69 @@ def train_from_collected(
     iteration's history row (also in ``root_dir/state.json``)."""
     root_dir = os.path.abspath(root_dir)
     collected_dir = os.path.abspath(collected_dir)
-    state_path = os.path.join(root_dir, "state.json")
-    state: dict[str, Any] = {}
-    if os.path.exists(state_path):
-        with open(state_path) as f:
-            state = json.load(f)
-        if (state.get("config") or {}).get("mode") != MODE:
-            raise ConfigError(f"{root_dir} holds a corpus training run; train from collected episodes in another "
-                              f"--root_dir (warm start from its saved_policy)")
+    state = _read_online_state(root_dir)
     consumed: list[str] = list(state.get("consumed", []))
-    iteration = int(state.get("iteration", 0))
-
+    done = int(state.get("iteration", 0))
     # -- the new episodes and their rewards (no TensorFlow work yet)
+    episodes, rewards, metas = _new_episodes(collected_dir, baseline_stats, consumed, done, advisor)
+    header_json = _check_header(episodes, root_dir, collected_dir)
+    vocab_dir, source = _vocab_source(root_dir, state, warmstart_policy, vocab_path)
+    _start_run_dir(root_dir, state, header_json, vocab_dir, source, episodes)
+    # -- the shared iteration: learner, update, policy/<i>, checkpoint; then
+    # saved_policy/ (what the next build serves) and state.json last
+    t0 = time.monotonic()
+    learner = open_learner(root_dir, header_json, advisor=advisor, vocab_dir=vocab_dir, seed=seed, clang=clang_path,
+                           done=done, warmstart_policy=warmstart_policy)
+    if progress:
+        print(f"iteration {done + 1}: training on {len(episodes)} episodes "
+              f"({sum(ep.n for ep in episodes)} decisions)", file=sys.stderr, flush=True)
+    t_setup = time.monotonic() - t0
+    update = train_and_save(learner, root_dir, done + 1, episodes, rewards, saved_model=True)
+    t1 = time.monotonic()
+    _copy_dir(update.policy_dir, os.path.join(root_dir, "saved_policy"))
+    update.save_s += time.monotonic() - t1
+    dist = percentile_summary(rewards)
+    row = _history_row(update, episodes, metas, dist, t_setup)
+    config = state.get("config") or {}
+    summaries = Summaries(root_dir)
+    try:
+        commit_iteration(root_dir, summaries, update.iteration, dist, row, None, {
+            "iteration": update.iteration, "consumed": consumed + [m["file"] for m in metas],
+            "history": list(state.get("history", [])) + [row],
+            "config": {"mode": MODE, "advisor": advisor, "collected_dir": collected_dir,
+                       "baseline_stats": os.path.abspath(baseline_stats), "seed": seed, "vocab": vocab_dir,
+                       "vocab_source": config.get("vocab_source", source),
+                       "warmstart_policy": config.get("warmstart_policy",
+                                                      os.path.abspath(warmstart_policy) if warmstart_policy else None)},
+        })
+    finally:
+        summaries.close()
+    print(_summary_line(row), file=sys.stderr, flush=True)
+    return row
+
+
+def _read_online_state(root_dir: str) -> dict[str, Any]:
+    state = read_state(root_dir)
+    if state and (state.get("config") or {}).get("mode") != MODE:
+        raise ConfigError(f"{root_dir} holds a corpus training run; train from collected episodes in another "
+                          f"--root_dir (warm start from its saved_policy)")
+    return state
+
+
+def _new_episodes(collected_dir: str, baseline_stats: str, consumed: list[str], done: int, advisor: str):
+    """(episodes, rewards, metas) of the episode files not yet trained on;
+    a ConfigError when there are none or they cannot train this run."""
     if not os.path.isdir(collected_dir):
         raise ConfigError(f"no collection directory {collected_dir} (serve with --collect DIR first)")
     if not os.path.exists(baseline_stats):
         raise ConfigError(f"no baseline stats file {baseline_stats} (serve the same tree with --policy default "
                           f"--stats FILE first)")
     try:
-        episodes, rewards, metas = _load(collected_dir, baseline_stats, consumed)
+        episodes, rewards, metas = load_collected(collected_dir, baseline_stats, exclude=consumed, strict=True)
     except CorpusError as e:
         raise ConfigError(str(e)) from None
     if not episodes:
-        raise ConfigError(f"no new episodes in {collected_dir} since iteration {iteration} "
+        raise ConfigError(f"no new episodes in {collected_dir} since iteration {done} "
                           f"({len(consumed)} already trained on): collect another build first")
     advisors = {m.get("advisor") for m in metas}
     if advisors != {advisor}:
@@ -103,6 +147,11 @@ def train_from_collected(
         raise ConfigError(f"episodes collected with the deterministic policy {', '.join(deterministic)} carry "
                           f"log-probability 0 and cannot train PPO; collect with a stochastic one (random or a "
                           f"saved policy)")
+    return episodes, rewards, metas
+
+
+def _check_header(episodes: list, root_dir: str, collected_dir: str) -> dict:
+    """The episodes' common channel header, which must be the run's."""
     header_json = episodes[0].header.to_json()
     if any(ep.header.to_json() != header_json for ep in episodes[1:]):
         raise ConfigError(f"the new episodes in {collected_dir} have different channel headers "
@@ -113,16 +162,22 @@ def train_from_collected(
             if json.load(f) != header_json:
                 raise ConfigError(f"the new episodes' channel header differs from the one {root_dir} was "
                                   f"trained on ({header_path}): a different compiler or flags")
+    return header_json
 
-    # -- the vocab: fixed by the first invocation, kept in root_dir/vocab
+
+def _vocab_source(root_dir: str, state: dict, warmstart_policy: str | None,
+                  vocab_path: str | None) -> tuple[str, str | None]:
+    """(root_dir/vocab, where the first invocation copies it from; None: built
+    from the episodes).  Fixed by the first invocation."""
     vocab_dir = os.path.join(root_dir, "vocab")
-    source = None  # where the first invocation takes it from (None: the episodes)
+    source = None
     if state:
         if not os.path.isdir(vocab_dir):
-            raise ConfigError(f"{root_dir} has no vocab directory (state.json says iteration {iteration} is done)")
+            raise ConfigError(f"{root_dir} has no vocab directory (state.json says iteration "
+                              f"{state.get('iteration')} is done)")
         if warmstart_policy or vocab_path:
-            log.info("%s continues after iteration %d: warmstart_policy/vocab_path apply to its first "
-                     "iteration only", root_dir, iteration)
+            log.info("%s continues after iteration %s: warmstart_policy/vocab_path apply to its first "
+                     "iteration only", root_dir, state.get("iteration"))
     elif warmstart_policy:
         if not os.path.isfile(os.path.join(warmstart_policy, "metadata.json")):
             raise ConfigError(f"warm-start policy {warmstart_policy!r} is not a saved policy directory")
@@ -131,82 +186,43 @@ def train_from_collected(
         source = os.path.abspath(vocab_path)
     if source is not None and not os.path.isdir(source):
         raise ConfigError(f"no vocab directory {source}")
+    return vocab_dir, source
+
+
+def _start_run_dir(root_dir: str, state: dict, header_json: dict, vocab_dir: str, source: str | None,
+                   episodes: list) -> None:
+    """The first invocation's header.json and vocab/."""
     os.makedirs(root_dir, exist_ok=True)
+    header_path = os.path.join(root_dir, "header.json")
     if not os.path.exists(header_path):
         atomic_write_json(header_path, header_json)
-    if not state:
-        if source is not None:
-            _copy_dir(source, vocab_dir)
-        else:
-            _build_vocab(episodes, vocab_dir)
-
-    from mlgo_host.trainers.learner import Learner
-    from mlgo_host.trainers.summaries import Summaries
-    from mlgo_host.trainers.train_loop import percentile_summary
-
-    t0 = time.monotonic()
-    learner = Learner(header_json, advisor=advisor, vocab_dir=vocab_dir, root_dir=root_dir, seed=seed,
-                      clang=clang_path)
     if state:
-        learner.restore(iteration)
-    elif warmstart_policy:
-        learner.warmstart(warmstart_policy)
-    if progress:
-        print(f"iteration {iteration + 1}: training on {len(episodes)} episodes "
-              f"({sum(ep.n for ep in episodes)} decisions)", file=sys.stderr, flush=True)
-    t1 = time.monotonic()
-    train_metrics = learner.train(episodes, rewards, iteration)
-    t_train = time.monotonic() - t1
-    it = iteration + 1
+        return
+    if source is not None:
+        _copy_dir(source, vocab_dir)
+    else:
+        _build_vocab(episodes, vocab_dir)
 
-    # -- persist: checkpoint, policy/<it>/, saved_policy/; state.json last
-    t2 = time.monotonic()
-    learner.checkpoint(it)
-    policy_dir = os.path.join(root_dir, "policy", str(it))
-    learner.save_policy(policy_dir, step=it, saved_model=True)
-    _copy_dir(policy_dir, os.path.join(root_dir, "saved_policy"))
-    t_save = time.monotonic() - t2
 
-    dist = percentile_summary(rewards)
+def _history_row(update: Update, episodes: list, metas: list[dict], dist: dict[str, float],
+                 t_setup: float) -> dict[str, Any]:
     sizes = sum(float(m["text_size"]) for m in metas)
     bases = sum(float(m["baseline_text_size"]) for m in metas)
-    row = {
-        "iteration": it, "episodes": len(episodes),
+    return {
+        "iteration": update.iteration, "episodes": len(episodes),
         "decisions": int(sum(ep.n for ep in episodes)),
         "reward_mean": dist.get("mean"), "reward_percentiles": {k: v for k, v in dist.items() if k != "mean"},
         "text_size": int(sizes), "baseline_text_size": int(bases),
         "size_change_pct": 100.0 * (sizes - bases) / bases if bases else None,
         "policies": sorted({str(m.get("policy")) for m in metas}),
         "builds": sorted({str(m.get("build")) for m in metas if m.get("build")}),
-        "train_s": round(t_train, 3), "save_s": round(t_save, 3), "setup_s": round(t1 - t0, 3),
-        **{k: v for k, v in train_metrics.items() if isinstance(v, (int, float))},
+        "train_s": round(update.train_s, 3), "save_s": round(update.save_s, 3), "setup_s": round(t_setup, 3),
+        **numeric_metrics(update),
     }
-    summaries = Summaries(root_dir)
-    summaries.write_iteration(it, dist, row, None)
-    summaries.close()
-    config = state.get("config") or {}
-    history = list(state.get("history", [])) + [row]
-    atomic_write_json(state_path, {
-        "iteration": it, "consumed": consumed + [m["file"] for m in metas], "history": history,
-        "config": {"mode": MODE, "advisor": advisor, "collected_dir": collected_dir,
-                   "baseline_stats": os.path.abspath(baseline_stats), "seed": seed, "vocab": vocab_dir,
-                   "vocab_source": config.get("vocab_source", source),
-                   "warmstart_policy": config.get("warmstart_policy",
-                                                  os.path.abspath(warmstart_policy) if warmstart_policy else None)},
-    })
-    print(_summary_line(row), file=sys.stderr, flush=True)
-    return row
-
-
-def _load(collected_dir: str, baseline_stats: str, consumed: list[str]):
-
-    return load_collected(collected_dir, baseline_stats, exclude=consumed, strict=True)
 
 
 def _build_vocab(episodes: list, vocab_dir: str) -> None:
     """Quantile vocab of the collected episodes' features."""
-    from mlgo_host.policies.vocab import VocabBuilder
-
     builder = VocabBuilder()
     for ep in episodes:
         builder.add(ep.features())

@@ -1,10 +1,13 @@
 """Worker pools: long-lived worker processes reused across iterations.
 
-A pool holds N instances of a worker class (``CollectWorker`` for training)
-in separate processes started with ``spawn`` (never ``fork``: the learner
-has TensorFlow threads), so workers import only TF-free modules.  The learner
-broadcasts state once per iteration (``broadcast("set_policy", blob)``) and
-then streams tasks with :meth:`WorkerPool.map_unordered`, which implements the
+The one worker mechanism of the package: training (``worker.CollectWorker``),
+tracing (``traces.TraceWorker``) and evaluation (``evaluation.EvalWorker``)
+all run their tasks here.  A pool holds N instances of a worker class in
+separate processes started with ``spawn`` (never ``fork``: the learner has
+TensorFlow threads), so workers import only TF-free modules; a worker loads
+what it needs (its policy, its configuration) once, in its constructor.  The
+learner broadcasts state once per iteration (``broadcast("set_policy", blob)``)
+and then streams tasks with :meth:`WorkerPool.map_unordered`, which implements the
 collection deadline: once ``early_exit.fraction`` of the tasks are in, wait
 at most ``early_exit.grace_s`` (or ``grace_factor`` times the time taken so
 far) for the stragglers, and never past ``early_exit.timeout_s``; stragglers
@@ -24,7 +27,10 @@ import signal
 import time
 import traceback
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable
+
+from mlgo_host.errors import ConfigError, WorkerPoolError
+from mlgo_host.progress import progress_bar
 
 
 class Cancelled(BaseException):
@@ -107,6 +113,12 @@ def _worker_main(conn: Connection, factory: str, kwargs: dict, cpu: int | None) 
         worker.close()
 
 
+def _last_line(tb: str) -> str:
+    """The exception line of a formatted traceback: what the one-line error shows."""
+    lines = [ln for ln in tb.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else "no reason given"
+
+
 class WorkerPool:
     """N worker processes, each holding ``factory(**kwargs)``."""
 
@@ -114,7 +126,7 @@ class WorkerPool:
 
     def __init__(self, num_workers: int, factory: str, kwargs: dict | None = None, pin_cpus: bool = False):
         if num_workers < 1:
-            raise ValueError("num_workers must be >= 1")
+            raise ConfigError(f"a worker pool needs at least one worker, got {num_workers}")
         ctx = mp.get_context("spawn")
         self._conns: list[Connection] = []
         self._procs = []
@@ -132,7 +144,9 @@ class WorkerPool:
             tag, info = c.recv()
             if tag != "ready":
                 self.close()
-                raise RuntimeError(f"worker {i} failed to start:\n{info}")
+                err = WorkerPoolError(f"worker {i} failed to start: {_last_line(info)}")
+                err.details = info  # the worker's whole traceback, for debugging
+                raise err
 
     @property
     def num_workers(self) -> int:
@@ -146,7 +160,7 @@ class WorkerPool:
         for c in self._conns:
             status, _, value = c.recv()
             if status != "ok":
-                raise RuntimeError(f"worker failed in {method}: {value}")
+                raise WorkerPoolError(f"a worker failed in {method}: {value}")
             out.append(value)
         return out
 
@@ -187,7 +201,7 @@ class WorkerPool:
                 try:
                     status, tag, value = conn.recv()
                 except EOFError:
-                    raise RuntimeError(f"worker {w} died (exit code {self._procs[w].exitcode})") from None
+                    raise WorkerPoolError(f"worker {w} died (exit code {self._procs[w].exitcode})") from None
                 busy.pop(w, None)
                 idle.append(w)
                 res = TaskOutcome(tag, status == "ok", value if status == "ok" else None,
@@ -249,11 +263,25 @@ class WorkerPool:
 
 
 def make_pool(backend: str, num_workers: int, factory: str, kwargs: dict | None = None, **opts):
-    """A pool by backend name: 'local' (processes on this machine) or 'ray'."""
+    """A pool by backend name: 'local' (processes on this machine) or 'ray'.
+
+    ``factory`` is ``"module:Class"``, instantiated once per worker with
+    ``kwargs``; the worker holds whatever it loads (its policy, its config)
+    for the pool's life, so tasks carry only the module.  ``opts`` are the
+    backend's (local: ``pin_cpus``; Ray: ``ray_address``, ...); the local
+    pool ignores Ray's, so callers pass them whatever the backend."""
     if backend == "local":
         return WorkerPool(num_workers, factory, kwargs, pin_cpus=opts.get("pin_cpus", False))
     if backend == "ray":
+        # lazily: ray_pool imports this module (EarlyExit, TaskOutcome)
         from mlgo_host.trainers.ray_pool import RayPool
 
         return RayPool(num_workers, factory, kwargs, **opts)
-    raise ValueError(f"unknown worker backend {backend!r} (choose 'local' or 'ray')")
+    raise ConfigError(f"unknown worker backend {backend!r} (choose 'local' or 'ray')")
+
+
+def map_with_progress(pool, method: str, tasks: list[tuple], *, desc: str, progress: bool = True,
+                      early_exit: EarlyExit | None = None, leave: bool = False) -> list[TaskOutcome]:
+    """``pool.map_unordered`` under a progress bar (drawn on a terminal only)."""
+    with progress_bar(total=len(tasks), desc=desc, enabled=progress, leave=leave) as bar:
+        return pool.map_unordered(method, tasks, early_exit, on_result=lambda r: bar.update(1))

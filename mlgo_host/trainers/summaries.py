@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import tensorflow as tf
+
 LOSS_KEYS = ("policy_gradient_loss", "value_estimation_loss", "entropy", "kl", "total_loss",
              "entropy_regularization_loss", "l2_regularization_loss", "kl_penalty_loss")
 PERF_KEYS = ("modules_per_minute", "decisions_per_second", "collect_s", "train_s", "save_s")
@@ -19,14 +21,10 @@ PERF_KEYS = ("modules_per_minute", "decisions_per_second", "collect_s", "train_s
 
 class Summaries:
     def __init__(self, root_dir: str):
-        import tensorflow as tf
-
-        self._tf = tf
         self.writer = tf.summary.create_file_writer(os.path.join(root_dir, "train"))
 
     def write_iteration(self, step: int, reward_dist: dict[str, float], row: dict[str, Any],
                         eval_row: dict[str, Any] | None) -> None:
-        tf = self._tf
         with self.writer.as_default(step=step):
             for k, v in reward_dist.items():
                 tf.summary.scalar(f"reward_distribution/{k}", v)

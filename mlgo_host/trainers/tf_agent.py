@@ -21,6 +21,7 @@ with :func:`export_actor_weights` to the dict the numpy actor
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Iterable, Mapping, Sequence
 
 import gin
@@ -32,11 +33,13 @@ from tf_agents.networks import utils as network_utils
 from tf_agents.specs import distribution_spec, tensor_spec
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
+from tf_agents.utils import common as tfa_common
 from tf_agents.utils import nest_utils
 import tensorflow_probability as tfp
 
 from mlgo_host.errors import ConfigError
 from mlgo_host.policies.actor import ACTIVATIONS, NumpyActor
+from mlgo_host.policies.saved import read_saved_policy
 from mlgo_host.policies.specs import BINARY, DISCARD, MASKED_CHOICE, PolicySpec
 from mlgo_host.trainers.tf_features import preprocessing_layers, tf_dtype
 from mlgo_host.policies.vocab import NormConfig, Vocab
@@ -86,6 +89,15 @@ class ColumnActorNetwork(network.DistributionNetwork):
             bias_initializer=tf.keras.initializers.Zeros(), name="logits")
         self._mask_name = mask_name
         self._num = num
+
+    # (the attribute names stay private: checkpoints key the weights by them)
+    @property
+    def dense_layers(self) -> list[tf.keras.layers.Dense]:
+        return list(self._dense)
+
+    @property
+    def logits_layer(self) -> tf.keras.layers.Dense:
+        return self._logits
 
     def call(self, observations, step_type=None, network_state=(), training=False, mask=None):
         del step_type, mask
@@ -148,8 +160,12 @@ def build_value_network(spec: PolicySpec, vocab: Vocab, norm: NormConfig,
 
 def _actor_dense_layers(actor_net) -> tuple[list[tf.keras.layers.Dense], tf.keras.layers.Dense]:
     if isinstance(actor_net, ColumnActorNetwork):
-        return list(actor_net._dense), actor_net._logits
+        return actor_net.dense_layers, actor_net.logits_layer
     if isinstance(actor_net, actor_distribution_network.ActorDistributionNetwork):
+        # Private tf-agents attributes, unavoidably: ActorDistributionNetwork
+        # exposes neither its encoder's dense layers nor the projection layer,
+        # and the numpy actor needs exactly those weights, layer by layer
+        # (tf-agents is pinned to 0.19.0 in pyproject.toml).
         enc = actor_net._encoder
         hidden = [l for l in enc._postprocessing_layers if isinstance(l, tf.keras.layers.Dense)]
         others = [l for l in enc._postprocessing_layers
@@ -259,6 +275,10 @@ def create_ppo_agent(
     cls = ppo_clip_agent.PPOClipAgent if clip_agent else ppo_agent.PPOAgent
     agent = cls(time_step_spec(spec), action_spec(spec), **common)
     agent.initialize()
+    # Keras makes Adam's moments on the first update; make them now, in the
+    # order PPOAgent trains the variables (sorted by name), so that a
+    # checkpoint holds them and a resumed run keeps the optimizer state.
+    optimizer.build(sorted(actor.trainable_weights + value.trainable_weights, key=lambda v: v.name))
     return agent
 
 
@@ -267,8 +287,6 @@ def create_ppo_agent_from_saved(path: str, **kwargs):
     behavioural-cloning warm start): its spec, vocab, normalization, layer
     sizes and actor weights; other agent options as :func:`create_ppo_agent`.
     Returns ``(agent, saved_policy)``."""
-    from mlgo_host.policies.saved import read_saved_policy
-
     sp = read_saved_policy(path)
     a = sp.actor
     layers = sp.metadata.get("fc_layer_params") or [w.shape[1] for w, _ in a.hidden]
@@ -278,8 +296,6 @@ def create_ppo_agent_from_saved(path: str, **kwargs):
 
 
 def _load_weights(src) -> dict[str, np.ndarray]:
-    import os
-
     if isinstance(src, Mapping):
         return dict(src)
     path = os.path.join(src, "actor.npz") if os.path.isdir(src) else src
@@ -288,8 +304,6 @@ def _load_weights(src) -> dict[str, np.ndarray]:
 
 def train_function(agent):
     """``agent.train`` wrapped in a ``tf.function`` (traced once per batch shape)."""
-    from tf_agents.utils import common as tfa_common
-
     return tfa_common.function(agent.train, autograph=False)
 
 
@@ -298,10 +312,10 @@ def observations_from_features(spec: PolicySpec, features: Any, n: int | None = 
     """The observation dict (every spec feature, TF shapes) of N records.
     Discarded features missing from the records are zeros; a missing used
     feature is a :class:`ConfigError`."""
-    return {k: tf.constant(v) for k, v in _numpy_observations(spec, features, n).items()}
+    return {k: tf.constant(v) for k, v in numpy_observations(spec, features, n).items()}
 
 
-def _numpy_observations(spec: PolicySpec, features: Any, n: int | None = None) -> dict[str, np.ndarray]:
+def numpy_observations(spec: PolicySpec, features: Any, n: int | None = None) -> dict[str, np.ndarray]:
     names = set(features.dtype.names) if hasattr(features, "dtype") and features.dtype.names else set(features)
     if n is None:
         first = next(f.name for f in spec.features if f.name in names)
@@ -371,7 +385,7 @@ def episodes_to_steps(spec: PolicySpec, episodes: Iterable[Any], rewards: Iterab
         if n == 0:
             continue
         feats = ep.features()
-        o = _numpy_observations(spec, feats, n)
+        o = numpy_observations(spec, feats, n)
         for k, v in o.items():
             obs_parts[k].append(v)
         a = np.asarray(ep.actions).reshape(n).astype(np.int64)

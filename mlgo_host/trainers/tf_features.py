@@ -17,14 +17,14 @@ import tensorflow as tf
 from mlgo_host.policies.specs import BINARY, INPUT, PolicySpec
 from mlgo_host.policies.vocab import FeatureVocab, NormConfig, Vocab
 
-_TF_DTYPES = {
+TF_DTYPES = {
     "float": tf.float32, "double": tf.float64, "int8_t": tf.int8, "uint8_t": tf.uint8, "int16_t": tf.int16,
     "uint16_t": tf.uint16, "int32_t": tf.int32, "uint32_t": tf.uint32, "int64_t": tf.int64, "uint64_t": tf.uint64,
 }
 
 
 def tf_dtype(ctype: str) -> tf.DType:
-    return _TF_DTYPES[ctype]
+    return TF_DTYPES[ctype]
 
 
 def normalize_fn(fv: FeatureVocab, cfg: NormConfig) -> Callable[[tf.Tensor], tf.Tensor]:

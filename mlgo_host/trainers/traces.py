@@ -31,22 +31,25 @@ renamed into place at the end.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import dataclasses
 import json
-import multiprocessing as mp
 import os
 import shutil
-import sys
 import tempfile
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from mlgo_host.channel import codec
 from mlgo_host.channel.codec import Header, Observation
+from mlgo_host.channel.default_probe import default_slot
+from mlgo_host.corpus.compile import compile_module, compiler_version
+from mlgo_host.corpus.corpus import Module, load_corpus
 from mlgo_host.errors import ConfigError, CorpusError, ProtocolError
 from mlgo_host.fsutil import atomic_write_json, replace_dir
+from mlgo_host.policies import load_policy
+from mlgo_host.policies.vocab import VocabBuilder
+from mlgo_host.trainers.pool import make_pool, map_with_progress
 
 FORMAT = "mlgo_host.trace/1"
 INDEX = "trace.json"
@@ -141,30 +144,38 @@ def load_trace(path: str) -> Trace:
 
 
 # -- recording ---------------------------------------------------------------
-_W: dict[str, Any] = {}
+class TraceWorker:
+    """Pool worker of :func:`record_trace` (a separate process: numpy, no
+    TensorFlow).  Loads the traced policy once and compiles modules with it;
+    each module's training log comes back as bytes, so the recording
+    process alone writes the trace directory (no shared filesystem needed)."""
 
+    def __init__(self, *, policy: str, seed: int, advisor: str, clang: str, llvm_size: str | None,
+                 timeout: float):
+        self.policy = load_policy(policy, seed=seed)
+        self.advisor, self.clang, self.llvm_size, self.timeout = advisor, clang, llvm_size, timeout
+        self.tmp = tempfile.mkdtemp(prefix="mlgo-trace-")
 
-def _init_worker(policy: str, seed: int) -> None:
-    from mlgo_host.policies import load_policy
+    def trace(self, task: dict) -> dict:
+        """One module's row of the index, with its log as ``log_bytes`` when it compiled."""
+        mod = Module.from_task(task)
+        log_path = os.path.join(self.tmp, "module.log")
+        try:
+            res = compile_module(mod, self.policy, advisor=self.advisor, clang=self.clang, llvm_size=self.llvm_size,
+                                 timeout=self.timeout, log_path=log_path)
+            log_bytes = None
+            if res.ok:
+                with open(log_path, "rb") as f:
+                    log_bytes = f.read()
+        finally:
+            if os.path.exists(log_path):
+                os.unlink(log_path)
+        return {"name": mod.name, "status": res.status, "reason": res.reason, "observations": res.observations,
+                "text_size": res.text_size, "decisions": dict(res.decisions), "wall_s": round(res.wall_s, 3),
+                "log_bytes": log_bytes}
 
-    _W["policy"] = load_policy(policy, seed=seed)
-
-
-def _trace_one(task: dict, cfg: dict, log_path: str) -> dict:
-    from mlgo_host.corpus.corpus import Module
-    from mlgo_host.corpus.compile import compile_module
-
-    if "policy" not in _W:
-        _init_worker(cfg["policy"], cfg["seed"])
-    mod = Module.from_task(task)
-    os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    res = compile_module(mod, _W["policy"], advisor=cfg["advisor"], clang=cfg["clang"], llvm_size=cfg["llvm_size"],
-                         timeout=cfg["timeout"], log_path=log_path)
-    row = {"name": mod.name, "status": res.status, "reason": res.reason, "observations": res.observations,
-           "text_size": res.text_size, "decisions": dict(res.decisions), "wall_s": round(res.wall_s, 3)}
-    if not res.ok and os.path.exists(log_path):
-        os.unlink(log_path)
-    return row
+    def close(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def _log_rel(name: str) -> str:
@@ -172,6 +183,11 @@ def _log_rel(name: str) -> str:
     if not safe or any(p in ("..", "") for p in safe.split("/")):
         raise CorpusError(f"module name {name!r} cannot be a log path")
     return os.path.join(LOGS, safe + ".log")
+
+
+def _failed_row(name: str, reason: str) -> dict:
+    return {"name": name, "status": "failed", "reason": reason, "observations": 0, "text_size": None,
+            "decisions": {}}
 
 
 def record_trace(
@@ -188,97 +204,85 @@ def record_trace(
     names: Sequence[str] | None = None,
     seed: int = 0,
     progress: bool = True,
+    worker_backend: str = "local",
+    pool_options: dict | None = None,
 ) -> dict:
     """Compile every module of the corpus with ``policy`` serving
-    ``advisor`` (only the modules ``names`` when given), keep each module's
-    training log and object size; returns
-    the index (also written as ``trace.json``)."""
-    from tqdm import tqdm
-
-    from mlgo_host.corpus.corpus import load_corpus
-    from mlgo_host.corpus.compile import compiler_version
-
+    ``advisor`` (only the modules ``names`` when given) on ``jobs`` pool
+    workers (:func:`~mlgo_host.trainers.pool.make_pool`), keep each module's
+    training log and object size; returns the index (also written as
+    ``trace.json``)."""
     if advisor not in ADVICE_NAMES:
         raise ConfigError(f"unknown advisor {advisor!r}; choose from {', '.join(ADVICE_NAMES)}")
     if jobs < 1:
         raise ConfigError("--jobs must be at least 1")
+    mods = _select(corpus_dir, names, max_modules)
+    rels = [_log_rel(m.name) for m in mods]
+    load_policy(policy, seed=seed)  # a bad policy: a clear error here, before any worker starts
+    worker = {"policy": policy, "seed": seed, "advisor": advisor, "clang": clang, "llvm_size": llvm_size,
+              "timeout": timeout}
+    with make_pool(worker_backend, min(jobs, len(mods)), "mlgo_host.trainers.traces:TraceWorker", worker,
+                   **(pool_options or {})) as pool:
+        outcomes = map_with_progress(pool, "trace", [(m.to_task(),) for m in mods], desc=f"tracing {policy}",
+                                     progress=progress, leave=True)
+    rows: list[dict] = [{}] * len(mods)
+    for o in outcomes:  # a worker that raised fails its module, not the trace
+        rows[o.index] = o.value if o.ok else _failed_row(mods[o.index].name, o.error)
+    index = {"format": FORMAT, "advisor": advisor, "policy": policy, "compiler": _compiler_line(clang),
+             "default_slot": default_slot(clang) if advisor == "inline" else None}
+    _write_trace(output_dir, index, rows, rels)
+    return index
+
+
+def _select(corpus_dir: str, names: Sequence[str] | None, max_modules: int | None) -> list:
     corpus = load_corpus(corpus_dir)
     mods = list(corpus) if names is None else [corpus[n] for n in names]
     if max_modules is not None:
         mods = mods[:max_modules]
     if not mods:
         raise CorpusError(f"corpus {corpus_dir} has no modules")
-    # Validate the policy here, in the parent, for a clear error before any work.
-    from mlgo_host.policies import load_policy
+    return mods
 
-    load_policy(policy, seed=seed)
-    default_slot = None
-    if advisor == "inline":
-        from mlgo_host.channel.default_probe import default_slot as probe_slot
 
-        default_slot = probe_slot(clang)
-    version = None
+def _compiler_line(clang: str) -> str | None:
     try:
-        version = compiler_version(clang).splitlines()[0]
+        return compiler_version(clang).splitlines()[0]
     except Exception:  # noqa: BLE001 - only informative
-        version = None
+        return None
+
+
+def _write_trace(output_dir: str, index: dict, rows: list[dict], rels: list[str]) -> None:
+    """Logs, then ``trace.json`` (``index`` completed with the module rows and
+    totals), built next to ``output_dir`` and renamed into place."""
     dest = os.path.abspath(output_dir)
     parent = os.path.dirname(dest)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="." + os.path.basename(dest) + ".", dir=parent)
-    cfg = {"policy": policy, "seed": seed, "advisor": advisor, "clang": clang, "llvm_size": llvm_size,
-           "timeout": timeout}
-    rows: list[dict | None] = [None] * len(mods)
     try:
-        rels = [_log_rel(m.name) for m in mods]
-        bar = tqdm(total=len(mods), desc=f"tracing {policy}", unit="module", disable=not progress, file=sys.stderr)
-        try:
-            if jobs == 1:
-                _init_worker(policy, seed)
-                for i, m in enumerate(mods):
-                    rows[i] = _trace_one(m.to_task(), cfg, os.path.join(tmp, rels[i]))
-                    bar.update(1)
-            else:
-                ctx = mp.get_context("spawn")
-                with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
-                                            initargs=(policy, seed)) as ex:
-                    futs = {ex.submit(_trace_one, m.to_task(), cfg, os.path.join(tmp, rels[i])): i
-                            for i, m in enumerate(mods)}
-                    for fut in cf.as_completed(futs):
-                        i = futs[fut]
-                        try:
-                            rows[i] = fut.result()
-                        except Exception as e:  # noqa: BLE001 - a broken worker fails the module, not the trace
-                            rows[i] = {"name": mods[i].name, "status": "failed", "reason": f"{type(e).__name__}: {e}",
-                                       "observations": 0, "text_size": None, "decisions": {}}
-                        bar.update(1)
-        finally:
-            bar.close()
-        for i, r in enumerate(rows):
-            assert r is not None
-            r["log"] = rels[i] if r["status"] == "ok" else None
-        ok = [r for r in rows if r and r["status"] == "ok"]
-        index = {
-            "format": FORMAT, "advisor": advisor, "policy": policy, "compiler": version, "default_slot": default_slot,
-            "modules": rows,
-            "totals": {"modules": len(rows), "ok": len(ok), "failed": len(rows) - len(ok),
-                       "observations": sum(r["observations"] for r in ok),
-                       "text_size": sum(r["text_size"] or 0 for r in ok)},
-        }
+        for row, rel in zip(rows, rels):
+            log_bytes = row.pop("log_bytes", None)
+            row["log"] = rel if row["status"] == "ok" else None
+            if row["log"]:
+                path = os.path.join(tmp, rel)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as f:
+                    f.write(log_bytes or b"")
+        ok = [r for r in rows if r["status"] == "ok"]
+        index["modules"] = rows
+        index["totals"] = {"modules": len(rows), "ok": len(ok), "failed": len(rows) - len(ok),
+                           "observations": sum(r["observations"] for r in ok),
+                           "text_size": sum(r["text_size"] or 0 for r in ok)}
         atomic_write_json(os.path.join(tmp, INDEX), index)
         replace_dir(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return index
 
 
 def vocab_from_trace(trace_dir: str, output_dir: str | None = None, *, num_buckets: int = 1000,
                      sampling_fraction: float = 1.0, seed: int = 0):
     """Quantile vocab of every feature of a trace (the advice excluded);
     written to ``output_dir`` when given.  Returns the Vocab."""
-    from mlgo_host.policies.vocab import VocabBuilder
-
     tr = load_trace(trace_dir)
     b = VocabBuilder(sampling_fraction=sampling_fraction, seed=seed, exclude=(tr.advice_name,))
     n = 0

@@ -11,34 +11,38 @@ statistics, sampler position), ``policy/<iteration>/``.  Every
 split.  Re-running the same command resumes after the last completed
 iteration.
 
-Only this module (and the learner) imports TensorFlow; workers never do.
+TensorFlow is the learner's (:mod:`~mlgo_host.trainers.learner`, through
+:mod:`~mlgo_host.trainers.iteration`); the collection workers
+(:mod:`~mlgo_host.trainers.worker`) never import it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 import gin
-import numpy as np
 
+from mlgo_host.corpus.corpus import Module, load_corpus
+from mlgo_host.corpus.reward import MovingAverageBaseline, reward
+from mlgo_host.episode import Episode
 from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_write_json
+from mlgo_host.policies.vocab import VocabBuilder
+from mlgo_host.trainers.iteration import (commit_iteration, numeric_metrics, open_learner, percentile_summary,
+                                          read_state, train_and_save)
+from mlgo_host.trainers.pool import EarlyExit, TaskOutcome, make_pool, map_with_progress
+from mlgo_host.trainers.summaries import Summaries
+from mlgo_host.trainers.worker import policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.train")
 
-
-def percentile_summary(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    arr = np.asarray(values, dtype=np.float64)
-    out = {f"p{p}": float(np.percentile(arr, p)) for p in (10, 20, 30, 40, 50, 60, 70, 80, 90)}
-    out["mean"] = float(arr.mean())
-    return out
+COLLECT_WORKER = "mlgo_host.trainers.worker:CollectWorker"
 
 
 @gin.configurable(module="train")
@@ -73,158 +77,141 @@ def train(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Train a policy; returns the final statistics (also in state.json)."""
-    from tqdm import tqdm
-
-    from mlgo_host.corpus.corpus import load_corpus
-    from mlgo_host.trainers.pool import EarlyExit, make_pool
-    from mlgo_host.corpus.reward import MovingAverageBaseline, reward
-    from mlgo_host.trainers.summaries import Summaries
-    from mlgo_host.trainers.worker import policy_blob_from_dir
-
     # absolute: workers (Ray actors too) may run in another directory
     root_dir = os.path.abspath(root_dir)
     os.makedirs(root_dir, exist_ok=True)
     corpus = load_corpus(corpus_dir)
+    train_mods, heldout_mods = _split(corpus, corpus_dir, heldout_fraction, heldout_modules, seed)
+    state = read_state(root_dir)
+    done = int(state.get("iteration", 0))
+    if state:
+        log.info("resuming %s after iteration %d", root_dir, done)
+
+    def task_of(m: Module) -> dict:
+        return m.to_task(ship_bitcode=ship_bitcode)
+
+    worker_kwargs = {"clang": clang_path, "llvm_size": llvm_size_path, "advisor": advisor,
+                     "module_timeout": module_timeout, "baseline_cache": os.path.join(root_dir, "baselines")}
+    with make_pool(worker_backend, num_workers, COLLECT_WORKER, worker_kwargs, ray_address=ray_address) as pool:
+        vocab_path = _ensure_vocab(pool, root_dir, vocab_path, warmstart_policy,
+                                   train_mods[:trace_modules] if trace_modules else train_mods, task_of, progress)
+        header_json = _ensure_header(pool, root_dir, train_mods, task_of)
+        learner = open_learner(root_dir, header_json, advisor=advisor, vocab_dir=vocab_path, seed=seed,
+                               clang=clang_path, done=done, warmstart_policy=warmstart_policy)
+        stats = (MovingAverageBaseline.from_state(state["moving_average"]) if state
+                 else MovingAverageBaseline(decay=moving_average_decay))
+        sampler = corpus.sampler(train_mods, seed=seed, strategy=sampling_strategy)
+        sampler.skip(done * modules_per_iteration)
+        early = EarlyExit(fraction=early_exit_fraction, grace_s=early_exit_grace_s, timeout_s=collection_timeout_s)
+        history, last_eval = state.get("history", []), state.get("last_eval")
+        summaries = Summaries(root_dir)
+        # the current policy's TF-free files, shipped to the workers
+        blob = learner.policy_blob() if done < num_iterations else None
+        for it in range(done, num_iterations):
+            iteration = it + 1
+            tasks = [(task_of(m), seed * 1_000_003 + it * 10_007 + i, False, True)
+                     for i, m in enumerate(sampler.take(modules_per_iteration))]
+            batch, t_collect = _collect(pool, blob, tasks, stats, use_moving_average_baseline, early,
+                                        f"iteration {iteration}/{num_iterations}", progress)
+            evaluating = bool(heldout_mods and eval_every and (iteration % eval_every == 0
+                                                                or iteration == num_iterations))
+            # policy/<iteration> is the workers' next policy; its SavedModel
+            # (seconds of TF work) only where someone will look at it
+            update = train_and_save(learner, root_dir, iteration, batch.episodes, batch.rewards,
+                                    saved_model=saved_model_every_iteration or evaluating
+                                    or iteration == num_iterations)
+            blob = policy_blob_from_dir(update.policy_dir)
+            eval_row = (_evaluate(pool, blob, heldout_mods, task_of, progress, f"held-out eval {iteration}")
+                        if evaluating else None)
+            last_eval = eval_row or last_eval
+            row = _history_row(iteration, len(tasks), batch, t_collect, update, eval_row)
+            history.append(row)
+            commit_iteration(root_dir, summaries, iteration, percentile_summary(batch.ok_rewards), row, eval_row, {
+                "iteration": iteration, "moving_average": stats.state(), "history": history,
+                "last_eval": last_eval, "failures_last_iteration": batch.failures,
+                "config": {"advisor": advisor, "corpus_dir": os.path.abspath(corpus_dir), "seed": seed},
+            })
+            print(_summary_line(row, num_iterations), file=sys.stderr, flush=True)
+        learner.save_policy(os.path.join(root_dir, "saved_policy"), step=max(num_iterations, done))
+        summaries.close()
+    return {"history": history, "last_eval": last_eval}
+
+
+def _split(corpus, corpus_dir: str, heldout_fraction: float, heldout_modules: int, seed: int):
+    """(training modules, held-out modules): the corpus' seeded split, the
+    held-out side cut to ``heldout_modules`` when set."""
     train_mods, heldout_mods = corpus.split(heldout_fraction, seed=seed)
     if heldout_modules:
         heldout_mods = heldout_mods[:heldout_modules]
     if not train_mods:
         raise ConfigError(f"corpus {corpus_dir} has no training modules")
-    baseline_cache = os.path.join(root_dir, "baselines")
-    worker_kwargs = {"clang": clang_path, "llvm_size": llvm_size_path, "advisor": advisor,
-                     "module_timeout": module_timeout, "baseline_cache": baseline_cache}
-    pool_opts = {"ray_address": ray_address} if worker_backend == "ray" else {}
-    state_path = os.path.join(root_dir, "state.json")
-    state: dict[str, Any] = {}
-    if os.path.exists(state_path):
-        with open(state_path) as f:
-            state = json.load(f)
-        log.info("resuming %s after iteration %d", root_dir, state["iteration"])
+    return train_mods, heldout_mods
 
-    def task_of(m):
-        return m.to_task(ship_bitcode=ship_bitcode)
 
-    pool = make_pool(worker_backend, num_workers, "mlgo_host.trainers.worker:CollectWorker", worker_kwargs,
-                     **pool_opts)
-    try:
-        # -- vocab: a warm-start policy brings its own (its weights were trained
-        # on it); else trace the default policy over the training split.
-        if vocab_path is None and warmstart_policy:
-            vocab_path = os.path.join(warmstart_policy, "vocab")
-        if vocab_path is None:
-            vocab_path = os.path.join(root_dir, "vocab")
-            if not os.path.isdir(vocab_path):
-                _build_vocab(pool, train_mods if not trace_modules else train_mods[:trace_modules],
-                             vocab_path, root_dir, task_of, progress)
-        header_path = os.path.join(root_dir, "header.json")
-        if not os.path.exists(header_path):
-            _probe_header(pool, train_mods, header_path, task_of)
-        with open(header_path) as f:
-            header_json = json.load(f)
+def _collect(pool, blob: dict, tasks: list[tuple], stats: MovingAverageBaseline, use_moving_average: bool,
+             early: EarlyExit, desc: str, progress: bool) -> tuple["Batch", float]:
+    """The tasks' episodes with the stochastic policy ``blob``, scored; and
+    the collection's seconds."""
+    t0 = time.monotonic()
+    pool.broadcast("set_policy", blob)
+    outcomes = map_with_progress(pool, "collect", tasks, desc=desc, progress=progress, early_exit=early)
+    t_collect = time.monotonic() - t0
+    batch = _score(outcomes, tasks, stats, use_moving_average)
+    for f in batch.failures:
+        log.warning("%s: module %s failed: %s", desc.split("/")[0], f["module"], f["reason"])
+    return batch, t_collect
 
-        from mlgo_host.trainers.learner import Learner
 
-        learner = Learner(header_json, advisor=advisor, vocab_dir=vocab_path, root_dir=root_dir, seed=seed,
-                          clang=clang_path)
-        start_iter = 0
-        stats = MovingAverageBaseline(decay=moving_average_decay)
-        if state:
-            learner.restore(state["iteration"])
-            start_iter = state["iteration"]
-            stats = MovingAverageBaseline.from_state(state["moving_average"])
-        elif warmstart_policy:
-            learner.warmstart(warmstart_policy)
-        summaries = Summaries(root_dir)
-        sampler = corpus.sampler(train_mods, seed=seed, strategy=sampling_strategy)
-        sampler.skip(start_iter * modules_per_iteration)
-        history = state.get("history", [])
-        early = EarlyExit(fraction=early_exit_fraction, grace_s=early_exit_grace_s, timeout_s=collection_timeout_s)
-        last_eval = state.get("last_eval")
-        blob = None  # the current policy's TF-free files, shipped to the workers
-        for it in range(start_iter, num_iterations):
-            t0 = time.monotonic()
-            if blob is None:
-                blob = learner.policy_blob()
-            pool.broadcast("set_policy", blob)
-            mods = sampler.take(modules_per_iteration)
-            tasks = [(task_of(m), seed * 1_000_003 + it * 10_007 + i, False, True) for i, m in enumerate(mods)]
-            bar = tqdm(total=len(tasks), desc=f"iteration {it + 1}/{num_iterations}", unit="module",
-                       disable=not progress, leave=False, file=sys.stderr)
-            outcomes = pool.map_unordered("collect", tasks, early, on_result=lambda r: bar.update(1))
-            bar.close()
-            t_collect = time.monotonic() - t0
-            episodes, rewards, failures, decisions, ok_rewards = [], [], [], 0, []
-            # task order, not completion order: the batches depend only on what was collected
-            for o in sorted(outcomes, key=lambda o: o.index):
-                r = o.value
-                if not o.ok or r is None or r["status"] != "ok" or r["episode"] is None:
-                    reason = o.error if not o.ok else (r or {}).get("reason", "no episode")
-                    failures.append({"module": tasks[o.index][0]["name"], "reason": reason})
-                    continue
-                # training reward: against the moving average (or the default
-                # size); reported reward: always against the default size.
-                if use_moving_average_baseline:
-                    rew = stats.reward(r["name"], r["policy_size"], r["baseline_size"])
-                else:
-                    rew = reward(r["policy_size"], r["baseline_size"])
-                ok_rewards.append(reward(r["policy_size"], r["baseline_size"]))
-                if r["observations"] == 0:
-                    continue
-                from mlgo_host.episode import Episode
+@dataclasses.dataclass
+class Batch:
+    """One iteration's collection, scored."""
 
-                episodes.append(Episode.from_state(r["episode"]))
-                rewards.append(rew)
-                decisions += r["observations"]
-            for f in failures:
-                log.warning("iteration %d: module %s failed: %s", it + 1, f["module"], f["reason"])
-            t1 = time.monotonic()
-            train_metrics = learner.train(episodes, rewards, it) if episodes else {}
-            t_train = time.monotonic() - t1
-            iteration = it + 1
-            evaluating = bool(heldout_mods and eval_every and (iteration % eval_every == 0
-                                                                or iteration == num_iterations))
-            # -- persist: policy/<iteration> (the workers' next policy is read
-            # from it), checkpoint; state.json last, atomically.  The SavedModel
-            # (seconds of TF work) only where someone will look at it.
-            t2 = time.monotonic()
-            policy_dir = os.path.join(root_dir, "policy", str(iteration))
-            learner.save_policy(policy_dir, step=iteration,
-                                saved_model=saved_model_every_iteration or evaluating or iteration == num_iterations)
-            learner.checkpoint(iteration)
-            blob = policy_blob_from_dir(policy_dir)
-            t_save = time.monotonic() - t2
-            # -- held-out evaluation with the greedy policy
-            eval_row = None
-            if evaluating:
-                t3 = time.monotonic()
-                pool.broadcast("set_policy", blob)
-                eval_row = evaluate_heldout(pool, heldout_mods, task_of, progress, f"held-out eval {iteration}")
-                eval_row["eval_s"] = round(time.monotonic() - t3, 3)
-                last_eval = eval_row
-            dist = percentile_summary(ok_rewards)
-            row = {
-                "iteration": iteration, "modules": len(tasks), "ok": len(ok_rewards), "failures": len(failures),
-                "reward_mean": dist.get("mean"), "decisions": decisions,
-                "collect_s": round(t_collect, 3), "train_s": round(t_train, 3), "save_s": round(t_save, 3),
-                "modules_per_minute": round(60.0 * len(ok_rewards) / max(t_collect, 1e-9), 2),
-                "decisions_per_second": round(decisions / max(t_collect, 1e-9), 1),
-                **{k: v for k, v in train_metrics.items() if isinstance(v, (int, float))},
-            }
-            if eval_row is not None:
-                row["heldout_size_change_pct"] = eval_row["size_change_pct"]
-            history.append(row)
-            summaries.write_iteration(iteration, dist, row, eval_row)
-            atomic_write_json(state_path, {
-                "iteration": iteration, "moving_average": stats.state(), "history": history,
-                "last_eval": last_eval, "failures_last_iteration": failures,
-                "config": {"advisor": advisor, "corpus_dir": os.path.abspath(corpus_dir), "seed": seed},
-            })
-            print(_summary_line(row, num_iterations), file=sys.stderr, flush=True)
-        learner.save_policy(os.path.join(root_dir, "saved_policy"), step=max(num_iterations, start_iter))
-        summaries.close()
-        return {"history": history, "last_eval": last_eval}
-    finally:
-        pool.close()
+    episodes: list = dataclasses.field(default_factory=list)  # with decisions, in task order
+    rewards: list[float] = dataclasses.field(default_factory=list)  # training rewards of ``episodes``
+    ok_rewards: list[float] = dataclasses.field(default_factory=list)  # every compiled module, against -Oz
+    failures: list[dict] = dataclasses.field(default_factory=list)
+    decisions: int = 0
+
+
+def _score(outcomes: list[TaskOutcome], tasks: list[tuple], stats: MovingAverageBaseline,
+           use_moving_average: bool) -> Batch:
+    """Episodes and rewards of the collected modules.  The training reward is
+    against the moving average (or the default size), the reported one always
+    against the default size."""
+    batch = Batch()
+    # task order, not completion order: the batches depend only on what was collected
+    for o in sorted(outcomes, key=lambda o: o.index):
+        r = o.value
+        if not o.ok or r is None or r["status"] != "ok" or r["episode"] is None:
+            reason = o.error if not o.ok else (r or {}).get("reason", "no episode")
+            batch.failures.append({"module": tasks[o.index][0]["name"], "reason": reason})
+            continue
+        if use_moving_average:
+            train_reward = stats.reward(r["name"], r["policy_size"], r["baseline_size"])
+        else:
+            train_reward = reward(r["policy_size"], r["baseline_size"])
+        batch.ok_rewards.append(reward(r["policy_size"], r["baseline_size"]))
+        if r["observations"] == 0:
+            continue
+        batch.episodes.append(Episode.from_state(r["episode"]))
+        batch.rewards.append(train_reward)
+        batch.decisions += r["observations"]
+    return batch
+
+
+def _history_row(iteration: int, modules: int, batch: Batch, t_collect: float, update,
+                 eval_row: dict | None) -> dict[str, Any]:
+    row = {
+        "iteration": iteration, "modules": modules, "ok": len(batch.ok_rewards), "failures": len(batch.failures),
+        "reward_mean": percentile_summary(batch.ok_rewards).get("mean"), "decisions": batch.decisions,
+        "collect_s": round(t_collect, 3), "train_s": round(update.train_s, 3), "save_s": round(update.save_s, 3),
+        "modules_per_minute": round(60.0 * len(batch.ok_rewards) / max(t_collect, 1e-9), 2),
+        "decisions_per_second": round(batch.decisions / max(t_collect, 1e-9), 1),
+        **numeric_metrics(update),
+    }
+    if eval_row is not None:
+        row["heldout_size_change_pct"] = eval_row["size_change_pct"]
+    return row
 
 
 def _summary_line(row: dict, total: int) -> str:
@@ -238,14 +225,20 @@ def _summary_line(row: dict, total: int) -> str:
     return " ".join(parts)
 
 
+def _evaluate(pool, blob: dict, modules: list[Module], task_of: Callable[[Module], dict], progress: bool,
+              desc: str) -> dict[str, Any]:
+    """The greedy policy ``blob`` over held-out modules (timed)."""
+    t0 = time.monotonic()
+    pool.broadcast("set_policy", blob)
+    row = evaluate_heldout(pool, modules, task_of, progress, desc)
+    row["eval_s"] = round(time.monotonic() - t0, 3)
+    return row
+
+
 def evaluate_heldout(pool, modules, task_of, progress: bool, desc: str) -> dict[str, Any]:
     """Greedy policy over held-out modules; total size change vs the default."""
-    from tqdm import tqdm
-
     tasks = [(task_of(m), 0, True, False) for m in modules]
-    bar = tqdm(total=len(tasks), desc=desc, unit="module", disable=not progress, leave=False, file=sys.stderr)
-    outcomes = pool.map_unordered("collect", tasks, None, on_result=lambda r: bar.update(1))
-    bar.close()
+    outcomes = map_with_progress(pool, "collect", tasks, desc=desc, progress=progress)
     rows = []
     for o in outcomes:
         r = o.value
@@ -264,6 +257,31 @@ def evaluate_heldout(pool, modules, task_of, progress: bool, desc: str) -> dict[
     }
 
 
+def _ensure_vocab(pool, root_dir: str, vocab_path: str | None, warmstart_policy: str | None, modules, task_of,
+                  progress: bool) -> str:
+    """The run's vocab directory: ``vocab_path``; else the warm-start
+    policy's (its weights were trained on it); else ``root_dir/vocab``, traced
+    from the default policy over ``modules`` the first time."""
+    if vocab_path is not None:
+        return vocab_path
+    if warmstart_policy:
+        return os.path.join(warmstart_policy, "vocab")
+    vocab_path = os.path.join(root_dir, "vocab")
+    if not os.path.isdir(vocab_path):
+        _build_vocab(pool, modules, vocab_path, root_dir, task_of, progress)
+    return vocab_path
+
+
+def _ensure_header(pool, root_dir: str, modules, task_of) -> dict:
+    """The channel header the run trains on (``root_dir/header.json``,
+    probed with the default policy the first time)."""
+    header_path = os.path.join(root_dir, "header.json")
+    if not os.path.exists(header_path):
+        _probe_header(pool, modules, header_path, task_of)
+    with open(header_path) as f:
+        return json.load(f)
+
+
 def _probe_header(pool, modules, header_path: str, task_of) -> None:
     """Compile modules with the default policy until one yields a header."""
     pool.broadcast("set_policy", {"heuristic": "default"})
@@ -278,17 +296,10 @@ def _probe_header(pool, modules, header_path: str, task_of) -> None:
 
 def _build_vocab(pool, modules, vocab_dir: str, root_dir: str, task_of, progress: bool) -> None:
     """Trace the default policy over ``modules`` and compute quantile vocabularies."""
-    from tqdm import tqdm
-
-    from mlgo_host.episode import Episode
-    from mlgo_host.policies.vocab import VocabBuilder
-
     pool.broadcast("set_policy", {"heuristic": "default"})
     tasks = [(task_of(m), 0, True, True) for m in modules]
-    bar = tqdm(total=len(tasks), desc="tracing the default policy for the vocab", unit="module",
-               disable=not progress, leave=False, file=sys.stderr)
-    outcomes = pool.map_unordered("collect", tasks, None, on_result=lambda r: bar.update(1))
-    bar.close()
+    outcomes = map_with_progress(pool, "collect", tasks, desc="tracing the default policy for the vocab",
+                                 progress=progress)
     builder = VocabBuilder()
     header = None
     for o in outcomes:

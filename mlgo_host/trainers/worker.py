@@ -19,6 +19,8 @@ import shutil
 import tempfile
 from typing import Any
 
+from mlgo_host.corpus.compile import baseline_size, compile_module
+from mlgo_host.corpus.corpus import Module
 from mlgo_host.fsutil import atomic_path
 from mlgo_host.policies import load_policy
 from mlgo_host.policies.base import Policy
@@ -72,7 +74,6 @@ class CollectWorker:
         self.blob_key: str | None = None
         self.policy_dir: str | None = None
         self.heuristic: str | None = None
-        self._greedy_cache: dict[tuple[bool, int], Policy] = {}
 
     def set_policy(self, blob: dict) -> bool:
         if "heuristic" in blob:
@@ -81,7 +82,6 @@ class CollectWorker:
         else:
             self.heuristic = None
             self.policy_dir = _materialize(blob, self.tmp)
-        self._greedy_cache.clear()
         return True
 
     def _policy(self, greedy: bool, seed: int) -> Policy:
@@ -91,9 +91,7 @@ class CollectWorker:
             raise RuntimeError("set_policy was not called")
         return load_policy(self.policy_dir, seed=seed, greedy=greedy)
 
-    def _module(self, task: dict):
-        from mlgo_host.corpus.corpus import Module
-
+    def _module(self, task: dict) -> Module:
         mod = Module.from_task(task)
         if task.get("bc_bytes") is not None:
             # No shared filesystem: write the shipped bitcode locally.
@@ -108,8 +106,6 @@ class CollectWorker:
         """Compile one module with the current policy. Returns a dict with
         name, status, reason, policy_size, baseline_size, observations and the
         episode state (when recorded)."""
-        from mlgo_host.corpus.compile import compile_module, baseline_size
-
         mod = self._module(task)
         c = self.config
         base = baseline_size(mod, clang=c.clang, llvm_size=c.llvm_size, cache_dir=c.baseline_cache,

@@ -112,11 +112,11 @@ def test_eval_workers_do_not_import_tensorflow(corpus_dir, tmp_path):
     code = (
         "import sys\n"
         "from mlgo_host.corpus.corpus import load_corpus\n"
-        "from mlgo_host.trainers.evaluation import evaluate_module\n"
+        "from mlgo_host.trainers.evaluation import EvalWorker\n"
         f"m = load_corpus({str(corpus_dir)!r})['mathx']\n"
-        f"cfg = dict(clang='clang-19', llvm_size=None, timeout=60.0, advisor='inline', seed=0, "
+        f"w = EvalWorker(policy='never', seed=0, clang='clang-19', llvm_size=None, timeout=60.0, advisor='inline', "
         f"cache_dir={str(tmp_path / 'b')!r})\n"
-        "row = evaluate_module(m.to_task(), 'never', cfg)\n"
+        "row = w.evaluate(m.to_task())\n"
         "assert row.ok, row.reason\n"
         "print(sorted(k for k in sys.modules if k.split('.')[0] in ('tensorflow', 'tf_agents')))\n"
     )

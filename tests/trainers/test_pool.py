@@ -1,6 +1,7 @@
 import os
 import pytest
 
+from mlgo_host.errors import ConfigError, WorkerPoolError
 from mlgo_host.trainers.pool import EarlyExit, WorkerPool, make_pool
 
 FACTORY = "_toy_worker:ToyWorker"
@@ -45,10 +46,11 @@ def test_stragglers_are_cancelled_after_the_early_exit_point(pool):
 
 
 def test_unknown_backend_is_a_clear_error():
-    with pytest.raises(ValueError, match="unknown worker backend"):
+    with pytest.raises(ConfigError, match="unknown worker backend"):
         make_pool("carrier-pigeon", 1, FACTORY)
 
 
 def test_worker_that_cannot_start_is_reported():
-    with pytest.raises(RuntimeError, match="failed to start"):
+    with pytest.raises(WorkerPoolError, match="failed to start: AttributeError") as e:
         WorkerPool(1, "_toy_worker:NoSuchClass")
+    assert "\n" not in str(e.value) and "Traceback" in e.value.details

@@ -1,0 +1,97 @@
+"""The steps every PPO iteration shares, whether its episodes come from a
+corpus (:mod:`~mlgo_host.trainers.train_loop`) or from real builds
+(:mod:`~mlgo_host.trainers.online`, ``train --collected``):
+
+1. :func:`open_learner`: the learner of ``root_dir``, restored from the
+   checkpoint of the last completed iteration, else warm-started from a
+   saved policy, else fresh;
+2. :func:`train_and_save`: one PPO update on the iteration's episodes, then
+   ``policy/<iteration>/`` and the TF checkpoint ``checkpoints/ckpt-<iteration>``;
+3. :func:`commit_iteration`: the TensorBoard summaries, then ``state.json``,
+   written last and atomically: it is what marks the iteration done, so a
+   run killed before it redoes the iteration from the previous checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from mlgo_host.fsutil import atomic_write_json
+from mlgo_host.trainers.learner import Learner
+from mlgo_host.trainers.summaries import Summaries
+
+STATE = "state.json"
+
+
+def read_state(root_dir: str) -> dict[str, Any]:
+    """``root_dir/state.json`` ({} before the first completed iteration)."""
+    path = os.path.join(root_dir, STATE)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def open_learner(root_dir: str, header_json: dict, *, advisor: str, vocab_dir: str, seed: int, clang: str,
+                 done: int, warmstart_policy: str | None) -> Learner:
+    """The learner after ``done`` completed iterations (0: warm start or fresh)."""
+    learner = Learner(header_json, advisor=advisor, vocab_dir=vocab_dir, root_dir=root_dir, seed=seed, clang=clang)
+    if done:
+        learner.restore(done)
+    elif warmstart_policy:
+        learner.warmstart(warmstart_policy)
+    return learner
+
+
+@dataclasses.dataclass
+class Update:
+    """What one PPO update produced."""
+
+    iteration: int  # 1-based: the iteration this update completes
+    metrics: dict[str, Any]  # losses, entropy, KL, batches (empty: no episodes, no update)
+    policy_dir: str  # root_dir/policy/<iteration>
+    train_s: float
+    save_s: float
+
+
+def train_and_save(learner: Learner, root_dir: str, iteration: int, episodes: list, rewards: list[float], *,
+                   saved_model: bool) -> Update:
+    """Iteration ``iteration`` (1-based): train on the episodes (none: no
+    update), write ``policy/<iteration>/`` (with the SavedModel only when
+    ``saved_model``: seconds of TF work) and the checkpoint."""
+    t0 = time.monotonic()
+    # the batch shuffle is seeded by the 0-based iteration index
+    metrics = learner.train(episodes, rewards, iteration - 1) if episodes else {}
+    t1 = time.monotonic()
+    policy_dir = os.path.join(root_dir, "policy", str(iteration))
+    learner.save_policy(policy_dir, step=iteration, saved_model=saved_model)
+    learner.checkpoint(iteration)
+    return Update(iteration, metrics, policy_dir, train_s=t1 - t0, save_s=time.monotonic() - t1)
+
+
+def percentile_summary(values: list[float]) -> dict[str, float]:
+    """p10 ... p90 and the mean (ml-compiler-opt's reward_distribution)."""
+    if not values:
+        return {}
+    arr = np.asarray(values, dtype=np.float64)
+    out = {f"p{p}": float(np.percentile(arr, p)) for p in (10, 20, 30, 40, 50, 60, 70, 80, 90)}
+    out["mean"] = float(arr.mean())
+    return out
+
+
+def numeric_metrics(update: Update) -> dict[str, float]:
+    """The update's metrics that go into a history row (numbers only)."""
+    return {k: v for k, v in update.metrics.items() if isinstance(v, (int, float))}
+
+
+def commit_iteration(root_dir: str, summaries: Summaries, iteration: int, reward_dist: dict[str, float],
+                     row: dict[str, Any], eval_row: dict[str, Any] | None, state: dict[str, Any]) -> None:
+    """Summaries of the iteration, then ``state.json`` (``state``) atomically, last."""
+    summaries.write_iteration(iteration, reward_dist, row, eval_row)
+    atomic_write_json(os.path.join(root_dir, STATE), state)

@@ -1,0 +1,159 @@
+"""The package's floors import one way: each module only from its own floor
+or the floors below it (see the README's layout section).
+
+Reads every module of mlgo_host with ``ast``: imports at the top level and
+inside functions and classes count, and so do worker factory strings
+(``"mlgo_host.trainers.worker:CollectWorker"``, imported by the pool); imports
+under ``if TYPE_CHECKING:`` do not (they never run).  A failure names the file, the line and both floors.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import pathlib
+import re
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "mlgo_host"
+
+# floor -> the top-level modules / sub-packages of mlgo_host on it
+FLOORS: dict[int, tuple[str, ...]] = {
+    1: ("errors", "fsutil", "procs", "progress"),
+    2: ("channel",),
+    3: ("episode", "collected"),
+    4: ("policies",),
+    5: ("corpus",),
+    6: ("trainers",),
+    7: ("serve",),
+    8: ("commands", "cli", "demo", "__main__"),
+}
+FLOOR_OF = {name: floor for floor, names in FLOORS.items() for name in names}
+FACTORY = re.compile(r"(mlgo_host(?:\.\w+)+):\w+")  # "module:attribute", as make_pool takes
+
+
+def _unit(dotted: str) -> str | None:
+    """``mlgo_host.trainers.pool`` -> ``trainers``; None outside the package."""
+    parts = dotted.split(".")
+    if parts[0] != "mlgo_host":
+        return None
+    return parts[1] if len(parts) > 1 else ""  # "" = the package itself
+
+
+def _module_name(path: pathlib.Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST, module: str, is_package: bool):
+    """(line, imported dotted name) of every import that can run."""
+    def visit(node):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child.test):
+                for sub in child.orelse:  # the else branch still runs
+                    yield from visit_one(sub)
+                continue
+            yield from visit_one(child)
+
+    def visit_one(node):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield node.lineno, a.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against this module's package
+                base = module.split(".") if is_package else module.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            # `from mlgo_host import trainers` imports the sub-package trainers
+            if target == "mlgo_host":
+                for a in node.names:
+                    yield node.lineno, f"mlgo_host.{a.name}"
+            else:
+                yield node.lineno, target
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and FACTORY.fullmatch(node.value):
+            yield node.lineno, FACTORY.fullmatch(node.value).group(1)
+        else:
+            yield from visit(node)
+
+    yield from visit(tree)
+
+
+def _modules():
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def back_edges() -> list[str]:
+    problems = []
+    for path in _modules():
+        module = _module_name(path)
+        unit = _unit(module)
+        if unit == "":  # mlgo_host/__init__.py: the version only, checked below
+            continue
+        here = FLOOR_OF.get(unit)
+        if here is None:
+            problems.append(f"{path.relative_to(PACKAGE.parent)}: {unit!r} is on no floor (add it to FLOORS)")
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for line, target in _imports(tree, module, path.name == "__init__.py"):
+            dep = _unit(target)
+            if dep is None or dep == "":
+                continue
+            there = FLOOR_OF.get(dep)
+            if there is None or there > here:
+                problems.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {unit} (floor {here}) imports "
+                                f"{target} (floor {there if there is not None else '?'})")
+    return problems
+
+
+def test_every_module_is_on_a_floor_and_imports_only_from_below():
+    problems = back_edges()
+    assert not problems, "imports from a higher floor:\n" + "\n".join(problems)
+
+
+def test_the_package_root_imports_nothing_of_its_own():
+    # `import mlgo_host` runs __init__.py before any floor: it must not pull one in.
+    tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+    own = [t for _, t in _imports(tree, "mlgo_host", True) if _unit(t) not in (None, "")]
+    assert not own
+
+
+def _check_source(tmp_path, relpath: str, source: str) -> list[str]:
+    """back_edges() over a one-module copy of the package layout."""
+    global PACKAGE
+    root = tmp_path / "mlgo_host"
+    f = root / relpath
+    f.parent.mkdir(parents=True, exist_ok=True)
+    (root / "__init__.py").write_text("")
+    f.write_text(source)
+    saved, PACKAGE = PACKAGE, root
+    try:
+        return back_edges()
+    finally:
+        PACKAGE = saved
+
+
+@pytest.mark.parametrize("source, bad", [
+    ("from mlgo_host.trainers.pool import make_pool\n", True),  # top level, upward
+    ("def f():\n    import mlgo_host.serve.server\n", True),  # inside a function
+    ("from ..serve import server\n", True),  # relative
+    ("from mlgo_host import commands\n", True),
+    ("FACTORY = 'mlgo_host.serve.server:Server'\n", True),  # a worker factory string
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from mlgo_host.serve import server\n", False),
+    ("from mlgo_host.channel.codec import Header\nfrom . import actor\n", False),  # below, same floor
+])
+def test_the_checker_finds_upward_imports(tmp_path, source, bad):
+    problems = _check_source(tmp_path, os.path.join("policies", "x.py"), source)
+    assert bool(problems) == bad, problems
+    if bad:
+        assert problems[0].startswith(os.path.join("mlgo_host", "policies", "x.py") + ":")
