@@ -110,7 +110,7 @@ def train_imitation(
     vocab = vocab if vocab is not None else build_vocab(examples)
     spec = PolicySpec.from_header(examples.header, "inline", vocab_names=vocab.names(), default_slot=default_slot,
                                   keep_default=True)
-    x = tf_agent._numpy_observations(spec, examples.records, len(examples))
+    x = tf_agent.numpy_observations(spec, examples.records, len(examples))
     y = examples.labels
     w = (examples.weights / examples.weights.mean()).astype(np.float32)
     net = tf_agent.build_actor_network(spec, vocab, norm, fc_layer_params=tuple(fc_layer_params))

@@ -17,12 +17,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import time
 from typing import Any
 
 import numpy as np
 
-from mlgo_host.fsutil import atomic_write_json
+from mlgo_host.fsutil import atomic_write_json, replace_dir
+from mlgo_host.policies.saved import gate_of, read_saved_policy
 from mlgo_host.trainers.learner import Learner
 from mlgo_host.trainers.summaries import Summaries
 
@@ -41,7 +43,10 @@ def read_state(root_dir: str) -> dict[str, Any]:
 def open_learner(root_dir: str, header_json: dict, *, advisor: str, vocab_dir: str, seed: int, clang: str,
                  done: int, warmstart_policy: str | None) -> Learner:
     """The learner after ``done`` completed iterations (0: warm start or fresh)."""
-    learner = Learner(header_json, advisor=advisor, vocab_dir=vocab_dir, root_dir=root_dir, seed=seed, clang=clang)
+    start = read_saved_policy(warmstart_policy) if warmstart_policy else None
+    learner = Learner(header_json, advisor=advisor, vocab_dir=vocab_dir, root_dir=root_dir, seed=seed, clang=clang,
+                      keep_default=bool(start and start.spec.default_input),
+                      gate=gate_of(start.metadata, warmstart_policy) if start else None)
     if done:
         learner.restore(done)
     elif warmstart_policy:
@@ -95,3 +100,12 @@ def commit_iteration(root_dir: str, summaries: Summaries, iteration: int, reward
     """Summaries of the iteration, then ``state.json`` (``state``) atomically, last."""
     summaries.write_iteration(iteration, reward_dist, row, eval_row)
     atomic_write_json(os.path.join(root_dir, STATE), state)
+
+
+def publish_policy(policy_dir: str, dest: str) -> None:
+    """Copy a saved policy directory to ``dest`` (``saved_policy``), replacing
+    it in one rename: a reader sees the old or the new policy, never half."""
+    tmp = dest + ".new"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(policy_dir, tmp)
+    replace_dir(tmp, dest)

@@ -20,7 +20,7 @@ import tensorflow as tf
 from mlgo_host.channel.codec import Header
 from mlgo_host.channel.default_probe import default_slot
 from mlgo_host.errors import ConfigError
-from mlgo_host.policies.saved import read_saved_policy
+from mlgo_host.policies.saved import read_saved_policy, set_gate
 from mlgo_host.policies.specs import PolicySpec
 from mlgo_host.policies.vocab import Vocab
 from mlgo_host.trainers import tf_agent
@@ -43,6 +43,8 @@ class Learner:
         batch_size: int = 256,
         use_tf_function: bool = True,
         keep_checkpoints: int = 3,
+        keep_default: bool = False,
+        gate: float | None = None,
         deterministic: bool = True,
     ):
         if deterministic:
@@ -59,7 +61,12 @@ class Learner:
         self.header = Header.from_json(header_json)
         self.vocab = Vocab.load(vocab_dir)
         slot = default_slot(clang) if advisor == "inline" else None
-        self.spec = PolicySpec.from_header(self.header, advisor, vocab_names=self.vocab.names(), default_slot=slot)
+        # keep_default: the compiler's default decision is an input (a
+        # search-then-imitate warm start reads it); gate: its saved policies
+        # keep that start's gate
+        self.spec = PolicySpec.from_header(self.header, advisor, vocab_names=self.vocab.names(), default_slot=slot,
+                                           keep_default=keep_default)
+        self.gate = gate
         self.norm = tf_agent.GinNormConfig()
         self.agent = tf_agent.create_ppo_agent(self.spec, self.vocab, self.norm)
         self.actor = self.agent.actor_net
@@ -92,6 +99,8 @@ class Learner:
     def save_policy(self, path: str, step: int, saved_model: bool = True) -> None:
         save_policy(path, self.actor, self.spec, self.vocab, self.norm, compiler=self.clang, training_step=step,
                     saved_model=saved_model)
+        if self.gate is not None:
+            set_gate(path, self.gate, inherited_from="warm start")
 
     # -- checkpoints -------------------------------------------------------
     def checkpoint(self, iteration: int) -> None:

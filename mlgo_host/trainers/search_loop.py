@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import pickle
-import shutil
 import sys
 import time
 from typing import Any
@@ -41,10 +40,11 @@ import numpy as np
 
 from mlgo_host.corpus.corpus import Module, load_corpus, split_three
 from mlgo_host.errors import ConfigError
-from mlgo_host.fsutil import atomic_path, atomic_write_json, replace_dir
+from mlgo_host.fsutil import atomic_path, atomic_write_json
 from mlgo_host.policies.saved import METADATA, set_gate
+from mlgo_host.trainers.iteration import publish_policy
 from mlgo_host.trainers.imitate import choose_gate, examples_from_search, train_imitation
-from mlgo_host.trainers.pool import make_pool
+from mlgo_host.trainers.pool import make_pool, map_with_progress
 from mlgo_host.trainers.search import FlipGainModel, budgets, total_gain_pct
 from mlgo_host.trainers.worker import policy_blob_from_dir
 
@@ -137,7 +137,7 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, cfg, c
     if state.get("best_val") is None or val["size_change_pct"] < state["best_val"]:
         state["best_val"], state["best_round"] = val["size_change_pct"], r
         state["best_policy"] = policy_dir
-        _publish(policy_dir, os.path.join(root_dir, "saved_policy"))
+        publish_policy(policy_dir, os.path.join(root_dir, "saved_policy"))
     row["train_policy_pct"] = _policy_train_pct(results)
     if heldout and held_mods:
         row["heldout_pct"], row["heldout_bigger_1pct"] = _evaluate(pool, policy_dir, held_mods, progress,
@@ -203,11 +203,7 @@ def _continue(pool, found, results, extra, by_name, model, seed, patience, desc,
 
 
 def _run_search(pool, tasks, r, desc, progress) -> dict[str, dict]:
-    from tqdm import tqdm
-
-    bar = tqdm(total=len(tasks), desc=desc, unit="module", disable=not progress, leave=False, file=sys.stderr)
-    outcomes = pool.map_unordered("search", tasks, None, on_result=lambda o: bar.update(1))
-    bar.close()
+    outcomes = map_with_progress(pool, "search", tasks, desc=desc, progress=progress)
     out = {}
     for o in sorted(outcomes, key=lambda o: o.index):
         if o.ok and o.value is not None:
@@ -307,14 +303,10 @@ def _gated_blob(policy_dir: str, threshold: float) -> dict:
 
 def _sizes_under(pool, policy_dir, threshold, mods, progress, desc) -> dict[str, tuple[int, int]]:
     """name -> (policy size, default size) of the greedy gated policy."""
-    from tqdm import tqdm
-
     pool.broadcast("set_policy", _gated_blob(policy_dir, threshold) if threshold is not None
                    else policy_blob_from_dir(policy_dir))
     tasks = [(m.to_task(), 0, True, False) for m in mods]
-    bar = tqdm(total=len(tasks), desc=desc, unit="module", disable=not progress, leave=False, file=sys.stderr)
-    outcomes = pool.map_unordered("collect", tasks, None, on_result=lambda o: bar.update(1))
-    bar.close()
+    outcomes = map_with_progress(pool, "collect", tasks, desc=desc, progress=progress)
     return {o.value["name"]: (o.value["policy_size"], o.value["baseline_size"]) for o in outcomes
             if o.ok and o.value and o.value["status"] == "ok"}
 
@@ -354,16 +346,9 @@ def _time_left(state: dict, t_start: float, budget_min: float) -> bool:
     return spent + last <= 60.0 * budget_min
 
 
-def _publish(policy_dir: str, dest: str) -> None:
-    tmp = dest + ".new"
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(policy_dir, tmp)
-    replace_dir(tmp, dest)
-
-
 def _ensure_saved_policy(pool, state: dict, root_dir: str) -> None:
     if state.get("best_policy") and not os.path.isdir(os.path.join(root_dir, "saved_policy")):
-        _publish(state["best_policy"], os.path.join(root_dir, "saved_policy"))
+        publish_policy(state["best_policy"], os.path.join(root_dir, "saved_policy"))
 
 
 def _policy_train_pct(results: list[dict]) -> float | None:

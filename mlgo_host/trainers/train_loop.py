@@ -28,13 +28,13 @@ from typing import Any, Callable
 
 import gin
 
-from mlgo_host.corpus.corpus import Module, load_corpus
+from mlgo_host.corpus.corpus import Module, load_corpus, split_three
 from mlgo_host.corpus.reward import MovingAverageBaseline, reward
 from mlgo_host.episode import Episode
 from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.policies.vocab import VocabBuilder
-from mlgo_host.trainers.iteration import (commit_iteration, numeric_metrics, open_learner, percentile_summary,
+from mlgo_host.trainers.iteration import (commit_iteration, publish_policy, numeric_metrics, open_learner, percentile_summary,
                                           read_state, train_and_save)
 from mlgo_host.trainers.pool import EarlyExit, TaskOutcome, make_pool, map_with_progress
 from mlgo_host.trainers.summaries import Summaries
@@ -63,6 +63,7 @@ def train(
     warmstart_policy: str | None = None,
     eval_every: int = 5,
     heldout_fraction: float = 0.2,
+    validation_fraction: float = 0.0,
     heldout_modules: int = 0,
     seed: int = 0,
     use_moving_average_baseline: bool = True,
@@ -81,7 +82,8 @@ def train(
     root_dir = os.path.abspath(root_dir)
     os.makedirs(root_dir, exist_ok=True)
     corpus = load_corpus(corpus_dir)
-    train_mods, heldout_mods = _split(corpus, corpus_dir, heldout_fraction, heldout_modules, seed)
+    train_mods, val_mods, heldout_mods = _split(corpus, corpus_dir, heldout_fraction, validation_fraction,
+                                                heldout_modules, seed)
     state = read_state(root_dir)
     done = int(state.get("iteration", 0))
     if state:
@@ -113,8 +115,8 @@ def train(
                      for i, m in enumerate(sampler.take(modules_per_iteration))]
             batch, t_collect = _collect(pool, blob, tasks, stats, use_moving_average_baseline, early,
                                         f"iteration {iteration}/{num_iterations}", progress)
-            evaluating = bool(heldout_mods and eval_every and (iteration % eval_every == 0
-                                                                or iteration == num_iterations))
+            evaluating = bool((heldout_mods or val_mods) and eval_every
+                              and (iteration % eval_every == 0 or iteration == num_iterations))
             # policy/<iteration> is the workers' next policy; its SavedModel
             # (seconds of TF work) only where someone will look at it
             update = train_and_save(learner, root_dir, iteration, batch.episodes, batch.rewards,
@@ -122,30 +124,46 @@ def train(
                                     or iteration == num_iterations)
             blob = policy_blob_from_dir(update.policy_dir)
             eval_row = (_evaluate(pool, blob, heldout_mods, task_of, progress, f"held-out eval {iteration}")
-                        if evaluating else None)
+                        if evaluating and heldout_mods else None)
+            val_row = (_evaluate(pool, blob, val_mods, task_of, progress, f"validation {iteration}")
+                       if evaluating and val_mods else None)
             last_eval = eval_row or last_eval
             row = _history_row(iteration, len(tasks), batch, t_collect, update, eval_row)
+            if val_row is not None:
+                row["validation_size_change_pct"] = val_row["size_change_pct"]
+                if _better(val_row, state.get("best")):
+                    state["best"] = {"iteration": iteration, "size_change_pct": val_row["size_change_pct"]}
+                    publish_policy(update.policy_dir, os.path.join(root_dir, "saved_policy"))
             history.append(row)
             commit_iteration(root_dir, summaries, iteration, percentile_summary(batch.ok_rewards), row, eval_row, {
                 "iteration": iteration, "moving_average": stats.state(), "history": history,
-                "last_eval": last_eval, "failures_last_iteration": batch.failures,
+                "last_eval": last_eval, "failures_last_iteration": batch.failures, "best": state.get("best"),
                 "config": {"advisor": advisor, "corpus_dir": os.path.abspath(corpus_dir), "seed": seed},
             })
             print(_summary_line(row, num_iterations), file=sys.stderr, flush=True)
-        learner.save_policy(os.path.join(root_dir, "saved_policy"), step=max(num_iterations, done))
+        if not val_mods:  # nothing to choose by: the last policy
+            learner.save_policy(os.path.join(root_dir, "saved_policy"), step=max(num_iterations, done))
         summaries.close()
     return {"history": history, "last_eval": last_eval}
 
 
-def _split(corpus, corpus_dir: str, heldout_fraction: float, heldout_modules: int, seed: int):
-    """(training modules, held-out modules): the corpus' seeded split, the
-    held-out side cut to ``heldout_modules`` when set."""
-    train_mods, heldout_mods = corpus.split(heldout_fraction, seed=seed)
+def _split(corpus, corpus_dir: str, heldout_fraction: float, validation_fraction: float, heldout_modules: int,
+           seed: int):
+    """(training, validation, held-out modules): the corpus' seeded three-way
+    split (no validation when its fraction is 0), the held-out side cut to
+    ``heldout_modules`` when set.  Validation chooses ``saved_policy``; the
+    held-out split is only reported."""
+    train_mods, val_mods, heldout_mods = split_three(corpus.modules, heldout_fraction, validation_fraction, seed)
     if heldout_modules:
         heldout_mods = heldout_mods[:heldout_modules]
     if not train_mods:
         raise ConfigError(f"corpus {corpus_dir} has no training modules")
-    return train_mods, heldout_mods
+    return train_mods, val_mods, heldout_mods
+
+
+def _better(val_row: dict, best: dict | None) -> bool:
+    """Is this evaluation the best validation total so far (ties: the later)?"""
+    return best is None or val_row["size_change_pct"] <= best["size_change_pct"]
 
 
 def _collect(pool, blob: dict, tasks: list[tuple], stats: MovingAverageBaseline, use_moving_average: bool,
