@@ -77,6 +77,9 @@ ACTIVATIONS: dict[str, Callable] = {"relu": _relu, "tanh": _tanh, "sigmoid": _si
 
 _BLOCK = 4096  # uniforms drawn at a time
 
+#: (feature, meaning when trained, meaning on the compiler) already warned about
+_WARNED_MEANINGS: set[tuple[str, str, str]] = set()
+
 
 class NumpyActor:
     """Spec + vocab + normalization config + exported weights."""
@@ -190,8 +193,11 @@ class NumpyPolicy(Policy):
     sampling (seeded); :meth:`act_logp` also gives the log-probability of
     the advice under the policy (what PPO needs)."""
 
-    def __init__(self, actor: NumpyActor, greedy: bool = True, seed: int = 0, name: str = "numpy"):
+    def __init__(self, actor: NumpyActor, greedy: bool = True, seed: int = 0, name: str = "numpy",
+                 trained_with: str | None = None):
         self.actor = actor
+        #: the compiler the policy was trained with (its ``--version`` line), for messages
+        self.trained_with = trained_with
         self.greedy = greedy
         self.stochastic = not greedy
         self.name = name
@@ -206,12 +212,11 @@ class NumpyPolicy(Policy):
         spec = self.actor.spec
         if advisor is not None and getattr(advisor, "name", spec.advisor) != spec.advisor:
             raise ConfigError(f"this policy was trained for {spec.advisor}, not {advisor.name}")
-        spec.check_header(header)
-        slot = getattr(advisor, "default_slot", None)
-        if slot and slot != "inlining_default" and slot in spec.input_names:
-            warnings.warn(f"this compiler writes its default decision into {slot!r}, which the policy reads as a "
-                          "feature (it was trained on a compiler without that bug): its decisions may be off",
-                          RuntimeWarning, stacklevel=2)
+        try:
+            spec.check_header(header)
+        except ConfigError as e:
+            raise ConfigError(f"{e} (trained with {self.trained_with})" if self.trained_with else str(e)) from None
+        self._warn_meaning_changes(getattr(advisor, "default_slot", None))
         nb = header.observation_nbytes
         self._nb = nb
         self._buf = bytearray(nb)
@@ -221,6 +226,19 @@ class NumpyPolicy(Policy):
         else:
             self.fast_path = False
             self._bind_generic(header)
+
+    def _warn_meaning_changes(self, compiler_slot: str | None) -> None:
+        """Warn (once per process and feature change) for each input that
+        means something else on this compiler than when the policy was
+        trained: it still answers, but from a feature it never saw."""
+        trained = f" with {self.trained_with}" if self.trained_with else ""
+        for name, was, now in self.actor.spec.meaning_changes(compiler_slot):
+            key = (name, was, now)
+            if key in _WARNED_MEANINGS:
+                continue
+            _WARNED_MEANINGS.add(key)
+            warnings.warn(f"policy input {name!r} meant '{was}' when the policy was trained{trained}; this compiler "
+                          f"sends '{now}' in it: its decisions may be off", RuntimeWarning, stacklevel=3)
 
     def _layers(self, w1_rows: np.ndarray, lead: tuple[int, ...], bias0: np.ndarray | None = None):
         """Augmented layer matrices: ``w1_rows`` is the first kernel with its

@@ -16,6 +16,7 @@ import gin
 import numpy as np
 
 from mlgo_host.channel.codec import Header
+from mlgo_host.corpus.sizes import compiler_version
 from mlgo_host.errors import ConfigError
 
 
@@ -100,7 +101,8 @@ class Learner:
     def save_policy(self, path: str, step: int, saved_model: bool = True) -> None:
         from mlgo_host.trainers.export import save_policy
 
-        save_policy(path, self.actor, self.spec, self.vocab, self.norm, compiler=self.clang, training_step=step,
+        save_policy(path, self.actor, self.spec, self.vocab, self.norm,
+                    compiler=compiler_version(self.clang).splitlines()[0], training_step=step,
                     saved_model=saved_model)
 
     # -- checkpoints -------------------------------------------------------
