@@ -5,10 +5,10 @@ always listed and skipped, with how to install them, when absent).
 Per version: the channel (header, default-decision slot found by the probe
 and cached, what the compiler-dependent features carry), ``run`` for every
 advisor, the default inliner reproducing plain ``-Oz`` byte for byte,
-``eval``, ``serve`` with ``mlgo-clang``, and (slow) one PPO iteration and a
-behavioural-cloning run through ``mlgo-host train`` with the version's
-``clang_path``/``llvm_size_path``.  The full-depth tests of each package run
-on clang-19, the requirement.
+``eval``, ``serve`` with ``mlgo-clang``, and (slow; for clang-19 the trainer
+tests do it) one PPO iteration and a behavioural-cloning run through
+``mlgo-host train`` with the version's ``clang_path``/``llvm_size_path``.
+The full-depth tests of each package run on clang-19, the requirement.
 """
 
 from __future__ import annotations
@@ -191,7 +191,9 @@ def _check_recorded_compiler(md: dict, toolchain) -> None:
 
 
 @pytest.mark.slow
-def test_one_ppo_iteration(toolchain, train_corpora, tmp_path):
+def test_one_ppo_iteration(extra_toolchain, train_corpora, tmp_path):
+    """(clang-19: tests/trainers/test_train.py)"""
+    toolchain = extra_toolchain
     root = tmp_path / "ppo"
     p = _train(toolchain, root, train_corpora(toolchain), "ppo.gin", "num_iterations=1", "modules_per_iteration=3",
                "eval_every=1", "heldout_fraction=0.25")
@@ -206,7 +208,9 @@ def test_one_ppo_iteration(toolchain, train_corpora, tmp_path):
 
 
 @pytest.mark.slow
-def test_behavioural_cloning(toolchain, train_corpora, tmp_path):
+def test_behavioural_cloning(extra_toolchain, train_corpora, tmp_path):
+    """(clang-19: tests/trainers/test_tf.py)"""
+    toolchain = extra_toolchain
     root = tmp_path / "bc"
     p = _train(toolchain, root, train_corpora(toolchain), "bc.gin", "bc.train_bc.epochs=2",
                "bc.train_bc.saved_model=False")
