@@ -31,10 +31,10 @@ extra-llvm: system-deps
 	  nocand=""; for p in $$missing; do \
 	    apt-cache policy $$p 2>/dev/null | grep -q 'Candidate: [0-9]' || nocand="$$nocand $$p"; done; \
 	  if [ -n "$$nocand" ]; then \
-	    echo "optional clang-$$v: not in the apt archive ($${nocand# }), skipped; clang-19 stays the requirement"; continue; fi; \
+	    echo "optional clang-$$v: not in the apt archive ($${nocand# }; after apt-get update?), skipped; clang-19 stays the requirement"; continue; fi; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  echo "installing the optional Debian packages:$$missing (tested beside clang-19)"; \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null 2>&1 \
 	    || echo "optional clang-$$v: apt-get install$$missing failed, skipped; clang-19 stays the requirement"; \
 	done
 
