@@ -1,12 +1,15 @@
 """Shared fixtures of the tests: real clang-19 sessions (an inliner and an
 eviction episode with the default policy), a small corpus of generated C
-modules and its default trace.  ``tests/helpers`` (generated corpora, toy
+modules and its default trace, and ``toolchain``: the clang version matrix
+(every installed clang >= 17).  ``tests/helpers`` (generated corpora, toy
 workers, policy helpers) is put on ``sys.path`` for every test directory."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import shutil
 import sys
 
@@ -19,6 +22,88 @@ from mlgo_host.episode import EpisodeRecorder
 
 HAVE_CLANG = shutil.which("clang-19") is not None
 needs_clang = pytest.mark.skipif(not HAVE_CLANG, reason="clang-19 not installed")
+
+# -- the clang version matrix ----------------------------------------------
+#: oldest clang with the interactive channel the host speaks
+MIN_CLANG = 17
+#: versions always listed in the matrix (skipped with the reason when absent):
+#: the requirement (19) and the newest one tested for real (22, Debian 12 security)
+MATRIX_CLANGS = (19, 22)
+
+
+def installed_clang_versions() -> list[int]:
+    """Major versions N >= MIN_CLANG with a ``clang-N`` on PATH."""
+    found = set()
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        try:
+            names = os.listdir(d or ".")
+        except OSError:
+            continue
+        for n in names:
+            m = re.fullmatch(r"clang-(\d+)", n)
+            if m and int(m.group(1)) >= MIN_CLANG and os.access(os.path.join(d, n), os.X_OK):
+                found.add(int(m.group(1)))
+    return sorted(found)
+
+
+@dataclasses.dataclass(frozen=True)
+class Toolchain:
+    """One installed LLVM version's tools (Debian names: clang-N, llc-N, llvm-size-N)."""
+
+    version: int
+
+    @property
+    def clang(self) -> str:
+        return f"clang-{self.version}"
+
+    @property
+    def llc(self) -> str:
+        return f"llc-{self.version}"
+
+    @property
+    def llvm_size(self) -> str:
+        return f"llvm-size-{self.version}"
+
+    @property
+    def default_slot(self) -> str:
+        """Where this version sends the inliner's default decision: the
+        include-default bug was fixed in LLVM 21 (PROTOCOL.md)."""
+        from mlgo_host.channel.default_probe import BUGGY_SLOT, FIXED_SLOT
+
+        return BUGGY_SLOT if self.version <= 20 else FIXED_SLOT
+
+    def missing(self) -> list[str]:
+        return [t for t in (self.clang, self.llc, self.llvm_size) if shutil.which(t) is None]
+
+
+#: the requirement: the package tests run on it in depth
+REQUIRED_CLANG = 19
+CLANG_MATRIX = sorted(set(MATRIX_CLANGS) | set(installed_clang_versions()))
+EXTRA_CLANGS = [v for v in CLANG_MATRIX if v != REQUIRED_CLANG]
+
+
+@pytest.fixture(scope="session", params=CLANG_MATRIX, ids=[f"clang-{v}" for v in CLANG_MATRIX])
+def toolchain(request) -> Toolchain:
+    """Every installed clang >= 17 (and 19, 22 always listed): the version
+    matrix.  Skipped, saying how to install it, when the version is absent."""
+    return _installed_toolchain(request.param)
+
+
+@pytest.fixture(scope="session", params=EXTRA_CLANGS, ids=[f"clang-{v}" for v in EXTRA_CLANGS])
+def extra_toolchain(request) -> Toolchain:
+    """The matrix without clang-19, for what the package tests already run
+    on clang-19 and is too slow to repeat (training)."""
+    return _installed_toolchain(request.param)
+
+
+def _installed_toolchain(version: int) -> Toolchain:
+    tc = Toolchain(version)
+    missing = tc.missing()
+    if missing:
+        pytest.skip(f"clang-{tc.version} not installed ({', '.join(missing)} not on PATH; "
+                    f"`apt-get install clang-{tc.version} llvm-{tc.version}` or `make setup` adds it where the "
+                    "archive has it)")
+    return tc
 
 
 def _session(tmp, advisor: str, source: str, opt: str):

@@ -1,11 +1,20 @@
-"""Where the inliner's default decision really is.
+"""Where the inliner's default decision really is, per compiler.
 
 With ``-inliner-interactive-include-default`` clang-19 writes the default
 heuristic's decision into the ``callee_basic_block_count`` slot and leaves
-``inlining_default`` at 0 (fixed upstream later).  Rather than assume it from
-the version, compile a probe module whose callee has several basic blocks and
-look: a compiler with the bug reports a block count of 0 or 1 for it.  The
-answer is cached per compiler binary (in memory and on disk).
+``inlining_default`` at 0; LLVM 21 fixed it (clang-22 sends the decision in
+``inlining_default`` and the real block count).  Rather than assume it from
+the version, compile a probe module whose only call site is a static callee
+with several basic blocks and a single caller (every heuristic inlines it at
+``-Oz``) and look at the two slots (:func:`classify`).
+
+The answer is cached per compiler binary (path, size, mtime), in memory and
+on disk.  A compiler whose slot cannot be determined (missing, the probe
+compile fails, the values fit neither layout) is a :class:`ConfigError`
+naming the compiler and why: a wrong guess would silently turn the default
+policy into never-inline code.  ``MLGO_INLINE_DEFAULT_SLOT`` overrides the
+probe (for compilers the probe cannot run, e.g. an ``opt`` without a clang
+next to it).
 """
 
 from __future__ import annotations
@@ -13,16 +22,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
-import subprocess
 import tempfile
 
 from mlgo_host.channel.advisors import InlineAdvisor, is_clang_driver
-from mlgo_host.channel.session import run_session
+from mlgo_host.errors import CompilerError, ConfigError, MlgoHostError
 
 BUGGY_SLOT = "callee_basic_block_count"
 FIXED_SLOT = "inlining_default"
+SLOTS = (BUGGY_SLOT, FIXED_SLOT)
+ENV_OVERRIDE = "MLGO_INLINE_DEFAULT_SLOT"
+
+#: what a compiler-dependent inliner feature carries
+DEFAULT_DECISION, ALWAYS_ZERO, BLOCK_COUNT = "default decision", "always 0", "basic block count"
 
 PROBE_C = r"""
 static int probe_callee(int x) {
@@ -34,6 +46,16 @@ int probe_caller(int y) { return probe_callee(y) + 1; }
 """
 
 _MEMO: dict[str, str] = {}
+
+
+def feature_meanings(slot: str) -> dict[str, str]:
+    """Meaning of each inliner feature whose meaning depends on the compiler,
+    given the slot that carries its default decision."""
+    if slot == BUGGY_SLOT:
+        return {FIXED_SLOT: ALWAYS_ZERO, BUGGY_SLOT: DEFAULT_DECISION}
+    if slot == FIXED_SLOT:
+        return {FIXED_SLOT: DEFAULT_DECISION, BUGGY_SLOT: BLOCK_COUNT}
+    raise ConfigError(f"unknown default-decision slot {slot!r} (expected one of {', '.join(SLOTS)})")
 
 
 def _cache_file() -> str:
@@ -79,77 +101,109 @@ class _SlotRecorder:
         self.values: list[dict[str, int]] = []
 
     def add(self, obs, action, logp) -> None:
-        self.values.append({n: int(obs[n].reshape(-1)[0]) for n in (FIXED_SLOT, BUGGY_SLOT) if n in obs})
+        self.values.append({n: int(obs[n].reshape(-1)[0]) for n in SLOTS if n in obs})
 
     def finish(self, header) -> None:
         return None
 
 
+def classify(values: list[dict[str, int]]) -> str:
+    """The slot carrying the default decision, from the two slots' values at
+    the probe's call sites (whose callee has several blocks and is inlined
+    by the default heuristic).  Raises :class:`ValueError` saying why when
+    the values fit neither layout."""
+    if not values:
+        raise ValueError("the probe module gave no inlining decision")
+    missing = [n for n in SLOTS if any(n not in v for v in values)]
+    if missing:
+        raise ValueError(f"the inliner header has no {' / '.join(missing)} feature")
+    flags = {n: [v[n] for v in values] for n in SLOTS}
+    # fixed: inlining_default is the 0/1 decision (inline: 1 somewhere), the block count is real (>1 here)
+    if set(flags[FIXED_SLOT]) <= {0, 1} and 1 in flags[FIXED_SLOT] and max(flags[BUGGY_SLOT]) > 1:
+        return FIXED_SLOT
+    # include-default bug: inlining_default stays 0, the "block count" is the 0/1 decision
+    if set(flags[FIXED_SLOT]) == {0} and set(flags[BUGGY_SLOT]) <= {0, 1} and 1 in flags[BUGGY_SLOT]:
+        return BUGGY_SLOT
+    raise ValueError(f"the values fit neither layout ({FIXED_SLOT}={flags[FIXED_SLOT]}, "
+                     f"{BUGGY_SLOT}={flags[BUGGY_SLOT]})")
+
+
 def probe(clang: str, timeout: float = 60.0) -> str:
-    """Run the probe compile; returns the feature name holding the default."""
+    """Run the probe compile with ``clang``; returns the feature name holding
+    the default decision.  Raises :class:`ConfigError` when it cannot tell."""
+    from mlgo_host.channel.session import run_session  # session imports this module
+
     d = tempfile.mkdtemp(prefix="mlgo-probe-")
     try:
         src = os.path.join(d, "probe.c")
         with open(src, "w") as f:
             f.write(PROBE_C)
-        adv = InlineAdvisor(default_slot=FIXED_SLOT)
         rec = _SlotRecorder()
-        res = run_session([clang, "-Oz", "-c", src, "-o", os.path.join(d, "probe.o")], adv,
-                          _Never(), timeout=timeout, recorder=rec)
-        if res.returncode != 0 or not rec.values:
-            raise RuntimeError(f"probe compile failed (exit {res.returncode}): {res.stderr_tail[-300:]}")
-        if any(v.get(FIXED_SLOT) for v in rec.values):
-            return FIXED_SLOT
-        if all(BUGGY_SLOT in v for v in rec.values) and max(int(v[BUGGY_SLOT]) for v in rec.values) <= 1:
-            return BUGGY_SLOT
-        return FIXED_SLOT
+        try:
+            res = run_session([clang, "-Oz", "-c", src, "-o", os.path.join(d, "probe.o")],
+                              InlineAdvisor(default_slot=FIXED_SLOT), _Never(), timeout=timeout, recorder=rec)
+        except MlgoHostError as e:
+            raise ConfigError(f"cannot determine the inliner's default-decision slot of {clang}: the probe compile "
+                              f"failed: {e}") from None
+        if res.returncode != 0:
+            tail = res.stderr_tail.strip().splitlines()[-1:] or [""]
+            raise ConfigError(f"cannot determine the inliner's default-decision slot of {clang}: the probe compile "
+                              f"exited {res.returncode} {tail[0][:200]!r}")
+        try:
+            return classify(rec.values)
+        except ValueError as e:
+            raise ConfigError(f"cannot determine the inliner's default-decision slot of {clang}: {e}") from None
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def _version_guess(compiler: str) -> str:
-    try:
-        out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return BUGGY_SLOT
-    m = re.search(r"version (\d+)\.", out)
-    return BUGGY_SLOT if m and int(m.group(1)) <= 20 else FIXED_SLOT
-
-
-def default_slot(compiler: str) -> str:
-    """Feature that carries the inliner's default decision for ``compiler``.
-    ``MLGO_INLINE_DEFAULT_SLOT`` overrides the detection."""
-    env = os.environ.get("MLGO_INLINE_DEFAULT_SLOT")
-    if env:
-        return env
-    path = os.path.realpath(shutil.which(compiler) or compiler)
-    if path in _MEMO:
-        return _MEMO[path]
-    try:
-        key = _key(path)
-    except OSError:
-        return FIXED_SLOT  # the session will report the missing compiler
-    cache = _cache_file()
+def _read_cache(cache: str) -> dict:
     try:
         with open(cache) as f:
             data = json.load(f)
     except (OSError, ValueError):
-        data = {}
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_cache(cache: str, data: dict) -> None:
+    """Best effort (a read-only home only costs a probe per process)."""
+    try:
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        tmp = f"{cache}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, cache)
+    except OSError:
+        pass
+
+
+def default_slot(compiler: str) -> str:
+    """Feature that carries the inliner's default decision for ``compiler``
+    (probed once per binary, cached).  ``MLGO_INLINE_DEFAULT_SLOT`` overrides
+    the probe.  :class:`ConfigError` when it cannot be determined."""
+    env = os.environ.get(ENV_OVERRIDE)
+    if env:
+        if env not in SLOTS:
+            raise ConfigError(f"{ENV_OVERRIDE}={env!r}: expected one of {', '.join(SLOTS)}")
+        return env
+    found = shutil.which(compiler)
+    if found is None and not os.path.exists(compiler):
+        raise CompilerError(f"cannot start the compiler {compiler!r}: not found")
+    path = os.path.realpath(found or compiler)
+    if path in _MEMO:
+        return _MEMO[path]
+    key = _key(path)
+    cache = _cache_file()
+    data = _read_cache(cache)
     slot = data.get(key)
-    if slot not in (BUGGY_SLOT, FIXED_SLOT):
+    if slot not in SLOTS:
         clang = _probe_clang(compiler)
-        try:
-            slot = probe(clang) if clang else _version_guess(compiler)
-        except Exception:
-            slot = _version_guess(compiler)
+        if clang is None:
+            raise ConfigError(f"cannot determine the inliner's default-decision slot of {compiler}: no clang next to "
+                              f"it to probe with; set {ENV_OVERRIDE} to {' or '.join(SLOTS)}")
+        slot = probe(clang)
         data[key] = slot
-        try:
-            os.makedirs(os.path.dirname(cache), exist_ok=True)
-            tmp = f"{cache}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                json.dump(data, f)
-            os.replace(tmp, cache)
-        except OSError:
-            pass
+        _write_cache(cache, data)
     _MEMO[path] = slot
     return slot

@@ -88,6 +88,9 @@ ACTIVATIONS: dict[str, Callable] = {"relu": _relu, "tanh": _tanh, "sigmoid": _si
 _BLOCK = 4096  # uniforms drawn at a time
 _ZERO8 = bytes(8)
 
+#: (feature, meaning when trained, meaning on the compiler) already warned about
+_WARNED_MEANINGS: set[tuple[str, str, str]] = set()
+
 
 class NumpyActor:
     """Spec + vocab + normalization config + exported weights."""
@@ -209,13 +212,15 @@ class NumpyPolicy(Policy):
     the advice under the policy (what PPO needs)."""
 
     def __init__(self, actor: NumpyActor, greedy: bool = True, seed: int = 0, name: str = "numpy",
-                 gate: float | None = None):
+                 gate: float | None = None, trained_with: str | None = None):
         if gate is not None and not 0.5 <= gate <= 1.0:
             raise ConfigError(f"gate threshold must be in [0.5, 1], got {gate}")
         self.actor = actor
         #: greedy inliner only: leave the compiler's default decision only where
         #: the model gives the other action a probability above this threshold
         self.gate = gate
+        #: the compiler the policy was trained with (its ``--version`` line), for messages
+        self.trained_with = trained_with
         self.greedy = greedy
         self.stochastic = not greedy
         self.name = name
@@ -230,15 +235,15 @@ class NumpyPolicy(Policy):
         spec = self.actor.spec
         if advisor is not None and getattr(advisor, "name", spec.advisor) != spec.advisor:
             raise ConfigError(f"this policy was trained for {spec.advisor}, not {advisor.name}")
-        spec.check_header(header)
+        try:
+            spec.check_header(header)
+        except ConfigError as e:
+            raise ConfigError(f"{e} (trained with {self.trained_with})" if self.trained_with else str(e)) from None
         slot = getattr(advisor, "default_slot", None)
         self._default_off = header.offset(slot) if slot and header.feature(slot) is not None else None
         if self.gate is not None and self.greedy and self._default_off is None:
             raise ConfigError("a gated policy needs the compiler's default decision (inliner include-default slot)")
-        if slot and slot != "inlining_default" and slot in spec.input_names and slot != spec.default_input:
-            warnings.warn(f"this compiler writes its default decision into {slot!r}, which the policy reads as a "
-                          "feature (it was trained on a compiler without that bug): its decisions may be off",
-                          RuntimeWarning, stacklevel=2)
+        self._warn_meaning_changes(slot)
         nb = header.observation_nbytes
         self._nb = nb
         self._buf = bytearray(nb)
@@ -248,6 +253,19 @@ class NumpyPolicy(Policy):
         else:
             self.fast_path = False
             self._bind_generic(header)
+
+    def _warn_meaning_changes(self, compiler_slot: str | None) -> None:
+        """Warn (once per process and feature change) for each input that
+        means something else on this compiler than when the policy was
+        trained: it still answers, but from a feature it never saw."""
+        trained = f" with {self.trained_with}" if self.trained_with else ""
+        for name, was, now in self.actor.spec.meaning_changes(compiler_slot):
+            key = (name, was, now)
+            if key in _WARNED_MEANINGS:
+                continue
+            _WARNED_MEANINGS.add(key)
+            warnings.warn(f"policy input {name!r} meant '{was}' when the policy was trained{trained}; this compiler "
+                          f"sends '{now}' in it: its decisions may be off", RuntimeWarning, stacklevel=3)
 
     def _layers(self, w1_rows: np.ndarray, lead: tuple[int, ...], bias0: np.ndarray | None = None):
         """Augmented layer matrices: ``w1_rows`` is the first kernel with its

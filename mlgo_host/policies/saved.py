@@ -7,7 +7,10 @@ Layout::
       metadata.json          format, advisor, the policy spec (features and
                              their roles, action), normalization config,
                              activation, layer sizes, input features,
-                             compiler version, training step
+                             compiler (its --version line), the meaning
+                             of compiler-dependent inputs (feature_meanings,
+                             also in the spec with its default_slot),
+                             training step
       actor.npz              numpy actor weights (hidden_<i>_kernel/bias,
                              logits_kernel/bias), float32
       vocab/<feature>.buckets  the quantile boundaries of the input features
@@ -52,6 +55,12 @@ class SavedPolicy:
     @property
     def spec(self) -> PolicySpec:
         return self.actor.spec
+
+    @property
+    def compiler(self) -> str | None:
+        """The compiler the policy was trained with (``--version`` line)."""
+        c = self.metadata.get("compiler")
+        return str(c) if c else None
 
     @property
     def training_step(self) -> int:
@@ -111,7 +120,8 @@ def load_saved_policy(path: str, greedy: bool = True, seed: int = 0) -> NumpyPol
     Never imports TensorFlow."""
     sp = read_saved_policy(path)
     name = os.path.basename(os.path.normpath(path)) or "saved"
-    return NumpyPolicy(sp.actor, greedy=greedy, seed=seed, name=name, gate=gate_of(sp.metadata, path))
+    return NumpyPolicy(sp.actor, greedy=greedy, seed=seed, name=name, gate=gate_of(sp.metadata, path),
+                       trained_with=sp.compiler)
 
 
 def gate_of(metadata: dict, path: str = "") -> float | None:

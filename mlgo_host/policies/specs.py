@@ -18,6 +18,14 @@ used features up *by name*: features the policy does not know are ignored, so
 a newer clang with more features works unchanged; a used feature that is
 missing or changed type or shape is a :class:`ConfigError`.
 
+A name does not fix a feature's *meaning*: clang-19 sends the inliner's
+default decision in ``callee_basic_block_count``, clang-21+ the real block
+count (:mod:`mlgo_host.channel.default_probe`).  An inliner spec records the
+slot that carried the default when it was made (``default_slot``), hence the
+meaning of each such feature (:meth:`PolicySpec.feature_meanings`), and
+:meth:`PolicySpec.meaning_changes` lists the used features that mean
+something else on another compiler.
+
 Actions:
 
 * ``inline`` — 2 actions (advice ``inlining_decision`` int64, 0/1), the
@@ -38,6 +46,7 @@ import math
 from typing import Any, Iterable, Mapping
 
 from mlgo_host.channel.codec import Header
+from mlgo_host.channel.default_probe import BUGGY_SLOT, FIXED_SLOT, SLOTS, feature_meanings
 from mlgo_host.channel.spec import C_TYPES
 from mlgo_host.errors import ConfigError
 
@@ -124,6 +133,9 @@ class PolicySpec:
     width: int | None = None
     #: discarded feature -> why
     discarded: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: inliner: the feature that carried the compiler's default decision when
+    #: the spec was made (None: not recorded; see :meth:`trained_slot`)
+    default_slot: str | None = None
     #: inliner: the include-default slot, when the policy reads the compiler's
     #: default decision as an input (search-then-imitate policies do; PPO's don't)
     default_input: str | None = None
@@ -155,6 +167,37 @@ class PolicySpec:
     @property
     def num_actions(self) -> int:
         return self.action.num_actions
+
+    # -- meaning of compiler-dependent features ----------------------------
+    def trained_slot(self) -> str | None:
+        """The default-decision slot of the compiler the spec was made with;
+        for specs saved before it was recorded, inferred from the roles (a
+        discarded include-default slot: clang-19; a used block count: a
+        fixed compiler).  None for regalloc or when nothing tells."""
+        if self.advisor != "inline":
+            return None
+        if self.default_slot:
+            return self.default_slot
+        if BUGGY_SLOT in self.discarded and "default decision" in self.discarded[BUGGY_SLOT]:
+            return BUGGY_SLOT
+        if BUGGY_SLOT in self.input_names:
+            return FIXED_SLOT
+        return None
+
+    def feature_meanings(self) -> dict[str, str]:
+        """Compiler-dependent feature -> what it carried when the spec was
+        made (``{}`` when unknown or not an inliner spec)."""
+        slot = self.trained_slot()
+        return feature_meanings(slot) if slot else {}
+
+    def meaning_changes(self, compiler_slot: str | None) -> list[tuple[str, str, str]]:
+        """``(feature, meaning when trained, meaning on this compiler)`` for
+        every used feature whose meaning differs on a compiler whose default
+        decision is in ``compiler_slot``."""
+        if self.advisor != "inline" or not compiler_slot:
+            return []
+        was, now = self.feature_meanings(), feature_meanings(compiler_slot)
+        return [(n, was[n], now[n]) for n in self.input_names if n in was and n in now and was[n] != now[n]]
 
     # -- construction ----------------------------------------------------
     @classmethod
@@ -228,7 +271,8 @@ class PolicySpec:
             if why:
                 reasons[s.name] = why
         num = 2 if kind == BINARY else int(width)  # type: ignore[arg-type]
-        spec = cls(name, tuple(feats), ActionSpec(advice_name, adv_spec.ctype, kind, num), width, reasons, keep)
+        spec = cls(name, tuple(feats), ActionSpec(advice_name, adv_spec.ctype, kind, num), width, reasons,
+                   default_slot=default_slot if name == "inline" else None, default_input=keep)
         if not spec.inputs:
             raise ConfigError(f"{name}: no usable input feature in the header (discarded: {sorted(reasons)})")
         return spec
@@ -243,7 +287,7 @@ class PolicySpec:
                 continue
             h = header.feature(f.name)
             if h is None:
-                problems.append(f"{f.name!r} is missing")
+                problems.append(f"{f.name!r} is missing from its header")
             elif h.ctype != f.ctype or tuple(h.shape) != f.shape:
                 problems.append(f"{f.name!r} is {h.ctype}{list(h.shape)}, the policy expects {f.ctype}{list(f.shape)}")
         adv = header.advice
@@ -260,6 +304,8 @@ class PolicySpec:
             "action": self.action.to_json(),
             "width": self.width,
             "discarded": dict(self.discarded),
+            "default_slot": self.default_slot,
+            "feature_meanings": self.feature_meanings(),  # informative: derived from default_slot
             "default_input": self.default_input,
         }
 
@@ -272,12 +318,15 @@ class PolicySpec:
                 action=ActionSpec.from_json(d["action"]),
                 width=None if d.get("width") is None else int(d["width"]),
                 discarded=dict(d.get("discarded", {})),
+                default_slot=None if d.get("default_slot") is None else str(d["default_slot"]),
                 default_input=d.get("default_input"),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"bad policy spec: {e}") from None
         if spec.advisor not in SUPPORTED or spec.action.kind != SUPPORTED[spec.advisor][1]:
             raise ConfigError(f"bad policy spec: advisor {spec.advisor!r} with action kind {spec.action.kind!r}")
+        if spec.default_slot is not None and spec.default_slot not in SLOTS:
+            raise ConfigError(f"bad policy spec: default_slot {spec.default_slot!r} is not one of {', '.join(SLOTS)}")
         if spec.action.kind == MASKED_CHOICE and (spec.width is None or spec.mask is None):
             raise ConfigError("bad policy spec: an eviction policy needs a width and a mask feature")
         return spec

@@ -47,6 +47,9 @@ def save_policy(
 ) -> SavedPolicy:
     """Write a saved policy directory from a TF actor network (imports TF).
 
+    ``compiler``: the ``--version`` line of the compiler the policy was
+    trained with (recorded with the meaning of its compiler-dependent inputs).
+
     ``saved_model=False`` skips the SavedModel (seconds of TF work) when only
     workers will read the directory.  The numpy actor read back from the
     written files is checked against the TF actor on random observations
@@ -76,6 +79,9 @@ def save_policy(
             "fc_layer_params": list(fc_layer_params) if fc_layer_params is not None else hidden,
             "input_features": list(spec.input_names),
             "compiler": compiler,
+            # what the compiler-dependent inputs meant (clang-19 vs 21+; checked when served)
+            "default_slot": spec.default_slot,
+            "feature_meanings": spec.feature_meanings(),
             "training_step": int(training_step),
             "saved_model": SAVED_MODEL_DIR if saved_model else None,
         }

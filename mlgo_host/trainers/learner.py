@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from mlgo_host.channel.codec import Header
 from mlgo_host.channel.default_probe import default_slot
+from mlgo_host.corpus.sizes import compiler_version
 from mlgo_host.errors import ConfigError
 from mlgo_host.policies.saved import read_saved_policy, set_gate
 from mlgo_host.policies.specs import PolicySpec
@@ -97,7 +98,8 @@ class Learner:
             return policy_blob_from_dir(p)
 
     def save_policy(self, path: str, step: int, saved_model: bool = True) -> None:
-        save_policy(path, self.actor, self.spec, self.vocab, self.norm, compiler=self.clang, training_step=step,
+        save_policy(path, self.actor, self.spec, self.vocab, self.norm,
+                    compiler=compiler_version(self.clang).splitlines()[0], training_step=step,
                     saved_model=saved_model)
         if self.gate is not None:
             set_gate(path, self.gate, inherited_from="warm start")

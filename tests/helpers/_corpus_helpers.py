@@ -72,14 +72,14 @@ def write_project(root: Path) -> Path:
     return path
 
 
-def build_small_corpus(root: Path) -> Path:
-    """Build the project's corpus once into ``root/corpus`` (idempotent)."""
+def build_small_corpus(root: Path, clang: str = CLANG) -> Path:
+    """Build the project's corpus with ``clang`` once into ``root/corpus`` (idempotent)."""
     from mlgo_host.corpus.build import build_corpus, load_compile_commands
 
     out = root / "corpus"
     if not (out / "corpus_description.json").exists():
         db = write_project(root / "project")
-        rep = build_corpus(load_compile_commands(db), out, clang=CLANG, jobs=2, progress=False)
+        rep = build_corpus(load_compile_commands(db), out, clang=clang, jobs=2, progress=False)
         assert not rep.failures, rep.failures
     return out
 
@@ -96,9 +96,9 @@ def generated_c_source(n: int, seed: int) -> str:
     return caller_module(n, seed)
 
 
-def build_generated_corpus(root: Path, sizes: dict[str, int]) -> Path:
+def build_generated_corpus(root: Path, sizes: dict[str, int], clang: str = CLANG) -> Path:
     """A corpus of generated C files (name -> number of functions) built
-    with the real clang-19 by the corpus builder; returns its directory."""
+    with the real ``clang`` by the corpus builder; returns its directory."""
     from mlgo_host.corpus.build import build_corpus, load_compile_commands, write_compile_commands
 
     src = root / "src"
@@ -107,7 +107,7 @@ def build_generated_corpus(root: Path, sizes: dict[str, int]) -> Path:
     for k, (name, n) in enumerate(sizes.items()):
         (src / f"{name}.c").write_text(generated_c_source(n, k))
         entries.append({"directory": str(src), "file": str(src / f"{name}.c"),
-                        "arguments": ["clang-19", "-Oz", "-c", f"{name}.c", "-o", f"{name}.o"]})
+                        "arguments": [clang, "-Oz", "-c", f"{name}.c", "-o", f"{name}.o"]})
     write_compile_commands(src / "compile_commands.json", entries)
-    build_corpus(load_compile_commands(src / "compile_commands.json"), root / "corpus", progress=False)
+    build_corpus(load_compile_commands(src / "compile_commands.json"), root / "corpus", clang=clang, progress=False)
     return root / "corpus"

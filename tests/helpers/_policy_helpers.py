@@ -25,3 +25,25 @@ def random_weights(input_dim: int, layers, outputs: int, seed: int = 0, gain: fl
     w["logits_kernel"] = rng.normal(0, 2.0 / np.sqrt(d), (d, outputs)).astype(np.float32)
     w["logits_bias"] = rng.normal(0, 0.1, outputs).astype(np.float32)
     return w
+
+
+def write_saved_policy(path, actor, compiler: str | None = None) -> str:
+    """A saved policy directory of a numpy actor, written without TensorFlow
+    (what :func:`mlgo_host.trainers.export.save_policy` writes, minus the
+    SavedModel)."""
+    import json
+    import os
+
+    from mlgo_host.policies.saved import FORMAT, METADATA, VOCAB_DIR, WEIGHTS
+
+    path = str(path)
+    os.makedirs(os.path.join(path, VOCAB_DIR))
+    actor.save_weights(os.path.join(path, WEIGHTS), actor.weights())
+    actor.vocab.write_into(os.path.join(path, VOCAB_DIR))
+    spec = actor.spec
+    md = {"format": FORMAT, "advisor": spec.advisor, "spec": spec.to_json(), "norm": actor.norm.to_json(),
+          "activation": actor.activation, "input_features": list(spec.input_names), "compiler": compiler,
+          "default_slot": spec.default_slot, "feature_meanings": spec.feature_meanings()}
+    with open(os.path.join(path, METADATA), "w") as f:
+        json.dump(md, f)
+    return path

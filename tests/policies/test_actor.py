@@ -131,8 +131,11 @@ def test_bad_weights_are_config_errors(inline_session):
         NumpyActor(actor.spec, actor.vocab, actor.norm, actor.weights(), activation="swish")
 
 
-def test_warns_when_the_default_slot_is_an_input(inline_session):
+def test_warns_when_the_default_slot_is_an_input(inline_session, monkeypatch):
     from mlgo_host.channel.advisors import InlineAdvisor
+    from mlgo_host.policies import actor as actor_mod
+
+    monkeypatch.setattr(actor_mod, "_WARNED_MEANINGS", set())  # warned once per process
 
     header, ep, _ = inline_session
     vb = VocabBuilder()

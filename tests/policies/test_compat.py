@@ -1,0 +1,130 @@
+"""A policy made on one compiler served by another: the spec records which
+slot carried the default decision (hence what ``callee_basic_block_count``
+meant); binding works silently when the used inputs mean the same, warns
+once naming the feature when one means something else, and fails clearly
+when a used feature is missing.  The headers are clang-19's (clang-22 sends
+the same feature names; the compiler's slot is given through its advisor);
+the last test serves saved policies with every installed clang."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from mlgo_host.channel.advisors import InlineAdvisor
+from mlgo_host.channel.codec import Header
+from mlgo_host.channel.default_probe import BLOCK_COUNT, BUGGY_SLOT, DEFAULT_DECISION, FIXED_SLOT
+from mlgo_host.errors import ConfigError
+from mlgo_host.policies import actor as actor_mod
+from mlgo_host.policies.actor import NumpyActor, NumpyPolicy
+from mlgo_host.policies.saved import load_saved_policy
+from mlgo_host.policies.specs import DISCARD, PolicySpec
+from mlgo_host.policies.vocab import NormConfig, VocabBuilder
+
+from _policy_helpers import random_weights, write_saved_policy
+
+CLANG22 = "Debian clang version 22.1.8 (1~deb12u1)"
+
+
+@pytest.fixture()
+def fresh_warnings(monkeypatch):
+    monkeypatch.setattr(actor_mod, "_WARNED_MEANINGS", set())
+
+
+def _actor(inline_session, trained_slot: str | None) -> NumpyActor:
+    header, ep, _ = inline_session
+    vb = VocabBuilder()
+    vb.add(ep.features())
+    vocab = vb.build(50)
+    spec = PolicySpec.from_header(header, "inline", vocab_names=vocab.names(), default_slot=trained_slot)
+    return NumpyActor(spec, vocab, NormConfig(), random_weights(len(spec.inputs) * 2, (8,), 2))
+
+
+def test_the_spec_records_the_slot_and_what_the_inputs_meant(inline_session):
+    old = _actor(inline_session, BUGGY_SLOT).spec  # made on clang-19
+    new = _actor(inline_session, FIXED_SLOT).spec  # made on clang-22
+    assert old.default_slot == BUGGY_SLOT and BUGGY_SLOT not in old.input_names
+    assert old.feature(BUGGY_SLOT).role == DISCARD
+    assert old.feature_meanings() == {BUGGY_SLOT: DEFAULT_DECISION, FIXED_SLOT: "always 0"}
+    # clang-22's real block count is an input
+    assert new.default_slot == FIXED_SLOT and BUGGY_SLOT in new.input_names
+    assert new.feature_meanings() == {BUGGY_SLOT: BLOCK_COUNT, FIXED_SLOT: DEFAULT_DECISION}
+    for spec in (old, new):
+        js = json.loads(json.dumps(spec.to_json()))
+        assert js["feature_meanings"] == spec.feature_meanings()
+        assert PolicySpec.from_json(js).default_slot == spec.default_slot
+    bad = dict(new.to_json(), default_slot="num_loops")
+    with pytest.raises(ConfigError, match="default_slot 'num_loops'"):
+        PolicySpec.from_json(bad)
+
+
+def test_specs_saved_before_the_slot_was_recorded_are_inferred(inline_session):
+    for slot in (BUGGY_SLOT, FIXED_SLOT):
+        js = _actor(inline_session, slot).spec.to_json()
+        del js["default_slot"], js["feature_meanings"]
+        assert PolicySpec.from_json(js).trained_slot() == slot
+
+
+def test_same_meaning_on_the_other_compiler_binds_silently(inline_session, fresh_warnings):
+    header = inline_session[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        # made on clang-19 (block count slot discarded), served by clang-22
+        NumpyPolicy(_actor(inline_session, BUGGY_SLOT)).bind(header, InlineAdvisor(FIXED_SLOT))
+        # made and served on the same kind of compiler
+        NumpyPolicy(_actor(inline_session, FIXED_SLOT)).bind(header, InlineAdvisor(FIXED_SLOT))
+        NumpyPolicy(_actor(inline_session, BUGGY_SLOT)).bind(header, InlineAdvisor(BUGGY_SLOT))
+
+
+def test_changed_meaning_warns_once_naming_the_feature(inline_session, fresh_warnings):
+    header = inline_session[0]
+    pol = NumpyPolicy(_actor(inline_session, FIXED_SLOT), trained_with=CLANG22)
+    with pytest.warns(RuntimeWarning) as rec:
+        pol.bind(header, InlineAdvisor(BUGGY_SLOT))
+        pol.bind(header, InlineAdvisor(BUGGY_SLOT))  # the next compile of a server: no repeat
+        NumpyPolicy(pol.actor, trained_with=CLANG22).bind(header, InlineAdvisor(BUGGY_SLOT))
+    (w,) = rec.list
+    msg = str(w.message)
+    assert repr(BUGGY_SLOT) in msg and BLOCK_COUNT in msg and DEFAULT_DECISION in msg and CLANG22 in msg
+    assert pol.fast_path  # still serves
+
+
+def test_a_missing_used_feature_is_a_clear_error(inline_session):
+    header = inline_session[0]
+    pol = NumpyPolicy(_actor(inline_session, FIXED_SLOT), trained_with=CLANG22)
+    older = Header(tuple(f for f in header.features if f.name != BUGGY_SLOT), header.advice)
+    with pytest.raises(ConfigError, match=rf"'{BUGGY_SLOT}' is missing from its header.*{re.escape(CLANG22)}"):
+        pol.bind(older, InlineAdvisor(FIXED_SLOT))
+    # the clang-19 policy does not use it: fine without it
+    NumpyPolicy(_actor(inline_session, BUGGY_SLOT)).bind(older, InlineAdvisor(FIXED_SLOT))
+
+
+def test_saved_policy_reads_the_recorded_compiler(inline_session, tmp_path):
+    path = write_saved_policy(tmp_path / "p", _actor(inline_session, FIXED_SLOT), compiler=CLANG22)
+    pol = load_saved_policy(path)
+    assert pol.trained_with == CLANG22 and pol.actor.spec.default_slot == FIXED_SLOT
+
+
+@pytest.mark.parametrize("trained_slot", [BUGGY_SLOT, FIXED_SLOT], ids=["made-on-19", "made-on-22"])
+def test_saved_policies_serve_every_installed_clang(toolchain, inline_session, trained_slot, tmp_path):
+    """`mlgo-host run` with a saved policy: it compiles with every version;
+    the one warning appears exactly when the served compiler gives a used
+    input another meaning than the training compiler."""
+    path = write_saved_policy(tmp_path / "p", _actor(inline_session, trained_slot), compiler="a test compiler")
+    src = tmp_path / "m.c"
+    src.write_text("static int sq(int x) { if (x > 3) return x * x; return x; }\n"
+                   "int f(int a) { return sq(a) + sq(a + 1); }\n")
+    r = subprocess.run([sys.executable, "-m", "mlgo_host", "run", "--policy", path, "--", toolchain.clang, "-Oz", "-c",
+                        str(src), "-o", str(tmp_path / "m.o")], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["observations"] > 0
+    # only a policy reading the real block count, on a compiler that sends its decision there
+    warned = trained_slot == FIXED_SLOT and toolchain.default_slot == BUGGY_SLOT
+    assert r.stderr.count(f"policy input {BUGGY_SLOT!r} meant") == int(warned)
