@@ -9,19 +9,30 @@ import os
 from mlgo_host.fsutil import atomic_path
 
 
-def plot_training(state_path: str | os.PathLike, png: str | os.PathLike, title: str | None = None) -> str | None:
-    """Write the curves of the run whose ``state.json`` is ``state_path``;
-    returns the PNG path, or None when the run has no iteration yet."""
+def _history(state_path: str | os.PathLike) -> list[dict]:
+    """The per-iteration (or per-round) rows of a run's ``state.json``."""
     if not os.path.exists(state_path):
-        return None
+        return []
     with open(state_path) as f:
-        history = json.load(f).get("history", [])
-    if not history:
-        return None
+        return json.load(f).get("history", [])
+
+
+def _pyplot():
     import matplotlib  # lazily: only when there is a history to plot (~0.5 s of start-up)
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_training(state_path: str | os.PathLike, png: str | os.PathLike, title: str | None = None) -> str | None:
+    """Write the curves of the run whose ``state.json`` is ``state_path``;
+    returns the PNG path, or None when the run has no iteration yet."""
+    history = _history(state_path)
+    if not history:
+        return None
+    plt = _pyplot()
 
     it = [h["iteration"] for h in history]
     ev = [(h["iteration"], h["heldout_size_change_pct"]) for h in history if "heldout_size_change_pct" in h]
@@ -53,16 +64,10 @@ def plot_search(state_path: str | os.PathLike, png: str | os.PathLike, title: st
     """The learning curve of a search-then-imitate run (``state.json``):
     per round, the search's headroom on the training modules, the policy on
     the training, validation and held-out modules, all against -Oz."""
-    if not os.path.exists(state_path):
-        return None
-    with open(state_path) as f:
-        history = json.load(f).get("history", [])
+    history = _history(state_path)
     if not history:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     series = (("headroom_pct", "search: best found (train)", "tab:gray", "s--"),
@@ -74,6 +79,9 @@ def plot_search(state_path: str | os.PathLike, png: str | os.PathLike, title: st
         if pts:
             ax.plot([x for x, _ in pts], [y for _, y in pts], style, color=color, label=label)
     ax.axhline(0.0, color="black", linewidth=0.8)
+    rounds = [h["round"] for h in history]
+    ax.set_xticks(rounds)
+    ax.set_xlim(min(rounds) - 0.5, max(rounds) + 0.5)
     ax.set_xlabel("round")
     ax.set_ylabel(".text vs clang -Oz (%)")
     ax.set_title(title or "search, then imitate (lower is smaller)", fontsize=9)

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from _corpus_helpers import build_generated_corpus
+from _run_helpers import read_state, run_env
 
 pytestmark = pytest.mark.slow
 
@@ -35,16 +36,6 @@ def _cmd(root, corpus, extra=()) -> list[str]:
             "--gin_files", SEARCH_GIN, "--gin_bindings", *BINDINGS, *extra]
 
 
-def _env(tmp) -> dict:
-    os.makedirs(tmp, exist_ok=True)
-    return {**os.environ, "TMPDIR": str(tmp), "TF_CPP_MIN_LOG_LEVEL": "2"}
-
-
-def _state(root) -> dict:
-    with open(os.path.join(root, "state.json")) as f:
-        return json.load(f)
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     return build_generated_corpus(tmp_path_factory.mktemp("search-corpus"), SIZES)
@@ -54,14 +45,14 @@ def corpus(tmp_path_factory):
 def trained(corpus, tmp_path_factory):
     base = tmp_path_factory.mktemp("search-train")
     root = base / "root"
-    p = subprocess.run(_cmd(root, corpus), capture_output=True, text=True, timeout=900, env=_env(base / "tmp"))
+    p = subprocess.run(_cmd(root, corpus), capture_output=True, text=True, timeout=900, env=run_env(base / "tmp"))
     assert p.returncode == 0, p.stderr[-3000:]
     return root, p
 
 
 def test_rounds_search_imitate_gate_and_keep_the_best_by_validation(trained):
     root, p = trained
-    st = _state(root)
+    st = read_state(root)
     assert st["round"] == 2 and [h["round"] for h in st["history"]] == [1, 2]
     for h in st["history"]:
         assert h["modules"] == 7 and h["compiles"] <= 60 + 2 * 7
@@ -87,23 +78,23 @@ def test_rounds_search_imitate_gate_and_keep_the_best_by_validation(trained):
 
 def test_the_saved_policy_never_makes_a_validation_module_grow_more_than_one_percent(trained, corpus):
     root, _ = trained
-    st = _state(root)
+    st = read_state(root)
     row = next(h for h in st["history"] if h["round"] == st["best_round"])
     assert row["validation_worst_pct"] <= 1.0
 
 
 def test_a_run_killed_mid_round_resumes_and_keeps_the_best_policy(trained, corpus, tmp_path):
     root = tmp_path / "root"
-    env = _env(tmp_path / "tmp")
+    env = run_env(tmp_path / "tmp")
     proc = subprocess.Popen(_cmd(root, corpus), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
     try:
         deadline = time.monotonic() + 600
-        while not (os.path.exists(root / "state.json") and _state(root)["round"] >= 1):
+        while not (os.path.exists(root / "state.json") and read_state(root)["round"] >= 1):
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        after_first = _state(root)
+        after_first = read_state(root)
         time.sleep(1.0)  # into round 2's search
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=120)
@@ -111,11 +102,11 @@ def test_a_run_killed_mid_round_resumes_and_keeps_the_best_policy(trained, corpu
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode != 0, "the run finished before the signal landed"
-    assert _state(root) == after_first
+    assert read_state(root) == after_first
     assert os.path.isfile(root / "saved_policy" / "metadata.json")  # the best so far, whole
     p = subprocess.run(_cmd(root, corpus), capture_output=True, text=True, timeout=900, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
-    final = _state(root)
+    final = read_state(root)
     assert final["round"] == 2 and final["history"][0] == after_first["history"][0]
     assert "round 1: search" not in p.stderr
     assert os.path.isfile(root / "saved_policy" / "metadata.json")

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from _corpus_helpers import build_generated_corpus
+from _run_helpers import read_state, run_env
 
 pytestmark = pytest.mark.slow
 
@@ -34,16 +35,6 @@ TAGS = ([f"reward_distribution/p{p}" for p in range(10, 100, 10)]
 def _cmd(root, corpus) -> list[str]:
     return [sys.executable, "-m", "mlgo_host", "train", "--root_dir", str(root), "--corpus", str(corpus),
             "--gin_files", PPO_GIN, "--gin_bindings", *BINDINGS, "--no_progress"]
-
-
-def _env(tmp) -> dict:
-    os.makedirs(tmp, exist_ok=True)
-    return {**os.environ, "TMPDIR": str(tmp), "TF_CPP_MIN_LOG_LEVEL": "2"}
-
-
-def _state(root) -> dict:
-    with open(os.path.join(root, "state.json")) as f:
-        return json.load(f)
 
 
 def _leftovers(tmp) -> list[str]:
@@ -80,14 +71,14 @@ def trained(corpus, tmp_path_factory):
     """An uninterrupted two-iteration run."""
     base = tmp_path_factory.mktemp("train")
     root = base / "root"
-    p = subprocess.run(_cmd(root, corpus), capture_output=True, text=True, timeout=600, env=_env(base / "tmp"))
+    p = subprocess.run(_cmd(root, corpus), capture_output=True, text=True, timeout=600, env=run_env(base / "tmp"))
     assert p.returncode == 0, p.stderr[-3000:]
     return root, p, base
 
 
 def test_two_iterations_write_state_policies_and_tensorboard(trained):
     root, p, base = trained
-    st = _state(root)
+    st = read_state(root)
     assert st["iteration"] == 2
     assert [h["iteration"] for h in st["history"]] == [1, 2]
     for h in st["history"]:
@@ -133,16 +124,16 @@ def test_a_killed_run_resumes_where_it_stopped(trained, corpus, tmp_path):
     2 from the iteration-1 checkpoint and statistics, and ends where the
     uninterrupted run ended."""
     root = tmp_path / "root"
-    env = _env(tmp_path / "tmp")
+    env = run_env(tmp_path / "tmp")
     proc = subprocess.Popen(_cmd(root, corpus), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
-        while not (os.path.exists(root / "state.json") and _state(root)["iteration"] >= 1):
+        while not (os.path.exists(root / "state.json") and read_state(root)["iteration"] >= 1):
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        after_first = _state(root)
+        after_first = read_state(root)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -153,15 +144,15 @@ def test_a_killed_run_resumes_where_it_stopped(trained, corpus, tmp_path):
     time.sleep(0.5)
     assert not _session_processes(proc.pid), "workers or compilers outlived the killed run"
     assert not _leftovers(tmp_path / "tmp")
-    assert _state(root) == after_first  # nothing half-written
+    assert read_state(root) == after_first  # nothing half-written
 
     p = subprocess.run(_cmd(root, corpus), capture_output=True, text=True, timeout=600, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "resuming" in p.stderr and "iteration 1/2:" not in p.stderr
-    final = _state(root)
+    final = read_state(root)
     assert final["iteration"] == 2
     assert final["history"][0] == after_first["history"][0]
-    ref = _state(trained[0])
+    ref = read_state(trained[0])
     same = ("reward_mean", "decisions", "ok", "failures", "heldout_size_change_pct", "policy_gradient_loss")
     for h, r in zip(final["history"], ref["history"]):
         assert {k: h[k] for k in same} == {k: r[k] for k in same}
