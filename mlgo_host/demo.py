@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
     common = [f"num_workers={args.workers}"]
     bc_root = os.path.join(out, "bc")
-    _step("2/4 behavioural cloning warm start (trace the default heuristic, vocab, cloning)")
+    _step("2/4 behavioural cloning of the default heuristic (trace, vocab, cloning): imitation without search")
     t = time.monotonic()
     if not os.path.exists(os.path.join(bc_root, "saved_policy", "metadata.json")):
         _mlgo(["train", "--root_dir", bc_root, "--corpus", corpus,
