@@ -28,7 +28,9 @@ answers one :func:`search_module` per task.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
+import sys
 import time
 from typing import Sequence
 
@@ -42,6 +44,8 @@ from mlgo_host.episode import Episode
 from mlgo_host.policies.base import Policy
 from mlgo_host.policies.replay import Replay, ReplayPolicy
 from mlgo_host.trainers.worker import CollectWorker
+
+log = logging.getLogger("mlgo_host.search")
 
 #: features the pattern prior reads (inliner, present in every clang >= 17 header)
 _USERS, _COST, _MULTI = "callee_users", "cost_estimate", "is_multiple_blocks"
@@ -172,11 +176,14 @@ def _trial(module: Module, base: Policy, forced: dict[int, int], cfg: dict) -> T
 
 def search_module(module: Module, base: Policy, budget: int, cfg: dict, *, default: Policy,
                   model: FlipGainModel | None = None, start_forced: dict[int, int] | None = None,
-                  policy_probs=None, patience: int | None = None, exclude=()) -> dict:
+                  policy_probs=None, patience: int | None = None, exclude=(), deadline: float | None = None,
+                  in_order: bool = False) -> dict:
     """Greedy flip search on one module; returns its best trajectory and
     every flip tried (see the module docstring).  ``patience``: stop after
     that many flips in a row that did not shrink the object (the module
-    does not pay); ``exclude``: decision indices not to try (tried before)."""
+    does not pay); ``exclude``: decision indices not to try (tried before);
+    ``deadline``: no compile starts after this ``time.time()``;
+    ``in_order``: no prior, decisions in index order (the plain greedy pass)."""
     t0 = time.monotonic()
     default_size = baseline_size(module, clang=cfg["clang"], llvm_size=cfg.get("llvm_size"),
                                  cache_dir=cfg.get("baseline_cache"), timeout=cfg.get("module_timeout", 300.0))
@@ -186,8 +193,9 @@ def search_module(module: Module, base: Policy, budget: int, cfg: dict, *, defau
     flips: list[dict] = []
     tried: set[int] = {int(i) for i in exclude}
     misses = 0
-    while compiles < budget and cur.episode is not None and (patience is None or misses < patience):
-        order = _candidates(cur, tried, model, policy_probs)
+    while (compiles < budget and cur.episode is not None and (patience is None or misses < patience)
+           and (deadline is None or time.time() < deadline)):
+        order = _candidates(cur, tried, model, policy_probs, in_order)
         if not order:
             break
         i = order[0]
@@ -214,7 +222,8 @@ def search_module(module: Module, base: Policy, budget: int, cfg: dict, *, defau
         "base": best["base_name"], "forced": {str(k): v for k, v in sorted(cur.forced.items())},
         "compiles": compiles, "flips": flips, "wall_s": time.monotonic() - t0,
         "tried": sorted(tried), "stopped": "budget" if compiles >= budget else "patience" if (
-            patience is not None and misses >= patience) else "exhausted",
+            patience is not None and misses >= patience) else "time" if (
+            deadline is not None and time.time() >= deadline) else "exhausted",
         "header": ep.header.to_json() if ep is not None else None,
         "raw": ep.raw if ep is not None else b"",
         "actions": ep.actions if ep is not None else np.zeros(0, np.int64),
@@ -248,9 +257,12 @@ def _defaults(ep: Episode, slot: str) -> np.ndarray:
     return (ep.features()[slot].reshape(ep.n, -1)[:, 0] != 0).astype(np.int64)
 
 
-def _candidates(cur: Trial, tried: set[int], model: FlipGainModel | None, policy_probs) -> list[int]:
+def _candidates(cur: Trial, tried: set[int], model: FlipGainModel | None, policy_probs,
+                in_order: bool = False) -> list[int]:
     """Untried decision indices of the current trajectory, best score first."""
     ep = cur.episode
+    if in_order:
+        return [i for i in range(ep.n) if i not in tried]
     feats = ep.features()
     acts = np.asarray(ep.actions, dtype=np.int64)
     p1 = policy_probs(feats) if policy_probs is not None else None
@@ -264,9 +276,12 @@ class SearchWorker(CollectWorker):
     with the policy set by :meth:`set_policy` (a heuristic or a saved policy)."""
 
     def search(self, task: dict, budget: int, model: dict | None, start_forced: dict | None, seed: int,
-               patience: int | None = None, exclude=(), from_default: bool = False) -> dict:
+               patience: int | None = None, exclude=(), from_default: bool = False, deadline: float | None = None,
+               in_order: bool = False) -> dict:
         from mlgo_host.policies import load_policy
 
+        if deadline is not None and time.time() >= deadline:  # a task dispatched after the time was up
+            return {"name": task["name"], "status": "skipped", "compiles": 0}
         mod = self._module(task)
         c = self.config
         default = load_policy("default")
@@ -277,7 +292,8 @@ class SearchWorker(CollectWorker):
         fm = FlipGainModel.from_json(model) if model else None
         forced = {int(k): int(v) for k, v in (start_forced or {}).items()}
         return search_module(mod, base, budget, cfg, default=default, model=fm, start_forced=forced,
-                             policy_probs=probs, patience=patience, exclude=exclude)
+                             policy_probs=probs, patience=patience, exclude=exclude, deadline=deadline,
+                             in_order=in_order)
 
 
 def _probs_of(policy: Policy):
@@ -306,3 +322,67 @@ def total_gain_pct(results: Sequence[dict]) -> float:
     d = sum(r["default_size"] for r in ok)
     b = sum(r["best_size"] for r in ok)
     return 100.0 * (b - d) / d if d else math.nan
+
+
+# -- passes over many modules (the training loop's rounds and `tune`) ---------------
+
+
+def run_searches(pool, tasks: list[tuple], desc: str, progress: bool, on_result=None) -> dict[str, dict]:
+    """``SearchWorker.search(*task)`` for every task over the pool, under a
+    progress bar; name -> result of the searches that answered (the others
+    are logged).  ``on_result(result)`` sees each result as it comes."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(tasks), desc=desc, unit="module", disable=not progress, leave=False, file=sys.stderr)
+
+    def got(o) -> None:
+        bar.update(1)
+        if on_result is not None and o.ok and o.value is not None:
+            on_result(o.value)
+
+    outcomes = pool.map_unordered("search", tasks, None, on_result=got)
+    bar.close()
+    out = {}
+    for o in sorted(outcomes, key=lambda o: o.index):
+        if o.ok and o.value is not None:
+            out[o.value["name"]] = o.value
+        else:
+            log.warning("%s: search of %s failed: %s", desc, tasks[o.index][0]["name"], o.error)
+    return out
+
+
+def paid_budgets(results: Sequence[dict], left: int) -> list[tuple[dict, int]]:
+    """The second pass: ``left`` compiles to the modules whose search paid,
+    in proportion to the bytes they gained (each at least one)."""
+    paid = [x for x in results if x["status"] == "ok" and x["best_size"] is not None
+            and x["best_size"] < x["start_size"]]
+    if left <= 0 or not paid:
+        return []
+    gains = np.array([x["start_size"] - x["best_size"] for x in paid], dtype=np.float64)
+    extra = np.floor(left * gains / gains.sum()).astype(int)
+    return [(x, int(e) + 1) for x, e in zip(paid, extra) if e > 0]
+
+
+def continued(first: dict, second: dict) -> dict:
+    """One module's two searches as one result: the second's best (it
+    started from the first's), both searches' flips, tries and compiles."""
+    tried = sorted(set(first.get("tried", [])) | set(second.get("tried", [])))
+    if second["status"] != "ok" or second["best_size"] is None or (
+            first["best_size"] is not None and second["best_size"] > first["best_size"]):
+        return dict(first, compiles=first["compiles"] + second["compiles"], tried=tried,
+                    flips=first["flips"] + second.get("flips", []))
+    return dict(second, policy_size=first["policy_size"], start_size=first["start_size"], tried=tried,
+                compiles=first["compiles"] + second["compiles"], flips=first["flips"] + second["flips"])
+
+
+def fit_flip_model(results: Sequence[dict], min_flips: int = 32) -> FlipGainModel | None:
+    """The flip-gain model fitted on every flip of ``results`` (search
+    results sharing one header), or None below ``min_flips`` flips."""
+    flips = [f for r in results for f in r.get("flips", ())]
+    if len(flips) < min_flips:
+        return None
+    header = Header.from_json(next(r["header"] for r in results if r.get("header")))
+    feats = np.concatenate([np.frombuffer(f["raw"], dtype=header.record_dtype) for f in flips])
+    names = [s.name for s in header.features if s.size == 1 and s.name != (header.advice.name if header.advice else "")]
+    return FlipGainModel.fit(feats, np.array([f["from"] for f in flips]),
+                             np.array([f["accepted"] for f in flips], dtype=np.float64), names)

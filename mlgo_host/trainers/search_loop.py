@@ -45,7 +45,8 @@ from mlgo_host.fsutil import atomic_path, atomic_write_json, replace_dir
 from mlgo_host.policies.saved import METADATA, set_gate
 from mlgo_host.trainers.imitate import choose_gate, examples_from_search, train_imitation
 from mlgo_host.trainers.pool import make_pool
-from mlgo_host.trainers.search import FlipGainModel, budgets, total_gain_pct
+from mlgo_host.trainers.search import (FlipGainModel, budgets, continued, fit_flip_model, paid_budgets,
+                                      run_searches, total_gain_pct)
 from mlgo_host.trainers.worker import policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.search")
@@ -171,42 +172,15 @@ def _search_round(pool, r, base_dir, mods: list[Module], state, compiles, seed, 
     model = state.get("flip_model")
     budget = budgets(sizes, decisions, int(first_share * compiles))
     tasks = [(m.to_task(), b, model, None, seed + r, patience) for m, b in zip(mods, budget)]
-    first = _run_search(pool, tasks, r, f"round {r}: search", progress)
+    first = run_searches(pool, tasks, f"round {r}: search", progress)
     left = compiles - sum(x["compiles"] for x in first.values())
-    paid = [x for x in first.values() if x["status"] == "ok" and x["best_size"] < x["start_size"]]
-    if left > 0 and paid:
-        gains = np.array([x["start_size"] - x["best_size"] for x in paid], dtype=np.float64)
-        extra = np.floor(left * gains / gains.sum()).astype(int)
-        by_name = {m.name: m for m in mods}
-        tasks = [(by_name[x["name"]].to_task(), int(e) + 1, model, x["forced"], seed + r, patience, x["tried"],
-                  x["base"] == "default") for x, e in zip(paid, extra) if e > 0]
-        for res in _run_search(pool, tasks, r, f"round {r}: search, 2nd pass", progress).values():
-            first[res["name"]] = _continued(first[res["name"]], res)
+    by_name = {m.name: m for m in mods}
+    tasks = [(by_name[x["name"]].to_task(), extra, model, x["forced"], seed + r, patience, x["tried"],
+              x["base"] == "default") for x, extra in paid_budgets(list(first.values()), left)]
+    if tasks:
+        for res in run_searches(pool, tasks, f"round {r}: search, 2nd pass", progress).values():
+            first[res["name"]] = continued(first[res["name"]], res)
     return [first[m.name] for m in mods if m.name in first]
-
-
-def _run_search(pool, tasks, r, desc, progress) -> dict[str, dict]:
-    from tqdm import tqdm
-
-    bar = tqdm(total=len(tasks), desc=desc, unit="module", disable=not progress, leave=False, file=sys.stderr)
-    outcomes = pool.map_unordered("search", tasks, None, on_result=lambda o: bar.update(1))
-    bar.close()
-    out = {}
-    for o in sorted(outcomes, key=lambda o: o.index):
-        if o.ok and o.value is not None:
-            out[o.value["name"]] = o.value
-        else:
-            log.warning("round %d: search of %s failed: %s", r, tasks[o.index][0]["name"], o.error)
-    return out
-
-
-def _continued(first: dict, second: dict) -> dict:
-    """One module's two passes as one result: the second's best (it started
-    from the first's), both passes' flips and compiles."""
-    if second["status"] != "ok" or second["best_size"] is None or second["best_size"] > first["best_size"]:
-        return dict(first, compiles=first["compiles"] + second["compiles"])
-    return dict(second, policy_size=first["policy_size"], start_size=first["start_size"],
-                compiles=first["compiles"] + second["compiles"], flips=first["flips"] + second["flips"])
 
 
 def _note_modules(state: dict, results: list[dict]) -> None:
@@ -246,17 +220,7 @@ def _merge_round(root_dir: str, r: int, results: list[dict]) -> dict:
 
 
 def _fit_flip_model(data: dict) -> FlipGainModel | None:
-    from mlgo_host.channel.codec import Header
-
-    rows = list(data["best"].values()) + data["flip_only"]
-    flips = [(r, f) for r in rows for f in r["flips"]]
-    if len(flips) < 32:
-        return None
-    header = Header.from_json(next(r["header"] for r in rows if r.get("header")))
-    feats = np.concatenate([np.frombuffer(f["raw"], dtype=header.record_dtype) for _, f in flips])
-    names = [s.name for s in header.features if s.size == 1 and s.name != (header.advice.name if header.advice else "")]
-    return FlipGainModel.fit(feats, np.array([f["from"] for _, f in flips]),
-                             np.array([f["accepted"] for _, f in flips], dtype=np.float64), names)
+    return fit_flip_model(list(data["best"].values()) + data["flip_only"])
 
 
 # -- validation: the gate ---------------------------------------------------------
