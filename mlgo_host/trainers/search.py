@@ -177,17 +177,22 @@ def _trial(module: Module, base: Policy, forced: dict[int, int], cfg: dict) -> T
 def search_module(module: Module, base: Policy, budget: int, cfg: dict, *, default: Policy,
                   model: FlipGainModel | None = None, start_forced: dict[int, int] | None = None,
                   policy_probs=None, patience: int | None = None, exclude=(), deadline: float | None = None,
-                  in_order: bool = False) -> dict:
+                  in_order: bool = False, resume: dict | None = None) -> dict:
     """Greedy flip search on one module; returns its best trajectory and
     every flip tried (see the module docstring).  ``patience``: stop after
     that many flips in a row that did not shrink the object (the module
     does not pay); ``exclude``: decision indices not to try (tried before);
     ``deadline``: no compile starts after this ``time.time()``;
-    ``in_order``: no prior, decisions in index order (the plain greedy pass)."""
+    ``in_order``: no prior, decisions in index order (the plain greedy pass);
+    ``resume``: an earlier result of this module to go on from (its best
+    trajectory, not compiled again; ``start_forced`` is then ignored)."""
     t0 = time.monotonic()
     default_size = baseline_size(module, clang=cfg["clang"], llvm_size=cfg.get("llvm_size"),
                                  cache_dir=cfg.get("baseline_cache"), timeout=cfg.get("module_timeout", 300.0))
-    best = _start(module, base, default, dict(start_forced or {}), default_size, cfg)
+    if resume is not None:
+        best = _resumed(resume, base, default)
+    else:
+        best = _start(module, base, default, dict(start_forced or {}), default_size, cfg)
     compiles = best["compiles"]
     cur: Trial = best["trial"]
     flips: list[dict] = []
@@ -216,7 +221,8 @@ def search_module(module: Module, base: Policy, budget: int, cfg: dict, *, defau
             misses += 1
     ep = cur.episode
     return {
-        "name": module.name, "status": "ok" if ep is not None else "failed", "reason": cur.reason,
+        "name": module.name, "module_key": module.key, "status": "ok" if ep is not None else "failed",
+        "reason": cur.reason,
         "default_size": int(default_size), "policy_size": best["policy_size"], "start_size": best["start_size"],
         "best_size": cur.size, "default_slot": cfg["default_slot"],
         "base": best["base_name"], "forced": {str(k): v for k, v in sorted(cur.forced.items())},
@@ -249,6 +255,16 @@ def _start(module: Module, base: Policy, default: Policy, forced: dict[int, int]
             "start_size": trial.size, "policy_size": policy_size}
 
 
+def _resumed(res: dict, base: Policy, default: Policy) -> dict:
+    """:func:`_start`'s answer from an earlier result (no compile)."""
+    forced = {int(k): int(v) for k, v in res["forced"].items()}
+    trial = Trial(forced, res["best_size"], episode_from_result(res))
+    from_default = res["base"] == "default"
+    return {"trial": trial, "base": default if from_default else base, "compiles": 0,
+            "base_name": "default" if from_default else getattr(base, "name", "policy"),
+            "start_size": res["best_size"], "policy_size": res["best_size"]}
+
+
 def _defaults(ep: Episode, slot: str) -> np.ndarray:
     """The compiler's default decision at each step of a trajectory (the
     include-default slot of this compiler)."""
@@ -261,6 +277,8 @@ def _candidates(cur: Trial, tried: set[int], model: FlipGainModel | None, policy
                 in_order: bool = False) -> list[int]:
     """Untried decision indices of the current trajectory, best score first."""
     ep = cur.episode
+    if ep.n == 0:  # a module without inlining decisions
+        return []
     if in_order:
         return [i for i in range(ep.n) if i not in tried]
     feats = ep.features()
@@ -277,7 +295,7 @@ class SearchWorker(CollectWorker):
 
     def search(self, task: dict, budget: int, model: dict | None, start_forced: dict | None, seed: int,
                patience: int | None = None, exclude=(), from_default: bool = False, deadline: float | None = None,
-               in_order: bool = False) -> dict:
+               in_order: bool = False, resume: dict | None = None) -> dict:
         from mlgo_host.policies import load_policy
 
         if deadline is not None and time.time() >= deadline:  # a task dispatched after the time was up
@@ -293,7 +311,7 @@ class SearchWorker(CollectWorker):
         forced = {int(k): int(v) for k, v in (start_forced or {}).items()}
         return search_module(mod, base, budget, cfg, default=default, model=fm, start_forced=forced,
                              policy_probs=probs, patience=patience, exclude=exclude, deadline=deadline,
-                             in_order=in_order)
+                             in_order=in_order, resume=resume)
 
 
 def _probs_of(policy: Policy):

@@ -49,7 +49,7 @@ from mlgo_host.fsutil import atomic_path, atomic_write_bytes, atomic_write_json
 from mlgo_host.policies import HEURISTICS
 from mlgo_host.policies.replay import Replay, stream_fingerprint, write_replay
 from mlgo_host.trainers.pool import make_pool
-from mlgo_host.trainers.search import budgets, continued, fit_flip_model, paid_budgets, run_searches
+from mlgo_host.trainers.search import continued, fit_flip_model, paid_budgets, run_searches
 from mlgo_host.trainers.worker import policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.tune")
@@ -71,7 +71,7 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     mods = _select(load_corpus(corpus_dir), modules, corpus_dir)
-    store = TuneStore.open(output, corpus_dir, policy, clang)
+    store = TuneStore.open(output, corpus_dir, policy, clang, mods)
     deadline = time.time() + 60.0 * budget_minutes if budget_minutes is not None else None
     pool_opts = {"ray_address": ray_address} if backend == "ray" else {}
     pool = make_pool(backend, jobs, "mlgo_host.trainers.search:SearchWorker",
@@ -81,6 +81,7 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
         pool.broadcast("set_policy", store.policy_blob())
         spent0 = store.compiles(mods)
         run = Passes(pool, store, mods, budget, deadline, patience, first_share, seed, progress)
+        run.probe()
         run.first()
         run.more()
     finally:
@@ -119,8 +120,11 @@ def _select(corpus, names: Sequence[str] | None, corpus_dir: str) -> list[Module
 
 
 class Passes:
-    """The first pass over the modules never searched, then passes giving
-    what is left to the modules that paid (see the module docstring)."""
+    """A probe (the base's trajectory: how many decisions each module has),
+    the first pass (the budget shared by decisions, early stop), then passes
+    giving what is left to the modules that paid (see the module docstring).
+    Every pass after the probe goes on from each module's best trajectory
+    without compiling it again."""
 
     def __init__(self, pool, store: "TuneStore", mods: list[Module], budget: dict, deadline: float | None,
                  patience: int, first_share: float, seed: int, progress: bool):
@@ -143,47 +147,61 @@ class Passes:
         m = fit_flip_model(self.store.all_results())
         return m.to_json() if m is not None else None
 
+    def _open(self) -> list[dict]:
+        return [r for n, r in self.store.results.items() if n in self.by_name and not _exhausted(r)]
+
+    def _run(self, tasks: list[tuple], desc: str, stage: str | None = None) -> None:
+        run_searches(self.pool, tasks, desc, self.progress, on_result=lambda r: self.store.add(r, stage))
+
     def _task(self, m: Module, budget: int, model, patience: int | None) -> tuple:
         old = self.store.results.get(m.name)
-        forced = old["forced"] if old else None
-        tried = old["tried"] if old else ()
-        from_default = bool(old and old["base"] == "default")
-        return (m.to_task(), int(budget), model, forced, self.seed, patience, tried, from_default, self.deadline)
+        resume = dict(old, flips=[]) if old is not None and old["status"] == "ok" else None
+        tried = old["tried"] if resume else ()
+        # task, budget, model, start_forced, seed, patience, exclude, from_default, deadline, in_order, resume
+        return (m.to_task(), int(budget), model, None, self.seed, patience, tried, False, self.deadline, False, resume)
+
+    def probe(self) -> None:
+        """One compile of each module never seen: its decisions (a module
+        without any is done) and the start of its search."""
+        new = [m for m in self.mods if m.name not in self.store.results]
+        if new and self.left() > 0:
+            self._run([self._task(m, 1, None, None) for m in new], "tune: probe")
 
     def first(self) -> None:
-        """Modules without a result: a share of the budget each, by size,
-        stopping early when a module does not pay."""
-        new = [m for m in self.mods if m.name not in self.store.results]
+        """The modules not searched yet: ``first_share`` of what is left,
+        shared by their decisions, each stopping after ``patience`` flips in
+        a row that did not pay."""
+        todo = [r for r in self._open() if "first" not in r.get("stages", ())]
         left = self.left()
-        if not new or left <= 0:
+        if not todo or left <= 0:
             return
-        per = self.per_module if self.per_module is not None else DEFAULT_COMPILES_PER_MODULE
-        total = min(left, int(self.first_share * per * len(new)))
-        caps = budgets([m.size for m in new], [10_000] * len(new), total, floor=2)
+        d = np.array([_untried(r) for r in todo], dtype=np.float64)
+        if self.per_module is None:
+            caps = np.maximum(2, d // 2)
+        else:
+            caps = np.floor(self.first_share * left * d / d.sum())
+        caps = np.minimum(np.maximum(caps, 1), d).astype(int)
         model = self._model()
-        tasks = [self._task(m, b, model, self.patience) for m, b in zip(new, caps)]
-        run_searches(self.pool, tasks, "tune: 1st pass", self.progress, on_result=self.store.add)
+        self._run([self._task(self.by_name[r["name"]], b, model, self.patience) for r, b in zip(todo, caps)],
+                  "tune: 1st pass", stage="first")
 
     def more(self) -> None:
         """Passes with what is left: to the modules that paid (by bytes
         gained), then, when none can take more, to every module not done."""
         for k in range(2, 2 + MAX_PASSES):
             left = self.left()
-            open_ = [r for n, r in self.store.results.items() if n in self.by_name and not _exhausted(r)]
+            open_ = self._open()
             if left <= 0 or not open_:
                 return
-            model = self._model()
-            shares = [(r, b) for r, b in paid_budgets(open_, left)]
+            shares = paid_budgets(open_, left)
             if not shares:  # nothing paid (or all done): spread what is left evenly, without patience
-                each = max(2, left // len(open_))
+                each = max(1, left // len(open_))
                 shares = [(r, each) for r in open_]
-            shares = [(r, min(b, 1 + _untried(r))) for r, b in shares]
-            tasks = [self._task(self.by_name[r["name"]], b, model, self.patience if k == 2 else None)
-                     for r, b in shares if b >= 2]
-            if not tasks:
-                return
+            model = self._model()
+            tasks = [self._task(self.by_name[r["name"]], min(b, _untried(r)), model, self.patience if k == 2 else None)
+                     for r, b in shares]
             before = self.store.compiles(self.mods)
-            run_searches(self.pool, tasks, f"tune: pass {k}", self.progress, on_result=self.store.add)
+            self._run(tasks, f"tune: pass {k}")
             if self.store.compiles(self.mods) == before:
                 return
 
@@ -211,7 +229,7 @@ class TuneStore:
         self.identities = identities
 
     @classmethod
-    def open(cls, path: str, corpus_dir: str, policy: str | None, clang: str) -> "TuneStore":
+    def open(cls, path: str, corpus_dir: str, policy: str | None, clang: str, mods: Sequence[Module]) -> "TuneStore":
         path = os.path.abspath(path)
         if os.path.exists(path) and not os.path.isdir(path):
             raise ConfigError(f"--output {path} exists and is not a directory")
@@ -232,7 +250,12 @@ class TuneStore:
         root = project_root(idents.values())
         manifest["root"] = root
         rel = {n: relative_identity(i, root) for n, i in idents.items()}
-        return cls(path, manifest, _load_results(os.path.join(path, DATA)), rel)
+        results = _load_results(os.path.join(path, DATA))
+        for m in mods:  # a module rebuilt since (other bitcode or command) is searched anew
+            if m.name in results and results[m.name].get("module_key") != m.key:
+                log.warning("tune: %s changed since it was tuned: searching it again", m.name)
+                del results[m.name]
+        return cls(path, manifest, results, rel)
 
     def policy_blob(self) -> dict:
         base = self.manifest["base"]
@@ -246,8 +269,9 @@ class TuneStore:
     def all_results(self) -> list[dict]:
         return [r for r in self.results.values() if r["status"] == "ok"]
 
-    def add(self, res: dict) -> None:
-        """Merge one search result into the module's and write it out."""
+    def add(self, res: dict, stage: str | None = None) -> None:
+        """Merge one search result into the module's and write it out
+        (``stage``: the pass it completes for the module)."""
         name = res["name"]
         if res["status"] == "skipped":  # started after the time was up
             return
@@ -255,6 +279,7 @@ class TuneStore:
         if res["status"] != "ok" and old is None:
             log.warning("tune: %s: %s", name, res.get("reason") or "failed")
         merged = continued(old, res) if old is not None and old["status"] == "ok" else res
+        merged["stages"] = sorted(set(old.get("stages", ()) if old else ()) | ({stage} if stage else set()))
         self.results[name] = merged
         with atomic_path(os.path.join(self.path, DATA, module_file(name, ".pkl"))) as tmp, open(tmp, "wb") as f:
             pickle.dump(merged, f, protocol=pickle.HIGHEST_PROTOCOL)
