@@ -180,9 +180,9 @@ class Passes:
             caps = np.maximum(2, d // 2)
         else:
             caps = np.floor(self.first_share * left * d / d.sum())
-        caps = np.minimum(np.maximum(caps, 1), d).astype(int)
+        caps = _within(np.minimum(np.maximum(caps, 1), d).astype(int), d, left)
         model = self._model()
-        self._run([self._task(self.by_name[r["name"]], b, model, self.patience) for r, b in zip(todo, caps)],
+        self._run([self._task(self.by_name[r["name"]], b, model, self.patience) for r, b in zip(todo, caps) if b > 0],
                   "tune: 1st pass", stage="first")
 
     def more(self) -> None:
@@ -193,17 +193,32 @@ class Passes:
             open_ = self._open()
             if left <= 0 or not open_:
                 return
-            shares = paid_budgets(open_, left)
+            # paid_budgets counts a start compile in each share: going on from the best costs none
+            shares = [(r, b - 1) for r, b in paid_budgets(open_, left)]
             if not shares:  # nothing paid (or all done): spread what is left evenly, without patience
-                each = max(1, left // len(open_))
-                shares = [(r, each) for r in open_]
+                shares = [(r, max(1, left // len(open_))) for r in open_]
+            d = np.array([_untried(r) for r, _ in shares])
+            caps = _within(np.minimum([b for _, b in shares], d), d, left)
             model = self._model()
-            tasks = [self._task(self.by_name[r["name"]], min(b, _untried(r)), model, self.patience if k == 2 else None)
-                     for r, b in shares]
+            tasks = [self._task(self.by_name[r["name"]], b, model, self.patience if k == 2 else None)
+                     for (r, _), b in zip(shares, caps) if b > 0]
+            if not tasks:
+                return
             before = self.store.compiles(self.mods)
             self._run(tasks, f"tune: pass {k}")
             if self.store.compiles(self.mods) == before:
                 return
+
+
+def _within(caps: np.ndarray, weight: np.ndarray, left: int) -> np.ndarray:
+    """``caps`` cut so that they add up to at most ``left``: the modules
+    with the least ``weight`` (decisions) lose theirs first."""
+    caps = np.array(caps, dtype=int)
+    for i in np.argsort(weight, kind="stable"):
+        if caps.sum() <= left:
+            break
+        caps[i] = max(0, caps[i] - (caps.sum() - left))
+    return caps
 
 
 def _untried(r: dict) -> int:
