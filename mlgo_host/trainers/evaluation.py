@@ -57,6 +57,8 @@ class EvalRow:
     #: with the guard: the policy's own size (None if its compile failed) and "policy" | "default"
     unguarded_text: int | None = None
     kept: str = ""
+    #: with a tune directory (eval --replay T): "tuned" | "stale" | "default"
+    tuned: str = ""
 
     @property
     def ok(self) -> bool:
@@ -276,7 +278,6 @@ def evaluate_module(task: dict, policy: str, cfg: dict) -> EvalRow:
     from mlgo_host.errors import MlgoHostError
     from mlgo_host.corpus.corpus import Module
     from mlgo_host.corpus.compile import baseline_size_info, compile_module
-    from mlgo_host.corpus.reward import reward
 
     mod = Module.from_task(task)
     if mod.error is not None:
@@ -288,16 +289,40 @@ def evaluate_module(task: dict, policy: str, cfg: dict) -> EvalRow:
         return EvalRow(mod.name, None, None, None, 0, "failed", f"baseline: {e}")
     except Exception as e:  # noqa: BLE001 - a report row, not a crash
         return EvalRow(mod.name, None, None, None, 0, "failed", f"baseline: {type(e).__name__}: {e}")
+    pols = _tuned_policies(cfg["replay_dir"], policy, cfg["seed"]) if cfg.get("replay_dir") else None
     try:
-        res = compile_module(mod, _policy(policy, cfg["seed"]), advisor=cfg["advisor"], clang=cfg["clang"],
+        pol, tuned = pols.for_module(mod.name) if pols is not None else (_policy(policy, cfg["seed"]), None)
+        res = compile_module(mod, pol, advisor=cfg["advisor"], clang=cfg["clang"],
                              llvm_size=cfg["llvm_size"], timeout=cfg["timeout"])
     except Exception as e:  # noqa: BLE001 - e.g. a policy that raises
         return EvalRow(mod.name, base, None, None, 0, "failed", f"{type(e).__name__}: {e}")
+    row = _row_of(mod.name, base, base_cpu, res)
+    if pols is not None:
+        row.tuned = pols.outcome(pol, tuned)["tuned"]
+    return row
+
+
+def _row_of(name: str, base: int, base_cpu, res) -> EvalRow:
+    from mlgo_host.corpus.reward import reward
+
     if not res.ok:
-        return EvalRow(mod.name, base, None, None, res.observations, "failed", res.reason, res.wall_s,
+        return EvalRow(name, base, None, None, res.observations, "failed", res.reason, res.wall_s,
                        baseline_cpu_s=base_cpu)
-    return EvalRow(mod.name, base, res.text_size, reward(res.text_size, base), res.observations, "ok", "",
+    return EvalRow(name, base, res.text_size, reward(res.text_size, base), res.observations, "ok", "",
                    res.wall_s, baseline_cpu_s=base_cpu, policy_cpu_s=res.compiler_cpu_s)
+
+
+_TUNED: dict[tuple[str, str, int], Any] = {}
+
+
+def _tuned_policies(replay_dir: str, policy: str, seed: int):
+    """The tuned modules' policies of a tune directory (one per process)."""
+    from mlgo_host.corpus.tuned import TunedDir, TunedPolicies
+
+    key = (replay_dir, policy, seed)
+    if key not in _TUNED:
+        _TUNED[key] = TunedPolicies(TunedDir(replay_dir), _policy(policy, seed), seed)
+    return _TUNED[key]
 
 
 def evaluate(
@@ -317,11 +342,14 @@ def evaluate(
     progress: bool = True,
     selected: Sequence | None = None,
     guard: bool = False,
+    replay_dir: str | None = None,
 ) -> EvalReport:
     """Evaluate ``policy`` (a heuristic name, a saved policy directory or a
     replay file) on the selected modules of the corpus in ``corpus_dir``
     with ``jobs`` worker processes; ``guard``: keep each module's smaller
-    valid object of the policy's and the default's (:func:`apply_guard`)."""
+    valid object of the policy's and the default's (:func:`apply_guard`);
+    ``replay_dir``: a tune directory whose modules are compiled with their
+    replays (the others with ``policy``)."""
     from tqdm import tqdm
 
     from mlgo_host.corpus.corpus import load_corpus
@@ -339,6 +367,9 @@ def evaluate(
         raise CorpusError(f"{corpus_dir}: no module selected (split {split!r})")
     cfg = {"clang": clang, "llvm_size": llvm_size, "timeout": timeout, "advisor": advisor, "seed": seed,
            "cache_dir": None if cache_dir is None else str(cache_dir)}
+    if replay_dir is not None:
+        _tuned_policies(os.path.abspath(replay_dir), policy, seed)  # fail fast on a bad directory
+        cfg["replay_dir"] = os.path.abspath(replay_dir)
     tasks = [m.to_task() for m in selected]
     rows: dict[str, EvalRow] = {}
     bar = tqdm(total=len(tasks), desc=f"eval {os.path.basename(str(policy).rstrip('/'))}", unit="module",
