@@ -59,15 +59,20 @@ def read_sources(corpus_dir: str | os.PathLike) -> dict[str, dict]:
     return {}
 
 
-def project_root(identities: Iterable[dict]) -> str:
-    """The common directory of every source and object."""
-    dirs = [os.path.dirname(p) for i in identities for p in (i["source"], i["output"])]
+def common_dir(paths: Iterable[str]) -> str:
+    """The common directory of files ``paths`` ("" when there is none)."""
+    dirs = [os.path.dirname(p) for p in paths if p]
     if not dirs:
         return ""
     try:
         return os.path.commonpath(dirs)
     except ValueError:
         return ""
+
+
+def project_root(identities: Iterable[dict]) -> str:
+    """The common directory of every source and object."""
+    return common_dir(p for i in identities for p in (i["source"], i["output"]))
 
 
 def relative_identity(identity: dict, root: str) -> dict:

@@ -28,6 +28,7 @@ import json
 import os
 from typing import Any, Iterable
 
+from mlgo_host.corpus.identity import common_dir
 from mlgo_host.collected import STATUSES, StatsError, read_records  # noqa: F401 (re-exported)
 
 def build_key(rec: dict) -> str:
@@ -35,13 +36,7 @@ def build_key(rec: dict) -> str:
 
 
 def _common_root(outputs: list[str]) -> str:
-    dirs = [os.path.dirname(o) for o in outputs if o]
-    if not dirs:
-        return ""
-    try:
-        return os.path.commonpath(dirs)
-    except ValueError:
-        return ""
+    return common_dir(outputs)
 
 
 def aggregate(records: Iterable[dict]) -> list[dict[str, Any]]:

@@ -75,8 +75,11 @@ def train_search(
     module_timeout: float = 300.0,
     seed: int = 0,
     progress: bool = True,
+    search_data: str | None = None,
 ) -> dict[str, Any]:
-    """Run rounds of search and imitation; returns the state (also in state.json)."""
+    """Run rounds of search and imitation; returns the state (also in state.json).
+    ``search_data``: a tune directory (``mlgo-host tune --output T``) whose
+    tried flips and best trajectories are imitated too (as round 0)."""
     t_start = time.monotonic()
     root_dir = os.path.abspath(root_dir)
     os.makedirs(os.path.join(root_dir, "search"), exist_ok=True)
@@ -86,6 +89,8 @@ def train_search(
         raise ConfigError(f"corpus {corpus_dir}: {len(train_mods)} training and {len(val_mods)} validation modules "
                           "(need at least one of each; lower the fractions or add modules)")
     state = _load_state(root_dir)
+    if search_data:
+        _merge_round(root_dir, 0, _tune_results(search_data, val_mods, held_mods))
     cfg = {"clang": clang_path, "llvm_size": llvm_size_path, "module_timeout": module_timeout,
            "baseline_cache": os.path.join(root_dir, "baselines")}
     pool_opts = {"ray_address": ray_address} if worker_backend == "ray" else {}
@@ -217,6 +222,19 @@ def _merge_round(root_dir: str, r: int, results: list[dict]) -> dict:
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         pickle.dump(data, f, protocol=pickle.HIGHEST_PROTOCOL)
     return data
+
+
+def _tune_results(path: str, val_mods: list[Module], held_mods: list[Module]) -> list[dict]:
+    """The search results a tune directory keeps, but for the modules of
+    the validation and held-out splits (no choice may read them)."""
+    from mlgo_host.trainers.tune import load_tune_results
+
+    keep_out = {m.name for m in val_mods} | {m.name for m in held_mods}
+    res = [r for r in load_tune_results(path) if r["name"] not in keep_out]
+    if not res:
+        raise ConfigError(f"search_data {path}: no tuned module outside the validation and held-out splits")
+    log.info("search_data %s: %d tuned modules, %d flips", path, len(res), sum(len(r["flips"]) for r in res))
+    return res
 
 
 def _fit_flip_model(data: dict) -> FlipGainModel | None:

@@ -122,6 +122,16 @@ def test_a_killed_tune_resumes(corpus, tmp_path):
 
 
 @needs_clang
+def test_a_time_budget_stops_the_search(corpus, tmp_path):
+    t = tmp_path / "T"
+    t0 = time.monotonic()
+    assert _tune(corpus, t, "--budget-minutes", "0.05") == 0  # 3 s: the searches in flight finish their compile
+    assert time.monotonic() - t0 < 60
+    man = read_manifest(t)["modules"]
+    assert man and all(m["best_size"] <= m["default_size"] for m in man.values())
+
+
+@needs_clang
 def test_tuned_flips_are_imitation_examples(corpus, tmp_path):
     t = tmp_path / "T"
     assert _tune(corpus, t, "--compiles-per-module", "5") == 0
@@ -152,3 +162,36 @@ def test_a_T_tuned_from_another_policy_is_refused(corpus, tmp_path):
     assert _tune(corpus, t, "--compiles-per-module", "2", "--modules", "t") == 0
     r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--policy", "never", timeout=60)
     assert r.returncode == 2 and "was tuned from default" in r.stderr, r.stderr
+
+
+@needs_clang
+@pytest.mark.slow
+def test_search_gin_imitates_what_tune_found(tmp_path):
+    """--gin_bindings "search_data='T'": the tuned flips and best trajectories
+    become round 0 of the search loop's data (validation modules left out)."""
+    import pickle
+
+    from _corpus_helpers import build_generated_corpus
+
+    corpus = build_generated_corpus(tmp_path / "c", {f"t{i}": 8 + 3 * i for i in range(10)})
+    t = tmp_path / "T"
+    assert _tune(corpus, t, "--compiles-per-module", "4") == 0
+    gin = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                       "configs", "inlining", "search.gin")
+    root = tmp_path / "root"
+    r = subprocess.run([sys.executable, "-m", "mlgo_host", "train", "--root_dir", str(root), "--corpus", str(corpus),
+                        "--gin_files", gin, "--gin_bindings", "search.train_search.max_rounds=1",
+                        "compiles_per_round=20", "heldout_fraction=0.25", "validation_fraction=0.25",
+                        "num_workers=2", "search.train_search.gate_thresholds=(0.5,)",
+                        "imitate.train_imitation.epochs=2", f"search_data='{t}'"],
+                       capture_output=True, text=True, timeout=900,
+                       env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    with open(root / "search" / "data.pkl", "rb") as f:
+        data = pickle.load(f)
+    assert 0 in data["merged"] and 1 in data["merged"]
+    # validation (t3, t8) and held-out (t7) modules of seed 0 never come from T
+    tuned = {x["name"] for x in load_tune_results(str(t))}
+    kept = set(data["best"]) | {x["name"] for x in data["flip_only"]}
+    assert tuned - {"t3", "t7", "t8"} <= kept
+    assert not {"t3", "t7", "t8"} & kept
