@@ -43,10 +43,10 @@ import numpy as np
 from mlgo_host.channel.codec import Header
 from mlgo_host.corpus.corpus import Module, load_corpus
 from mlgo_host.corpus.identity import project_root, read_sources, relative_identity
-from mlgo_host.corpus.tuned import DATA, FORMAT, MANIFEST, POLICY, REPLAYS, module_file
+from mlgo_host.corpus.tuned import DATA, FORMAT, MANIFEST, POLICY, REPLAYS, module_file, read_manifest
 from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes, atomic_write_json
-from mlgo_host.policies import HEURISTICS
+from mlgo_host.policies import HEURISTICS, load_policy
 from mlgo_host.policies.replay import Replay, stream_fingerprint, write_replay
 from mlgo_host.trainers.pool import make_pool
 from mlgo_host.trainers.search import continued, fit_flip_model, paid_budgets, run_searches
@@ -250,8 +250,6 @@ class TuneStore:
             raise ConfigError(f"--output {path} exists and is not a directory")
         mf = os.path.join(path, MANIFEST)
         if os.path.exists(mf):
-            from mlgo_host.corpus.tuned import read_manifest
-
             manifest = read_manifest(path)
             src = manifest.get("policy_source", "default")
             if policy is not None and _policy_key(policy) != src:
@@ -348,8 +346,6 @@ def _policy_key(policy: str) -> str:
 def _install_policy(path: str, policy: str) -> str:
     """The replays' base: a heuristic's name, or the saved policy copied to
     ``T/policy`` (without its SavedModel), named relative to ``T/replays``."""
-    from mlgo_host.policies import load_policy
-
     load_policy(policy)  # a bad name or directory fails here, before any compile
     if policy in HEURISTICS:
         return policy
@@ -379,8 +375,6 @@ def _load_results(data_dir: str) -> dict[str, dict]:
 def load_tune_results(path: str) -> list[dict]:
     """Every module's search result kept in tune directory ``path`` (the
     training data ``search_data`` reads): best trajectory and flips tried."""
-    from mlgo_host.corpus.tuned import read_manifest
-
     read_manifest(path)
     return [r for r in _load_results(os.path.join(path, DATA)).values() if r["status"] == "ok"]
 
@@ -402,7 +396,7 @@ def _write_csv(path: str, rows: list[dict]) -> None:
 
 def _plot(path: str, rows: list[dict], s: dict) -> None:
     """Gain (% of the module's -Oz .text) against module size."""
-    import matplotlib
+    import matplotlib  # lazily: ~0.5 s to import, only for the report
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
