@@ -90,6 +90,9 @@ def main() -> int:
     ap.add_argument("--clang", default="clang-19")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "tune.json"))
     ap.add_argument("--work", default=None, help="work directory (default: a temp dir)")
+    ap.add_argument("--greedy-from", metavar="JSON", default=None,
+                    help="reuse the greedy pass of an earlier run's JSON (same modules; its compiles and gains are "
+                         "deterministic, its minutes are that run's)")
     args = ap.parse_args()
     _, held = load_corpus(args.corpus).split(args.heldout_fraction, seed=0)
     mods = sorted((m for m in held if m.size <= 1024 * args.max_bc_kb), key=lambda m: m.name)
@@ -97,7 +100,12 @@ def main() -> int:
     os.makedirs(work, exist_ok=True)
     print(f"{len(mods)} of {len(held)} held-out modules (bitcode <= {args.max_bc_kb:g} KB); work dir {work}",
           file=sys.stderr)
-    greedy = greedy_pass(mods, args.jobs, work, args.clang)
+    if args.greedy_from:  # the greedy pass is deterministic: its figures from an earlier run of these modules
+        with open(args.greedy_from) as f:
+            greedy = dict(json.load(f)["greedy"], reused_from=args.greedy_from)
+        assert sorted(greedy["per_module"]) == sorted(m.name for m in mods), "not the same modules"
+    else:
+        greedy = greedy_pass(mods, args.jobs, work, args.clang)
     print(f"greedy pass: {greedy['gain_pct']:.3f}% smaller than -Oz, {greedy['compiles_per_module']} compiles/module, "
           f"{greedy['minutes']:.1f} min", file=sys.stderr)
     per_module = max(2.0, args.share * greedy["compiles"] / max(greedy["searched"], 1))

@@ -11,10 +11,12 @@ from the base policy's trajectory (the compiler's default unless
   refitted before each pass; a saved policy's uncertainty);
 * **early stop**: a module's search stops after ``patience`` flips in a row
   that did not pay;
-* **more budget where it pays**: the first pass spends ``first_share`` of the
-  budget (shared by module size); later passes give what is left to the
-  modules that paid, in proportion to the bytes they gained, continuing from
-  their best; modules exhausted are skipped.
+* **more budget where it pays**: a probe compiles each module once (its
+  decisions; a module without any is done), the first pass spends
+  ``first_share`` of the budget shared by decisions; later passes give what
+  is left first to the modules that paid, in proportion to the bytes they
+  gained, the rest to the others by their decisions left, each continuing
+  from its best; modules exhausted are skipped.
 
 Budget: ``compiles_per_module`` (the run's target, counting what ``T``
 holds already: a second run with the same figure only finishes what a
@@ -55,8 +57,8 @@ from mlgo_host.trainers.worker import policy_blob_from_dir
 log = logging.getLogger("mlgo_host.tune")
 
 DEFAULT_COMPILES_PER_MODULE = 30
-#: passes after the first (each gives what is left to the modules that paid)
-MAX_PASSES = 4
+#: passes after the first (each gives what is left to the modules that paid first)
+MAX_PASSES = 6
 
 
 def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minutes: float | None = None,
@@ -182,26 +184,32 @@ class Passes:
             caps = np.floor(self.first_share * left * d / d.sum())
         caps = _within(np.minimum(np.maximum(caps, 1), d).astype(int), d, left)
         model = self._model()
-        self._run([self._task(self.by_name[r["name"]], b, model, self.patience) for r, b in zip(todo, caps) if b > 0],
-                  "tune: 1st pass", stage="first")
+        # a big module's winners are as sparse: its patience grows with sqrt(decisions)
+        self._run([self._task(self.by_name[r["name"]], b, model, max(self.patience, int(np.sqrt(n))))
+                   for r, b, n in zip(todo, caps, d) if b > 0], "tune: 1st pass", stage="first")
 
     def more(self) -> None:
-        """Passes with what is left: to the modules that paid (by bytes
-        gained), then, when none can take more, to every module not done."""
+        """Passes with what is left: the modules that paid get shares by the
+        bytes they gained (the first such pass with patience), the rest goes
+        to every other module not done, by its decisions left."""
         for k in range(2, 2 + MAX_PASSES):
             left = self.left()
             open_ = self._open()
             if left <= 0 or not open_:
                 return
             # paid_budgets counts a start compile in each share: going on from the best costs none
-            shares = [(r, b - 1) for r, b in paid_budgets(open_, left)]
-            if not shares:  # nothing paid (or all done): spread what is left evenly, without patience
-                shares = [(r, max(1, left // len(open_))) for r in open_]
-            d = np.array([_untried(r) for r, _ in shares])
-            caps = _within(np.minimum([b for _, b in shares], d), d, left)
+            paid = {r["name"]: b - 1 for r, b in paid_budgets(open_, left)}
+            caps = np.array([min(paid.get(r["name"], 0), _untried(r)) for r in open_])
+            rest = np.array([0 if r["name"] in paid else _untried(r) for r in open_], dtype=np.float64)
+            spare = left - int(caps.sum())
+            if spare > 0 and rest.sum() > 0:
+                caps += np.minimum(np.ceil(spare * rest / rest.sum()), rest).astype(int)
+            d = np.array([_untried(r) for r in open_])
+            caps = _within(np.maximum(caps, 0), d, left)
             model = self._model()
-            tasks = [self._task(self.by_name[r["name"]], b, model, self.patience if k == 2 else None)
-                     for (r, _), b in zip(shares, caps) if b > 0]
+            tasks = [self._task(self.by_name[r["name"]], b, model,
+                                self.patience if k == 2 and r["name"] in paid else None)
+                     for r, b in zip(open_, caps) if b > 0]
             if not tasks:
                 return
             before = self.store.compiles(self.mods)

@@ -27,7 +27,7 @@ def tuned(tmp_path_factory):
     root = tmp_path_factory.mktemp("tuneserve")
     corpus = build_project_corpus(root)
     t = root / "T"
-    r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--compiles-per-module", "8", "--jobs", "2")
+    r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--compiles-per-module", "12", "--jobs", "2")
     assert r.returncode == 0, r.stderr
     man = read_manifest(t)
     assert man["modules"]["k"]["best_size"] < man["modules"]["k"]["default_size"], man["modules"]["k"]

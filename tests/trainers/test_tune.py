@@ -37,14 +37,14 @@ def _tune(corpus, t, *extra) -> int:
 @needs_clang
 def test_tune_finds_a_gain_and_keeps_a_replay_that_reproduces_it(corpus, tmp_path, capsys):
     t = tmp_path / "T"
-    assert _tune(corpus, t, "--compiles-per-module", "6") == 0
+    assert _tune(corpus, t, "--compiles-per-module", "12") == 0
     line = capsys.readouterr().out
     assert "smaller" in line and str(t) in line
     man = read_manifest(t)
     k = man["modules"]["k"]
     assert k["best_size"] < k["default_size"] and k["forced"] > 0
     assert all(m["best_size"] <= m["default_size"] for m in man["modules"].values())
-    assert sum(m["compiles"] for m in man["modules"].values()) <= 6 * 3
+    assert sum(m["compiles"] for m in man["modules"].values()) <= 12 * 3
     s = json.loads((t / "summary.json").read_text())
     assert s["gain_bytes"] == sum(m["default_size"] - m["best_size"] for m in man["modules"].values()) > 0
     assert s["identified"] == 3
@@ -69,7 +69,7 @@ def test_tune_finds_a_gain_and_keeps_a_replay_that_reproduces_it(corpus, tmp_pat
 @needs_clang
 def test_eval_replay_dir_reports_the_tuned_sizes(corpus, tmp_path, capsys):
     t = tmp_path / "T"
-    assert _tune(corpus, t, "--compiles-per-module", "6") == 0
+    assert _tune(corpus, t, "--compiles-per-module", "12") == 0
     capsys.readouterr()
     assert main(["eval", "--corpus", str(corpus), "--replay", str(t), "--jobs", "1", "--no-progress", "--json",
                  "--baseline-cache", str(tmp_path / "b")]) == 0
