@@ -200,10 +200,11 @@ def search_module(module: Module, base: Policy, budget: int, cfg: dict, *, defau
     cur: Trial = best["trial"]
     flips: list[dict] = []
     tried: set[int] = {int(i) for i in exclude}
+    won = [f for f in (resume or {}).get("flips", ()) if f["accepted"]]  # a winner's family goes first
     misses = 0
     while (compiles < budget and cur.episode is not None and (patience is None or misses < patience)
            and (deadline is None or time.time() < deadline)):
-        order = _candidates(cur, tried, model, policy_probs, in_order)
+        order = _candidates(cur, tried, model, policy_probs, in_order, won)
         if not order:
             break
         i = order[0]
@@ -219,6 +220,7 @@ def search_module(module: Module, base: Policy, budget: int, cfg: dict, *, defau
                       "from": a, "delta": int(delta), "accepted": delta < 0})
         if delta < 0:
             cur = trial
+            won.append(flips[-1])
             misses = 0
         else:
             misses += 1
@@ -276,9 +278,27 @@ def _defaults(ep: Episode, slot: str) -> np.ndarray:
     return (ep.features()[slot].reshape(ep.n, -1)[:, 0] != 0).astype(np.int64)
 
 
+def _family(feats: np.ndarray, actions: np.ndarray, won: Sequence[dict]) -> np.ndarray:
+    """1 where a decision looks like a flip that paid in this module (same
+    action, callee users and cost: mostly the same callee at another call
+    site; winners come in such families), else 0."""
+    names = feats.dtype.names or ()
+    n = len(actions)
+    if not won or _USERS not in names or _COST not in names:
+        return np.zeros(n)
+    key = np.stack([actions, feats[_USERS].reshape(n, -1)[:, 0], feats[_COST].reshape(n, -1)[:, 0]], axis=1)
+    hit = np.zeros(n, dtype=bool)
+    for f in won:
+        x = np.frombuffer(f["raw"], dtype=feats.dtype, count=1)
+        want = np.array([f["from"], x[_USERS].reshape(1, -1)[0, 0], x[_COST].reshape(1, -1)[0, 0]])
+        hit |= (key == want).all(axis=1)
+    return hit.astype(np.float64)
+
+
 def _candidates(cur: Trial, tried: set[int], model: FlipGainModel | None, policy_probs,
-                in_order: bool = False) -> list[int]:
-    """Untried decision indices of the current trajectory, best score first."""
+                in_order: bool = False, won: Sequence[dict] = ()) -> list[int]:
+    """Untried decision indices of the current trajectory, best score first
+    (the families of the flips that paid in this module first)."""
     ep = cur.episode
     if ep.n == 0:  # a module without inlining decisions
         return []
@@ -287,7 +307,7 @@ def _candidates(cur: Trial, tried: set[int], model: FlipGainModel | None, policy
     feats = ep.features()
     acts = np.asarray(ep.actions, dtype=np.int64)
     p1 = policy_probs(feats) if policy_probs is not None else None
-    s = flip_scores(feats, acts, model=model, policy_p1=p1)
+    s = flip_scores(feats, acts, model=model, policy_p1=p1) + 2.0 * _family(feats, acts, won)
     order = np.argsort(-s, kind="stable")
     return [int(i) for i in order if int(i) not in tried]
 

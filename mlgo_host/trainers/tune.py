@@ -157,7 +157,8 @@ class Passes:
 
     def _task(self, m: Module, budget: int, model, patience: int | None) -> tuple:
         old = self.store.results.get(m.name)
-        resume = dict(old, flips=[]) if old is not None and old["status"] == "ok" else None
+        # the flips that paid travel along (the search tries their families first)
+        resume = dict(old, flips=[f for f in old["flips"] if f["accepted"]]) if old and old["status"] == "ok" else None
         tried = old["tried"] if resume else ()
         # task, budget, model, start_forced, seed, patience, exclude, from_default, deadline, in_order, resume
         return (m.to_task(), int(budget), model, None, self.seed, patience, tried, False, self.deadline, False, resume)
