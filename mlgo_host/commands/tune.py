@@ -5,9 +5,11 @@ Each module is searched from the base policy (--policy; default: the
 compiler's own decisions): flip one decision, keep the flip when llvm-size
 .text shrinks, go on from the new best.  The likeliest winners are tried
 first (measured winner patterns, then a flip-gain model fitted on the flips
-tried so far), a module stops after --patience flips in a row that did not
-pay, and what is left of the budget goes to the modules that paid.  The
-default is always a candidate: no module gets bigger than -Oz.
+tried so far; after a flip pays, the same callee's other call sites), a
+module's first pass stops after --patience (at least sqrt(decisions)) flips
+in a row that did not pay, and what is left of the budget goes first to the
+modules that paid.  The default is always a candidate: no module gets bigger
+than -Oz.
 
 T/ holds per module its best replay (replays/, fingerprinted so a build
 detects a module that changed since), the flips tried (data/, training data
