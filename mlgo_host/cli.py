@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("mlgo_host.commands.train", "train a policy with PPO or behavioural cloning (gin-configured)"),
     "serve": ("mlgo_host.commands.serve", "answer the compiles of a build run through mlgo-clang"),
     "stats": ("mlgo_host.commands.stats", "summarize the per-compile statistics written by `serve --stats`"),
+    "tune": ("mlgo_host.commands.tune", "search the best inlining decisions of your modules and keep them for builds"),
 }
 
 

@@ -22,6 +22,9 @@ cost (default compiles made in this run and their CPU seconds; cached sizes
 are free here, a guarded build pays one plain compile per module); the CSV
 adds unguarded_text and kept (policy | default).
 
+--replay T: the modules of the tune directory T are compiled with their
+replays (the decisions `mlgo-host tune` found), the others with --policy.
+
 example: mlgo-host eval --corpus corpus/ --policy never --jobs 2 --output never.csv --plot never.png
 """
 
@@ -67,6 +70,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--guard", action="store_true",
                    help="keep each module's smaller valid object of the policy's and the default's "
                         "(never bigger than the default); report the guard's gain and cost")
+    p.add_argument("--replay", metavar="T",
+                   help="a tune directory (mlgo-host tune --output T): its modules are compiled with their tuned "
+                        "replays (a module changed since tuning falls back to --policy and counts as stale)")
     p.add_argument("--output", "-o", metavar="CSV", help="write the per-module report as CSV")
     p.add_argument("--plot", metavar="PNG", help="plot per-module size change against module size")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
@@ -84,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         args.corpus, args.policy, modules=args.modules, split=args.split, heldout_fraction=args.heldout_fraction,
         jobs=args.jobs, advisor=args.advisor, clang=args.clang, llvm_size=args.llvm_size, timeout=args.timeout,
         cache_dir=args.baseline_cache, seed=args.seed,
-        progress=not args.no_progress, guard=args.guard, worker_backend=args.worker_backend,
+        progress=not args.no_progress, guard=args.guard, replay_dir=args.replay, worker_backend=args.worker_backend,
         pool_options={"ray_address": args.ray_address},
     )
     if args.output:
@@ -95,7 +101,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(s.as_dict(), indent=1))
     else:
-        print(s.text(args.policy + (" (guarded)" if args.guard else "")))
+        name = f"tuned {args.replay} over {args.policy}" if args.replay else args.policy
+        print(s.text(name + (" (guarded)" if args.guard else "")))
+        if args.replay:
+            n = {k: sum(1 for r in report.rows if r.tuned == k) for k in ("tuned", "stale", "default")}
+            print(f"  replays: {n['tuned']} modules tuned, {n['stale']} stale (changed since tuning), "
+                  f"{n['default']} not tuned")
         failed = [r for r in report.rows if not r.ok]
         for r in failed[:10]:
             print(f"  failed {r.module}: {r.reason[:300]}")

@@ -22,6 +22,11 @@ replay gives the same object, byte for byte.  Format:
   {"format": "mlgo_host.replay/1", "advisor": "inline", "base": "default",
    "forced": {"12": 1, "40": 0}, "module": ..., "observations": ..., "fingerprint": ...}
 
+--replay T (a tune directory, mlgo-host tune --output T): the replay of the
+tuned module this command compiles (matched by source, object and flags, as
+`serve --replay` does), --policy (default: default) when it is none; the
+JSON adds "tuned": {"tuned": "tuned" | "stale" | "default", ...}.
+
 example: mlgo-host run --policy default -- clang-19 -Oz -c x.c -o x.o
          mlgo-host run --replay x.replay.json -- clang-19 -Oz -c x.c -o x.o
 """
@@ -92,7 +97,12 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError("--save-replay needs --replay FILE (the forced actions to fingerprint)")
     if args.timeout <= 0:
         raise ConfigError(f"--timeout must be positive, got {args.timeout:g}")
-    if args.replay:
+    tuned = None
+    if args.replay and os.path.isdir(args.replay):
+        if args.save_replay:
+            raise ConfigError("--save-replay needs a replay file, not a tune directory")
+        policy, tuned = _tuned(args, cmd)
+    elif args.replay:
         from mlgo_host.policies.replay import load_replay
 
         policy = load_replay(args.replay, base=args.policy, seed=args.seed, greedy=not args.sample)
@@ -110,7 +120,13 @@ def _run(args: argparse.Namespace) -> int:
     res = run_session(cmd, args.advisor, policy, timeout=args.timeout, log_path=args.log, pin_cpu=args.pin)
     out = res.summary()
     out["policy"] = args.policy or "default"
-    if args.replay:
+    if tuned is not None:
+        pols, name = tuned
+        out["tuned"] = pols.outcome(policy, name)
+        if name is not None:
+            out["policy"] = policy.name  # type: ignore[union-attr]
+            out["replay"] = policy.report()  # type: ignore[union-attr]
+    elif args.replay:
         out["policy"] = policy.name  # type: ignore[union-attr]
         out["replay"] = policy.report()  # type: ignore[union-attr]
         if args.save_replay and res.returncode == 0:
@@ -127,6 +143,24 @@ def _run(args: argparse.Namespace) -> int:
         sys.stderr.write(res.stderr_tail)
     print(json.dumps(out))
     return res.returncode
+
+
+def _tuned(args: argparse.Namespace, cmd: list[str]):
+    """``--replay T`` (a tune directory): the replay of the tuned module this
+    command compiles (matched as `serve --replay` matches), else --policy."""
+    from mlgo_host.corpus.tuned import TunedDir, TunedPolicies
+    from mlgo_host.policies import load_policy
+    from mlgo_host.serve.client import classify
+
+    if args.advisor != "inline":
+        raise ConfigError(f"--replay {args.replay}: tuned replays are inlining decisions (use --advisor inline)")
+    pols = TunedPolicies(TunedDir(args.replay), load_policy(args.policy or "default", seed=args.seed,
+                                                               greedy=not args.sample), args.seed, not args.sample)
+    plan = classify(cmd[1:])
+    if not plan["compile"]:
+        return pols.fallback, (pols, None)
+    policy, name = pols.for_compile(cmd, os.getcwd(), plan["source"], plan["output"])
+    return policy, (pols, name)
 
 
 def _text_size(path: str) -> int | None:

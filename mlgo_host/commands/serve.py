@@ -15,6 +15,15 @@ text) in place; the stats line says which ("guard": "policy" | "default",
 with both sizes).  It costs one plain compile per served compile, run while
 the client holds its slot.  Clients can override it with MLGO_GUARD=0/1.
 
+--replay T: the decisions `mlgo-host tune --output T` found.  A compile is
+matched to its tuned module by its source, object and flags (relative to the
+project root, as recorded when the corpus was built) and gets the module's
+replay; the replay's fingerprint checks the module is still the one tuned:
+a module changed since falls back to --policy (stats: "tuned": "stale").
+Compiles that are no tuned module are served by --policy ("default").
+`mlgo-host stats` counts tuned / stale / default compiles and the bytes the
+tuned ones saved against -Oz.
+
 On SIGTERM/SIGINT: no new compiles; in-flight ones get --grace seconds, then
 their compilers are killed and their clients fall back to a plain compile;
 every FIFO is removed; exit status 0.  A restart on the same DIR removes
@@ -63,6 +72,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--guard", action="store_true",
                    help="clients also compile plainly and keep the smaller object: never bigger than the default "
                         "(one extra plain compile per served compile; MLGO_GUARD=0/1 overrides per client)")
+    p.add_argument("--replay", metavar="T",
+                   help="a tune directory (mlgo-host tune --output T): each compile that is a tuned module (same "
+                        "source, object and flags below the project root) gets its replay; a module changed since "
+                        "tuning falls back to --policy and is counted stale")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per compile on stderr")
 
 
@@ -72,14 +85,15 @@ def run(args: argparse.Namespace) -> int:
     srv = Server(args.channels, slots=args.slots, policy=args.policy, advisor=args.advisor, stats_path=args.stats,
                  collect_dir=args.collect, timeout=args.timeout, grace=args.grace, seed=args.seed,
                  sample=args.sample, compiler=args.compiler, verbose=args.verbose,
-                 pin=args.pin, guard=args.guard)
+                 pin=args.pin, guard=args.guard, replay_dir=args.replay)
     srv.install_signals()
     srv.start()
     if srv.stopping.is_set():  # signalled while starting
         srv.shutdown()
         return 0
+    tuned = f"{len(srv.tuned_dir)} tuned modules from {srv.replay_dir}, " if srv.tuned_dir is not None else ""
     srv.log(f"serving {srv.nslots} slots in {srv.root} (policy {srv.policy_name}, advisor {srv.advisor_name}, "
-            f"{'guarded, ' if srv.guard else ''}"
+            f"{tuned}{'guarded, ' if srv.guard else ''}"
             f"pid {os.getpid()}); clients: MLGO_CHANNELS={srv.root} CC=mlgo-clang")
     rc = srv.serve_forever()
     srv.log("stopped")

@@ -303,6 +303,8 @@ def build_corpus(
         raise CorpusError(f"no module could be built ({len(failures)} failures; first: "
                           f"{failures[0][0]}: {failures[0][1]})")
     write_description(out_dir, [n for n, _ in ok])
+    by_name = {n: e for e, n in zip(entries, names)}
+    write_sources(out_dir, {n: entry_identity(by_name[n]) for n, _ in ok})
     failures.sort()
     return BuildReport(modules=sorted(n for n, _ in ok), built=built, reused=reused, failures=failures,
                        cxx=sum(1 for _, c in ok if c))
@@ -311,3 +313,38 @@ def build_corpus(
 def write_compile_commands(path: str | os.PathLike, entries: Iterable[dict]) -> None:
     """Write a compile database atomically."""
     atomic_write_bytes(str(path), (json.dumps(list(entries), indent=1) + "\n").encode("utf-8"))
+
+
+# -- module identities (see mlgo_host.corpus.identity) ---------------------------
+
+#: module name -> the identity of the compile it came from, kept in the corpus
+SOURCES = "module_sources.json"
+SOURCES_FORMAT = "mlgo_host.module_sources/1"
+
+
+def entry_identity(entry: CompileEntry) -> dict:
+    """What identifies an entry's compile in a build: absolute source and
+    object paths and its flags (:func:`compile_flags`)."""
+    out = entry.output if entry.output is not None else entry.file.with_suffix(".o")
+    return {"source": str(entry.file), "output": os.path.normpath(str(out)), "flags": compile_flags(entry)}
+
+
+def read_sources_file(path: str | os.PathLike) -> dict[str, dict]:
+    """Module name -> identity from a ``module_sources.json``."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise CorpusError(f"{p}: unreadable module sources: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != SOURCES_FORMAT or not isinstance(doc.get("modules"), dict):
+        raise CorpusError(f"{p}: not a {SOURCES_FORMAT} file")
+    return doc["modules"]
+
+
+def write_sources(corpus_dir: str | os.PathLike, identities: dict[str, dict]) -> None:
+    """Record (merge) module name -> identity in the corpus, atomically."""
+    path = Path(corpus_dir) / SOURCES
+    have = read_sources_file(path) if path.exists() else {}
+    have.update(identities)
+    doc = {"format": SOURCES_FORMAT, "modules": dict(sorted(have.items()))}
+    atomic_write_bytes(str(path), (json.dumps(doc, indent=1) + "\n").encode("utf-8"))

@@ -199,6 +199,22 @@ def write_replay(path: str | os.PathLike, replay: Replay) -> None:
     atomic_write_json(os.fspath(path), replay.to_json())
 
 
+def stream_fingerprint(raw: bytes, nbytes: int, forced) -> dict:
+    """The fingerprint :class:`ReplayPolicy` records, computed offline from a
+    recorded trajectory (``raw``: the observations' bytes, ``nbytes`` each,
+    as an :class:`~mlgo_host.episode.Episode` keeps them) for the decision
+    indices ``forced``: a search keeps its best compile this way, without
+    compiling it again."""
+    want = {int(i) for i in forced}
+    h = new_stream_hash()
+    at = {}
+    for i in range(len(raw) // nbytes if nbytes else 0):
+        h.update(raw[i * nbytes:(i + 1) * nbytes])
+        if i in want:
+            at[str(i)] = h.hexdigest()
+    return {"hash": HASH, "at": at, "end": h.hexdigest()}
+
+
 def is_replay_file(path: str) -> bool:
     """True for an existing regular file (policies are directories or names)."""
     return os.path.isfile(path)

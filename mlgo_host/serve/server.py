@@ -112,6 +112,7 @@ class Slot(threading.Thread):
         self.abort = threading.Event()
         self.started = threading.Event()  # first generation offered
         self.policy = None
+        self.tuned = None  # TunedPolicies with serve --replay T
         self.chan = None
         os.makedirs(self.dir, exist_ok=True)
         # the lock file first, so a client never sees a slot without one
@@ -149,6 +150,7 @@ class Slot(threading.Thread):
         srv = self.server
         try:
             self.policy = srv.make_policy(self.k)
+            self.tuned = srv.make_tuned(self.k, self.policy)
             cpu = srv.pin_cpu(self.k)
             if cpu is not None:
                 os.sched_setaffinity(0, {cpu})  # this thread only (Linux)
@@ -237,12 +239,13 @@ class Slot(threading.Thread):
         opened = False
         error = None
         t_open = None
+        policy, tuned = self._policy_for(req)
         try:
             advisor = srv.make_advisor(req.get("compiler") or srv.compiler)
             opened = chan.open(alive, deadline, max_delay=OPEN_MAX_DELAY_S)
             if opened:
                 t_open = time.monotonic()
-                stats = serve_channel(chan, advisor, self.policy, deadline=deadline, alive=alive,
+                stats = serve_channel(chan, advisor, policy, deadline=deadline, alive=alive,
                                       recorder=EpisodeRecorder() if srv.collect_dir is not None else None)
         except (MlgoHostError, OSError, ValueError) as e:
             error = f"{type(e).__name__}: {e}"
@@ -301,9 +304,23 @@ class Slot(threading.Thread):
             "session_s": round(session_s, 4), "text_size": None, "error": error,
         }
         rec.update(guard_fields(done[0] if done else {}))
-        if stats is not None and hasattr(self.policy, "report"):  # a replay: forced, applied, stale
-            rec["replay"] = self.policy.report()
+        if self.tuned is not None:
+            rec.update(self.tuned.outcome(policy, tuned))
+        elif stats is not None and hasattr(policy, "report"):  # a replay file as the policy: forced, applied, stale
+            rec["replay"] = policy.report()
         srv.record(rec, stats.episode if stats is not None else None)
+
+    def _policy_for(self, req: dict):
+        """(policy, tuned module or None) of a compile: with --replay, its
+        tuned module's replay when the compile is one, else the slot's."""
+        if self.tuned is None:
+            return self.policy, None
+        try:
+            return self.tuned.for_compile(req.get("argv") or [], req.get("cwd") or "/", req.get("source") or "",
+                                          req.get("output") or "")
+        except (MlgoHostError, OSError) as e:
+            self.server.log(f"slot {self.k}: {req.get('output')}: tuned replay unusable, served by the policy: {e}")
+            return self.policy, None
 
 
 #: what a guarding client reports in its "done" message (see mlgo_host.serve.guard)
@@ -374,7 +391,7 @@ class Server:
     def __init__(self, root: str, slots: int = 2, policy: str = "default", advisor: str = "inline",
                  stats_path: str | None = None, collect_dir: str | None = None, timeout: float = 600.0,
                  grace: float = 10.0, seed: int = 0, sample: bool = False, compiler: str | None = None,
-                 verbose: bool = False, pin: bool = False, guard: bool = False):
+                 verbose: bool = False, pin: bool = False, guard: bool = False, replay_dir: str | None = None):
         if slots < 1:
             raise ConfigError(f"--slots must be at least 1, got {slots}")
         if advisor not in ADVISORS:
@@ -394,6 +411,9 @@ class Server:
         self.pin = pin
         #: clients keep the smaller of the policy's and a plain compile's object
         self.guard = guard
+        #: a tune directory (mlgo-host tune): its modules get their replays
+        self.replay_dir = os.path.abspath(replay_dir) if replay_dir else None
+        self.tuned_dir = None
         self.id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.stopping = threading.Event()
         self.slots: list[Slot] = []
@@ -405,6 +425,14 @@ class Server:
     # -- factories used by the slots ----------------------------------------
     def make_policy(self, k: int):
         return load_policy(self.policy_name, seed=self.seed + k, greedy=not self.sample)
+
+    def make_tuned(self, k: int, fallback):
+        """Slot ``k``'s tuned policies (None without --replay)."""
+        if self.tuned_dir is None:
+            return None
+        from mlgo_host.corpus.tuned import TunedPolicies
+
+        return TunedPolicies(self.tuned_dir, fallback, seed=self.seed + k, greedy=not self.sample)
 
     def make_advisor(self, compiler: str):
         if self.advisor_name != "inline":
@@ -447,6 +475,13 @@ class Server:
             self.clean_stale()
             # fail early on a bad policy or compiler, before any client comes
             pol = self.make_policy(0)
+            if self.replay_dir:
+                from mlgo_host.corpus.tuned import TunedDir
+
+                self.tuned_dir = TunedDir(self.replay_dir)
+                if self.advisor_name != "inline":
+                    raise ConfigError(f"--replay {self.replay_dir}: tuned replays are inlining decisions, "
+                                      f"not {self.advisor_name}")
             if self.collect_dir and not getattr(pol, "stochastic", False):
                 self.log(f"--collect with the deterministic policy {self.policy_name!r}: episodes carry "
                          "log-probability 0 (usable for behavioural cloning, not for PPO)")
@@ -471,7 +506,7 @@ class Server:
                 "id": self.id, "pid": os.getpid(), "slots": self.nslots, "advisor": self.advisor_name,
                 "policy": self.policy_name, "flags": flags, "started": time.time(),
                 "pin": {str(s.k): self.pin_cpu(s.k) for s in self.slots} if self.pin else None,
-                "guard": self.guard,
+                "guard": self.guard, "replay": self.replay_dir,
             }).encode())
         except BaseException:
             self.shutdown()

@@ -14,7 +14,10 @@ One line per compile (appended with one ``write``)::
      "default" | "skipped" (the object kept), "guard_policy_text",
      "guard_default_text", "guard_s" (the plain compile + sizes), "guard_reason",
      with a replay file as the policy: "replay": {"forced", "applied",
-     "missed", "decisions", "stale"[, "stale_reason"]}}
+     "missed", "decisions", "stale"[, "stale_reason"]},
+     with --replay T: "tuned": "tuned" | "stale" | "default", "tuned_module",
+     "tuned_applied" (forced decisions applied), "tuned_default_text" and
+     "tuned_best_text" (the module's -Oz and tuned sizes when it was tuned)}
 
 A build is the ``MLGO_BUILD`` label the clients ran with, else the server
 run (its id).  Within a build the last record of each output file counts
@@ -26,6 +29,7 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable
 
+from mlgo_host.corpus.identity import common_dir
 from mlgo_host.collected import STATUSES, StatsError, read_records  # noqa: F401 (re-exported)
 
 
@@ -34,13 +38,7 @@ def build_key(rec: dict) -> str:
 
 
 def _common_root(outputs: list[str]) -> str:
-    dirs = [os.path.dirname(o) for o in outputs if o]
-    if not dirs:
-        return ""
-    try:
-        return os.path.commonpath(dirs)
-    except ValueError:
-        return ""
+    return common_dir(outputs)
 
 
 def aggregate(records: Iterable[dict]) -> list[dict[str, Any]]:
@@ -84,7 +82,24 @@ def aggregate(records: Iterable[dict]) -> list[dict[str, Any]]:
         guard = guard_totals(modules.values())
         if guard is not None:
             out[-1]["guard"] = guard
+        tuned = tuned_totals(modules.values())
+        if tuned is not None:
+            out[-1]["tuned"] = tuned
     return out
+
+
+def tuned_totals(records: Iterable[dict]) -> dict[str, Any] | None:
+    """What the tuned replays did over a build's records (None: served
+    without --replay): compiles per outcome (tuned, stale, default) and the
+    bytes the tuned ones saved against -Oz (the module's default size when
+    it was tuned, minus this object's)."""
+    t = [r for r in records if r.get("tuned")]
+    if not t:
+        return None
+    counts = {k: sum(1 for r in t if r["tuned"] == k) for k in ("tuned", "stale", "default")}
+    saved = sum(int(r["tuned_default_text"]) - int(r["text_size"]) for r in t
+                if r["tuned"] == "tuned" and r.get("tuned_default_text") is not None and r.get("text_size") is not None)
+    return dict(counts, saved_bytes=saved)
 
 
 def guard_totals(records: Iterable[dict]) -> dict[str, Any] | None:
@@ -137,6 +152,11 @@ def format_build(b: dict, top: int | None = None) -> str:
         lines.append(f"  guard: kept the policy's object {k['policy']}x, the default's {k['default']}x "
                      f"(skipped {k['skipped']}); {g['saved_bytes']} bytes saved vs the policy's objects; "
                      f"plain compiles {g['guard_s']:.2f} s")
+    t = b.get("tuned")
+    if t:
+        lines.append(f"  tuned replays: {t['tuned']} tuned, {t['stale']} stale (changed since tuning: served by the "
+                     f"policy), {t['default']} default (no tuned module); {t['saved_bytes']} bytes saved vs -Oz "
+                     "by the tuned ones")
     cmp = b.get("compare")
     if cmp:
         ch = f"{100.0 * cmp['size_change']:+.2f}%" if cmp["size_change"] is not None else "n/a"

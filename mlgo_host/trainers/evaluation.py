@@ -32,6 +32,7 @@ from typing import Any, Sequence
 from mlgo_host.corpus.compile import baseline_size_info, compile_module, find_llvm_size
 from mlgo_host.corpus.corpus import Module, is_heldout, load_corpus
 from mlgo_host.corpus.reward import reward
+from mlgo_host.corpus.tuned import TunedDir, TunedPolicies
 from mlgo_host.errors import ConfigError, CorpusError, MlgoHostError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes
 from mlgo_host.policies import load_policy
@@ -60,6 +61,8 @@ class EvalRow:
     #: with the guard: the policy's own size (None if its compile failed) and "policy" | "default"
     unguarded_text: int | None = None
     kept: str = ""
+    #: with a tune directory (eval --replay T): "tuned" | "stale" | "default"
+    tuned: str = ""
 
     @property
     def ok(self) -> bool:
@@ -265,8 +268,10 @@ class EvalWorker:
     and compiles modules with it and without it."""
 
     def __init__(self, *, policy: str, seed: int, advisor: str, clang: str, llvm_size: str | None, timeout: float,
-                 cache_dir: str | None):
+                 cache_dir: str | None, replay_dir: str | None = None):
         self.policy = load_policy(policy, seed=seed, greedy=True)
+        #: eval --replay T: the tuned modules' replays over the policy
+        self.tuned = TunedPolicies(TunedDir(replay_dir), self.policy, seed) if replay_dir else None
         self.advisor, self.clang, self.llvm_size, self.timeout = advisor, clang, llvm_size, timeout
         self.cache_dir = cache_dir
 
@@ -283,15 +288,23 @@ class EvalWorker:
         except Exception as e:  # noqa: BLE001 - a report row, not a crash
             return EvalRow(mod.name, None, None, None, 0, "failed", f"baseline: {type(e).__name__}: {e}")
         try:
-            res = compile_module(mod, self.policy, advisor=self.advisor, clang=self.clang, llvm_size=self.llvm_size,
+            pol, tuned = self.tuned.for_module(mod.name) if self.tuned is not None else (self.policy, None)
+            res = compile_module(mod, pol, advisor=self.advisor, clang=self.clang, llvm_size=self.llvm_size,
                                  timeout=self.timeout)
         except Exception as e:  # noqa: BLE001 - e.g. a policy that raises
             return EvalRow(mod.name, base, None, None, 0, "failed", f"{type(e).__name__}: {e}")
-        if not res.ok:
-            return EvalRow(mod.name, base, None, None, res.observations, "failed", res.reason, res.wall_s,
-                           baseline_cpu_s=base_cpu)
-        return EvalRow(mod.name, base, res.text_size, reward(res.text_size, base), res.observations, "ok", "",
-                       res.wall_s, baseline_cpu_s=base_cpu, policy_cpu_s=res.compiler_cpu_s)
+        row = _row_of(mod.name, base, base_cpu, res)
+        if self.tuned is not None:
+            row.tuned = self.tuned.outcome(pol, tuned)["tuned"]
+        return row
+
+
+def _row_of(name: str, base: int, base_cpu, res) -> EvalRow:
+    if not res.ok:
+        return EvalRow(name, base, None, None, res.observations, "failed", res.reason, res.wall_s,
+                       baseline_cpu_s=base_cpu)
+    return EvalRow(name, base, res.text_size, reward(res.text_size, base), res.observations, "ok", "",
+                   res.wall_s, baseline_cpu_s=base_cpu, policy_cpu_s=res.compiler_cpu_s)
 
 
 def evaluate(
@@ -311,6 +324,7 @@ def evaluate(
     progress: bool = True,
     selected: Sequence | None = None,
     guard: bool = False,
+    replay_dir: str | None = None,
     worker_backend: str = "local",
     pool_options: dict | None = None,
 ) -> EvalReport:
@@ -318,7 +332,9 @@ def evaluate(
     replay file) on the selected modules of the corpus in ``corpus_dir``
     with ``jobs`` pool workers (:func:`~mlgo_host.trainers.pool.make_pool`);
     ``guard``: keep each module's smaller valid object of the policy's and
-    the default's (:func:`apply_guard`)."""
+    the default's (:func:`apply_guard`); ``replay_dir``: a tune directory
+    whose modules are compiled with their replays (the others with
+    ``policy``)."""
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     # Fail fast on a bad policy name / directory, in this (TF-free) process.
@@ -329,7 +345,10 @@ def evaluate(
     if not selected:
         raise CorpusError(f"{corpus_dir}: no module selected (split {split!r})")
     worker = {"policy": policy, "seed": seed, "advisor": advisor, "clang": clang, "llvm_size": llvm_size,
-              "timeout": timeout, "cache_dir": None if cache_dir is None else str(cache_dir)}
+              "timeout": timeout, "cache_dir": None if cache_dir is None else str(cache_dir),
+              "replay_dir": None if replay_dir is None else os.path.abspath(replay_dir)}
+    if replay_dir is not None:
+        TunedDir(os.path.abspath(replay_dir))  # fail fast on a bad directory, in this process
     # Big modules first, so that a slow one does not finish last alone.
     order = sorted(selected, key=lambda m: -m.size)
     with make_pool(worker_backend, min(jobs, len(order)), "mlgo_host.trainers.evaluation:EvalWorker", worker,

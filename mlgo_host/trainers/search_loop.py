@@ -45,7 +45,8 @@ from mlgo_host.policies.saved import METADATA, set_gate
 from mlgo_host.trainers.iteration import publish_policy
 from mlgo_host.trainers.imitate import choose_gate, examples_from_search, train_imitation
 from mlgo_host.trainers.pool import make_pool, map_with_progress
-from mlgo_host.trainers.search import FlipGainModel, budgets, total_gain_pct
+from mlgo_host.trainers.search import (FlipGainModel, budgets, continued, fit_flip_model, paid_budgets,
+                                      run_searches, total_gain_pct)
 from mlgo_host.trainers.worker import policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.search")
@@ -74,8 +75,11 @@ def train_search(
     module_timeout: float = 300.0,
     seed: int = 0,
     progress: bool = True,
+    search_data: str | None = None,
 ) -> dict[str, Any]:
-    """Run rounds of search and imitation; returns the state (also in state.json)."""
+    """Run rounds of search and imitation; returns the state (also in state.json).
+    ``search_data``: a tune directory (``mlgo-host tune --output T``) whose
+    tried flips and best trajectories are imitated too (as round 0)."""
     t_start = time.monotonic()
     root_dir = os.path.abspath(root_dir)
     os.makedirs(os.path.join(root_dir, "search"), exist_ok=True)
@@ -85,6 +89,8 @@ def train_search(
         raise ConfigError(f"corpus {corpus_dir}: {len(train_mods)} training and {len(val_mods)} validation modules "
                           "(need at least one of each; lower the fractions or add modules)")
     state = _load_state(root_dir)
+    if search_data:
+        _merge_round(root_dir, 0, _tune_results(search_data, val_mods, held_mods))
     cfg = {"clang": clang_path, "llvm_size": llvm_size_path, "module_timeout": module_timeout,
            "baseline_cache": os.path.join(root_dir, "baselines")}
     pool_opts = {"ray_address": ray_address} if worker_backend == "ray" else {}
@@ -172,55 +178,32 @@ def _search_round(pool, r, base_dir, mods: list[Module], state, compiles, seed, 
     model = state.get("flip_model")
     budget = budgets(sizes, decisions, int(first_share * compiles))
     tasks = [(m.to_task(), b, model, None, seed + r, patience) for m, b in zip(mods, budget)]
-    found = _run_search(pool, tasks, r, f"round {r}: search", progress)
+    found = run_searches(pool, tasks, f"round {r}: search", progress)
     by_name = {m.name: m for m in mods}
-    left = compiles - sum(x["compiles"] for x in found.values())
-    paid = [x for x in found.values() if x["status"] == "ok" and x["best_size"] < x["start_size"]]
-    if left > 0 and paid:
-        gains = [x["start_size"] - x["best_size"] for x in paid]
-        _continue(pool, found, paid, _shares(left // 2, gains), by_name, model, seed + r, 3 * patience,
-                  f"round {r}: search, modules that paid", progress)
-    left = compiles - sum(x["compiles"] for x in found.values())
+    _continue(pool, found, paid_budgets(list(found.values()), (compiles - _used(found)) // 2), by_name, model,
+              seed + r, 3 * patience, f"round {r}: search, modules that paid", progress)
     stopped = [x for x in found.values() if x["status"] == "ok" and x.get("stopped") == "patience"]
+    left = compiles - _used(found)
     if left > 0 and stopped:
-        sizes = [np.sqrt(max(x["default_size"], 1)) for x in stopped]
-        _continue(pool, found, stopped, _shares(left, sizes), by_name, model, seed + r, 2 * patience,
-                  f"round {r}: search, further", progress)
+        weights = np.sqrt([max(x["default_size"], 1) for x in stopped])
+        extra = np.floor(left * weights / weights.sum()).astype(int)
+        _continue(pool, found, [(x, int(e) + 1) for x, e in zip(stopped, extra) if e > 0], by_name, model,
+                  seed + r, 2 * patience, f"round {r}: search, further", progress)
     return [found[m.name] for m in mods if m.name in found]
 
 
-def _shares(total: int, weights) -> list[int]:
-    w = np.asarray(weights, dtype=np.float64)
-    return [int(x) for x in np.floor(total * w / w.sum())] if w.sum() > 0 else [0] * len(w)
+def _used(found: dict) -> int:
+    return sum(x["compiles"] for x in found.values())
 
 
-def _continue(pool, found, results, extra, by_name, model, seed, patience, desc, progress) -> None:
-    """More compiles for some modules, from their best, skipping their tries."""
-    tasks = [(by_name[x["name"]].to_task(), int(e) + 1, model, x["forced"], seed, patience, x["tried"],
-              x["base"] == "default") for x, e in zip(results, extra) if e > 0]
-    for res in _run_search(pool, tasks, 0, desc, progress).values():
-        found[res["name"]] = _continued(found[res["name"]], res)
-
-
-def _run_search(pool, tasks, r, desc, progress) -> dict[str, dict]:
-    outcomes = map_with_progress(pool, "search", tasks, desc=desc, progress=progress)
-    out = {}
-    for o in sorted(outcomes, key=lambda o: o.index):
-        if o.ok and o.value is not None:
-            out[o.value["name"]] = o.value
-        else:
-            log.warning("round %d: search of %s failed: %s", r, tasks[o.index][0]["name"], o.error)
-    return out
-
-
-def _continued(first: dict, second: dict) -> dict:
-    """One module's passes as one result: the later pass's best (it started
-    from the earlier one's), every flip, try and compile of both."""
-    both = {"compiles": first["compiles"] + second["compiles"], "flips": first["flips"] + second["flips"],
-            "tried": sorted(set(first["tried"]) | set(second.get("tried", ())))}
-    if second["status"] != "ok" or second["best_size"] is None or second["best_size"] > first["best_size"]:
-        return dict(first, **both)
-    return dict(second, policy_size=first["policy_size"], start_size=first["start_size"], **both)
+def _continue(pool, found, pairs, by_name, model, seed, patience, desc, progress) -> None:
+    """More compiles for some modules ((result, extra compiles) pairs), each
+    from its best, skipping what it tried."""
+    tasks = [(by_name[x["name"]].to_task(), extra, model, x["forced"], seed, patience, x["tried"],
+              x["base"] == "default") for x, extra in pairs]
+    if tasks:
+        for res in run_searches(pool, tasks, desc, progress).values():
+            found[res["name"]] = continued(found[res["name"]], res)
 
 
 def _note_modules(state: dict, results: list[dict]) -> None:
@@ -259,18 +242,21 @@ def _merge_round(root_dir: str, r: int, results: list[dict]) -> dict:
     return data
 
 
-def _fit_flip_model(data: dict) -> FlipGainModel | None:
-    from mlgo_host.channel.codec import Header
+def _tune_results(path: str, val_mods: list[Module], held_mods: list[Module]) -> list[dict]:
+    """The search results a tune directory keeps, but for the modules of
+    the validation and held-out splits (no choice may read them)."""
+    from mlgo_host.trainers.tune import load_tune_results
 
-    rows = list(data["best"].values()) + data["flip_only"]
-    flips = [(r, f) for r in rows for f in r["flips"]]
-    if len(flips) < 32:
-        return None
-    header = Header.from_json(next(r["header"] for r in rows if r.get("header")))
-    feats = np.concatenate([np.frombuffer(f["raw"], dtype=header.record_dtype) for _, f in flips])
-    names = [s.name for s in header.features if s.size == 1 and s.name != (header.advice.name if header.advice else "")]
-    return FlipGainModel.fit(feats, np.array([f["from"] for _, f in flips]),
-                             np.array([f["accepted"] for _, f in flips], dtype=np.float64), names)
+    keep_out = {m.name for m in val_mods} | {m.name for m in held_mods}
+    res = [r for r in load_tune_results(path) if r["name"] not in keep_out]
+    if not res:
+        raise ConfigError(f"search_data {path}: no tuned module outside the validation and held-out splits")
+    log.info("search_data %s: %d tuned modules, %d flips", path, len(res), sum(len(r["flips"]) for r in res))
+    return res
+
+
+def _fit_flip_model(data: dict) -> FlipGainModel | None:
+    return fit_flip_model(list(data["best"].values()) + data["flip_only"])
 
 
 # -- validation: the gate ---------------------------------------------------------

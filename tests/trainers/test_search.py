@@ -21,25 +21,9 @@ from mlgo_host.corpus.corpus import load_corpus, split_three
 from mlgo_host.policies import load_policy
 from mlgo_host.trainers.search import FlipGainModel, budgets, pattern_scores, search_module
 
+from _tune_helpers import HELPER_C, TINY_C
+
 needs_clang = pytest.mark.skipif(shutil.which("clang-19") is None, reason="clang-19 not installed")
-
-HELPER_C = r"""
-static int helper(int x, int mode) {
-  if (mode == 0) return x + 1;
-  if (mode == 1) { int s = 0; for (int i = 0; i < x; i++) s += i * x ^ (s >> 3); return s; }
-  if (mode == 2) { int p = 1; for (int i = 1; i < x; i++) p = p * i % 1000003; return p; }
-  return x * 7;
-}
-int ka(int x) { return helper(x, 0); }
-int kb(int x) { return helper(x, 0) * 2; }
-int kc(int x) { return helper(x, 3) - 1; }
-"""
-
-TINY_C = r"""
-static int tiny(int x) { return x * 3 + 1; }
-int ta(int x) { return tiny(x) + tiny(x + 1); }
-int tb(int x) { return tiny(x) ^ tiny(x - 1); }
-"""
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,86 @@
+"""Search the best inlining decisions of each module of your corpus and keep
+them as replays your build applies (`serve --replay T`).
+
+Each module is searched from the base policy (--policy; default: the
+compiler's own decisions): flip one decision, keep the flip when llvm-size
+.text shrinks, go on from the new best.  The likeliest winners are tried
+first (measured winner patterns, then a flip-gain model fitted on the flips
+tried so far; after a flip pays, the same callee's other call sites), a
+module's first pass stops after --patience (at least sqrt(decisions)) flips
+in a row that did not pay, and what is left of the budget goes first to the
+modules that paid.  The default is always a candidate: no module gets bigger
+than -Oz.
+
+T/ holds per module its best replay (replays/, fingerprinted so a build
+detects a module that changed since), the flips tried (data/, training data
+for search.gin: --gin_bindings "search_data='T'"), tune.json (the manifest)
+and report.csv, report.png (gain against module size), summary.json.
+
+Budget: --compiles-per-module K (default 30; counting what T holds already:
+rerunning a killed tune with the same K finishes it, a bigger K improves on
+it) or --budget-minutes N (this run's wall time).  A second run always
+continues each module from its best without trying the same decisions again.
+
+example:
+  mlgo-host corpus build --compile-commands build/compile_commands.json --output corpus/
+  mlgo-host tune --corpus corpus/ --output tuned/ --compiles-per-module 30 --jobs 2
+  mlgo-host serve --channels /tmp/mlgo --replay tuned/ --stats build.jsonl &
+  MLGO_CHANNELS=/tmp/mlgo make -j2 CC=mlgo-clang
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--corpus", required=True, metavar="DIR", help="corpus directory (mlgo-host corpus build)")
+    p.add_argument("--output", required=True, metavar="T", help="tune directory to create or continue")
+    p.add_argument("--policy", default=None,
+                   help="base policy the search starts from: a heuristic or a saved policy directory "
+                        "(default: default, the compiler's own decisions; a continued T keeps its own)")
+    b = p.add_mutually_exclusive_group()
+    b.add_argument("--compiles-per-module", type=float, default=None, metavar="K",
+                   help="compiles per module on average, counting what T holds (default 30)")
+    b.add_argument("--budget-minutes", type=float, default=None, metavar="N", help="wall-clock minutes of this run")
+    p.add_argument("--modules", nargs="+", metavar="NAME", help="tune only these modules of the corpus")
+    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, metavar="J",
+                   help="worker processes (default: the number of CPUs)")
+    p.add_argument("--backend", choices=("local", "ray"), default="local", help="worker pool")
+    p.add_argument("--ray-address", default=None, metavar="ADDR", help="with --backend ray: the cluster to join")
+    p.add_argument("--patience", type=int, default=6, metavar="N",
+                   help="stop a module's first pass after N flips in a row that did not shrink it")
+    p.add_argument("--clang", default="clang-19", metavar="PATH", help="clang binary compiling the modules")
+    p.add_argument("--llvm-size", default=None, metavar="PATH", help="llvm-size binary (default: llvm-size-19)")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="time one compile may take")
+    p.add_argument("--seed", type=int, default=0, help="seed of stochastic base policies")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (default: one on a terminal)")
+
+
+def _stop(signum, frame):
+    # SIGTERM unwinds like Ctrl-C: the pool's workers are stopped, T keeps
+    # every module finished so far (a second run continues)
+    raise KeyboardInterrupt
+
+
+def run(args: argparse.Namespace) -> int:
+    from mlgo_host.errors import ConfigError
+    from mlgo_host.trainers.tune import progress_default, summary_line, tune
+
+    if args.patience < 1:
+        raise ConfigError(f"--patience must be >= 1, got {args.patience}")
+    if args.timeout <= 0:
+        raise ConfigError(f"--timeout must be positive, got {args.timeout:g}")
+    signal.signal(signal.SIGTERM, _stop)
+    s = tune(args.corpus, args.output, policy=args.policy, budget_minutes=args.budget_minutes,
+             compiles_per_module=args.compiles_per_module, jobs=args.jobs, backend=args.backend,
+             ray_address=args.ray_address, clang=args.clang, llvm_size=args.llvm_size, module_timeout=args.timeout,
+             patience=args.patience, seed=args.seed, modules=args.modules,
+             progress=progress_default() and not args.no_progress)
+    print(summary_line(s, args.output))
+    if s["identified"] < s["tuned"]:
+        print(f"note: {s['tuned'] - s['identified']} tuned modules have no recorded source (corpus built before "
+              "module_sources.json): builds cannot be matched to them (rebuild the corpus with mlgo-host corpus build)")
+    return 0

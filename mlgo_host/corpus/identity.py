@@ -1,0 +1,105 @@
+"""Which compile of a build is which corpus module: the module's *identity*.
+
+A served build (``mlgo-clang``) knows of each compile its command line, its
+directory, its source and its object.  A corpus module knows the compile
+database entry it was built from.  Both reduce to the same identity:
+
+* ``source`` and ``output``: absolute paths;
+* ``flags``: the entry's flags without compiler, input, ``-o`` and the
+  dependency-file options (:func:`~mlgo_host.corpus.build.compile_flags`).
+
+:func:`build_corpus` records every module's identity in the corpus
+(``module_sources.json``, this module's :data:`SOURCES`); for a corpus built
+before that, the ``compile_commands.json`` kept in the corpus directory (as
+the benchmark corpus does) gives it again.
+
+To match a build that lives somewhere else (another checkout, a CI
+workspace), :class:`IdentityIndex` keeps each identity *relative to the
+project root* (the common directory of all sources and objects): a compile
+matches a module when its object and source are the module's relative paths
+below one same root and its flags, with that root written ``${ROOT}``, are
+the module's.  The match only says which module it should be: whether the
+module is still the one that was tuned is the replay fingerprint's job.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from mlgo_host.corpus.build import (SOURCES, CompileEntry, entry_identity, load_compile_commands, module_names,
+                                    read_sources_file)
+
+ROOT = "${ROOT}"
+
+
+def command_identity(argv: Sequence[str], cwd: str, source: str, output: str) -> dict:
+    """The identity of a compile as the wrapper sees it: ``argv`` (compiler
+    first), run in ``cwd``, compiling ``source`` to ``output``."""
+    src = os.path.normpath(os.path.join(cwd, source))
+    spelled = next((a for a in argv[1:] if not a.startswith("-")
+                    and os.path.normpath(os.path.join(cwd, a)) == src), "")
+    entry = CompileEntry(Path(cwd), Path(src), tuple(argv), Path(os.path.normpath(os.path.join(cwd, output))),
+                         spelled)
+    return entry_identity(entry)
+
+
+def read_sources(corpus_dir: str | os.PathLike) -> dict[str, dict]:
+    """Module name -> identity of a corpus ({} when it recorded none): its
+    ``module_sources.json``, else its ``compile_commands.json`` when the
+    corpus keeps one (names derived as the builder derives them)."""
+    d = Path(corpus_dir)
+    if (d / SOURCES).exists():
+        return read_sources_file(d / SOURCES)
+    db = d / "compile_commands.json"
+    if db.exists():
+        entries = load_compile_commands(db)
+        return {n: entry_identity(e) for n, e in zip(module_names(entries), entries)}
+    return {}
+
+
+def common_dir(paths: Iterable[str]) -> str:
+    """The common directory of files ``paths`` ("" when there is none)."""
+    dirs = [os.path.dirname(p) for p in paths if p]
+    if not dirs:
+        return ""
+    try:
+        return os.path.commonpath(dirs)
+    except ValueError:
+        return ""
+
+
+def project_root(identities: Iterable[dict]) -> str:
+    """The common directory of every source and object."""
+    return common_dir(p for i in identities for p in (i["source"], i["output"]))
+
+
+def relative_identity(identity: dict, root: str) -> dict:
+    """``identity`` below ``root``: relative paths, ``${ROOT}`` in the flags."""
+    return {"source": os.path.relpath(identity["source"], root), "output": os.path.relpath(identity["output"], root),
+            "flags": [f.replace(root, ROOT) if root else f for f in identity["flags"]]}
+
+
+class IdentityIndex:
+    """Relative identities (name -> {source, output, flags}) looked up by the
+    absolute identity of a compile."""
+
+    def __init__(self, relative: Mapping[str, dict]):
+        self.by_object: dict[str, list[tuple[str, dict]]] = {}
+        for name, rel in relative.items():
+            self.by_object.setdefault(os.path.basename(rel["output"]), []).append((name, rel))
+
+    def match(self, identity: dict) -> str | None:
+        """The module name ``identity`` is, or None."""
+        out = identity["output"]
+        for name, rel in self.by_object.get(os.path.basename(out), ()):
+            tail = os.sep + rel["output"]
+            if not out.endswith(tail):
+                continue
+            root = out[: -len(tail)] or os.sep
+            if os.path.normpath(os.path.join(root, rel["source"])) != identity["source"]:
+                continue
+            if [f.replace(root, ROOT) for f in identity["flags"]] == rel["flags"]:
+                return name
+        return None

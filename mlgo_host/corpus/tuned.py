@@ -1,0 +1,143 @@
+"""A tune directory (``mlgo-host tune --output T``), as builds read it.
+
+Layout (written by :mod:`mlgo_host.trainers.tune`)::
+
+    T/tune.json                 the manifest (format mlgo_host.tune/1): the corpus,
+                                the base policy, per module its replay file, its
+                                identity (mlgo_host.corpus.identity, relative to
+                                the project root), default / policy / best .text
+                                sizes, compiles spent, decisions tried
+    T/replays/<module>.json     the module's best replay, fingerprinted
+    T/data/<module>.pkl         every flip tried and the best trajectory
+                                (training data for search.gin: search_data='T')
+    T/policy/                   a copy of the base policy when it is a saved one
+    T/report.csv, report.png, summary.json
+
+:class:`TunedDir` finds the module of a compile (by its identity, or by
+module name for a corpus) and :class:`TunedPolicies` gives the policy that
+compiles it: the module's replay over its base policy, or the fallback
+policy for a compile that is no tuned module.  :func:`outcome` then says
+what happened: ``tuned`` (every forced decision applied on the recorded
+stream), ``stale`` (the module changed since tuning: the replay stopped
+forcing at the first difference and the base answered the rest) or
+``default`` (not a tuned module).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.parse
+from typing import Any
+
+from mlgo_host.corpus.identity import IdentityIndex, command_identity
+from mlgo_host.errors import ConfigError
+from mlgo_host.policies import load_policy
+from mlgo_host.policies.base import Policy
+from mlgo_host.policies.replay import Replay, ReplayPolicy, read_replay
+
+MANIFEST = "tune.json"
+FORMAT = "mlgo_host.tune/1"
+REPLAYS = "replays"
+DATA = "data"
+POLICY = "policy"
+
+
+def module_file(name: str, ext: str) -> str:
+    """A module's file name in a flat directory (its name quoted)."""
+    return urllib.parse.quote(name, safe="") + ext
+
+
+def is_tune_dir(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, MANIFEST))
+
+
+def read_manifest(path: str) -> dict:
+    """The manifest of tune directory ``path``; ConfigError naming it."""
+    mf = os.path.join(path, MANIFEST)
+    try:
+        with open(mf, encoding="utf-8") as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: not a tune directory (no {MANIFEST}; make one with mlgo-host tune)") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{mf}: unreadable: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("modules"), dict):
+        raise ConfigError(f"{mf}: not a {FORMAT} manifest")
+    return doc
+
+
+class TunedDir:
+    """The tuned modules of ``path``: their replays, found by module name or
+    by the identity of a compile."""
+
+    def __init__(self, path: str):
+        self.path = os.path.abspath(path)
+        self.manifest = read_manifest(self.path)
+        self.modules: dict[str, dict] = self.manifest["modules"]
+        self.index = IdentityIndex({n: m["identity"] for n, m in self.modules.items() if m.get("identity")})
+        self._replays: dict[str, Replay] = {}
+
+    def __len__(self) -> int:
+        return len(self.modules)
+
+    def identified(self) -> int:
+        """Modules a build can be matched to (their identity is known)."""
+        return sum(1 for m in self.modules.values() if m.get("identity"))
+
+    def match(self, argv, cwd: str, source: str, output: str) -> str | None:
+        """The tuned module a compile is (``argv`` compiler first), or None."""
+        try:
+            ident = command_identity(list(argv), cwd, source, output)
+        except (ValueError, TypeError):
+            return None
+        return self.index.match(ident)
+
+    def replay(self, name: str) -> Replay:
+        """Module ``name``'s replay (read once)."""
+        r = self._replays.get(name)
+        if r is None:
+            r = self._replays[name] = read_replay(os.path.join(self.path, self.modules[name]["replay"]))
+        return r
+
+
+class TunedPolicies:
+    """Policies for compiles with a tune directory: one instance per thread
+    (policies keep per-session state).  ``fallback`` answers compiles that
+    are no tuned module; the replays' base policies are loaded once."""
+
+    def __init__(self, tuned: TunedDir, fallback: Policy | None, seed: int = 0, greedy: bool = True):
+        self.tuned = tuned
+        self.fallback = fallback
+        self.seed = seed
+        self.greedy = greedy
+        self._bases: dict[str, Policy] = {}
+
+    def _base(self, replay: Replay) -> Policy:
+        key = replay.base_path()
+        b = self._bases.get(key)
+        if b is None:
+            try:
+                b = self._bases[key] = load_policy(key, seed=self.seed, greedy=self.greedy)
+            except ConfigError as e:
+                raise ConfigError(f"{replay.path}: base policy: {e}") from None
+        return b
+
+    def for_module(self, name: str | None) -> tuple[Policy | None, str | None]:
+        """(policy, tuned module name or None) for module ``name``."""
+        if name is None or name not in self.tuned.modules:
+            return self.fallback, None
+        replay = self.tuned.replay(name)
+        return ReplayPolicy(replay, self._base(replay), name=f"tuned:{name}"), name
+
+    def for_compile(self, argv, cwd: str, source: str, output: str) -> tuple[Policy | None, str | None]:
+        return self.for_module(self.tuned.match(argv, cwd, source, output))
+
+    def outcome(self, policy: Any, name: str | None) -> dict:
+        """The stats fields of a finished compile made with ``for_*``'s answer."""
+        if name is None or not isinstance(policy, ReplayPolicy):
+            return {"tuned": "default"}
+        m = self.tuned.modules[name]
+        return {"tuned": "stale" if policy.stale else "tuned", "tuned_module": name,
+                "tuned_applied": policy.applied, "tuned_default_text": m.get("default_size"),
+                "tuned_best_text": m.get("best_size")}

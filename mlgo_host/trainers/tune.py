@@ -1,0 +1,437 @@
+"""``mlgo-host tune``: the best inlining decisions found for each module of
+your corpus, kept as replays a build applies (``serve --replay T``).
+
+Each module is searched (:func:`mlgo_host.trainers.search.search_module`:
+flip one decision, keep it when ``.text`` shrinks, go on from the new best)
+from the base policy's trajectory (the compiler's default unless
+``--policy``).  Smarter than one greedy pass over every decision:
+
+* **prior-ordered flips**: the likeliest winners first (the measured winner
+  patterns; once enough flips are tried, the flip-gain model fitted on them,
+  refitted before each pass; a saved policy's uncertainty);
+* **early stop**: a module's search stops after ``patience`` flips in a row
+  that did not pay;
+* **more budget where it pays**: a probe compiles each module once (its
+  decisions; a module without any is done), the first pass spends
+  ``first_share`` of the budget shared by decisions; later passes give what
+  is left first to the modules that paid, in proportion to the bytes they
+  gained, the rest to the others by their decisions left, each continuing
+  from its best; modules exhausted are skipped.
+
+Budget: ``compiles_per_module`` (the run's target, counting what ``T``
+holds already: a second run with the same figure only finishes what a
+killed run left, a bigger one improves on it) or ``budget_minutes`` (this
+run's wall time; no compile starts after it).  Every module's result is
+written to ``T`` as it arrives (atomically), so a killed run loses only
+the searches in flight; a second run continues each module from its best
+(``start_forced``) without trying the same decisions again (``exclude``).
+See :mod:`mlgo_host.corpus.tuned` for the layout of ``T``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import os
+import pickle
+import shutil
+import sys
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from mlgo_host.channel.codec import Header
+from mlgo_host.corpus.corpus import Module, load_corpus
+from mlgo_host.corpus.identity import project_root, read_sources, relative_identity
+from mlgo_host.corpus.tuned import DATA, FORMAT, MANIFEST, POLICY, REPLAYS, module_file, read_manifest
+from mlgo_host.errors import ConfigError, CorpusError
+from mlgo_host.fsutil import atomic_path, atomic_write_bytes, atomic_write_json
+from mlgo_host.policies import HEURISTICS, load_policy
+from mlgo_host.policies.replay import Replay, stream_fingerprint, write_replay
+from mlgo_host.trainers.pool import make_pool
+from mlgo_host.trainers.search import continued, fit_flip_model, paid_budgets, run_searches
+from mlgo_host.trainers.worker import policy_blob_from_dir
+
+log = logging.getLogger("mlgo_host.tune")
+
+DEFAULT_COMPILES_PER_MODULE = 30
+#: passes after the first (each gives what is left to the modules that paid first)
+MAX_PASSES = 6
+
+
+def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minutes: float | None = None,
+         compiles_per_module: float | None = None, jobs: int = 2, backend: str = "local",
+         ray_address: str | None = None, clang: str = "clang-19", llvm_size: str | None = None,
+         module_timeout: float = 300.0, patience: int = 6, first_share: float = 0.6, seed: int = 0,
+         modules: Sequence[str] | None = None, progress: bool = True) -> dict[str, Any]:
+    """Tune every module of ``corpus_dir`` (or the named ``modules``) into
+    ``output``; returns the summary (also in ``output/summary.json``)."""
+    t0 = time.monotonic()
+    budget = _budget(budget_minutes, compiles_per_module)
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    mods = _select(load_corpus(corpus_dir), modules, corpus_dir)
+    store = TuneStore.open(output, corpus_dir, policy, clang, mods)
+    deadline = time.time() + 60.0 * budget_minutes if budget_minutes is not None else None
+    pool_opts = {"ray_address": ray_address} if backend == "ray" else {}
+    pool = make_pool(backend, jobs, "mlgo_host.trainers.search:SearchWorker",
+                     {"clang": clang, "llvm_size": llvm_size, "advisor": "inline", "module_timeout": module_timeout,
+                      "baseline_cache": os.path.join(store.path, "baselines")}, **pool_opts)
+    try:
+        pool.broadcast("set_policy", store.policy_blob())
+        spent0 = store.compiles(mods)
+        run = Passes(pool, store, mods, budget, deadline, patience, first_share, seed, progress)
+        run.probe()
+        run.first()
+        run.more()
+    finally:
+        pool.close()
+    minutes = (time.monotonic() - t0) / 60.0
+    summary = store.report(mods, run_minutes=minutes, run_compiles=store.compiles(mods) - spent0)
+    return summary
+
+
+def _budget(minutes: float | None, per_module: float | None) -> dict:
+    if minutes is not None and per_module is not None:
+        raise ConfigError("give --budget-minutes or --compiles-per-module, not both")
+    if minutes is not None and minutes <= 0:
+        raise ConfigError(f"--budget-minutes must be positive, got {minutes:g}")
+    if per_module is not None and per_module < 2:
+        raise ConfigError(f"--compiles-per-module must be at least 2 (a start and a flip), got {per_module:g}")
+    if minutes is None and per_module is None:
+        per_module = DEFAULT_COMPILES_PER_MODULE
+    return {"minutes": minutes, "per_module": per_module}
+
+
+def _select(corpus, names: Sequence[str] | None, corpus_dir: str) -> list[Module]:
+    mods = list(corpus.modules)
+    if names is not None:
+        have = {m.name: m for m in mods}
+        missing = [n for n in names if n not in have]
+        if missing:
+            raise CorpusError(f"{corpus_dir}: no module {missing[0]!r}")
+        mods = [have[n] for n in names]
+    if not mods:
+        raise CorpusError(f"{corpus_dir}: no module to tune")
+    return mods
+
+
+# -- the passes -------------------------------------------------------------------
+
+
+class Passes:
+    """A probe (the base's trajectory: how many decisions each module has),
+    the first pass (the budget shared by decisions, early stop), then passes
+    giving what is left to the modules that paid (see the module docstring).
+    Every pass after the probe goes on from each module's best trajectory
+    without compiling it again."""
+
+    def __init__(self, pool, store: "TuneStore", mods: list[Module], budget: dict, deadline: float | None,
+                 patience: int, first_share: float, seed: int, progress: bool):
+        self.pool, self.store, self.mods = pool, store, mods
+        self.by_name = {m.name: m for m in mods}
+        self.per_module = budget["per_module"]
+        self.deadline = deadline
+        self.patience = patience
+        self.first_share = first_share
+        self.seed = seed
+        self.progress = progress
+
+    def left(self) -> int:
+        """Compiles still to spend (time mode: as many as the time allows)."""
+        if self.per_module is None:
+            return 10**9 if time.time() < self.deadline else 0
+        return int(self.per_module * len(self.mods)) - self.store.compiles(self.mods)
+
+    def _model(self) -> dict | None:
+        m = fit_flip_model(self.store.all_results())
+        return m.to_json() if m is not None else None
+
+    def _open(self) -> list[dict]:
+        return [r for n, r in self.store.results.items() if n in self.by_name and not _exhausted(r)]
+
+    def _run(self, tasks: list[tuple], desc: str, stage: str | None = None) -> None:
+        run_searches(self.pool, tasks, desc, self.progress, on_result=lambda r: self.store.add(r, stage))
+
+    def _task(self, m: Module, budget: int, model, patience: int | None) -> tuple:
+        old = self.store.results.get(m.name)
+        # the flips that paid travel along (the search tries their families first)
+        resume = dict(old, flips=[f for f in old["flips"] if f["accepted"]]) if old and old["status"] == "ok" else None
+        tried = old["tried"] if resume else ()
+        # task, budget, model, start_forced, seed, patience, exclude, from_default, deadline, in_order, resume
+        return (m.to_task(), int(budget), model, None, self.seed, patience, tried, False, self.deadline, False, resume)
+
+    def probe(self) -> None:
+        """One compile of each module never seen: its decisions (a module
+        without any is done) and the start of its search."""
+        new = [m for m in self.mods if m.name not in self.store.results]
+        if new and self.left() > 0:
+            self._run([self._task(m, 1, None, None) for m in new], "tune: probe")
+
+    def first(self) -> None:
+        """The modules not searched yet: ``first_share`` of what is left,
+        shared by their decisions, each stopping after ``patience`` flips in
+        a row that did not pay."""
+        todo = [r for r in self._open() if "first" not in r.get("stages", ())]
+        left = self.left()
+        if not todo or left <= 0:
+            return
+        d = np.array([_untried(r) for r in todo], dtype=np.float64)
+        if self.per_module is None:
+            caps = np.maximum(2, d // 2)
+        else:
+            caps = np.floor(self.first_share * left * d / d.sum())
+        caps = _within(np.minimum(np.maximum(caps, 1), d).astype(int), d, left)
+        model = self._model()
+        # a big module's winners are as sparse: its patience grows with sqrt(decisions)
+        self._run([self._task(self.by_name[r["name"]], b, model, max(self.patience, int(np.sqrt(n))))
+                   for r, b, n in zip(todo, caps, d) if b > 0], "tune: 1st pass", stage="first")
+
+    def more(self) -> None:
+        """Passes with what is left: the modules that paid get shares by the
+        bytes they gained (the first such pass with patience), the rest goes
+        to every other module not done, by its decisions left."""
+        for k in range(2, 2 + MAX_PASSES):
+            left = self.left()
+            open_ = self._open()
+            if left <= 0 or not open_:
+                return
+            # paid_budgets counts a start compile in each share: going on from the best costs none
+            paid = {r["name"]: b - 1 for r, b in paid_budgets(open_, left)}
+            caps = np.array([min(paid.get(r["name"], 0), _untried(r)) for r in open_])
+            rest = np.array([0 if r["name"] in paid else _untried(r) for r in open_], dtype=np.float64)
+            spare = left - int(caps.sum())
+            if spare > 0 and rest.sum() > 0:
+                caps += np.minimum(np.ceil(spare * rest / rest.sum()), rest).astype(int)
+            d = np.array([_untried(r) for r in open_])
+            caps = _within(np.maximum(caps, 0), d, left)
+            model = self._model()
+            tasks = [self._task(self.by_name[r["name"]], b, model,
+                                self.patience if k == 2 and r["name"] in paid else None)
+                     for r, b in zip(open_, caps) if b > 0]
+            if not tasks:
+                return
+            before = self.store.compiles(self.mods)
+            self._run(tasks, f"tune: pass {k}")
+            if self.store.compiles(self.mods) == before:
+                return
+
+
+def _within(caps: np.ndarray, weight: np.ndarray, left: int) -> np.ndarray:
+    """``caps`` cut so that they add up to at most ``left``: the modules
+    with the least ``weight`` (decisions) lose theirs first."""
+    caps = np.array(caps, dtype=int)
+    for i in np.argsort(weight, kind="stable"):
+        if caps.sum() <= left:
+            break
+        caps[i] = max(0, caps[i] - (caps.sum() - left))
+    return caps
+
+
+def _untried(r: dict) -> int:
+    return max(0, len(r["actions"]) - len(r["tried"]))
+
+
+def _exhausted(r: dict) -> bool:
+    return r["status"] != "ok" or _untried(r) == 0
+
+
+# -- the tune directory -------------------------------------------------------------
+
+
+class TuneStore:
+    """``T``: every module's merged search result (``data/``), its best
+    replay (``replays/``) and the manifest, each written atomically as a
+    result arrives."""
+
+    def __init__(self, path: str, manifest: dict, results: dict[str, dict], identities: dict[str, dict]):
+        self.path = path
+        self.manifest = manifest
+        self.results = results
+        self.identities = identities
+
+    @classmethod
+    def open(cls, path: str, corpus_dir: str, policy: str | None, clang: str, mods: Sequence[Module]) -> "TuneStore":
+        path = os.path.abspath(path)
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise ConfigError(f"--output {path} exists and is not a directory")
+        mf = os.path.join(path, MANIFEST)
+        if os.path.exists(mf):
+            manifest = read_manifest(path)
+            src = manifest.get("policy_source", "default")
+            if policy is not None and _policy_key(policy) != src:
+                raise ConfigError(f"{path} was tuned from {src}; give that --policy (or none) to continue it, "
+                                  "or another --output")
+        else:
+            manifest = {"format": FORMAT, "corpus": os.path.abspath(corpus_dir), "modules": {},
+                        "policy_source": _policy_key(policy or "default"),
+                        "base": _install_policy(path, policy or "default"), "clang": clang}
+        idents = read_sources(corpus_dir)
+        root = project_root(idents.values())
+        manifest["root"] = root
+        rel = {n: relative_identity(i, root) for n, i in idents.items()}
+        results = _load_results(os.path.join(path, DATA))
+        for m in mods:  # a module rebuilt since (other bitcode or command) is searched anew
+            if m.name in results and results[m.name].get("module_key") != m.key:
+                log.warning("tune: %s changed since it was tuned: searching it again", m.name)
+                del results[m.name]
+        return cls(path, manifest, results, rel)
+
+    def policy_blob(self) -> dict:
+        base = self.manifest["base"]
+        if base in HEURISTICS:
+            return {"heuristic": base}
+        return policy_blob_from_dir(os.path.join(self.path, REPLAYS, base))
+
+    def compiles(self, mods: Sequence[Module]) -> int:
+        return sum(self.results[m.name]["compiles"] for m in mods if m.name in self.results)
+
+    def all_results(self) -> list[dict]:
+        return [r for r in self.results.values() if r["status"] == "ok"]
+
+    def add(self, res: dict, stage: str | None = None) -> None:
+        """Merge one search result into the module's and write it out
+        (``stage``: the pass it completes for the module)."""
+        name = res["name"]
+        if res["status"] == "skipped":  # started after the time was up
+            return
+        old = self.results.get(name)
+        if res["status"] != "ok" and old is None:
+            log.warning("tune: %s: %s", name, res.get("reason") or "failed")
+        merged = continued(old, res) if old is not None and old["status"] == "ok" else res
+        merged["stages"] = sorted(set(old.get("stages", ()) if old else ()) | ({stage} if stage else set()))
+        self.results[name] = merged
+        with atomic_path(os.path.join(self.path, DATA, module_file(name, ".pkl"))) as tmp, open(tmp, "wb") as f:
+            pickle.dump(merged, f, protocol=pickle.HIGHEST_PROTOCOL)
+        if merged["status"] == "ok":
+            write_replay(os.path.join(self.path, REPLAYS, module_file(name, ".json")), self._replay(merged))
+        self.manifest["modules"][name] = self._entry(merged)
+        atomic_write_json(os.path.join(self.path, MANIFEST), self.manifest)
+
+    def _replay(self, r: dict) -> Replay:
+        forced = {int(k): int(v) for k, v in r["forced"].items()}
+        nbytes = Header.from_json(r["header"]).observation_nbytes
+        base = "default" if r["base"] == "default" else self.manifest["base"]
+        return Replay(forced=forced, base=base, module=r["name"], observations=len(r["actions"]),
+                      fingerprint=stream_fingerprint(r["raw"], nbytes, forced))
+
+    def _entry(self, r: dict) -> dict:
+        return {"replay": f"{REPLAYS}/{module_file(r['name'], '.json')}" if r["status"] == "ok" else None,
+                "identity": self.identities.get(r["name"]), "status": r["status"], "reason": r.get("reason", ""),
+                "default_size": r["default_size"], "policy_size": r.get("policy_size"),
+                "best_size": r.get("best_size"), "compiles": r["compiles"], "decisions": len(r["actions"]),
+                "tried": len(r["tried"]), "flips_accepted": sum(1 for f in r["flips"] if f["accepted"]),
+                "forced": len(r["forced"]), "stopped": r.get("stopped")}
+
+    # -- the report ---------------------------------------------------------
+    def report(self, mods: Sequence[Module], run_minutes: float, run_compiles: int) -> dict[str, Any]:
+        rows = [self.manifest["modules"][m.name] | {"module": m.name} for m in mods
+                if m.name in self.manifest["modules"]]
+        ok = [r for r in rows if r["status"] == "ok" and r["best_size"] is not None]
+        d = sum(r["default_size"] for r in ok)
+        b = sum(r["best_size"] for r in ok)
+        p = sum(r["policy_size"] for r in ok if r["policy_size"] is not None)
+        compiles = sum(r["compiles"] for r in rows)
+        s = {"modules": len(mods), "tuned": len(ok), "failed": len(rows) - len(ok),
+             "improved": sum(1 for r in ok if r["best_size"] < r["default_size"]),
+             "default_text": d, "best_text": b, "gain_bytes": d - b,
+             "gain_pct": 100.0 * (d - b) / d if d else 0.0,
+             "policy_pct": 100.0 * (p - d) / d if d and self.manifest["base"] != "default" else None,
+             "compiles": compiles, "compiles_per_module": compiles / len(rows) if rows else 0.0,
+             "run_compiles": run_compiles, "run_minutes": round(run_minutes, 2),
+             "identified": sum(1 for r in rows if r.get("identity"))}
+        atomic_write_json(os.path.join(self.path, "summary.json"), s)
+        _write_csv(os.path.join(self.path, "report.csv"), rows)
+        _plot(os.path.join(self.path, "report.png"), ok, s)
+        return s
+
+
+def _policy_key(policy: str) -> str:
+    return policy if policy in HEURISTICS else os.path.abspath(policy)
+
+
+def _install_policy(path: str, policy: str) -> str:
+    """The replays' base: a heuristic's name, or the saved policy copied to
+    ``T/policy`` (without its SavedModel), named relative to ``T/replays``."""
+    load_policy(policy)  # a bad name or directory fails here, before any compile
+    if policy in HEURISTICS:
+        return policy
+    dest = os.path.join(path, POLICY)
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(policy, dest, ignore=shutil.ignore_patterns("saved_model"))
+    return os.path.join("..", POLICY)
+
+
+def _load_results(data_dir: str) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    if not os.path.isdir(data_dir):
+        return out
+    for fn in sorted(os.listdir(data_dir)):
+        if not fn.endswith(".pkl"):
+            continue
+        p = os.path.join(data_dir, fn)
+        try:
+            with open(p, "rb") as f:
+                r = pickle.load(f)
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError) as e:
+            raise ConfigError(f"{p}: unreadable tune data ({e}); remove it to search that module again") from None
+        out[r["name"]] = r
+    return out
+
+
+def load_tune_results(path: str) -> list[dict]:
+    """Every module's search result kept in tune directory ``path`` (the
+    training data ``search_data`` reads): best trajectory and flips tried."""
+    read_manifest(path)
+    return [r for r in _load_results(os.path.join(path, DATA)).values() if r["status"] == "ok"]
+
+
+_CSV_FIELDS = ("module", "decisions", "default_size", "policy_size", "best_size", "gain_bytes", "gain_pct",
+               "compiles", "tried", "flips_accepted", "stopped", "status", "reason")
+
+
+def _write_csv(path: str, rows: list[dict]) -> None:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=_CSV_FIELDS, extrasaction="ignore")
+    w.writeheader()
+    for r in sorted(rows, key=lambda r: r["module"]):
+        gain = (r["default_size"] - r["best_size"]) if r.get("best_size") is not None else None
+        w.writerow(dict(r, gain_bytes=gain, gain_pct=None if gain is None or not r["default_size"]
+                        else round(100.0 * gain / r["default_size"], 3)))
+    atomic_write_bytes(path, buf.getvalue().encode())
+
+
+def _plot(path: str, rows: list[dict], s: dict) -> None:
+    """Gain (% of the module's -Oz .text) against module size."""
+    import matplotlib  # lazily: ~0.5 s to import, only for the report
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    x = np.array([max(r["default_size"], 1) for r in rows], dtype=float)
+    y = np.array([100.0 * (r["default_size"] - r["best_size"]) / max(r["default_size"], 1) for r in rows])
+    ax.scatter(x, y, s=14, alpha=0.7)
+    ax.axhline(0.0, color="grey", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("module .text at -Oz (bytes)")
+    ax.set_ylabel("smaller than -Oz (%)")
+    ax.set_title(f"tune: {s['gain_pct']:.2f}% smaller than -Oz in total ({s['gain_bytes']} bytes), "
+                 f"{s['compiles_per_module']:.0f} compiles/module", fontsize=9)
+    fig.tight_layout()
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+
+
+def summary_line(s: dict, output: str) -> str:
+    return (f"{output}: {s['tuned']} modules tuned ({s['improved']} smaller), .text {s['best_text']} vs "
+            f"{s['default_text']} at -Oz: {s['gain_pct']:.2f}% smaller ({s['gain_bytes']} bytes); "
+            f"{s['compiles_per_module']:.1f} compiles/module, this run {s['run_compiles']} compiles in "
+            f"{s['run_minutes']:.1f} min" + (f"; {s['failed']} failed" if s["failed"] else ""))
+
+
+def progress_default() -> bool:
+    return sys.stderr.isatty()

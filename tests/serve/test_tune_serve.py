@@ -1,0 +1,117 @@
+"""Builds with tuned decisions (`serve --replay T`), with the real clang-19:
+a served `make -j2` of a moved checkout gets exactly the tuned object sizes,
+an edited module is detected stale and falls back with a valid object, the
+guard still keeps every object at most -Oz's, and `stats` counts it all."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from _serve_util import BIN, ServerProc, needs_clang, plain_object, read_stats
+from _tune_helpers import build_project_corpus, env_without_mlgo, mlgo_host, read_manifest
+from mlgo_host.corpus.sizes import text_size
+from mlgo_host.serve.stats import aggregate
+
+pytestmark = [needs_clang, pytest.mark.skipif(shutil.which("make") is None, reason="needs make")]
+
+OBJS = ("k", "t", "g")
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tuneserve")
+    corpus = build_project_corpus(root)
+    t = root / "T"
+    r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--compiles-per-module", "12", "--jobs", "2")
+    assert r.returncode == 0, r.stderr
+    man = read_manifest(t)
+    assert man["modules"]["k"]["best_size"] < man["modules"]["k"]["default_size"], man["modules"]["k"]
+    return root, t, man
+
+
+def _checkout(root, name: str):
+    """The project copied elsewhere (another checkout: matched relative to its root)."""
+    dst = root / name
+    shutil.copytree(root / "project", dst)
+    shutil.rmtree(dst / "obj", ignore_errors=True)
+    return dst
+
+
+def _make(proj, channels: str, **extra) -> None:
+    env = dict(env_without_mlgo(), MLGO_CHANNELS=channels, MLGO_FALLBACK="fail", **extra)
+    r = subprocess.run(["make", "-j2", f"CC={os.path.join(BIN, 'mlgo-clang')}"], cwd=proj, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_served_make_gets_the_tuned_sizes_then_an_edited_module_goes_stale(tuned):
+    root, t, man = tuned
+    proj = _checkout(root, "checkout1")
+    stats = str(root / "c1.jsonl")
+    with ServerProc(str(root / "ch1"), slots=2, stats=stats, extra=("--replay", str(t))) as srv:
+        _make(proj, srv.channels)
+        for n in OBJS:
+            assert text_size(proj / "obj" / f"{n}.o") == man["modules"][n]["best_size"], n
+        # edit one module: its observation stream changes, the replay must not apply blindly
+        src = proj / "src" / "k.c"
+        src.write_text("static int extra(int x) { return x * 5 + 2; }\nint kx(int x) { return extra(x) + extra(x + 3); }\n"
+                       + src.read_text())
+        os.utime(src)
+        _make(proj, srv.channels)
+        assert srv.terminate() == 0
+    recs = read_stats(stats)
+    assert [r["tuned"] for r in recs[:3]] == ["tuned"] * 3
+    last = recs[-1]
+    assert last["tuned_module"] == "k" and last["tuned"] == "stale" and last["status"] == "ok"
+    assert last["text_size"] == text_size(proj / "obj" / "k.o")  # a valid object
+    if last["tuned_applied"] == 0:  # the stream differed before any forced decision: exactly the default
+        assert last["text_size"] == text_size_of_plain(proj, root)
+    b = aggregate(recs)[0]
+    assert b["tuned"]["stale"] == 1 and b["tuned"]["tuned"] == 2  # last record per object counts
+    out = mlgo_host("stats", stats)
+    assert out.returncode == 0 and "2 tuned, 1 stale" in out.stdout, out.stdout
+
+
+def text_size_of_plain(proj, root) -> int:
+    plain_object(str(proj / "src" / "k.c"), str(root / "k-plain.o"), flags=("-Oz", f"-I{proj / 'src'}"))
+    return text_size(root / "k-plain.o")
+
+
+def test_guard_with_replay_is_never_bigger_than_Oz_and_counts_bytes_saved(tuned):
+    root, t, man = tuned
+    proj = _checkout(root, "checkout2")
+    stats = str(root / "c2.jsonl")
+    with ServerProc(str(root / "ch2"), slots=2, stats=stats, extra=("--replay", str(t), "--guard")) as srv:
+        _make(proj, srv.channels)
+        assert srv.terminate() == 0
+    for n in OBJS:
+        plain = root / f"{n}-plain2.o"
+        plain_object(str(proj / "src" / f"{n}.c"), str(plain), flags=("-Oz", f"-I{proj / 'src'}"))
+        assert text_size(proj / "obj" / f"{n}.o") <= text_size(plain), n
+    b = aggregate(read_stats(stats))[0]
+    want = sum(m["default_size"] - m["best_size"] for m in man["modules"].values())
+    assert b["tuned"]["tuned"] == 3 and b["tuned"]["saved_bytes"] == want > 0
+
+
+def test_compiles_of_other_code_are_served_by_the_policy(tuned, tmp_path):
+    root, t, _ = tuned
+    (tmp_path / "x.c").write_text("static int h(int x) { return x + 1; }\nint xx(int x) { return h(x) * h(x + 2); }\n")
+    stats = str(tmp_path / "s.jsonl")
+    with ServerProc(str(tmp_path / "ch"), slots=1, stats=stats, extra=("--replay", str(t))) as srv:
+        env = dict(env_without_mlgo(), MLGO_CHANNELS=srv.channels, MLGO_FALLBACK="fail")
+        r = subprocess.run([os.path.join(BIN, "mlgo-clang"), "-Oz", "-c", "x.c", "-o", "x.o"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert srv.terminate() == 0
+    assert [x["tuned"] for x in read_stats(stats)] == ["default"]
+
+
+def test_serve_replay_of_a_missing_dir_is_one_line(tmp_path):
+    r = mlgo_host("serve", "--channels", str(tmp_path / "ch"), "--replay", str(tmp_path / "nope"), timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "not a tune directory" in r.stderr, r.stderr
