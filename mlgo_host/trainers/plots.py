@@ -26,6 +26,17 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, png) -> str:
+    """Write the figure atomically (a reader never sees half a PNG) and free it."""
+    fig.tight_layout()
+    try:
+        with atomic_path(png, suffix=".tmp.png") as tmp:
+            fig.savefig(tmp, dpi=110)
+    finally:
+        plt.close(fig)
+    return str(png)
+
+
 def plot_training(state_path: str | os.PathLike, png: str | os.PathLike, title: str | None = None) -> str | None:
     """Write the curves of the run whose ``state.json`` is ``state_path``;
     returns the PNG path, or None when the run has no iteration yet."""
@@ -51,13 +62,7 @@ def plot_training(state_path: str | os.PathLike, png: str | os.PathLike, title: 
     a2.set_xlabel("iteration")
     a2.set_xlim(0.5, max(it) + 0.5)
     a2.grid(True, alpha=0.3)
-    fig.tight_layout()
-    try:
-        with atomic_path(png, suffix=".tmp.png") as tmp:
-            fig.savefig(tmp, dpi=110)
-    finally:
-        plt.close(fig)
-    return str(png)
+    return _save(plt, fig, png)
 
 
 def plot_search(state_path: str | os.PathLike, png: str | os.PathLike, title: str | None = None) -> str | None:
@@ -87,10 +92,4 @@ def plot_search(state_path: str | os.PathLike, png: str | os.PathLike, title: st
     ax.set_title(title or "search, then imitate (lower is smaller)", fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    try:
-        with atomic_path(png, suffix=".tmp.png") as tmp:
-            fig.savefig(tmp, dpi=110)
-    finally:
-        plt.close(fig)
-    return str(png)
+    return _save(plt, fig, png)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
 
 def run_env(tmp) -> dict:
@@ -15,3 +16,12 @@ def run_env(tmp) -> dict:
 def read_state(root) -> dict:
     with open(os.path.join(root, "state.json")) as f:
         return json.load(f)
+
+
+def finished_run(cmd: list[str], base, timeout: float):
+    """Run a training command to completion under ``base`` (root ``base/root``,
+    TMPDIR ``base/tmp``); returns (root, the completed process)."""
+    root = base / "root"
+    p = subprocess.run(cmd(root), capture_output=True, text=True, timeout=timeout, env=run_env(base / "tmp"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    return root, p

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from _corpus_helpers import build_generated_corpus
-from _run_helpers import read_state, run_env
+from _run_helpers import finished_run, read_state, run_env
 
 pytestmark = pytest.mark.slow
 
@@ -44,9 +44,7 @@ def corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(corpus, tmp_path_factory):
     base = tmp_path_factory.mktemp("search-train")
-    root = base / "root"
-    p = subprocess.run(_cmd(root, corpus), capture_output=True, text=True, timeout=900, env=run_env(base / "tmp"))
-    assert p.returncode == 0, p.stderr[-3000:]
+    root, p = finished_run(lambda r: _cmd(r, corpus), base, timeout=900)
     return root, p
 
 
