@@ -43,7 +43,9 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,ray]'
+	@# -qq: recent pip relays setuptools' "Editable installation" notice (every editable mode
+	@# prints one); errors still show.
+	$(BIN)/pip install -qq -e '.[dev,ray]'
 	touch $(STAMP)
 
 setup: system-deps extra-llvm $(STAMP)
