@@ -100,7 +100,6 @@ def main() -> int:
 
     plot_search(os.path.join(args.root, "state.json"), args.plot)
     atomic_write_json(args.output, result)
-    h = result["heldout"]
     last = state["history"][-1]
     print(f"rounds {state['round']} (best by validation: {state['best_round']}), "
           f"{result['train_wall_min']} min, {sum(x['compiles'] for x in state['history'])} compiles")

@@ -28,6 +28,7 @@ import tempfile
 import time
 
 from mlgo_host.corpus.corpus import load_corpus
+from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.trainers.pool import make_pool
 from mlgo_host.trainers.search import run_searches, total_gain_pct
 from mlgo_host.trainers.tune import tune
@@ -116,8 +117,7 @@ def main() -> int:
            "load_average_at_end": os.getloadavg()[0], "greedy": greedy, "tune": tuned,
            "goal_met": tuned["gain_bytes"] >= greedy["gain_bytes"] and tuned["compiles"] <= 0.5 * greedy["compiles"]}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=1)
+    atomic_write_json(args.out, res)
     for k in ("greedy", "tune"):
         r = res[k]
         print(f"{k:>6}: {r['gain_pct']:6.3f}% smaller than -Oz ({r['gain_bytes']} of {r['default_text']} bytes), "

@@ -130,38 +130,28 @@ def heldout_table(corpus: str, policies: dict[str, str], out: str, *, jobs: int,
     """Evaluate each policy (greedy) on the training runs' held-out split
     against the default heuristic (-Oz); ``guard_row``: also that policy
     behind the guard (per module, the smaller of its object and -Oz's)."""
-    from mlgo_host.trainers.evaluation import evaluate
+    from mlgo_host.trainers.evaluation import EvalReport, apply_guard, evaluate
 
     rows = []
     for label, path in policies.items():
         rep = evaluate(corpus, path, split="heldout", heldout_fraction=heldout_fraction, jobs=jobs, seed=seed)
         slug = label.lower().replace(" ", "_")
         rep.write_csv(os.path.join(out, f"heldout_{slug}.csv"))
-        s = rep.summary()
-        ok = [r for r in rep.rows if r.ok]
-        worst = max(ok, key=lambda r: (r.policy_text - r.baseline_text) / max(r.baseline_text, 1), default=None)
-        rows.append({"policy": label, "path": path, **s.as_dict(),
-                     "worst_module": None if worst is None else {
-                         "module": worst.module, "baseline": worst.baseline_text, "policy": worst.policy_text,
-                         "change_percent": 100.0 * (worst.policy_text - worst.baseline_text)
-                         / max(worst.baseline_text, 1)}})
-        if label == guard_row:
-            rows.append(_guard_row(f"{label} + guard", path, ok))
+        rows.append(_table_row(label, path, rep))
+        if label == guard_row:  # the same compiles, kept as eval --guard keeps them
+            guarded = EvalReport(policy=rep.policy, rows=[apply_guard(r) for r in rep.rows], guard=True)
+            rows.append(_table_row(f"{label} + guard", path, guarded, worst=False))
     return {"corpus": corpus, "heldout_fraction": heldout_fraction, "rows": rows}
 
 
-def _guard_row(label: str, path: str, ok: list) -> dict:
-    """The guard's result from the same compiles: per module, the smaller
-    of the policy's object and -Oz's (what ``eval --guard`` keeps)."""
-    base = sum(r.baseline_text for r in ok)
-    kept = [min(r.policy_text, r.baseline_text) for r in ok]
-    total = sum(kept)
-    rewards = [1.0 - (k + 0.01) / (r.baseline_text + 0.01) for k, r in zip(kept, ok)]
-    return {"policy": label, "path": path, "modules": len(ok), "ok": len(ok), "baseline_total": base,
-            "policy_total": total, "change_percent": 100.0 * (total - base) / base if base else None,
-            "smaller": sum(k < r.baseline_text for k, r in zip(kept, ok)),
-            "equal": sum(k == r.baseline_text for k, r in zip(kept, ok)), "bigger": 0,
-            "mean_reward": sum(rewards) / len(rewards) if rewards else 0.0, "worst_module": None}
+def _table_row(label: str, path: str, rep, worst: bool = True) -> dict:
+    """One row of the held-out table: the report's summary and its worst module."""
+    ok = [r for r in rep.rows if r.ok]
+    w = max(ok, key=lambda r: (r.policy_text - r.baseline_text) / max(r.baseline_text, 1), default=None)
+    return {"policy": label, "path": path, **rep.summary().as_dict(),
+            "worst_module": None if w is None or not worst else {
+                "module": w.module, "baseline": w.baseline_text, "policy": w.policy_text,
+                "change_percent": 100.0 * (w.policy_text - w.baseline_text) / max(w.baseline_text, 1)}}
 
 
 def format_table(table: dict) -> str:

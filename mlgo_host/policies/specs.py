@@ -136,9 +136,6 @@ class PolicySpec:
     #: inliner: the feature that carried the compiler's default decision when
     #: the spec was made (None: not recorded; see :meth:`trained_slot`)
     default_slot: str | None = None
-    #: inliner: the include-default slot, when the policy reads the compiler's
-    #: default decision as an input (search-then-imitate policies do; PPO's don't)
-    default_input: str | None = None
 
     # -- views -----------------------------------------------------------
     @property
@@ -146,6 +143,14 @@ class PolicySpec:
         """Input features in network order: sorted by name (the order
         ``tf.nest.flatten`` gives the observation dict)."""
         return tuple(sorted((f for f in self.features if f.role == INPUT), key=lambda f: f.name))
+
+    @property
+    def default_input(self) -> str | None:
+        """Inliner: the include-default slot when the policy reads the
+        compiler's default decision as an input (search-then-imitate policies
+        do; PPO's and BC's discard it), else None."""
+        f = self.feature(self.default_slot) if self.default_slot else None
+        return f.name if f is not None and f.role == INPUT else None
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -272,7 +277,7 @@ class PolicySpec:
                 reasons[s.name] = why
         num = 2 if kind == BINARY else int(width)  # type: ignore[arg-type]
         spec = cls(name, tuple(feats), ActionSpec(advice_name, adv_spec.ctype, kind, num), width, reasons,
-                   default_slot=default_slot if name == "inline" else None, default_input=keep)
+                   default_slot=default_slot if name == "inline" else None)
         if not spec.inputs:
             raise ConfigError(f"{name}: no usable input feature in the header (discarded: {sorted(reasons)})")
         return spec
@@ -319,7 +324,6 @@ class PolicySpec:
                 width=None if d.get("width") is None else int(d["width"]),
                 discarded=dict(d.get("discarded", {})),
                 default_slot=None if d.get("default_slot") is None else str(d["default_slot"]),
-                default_input=d.get("default_input"),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"bad policy spec: {e}") from None

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_write_json, replace_dir
 from mlgo_host.policies.saved import gate_of, read_saved_policy
 from mlgo_host.trainers.learner import Learner
@@ -36,8 +37,11 @@ def read_state(root_dir: str) -> dict[str, Any]:
     path = os.path.join(root_dir, STATE)
     if not os.path.exists(path):
         return {}
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: unreadable state ({e}); move it away to start over") from None
 
 
 def open_learner(root_dir: str, header_json: dict, *, advisor: str, vocab_dir: str, seed: int, clang: str,

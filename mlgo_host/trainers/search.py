@@ -238,7 +238,6 @@ def search_module(module: Module, base: Policy, budget: int, cfg: dict, *, defau
         "header": ep.header.to_json() if ep is not None else None,
         "raw": ep.raw if ep is not None else b"",
         "actions": ep.actions if ep is not None else np.zeros(0, np.int64),
-        "defaults": _defaults(ep, cfg["default_slot"]) if ep is not None else np.zeros(0, np.int64),
     }
 
 
@@ -268,14 +267,6 @@ def _resumed(res: dict, base: Policy, default: Policy) -> dict:
     return {"trial": trial, "base": default if from_default else base, "compiles": 0,
             "base_name": "default" if from_default else getattr(base, "name", "policy"),
             "start_size": res["best_size"], "policy_size": res["best_size"]}
-
-
-def _defaults(ep: Episode, slot: str) -> np.ndarray:
-    """The compiler's default decision at each step of a trajectory (the
-    include-default slot of this compiler)."""
-    if ep.n == 0:
-        return np.zeros(0, np.int64)
-    return (ep.features()[slot].reshape(ep.n, -1)[:, 0] != 0).astype(np.int64)
 
 
 def _family(feats: np.ndarray, actions: np.ndarray, won: Sequence[dict]) -> np.ndarray:

@@ -39,13 +39,14 @@ import gin
 import numpy as np
 
 from mlgo_host.corpus.corpus import Module, load_corpus, split_three
+from mlgo_host.corpus.sizes import compiler_version
 from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_path, atomic_write_json
 from mlgo_host.policies.saved import METADATA, set_gate
-from mlgo_host.trainers.iteration import publish_policy
+from mlgo_host.trainers.iteration import STATE, publish_policy, read_state
 from mlgo_host.trainers.imitate import choose_gate, examples_from_search, train_imitation
 from mlgo_host.trainers.pool import make_pool, map_with_progress
-from mlgo_host.trainers.search import (FlipGainModel, budgets, continued, fit_flip_model, paid_budgets,
+from mlgo_host.trainers.search import (budgets, continued, fit_flip_model, paid_budgets,
                                       run_searches, total_gain_pct)
 from mlgo_host.trainers.worker import policy_blob_from_dir
 
@@ -108,9 +109,9 @@ def train_search(
             state["history"].append(row)
             state["round"] = r
             summaries(row)
-            atomic_write_json(os.path.join(root_dir, "state.json"), state)
+            atomic_write_json(os.path.join(root_dir, STATE), state)
             print(_summary_line(row), file=sys.stderr, flush=True)
-        _ensure_saved_policy(pool, state, root_dir)
+        _ensure_saved_policy(state, root_dir)
         return state
     finally:
         pool.close()
@@ -127,13 +128,13 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, cfg, c
     t_search = time.monotonic() - t0
     _note_modules(state, results)
     data = _merge_round(root_dir, r, results)
-    model = _fit_flip_model(data)
+    seen = list(data["best"].values()) + data["flip_only"]  # every trajectory and flip so far
+    model = fit_flip_model(seen)
     state["flip_model"] = model.to_json() if model is not None else None
     t1 = time.monotonic()
     policy_dir = os.path.join(root_dir, "policy", str(r))
-    fit = train_imitation(examples_from_search(list(data["best"].values()) + data["flip_only"]), policy_dir,
-                          default_slot=state["default_slot"], compiler=cfg["clang"], seed=seed + r,
-                          extra={"round": r})
+    fit = train_imitation(examples_from_search(seen), policy_dir, default_slot=state["default_slot"],
+                          compiler=compiler_version(cfg["clang"]).splitlines()[0], seed=seed + r, extra={"round": r})
     t_train = time.monotonic() - t1
     t2 = time.monotonic()
     gate, table, val = _choose_gate(pool, policy_dir, val_mods, thresholds, max_growth, progress, r)
@@ -255,13 +256,6 @@ def _tune_results(path: str, val_mods: list[Module], held_mods: list[Module]) ->
     return res
 
 
-def _fit_flip_model(data: dict) -> FlipGainModel | None:
-    return fit_flip_model(list(data["best"].values()) + data["flip_only"])
-
-
-# -- validation: the gate ---------------------------------------------------------
-
-
 def _choose_gate(pool, policy_dir, val_mods, thresholds, max_growth, progress, r):
     """Compile the validation split under each gate threshold; the best
     threshold (see :func:`choose_gate`) and its validation row."""
@@ -311,13 +305,8 @@ def _evaluate(pool, policy_dir, mods, progress, desc) -> tuple[float, int]:
 
 
 def _load_state(root_dir: str) -> dict:
-    path = os.path.join(root_dir, "state.json")
-    if os.path.exists(path):
-        try:
-            with open(path) as f:
-                state = json.load(f)
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"{path}: unreadable state ({e}); move it away to start over") from None
+    state = read_state(root_dir)
+    if state:
         log.info("resuming %s after round %d", root_dir, state["round"])
         return state
     return {"format": "mlgo_host.search_state/1", "round": 0, "history": [], "sizes": {}, "decisions": {},
@@ -332,7 +321,7 @@ def _time_left(state: dict, t_start: float, budget_min: float) -> bool:
     return spent + last <= 60.0 * budget_min
 
 
-def _ensure_saved_policy(pool, state: dict, root_dir: str) -> None:
+def _ensure_saved_policy(state: dict, root_dir: str) -> None:
     if state.get("best_policy") and not os.path.isdir(os.path.join(root_dir, "saved_policy")):
         publish_policy(state["best_policy"], os.path.join(root_dir, "saved_policy"))
 
