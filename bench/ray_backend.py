@@ -25,7 +25,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FACTORY = "mlgo_host.trainers.worker:CollectWorker"
+FACTORY = "mlgo_host.workers.worker:CollectWorker"
 
 
 def synthetic_corpus(root: str, modules: int, clang: str):
@@ -75,8 +75,8 @@ def main(argv=None) -> int:
 
     from mlgo_host.fsutil import atomic_write_json
     from mlgo_host.corpus.corpus import load_corpus
-    from mlgo_host.trainers.pool import WorkerPool
-    from mlgo_host.trainers.ray_pool import RayPool
+    from mlgo_host.workers.pool import WorkerPool
+    from mlgo_host.workers.ray_pool import RayPool
 
     with tempfile.TemporaryDirectory(prefix="mlgo-bench-ray-") as tmp:
         if args.corpus:

@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from mlgo_host.fsutil import atomic_write_json  # noqa: E402
 
-FACTORY = "mlgo_host.trainers.worker:CollectWorker"
+FACTORY = "mlgo_host.workers.worker:CollectWorker"
 
 
 def loadavg() -> list[float]:
@@ -41,8 +41,8 @@ def loadavg() -> list[float]:
 
 def collection_scaling(corpus_dir: str, policy: str, modules: int, rounds: int, cache: str) -> dict:
     from mlgo_host.corpus.corpus import load_corpus
-    from mlgo_host.trainers.pool import WorkerPool
-    from mlgo_host.trainers.worker import policy_blob_from_dir
+    from mlgo_host.workers.pool import WorkerPool
+    from mlgo_host.workers.worker import policy_blob_from_dir
 
     corpus = load_corpus(corpus_dir)
     train_mods, _ = corpus.split(0.2, seed=0)

@@ -29,9 +29,9 @@ import time
 
 from mlgo_host.corpus.corpus import load_corpus
 from mlgo_host.fsutil import atomic_write_json
-from mlgo_host.trainers.pool import make_pool
-from mlgo_host.trainers.search import run_searches, total_gain_pct
-from mlgo_host.trainers.tune import tune
+from mlgo_host.workers.pool import make_pool
+from mlgo_host.search.flips import run_searches, total_gain_pct
+from mlgo_host.search.tune import tune
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -39,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def greedy_pass(mods, jobs: int, work: str, clang: str) -> dict:
     """Every decision once, in order, from the default, on every module."""
     t0 = time.monotonic()
-    pool = make_pool("local", jobs, "mlgo_host.trainers.search:SearchWorker",
+    pool = make_pool("local", jobs, "mlgo_host.search.flips:SearchWorker",
                      {"clang": clang, "advisor": "inline", "baseline_cache": os.path.join(work, "baselines")})
     try:
         pool.broadcast("set_policy", {"heuristic": "default"})

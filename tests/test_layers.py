@@ -3,7 +3,7 @@ or the floors below it (see the README's layout section).
 
 Reads every module of mlgo_host with ``ast``: imports at the top level and
 inside functions and classes count, and so do worker factory strings
-(``"mlgo_host.trainers.worker:CollectWorker"``, imported by the pool); imports
+(``"mlgo_host.workers.worker:CollectWorker"``, imported by the pool); imports
 under ``if TYPE_CHECKING:`` do not (they never run).  A failure names the file, the line and both floors.
 """
 
@@ -25,16 +25,18 @@ FLOORS: dict[int, tuple[str, ...]] = {
     3: ("episode", "collected"),
     4: ("policies",),
     5: ("corpus",),
-    6: ("trainers",),
-    7: ("serve",),
-    8: ("commands", "cli", "demo", "__main__"),
+    6: ("workers",),
+    7: ("search",),
+    8: ("trainers",),
+    9: ("serve",),
+    10: ("commands", "cli", "demo", "__main__"),
 }
 FLOOR_OF = {name: floor for floor, names in FLOORS.items() for name in names}
 FACTORY = re.compile(r"(mlgo_host(?:\.\w+)+):\w+")  # "module:attribute", as make_pool takes
 
 
 def _unit(dotted: str) -> str | None:
-    """``mlgo_host.trainers.pool`` -> ``trainers``; None outside the package."""
+    """``mlgo_host.workers.pool`` -> ``workers``; None outside the package."""
     parts = dotted.split(".")
     if parts[0] != "mlgo_host":
         return None
@@ -144,7 +146,7 @@ def _check_source(tmp_path, relpath: str, source: str) -> list[str]:
 
 
 @pytest.mark.parametrize("source, bad", [
-    ("from mlgo_host.trainers.pool import make_pool\n", True),  # top level, upward
+    ("from mlgo_host.workers.pool import make_pool\n", True),  # top level, upward
     ("def f():\n    import mlgo_host.serve.server\n", True),  # inside a function
     ("from ..serve import server\n", True),  # relative
     ("from mlgo_host import commands\n", True),
@@ -157,3 +159,40 @@ def test_the_checker_finds_upward_imports(tmp_path, source, bad):
     assert bool(problems) == bad, problems
     if bad:
         assert problems[0].startswith(os.path.join("mlgo_host", "policies", "x.py") + ":")
+
+
+#: third-party packages only the learning floor (and above) may import: workers,
+#: the search engine and everything below them answer decisions with numpy
+TENSORFLOW = ("tensorflow", "tf_agents", "tensorflow_probability", "tf_keras")
+
+
+def tensorflow_below_learning() -> list[str]:
+    problems = []
+    for path in _modules():
+        module = _module_name(path)
+        floor = FLOOR_OF.get(_unit(module) or "", 0)
+        if floor >= FLOOR_OF["trainers"]:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for line, target in _imports(tree, module, path.name == "__init__.py"):
+            if target.split(".")[0] in TENSORFLOW:
+                problems.append(f"{path.relative_to(PACKAGE.parent)}:{line}: imports {target} below trainers/")
+    return problems
+
+
+def test_no_tensorflow_below_the_learning_floor():
+    problems = tensorflow_below_learning()
+    assert not problems, "\n".join(problems)
+
+
+def test_the_tensorflow_check_finds_an_import_in_a_worker(tmp_path):
+    global PACKAGE
+    root = tmp_path / "mlgo_host"
+    (root / "workers").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "workers" / "w.py").write_text("def f():\n    import tensorflow as tf\n")
+    saved, PACKAGE = PACKAGE, root
+    try:
+        assert tensorflow_below_learning() == ["mlgo_host/workers/w.py:2: imports tensorflow below trainers/"]
+    finally:
+        PACKAGE = saved

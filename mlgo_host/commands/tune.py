@@ -67,7 +67,7 @@ def _stop(signum, frame):
 
 def run(args: argparse.Namespace) -> int:
     from mlgo_host.errors import ConfigError
-    from mlgo_host.trainers.tune import progress_default, summary_line, tune
+    from mlgo_host.search.tune import progress_default, summary_line, tune
 
     if args.patience < 1:
         raise ConfigError(f"--patience must be >= 1, got {args.patience}")

@@ -1,6 +1,6 @@
 """A tune directory (``mlgo-host tune --output T``), as builds read it.
 
-Layout (written by :mod:`mlgo_host.trainers.tune`)::
+Layout (written by :mod:`mlgo_host.search.tune`)::
 
     T/tune.json                 the manifest (format mlgo_host.tune/1): the corpus,
                                 the base policy, per module its replay file, its

@@ -1,6 +1,6 @@
 """Training: the TF learner side (tf_agent, tf_features, learner, export,
-bc, summaries) and the TF-free worker side (pool, ray_pool, worker, traces
-and evaluation workers)."""
+bc, summaries), the loops, and the TF-free traces and evaluation workers
+(which run on :mod:`mlgo_host.workers`' pools)."""
 
 import sys
 import types

@@ -36,7 +36,7 @@ from mlgo_host.corpus.tuned import TunedDir, TunedPolicies
 from mlgo_host.errors import ConfigError, CorpusError, MlgoHostError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes
 from mlgo_host.policies import load_policy
-from mlgo_host.trainers.pool import make_pool, map_with_progress
+from mlgo_host.workers.pool import make_pool, map_with_progress
 
 CSV_FIELDS = ("module", "baseline_text", "policy_text", "reward", "observations", "status", "reason")
 #: extra CSV columns with --guard: the policy's own size and which object was kept
@@ -330,7 +330,7 @@ def evaluate(
 ) -> EvalReport:
     """Evaluate ``policy`` (a heuristic name, a saved policy directory or a
     replay file) on the selected modules of the corpus in ``corpus_dir``
-    with ``jobs`` pool workers (:func:`~mlgo_host.trainers.pool.make_pool`);
+    with ``jobs`` pool workers (:func:`~mlgo_host.workers.pool.make_pool`);
     ``guard``: keep each module's smaller valid object of the policy's and
     the default's (:func:`apply_guard`); ``replay_dir``: a tune directory
     whose modules are compiled with their replays (the others with

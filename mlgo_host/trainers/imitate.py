@@ -1,6 +1,6 @@
 """Imitate the searched decisions: weighted behavioural cloning, then a gate.
 
-The examples come from the search (:mod:`mlgo_host.trainers.search`):
+The examples come from the search (:mod:`mlgo_host.search.flips`):
 
 * every decision of each module's best trajectory, labelled with the action
   the best trajectory took, weight ``untried_weight`` (bytes-equivalent);

@@ -26,7 +26,7 @@ from mlgo_host.policies.specs import PolicySpec
 from mlgo_host.policies.vocab import Vocab
 from mlgo_host.trainers import tf_agent
 from mlgo_host.trainers.export import save_policy
-from mlgo_host.trainers.worker import policy_blob_from_dir
+from mlgo_host.workers.worker import policy_blob_from_dir
 
 
 @gin.configurable(module="learner")

@@ -4,7 +4,7 @@ Per round:
 
 1. **search** every training module around the current policy (the first
    round: the compiler's default) on the worker pool, the compile budget
-   shared by module size (:mod:`mlgo_host.trainers.search`);
+   shared by module size (:mod:`mlgo_host.search.flips`);
 2. keep each module's best trajectory across rounds and every flip tried;
    fit the flip-gain model (the next round's prior);
 3. **imitate**: train the actor on all best trajectories and flips so far
@@ -45,10 +45,10 @@ from mlgo_host.fsutil import atomic_path, atomic_write_json
 from mlgo_host.policies.saved import METADATA, set_gate
 from mlgo_host.trainers.iteration import STATE, publish_policy, read_state
 from mlgo_host.trainers.imitate import choose_gate, examples_from_search, train_imitation
-from mlgo_host.trainers.pool import make_pool, map_with_progress
-from mlgo_host.trainers.search import (budgets, continued, fit_flip_model, paid_budgets,
+from mlgo_host.workers.pool import make_pool, map_with_progress
+from mlgo_host.search.flips import (budgets, continued, fit_flip_model, paid_budgets,
                                       run_searches, total_gain_pct)
-from mlgo_host.trainers.worker import policy_blob_from_dir
+from mlgo_host.workers.worker import policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.search")
 
@@ -95,7 +95,7 @@ def train_search(
     cfg = {"clang": clang_path, "llvm_size": llvm_size_path, "module_timeout": module_timeout,
            "baseline_cache": os.path.join(root_dir, "baselines")}
     pool_opts = {"ray_address": ray_address} if worker_backend == "ray" else {}
-    pool = make_pool(worker_backend, num_workers, "mlgo_host.trainers.search:SearchWorker",
+    pool = make_pool(worker_backend, num_workers, "mlgo_host.search.flips:SearchWorker",
                      {"clang": clang_path, "llvm_size": llvm_size_path, "advisor": "inline",
                       "module_timeout": module_timeout, "baseline_cache": cfg["baseline_cache"]}, **pool_opts)
     summaries = _summaries(root_dir)
@@ -246,7 +246,7 @@ def _merge_round(root_dir: str, r: int, results: list[dict]) -> dict:
 def _tune_results(path: str, val_mods: list[Module], held_mods: list[Module]) -> list[dict]:
     """The search results a tune directory keeps, but for the modules of
     the validation and held-out splits (no choice may read them)."""
-    from mlgo_host.trainers.tune import load_tune_results
+    from mlgo_host.search.tune import load_tune_results
 
     keep_out = {m.name for m in val_mods} | {m.name for m in held_mods}
     res = [r for r in load_tune_results(path) if r["name"] not in keep_out]

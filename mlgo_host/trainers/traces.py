@@ -49,7 +49,7 @@ from mlgo_host.errors import ConfigError, CorpusError, ProtocolError
 from mlgo_host.fsutil import atomic_write_json, replace_dir
 from mlgo_host.policies import load_policy
 from mlgo_host.policies.vocab import VocabBuilder
-from mlgo_host.trainers.pool import make_pool, map_with_progress
+from mlgo_host.workers.pool import make_pool, map_with_progress
 
 FORMAT = "mlgo_host.trace/1"
 INDEX = "trace.json"
@@ -209,7 +209,7 @@ def record_trace(
 ) -> dict:
     """Compile every module of the corpus with ``policy`` serving
     ``advisor`` (only the modules ``names`` when given) on ``jobs`` pool
-    workers (:func:`~mlgo_host.trainers.pool.make_pool`), keep each module's
+    workers (:func:`~mlgo_host.workers.pool.make_pool`), keep each module's
     training log and object size; returns the index (also written as
     ``trace.json``)."""
     if advisor not in ADVICE_NAMES:

@@ -13,7 +13,7 @@ iteration.
 
 TensorFlow is the learner's (:mod:`~mlgo_host.trainers.learner`, through
 :mod:`~mlgo_host.trainers.iteration`); the collection workers
-(:mod:`~mlgo_host.trainers.worker`) never import it.
+(:mod:`~mlgo_host.workers.worker`) never import it.
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.policies.vocab import VocabBuilder
 from mlgo_host.trainers.iteration import (commit_iteration, publish_policy, numeric_metrics, open_learner, percentile_summary,
                                           read_state, train_and_save)
-from mlgo_host.trainers.pool import EarlyExit, TaskOutcome, make_pool, map_with_progress
+from mlgo_host.workers.pool import EarlyExit, TaskOutcome, make_pool, map_with_progress
 from mlgo_host.trainers.summaries import Summaries
-from mlgo_host.trainers.worker import policy_blob_from_dir
+from mlgo_host.workers.worker import policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.train")
 
-COLLECT_WORKER = "mlgo_host.trainers.worker:CollectWorker"
+COLLECT_WORKER = "mlgo_host.workers.worker:CollectWorker"
 
 
 @gin.configurable(module="train")

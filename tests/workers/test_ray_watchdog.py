@@ -1,4 +1,4 @@
-"""The Ray actor's watchdog (mlgo_host.trainers.ray_watchdog) without Ray: a
+"""The Ray actor's watchdog (mlgo_host.workers.ray_watchdog) without Ray: a
 fake actor starts a "compiler" and the watchdog, then dies by SIGKILL; the
 watchdog must kill the compiler and every process naming the actor's
 directory, and remove the directory. A clean shutdown (stdin closed) does
@@ -20,7 +20,7 @@ from mlgo_host import procs
 # NestingWorker starts it (stdin a pipe; the launcher exits at once)
 FAKE_ACTOR = r"""
 import os, subprocess, sys, time
-from mlgo_host.trainers.ray_pool import _start_watchdog
+from mlgo_host.workers.ray_pool import _start_watchdog
 root = sys.argv[1]
 comp = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
 wd = _start_watchdog(root)
@@ -61,7 +61,7 @@ def test_the_watchdog_cleans_up_after_its_actor(tmp_path, how):
 
 
 def test_the_watchdog_refuses_bad_arguments_and_imports_no_numpy_nor_ray():
-    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "mlgo_host.trainers.ray_watchdog", "notapid"],
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "mlgo_host.workers.ray_watchdog", "notapid"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "usage" in r.stderr
     imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}

@@ -21,7 +21,7 @@ trajectory (:func:`flip_scores`):
 
 The compile budget follows the bytes: :func:`budgets` gives large modules
 more flips.  The worker (:class:`SearchWorker`) runs on the shared pool
-(:func:`mlgo_host.trainers.pool.make_pool`), never imports TensorFlow, and
+(:func:`mlgo_host.workers.pool.make_pool`), never imports TensorFlow, and
 answers one :func:`search_module` per task.
 """
 
@@ -43,7 +43,7 @@ from mlgo_host.episode import Episode
 from mlgo_host.policies.base import Policy
 from mlgo_host.progress import progress_bar
 from mlgo_host.policies.replay import Replay, ReplayPolicy
-from mlgo_host.trainers.worker import CollectWorker
+from mlgo_host.workers.worker import CollectWorker
 
 log = logging.getLogger("mlgo_host.search")
 

@@ -1,7 +1,7 @@
 """``mlgo-host tune``: the best inlining decisions found for each module of
 your corpus, kept as replays a build applies (``serve --replay T``).
 
-Each module is searched (:func:`mlgo_host.trainers.search.search_module`:
+Each module is searched (:func:`mlgo_host.search.flips.search_module`:
 flip one decision, keep it when ``.text`` shrinks, go on from the new best)
 from the base policy's trajectory (the compiler's default unless
 ``--policy``).  Smarter than one greedy pass over every decision:
@@ -50,9 +50,9 @@ from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes, atomic_write_json
 from mlgo_host.policies import HEURISTICS, load_policy
 from mlgo_host.policies.replay import Replay, stream_fingerprint, write_replay
-from mlgo_host.trainers.pool import make_pool
-from mlgo_host.trainers.search import continued, fit_flip_model, paid_budgets, run_searches
-from mlgo_host.trainers.worker import policy_blob_from_dir
+from mlgo_host.workers.pool import make_pool
+from mlgo_host.search.flips import continued, fit_flip_model, paid_budgets, run_searches
+from mlgo_host.workers.worker import policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.tune")
 
@@ -76,7 +76,7 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
     store = TuneStore.open(output, corpus_dir, policy, clang, mods)
     deadline = time.time() + 60.0 * budget_minutes if budget_minutes is not None else None
     pool_opts = {"ray_address": ray_address} if backend == "ray" else {}
-    pool = make_pool(backend, jobs, "mlgo_host.trainers.search:SearchWorker",
+    pool = make_pool(backend, jobs, "mlgo_host.search.flips:SearchWorker",
                      {"clang": clang, "llvm_size": llvm_size, "advisor": "inline", "module_timeout": module_timeout,
                       "baseline_cache": os.path.join(store.path, "baselines")}, **pool_opts)
     try:

@@ -1,8 +1,8 @@
 """The watchdog of one Ray actor: cleans up after an actor that died without
 cleaning up itself (``ray.kill``, SIGKILL, the OOM killer).
 
-Run as ``python -m mlgo_host.trainers.ray_watchdog ACTOR_PID ROOT`` by
-:class:`mlgo_host.trainers.ray_pool.NestingWorker`, with a pipe as its stdin.
+Run as ``python -m mlgo_host.workers.ray_watchdog ACTOR_PID ROOT`` by
+:class:`mlgo_host.workers.ray_pool.NestingWorker`, with a pipe as its stdin.
 It detaches (double fork: Ray kills an actor's direct children with it), then
 records the actor's children (the compilers it starts, each in its own
 session) every 50 ms until its stdin reaches end-of-file -- the actor closed
@@ -71,7 +71,7 @@ def clean_up(seen: dict[int, procs.ProcStat], root: str) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or not argv[0].isdigit():
-        sys.stderr.write("usage: python -m mlgo_host.trainers.ray_watchdog ACTOR_PID ROOT\n")
+        sys.stderr.write("usage: python -m mlgo_host.workers.ray_watchdog ACTOR_PID ROOT\n")
         return 2
     actor, root = int(argv[0]), argv[1]
     detach()

@@ -1,7 +1,7 @@
 """The Ray backend of the worker pool: the same collection, on a cluster.
 
 :class:`RayPool` has the interface and semantics of
-:class:`mlgo_host.trainers.pool.WorkerPool` (``broadcast``, ``map_unordered``
+:class:`mlgo_host.workers.pool.WorkerPool` (``broadcast``, ``map_unordered``
 with :class:`EarlyExit`, ``on_result`` and :class:`TaskOutcome`, ``close``,
 context manager, ``num_workers``, ``backend``), but its workers are Ray
 actors, so they can live on any machine of a Ray cluster.
@@ -42,7 +42,7 @@ concurrency group ("control") whose ``cancel(experiment, tag)`` marks the
 running call cancelled and kills the compiler process groups the actor started
 (its session-leader children) until the call returns; the call then reports
 ``cancelled`` like the local pool's SIGUSR1 path.  Each actor also starts a tiny
-watchdog process (:mod:`mlgo_host.trainers.ray_watchdog`: its own session, no
+watchdog process (:mod:`mlgo_host.workers.ray_watchdog`: its own session, no
 Ray, no TensorFlow) that records the
 actor's compiler children and, when the actor dies without cleaning up
 (``ray.kill``, SIGKILL, OOM killer), kills them and every process whose command
@@ -75,7 +75,7 @@ from typing import Any, Callable, Sequence
 import mlgo_host
 from mlgo_host import procs
 from mlgo_host.errors import ConfigError, MlgoHostError, UnknownExperimentError, WorkerPoolError
-from mlgo_host.trainers.pool import Cancelled, EarlyExit, TaskOutcome, _resolve
+from mlgo_host.workers.pool import Cancelled, EarlyExit, TaskOutcome, _resolve
 
 __all__ = ["NestingWorker", "RayCluster", "RayPool", "ensure_ray"]
 
@@ -231,7 +231,7 @@ class NestingWorker:
 
 
 def _start_watchdog(tmp: str) -> subprocess.Popen:
-    """Start this actor's watchdog (:mod:`mlgo_host.trainers.ray_watchdog`):
+    """Start this actor's watchdog (:mod:`mlgo_host.workers.ray_watchdog`):
     it cleans up the compilers and ``tmp`` when the actor dies. Closing the
     returned process's stdin tells it the actor shut down cleanly."""
     env = dict(os.environ)
@@ -240,13 +240,13 @@ def _start_watchdog(tmp: str) -> subprocess.Popen:
     here = os.path.dirname(os.path.dirname(os.path.abspath(mlgo_host.__file__)))
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mlgo_host.trainers.ray_watchdog", str(os.getpid()), tmp],
+        [sys.executable, "-m", "mlgo_host.workers.ray_watchdog", str(os.getpid()), tmp],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True, close_fds=True, env=env)
     rc = proc.wait(30)  # the launcher exits at once; the detached watchdog keeps the pipe
     if rc != 0:
         raise WorkerPoolError(f"the Ray actor's watchdog did not start (exit status {rc}): try "
-                              f"`{sys.executable} -m mlgo_host.trainers.ray_watchdog` on the worker node")
+                              f"`{sys.executable} -m mlgo_host.workers.ray_watchdog` on the worker node")
     return proc
 
 

@@ -15,13 +15,13 @@ ray = pytest.importorskip("ray")
 
 from _corpus_helpers import build_generated_corpus  # noqa: E402
 from mlgo_host.errors import UnknownExperimentError  # noqa: E402
-from mlgo_host.trainers.pool import EarlyExit, WorkerPool, make_pool  # noqa: E402
+from mlgo_host.workers.pool import EarlyExit, WorkerPool, make_pool  # noqa: E402
 from mlgo_host import procs  # noqa: E402
-from mlgo_host.trainers.ray_pool import RayCluster, RayPool  # noqa: E402
+from mlgo_host.workers.ray_pool import RayCluster, RayPool  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
-FACTORY = "mlgo_host.trainers.worker:CollectWorker"
+FACTORY = "mlgo_host.workers.worker:CollectWorker"
 HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "helpers")
 SMALL = {"s0": 12, "s1": 25, "s2": 40, "s3": 18, "s4": 30}  # module name -> number of functions
 SLOW = ("slow", 800)

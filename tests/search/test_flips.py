@@ -19,7 +19,7 @@ from mlgo_host.corpus.build import build_corpus, load_compile_commands
 from mlgo_host.corpus.compile import compile_module
 from mlgo_host.corpus.corpus import load_corpus, split_three
 from mlgo_host.policies import load_policy
-from mlgo_host.trainers.search import FlipGainModel, budgets, pattern_scores, search_module
+from mlgo_host.search.flips import FlipGainModel, budgets, pattern_scores, search_module
 
 from _tune_helpers import HELPER_C, TINY_C
 

@@ -2,7 +2,7 @@ import os
 import pytest
 
 from mlgo_host.errors import ConfigError, WorkerPoolError
-from mlgo_host.trainers.pool import EarlyExit, WorkerPool, make_pool
+from mlgo_host.workers.pool import EarlyExit, WorkerPool, make_pool
 
 FACTORY = "_toy_worker:ToyWorker"
 

@@ -13,7 +13,7 @@ at most ``early_exit.grace_s`` (or ``grace_factor`` times the time taken so
 far) for the stragglers, and never past ``early_exit.timeout_s``; stragglers
 are cancelled (their compilers killed) and reported as cancelled.
 
-The Ray backend (:mod:`mlgo_host.trainers.ray_pool`) offers the same
+The Ray backend (:mod:`mlgo_host.workers.ray_pool`) offers the same
 interface; :func:`make_pool` chooses by name.
 """
 
@@ -274,7 +274,7 @@ def make_pool(backend: str, num_workers: int, factory: str, kwargs: dict | None 
         return WorkerPool(num_workers, factory, kwargs, pin_cpus=opts.get("pin_cpus", False))
     if backend == "ray":
         # lazily: ray_pool imports this module (EarlyExit, TaskOutcome)
-        from mlgo_host.trainers.ray_pool import RayPool
+        from mlgo_host.workers.ray_pool import RayPool
 
         return RayPool(num_workers, factory, kwargs, **opts)
     raise ConfigError(f"unknown worker backend {backend!r} (choose 'local' or 'ray')")

@@ -1,0 +1,3 @@
+"""The search engine, TF-free: decision identity (call-site keys from the
+compiler's inline remarks), batched evaluation of decision sets, the flip
+search and ``tune``.  Below ``trainers/``, which learns from what it finds."""
