@@ -39,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def greedy_pass(mods, jobs: int, work: str, clang: str) -> dict:
     """Every decision once, in order, from the default, on every module."""
     t0 = time.monotonic()
-    pool = make_pool("local", jobs, "mlgo_host.search.flips:SearchWorker",
+    pool = make_pool("local", jobs, "mlgo_host.search.worker:SearchWorker",
                      {"clang": clang, "advisor": "inline", "baseline_cache": os.path.join(work, "baselines")})
     try:
         pool.broadcast("set_policy", {"heuristic": "default"})

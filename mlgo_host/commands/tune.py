@@ -11,8 +11,17 @@ in a row that did not pay, and what is left of the budget goes first to the
 modules that paid.  The default is always a candidate: no module gets bigger
 than -Oz.
 
-T/ holds per module its best replay (replays/, fingerprinted so a build
-detects a module that changed since), the flips tried (data/, training data
+By default the search is batched: one channel compile names each decision's
+call site (from the inliner's optimization record), then decision sets are
+compiled by the compiler's own inline replay, dozens of flips per compile,
+each flip's gain read from the functions it touches and checked (a batch
+whose attribution does not hold is split).  --search channel is the earlier
+one-flip-per-compile search.
+
+T/ holds per module its best decisions: replays/<module>.inline.txt, the
+compiler's replay file (a build applies it with plain compiler flags:
+MLGO_REPLAY=T with mlgo-clang, or --print-flags T FILE), or for --search
+channel a fingerprinted JSON replay; the flips tried (data/, training data
 for search.gin: --gin_bindings "search_data='T'"), tune.json (the manifest)
 and report.csv, report.png (gain against module size), summary.json.
 
@@ -26,6 +35,8 @@ example:
   mlgo-host tune --corpus corpus/ --output tuned/ --compiles-per-module 30 --jobs 2
   mlgo-host serve --channels /tmp/mlgo --replay tuned/ --stats build.jsonl &
   MLGO_CHANNELS=/tmp/mlgo make -j2 CC=mlgo-clang
+  MLGO_REPLAY=tuned/ make -j2 CC=mlgo-clang      # no server: compiler flags only
+  mlgo-host tune --print-flags tuned/ src/foo.c  # the flags of one file
 """
 
 from __future__ import annotations
@@ -36,8 +47,15 @@ import signal
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--corpus", required=True, metavar="DIR", help="corpus directory (mlgo-host corpus build)")
-    p.add_argument("--output", required=True, metavar="T", help="tune directory to create or continue")
+    p.add_argument("--corpus", metavar="DIR", help="corpus directory (mlgo-host corpus build)")
+    p.add_argument("--output", metavar="T", help="tune directory to create or continue")
+    p.add_argument("--print-flags", nargs=2, metavar=("T", "FILE"), default=None,
+                   help="print the compiler flags that apply T's tuned decisions to source FILE (for build systems "
+                        "that add flags per file) and exit; nothing is printed for a file T did not improve")
+    p.add_argument("--search", choices=("batched", "channel"), default="batched",
+                   help="batched (default): many flips per compile through the compiler's inline replay, each "
+                        "flip's gain read from the functions it touches; channel: one flip per compile over the "
+                        "channel (the earlier search, for comparison)")
     p.add_argument("--policy", default=None,
                    help="base policy the search starts from: a heuristic or a saved policy directory "
                         "(default: default, the compiler's own decisions; a continued T keeps its own)")
@@ -69,6 +87,16 @@ def run(args: argparse.Namespace) -> int:
     from mlgo_host.errors import ConfigError
     from mlgo_host.search.tune import progress_default, summary_line, tune
 
+    if args.print_flags:
+        from mlgo_host.corpus.tuned import TunedDir, shell_flags
+
+        t, source = args.print_flags
+        flags = TunedDir(t).flags_for_source(source)
+        if flags:
+            print(shell_flags(flags))
+        return 0
+    if not args.corpus or not args.output:
+        raise ConfigError("give --corpus DIR and --output T (or --print-flags T FILE)")
     if args.patience < 1:
         raise ConfigError(f"--patience must be >= 1, got {args.patience}")
     if args.timeout <= 0:
@@ -77,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     s = tune(args.corpus, args.output, policy=args.policy, budget_minutes=args.budget_minutes,
              compiles_per_module=args.compiles_per_module, jobs=args.jobs, backend=args.backend,
              ray_address=args.ray_address, clang=args.clang, llvm_size=args.llvm_size, module_timeout=args.timeout,
-             patience=args.patience, seed=args.seed, modules=args.modules,
+             patience=args.patience, seed=args.seed, modules=args.modules, search=args.search,
              progress=progress_default() and not args.no_progress)
     print(summary_line(s, args.output))
     if s["identified"] < s["tuned"]:

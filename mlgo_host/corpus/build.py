@@ -5,8 +5,12 @@ For every entry of ``compile_commands.json`` (``command`` string or
 
 * the module's ``.bc`` is the frontend's output before any LLVM pass:
   ``clang <flags> -emit-llvm -c -Xclang -disable-llvm-passes`` (never ``-O0``
-  bitcode, which carries ``optnone``); it is byte-identical to the bitcode
-  mlgo-utils extracts from ``-Xclang -fembed-bitcode=all`` objects;
+  bitcode, which carries ``optnone``), with *location tracking* on
+  (:data:`LOCATION_TRACKING`): every call keeps its source line and column
+  and inline chain, which the compiler's inline remarks and inline replay
+  key call sites by (:mod:`mlgo_host.search.sites`).  The compile unit says
+  ``emissionKind: NoDebug``, so no debug section is emitted and the object is
+  the one the plain bitcode gives;
 * the module's ``.cmd`` is the cc1 job the driver runs for the original
   object compile (from ``clang -###``) without its input and ``-o``: the same
   NUL-separated cc1 form as the ``.llvmcmd`` section mlgo-utils extracts, so
@@ -226,6 +230,12 @@ def _tail(text: str, n: int = 400) -> str:
     return " | ".join((errs or lines)[-3:])[-n:]
 
 
+#: A remark filter that matches no pass: the frontend then keeps locations
+#: (clang's ``LocTrackingOnly`` debug-info kind, which no other flag selects)
+#: without printing a remark or emitting debug sections.
+LOCATION_TRACKING = ("-Rpass=^mlgo-host-location-tracking$",)
+
+
 def build_module(clang: str, entry: CompileEntry, name: str, out_dir: Path, opt_level: str | None = None,
                  timeout: float = 300.0, force: bool = False) -> bool:
     """Build one module's ``.bc`` and ``.cmd``; True when built, False when it
@@ -244,7 +254,8 @@ def build_module(clang: str, entry: CompileEntry, name: str, out_dir: Path, opt_
         raise CorpusError("the entry compiles at -O0 (its bitcode would carry optnone and offer no decisions); "
                           "give it an optimization level (corpus build --opt -Oz)")
     with atomic_path(bc) as tmp:
-        cmd = [clang, *flags, "-emit-llvm", "-c", "-Xclang", "-disable-llvm-passes", entry.source, "-o", tmp]
+        cmd = [clang, *flags, "-emit-llvm", "-c", "-Xclang", "-disable-llvm-passes", *LOCATION_TRACKING,
+               entry.source, "-o", tmp]
         try:
             r = subprocess.run(cmd, cwd=entry.directory, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:

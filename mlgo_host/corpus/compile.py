@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from mlgo_host.channel.session import plain_compile, run_session
 from mlgo_host.corpus.corpus import Module
@@ -116,8 +116,10 @@ def compile_module(
     timeout: float = 300.0,
     record: bool = False,
     log_path: str | None = None,
+    extra_args: Sequence[str] = (),
 ) -> ModuleResult:
-    """Compile ``module`` with ``policy`` answering ``advisor``'s decisions."""
+    """Compile ``module`` with ``policy`` answering ``advisor``'s decisions
+    (``extra_args``: more compiler flags, e.g. an optimization record)."""
     t0 = time.monotonic()
     if module.error is not None:
         return _failed(module.name, module.error, t0)
@@ -125,7 +127,7 @@ def compile_module(
     try:
         out = os.path.join(tmp, "module.o")
         try:
-            cmd = module.compile_command(clang, out)
+            cmd = module.compile_command(clang, out) + list(extra_args)
             res = run_session(cmd, advisor, policy, timeout=timeout, recorder=EpisodeRecorder() if record else None,
                               log_path=log_path, tmpdir=tmp)
         except MlgoHostError as e:

@@ -58,3 +58,25 @@ def compiler_version(clang: str) -> str:
     if r.returncode != 0:
         raise CompilerError(f"{clang} --version failed", r.returncode, r.stderr)
     return r.stdout.strip()
+
+
+@functools.lru_cache(maxsize=None)
+def llvm_tool(clang: str, tool: str) -> str:
+    """The LLVM tool ``tool`` (``llvm-dis``, ``llvm-nm``...) of the same
+    release as ``clang``: ``tool-N`` for ``clang-N``, else the one beside the
+    compiler's real binary (``/usr/lib/llvm-N/bin``), else ``tool`` on PATH."""
+    import re
+
+    cands = []
+    m = re.search(r"-(\d+)$", os.path.basename(clang))
+    if m:
+        cands.append(f"{tool}-{m.group(1)}")
+    real = shutil.which(clang)
+    if real:
+        cands.append(os.path.join(os.path.dirname(os.path.realpath(real)), tool))
+    cands.append(tool)
+    for c in cands:
+        p = shutil.which(c)
+        if p:
+            return p
+    raise ConfigError(f"{tool} not found (tried {', '.join(cands)}); install the llvm package of {clang}")

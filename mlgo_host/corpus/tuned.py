@@ -25,6 +25,7 @@ forcing at the first difference and the base answered the rest) or
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import urllib.parse
@@ -39,6 +40,8 @@ from mlgo_host.policies.replay import Replay, ReplayPolicy, read_replay
 MANIFEST = "tune.json"
 FORMAT = "mlgo_host.tune/1"
 REPLAYS = "replays"
+#: a module's replay file for the compiler (``-cgscc-inline-replay``), beside its JSON replay
+INLINE_REPLAY_EXT = ".inline.txt"
 DATA = "data"
 POLICY = "policy"
 
@@ -46,6 +49,32 @@ POLICY = "policy"
 def module_file(name: str, ext: str) -> str:
     """A module's file name in a flat directory (its name quoted)."""
     return urllib.parse.quote(name, safe="") + ext
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+#: Location tracking (a remark filter matching no pass) and the replay
+#: settings: the tuned functions inline exactly the listed sites, every other
+#: function gets the compiler's own decisions.
+_LOCATIONS = "-Rpass=^mlgo-host-location-tracking$"
+
+
+def inline_replay_flags(path: str) -> list[str]:
+    """Driver flags applying compiler replay file ``path``."""
+    return [_LOCATIONS, "-mllvm", f"-cgscc-inline-replay={path}", "-mllvm", "-cgscc-inline-replay-scope=Function",
+            "-mllvm", "-cgscc-inline-replay-fallback=NeverInline"]
+
+
+def shell_flags(flags: list[str]) -> str:
+    import shlex
+
+    return " ".join(shlex.quote(f) for f in flags)
 
 
 def is_tune_dir(path: str) -> bool:
@@ -92,6 +121,40 @@ class TunedDir:
         except (ValueError, TypeError):
             return None
         return self.index.match(ident)
+
+    def inline_replay(self, name: str) -> str | None:
+        """Module ``name``'s compiler replay file (absolute), or None."""
+        rel = self.modules.get(name, {}).get("inline_replay")
+        return os.path.join(self.path, rel) if rel else None
+
+    def flags_for(self, name: str | None) -> list[str]:
+        """The compiler flags applying module ``name``'s tuned decisions ([]
+        for a module without a compiler replay file)."""
+        path = self.inline_replay(name) if name else None
+        return inline_replay_flags(path) if path else []
+
+    def flags_for_source(self, source: str) -> list[str]:
+        """:meth:`flags_for` of the tuned module compiled from ``source``
+        (a path, absolute or relative to the current directory, or relative
+        to the project root the tune recorded)."""
+        want = os.path.realpath(source)
+        root = self.manifest.get("root") or ""
+        for name, m in self.modules.items():
+            ident = m.get("identity")
+            if ident and (os.path.realpath(os.path.join(root, ident["source"])) == want
+                          or ident["source"] == os.path.normpath(source)):
+                return self.flags_for(name)
+        raise ConfigError(f"{self.path}: no tuned module is compiled from {source}")
+
+    def changed(self, name: str, source: str) -> bool:
+        """True when ``source`` is no longer the file module ``name`` was tuned on."""
+        want = self.modules.get(name, {}).get("source_sha256")
+        if not want:
+            return False
+        try:
+            return file_sha256(source) != want
+        except OSError:
+            return True
 
     def replay(self, name: str) -> Replay:
         """Module ``name``'s replay (read once)."""

@@ -20,9 +20,7 @@ trajectory (:func:`flip_scores`):
   only, fitted by the learner and shipped to the workers).
 
 The compile budget follows the bytes: :func:`budgets` gives large modules
-more flips.  The worker (:class:`SearchWorker`) runs on the shared pool
-(:func:`mlgo_host.workers.pool.make_pool`), never imports TensorFlow, and
-answers one :func:`search_module` per task.
+more flips.  The pool worker that runs it is :class:`mlgo_host.search.worker.SearchWorker`.
 """
 
 from __future__ import annotations
@@ -36,14 +34,12 @@ from typing import Sequence
 import numpy as np
 
 from mlgo_host.channel.codec import Header
-from mlgo_host.channel.default_probe import default_slot
 from mlgo_host.corpus.compile import ModuleResult, baseline_size, compile_module
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.episode import Episode
 from mlgo_host.policies.base import Policy
 from mlgo_host.progress import progress_bar
 from mlgo_host.policies.replay import Replay, ReplayPolicy
-from mlgo_host.workers.worker import CollectWorker
 
 log = logging.getLogger("mlgo_host.search")
 
@@ -303,45 +299,6 @@ def _candidates(cur: Trial, tried: set[int], model: FlipGainModel | None, policy
     return [int(i) for i in order if int(i) not in tried]
 
 
-class SearchWorker(CollectWorker):
-    """A pool worker: :meth:`search` runs :func:`search_module` on one task
-    with the policy set by :meth:`set_policy` (a heuristic or a saved policy)."""
-
-    def search(self, task: dict, budget: int, model: dict | None, start_forced: dict | None, seed: int,
-               patience: int | None = None, exclude=(), from_default: bool = False, deadline: float | None = None,
-               in_order: bool = False, resume: dict | None = None) -> dict:
-        from mlgo_host.policies import load_policy
-
-        if deadline is not None and time.time() >= deadline:  # a task dispatched after the time was up
-            return {"name": task["name"], "status": "skipped", "compiles": 0}
-        mod = self._module(task)
-        c = self.config
-        default = load_policy("default")
-        base = default if from_default else self._policy(True, seed)
-        probs = _probs_of(base)
-        cfg = {"clang": c.clang, "llvm_size": c.llvm_size, "module_timeout": c.module_timeout,
-               "baseline_cache": c.baseline_cache, "default_slot": default_slot(c.clang)}
-        fm = FlipGainModel.from_json(model) if model else None
-        forced = {int(k): int(v) for k, v in (start_forced or {}).items()}
-        return search_module(mod, base, budget, cfg, default=default, model=fm, start_forced=forced,
-                             policy_probs=probs, patience=patience, exclude=exclude, deadline=deadline,
-                             in_order=in_order, resume=resume)
-
-
-def _probs_of(policy: Policy):
-    """P(inline) of a numpy policy over a batch of records, or None."""
-    actor = getattr(policy, "actor", None)
-    if actor is None:
-        return None
-
-    def p1(feats: np.ndarray) -> np.ndarray:
-        lg = actor.logits(feats)
-        d = lg[:, 1] - lg[:, 0]
-        return 1.0 / (1.0 + np.exp(-d))
-
-    return p1
-
-
 def episode_from_result(res: dict) -> Episode:
     """The best trajectory of a search result as an :class:`Episode`."""
     hdr = Header.from_json(res["header"])
@@ -359,7 +316,8 @@ def total_gain_pct(results: Sequence[dict]) -> float:
 # -- passes over many modules (the training loop's rounds and `tune`) ---------------
 
 
-def run_searches(pool, tasks: list[tuple], desc: str, progress: bool, on_result=None) -> dict[str, dict]:
+def run_searches(pool, tasks: list[tuple], desc: str, progress: bool, on_result=None,
+                 method: str = "search") -> dict[str, dict]:
     """``SearchWorker.search(*task)`` for every task over the pool, under a
     progress bar; name -> result of the searches that answered (the others
     are logged).  ``on_result(result)`` sees each result as it comes."""
@@ -369,7 +327,7 @@ def run_searches(pool, tasks: list[tuple], desc: str, progress: bool, on_result=
             if on_result is not None and o.ok and o.value is not None:
                 on_result(o.value)
 
-        outcomes = pool.map_unordered("search", tasks, None, on_result=got)
+        outcomes = pool.map_unordered(method, tasks, None, on_result=got)
     out = {}
     for o in sorted(outcomes, key=lambda o: o.index):
         if o.ok and o.value is not None:
@@ -406,7 +364,7 @@ def continued(first: dict, second: dict) -> dict:
 def fit_flip_model(results: Sequence[dict], min_flips: int = 32) -> FlipGainModel | None:
     """The flip-gain model fitted on every flip of ``results`` (search
     results sharing one header), or None below ``min_flips`` flips."""
-    flips = [f for r in results for f in r.get("flips", ())]
+    flips = [f for r in results for f in r.get("flips", ()) if f.get("raw")]  # exposed sites have no features
     if len(flips) < min_flips:
         return None
     header = Header.from_json(next(r["header"] for r in results if r.get("header")))

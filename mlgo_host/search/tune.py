@@ -45,13 +45,16 @@ import numpy as np
 from mlgo_host.channel.codec import Header
 from mlgo_host.corpus.corpus import Module, load_corpus
 from mlgo_host.corpus.identity import project_root, read_sources, relative_identity
-from mlgo_host.corpus.tuned import DATA, FORMAT, MANIFEST, POLICY, REPLAYS, module_file, read_manifest
+from mlgo_host.corpus.tuned import (DATA, FORMAT, INLINE_REPLAY_EXT, MANIFEST, POLICY, REPLAYS, file_sha256, module_file,
+                                    read_manifest)
 from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes, atomic_write_json
 from mlgo_host.policies import HEURISTICS, load_policy
 from mlgo_host.policies.replay import Replay, stream_fingerprint, write_replay
 from mlgo_host.workers.pool import make_pool
+from mlgo_host.search.evaluate import replay_text
 from mlgo_host.search.flips import continued, fit_flip_model, paid_budgets, run_searches
+from mlgo_host.search.sites import site_of_line
 from mlgo_host.workers.worker import policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.tune")
@@ -65,7 +68,7 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
          compiles_per_module: float | None = None, jobs: int = 2, backend: str = "local",
          ray_address: str | None = None, clang: str = "clang-19", llvm_size: str | None = None,
          module_timeout: float = 300.0, patience: int = 6, first_share: float = 0.6, seed: int = 0,
-         modules: Sequence[str] | None = None, progress: bool = True) -> dict[str, Any]:
+         modules: Sequence[str] | None = None, progress: bool = True, search: str = "batched") -> dict[str, Any]:
     """Tune every module of ``corpus_dir`` (or the named ``modules``) into
     ``output``; returns the summary (also in ``output/summary.json``)."""
     t0 = time.monotonic()
@@ -76,16 +79,21 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
     store = TuneStore.open(output, corpus_dir, policy, clang, mods)
     deadline = time.time() + 60.0 * budget_minutes if budget_minutes is not None else None
     pool_opts = {"ray_address": ray_address} if backend == "ray" else {}
-    pool = make_pool(backend, jobs, "mlgo_host.search.flips:SearchWorker",
+    pool = make_pool(backend, jobs, "mlgo_host.search.worker:SearchWorker",
                      {"clang": clang, "llvm_size": llvm_size, "advisor": "inline", "module_timeout": module_timeout,
                       "baseline_cache": os.path.join(store.path, "baselines")}, **pool_opts)
     try:
         pool.broadcast("set_policy", store.policy_blob())
         spent0 = store.compiles(mods)
-        run = Passes(pool, store, mods, budget, deadline, patience, first_share, seed, progress)
-        run.probe()
-        run.first()
-        run.more()
+        if search == "batched":
+            BatchedPasses(pool, store, mods, budget, deadline, progress).run()
+        elif search == "channel":
+            run = Passes(pool, store, mods, budget, deadline, patience, first_share, seed, progress)
+            run.probe()
+            run.first()
+            run.more()
+        else:
+            raise ConfigError(f"--search must be 'batched' or 'channel', got {search!r}")
     finally:
         pool.close()
     minutes = (time.monotonic() - t0) / 60.0
@@ -219,6 +227,53 @@ class Passes:
                 return
 
 
+class BatchedPasses:
+    """Batched search (:mod:`mlgo_host.search.batched`): every module not
+    searched yet gets an equal share of what is left; the share a module did
+    not need (it ran out of flips) goes, in a second pass, to the modules
+    that used all of theirs, each going on from its best."""
+
+    def __init__(self, pool, store: "TuneStore", mods: list[Module], budget: dict, deadline: float | None,
+                 progress: bool):
+        self.pool, self.store, self.mods = pool, store, mods
+        self.per_module = budget["per_module"]
+        self.deadline = deadline
+        self.progress = progress
+
+    def left(self) -> int:
+        if self.per_module is None:
+            return 10**9 if time.time() < self.deadline else 0
+        return int(self.per_module * len(self.mods)) - self.store.compiles(self.mods)
+
+    def _model(self) -> dict | None:
+        m = fit_flip_model([r for r in self.store.all_results() if r.get("header")])
+        return m.to_json() if m is not None else None
+
+    def _run(self, tasks: list[tuple], desc: str) -> None:
+        run_searches(self.pool, tasks, desc, self.progress, on_result=self.store.add, method="search_batched")
+
+    def run(self) -> None:
+        new = [m for m in self.mods if m.name not in self.store.results]
+        if new and self.left() > 0:
+            share = max(4, self.left() // len(new)) if self.per_module is not None else 10**9
+            model = self._model()
+            self._run([(m.to_task(), share, model, self.deadline, None) for m in new], "tune: 1st pass")
+        for k in range(2, 2 + MAX_PASSES):
+            open_ = [r for r in self.store.results.values() if r["status"] == "ok" and r.get("search") == "batched"
+                     and r["stopped"] == "budget" and r["name"] in {m.name for m in self.mods}]
+            left = self.left()
+            if not open_ or left <= 0:
+                return
+            share = max(2, left // len(open_)) if self.per_module is not None else 10**9
+            model = self._model()
+            by = {m.name: m for m in self.mods}
+            before = self.store.compiles(self.mods)
+            self._run([(by[r["name"]].to_task(), r["compiles"] + share, model, self.deadline, r) for r in open_],
+                      f"tune: pass {k}")
+            if self.store.compiles(self.mods) == before:
+                return
+
+
 def _within(caps: np.ndarray, weight: np.ndarray, left: int) -> np.ndarray:
     """``caps`` cut so that they add up to at most ``left``: the modules
     with the least ``weight`` (decisions) lose theirs first."""
@@ -300,15 +355,28 @@ class TuneStore:
         old = self.results.get(name)
         if res["status"] != "ok" and old is None:
             log.warning("tune: %s: %s", name, res.get("reason") or "failed")
-        merged = continued(old, res) if old is not None and old["status"] == "ok" else res
+        batched = res.get("search") == "batched"  # a batched result carries its earlier flips and compiles
+        merged = continued(old, res) if old is not None and old["status"] == "ok" and not batched else res
         merged["stages"] = sorted(set(old.get("stages", ()) if old else ()) | ({stage} if stage else set()))
         self.results[name] = merged
         with atomic_path(os.path.join(self.path, DATA, module_file(name, ".pkl"))) as tmp, open(tmp, "wb") as f:
             pickle.dump(merged, f, protocol=pickle.HIGHEST_PROTOCOL)
-        if merged["status"] == "ok":
+        if merged["status"] == "ok" and batched:
+            self._write_inline_replay(merged)
+        elif merged["status"] == "ok":
             write_replay(os.path.join(self.path, REPLAYS, module_file(name, ".json")), self._replay(merged))
         self.manifest["modules"][name] = self._entry(merged)
         atomic_write_json(os.path.join(self.path, MANIFEST), self.manifest)
+
+    def _write_inline_replay(self, r: dict) -> None:
+        """The compiler's replay file of the module's best set (none when the
+        best is -Oz's own object: a build then needs no flag)."""
+        path = os.path.join(self.path, REPLAYS, module_file(r["name"], INLINE_REPLAY_EXT))
+        if r.get("inline") is None:
+            if os.path.exists(path):
+                os.unlink(path)
+            return
+        atomic_write_bytes(path, replay_text([site_of_line(ln) for ln in r["inline"]], r["scope"]).encode())
 
     def _replay(self, r: dict) -> Replay:
         forced = {int(k): int(v) for k, v in r["forced"].items()}
@@ -318,6 +386,17 @@ class TuneStore:
                       fingerprint=stream_fingerprint(r["raw"], nbytes, forced))
 
     def _entry(self, r: dict) -> dict:
+        if r.get("search") == "batched":
+            has = r["status"] == "ok" and r.get("inline") is not None
+            return {"replay": None, "inline_replay": f"{REPLAYS}/{module_file(r['name'], INLINE_REPLAY_EXT)}" if has
+                    else None, "identity": self.identities.get(r["name"]),
+                    "source_sha256": _source_digest(self.identities.get(r["name"]), self.manifest.get("root")),
+                    "status": r["status"], "reason": r.get("reason", ""), "default_size": r["default_size"],
+                    "policy_size": r.get("policy_size"), "best_size": r.get("best_size"), "compiles": r["compiles"],
+                    "decisions": r.get("decisions", 0), "tried": len(r.get("tried", ())),
+                    "flips_measured": r.get("flips_measured", 0), "batches": r.get("batches", 0),
+                    "flips_accepted": sum(1 for f in r.get("flips", ()) if f["accepted"]),
+                    "replay_matches": r.get("replay_matches"), "stopped": r.get("stopped")}
         return {"replay": f"{REPLAYS}/{module_file(r['name'], '.json')}" if r["status"] == "ok" else None,
                 "identity": self.identities.get(r["name"]), "status": r["status"], "reason": r.get("reason", ""),
                 "default_size": r["default_size"], "policy_size": r.get("policy_size"),
@@ -346,6 +425,18 @@ class TuneStore:
         _write_csv(os.path.join(self.path, "report.csv"), rows)
         _plot(os.path.join(self.path, "report.png"), ok, s)
         return s
+
+
+def _source_digest(identity: dict | None, root: str | None) -> str | None:
+    """sha256 of a module's source file as tuned (a build compares it to say
+    the module changed since)."""
+    if not identity:
+        return None
+    path = os.path.join(root or "", identity["source"])
+    try:
+        return file_sha256(path)
+    except OSError:
+        return None
 
 
 def _policy_key(policy: str) -> str:
@@ -405,6 +496,8 @@ def _write_csv(path: str, rows: list[dict]) -> None:
 
 def _plot(path: str, rows: list[dict], s: dict) -> None:
     """Gain (% of the module's -Oz .text) against module size."""
+    if not rows:
+        return
     import matplotlib  # lazily: ~0.5 s to import, only for the report
 
     matplotlib.use("Agg")

@@ -95,7 +95,7 @@ def train_search(
     cfg = {"clang": clang_path, "llvm_size": llvm_size_path, "module_timeout": module_timeout,
            "baseline_cache": os.path.join(root_dir, "baselines")}
     pool_opts = {"ray_address": ray_address} if worker_backend == "ray" else {}
-    pool = make_pool(worker_backend, num_workers, "mlgo_host.search.flips:SearchWorker",
+    pool = make_pool(worker_backend, num_workers, "mlgo_host.search.worker:SearchWorker",
                      {"clang": clang_path, "llvm_size": llvm_size_path, "advisor": "inline",
                       "module_timeout": module_timeout, "baseline_cache": cfg["baseline_cache"]}, **pool_opts)
     summaries = _summaries(root_dir)

@@ -1,0 +1,391 @@
+"""Batched flip search: many flips measured per compile, each flip's gain
+read from the functions it touches.
+
+A module's decisions get call-site keys from one channel compile (the
+*probe*, :func:`~mlgo_host.search.evaluate.probe_module`); from then on a
+*decision set* (the sites to inline) is compiled by the compiler's own
+replay (:class:`~mlgo_host.search.evaluate.ReplayEvaluator`), which gives
+the object's total and its per-function sizes.
+
+A flip (inline a site the set leaves out, or leave out one it inlines)
+changes only the function that holds the call, where that function's code
+ends up (the functions it was inlined into, transitively), and the callee
+(which it may delete or bring back): its *footprint*
+(:func:`~mlgo_host.search.sites.final_functions`).  Flips with disjoint
+footprints go into one compile, and each gets the change of its own
+functions.  The attribution is checked, never assumed
+(:meth:`BatchedSearch._attribute`): every function that changed must lie in
+exactly one flip's footprint, the bytes no function owns must not move, and
+the sites the compiler reports inlined must be the set's, flip for flip.
+A batch that fails is split in two and each half measured again; a single
+flip needs no attribution (its gain is the object's).
+
+Order: candidates by the prior (:func:`~mlgo_host.search.flips.flip_scores`:
+the measured winner patterns, or a fitted flip-gain model); winners of a
+batch are applied together and the new best compiled once (its sizes are
+the next batches' reference).  What one flip per compile could not afford:
+
+* the sites a winning ``inline`` flip exposes (its callee's calls, now in
+  the caller) become candidates;
+* a second pass from the new best retries the flips whose footprint a
+  winner touched;
+* *groups*: every not-inlined site of one callee flipped together (the
+  callee is deleted only once its last call is inlined: pairs that only pay
+  together).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from mlgo_host.corpus.corpus import Module
+from mlgo_host.errors import MlgoHostError
+from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator, probe_module
+from mlgo_host.search.flips import FlipGainModel, flip_scores
+from mlgo_host.search.sites import Decision, Site, final_functions, site_of_line, unique_decisions
+
+log = logging.getLogger("mlgo_host.search")
+
+#: flips per compile at most: more risks more failed attributions (each a split)
+MAX_BATCH = 48
+#: sites of one callee flipped together at most (groups)
+MAX_GROUP = 6
+
+
+@dataclasses.dataclass(eq=False)
+class Candidate:
+    """One flip: ``sites`` (one, or a callee's group) all set to ``inline``."""
+
+    sites: tuple[Site, ...]
+    inline: bool
+    footprint: frozenset[str]
+    score: float = 0.0
+    index: int | None = None  # the probe decision it flips (its features), None for exposed sites
+    kind: str = "single"  # single, exposed, group, retry
+
+    @property
+    def key(self) -> str:
+        return " + ".join(s.key for s in self.sites)
+
+
+@dataclasses.dataclass
+class Outcome:
+    candidate: Candidate
+    delta: int
+    applied: bool
+
+
+class BatchedSearch:
+    """The search of one module (see the module docstring)."""
+
+    def __init__(self, module: Module, probe: Probe, evaluator: ReplayEvaluator, *, budget: int,
+                 model: FlipGainModel | None = None, deadline: float | None = None, max_batch: int = MAX_BATCH):
+        self.module = module
+        self.probe = probe
+        self.ev = evaluator
+        self.budget = budget
+        self.deadline = deadline
+        self.max_batch = max_batch
+        self.model = model
+        first = list(unique_decisions(probe.decisions))
+        self.sites = {d.site.key: d.site for d in first}
+        self.inline: dict[str, Site] = {d.site.key: d.site for d in first if d.inlined}
+        self.base: Measured | None = None
+        self.start: Measured | None = None
+        self.outcomes: list[Outcome] = []
+        self.tried: set[str] = set()
+        self.broken: set[str] = set()  # keys the compiler did not match
+        self.flips_measured = 0
+        self.batches = 0
+        #: why batches were split: reason -> count (reported, and what tunes MAX_BATCH)
+        self.splits: dict[str, int] = {}
+        self.earlier: list[dict] = []  # the flips of the searches this one resumes
+        self.start_text: int | None = None
+        self._first = first
+
+    def resume_from(self, res: dict) -> None:
+        """Go on from an earlier result: its best set and the flips it tried
+        (the reference is compiled again: one compile)."""
+        self.inline = {k: self.sites.get(k) or site_of_line(ln) for k, ln in res["inline_all"].items()}
+        self.tried = set(res["tried"])
+        self.broken = set(res.get("broken", ()))
+        self.start_text = res.get("replay_start_size")
+        self.earlier = list(res["flips"])
+        self.flips_measured = res.get("flips_measured", 0)
+        self.batches = res.get("batches", 0)
+        self.base = self.ev.measure(self.inline.values())
+
+    # -- the reference --------------------------------------------------------
+    def begin(self) -> Measured:
+        """Compile the probe's own decisions by replay: the start and the
+        reference; keys the compiler did not apply are set aside."""
+        self.base = self.start = self.ev.measure(self.inline.values())
+        self.start_text = self.base.text
+        missing = set(self.inline) - self.base.inlined
+        self.broken |= missing
+        return self.base
+
+    def _defined(self) -> set[str]:
+        return set(self.base.sizes.functions)
+
+    def _footprint(self, sites: Sequence[Site], final: dict[str, frozenset[str]]) -> frozenset[str]:
+        fp: set[str] = set()
+        for s in sites:
+            fp |= final.get(s.caller, frozenset({s.caller}))
+            fp.add(s.callee)
+        return frozenset(fp)
+
+    # -- candidates -------------------------------------------------------------
+    def candidates(self) -> list[Candidate]:
+        """Every flip of a probe decision with a working key, best prior first."""
+        final = final_functions(self.probe.decisions, self._defined())
+        ds = [d for d in self._first if d.site.key not in self.broken]
+        if not ds:
+            return []
+        scores = self._scores(ds)
+        out = [Candidate((d.site,), not d.inlined, self._footprint((d.site,), final), float(sc), d.index)
+               for d, sc in zip(ds, scores)]
+        out.sort(key=lambda c: -c.score)
+        return out
+
+    def _scores(self, ds: Sequence[Decision]) -> np.ndarray:
+        ep = self.probe.episode
+        feats = ep.features()[[d.index for d in ds]]
+        acts = np.array([1 if d.inlined else 0 for d in ds], dtype=np.int64)
+        return flip_scores(feats, acts, model=self.model)
+
+    def groups(self, losers: Iterable[Outcome]) -> list[Candidate]:
+        """Per callee, its not-inlined sites whose single flips all lost,
+        flipped together (its deletion may need every one)."""
+        final = final_functions(self.probe.decisions, self._defined())
+        by_callee: dict[str, list[Site]] = {}
+        for o in losers:
+            c = o.candidate
+            if c.kind == "single" and c.inline and o.applied and c.sites[0].key not in self.inline:
+                by_callee.setdefault(c.sites[0].callee, []).append(c.sites[0])
+        out = []
+        for callee, sites in by_callee.items():
+            rest = [s for s in self.sites.values() if s.callee == callee and s.key not in self.inline]
+            if 2 <= len(rest) <= MAX_GROUP and len(rest) == len(sites):
+                out.append(Candidate(tuple(rest), True, self._footprint(rest, final), kind="group"))
+        return out
+
+    def exposed(self, won: Candidate) -> list[Candidate]:
+        """The sites a winning ``inline`` flip brought into its caller."""
+        if not won.inline or won.index is None:
+            return []
+        d = self.probe.decisions[won.index]
+        final = final_functions(self.probe.decisions, self._defined())
+        out = []
+        for s in d.exposed:
+            if s.key in self.sites or s.key in self.broken:
+                continue
+            self.sites[s.key] = s
+            out.append(Candidate((s,), True, self._footprint((s,), final), kind="exposed"))
+        return out
+
+    # -- measuring ----------------------------------------------------------------
+    def _set_with(self, batch: Sequence[Candidate]) -> list[Site]:
+        inline = dict(self.inline)
+        for c in batch:
+            for s in c.sites:
+                if c.inline:
+                    inline[s.key] = s
+                else:
+                    inline.pop(s.key, None)
+        return list(inline.values())
+
+    def _left(self) -> bool:
+        return self.ev.compiles < self.budget and (self.deadline is None or time.time() < self.deadline)
+
+    def measure(self, batch: list[Candidate]) -> list[Outcome]:
+        """Each flip of ``batch``'s change from the reference: one compile
+        when the attribution holds, halves measured again when it does not."""
+        if not batch or not self._left():
+            return []
+        m = self.ev.measure(self._set_with(batch))
+        self.batches += 1
+        if len(batch) == 1:
+            c = batch[0]
+            out = [Outcome(c, m.text - self.base.text, _applied(c, m))]
+        else:
+            out, why = self._attribute(batch, m)
+            if out is None:
+                self.splits[why] = self.splits.get(why, 0) + 1
+                half = len(batch) // 2
+                return self.measure(batch[:half]) + self.measure(batch[half:])
+        self.flips_measured += len(out)
+        return out
+
+    def _attribute(self, batch: Sequence[Candidate], m: Measured) -> tuple[list[Outcome] | None, str]:
+        """Each flip's change from its own functions, or None when the batch
+        cannot be read that way (see the module docstring)."""
+        base = self.base.sizes
+        if m.sizes.other != base.other:
+            return None, "bytes no function owns moved"
+        owner: dict[str, Candidate] = {}
+        for c in batch:
+            for f in c.footprint:
+                if f in owner:
+                    return None, "footprints overlap"
+                owner[f] = c
+        delta = {c: 0 for c in batch}
+        for f in set(base.functions) | set(m.sizes.functions):
+            d = m.sizes.functions.get(f, 0) - base.functions.get(f, 0)
+            if d:
+                if f not in owner:
+                    return None, "a function outside every footprint changed"
+                delta[owner[f]] += d
+        flipped = [s for c in batch for s in c.sites]
+        moved = (m.inlined ^ self.base.inlined) - {s.key for s in flipped}
+        if any(not _is_under_any(k, flipped) for k in moved):
+            return None, "the compiler changed sites nobody flipped"
+        return [Outcome(c, delta[c], _applied(c, m)) for c in batch], ""
+
+    def batches_of(self, cands: list[Candidate]) -> list[list[Candidate]]:
+        """Greedy packing: candidates in order, each into the first batch
+        whose footprints it does not touch."""
+        out: list[tuple[list[Candidate], set[str]]] = []
+        for c in cands:
+            for b, used in out:
+                if len(b) < self.max_batch and not (c.footprint & used):
+                    b.append(c)
+                    used |= c.footprint
+                    break
+            else:
+                out.append(([c], set(c.footprint)))
+        return [b for b, _ in out]
+
+    def accept(self, won: list[Candidate]) -> list[Candidate]:
+        """Apply the winners of a batch, compile the new best once (the next
+        reference); back off to the old best if together they did not pay.
+        Returns the winners kept."""
+        if not won or not self._left():
+            return []
+        m = self.ev.measure(self._set_with(won))
+        if m.text >= self.base.text:
+            return []
+        for c in won:
+            for s in c.sites:
+                if c.inline:
+                    self.inline[s.key] = s
+                else:
+                    self.inline.pop(s.key, None)
+                    for k in [k for k, x in self.inline.items() if x.is_under(s)]:
+                        del self.inline[k]
+        self.base = m
+        return won
+
+    # -- the whole search --------------------------------------------------------
+    def run(self) -> None:
+        if self.base is None:
+            self.begin()
+        queue = self.candidates()
+        touched: set[str] = set()
+        losers: list[Outcome] = []
+        second = False
+        while self._left():
+            queue = [c for c in queue if c.key not in self.tried]
+            if not queue:
+                if not second:  # the second pass: flips whose footprint a winner touched
+                    second = True
+                    queue = [dataclasses.replace(o.candidate, kind="retry") for o in losers
+                             if o.applied and o.candidate.footprint & touched and o.candidate.kind != "retry"]
+                    queue += self.groups(losers)
+                    for c in queue:
+                        self.tried.discard(c.key)
+                    if queue:
+                        continue
+                break
+            batch = self.batches_of(queue)[0]
+            for c in batch:
+                self.tried.add(c.key)
+            outs = self.measure(batch)
+            self.outcomes.extend(outs)
+            won = [o.candidate for o in outs if o.applied and o.delta < 0]
+            losers.extend(o for o in outs if not (o.applied and o.delta < 0))
+            for c in self.accept(won):
+                touched |= c.footprint
+                queue.extend(self.exposed(c))
+            if len(outs) < len(batch):  # the budget ran out mid-batch
+                break
+
+
+def _applied(c: Candidate, m: Measured) -> bool:
+    """Did the compiler do what the flip asked?"""
+    return all((s.key in m.inlined) == c.inline for s in c.sites)
+
+
+def _is_under_any(key: str, sites: Sequence[Site]) -> bool:
+    return any(key.endswith(" @ " + s.callsite) for s in sites)
+
+
+def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, default_size: int,
+                          model: FlipGainModel | None = None, deadline: float | None = None,
+                          max_batch: int = MAX_BATCH, resume: dict | None = None) -> dict:
+    """Probe ``module`` with ``policy`` (the compiler's default for tune),
+    then search by batches until ``budget`` compiles in all (the probe
+    counts two: its channel compile and the plain compile naming
+    always-inline sites).  ``resume``: an earlier result of this module to go
+    on from (its probe, best set and tries; its compiles count).  Returns the
+    result ``tune`` stores (see :func:`result_of`)."""
+    t0 = time.monotonic()
+    if resume is not None:
+        probe = resume["probe"]
+    else:
+        try:
+            probe = probe_module(module, policy, clang=cfg["clang"], llvm_size=cfg.get("llvm_size"),
+                                 timeout=cfg.get("module_timeout", 300.0))
+        except MlgoHostError as e:
+            return {"name": module.name, "module_key": module.key, "status": "failed", "reason": str(e),
+                    "default_size": default_size, "compiles": 2, "search": "batched"}
+    scope = {d.site.caller for d in probe.decisions}
+    ev = ReplayEvaluator(module, scope, clang=cfg["clang"], timeout=cfg.get("module_timeout", 300.0))
+    ev.compiles = resume["compiles"] if resume is not None else 2
+    s = BatchedSearch(module, probe, ev, budget=budget, model=model, deadline=deadline, max_batch=max_batch)
+    if resume is not None:
+        s.resume_from(resume)
+    try:
+        if probe.episode.n:
+            s.run()
+    except MlgoHostError as e:
+        log.warning("%s: batched search stopped: %s", module.name, e)
+    return result_of(s, default_size, time.monotonic() - t0)
+
+
+def result_of(s: BatchedSearch, default_size: int, wall_s: float) -> dict:
+    """A batched search as ``tune`` keeps it: sizes, compiles, every flip
+    measured (key, the probe decision's features when it has one, the
+    action it took, bytes), and the best decision set (replay lines and
+    scope)."""
+    ep = s.probe.episode
+    nb = ep.header.observation_nbytes
+    flips = list(s.earlier)
+    for o in s.outcomes:
+        c = o.candidate
+        raw = ep.raw[c.index * nb:(c.index + 1) * nb] if c.index is not None else b""
+        flips.append({"key": c.key, "index": c.index, "raw": raw, "from": 0 if c.inline else 1,
+                      "delta": int(o.delta), "applied": o.applied, "kind": c.kind,
+                      "accepted": o.applied and o.delta < 0 and all(
+                          (x.key in s.inline) == c.inline for x in c.sites)})
+    best = s.base.text if s.base is not None else None
+    replay_matches = s.start_text == s.probe.text
+    use_replay = best is not None and best < default_size
+    return {
+        "name": s.module.name, "module_key": s.module.key, "status": "ok", "reason": "", "search": "batched",
+        "default_size": int(default_size), "policy_size": int(s.probe.text), "start_size": int(s.probe.text),
+        "replay_start_size": s.start_text, "replay_matches": replay_matches,
+        "best_size": int(best) if use_replay else int(default_size),
+        "compiles": s.ev.compiles, "batches": s.batches, "splits": dict(s.splits), "flips_measured": s.flips_measured, "flips": flips,
+        "broken_keys": len(s.broken), "broken": sorted(s.broken), "decisions": ep.n, "wall_s": wall_s,
+        "tried": sorted(s.tried), "stopped": "budget" if s.ev.compiles >= s.budget else "exhausted",
+        "inline": sorted(x.replay_line() for x in s.inline.values()) if use_replay else None,
+        "scope": sorted({d.site.caller for d in s.probe.decisions}) if use_replay else None,
+        "inline_all": {k: x.replay_line() for k, x in s.inline.items()}, "probe": s.probe,
+        "header": ep.header.to_json(), "raw": ep.raw, "actions": ep.actions,
+    }

@@ -1,0 +1,378 @@
+"""Call-site identity: which call site each inlining decision of a compile is.
+
+The channel numbers decisions (0, 1, 2... in the order the compiler asks);
+the compiler itself names call sites the way its inline replay reads them
+(``-cgscc-inline-replay``): the callee, then the site's location *relative
+to the first line of the function it is written in*, followed by the sites
+its code was inlined through, innermost first::
+
+    'sq' inlined into 'f1' at callsite big:3:71 @ f1:0:24;
+     ^callee          ^caller        ^written in big   ^ big's body inlined into f1
+
+A :class:`Site` is that key.  Keys do not depend on decision order nor on
+absolute line numbers, so an edit that shifts a file's lines leaves them
+valid, and the compiler applies a set of them by itself (:mod:`.replay`).
+
+How a channel compile's decisions get their keys (:func:`identify`): with
+``-opt-record-file`` the ML advisor writes one remark per decision, in
+decision order, naming caller, callee and the call's own (innermost) line
+and column; the function's first lines come from the bitcode's
+``DISubprogram`` records.  The inline chain is not in the remark: it is
+rebuilt by replaying the inline tree in decision order.  Each function keeps
+its *live* call sites; inlining ``G`` into ``F`` at site ``s`` copies
+``G``'s live sites into ``F`` with ``s`` appended to their chain (the
+compiler clones them with exactly that ``inlinedAt``), and a later decision
+in ``F`` is matched to the live site with its callee and innermost
+location.  A decision with no such live site is a call written in ``F``
+itself.  What this cannot see (sites cloned by ``always_inline``, which
+never reach the channel) gives keys the compiler will not match; the replay
+of the compiler's own decisions catches that (:mod:`.replay`: the inlined
+keys are read back from its remarks).
+
+:func:`final_functions` answers where a decision's effect lands: its caller
+if that survives in the object, else (and also) every function the caller
+was later inlined into, transitively.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+from typing import Iterable, Iterator, Sequence
+
+from mlgo_host.errors import CompilerError
+
+#: the ML advisor's remark names, per advice (clang-19 spells "Inining")
+INLINED = ("InliningSuccess", "InliningSuccessWithCalleeDeleted")
+DELETED = "InliningSuccessWithCalleeDeleted"
+NOT_INLINED = ("IniningNotAttempted", "InliningNotAttempted")
+
+
+@dataclasses.dataclass(frozen=True)
+class Site:
+    """A call site as the compiler's inline replay names it: ``callee`` (its
+    IR name), ``caller`` (the IR name of the function holding the call now)
+    and the ``chain`` of (function, line relative to its first line, column),
+    innermost first, functions named as their debug info names them (the
+    linkage name where the definition has one, else the source name)."""
+
+    callee: str
+    caller: str
+    chain: tuple[tuple[str, int, int], ...]
+
+    @property
+    def callsite(self) -> str:
+        return " @ ".join(f"{fn}:{line}:{col}" for fn, line, col in self.chain)
+
+    @property
+    def key(self) -> str:
+        """The site's identity: what the compiler matches a replay line on."""
+        return f"{self.callee} at {self.callsite}"
+
+    def replay_line(self) -> str:
+        """The line of a replay file that inlines this site."""
+        return f"remark: '{self.callee}' inlined into '{self.caller}' at callsite {self.callsite};"
+
+    def through(self, outer: "Site") -> "Site":
+        """This site cloned into ``outer``'s caller when ``outer`` (a call of
+        the function this site lives in) is inlined."""
+        return Site(self.callee, outer.caller, self.chain + outer.chain)
+
+    def is_under(self, outer: "Site") -> bool:
+        """True for a site cloned through ``outer`` (it exists only while
+        ``outer`` is inlined)."""
+        n = len(outer.chain)
+        return len(self.chain) > n and self.chain[-n:] == outer.chain
+
+
+_REPLAYED = re.compile(r"'(?P<callee>[^']*)' inlined into '(?P<caller>[^']*)'.* at callsite (?P<site>[^;]*);")
+
+
+def parse_callsite(text: str) -> tuple[tuple[str, int, int], ...]:
+    """``big:0:71 @ f1:0:24`` -> ((big, 0, 71), (f1, 0, 24)); discriminators
+    (``:71.2``) are kept out of the column."""
+    chain = []
+    for part in text.split(" @ "):
+        fn, line, col = part.rsplit(":", 2)
+        chain.append((fn, int(line), int(col.split(".")[0])))
+    return tuple(chain)
+
+
+def site_of_line(line: str) -> Site:
+    """The site a replay (or ``-Rpass=inline``) line names."""
+    m = _REPLAYED.search(line)
+    if m is None:
+        raise ValueError(f"not an inline remark: {line!r}")
+    return Site(m.group("callee"), m.group("caller"), parse_callsite(m.group("site")))
+
+
+def mandatory_sites(remarks: str) -> list[Site]:
+    """The sites a plain compile inlined because the callee is
+    ``always_inline`` (``-Rpass=inline`` output), in order: the channel
+    never sees them, but they copy call sites all the same."""
+    out = []
+    for ln in remarks.splitlines():
+        if "always inline attribute" not in ln:
+            continue
+        m = _REPLAYED.search(ln)
+        if m:
+            try:
+                out.append(Site(m.group("callee"), m.group("caller"), parse_callsite(m.group("site"))))
+            except ValueError:
+                continue
+    return out
+
+
+def inlined_keys(remarks: str) -> set[str]:
+    """The keys of the sites a compile inlined, from its ``-Rpass=inline``
+    output (stderr): every ``'callee' inlined into 'caller' ... at callsite
+    ...;`` line."""
+    out = set()
+    for m in _REPLAYED.finditer(remarks):
+        try:
+            out.add(Site(m.group("callee"), m.group("caller"), parse_callsite(m.group("site"))).key)
+        except ValueError:
+            continue
+    return out
+
+
+# -- the ML advisor's remarks ---------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Remark:
+    """One decision as the optimization record has it."""
+
+    name: str
+    caller: str
+    callee: str
+    line: int
+    column: int
+
+    @property
+    def inlined(self) -> bool:
+        return self.name in INLINED
+
+
+_TOP = re.compile(r"^(Pass|Name|Function):\s+(.*)$")
+_LOC = re.compile(r"^DebugLoc:\s+\{.*Line:\s*(\d+),\s*Column:\s*(\d+)")
+_CALLEE = re.compile(r"^\s+- Callee:\s+(.*)$")
+
+
+def _unquote(v: str) -> str:
+    v = v.strip()
+    if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"":
+        v = v[1:-1].replace("''", "'")
+    return v
+
+
+def _joined(lines: list[str]) -> Iterator[str]:
+    """Lines with YAML's wrapped flow mappings (``DebugLoc: { File: '<a long
+    path>',`` then ``Line: 4, Column: 7 }`` on the next line) made one."""
+    buf = ""
+    for ln in lines:
+        if buf:
+            buf += " " + ln.strip()
+            if "}" in ln:
+                yield buf
+                buf = ""
+        elif "{" in ln and "}" not in ln:
+            buf = ln
+        else:
+            yield ln
+    if buf:
+        yield buf
+
+
+def read_remarks(text: str) -> list[Remark]:
+    """The ML inliner's decisions of an optimization record (YAML), in
+    order; other passes' remarks are skipped.  A hand-rolled reader of the
+    few top-level keys it needs: the record of a large module holds ~45
+    lines per decision, which a YAML library reads ~50x slower."""
+    out: list[Remark] = []
+    for doc in text.split("\n--- ")[0:]:
+        fields: dict[str, str] = {}
+        loc = None
+        callee = None
+        for ln in _joined(doc.splitlines()):
+            m = _TOP.match(ln)
+            if m:
+                fields.setdefault(m.group(1), _unquote(m.group(2)))
+                continue
+            if loc is None:
+                m = _LOC.match(ln)
+                if m:
+                    loc = (int(m.group(1)), int(m.group(2)))
+                    continue
+            if callee is None:
+                m = _CALLEE.match(ln)
+                if m:
+                    callee = _unquote(m.group(1))
+        name = fields.get("Name", "")
+        if name not in INLINED + NOT_INLINED or callee is None:
+            continue
+        line, col = loc if loc is not None else (0, 0)
+        out.append(Remark(name, fields.get("Function", ""), callee, line, col))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionInfo:
+    """A defined function's debug identity: the name call-site keys use for
+    it and its first line."""
+
+    name: str
+    line: int
+
+
+def function_infos(bitcode: str | os.PathLike, llvm_dis: str = "llvm-dis-19",
+                   timeout: float = 300.0) -> dict[str, FunctionInfo]:
+    """IR function name -> :class:`FunctionInfo`, from the ``DISubprogram``
+    each definition of a bitcode file points to (``llvm-dis``)."""
+    try:
+        r = subprocess.run([llvm_dis, str(bitcode), "-o", "-"], capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise CompilerError(f"{llvm_dis} not found (it comes with the compiler's llvm package)") from None
+    except subprocess.TimeoutExpired:
+        raise CompilerError(f"{llvm_dis} did not finish on {bitcode} within {timeout:g} s") from None
+    if r.returncode != 0:
+        raise CompilerError(f"{llvm_dis} failed on {bitcode}", r.returncode, r.stderr)
+    return read_function_infos(r.stdout.splitlines())
+
+
+_DEFINE = re.compile(r'^define .*?@("(?:[^"\\]|\\.)*"|[-\w.$]+)\(.*!dbg !(\d+)')
+_NODE = re.compile(r'^!(\d+) = distinct !DISubprogram\((.*)\)\s*$')
+_FIELD = re.compile(r'\b(name|linkageName): "((?:[^"\\]|\\.)*)"|\bline: (\d+)')
+
+
+def read_function_infos(ir_lines: Iterable[str]) -> dict[str, FunctionInfo]:
+    """:func:`function_infos` of textual IR."""
+    defined: dict[str, str] = {}  # node id -> IR function name
+    nodes: dict[str, FunctionInfo] = {}
+    for ln in ir_lines:
+        if ln.startswith("define "):
+            m = _DEFINE.match(ln)
+            if m:
+                defined[m.group(2)] = m.group(1).strip('"')
+        elif ln.startswith("!") and "DISubprogram(" in ln:
+            m = _NODE.match(ln)
+            if not m:
+                continue
+            name = linkage = None
+            line = None
+            for f in _FIELD.finditer(m.group(2)):
+                if f.group(1) == "name" and name is None:
+                    name = f.group(2)
+                elif f.group(1) == "linkageName" and linkage is None:
+                    linkage = f.group(2)
+                elif f.group(3) is not None and line is None:
+                    line = int(f.group(3))
+            if (linkage or name) and line is not None:
+                nodes[m.group(1)] = FunctionInfo(linkage or name, line)
+    return {fn: nodes[i] for i, fn in defined.items() if i in nodes}
+
+
+# -- the inline tree ------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Decision:
+    """Decision ``index`` of a compile: its site, the advice taken, and
+    whether the callee was deleted with it."""
+
+    index: int
+    site: Site
+    inlined: bool
+    deleted: bool = False
+    #: the callee's live call sites as they are (inlined) or would be (not
+    #: inlined) copied into the caller: the sites inlining it exposes
+    exposed: tuple[Site, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Live:
+    site: Site
+    line: int  # the innermost call's absolute line and column (what remarks give)
+    column: int
+
+
+def identify(remarks: Sequence[Remark], functions: dict[str, FunctionInfo],
+             mandatory: Sequence[Site] = ()) -> list[Decision]:
+    """Every decision's :class:`Site`, by replaying the inline tree in
+    decision order (see the module docstring); ``mandatory``: the
+    ``always_inline`` sites (:func:`mandatory_sites`), applied to a function
+    before its first decision, as the inliner's mandatory pass does."""
+    live: dict[str, list[_Live]] = {}
+    pending: dict[str, list[Site]] = {}
+    for m in mandatory:
+        pending.setdefault(m.caller, []).append(m)
+
+    def touch(fn: str) -> list[_Live]:
+        """``fn``'s live sites, its always-inline calls inlined first."""
+        sites = live.setdefault(fn, [])
+        for m in pending.pop(fn, ()):
+            callee = touch(m.callee) if m.callee != fn else []
+            k = next((j for j, s in enumerate(sites) if s.site.key == m.key), None)
+            if k is not None:
+                sites.pop(k)
+            sites.extend(_Live(s.site.through(m), s.line, s.column) for s in callee)
+        return sites
+
+    out: list[Decision] = []
+    for i, r in enumerate(remarks):
+        sites = touch(r.caller)
+        hit = next((k for k, s in enumerate(sites)
+                    if s.site.callee == r.callee and s.line == r.line and s.column == r.column), None)
+        if hit is None:
+            info = functions.get(r.caller) or FunctionInfo(r.caller, r.line)
+            entry = _Live(Site(r.callee, r.caller, ((info.name, r.line - info.line, r.column),)), r.line, r.column)
+        else:
+            entry = sites.pop(hit)
+        copied = [_Live(s.site.through(entry.site), s.line, s.column) for s in touch(r.callee)]
+        if not r.inlined:
+            sites.append(entry)
+            out.append(Decision(i, entry.site, False, exposed=tuple(c.site for c in copied)))
+            continue
+        sites.extend(copied)
+        deleted = r.name == DELETED
+        if deleted:
+            live.pop(r.callee, None)
+        out.append(Decision(i, entry.site, True, deleted, tuple(c.site for c in copied)))
+    return out
+
+
+def final_functions(decisions: Sequence[Decision], defined: Iterable[str]) -> dict[str, frozenset[str]]:
+    """Function -> the functions of the object its code ends up in: itself
+    when it is still defined, plus (transitively) every function it was
+    inlined into."""
+    defined = set(defined)
+    into: dict[str, set[str]] = {}
+    for d in decisions:
+        if d.inlined:
+            into.setdefault(d.site.callee, set()).add(d.site.caller)
+    memo: dict[str, frozenset[str]] = {}
+
+    def final(fn: str, seen: frozenset[str] = frozenset()) -> frozenset[str]:
+        if fn in memo:
+            return memo[fn]
+        out = {fn} if fn in defined else set()
+        for h in into.get(fn, ()):
+            if h not in seen:  # recursion: a function inlined into itself through a cycle
+                out |= final(h, seen | {fn})
+        memo[fn] = frozenset(out)
+        return memo[fn]
+
+    names = {d.site.caller for d in decisions} | {d.site.callee for d in decisions}
+    return {fn: final(fn) for fn in names}
+
+
+def unique_decisions(decisions: Sequence[Decision]) -> Iterator[Decision]:
+    """The first decision of each key (the inliner may ask twice about the
+    same site when it revisits a function; a replay decides per key)."""
+    seen: set[str] = set()
+    for d in decisions:
+        if d.site.key not in seen:
+            seen.add(d.site.key)
+            yield d

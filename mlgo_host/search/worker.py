@@ -1,0 +1,70 @@
+"""The search's pool worker: one module's search per task, on the shared
+pool (:func:`mlgo_host.workers.pool.make_pool`, local or Ray), with numpy
+policies only (never TensorFlow)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from mlgo_host.channel.default_probe import default_slot
+from mlgo_host.corpus.compile import baseline_size
+from mlgo_host.policies import load_policy
+from mlgo_host.policies.base import Policy
+from mlgo_host.search.batched import search_module_batched
+from mlgo_host.search.flips import FlipGainModel, search_module
+from mlgo_host.workers.worker import CollectWorker
+
+
+class SearchWorker(CollectWorker):
+    """A pool worker: :meth:`search` runs :func:`search_module` on one task
+    with the policy set by :meth:`set_policy` (a heuristic or a saved policy)."""
+
+    def search(self, task: dict, budget: int, model: dict | None, start_forced: dict | None, seed: int,
+               patience: int | None = None, exclude=(), from_default: bool = False, deadline: float | None = None,
+               in_order: bool = False, resume: dict | None = None) -> dict:
+        if deadline is not None and time.time() >= deadline:  # a task dispatched after the time was up
+            return {"name": task["name"], "status": "skipped", "compiles": 0}
+        mod = self._module(task)
+        c = self.config
+        default = load_policy("default")
+        base = default if from_default else self._policy(True, seed)
+        probs = _probs_of(base)
+        cfg = {"clang": c.clang, "llvm_size": c.llvm_size, "module_timeout": c.module_timeout,
+               "baseline_cache": c.baseline_cache, "default_slot": default_slot(c.clang)}
+        fm = FlipGainModel.from_json(model) if model else None
+        forced = {int(k): int(v) for k, v in (start_forced or {}).items()}
+        return search_module(mod, base, budget, cfg, default=default, model=fm, start_forced=forced,
+                             policy_probs=probs, patience=patience, exclude=exclude, deadline=deadline,
+                             in_order=in_order, resume=resume)
+
+    def search_batched(self, task: dict, budget: int, model: dict | None, deadline: float | None = None,
+                       resume: dict | None = None) -> dict:
+        """:func:`~mlgo_host.search.batched.search_module_batched` on one
+        task, from the policy set by :meth:`set_policy` (``resume``: an
+        earlier result of the module to go on from)."""
+        if deadline is not None and time.time() >= deadline:
+            return {"name": task["name"], "status": "skipped", "compiles": 0}
+        mod = self._module(task)
+        c = self.config
+        cfg = {"clang": c.clang, "llvm_size": c.llvm_size, "module_timeout": c.module_timeout}
+        default = baseline_size(mod, clang=c.clang, llvm_size=c.llvm_size, cache_dir=c.baseline_cache,
+                                timeout=c.module_timeout)
+        fm = FlipGainModel.from_json(model) if model else None
+        return search_module_batched(mod, self._policy(True, 0), cfg, budget=budget, default_size=default, model=fm,
+                                     deadline=deadline, resume=resume)
+
+
+def _probs_of(policy: Policy):
+    """P(inline) of a numpy policy over a batch of records, or None."""
+    actor = getattr(policy, "actor", None)
+    if actor is None:
+        return None
+
+    def p1(feats: np.ndarray) -> np.ndarray:
+        lg = actor.logits(feats)
+        d = lg[:, 1] - lg[:, 0]
+        return 1.0 / (1.0 + np.exp(-d))
+
+    return p1
