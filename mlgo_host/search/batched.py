@@ -17,6 +17,9 @@ functions.  The attribution is checked, never assumed
 (:meth:`BatchedSearch._attribute`): every function that changed must lie in
 exactly one flip's footprint, the bytes no function owns must not move, and
 the sites the compiler reports inlined must be the set's, flip for flip.
+A flip's gain in a batch is the change of its functions; the object's total
+may differ from their sum by .eh_frame's last-FDE padding (4 bytes that
+follow the total, not any one flip), which the accepting compile measures.
 A batch that fails is split in two and each half measured again; a single
 flip needs no attribution (its gain is the object's).
 
@@ -226,7 +229,7 @@ class BatchedSearch:
         """Each flip's change from its own functions, or None when the batch
         cannot be read that way (see the module docstring)."""
         base = self.base.sizes
-        if m.sizes.other != base.other:
+        if not _only_padding_moved(base, m.sizes):
             return None, "bytes no function owns moved"
         owner: dict[str, Candidate] = {}
         for c in batch:
@@ -314,6 +317,23 @@ class BatchedSearch:
                 queue.extend(self.exposed(c))
             if len(outs) < len(batch):  # the budget ran out mid-batch
                 break
+
+
+#: The assembler pads .eh_frame's last FDE to a multiple of 8 bytes: a flip
+#: that changes the parity of the FDEs' total moves these 4 bytes, whichever
+#: flip of a batch did it (objsizes counts them in ``other``).
+EH_FRAME_PADDING = 4
+
+
+def _only_padding_moved(base, now) -> bool:
+    """True when the bytes no function owns are the same but for
+    .eh_frame's last-FDE padding (flips' own changes are exact; the padding
+    follows their total, so it is nobody's)."""
+    if now.other == base.other:
+        return True
+    keys = set(base.other_sections) | set(now.other_sections)
+    moved = {k for k in keys if now.other_sections.get(k, 0) != base.other_sections.get(k, 0)}
+    return moved == {".eh_frame"} and abs(now.other - base.other) <= EH_FRAME_PADDING
 
 
 def _applied(c: Candidate, m: Measured) -> bool:

@@ -40,8 +40,8 @@ from mlgo_host.corpus.objsizes import ObjectSizes, object_sizes
 from mlgo_host.corpus.sizes import llvm_tool
 from mlgo_host.episode import Episode
 from mlgo_host.errors import CompilerError
-from mlgo_host.search.sites import (Decision, FunctionInfo, Site, function_infos, identify, inlined_keys,
-                                   mandatory_sites, read_remarks)
+from mlgo_host.search.sites import (DebugInfo, Decision, Site, debug_info, identify, inlined_keys, mandatory_sites,
+                                   read_remarks)
 
 #: the compiler flags that make clang apply a replay file (cc1 and driver alike)
 REPLAY_FLAGS = ("-mllvm", "-cgscc-inline-replay-scope=Function", "-mllvm", "-cgscc-inline-replay-fallback=NeverInline")
@@ -89,26 +89,35 @@ class ReplayEvaluator:
         self.timeout = timeout
         self.compiles = 0
 
+    def compile(self, inline: Iterable[Site], out: str) -> str:
+        """Compile with exactly ``inline`` inlined (in the scope's functions)
+        into object ``out``; returns the compiler's remarks (stderr)."""
+        rf = out + ".replay.txt"
+        with open(rf, "w", encoding="utf-8") as f:
+            f.write(replay_text(inline, self.scope))
+        cmd = self.module.compile_command(self.clang, out) + replay_flags(rf) + ["-Rpass=inline"]
+        self.compiles += 1
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            raise CompilerError(f"module {self.module.name!r}: the replay compile did not finish within "
+                                f"{self.timeout:g} s") from None
+        finally:
+            os.unlink(rf)
+        if r.returncode != 0 or not os.path.exists(out):
+            raise CompilerError(f"module {self.module.name!r}: the replay compile failed", r.returncode,
+                                r.stderr[-2000:])
+        return r.stderr
+
     def measure(self, inline: Iterable[Site]) -> Measured:
-        """Compile with exactly ``inline`` inlined (in the scope's functions)."""
+        """:meth:`compile` into a temp directory (always removed): the sizes
+        and the keys the compiler inlined."""
         t0 = time.monotonic()
         tmp = tempfile.mkdtemp(prefix="mlgo-replay-")
         try:
-            rf = os.path.join(tmp, "replay.txt")
-            with open(rf, "w", encoding="utf-8") as f:
-                f.write(replay_text(inline, self.scope))
             out = os.path.join(tmp, "module.o")
-            cmd = self.module.compile_command(self.clang, out) + replay_flags(rf) + ["-Rpass=inline"]
-            self.compiles += 1
-            try:
-                r = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout)
-            except subprocess.TimeoutExpired:
-                raise CompilerError(f"module {self.module.name!r}: the replay compile did not finish within "
-                                    f"{self.timeout:g} s") from None
-            if r.returncode != 0 or not os.path.exists(out):
-                raise CompilerError(f"module {self.module.name!r}: the replay compile failed", r.returncode,
-                                    r.stderr[-2000:])
-            return Measured(object_sizes(out), inlined_keys(r.stderr), time.monotonic() - t0)
+            remarks = self.compile(inline, out)
+            return Measured(object_sizes(out), inlined_keys(remarks), time.monotonic() - t0)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -150,7 +159,7 @@ def record_flags(path: str) -> list[str]:
 
 
 def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str | None = None,
-                 timeout: float = 300.0, functions: dict[str, FunctionInfo] | None = None) -> Probe:
+                 timeout: float = 300.0, debug: DebugInfo | None = None) -> Probe:
     """Compile ``module`` over the channel with ``policy`` (the compiler's
     default for the search's start), recording the trajectory and the
     optimization record, and name every decision's call site."""
@@ -170,9 +179,9 @@ def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str
     if len(remarks) != ep.n:
         raise CompilerError(f"module {module.name!r}: {len(remarks)} inliner remarks for {ep.n} channel decisions "
                             "(the record and the channel disagree)")
-    if functions is None:
-        functions = function_infos(module.bc_path, llvm_tool(clang, "llvm-dis"), timeout)
-    decisions = identify(remarks, functions, mandatory_sites(plain_remarks(module, clang, timeout)))
+    if debug is None:
+        debug = debug_info(module.bc_path, llvm_tool(clang, "llvm-dis"), timeout)
+    decisions = identify(remarks, debug, mandatory_sites(plain_remarks(module, clang, timeout)))
     for d, a in zip(decisions, ep.actions):
         if bool(a) != d.inlined:
             raise CompilerError(f"module {module.name!r}: decision {d.index}: the record says "

@@ -150,6 +150,7 @@ class Remark:
     callee: str
     line: int
     column: int
+    file: str = ""
 
     @property
     def inlined(self) -> bool:
@@ -157,7 +158,7 @@ class Remark:
 
 
 _TOP = re.compile(r"^(Pass|Name|Function):\s+(.*)$")
-_LOC = re.compile(r"^DebugLoc:\s+\{.*Line:\s*(\d+),\s*Column:\s*(\d+)")
+_LOC = re.compile(r"^DebugLoc:\s+\{\s*File:\s*(.*?),\s*Line:\s*(\d+),\s*Column:\s*(\d+)")
 _CALLEE = re.compile(r"^\s+- Callee:\s+(.*)$")
 
 
@@ -204,7 +205,7 @@ def read_remarks(text: str) -> list[Remark]:
             if loc is None:
                 m = _LOC.match(ln)
                 if m:
-                    loc = (int(m.group(1)), int(m.group(2)))
+                    loc = (int(m.group(2)), int(m.group(3)), _unquote(m.group(1)))
                     continue
             if callee is None:
                 m = _CALLEE.match(ln)
@@ -213,24 +214,49 @@ def read_remarks(text: str) -> list[Remark]:
         name = fields.get("Name", "")
         if name not in INLINED + NOT_INLINED or callee is None:
             continue
-        line, col = loc if loc is not None else (0, 0)
-        out.append(Remark(name, fields.get("Function", ""), callee, line, col))
+        line, col, file = loc if loc is not None else (0, 0, "")
+        out.append(Remark(name, fields.get("Function", ""), callee, line, col, file))
     return out
 
 
 @dataclasses.dataclass(frozen=True)
 class FunctionInfo:
-    """A defined function's debug identity: the name call-site keys use for
-    it and its first line."""
+    """A function's debug identity: the name call-site keys use for it, its
+    first line and its file."""
 
     name: str
     line: int
+    file: str = ""
 
 
-def function_infos(bitcode: str | os.PathLike, llvm_dis: str = "llvm-dis-19",
-                   timeout: float = 300.0) -> dict[str, FunctionInfo]:
-    """IR function name -> :class:`FunctionInfo`, from the ``DISubprogram``
-    each definition of a bitcode file points to (``llvm-dis``)."""
+@dataclasses.dataclass
+class DebugInfo:
+    """The functions of a module as its debug info describes them:
+    ``functions`` (IR name of each defined function -> its info) and every
+    function definition's extent by file (also those inlined everywhere and
+    gone), to tell which function a call was written in."""
+
+    functions: dict[str, FunctionInfo]
+    by_file: dict[str, list[FunctionInfo]] = dataclasses.field(default_factory=dict)
+
+    def written_in(self, file: str, line: int) -> FunctionInfo | None:
+        """The function whose definition holds ``file:line`` (the last one
+        starting at or before it)."""
+        best = None
+        for f in self.by_file.get(file, ()):
+            if f.line <= line:
+                best = f
+            else:
+                break
+        return best
+
+    def debug_name(self, ir_name: str) -> str:
+        info = self.functions.get(ir_name)
+        return info.name if info is not None else ir_name
+
+
+def debug_info(bitcode: str | os.PathLike, llvm_dis: str = "llvm-dis-19", timeout: float = 300.0) -> DebugInfo:
+    """:class:`DebugInfo` of a bitcode file (``llvm-dis``)."""
     try:
         r = subprocess.run([llvm_dis, str(bitcode), "-o", "-"], capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
@@ -239,39 +265,53 @@ def function_infos(bitcode: str | os.PathLike, llvm_dis: str = "llvm-dis-19",
         raise CompilerError(f"{llvm_dis} did not finish on {bitcode} within {timeout:g} s") from None
     if r.returncode != 0:
         raise CompilerError(f"{llvm_dis} failed on {bitcode}", r.returncode, r.stderr)
-    return read_function_infos(r.stdout.splitlines())
+    return read_debug_info(r.stdout.splitlines())
 
 
 _DEFINE = re.compile(r'^define .*?@("(?:[^"\\]|\\.)*"|[-\w.$]+)\(.*!dbg !(\d+)')
 _NODE = re.compile(r'^!(\d+) = distinct !DISubprogram\((.*)\)\s*$')
-_FIELD = re.compile(r'\b(name|linkageName): "((?:[^"\\]|\\.)*)"|\bline: (\d+)')
+_DIFILE = re.compile(r'^!(\d+) = !DIFile\(filename: "((?:[^"\\]|\\.)*)"')
+_FIELD = re.compile(r'\b(name|linkageName): "((?:[^"\\]|\\.)*)"|\b(line): (\d+)|\b(file): !(\d+)')
 
 
-def read_function_infos(ir_lines: Iterable[str]) -> dict[str, FunctionInfo]:
-    """:func:`function_infos` of textual IR."""
+def read_debug_info(ir_lines: Iterable[str]) -> DebugInfo:
+    """:func:`debug_info` of textual IR."""
     defined: dict[str, str] = {}  # node id -> IR function name
-    nodes: dict[str, FunctionInfo] = {}
+    nodes: dict[str, tuple[str, int, str]] = {}  # node id -> (name, line, file node)
+    files: dict[str, str] = {}
     for ln in ir_lines:
         if ln.startswith("define "):
             m = _DEFINE.match(ln)
             if m:
                 defined[m.group(2)] = m.group(1).strip('"')
-        elif ln.startswith("!") and "DISubprogram(" in ln:
+        elif ln.startswith("!"):
+            m = _DIFILE.match(ln)
+            if m:
+                files[m.group(1)] = m.group(2)
+                continue
+            if "DISPFlagDefinition" not in ln:
+                continue
             m = _NODE.match(ln)
             if not m:
                 continue
-            name = linkage = None
-            line = None
+            got: dict[str, str] = {}
             for f in _FIELD.finditer(m.group(2)):
-                if f.group(1) == "name" and name is None:
-                    name = f.group(2)
-                elif f.group(1) == "linkageName" and linkage is None:
-                    linkage = f.group(2)
-                elif f.group(3) is not None and line is None:
-                    line = int(f.group(3))
-            if (linkage or name) and line is not None:
-                nodes[m.group(1)] = FunctionInfo(linkage or name, line)
-    return {fn: nodes[i] for i, fn in defined.items() if i in nodes}
+                if f.group(1):
+                    got.setdefault(f.group(1), f.group(2))
+                elif f.group(3):
+                    got.setdefault("line", f.group(4))
+                elif f.group(5):
+                    got.setdefault("file", f.group(6))
+            name = got.get("linkageName") or got.get("name")
+            if name and "line" in got:
+                nodes[m.group(1)] = (name, int(got["line"]), got.get("file", ""))
+    infos = {i: FunctionInfo(n, line, files.get(f, "")) for i, (n, line, f) in nodes.items()}
+    by_file: dict[str, list[FunctionInfo]] = {}
+    for info in infos.values():
+        by_file.setdefault(info.file, []).append(info)
+    for v in by_file.values():
+        v.sort(key=lambda f: f.line)
+    return DebugInfo({fn: infos[i] for i, fn in defined.items() if i in infos}, by_file)
 
 
 # -- the inline tree ------------------------------------------------------------
@@ -298,39 +338,23 @@ class _Live:
     column: int
 
 
-def identify(remarks: Sequence[Remark], functions: dict[str, FunctionInfo],
-             mandatory: Sequence[Site] = ()) -> list[Decision]:
+def identify(remarks: Sequence[Remark], debug: DebugInfo, mandatory: Sequence[Site] = ()) -> list[Decision]:
     """Every decision's :class:`Site`, by replaying the inline tree in
-    decision order (see the module docstring); ``mandatory``: the
-    ``always_inline`` sites (:func:`mandatory_sites`), applied to a function
-    before its first decision, as the inliner's mandatory pass does."""
+    decision order (see the module docstring).  ``mandatory``: the
+    ``always_inline`` sites (:func:`mandatory_sites`); the compiler inlines
+    them before the first decision, copying the callee's calls as written,
+    so a decision about such a copy is keyed through its always-inline site."""
     live: dict[str, list[_Live]] = {}
-    pending: dict[str, list[Site]] = {}
-    for m in mandatory:
-        pending.setdefault(m.caller, []).append(m)
-
-    def touch(fn: str) -> list[_Live]:
-        """``fn``'s live sites, its always-inline calls inlined first."""
-        sites = live.setdefault(fn, [])
-        for m in pending.pop(fn, ()):
-            callee = touch(m.callee) if m.callee != fn else []
-            k = next((j for j, s in enumerate(sites) if s.site.key == m.key), None)
-            if k is not None:
-                sites.pop(k)
-            sites.extend(_Live(s.site.through(m), s.line, s.column) for s in callee)
-        return sites
-
     out: list[Decision] = []
     for i, r in enumerate(remarks):
-        sites = touch(r.caller)
+        sites = live.setdefault(r.caller, [])
         hit = next((k for k, s in enumerate(sites)
                     if s.site.callee == r.callee and s.line == r.line and s.column == r.column), None)
         if hit is None:
-            info = functions.get(r.caller) or FunctionInfo(r.caller, r.line)
-            entry = _Live(Site(r.callee, r.caller, ((info.name, r.line - info.line, r.column),)), r.line, r.column)
+            entry = _Live(_written_site(r, debug, mandatory), r.line, r.column)
         else:
             entry = sites.pop(hit)
-        copied = [_Live(s.site.through(entry.site), s.line, s.column) for s in touch(r.callee)]
+        copied = [_Live(s.site.through(entry.site), s.line, s.column) for s in live.get(r.callee, ())]
         if not r.inlined:
             sites.append(entry)
             out.append(Decision(i, entry.site, False, exposed=tuple(c.site for c in copied)))
@@ -341,6 +365,34 @@ def identify(remarks: Sequence[Remark], functions: dict[str, FunctionInfo],
             live.pop(r.callee, None)
         out.append(Decision(i, entry.site, True, deleted, tuple(c.site for c in copied)))
     return out
+
+
+def _written_site(r: Remark, debug: DebugInfo, mandatory: Sequence[Site]) -> Site:
+    """The site of a decision no earlier decision explains: a call written
+    in its caller, or in a function the compiler always-inlined into it."""
+    own = debug.functions.get(r.caller) or FunctionInfo(r.caller, r.line, r.file)
+    w = debug.written_in(r.file, r.line) if r.file else None
+    if w is not None and w.name != own.name:
+        path = _mandatory_path(r.caller, w.name, debug, mandatory)
+        if path is not None:
+            return Site(r.callee, r.caller, ((w.name, r.line - w.line, r.column),) + path)
+    return Site(r.callee, r.caller, ((own.name, r.line - own.line, r.column),))
+
+
+def _mandatory_path(caller: str, written: str, debug: DebugInfo, mandatory: Sequence[Site],
+                    depth: int = 4) -> tuple[tuple[str, int, int], ...] | None:
+    """The chain through which the body of function ``written`` (a debug
+    name) was always-inlined into ``caller`` (an IR name), or None."""
+    for m in mandatory:
+        if debug.debug_name(m.callee) != written:
+            continue
+        if m.caller == caller:
+            return m.chain
+        if depth > 1:
+            outer = _mandatory_path(caller, debug.debug_name(m.caller), debug, mandatory, depth - 1)
+            if outer is not None:
+                return m.chain + outer
+    return None
 
 
 def final_functions(decisions: Sequence[Decision], defined: Iterable[str]) -> dict[str, frozenset[str]]:
