@@ -13,6 +13,16 @@ without a slot.
 
 Environment:
   MLGO_CHANNELS   the server's channel directory (unset: plain compiler)
+  MLGO_REPLAY     a tune directory (mlgo-host tune --output T): a compile of
+                  one of its tuned modules gets that module's compiler flags
+                  (the compiler's inline replay of the tuned decisions) and
+                  runs without a server; every other compile runs plainly (or
+                  through MLGO_CHANNELS' server when set).  A source edited
+                  since tuning still compiles with its flags (call sites are
+                  keyed relative to their function, so only the functions
+                  whose calls moved lose their tuned decisions) and gets a
+                  one-line note (MLGO_QUIET=1: none).  ``serve --replay T``
+                  tells its clients the same T.
   MLGO_CLANG      real C compiler (default clang-19); MLGO_CLANGXX for
                   mlgo-clang++ (default clang++-19)
   MLGO_FALLBACK   plain (default): when no live server answers, or the server
@@ -140,6 +150,24 @@ def _say(kind: str, msg: str) -> None:
         os.write(2, f"{PROG}: {kind}: {msg}\n".encode())
     except OSError:
         pass
+
+
+def _tuned_flags(tuned: str, plain: list[str], plan: dict, quiet: bool) -> tuple[list[str], str]:
+    """(flags applying the tuned decisions of this compile's module, or [];
+    a reason when ``tuned`` is unusable)."""
+    from mlgo_host.corpus.tuned import TunedDir
+    from mlgo_host.errors import MlgoHostError
+
+    try:
+        t = TunedDir(tuned)
+    except MlgoHostError as e:
+        return [], f"MLGO_REPLAY: {e}"
+    name = t.match(plain, os.getcwd(), plan["source"], plan["output"])
+    flags = t.flags_for(name)
+    if flags and not quiet and t.changed(name, plan["source"]):
+        _say("note", f"{plan['source']} changed since it was tuned ({t.path}): its tuned decisions apply where "
+                     "their call sites are unchanged (tune it again to refresh them)")
+    return flags, ""
 
 
 def _exec(cmd: list[str]) -> int:
@@ -349,9 +377,16 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
     plan = classify(argv)
     if not plan["compile"]:
         return _exec(plain)
+    tuned = os.environ.get("MLGO_REPLAY")
+    if tuned:
+        flags, why = _tuned_flags(tuned, plain, plan, quiet)
+        if why:
+            return fallback(why)
+        if flags:
+            return _exec(plain + flags)
     root = os.environ.get("MLGO_CHANNELS")
     if not root:
-        if mode == "fail":
+        if mode == "fail" and not tuned:
             return fallback("MLGO_CHANNELS is not set")
         return _exec(plain)
     root = os.path.abspath(root)
@@ -359,6 +394,10 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
     info, why = S.server_status(root, stale_s)
     if info is None:
         return fallback(why)
+    if info.get("replay") and not tuned:  # serve --replay T: T's compiler replays need no slot
+        flags, _ = _tuned_flags(info["replay"], plain, plan, quiet)
+        if flags:
+            return _exec(plain + flags)
     k, lock_fd, gen = _acquire(root, info, _env_float("MLGO_WAIT", 600.0), stale_s)
     if k is None:
         return fallback(gen)
