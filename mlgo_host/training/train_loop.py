@@ -11,8 +11,8 @@ statistics, sampler position), ``policy/<iteration>/``.  Every
 split.  Re-running the same command resumes after the last completed
 iteration.
 
-TensorFlow is the learner's (:mod:`~mlgo_host.trainers.learner`, through
-:mod:`~mlgo_host.trainers.iteration`); the collection workers
+TensorFlow is the learner's (:mod:`~mlgo_host.learning.learner`, through
+:mod:`~mlgo_host.training.iteration`); the collection workers
 (:mod:`~mlgo_host.workers.worker`) never import it.
 """
 
@@ -34,10 +34,10 @@ from mlgo_host.episode import Episode
 from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.policies.vocab import VocabBuilder
-from mlgo_host.trainers.iteration import (commit_iteration, publish_policy, numeric_metrics, open_learner, percentile_summary,
+from mlgo_host.training.iteration import (commit_iteration, publish_policy, numeric_metrics, open_learner, percentile_summary,
                                           read_state, train_and_save)
 from mlgo_host.workers.pool import EarlyExit, TaskOutcome, make_pool, map_with_progress
-from mlgo_host.trainers.summaries import Summaries
+from mlgo_host.learning.summaries import Summaries
 from mlgo_host.workers.worker import policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.train")

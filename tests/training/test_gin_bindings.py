@@ -58,7 +58,7 @@ def test_a_mistyped_worker_backend_is_one_line(small_corpus, tmp_path, capsys):
 def test_the_configs_parse_from_any_directory_with_the_repository_on_the_path(tmp_path, monkeypatch):
     # With the checkout on sys.path (PYTHONPATH), configs/ is a namespace
     # package, and gin's package lookup of an include crashed on it.
-    from mlgo_host.trainers.entry import parse_gin
+    from mlgo_host.training.entry import parse_gin
 
     monkeypatch.syspath_prepend(REPO)
     monkeypatch.chdir(tmp_path)

@@ -15,9 +15,9 @@ import gin
 
 from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_write_bytes
-from mlgo_host.trainers import online
-from mlgo_host.trainers.bc_loop import train_bc_from_corpus
-from mlgo_host.trainers.train_loop import train
+from mlgo_host.training import online
+from mlgo_host.training.bc_loop import train_bc_from_corpus
+from mlgo_host.training.train_loop import train
 
 
 @gin.configurable(module="run")
@@ -28,7 +28,7 @@ def run(root_dir: str, corpus_dir: str, algorithm: str = "ppo", progress: bool =
     elif algorithm == "bc":
         result = train_bc_from_corpus(root_dir, corpus_dir, progress=progress)
     elif algorithm == "search":
-        from mlgo_host.trainers.search_loop import train_search
+        from mlgo_host.training.search_loop import train_search
 
         result = train_search(root_dir, corpus_dir, progress=progress)
     else:
