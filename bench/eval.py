@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from mlgo_host.fsutil import atomic_write_json  # noqa: E402
 from mlgo_host.corpus.benchmark import build_benchmark, default_cache_dir  # noqa: E402
 from mlgo_host.corpus.corpus import load_corpus  # noqa: E402
-from mlgo_host.trainers.evaluation import evaluate, select_modules  # noqa: E402
+from mlgo_host.evaluation.evaluate import evaluate, select_modules  # noqa: E402
 
 CXX_EXTS = (".cc", ".cpp", ".cxx", ".c++", ".C")
 

@@ -158,12 +158,14 @@ def main() -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
-    from mlgo_host.trainers import export, tf_agent
+    from mlgo_host.learning import export
+    from mlgo_host.learning.networks import build_actor_network
+    from mlgo_host.learning.weights import import_actor_weights
 
     cfg = NormConfig()
     actor = numpy_policy(header, ep, adv, cfg)
-    net = tf_agent.build_actor_network(actor.spec, actor.vocab, cfg, fc_layer_params=LAYERS)
-    tf_agent.import_actor_weights(net, actor.weights())
+    net = build_actor_network(actor.spec, actor.vocab, cfg, fc_layer_params=LAYERS)
+    import_actor_weights(net, actor.weights())
     spec = actor.spec
     tobs = obs[: args.tf_decisions]
 

@@ -49,7 +49,7 @@ def train(root: str, corpus: str, minutes: float, workers: int, bindings: list[s
 
 def evaluate_rows(corpus: str, policy: str, split: str, jobs: int) -> dict:
     """The policy and the guard (min of policy and -Oz per module) on a split."""
-    from mlgo_host.trainers.evaluation import evaluate
+    from mlgo_host.evaluation.evaluate import evaluate
 
     rep = evaluate(corpus, policy, split=split, heldout_fraction=0.2, jobs=jobs, seed=0)
     ok = [r for r in rep.rows if r.ok]
@@ -96,7 +96,7 @@ def main() -> int:
     if args.external:
         result["external"] = evaluate_rows(args.external, policy, "all", args.workers)
     result["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    from mlgo_host.trainers.plots import plot_search
+    from mlgo_host.evaluation.plots import plot_search
 
     plot_search(os.path.join(args.root, "state.json"), args.plot)
     atomic_write_json(args.output, result)

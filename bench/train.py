@@ -88,7 +88,7 @@ def collection_scaling(corpus_dir: str, policy: str, modules: int, rounds: int, 
 def quality(workdir: str, corpus_dir: str, iterations: int, modules_per_iteration: int, eval_every: int,
             png: str) -> dict:
     from mlgo_host import demo
-    from mlgo_host.trainers.plots import plot_training
+    from mlgo_host.evaluation.plots import plot_training
 
     t0 = time.perf_counter()
     rc = demo.main(["--output", workdir, "--corpus", corpus_dir, "--iterations", str(iterations),

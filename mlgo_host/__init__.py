@@ -1,10 +1,11 @@
 """mlgo_host: a Python host for LLVM's machine-learned optimization advisors.
 
 Floors, each importing only from the floors below it (tests/test_layers.py
-keeps it so): errors, fsutil -> ``channel`` -> episode, collected ->
-``policies`` (run time, numpy only) -> ``corpus`` -> ``trainers`` (the only
-floor that imports TensorFlow, and not in its workers) -> ``serve`` ->
-``commands``, cli, demo.
+keeps it so): errors, fsutil, procs, progress -> ``channel`` -> episode,
+collected -> ``policies`` (run time, numpy only) -> ``corpus`` -> ``workers``
+-> ``evaluation`` -> ``search`` -> ``learning`` (the first floor that imports
+TensorFlow) -> ``training`` (the loops) -> ``serve`` -> ``commands``, cli,
+demo.  The README's "Project layout" has one line per floor.
 """
 
 __version__ = "0.1.0"

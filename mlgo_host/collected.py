@@ -18,7 +18,7 @@ Episode files (one compile = one file, written atomically)::
 
 The reward is not known when the object is written: it needs the size the
 default heuristic gives the same module; the trainer pairs them
-(:func:`mlgo_host.trainers.online.load_collected`).
+(:func:`mlgo_host.training.online.load_collected`).
 """
 
 from __future__ import annotations

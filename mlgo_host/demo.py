@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     _mlgo(["train", "--root_dir", search_root, "--corpus", corpus,
            "--gin_files", os.path.join(configs, "inlining", "search.gin"),
            "--gin_bindings", *common, f"time_budget_minutes={args.minutes}",
-           f"compiles_per_round={args.compiles_per_round}", "search.train_search.gate_thresholds=(0.5, 0.7, 0.9)",
+           f"compiles_per_round={args.compiles_per_round}", "search_loop.train_search.gate_thresholds=(0.5, 0.7, 0.9)",
            *args.gin_bindings])
     timings["search"] = time.monotonic() - t
 
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                                    "search + imitate": os.path.join(search_root, "saved_policy")},
                           out, jobs=args.workers, guard_row="search + imitate")
     timings["eval"] = time.monotonic() - t
-    from mlgo_host.trainers.plots import plot_search
+    from mlgo_host.evaluation.plots import plot_search
 
     curve = plot_search(os.path.join(search_root, "state.json"), os.path.join(out, "search_curve.png"))
     timings["total"] = time.monotonic() - t0
@@ -130,7 +130,7 @@ def heldout_table(corpus: str, policies: dict[str, str], out: str, *, jobs: int,
     """Evaluate each policy (greedy) on the training runs' held-out split
     against the default heuristic (-Oz); ``guard_row``: also that policy
     behind the guard (per module, the smaller of its object and -Oz's)."""
-    from mlgo_host.trainers.evaluation import EvalReport, apply_guard, evaluate
+    from mlgo_host.evaluation.evaluate import EvalReport, apply_guard, evaluate
 
     rows = []
     for label, path in policies.items():

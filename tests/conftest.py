@@ -1,7 +1,7 @@
 """Shared fixtures of the tests: real clang-19 sessions (an inliner and an
 eviction episode with the default policy), a small corpus of generated C
-modules and its default trace, and ``toolchain``: the clang version matrix
-(every installed clang >= 17).  ``tests/helpers`` (generated corpora, toy
+modules and its default trace, a saved inliner policy (written with TF), and
+``toolchain``: the clang version matrix (every installed clang >= 17).  ``tests/helpers`` (generated corpora, toy
 workers, policy helpers) is put on ``sys.path`` for every test directory."""
 
 from __future__ import annotations
@@ -166,8 +166,29 @@ def small_corpus(tmp_path_factory):
 @pytest.fixture(scope="session")
 def default_trace(small_corpus, tmp_path_factory):
     """The default policy's trace of the small corpus (2 jobs) and its index."""
-    from mlgo_host.trainers.traces import record_trace
+    from mlgo_host.evaluation.traces import record_trace
 
     out = tmp_path_factory.mktemp("trace") / "trace"
     index = record_trace(str(small_corpus), str(out), policy="default", jobs=2, progress=False)
     return out, index
+
+
+@pytest.fixture(scope="session")
+def saved_inliner(inline_session, tmp_path_factory):
+    """A saved inliner policy with random weights, written from a TF actor
+    (SavedModel included): (directory, TF actor, spec, vocab)."""
+    pytest.importorskip("tensorflow")
+    from _policy_helpers import random_weights, spec_vocab
+
+    from mlgo_host.learning import export
+    from mlgo_host.learning.networks import build_actor_network
+    from mlgo_host.learning.weights import import_actor_weights
+    from mlgo_host.policies.vocab import NormConfig
+
+    spec, vocab = spec_vocab(inline_session)
+    cfg = NormConfig()
+    net = build_actor_network(spec, vocab, cfg, fc_layer_params=(24, 12))
+    import_actor_weights(net, random_weights(len(spec.inputs) * cfg.width, (24, 12), 2, seed=9))
+    d = tmp_path_factory.mktemp("pol") / "policy"
+    export.save_policy(str(d), net, spec, vocab, cfg, compiler="clang-19 (test)", training_step=7)
+    return d, net, spec, vocab

@@ -192,7 +192,7 @@ def _check_recorded_compiler(md: dict, toolchain) -> None:
 
 @pytest.mark.slow
 def test_one_ppo_iteration(extra_toolchain, train_corpora, tmp_path):
-    """(clang-19: tests/trainers/test_train.py)"""
+    """(clang-19: tests/training/test_train.py)"""
     toolchain = extra_toolchain
     root = tmp_path / "ppo"
     p = _train(toolchain, root, train_corpora(toolchain), "ppo.gin", "num_iterations=1", "modules_per_iteration=3",
@@ -209,7 +209,7 @@ def test_one_ppo_iteration(extra_toolchain, train_corpora, tmp_path):
 
 @pytest.mark.slow
 def test_behavioural_cloning(extra_toolchain, train_corpora, tmp_path):
-    """(clang-19: tests/trainers/test_tf.py)"""
+    """(clang-19: tests/learning/test_bc.py)"""
     toolchain = extra_toolchain
     root = tmp_path / "bc"
     p = _train(toolchain, root, train_corpora(toolchain), "bc.gin", "bc.train_bc.epochs=2",

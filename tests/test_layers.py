@@ -26,10 +26,12 @@ FLOORS: dict[int, tuple[str, ...]] = {
     4: ("policies",),
     5: ("corpus",),
     6: ("workers",),
-    7: ("search",),
-    8: ("trainers",),
-    9: ("serve",),
-    10: ("commands", "cli", "demo", "__main__"),
+    7: ("evaluation",),
+    8: ("search",),
+    9: ("learning",),
+    10: ("training",),
+    11: ("serve",),
+    12: ("commands", "cli", "demo", "__main__"),
 }
 FLOOR_OF = {name: floor for floor, names in FLOORS.items() for name in names}
 FACTORY = re.compile(r"(mlgo_host(?:\.\w+)+):\w+")  # "module:attribute", as make_pool takes
@@ -77,7 +79,7 @@ def _imports(tree: ast.AST, module: str, is_package: bool):
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            # `from mlgo_host import trainers` imports the sub-package trainers
+            # `from mlgo_host import learning` imports the sub-package learning
             if target == "mlgo_host":
                 for a in node.names:
                     yield node.lineno, f"mlgo_host.{a.name}"
@@ -171,12 +173,12 @@ def tensorflow_below_learning() -> list[str]:
     for path in _modules():
         module = _module_name(path)
         floor = FLOOR_OF.get(_unit(module) or "", 0)
-        if floor >= FLOOR_OF["trainers"]:
+        if floor >= FLOOR_OF["learning"]:
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for line, target in _imports(tree, module, path.name == "__init__.py"):
             if target.split(".")[0] in TENSORFLOW:
-                problems.append(f"{path.relative_to(PACKAGE.parent)}:{line}: imports {target} below trainers/")
+                problems.append(f"{path.relative_to(PACKAGE.parent)}:{line}: imports {target} below learning/")
     return problems
 
 
@@ -185,14 +187,17 @@ def test_no_tensorflow_below_the_learning_floor():
     assert not problems, "\n".join(problems)
 
 
-def test_the_tensorflow_check_finds_an_import_in_a_worker(tmp_path):
+@pytest.mark.parametrize("unit, bad", [("workers", True), ("evaluation", True), ("search", True),
+                                       ("learning", False), ("training", False)])
+def test_the_tensorflow_check_finds_an_import_below_learning(tmp_path, unit, bad):
     global PACKAGE
     root = tmp_path / "mlgo_host"
-    (root / "workers").mkdir(parents=True)
+    (root / unit).mkdir(parents=True)
     (root / "__init__.py").write_text("")
-    (root / "workers" / "w.py").write_text("def f():\n    import tensorflow as tf\n")
+    (root / unit / "w.py").write_text("def f():\n    import tensorflow as tf\n")
     saved, PACKAGE = PACKAGE, root
     try:
-        assert tensorflow_below_learning() == ["mlgo_host/workers/w.py:2: imports tensorflow below trainers/"]
+        want = [f"mlgo_host/{unit}/w.py:2: imports tensorflow below learning/"] if bad else []
+        assert tensorflow_below_learning() == want
     finally:
         PACKAGE = saved

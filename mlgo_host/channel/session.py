@@ -77,7 +77,7 @@ class SessionResult:
 
 
 @dataclasses.dataclass
-class ServeStats:
+class StreamTally:
     header: Header | None = None
     observations: int = 0
     contexts: int = 0
@@ -193,7 +193,7 @@ def serve_channel(
     recorder: Recorder | None = None,
     log: TrainingLogWriter | None = None,
     count_decisions: bool = True,
-) -> ServeStats:
+) -> StreamTally:
     """Serve one opened channel until the compiler closes it.
 
     ``policy`` None answers every decision with the advisor's default (the
@@ -254,18 +254,18 @@ def _read_header(dec: Decoder, data: bytes, rfd: int, wd: _Watchdog) -> tuple[He
     return None, []
 
 
-def _finish(dec: Decoder, session: _Session | None, recorder: Recorder | None, serve_cpu_s: float) -> ServeStats:
-    """The stats of a stream that ended: a record cut short is the
+def _finish(dec: Decoder, session: _Session | None, recorder: Recorder | None, serve_cpu_s: float) -> StreamTally:
+    """The tally of a stream that ended: a record cut short is the
     compiler's failure; decisions counted per advice value; the recorder's
     episode."""
-    stats = ServeStats(serve_cpu_s=serve_cpu_s)
+    tally = StreamTally(serve_cpu_s=serve_cpu_s)
     try:
         dec.close()
     except ProtocolError as e:
         raise CompilerError(f"the compiler's stream ended mid-record: {e}") from None
     if session is None:
-        return stats
-    stats.header, stats.observations, stats.contexts = session.header, session.n, session.contexts
+        return tally
+    tally.header, tally.observations, tally.contexts = session.header, session.n, session.contexts
     counts = session.counts
     if session.n_flag and session.count:
         # the default-flag loop counts the 1s only: add both to the counts
@@ -273,10 +273,10 @@ def _finish(dec: Decoder, session: _Session | None, recorder: Recorder | None, s
             counts[1] = counts.get(1, 0) + session.n_yes
         if session.n_flag - session.n_yes:
             counts[0] = counts.get(0, 0) + session.n_flag - session.n_yes
-    stats.decisions = {str(k): v for k, v in sorted(counts.items(), key=lambda kv: kv[0])}
+    tally.decisions = {str(k): v for k, v in sorted(counts.items(), key=lambda kv: kv[0])}
     if recorder is not None:
-        stats.episode = recorder.finish(session.header)
-    return stats
+        tally.episode = recorder.finish(session.header)
+    return tally
 
 
 class _Session:
@@ -538,8 +538,8 @@ def run_session(
         log = TrainingLogWriter(log_path) if log_path else None
         try:
             opened = chan.open(proc.alive, deadline)
-            stats = serve_channel(chan, adv, policy, deadline=deadline, alive=proc.alive, recorder=recorder, log=log) \
-                if opened else ServeStats()
+            tally = serve_channel(chan, adv, policy, deadline=deadline, alive=proc.alive, recorder=recorder, log=log) \
+                if opened else StreamTally()
             chan.close_fds()
             rc = proc.wait(deadline - time.monotonic())
             if rc is None:
@@ -565,10 +565,10 @@ def run_session(
             log.commit()
             log = None
         return SessionResult(
-            advisor=adv.name, returncode=rc, observations=stats.observations, contexts=stats.contexts,
-            decisions=stats.decisions, wall_s=time.monotonic() - t0, stderr_tail=proc.stderr_tail(),
-            header=stats.header, episode=stats.episode, output=output_of(list(cmd)),
-            compiler_cpu_s=proc.cpu_s, serve_cpu_s=stats.serve_cpu_s if opened else None,
+            advisor=adv.name, returncode=rc, observations=tally.observations, contexts=tally.contexts,
+            decisions=tally.decisions, wall_s=time.monotonic() - t0, stderr_tail=proc.stderr_tail(),
+            header=tally.header, episode=tally.episode, output=output_of(list(cmd)),
+            compiler_cpu_s=proc.cpu_s, serve_cpu_s=tally.serve_cpu_s if opened else None,
         )
     finally:
         if log is not None:

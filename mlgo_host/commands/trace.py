@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mlgo_host.channel.fifo import install_signal_cleanup
-    from mlgo_host.trainers.traces import record_trace
+    from mlgo_host.evaluation.traces import record_trace
 
     install_signal_cleanup()
     index = record_trace(args.corpus, args.output, policy=args.policy, advisor=args.advisor, jobs=args.jobs,

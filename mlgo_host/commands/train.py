@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     # AutoGraph recompiles tf-agents' network code, whose `state is not ()`
     # Python 3.8+ flags at every run; not ours to fix, and not the reader's.
     warnings.filterwarnings("ignore", message='"is not" with a literal', category=SyntaxWarning)
-    from mlgo_host.trainers import entry  # TensorFlow and tf-agents: after the logging setup above
+    from mlgo_host.training import entry  # TensorFlow and tf-agents: after the logging setup above
 
     entry.parse_gin(args.gin_files, args.gin_bindings)
     if args.collected is not None:

@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mlgo_host.trainers.traces import vocab_from_trace
+    from mlgo_host.evaluation.traces import vocab_from_trace
 
     vocab = vocab_from_trace(args.trace, args.output, num_buckets=args.num_buckets,
                              sampling_fraction=args.sampling_fraction, seed=args.seed)

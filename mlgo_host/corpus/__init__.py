@@ -1,2 +1,2 @@
 """The corpus floor: corpus format and building, compiling one module with a policy, sizes,
-baselines and rewards (below the trainers, above the policies)."""
+baselines and rewards (below the workers, above the policies)."""

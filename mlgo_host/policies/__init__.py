@@ -1,5 +1,5 @@
-"""Policies: observation -> advice. Nothing here imports TensorFlow at import
-time; ``tf_agent`` and the exporters in ``saved`` do, lazily."""
+"""Policies: observation -> advice. Nothing here imports TensorFlow: the TF
+side of a policy (networks, weights, export) is :mod:`mlgo_host.learning`."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The actor network in numpy: decides in the compiler's critical path.
 
-Same forward pass as the TF actor (:mod:`mlgo_host.trainers.tf_agent`):
+Same forward pass as the TF actor (:mod:`mlgo_host.learning.networks`):
 
 * inliner — tf-agents' ``ActorDistributionNetwork`` with a categorical
   projection: the normalized features (:mod:`mlgo_host.policies.vocab`) of
@@ -11,7 +11,7 @@ Same forward pass as the TF actor (:mod:`mlgo_host.trainers.tf_agent`):
   row, the same dense layers score every row, a dense projection gives one
   logit per column, and the logits of ``mask == 0`` columns are -inf.
 
-Weights come from :func:`mlgo_host.trainers.tf_agent.export_actor_weights`
+Weights come from :func:`mlgo_host.learning.weights.export_actor_weights`
 (an ``.npz``: ``hidden_<i>_kernel``/``hidden_<i>_bias`` per dense layer, then
 ``logits_kernel``/``logits_bias``).  :meth:`NumpyActor.logits` is the batch
 reference (used by tests and the learner); :class:`NumpyPolicy` is the

@@ -20,7 +20,7 @@ Layout::
                              model: [{"logging_name", "tensor_spec": {"name",
                              "port", "type", "shape"}}]
 
-:func:`mlgo_host.trainers.export.save_policy` writes it (with TensorFlow);
+:func:`mlgo_host.learning.export.save_policy` writes it (with TensorFlow);
 :func:`load_saved_policy` reads ``metadata.json``, ``actor.npz`` and
 ``vocab/`` only: numpy, no TensorFlow import.
 """

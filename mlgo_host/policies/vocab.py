@@ -21,7 +21,7 @@ with ``tf.raw_ops.Bucketize``:
   ``use_def_density``, and 0 for a feature whose boundaries are all equal),
   all float32.
 
-This module is the numpy reference; :mod:`mlgo_host.trainers.tf_features` is
+This module is the numpy reference; :mod:`mlgo_host.learning.preprocessing` is
 the same function in TensorFlow (tests check they are equal), and
 :mod:`mlgo_host.policies.actor` compiles it into lookup tables for the
 per-decision fast path.  No TensorFlow here.

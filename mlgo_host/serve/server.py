@@ -235,7 +235,7 @@ class Slot(threading.Thread):
             return not done and procs.alive(compiler_pid)
 
         deadline = time.monotonic() + srv.timeout
-        stats = None
+        tally = None
         opened = False
         error = None
         t_open = None
@@ -245,7 +245,7 @@ class Slot(threading.Thread):
             opened = chan.open(alive, deadline, max_delay=OPEN_MAX_DELAY_S)
             if opened:
                 t_open = time.monotonic()
-                stats = serve_channel(chan, advisor, policy, deadline=deadline, alive=alive,
+                tally = serve_channel(chan, advisor, policy, deadline=deadline, alive=alive,
                                       recorder=EpisodeRecorder() if srv.collect_dir is not None else None)
         except (MlgoHostError, OSError, ValueError) as e:
             error = f"{type(e).__name__}: {e}"
@@ -297,18 +297,18 @@ class Slot(threading.Thread):
             "cwd": req.get("cwd"), "compiler": req.get("compiler"), "client_pid": client_pid,
             "advisor": srv.advisor_name, "policy": srv.policy_name, "status": status,
             "returncode": done[0].get("returncode") if done else None,
-            "observations": stats.observations if stats else 0,
-            "contexts": stats.contexts if stats else 0,
-            "decisions": stats.decisions if stats else {},
+            "observations": tally.observations if tally else 0,
+            "contexts": tally.contexts if tally else 0,
+            "decisions": tally.decisions if tally else {},
             "duration_s": round(float(done[0].get("wall_s", 0.0)), 4) if done else round(time.time() - t_start, 4),
             "session_s": round(session_s, 4), "text_size": None, "error": error,
         }
         rec.update(guard_fields(done[0] if done else {}))
         if self.tuned is not None:
             rec.update(self.tuned.outcome(policy, tuned))
-        elif stats is not None and hasattr(policy, "report"):  # a replay file as the policy: forced, applied, stale
+        elif tally is not None and hasattr(policy, "report"):  # a replay file as the policy: forced, applied, stale
             rec["replay"] = policy.report()
-        srv.record(rec, stats.episode if stats is not None else None)
+        srv.record(rec, tally.episode if tally is not None else None)
 
     def _policy_for(self, req: dict):
         """(policy, tuned module or None) of a compile: with --replay, its

@@ -1,8 +1,26 @@
-"""Helpers shared by the policy tests."""
+"""Helpers shared by the policy and learning tests."""
 
 from __future__ import annotations
 
 import numpy as np
+
+from mlgo_host.policies.vocab import NormConfig
+
+#: the normalizations the TF and numpy sides must agree on
+NORM_CONFIGS = [NormConfig(), NormConfig(with_sqrt=True), NormConfig(with_sqrt=True, with_z_score=True)]
+NORM_IDS = ["square", "sqrt", "all"]
+
+
+def spec_vocab(session, buckets: int = 300):
+    """The policy spec and a quantile vocab of one session's episode."""
+    from mlgo_host.policies.specs import PolicySpec
+    from mlgo_host.policies.vocab import VocabBuilder
+
+    header, ep, adv = session
+    vb = VocabBuilder()
+    vb.add(ep.features())
+    vocab = vb.build(buckets)
+    return PolicySpec.from_header(header, adv, vocab_names=vocab.names()), vocab
 
 
 def observations(header, episode):
@@ -29,7 +47,7 @@ def random_weights(input_dim: int, layers, outputs: int, seed: int = 0, gain: fl
 
 def write_saved_policy(path, actor, compiler: str | None = None) -> str:
     """A saved policy directory of a numpy actor, written without TensorFlow
-    (what :func:`mlgo_host.trainers.export.save_policy` writes, minus the
+    (what :func:`mlgo_host.learning.export.save_policy` writes, minus the
     SavedModel)."""
     import json
     import os

@@ -129,7 +129,7 @@ def test_imitation_and_gate_reproduce_the_searched_gain(corpus, tmp_path):
     """The gated policy trained on the search's data makes the module as
     small as the search did; with the gate closed it is the default."""
     from mlgo_host.policies.saved import set_gate
-    from mlgo_host.trainers.imitate import examples_from_search, train_imitation
+    from mlgo_host.learning.imitate import examples_from_search, train_imitation
 
     c, root = corpus
     d = load_policy("default")

@@ -17,7 +17,7 @@ import pytest
 from _tune_helpers import build_project_corpus, mlgo_host, read_manifest
 from mlgo_host.cli import main
 from mlgo_host.corpus.tuned import TunedDir
-from mlgo_host.trainers.imitate import examples_from_search
+from mlgo_host.learning.imitate import examples_from_search
 from mlgo_host.search.tune import load_tune_results
 
 needs_clang = pytest.mark.skipif(__import__("shutil").which("clang-19") is None, reason="clang-19 not installed")
@@ -180,9 +180,9 @@ def test_search_gin_imitates_what_tune_found(tmp_path):
                        "configs", "inlining", "search.gin")
     root = tmp_path / "root"
     r = subprocess.run([sys.executable, "-m", "mlgo_host", "train", "--root_dir", str(root), "--corpus", str(corpus),
-                        "--gin_files", gin, "--gin_bindings", "search.train_search.max_rounds=1",
+                        "--gin_files", gin, "--gin_bindings", "search_loop.train_search.max_rounds=1",
                         "compiles_per_round=20", "heldout_fraction=0.25", "validation_fraction=0.25",
-                        "num_workers=2", "search.train_search.gate_thresholds=(0.5,)",
+                        "num_workers=2", "search_loop.train_search.gate_thresholds=(0.5,)",
                         "imitate.train_imitation.epochs=2", f"search_data='{t}'"],
                        capture_output=True, text=True, timeout=900,
                        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})

@@ -15,7 +15,7 @@ import pytest
 
 from _serve_util import ServerProc, mlgo_clang, needs_clang, read_stats, write_sources
 from mlgo_host.errors import ConfigError
-from mlgo_host.trainers.online import load_collected
+from mlgo_host.training.online import load_collected
 
 pytestmark = needs_clang
 
@@ -40,7 +40,7 @@ def _build(tmp, sources, policy: str, stats: str, collect: str | None = None, bu
 def _train(root, col, base, tmp) -> subprocess.CompletedProcess:
     env = {**os.environ, "TMPDIR": str(tmp), "TF_CPP_MIN_LOG_LEVEL": "2"}
     # eager PPO: one small batch trains in a second, a tf.function trace takes
-    # ~15 s (tests/trainers/test_train.py covers the traced path)
+    # ~15 s (tests/training/test_train.py covers the traced path)
     return subprocess.run([sys.executable, "-m", "mlgo_host", "train", "--root_dir", str(root), "--collected", col,
                            "--baseline_stats", base, "--gin_files", PPO_GIN, "--gin_bindings", "seed=0",
                            "learner.Learner.use_tf_function=False", "--no_progress"],
@@ -65,7 +65,7 @@ def test_train_from_collected_builds_iteration_by_iteration(tmp_path):
     partial = str(tmp_path / "partial.jsonl")
     with open(base) as f, open(partial, "w") as g:
         g.writelines(f.readlines()[1:])
-    from mlgo_host.trainers.online import train_from_collected
+    from mlgo_host.training.online import train_from_collected
 
     with pytest.raises(ConfigError, match=r"1 collected episode\(s\) have no default-policy size"):
         train_from_collected(str(tmp_path / "other"), col, partial)

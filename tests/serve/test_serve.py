@@ -279,7 +279,7 @@ def test_restart_cleans_stale_slots_of_killed_server(tmp_path):
 
 def test_collect_keeps_episodes_with_rewards(tmp_path):
     from mlgo_host.collected import load_episode
-    from mlgo_host.trainers.online import load_collected
+    from mlgo_host.training.online import load_collected
 
     d = str(tmp_path)
     sources = write_sources(d, 2)

@@ -278,7 +278,7 @@ def small_corpus_dir(corpus, tmp_path_factory):
 
 
 def _one_iteration(root, corpus_dir, backend):
-    from mlgo_host.trainers.train_loop import train
+    from mlgo_host.training.train_loop import train
 
     train(str(root), str(corpus_dir), num_iterations=1, modules_per_iteration=4, num_workers=2,
           worker_backend=backend, eval_every=0, heldout_fraction=0.0, seed=3, progress=False,

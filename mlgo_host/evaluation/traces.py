@@ -221,7 +221,7 @@ def record_trace(
     load_policy(policy, seed=seed)  # a bad policy: a clear error here, before any worker starts
     worker = {"policy": policy, "seed": seed, "advisor": advisor, "clang": clang, "llvm_size": llvm_size,
               "timeout": timeout}
-    with make_pool(worker_backend, min(jobs, len(mods)), "mlgo_host.trainers.traces:TraceWorker", worker,
+    with make_pool(worker_backend, min(jobs, len(mods)), "mlgo_host.evaluation.traces:TraceWorker", worker,
                    **(pool_options or {})) as pool:
         outcomes = map_with_progress(pool, "trace", [(m.to_task(),) for m in mods], desc=f"tracing {policy}",
                                      progress=progress, leave=True)

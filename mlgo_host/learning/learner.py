@@ -3,8 +3,8 @@
 It turns collected episodes and module rewards into trajectories, trains,
 exports the actor's weights for the TF-free workers, writes saved policies
 and checkpoints (TF checkpoint per iteration, restored on resume).  Imports
-TensorFlow (as do the other learner-side modules of trainers/: tf_agent,
-tf_features, export, bc, summaries); the workers never do.
+TensorFlow, as every module of :mod:`mlgo_host.learning` may; the workers
+never do.
 """
 
 from __future__ import annotations
@@ -21,11 +21,15 @@ from mlgo_host.channel.codec import Header
 from mlgo_host.channel.default_probe import default_slot
 from mlgo_host.corpus.sizes import compiler_version
 from mlgo_host.errors import ConfigError
+from mlgo_host.learning.export import save_policy
+from mlgo_host.learning.networks import tf_logits
+from mlgo_host.learning.ppo import create_ppo_agent, train_function
+from mlgo_host.learning.preprocessing import GinNormConfig
+from mlgo_host.learning.trajectories import episodes_to_steps, episodes_to_trajectories
+from mlgo_host.learning.weights import import_actor_weights
 from mlgo_host.policies.saved import read_saved_policy, set_gate
 from mlgo_host.policies.specs import PolicySpec
 from mlgo_host.policies.vocab import Vocab
-from mlgo_host.trainers import tf_agent
-from mlgo_host.trainers.export import save_policy
 from mlgo_host.workers.worker import policy_blob_from_dir
 
 
@@ -53,7 +57,6 @@ class Learner:
             # uninterrupted one (costs little for networks this small).
             tf.config.experimental.enable_op_determinism()
         tf.random.set_seed(seed)
-        self.tf_agent = tf_agent
         self.root_dir = root_dir
         self.seed = seed
         self.clang = clang
@@ -68,10 +71,10 @@ class Learner:
         self.spec = PolicySpec.from_header(self.header, advisor, vocab_names=self.vocab.names(), default_slot=slot,
                                            keep_default=keep_default)
         self.gate = gate
-        self.norm = tf_agent.GinNormConfig()
-        self.agent = tf_agent.create_ppo_agent(self.spec, self.vocab, self.norm)
+        self.norm = GinNormConfig()
+        self.agent = create_ppo_agent(self.spec, self.vocab, self.norm)
         self.actor = self.agent.actor_net
-        self._train = tf_agent.train_function(self.agent) if use_tf_function else self.agent.train
+        self._train = train_function(self.agent) if use_tf_function else self.agent.train
         self.ckpt = tf.train.Checkpoint(agent=self.agent)
         self.ckpt_dir = os.path.join(root_dir, "checkpoints")
         self.manager = tf.train.CheckpointManager(self.ckpt, self.ckpt_dir, max_to_keep=keep_checkpoints,
@@ -88,7 +91,7 @@ class Learner:
         if sp.actor.norm.to_json() != self.norm.to_json():
             raise ConfigError(f"warm-start policy {policy_dir!r} normalizes features as {sp.actor.norm.to_json()}, "
                               f"this run as {self.norm.to_json()} (keep NormConfig equal in both configs)")
-        self.tf_agent.import_actor_weights(self.actor, sp.actor.weights())
+        import_actor_weights(self.actor, sp.actor.weights())
 
     def policy_blob(self) -> dict:
         """The current actor as a TF-free saved-policy blob for workers."""
@@ -120,7 +123,7 @@ class Learner:
         the policy entropy and the approximate KL to the collecting policy.
         The batch shuffle is seeded by (seed, iteration), so a resumed run
         trains on the same batches as an uninterrupted one."""
-        trajs = self.tf_agent.episodes_to_trajectories(
+        trajs = episodes_to_trajectories(
             self.spec, episodes, rewards, sequence_length=self.sequence_length, batch_size=self.batch_size,
             seed=self.seed * 1_000_003 + iteration)
         metrics: dict[str, list[float]] = {}
@@ -140,10 +143,10 @@ class Learner:
         return out
 
     def _entropy_and_kl(self, episodes: list, max_steps: int = 20000) -> dict[str, float]:
-        steps = self.tf_agent.episodes_to_steps(self.spec, episodes, [0.0] * len(episodes))
+        steps = episodes_to_steps(self.spec, episodes, [0.0] * len(episodes))
         n = min(steps.n, max_steps)
         obs = {k: v[:n] for k, v in steps.observation.items()}
-        logits = self.tf_agent.tf_logits(self.actor, self.spec, obs).astype(np.float64)
+        logits = tf_logits(self.actor, self.spec, obs).astype(np.float64)
         logits = np.where(np.isfinite(logits), logits, -1e30)
         logits -= logits.max(axis=1, keepdims=True)
         logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))

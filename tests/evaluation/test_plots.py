@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from mlgo_host.trainers.plots import plot_training
+from mlgo_host.evaluation.plots import plot_training
 
 
 def test_plot_training_writes_a_png_and_skips_runs_without_iterations(tmp_path):

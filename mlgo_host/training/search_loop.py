@@ -8,7 +8,7 @@ Per round:
 2. keep each module's best trajectory across rounds and every flip tried;
    fit the flip-gain model (the next round's prior);
 3. **imitate**: train the actor on all best trajectories and flips so far
-   (weighted behavioural cloning, :mod:`mlgo_host.trainers.imitate`), from
+   (weighted behavioural cloning, :mod:`mlgo_host.learning.imitate`), from
    scratch, as ``policy/<round>/``;
 4. **gate**: compile the validation split under several gate thresholds and
    keep the best one under which no validation module grows more than 1 %;
@@ -43,8 +43,8 @@ from mlgo_host.corpus.sizes import compiler_version
 from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_path, atomic_write_json
 from mlgo_host.policies.saved import METADATA, set_gate
-from mlgo_host.trainers.iteration import STATE, publish_policy, read_state
-from mlgo_host.trainers.imitate import choose_gate, examples_from_search, train_imitation
+from mlgo_host.training.iteration import STATE, publish_policy, read_state
+from mlgo_host.learning.imitate import choose_gate, examples_from_search, train_imitation
 from mlgo_host.workers.pool import make_pool, map_with_progress
 from mlgo_host.search.flips import (budgets, continued, fit_flip_model, paid_budgets,
                                       run_searches, total_gain_pct)
@@ -55,7 +55,7 @@ log = logging.getLogger("mlgo_host.search")
 GATE_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 
 
-@gin.configurable(module="search")
+@gin.configurable(module="search_loop")
 def train_search(
     root_dir: str,
     corpus_dir: str,

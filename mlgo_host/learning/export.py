@@ -23,13 +23,15 @@ from tf_agents.policies import actor_policy, greedy_policy, policy_saver
 
 from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import replace_dir
+from mlgo_host.learning.networks import tf_logits
+from mlgo_host.learning.preprocessing import TF_DTYPES
+from mlgo_host.learning.tensor_specs import action_spec, time_step_spec
+from mlgo_host.learning.weights import actor_activation, export_actor_weights
 from mlgo_host.policies.actor import NumpyActor
 from mlgo_host.policies.saved import (FORMAT, METADATA, OUTPUT_SPEC, SAVED_MODEL_DIR, VOCAB_DIR, WEIGHTS, SavedPolicy,
                                       read_saved_policy)
 from mlgo_host.policies.specs import PolicySpec
 from mlgo_host.policies.vocab import NormConfig, Vocab
-from mlgo_host.trainers import tf_agent
-from mlgo_host.trainers.tf_features import TF_DTYPES
 
 
 def save_policy(
@@ -63,8 +65,8 @@ def save_policy(
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="." + os.path.basename(dest) + ".", dir=parent)
     try:
-        weights = tf_agent.export_actor_weights(actor_net)
-        activation = tf_agent.actor_activation(actor_net)
+        weights = export_actor_weights(actor_net)
+        activation = actor_activation(actor_net)
         NumpyActor.save_weights(os.path.join(tmp, WEIGHTS), weights)
         vdir = os.path.join(tmp, VOCAB_DIR)
         os.mkdir(vdir)
@@ -105,7 +107,7 @@ def save_policy(
 def _check_export(actor_net: Any, actor: NumpyActor, spec: PolicySpec, n: int = 64) -> None:
     """The numpy actor read back must give the TF actor's logits."""
     feats = random_features(spec, actor.vocab, n, seed=0)
-    lt = tf_agent.tf_logits(actor_net, spec, feats)
+    lt = tf_logits(actor_net, spec, feats)
     ln = actor.logits(feats)
     fin = np.isfinite(ln)
     err = float(np.max(np.abs(lt[fin] - ln[fin]))) if fin.any() else 0.0
@@ -148,7 +150,7 @@ def write_saved_model(directory: str, actor_net: Any, spec: PolicySpec) -> None:
     """tf-agents PolicySaver SavedModel of the greedy policy of ``actor_net``,
     plus ``output_spec.json`` (as ml-compiler-opt's policy saver writes it)."""
     pol = greedy_policy.GreedyPolicy(actor_policy.ActorPolicy(
-        tf_agent.time_step_spec(spec), tf_agent.action_spec(spec), actor_network=actor_net))
+        time_step_spec(spec), action_spec(spec), actor_network=actor_net))
     saver = policy_saver.PolicySaver(pol, batch_size=1, use_nest_path_signatures=False)
     with warnings.catch_warnings():
         # TF warns, once per save, that the greedy policy's Deterministic

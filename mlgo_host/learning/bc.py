@@ -27,13 +27,15 @@ import numpy as np
 import tensorflow as tf
 
 from mlgo_host.errors import ConfigError
+from mlgo_host.evaluation.traces import load_trace, vocab_from_trace
 from mlgo_host.fsutil import atomic_write_json
+from mlgo_host.learning.export import save_policy
+from mlgo_host.learning.networks import build_actor_network
+from mlgo_host.learning.preprocessing import GinNormConfig
+from mlgo_host.learning.tensor_specs import numpy_observations, observation_spec
 from mlgo_host.policies.specs import PolicySpec
 from mlgo_host.policies.vocab import NormConfig, Vocab
 from mlgo_host.progress import progress_bar
-from mlgo_host.trainers import tf_agent
-from mlgo_host.trainers.export import save_policy
-from mlgo_host.trainers.traces import load_trace, vocab_from_trace
 
 log = logging.getLogger("mlgo_host.bc")
 
@@ -84,15 +86,15 @@ def train_bc(
     """
     t0 = time.monotonic()
     tf.random.set_seed(seed)
-    norm = norm if norm is not None else tf_agent.GinNormConfig()
+    norm = norm if norm is not None else GinNormConfig()
     trace = load_trace(trace_dir)
     vocab, spec = _vocab_and_spec(trace, vocab_dir, num_buckets, seed)
     rng = np.random.default_rng(seed)
     train, held = _split_modules(_load_data(trace, spec), heldout_fraction, rng)
     if fc_layer_params is None:  # the PPO actor's (gin: build_actor_network.fc_layer_params)
-        net = tf_agent.build_actor_network(spec, vocab, norm)
+        net = build_actor_network(spec, vocab, norm)
     else:
-        net = tf_agent.build_actor_network(spec, vocab, norm, fc_layer_params=tuple(fc_layer_params))
+        net = build_actor_network(spec, vocab, norm, fc_layer_params=tuple(fc_layer_params))
     steps = _Cloner(net, spec, learning_rate).fit(train, held, epochs, batch_size, rng, progress)
     sp = save_policy(output_dir, net, spec, vocab, norm, compiler=trace.index.get("compiler"), training_step=0,
                      saved_model=saved_model,
@@ -124,7 +126,7 @@ def _load_data(trace, spec: PolicySpec) -> list[tuple[str, dict, np.ndarray]]:
     """Per module: its name, the observation dict (spec features) and actions."""
     mods = []
     for lg in trace.logs():
-        obs = tf_agent.numpy_observations(spec, lg.records, lg.n)
+        obs = numpy_observations(spec, lg.records, lg.n)
         mods.append((lg.name, obs, lg.actions.astype(np.int64)))
     if not mods:
         raise ConfigError(f"trace {trace.path} has no decisions")
@@ -172,7 +174,7 @@ class _Cloner:
     def __init__(self, net, spec: PolicySpec, learning_rate: float):
         self.net = net
         self.opt = tf.keras.optimizers.Adam(learning_rate=learning_rate)
-        obs_spec = obs_spec_batched(tf_agent.observation_spec(spec))
+        obs_spec = obs_spec_batched(observation_spec(spec))
         self.step = tf.function(self._step, input_signature=[obs_spec, tf.TensorSpec([None], tf.int64)])
         self.predict = tf.function(self._predict, input_signature=[obs_spec])
 

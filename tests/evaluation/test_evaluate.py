@@ -15,7 +15,7 @@ import pytest
 from _corpus_helpers import build_small_corpus
 from mlgo_host.cli import main
 from mlgo_host.corpus.corpus import DESCRIPTION, is_heldout, load_corpus
-from mlgo_host.trainers.evaluation import CSV_FIELDS, evaluate, select_modules
+from mlgo_host.evaluation.evaluate import CSV_FIELDS, evaluate, select_modules
 from mlgo_host.corpus.compile import plain_size
 
 
@@ -112,7 +112,7 @@ def test_eval_workers_do_not_import_tensorflow(corpus_dir, tmp_path):
     code = (
         "import sys\n"
         "from mlgo_host.corpus.corpus import load_corpus\n"
-        "from mlgo_host.trainers.evaluation import EvalWorker\n"
+        "from mlgo_host.evaluation.evaluate import EvalWorker\n"
         f"m = load_corpus({str(corpus_dir)!r})['mathx']\n"
         f"w = EvalWorker(policy='never', seed=0, clang='clang-19', llvm_size=None, timeout=60.0, advisor='inline', "
         f"cache_dir={str(tmp_path / 'b')!r})\n"

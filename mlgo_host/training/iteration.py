@@ -1,6 +1,6 @@
 """The steps every PPO iteration shares, whether its episodes come from a
-corpus (:mod:`~mlgo_host.trainers.train_loop`) or from real builds
-(:mod:`~mlgo_host.trainers.online`, ``train --collected``):
+corpus (:mod:`~mlgo_host.training.train_loop`) or from real builds
+(:mod:`~mlgo_host.training.online`, ``train --collected``):
 
 1. :func:`open_learner`: the learner of ``root_dir``, restored from the
    checkpoint of the last completed iteration, else warm-started from a
@@ -26,8 +26,8 @@ import numpy as np
 from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_write_json, replace_dir
 from mlgo_host.policies.saved import gate_of, read_saved_policy
-from mlgo_host.trainers.learner import Learner
-from mlgo_host.trainers.summaries import Summaries
+from mlgo_host.learning.learner import Learner
+from mlgo_host.learning.summaries import Summaries
 
 STATE = "state.json"
 

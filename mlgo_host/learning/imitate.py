@@ -8,7 +8,7 @@ The examples come from the search (:mod:`mlgo_host.search.flips`):
   flipped action when it shrank the object, else with the action it flipped
   from; weight = the bytes it changed (the bytes at stake).
 
-The network is the PPO actor (:func:`mlgo_host.trainers.tf_agent.build_actor_network`)
+The network is the PPO actor (:func:`mlgo_host.learning.networks.build_actor_network`)
 with one more input: the compiler's default decision (the include-default
 slot), so the model learns *where deviating from the default pays* rather
 than re-learning the default heuristic.  It is saved as a normal policy
@@ -34,7 +34,7 @@ from mlgo_host.channel.codec import Header
 from mlgo_host.errors import ConfigError
 from mlgo_host.policies.specs import PolicySpec
 from mlgo_host.policies.vocab import NormConfig, Vocab, VocabBuilder
-from mlgo_host.trainers.bc import obs_spec_batched
+from mlgo_host.learning.bc import obs_spec_batched
 
 log = logging.getLogger("mlgo_host.imitate")
 
@@ -101,8 +101,9 @@ def train_imitation(
     to ``output_dir``; returns a summary (loss, weighted accuracy, sizes)."""
     import tensorflow as tf
 
-    from mlgo_host.trainers import tf_agent
-    from mlgo_host.trainers.export import save_policy
+    from mlgo_host.learning.export import save_policy
+    from mlgo_host.learning.networks import build_actor_network
+    from mlgo_host.learning.tensor_specs import numpy_observations, observation_spec
 
     tf.random.set_seed(seed)
     rng = np.random.default_rng(seed)
@@ -110,12 +111,12 @@ def train_imitation(
     vocab = vocab if vocab is not None else build_vocab(examples)
     spec = PolicySpec.from_header(examples.header, "inline", vocab_names=vocab.names(), default_slot=default_slot,
                                   keep_default=True)
-    x = tf_agent.numpy_observations(spec, examples.records, len(examples))
+    x = numpy_observations(spec, examples.records, len(examples))
     y = examples.labels
     w = (examples.weights / examples.weights.mean()).astype(np.float32)
-    net = tf_agent.build_actor_network(spec, vocab, norm, fc_layer_params=tuple(fc_layer_params))
+    net = build_actor_network(spec, vocab, norm, fc_layer_params=tuple(fc_layer_params))
     opt = tf.keras.optimizers.Adam(learning_rate=learning_rate)
-    sig = obs_spec_batched(tf_agent.observation_spec(spec))
+    sig = obs_spec_batched(observation_spec(spec))
 
     def logits_of(obs):
         dist, _ = net(obs, step_type=None, network_state=(), training=False)

@@ -24,9 +24,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SEARCH_GIN = os.path.join(REPO, "configs", "inlining", "search.gin")
 # with 0.25 / 0.25 (seed 0): train t0 t1 t2 t4 t5 t6 t9, validation t3 t8, held out t7
 SIZES = {f"t{i}": 8 + 3 * i for i in range(10)}
-BINDINGS = ["search.train_search.max_rounds=2", "compiles_per_round=60", "heldout_fraction=0.25",
+BINDINGS = ["search_loop.train_search.max_rounds=2", "compiles_per_round=60", "heldout_fraction=0.25",
             "validation_fraction=0.25", "num_workers=2", "seed=0", "time_budget_minutes=30",
-            "search.train_search.gate_thresholds=(0.5, 0.9)", "imitate.train_imitation.epochs=5"]
+            "search_loop.train_search.gate_thresholds=(0.5, 0.9)", "imitate.train_imitation.epochs=5"]
 TAGS = ["search/headroom_pct", "search/flips_tried", "search/flips_accepted", "perf/compiles_per_minute",
         "policy/train_size_change_pct", "policy/validation_size_change_pct", "heldout/size_change_pct"]
 

@@ -351,7 +351,7 @@ def evaluate(
         TunedDir(os.path.abspath(replay_dir))  # fail fast on a bad directory, in this process
     # Big modules first, so that a slow one does not finish last alone.
     order = sorted(selected, key=lambda m: -m.size)
-    with make_pool(worker_backend, min(jobs, len(order)), "mlgo_host.trainers.evaluation:EvalWorker", worker,
+    with make_pool(worker_backend, min(jobs, len(order)), "mlgo_host.evaluation.evaluate:EvalWorker", worker,
                    **(pool_options or {})) as pool:
         outcomes = map_with_progress(pool, "evaluate", [(m.to_task(),) for m in order],
                                      desc=f"eval {os.path.basename(str(policy).rstrip('/'))}", progress=progress,

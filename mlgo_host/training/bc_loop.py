@@ -21,8 +21,8 @@ import gin
 from mlgo_host.corpus.corpus import load_corpus
 from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_write_json
-from mlgo_host.trainers.bc import train_bc
-from mlgo_host.trainers.traces import INDEX, record_trace, vocab_from_trace
+from mlgo_host.learning.bc import train_bc
+from mlgo_host.evaluation.traces import INDEX, record_trace, vocab_from_trace
 
 
 @gin.configurable(module="bc_loop")

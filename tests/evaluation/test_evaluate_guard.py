@@ -12,7 +12,7 @@ import pytest
 from _corpus_helpers import build_generated_corpus
 from conftest import needs_clang
 from mlgo_host.cli import main
-from mlgo_host.trainers.evaluation import CSV_FIELDS, GUARD_FIELDS, EvalReport, EvalRow, apply_guard
+from mlgo_host.evaluation.evaluate import CSV_FIELDS, GUARD_FIELDS, EvalReport, EvalRow, apply_guard
 
 
 def test_apply_guard_keeps_the_smaller_valid_object():

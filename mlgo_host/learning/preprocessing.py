@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from typing import Callable
 
+import gin
 import numpy as np
 import tensorflow as tf
 
 from mlgo_host.policies.specs import BINARY, INPUT, PolicySpec
 from mlgo_host.policies.vocab import FeatureVocab, NormConfig, Vocab
+
+#: gin-configurable normalization options (``NormConfig.with_sqrt = True`` ...)
+GinNormConfig = gin.external_configurable(NormConfig, "NormConfig")
 
 TF_DTYPES = {
     "float": tf.float32, "double": tf.float64, "int8_t": tf.int8, "uint8_t": tf.uint8, "int16_t": tf.int16,

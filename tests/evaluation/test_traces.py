@@ -11,7 +11,7 @@ import pytest
 from mlgo_host.channel import codec
 from mlgo_host.cli import main
 from mlgo_host.errors import ConfigError
-from mlgo_host.trainers.traces import load_trace, read_log, record_trace
+from mlgo_host.evaluation.traces import load_trace, read_log, record_trace
 from mlgo_host.policies.vocab import Vocab
 
 

@@ -5,14 +5,14 @@ parallel with the current *stochastic* numpy policy (weights shipped once to
 the long-lived workers), compute each module's reward against the cached
 default-heuristic baseline (or a moving average of past policy sizes),
 train the tf-agents PPO agent on the episodes, export the new weights, and
-write the iteration's state atomically: TF checkpoint, ``state.json`` (reward
-statistics, sampler position), ``policy/<iteration>/``.  Every
-``eval_every`` iterations the greedy policy is evaluated on the held-out
-split.  Re-running the same command resumes after the last completed
-iteration.
+write the iteration's state atomically: TF checkpoint, ``state.json`` (the
+per-iteration history, the moving-average reward baseline),
+``policy/<iteration>/``.  Every ``eval_every`` iterations the greedy policy
+is evaluated on the held-out split.  Re-running the same command resumes
+after the last completed iteration.
 
-TensorFlow is the learner's (:mod:`~mlgo_host.trainers.learner`, through
-:mod:`~mlgo_host.trainers.iteration`); the collection workers
+TensorFlow is the learner's (:mod:`~mlgo_host.learning.learner`, through
+:mod:`~mlgo_host.training.iteration`); the collection workers
 (:mod:`~mlgo_host.workers.worker`) never import it.
 """
 
@@ -34,10 +34,10 @@ from mlgo_host.episode import Episode
 from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.policies.vocab import VocabBuilder
-from mlgo_host.trainers.iteration import (commit_iteration, publish_policy, numeric_metrics, open_learner, percentile_summary,
+from mlgo_host.training.iteration import (commit_iteration, publish_policy, numeric_metrics, open_learner, percentile_summary,
                                           read_state, train_and_save)
 from mlgo_host.workers.pool import EarlyExit, TaskOutcome, make_pool, map_with_progress
-from mlgo_host.trainers.summaries import Summaries
+from mlgo_host.learning.summaries import Summaries
 from mlgo_host.workers.worker import policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.train")
@@ -77,7 +77,7 @@ def train(
     saved_model_every_iteration: bool = False,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Train a policy; returns the final statistics (also in state.json)."""
+    """Train a policy; returns its history and last held-out evaluation (also in state.json)."""
     # absolute: workers (Ray actors too) may run in another directory
     root_dir = os.path.abspath(root_dir)
     os.makedirs(root_dir, exist_ok=True)
@@ -100,7 +100,7 @@ def train(
         header_json = _ensure_header(pool, root_dir, train_mods, task_of)
         learner = open_learner(root_dir, header_json, advisor=advisor, vocab_dir=vocab_path, seed=seed,
                                clang=clang_path, done=done, warmstart_policy=warmstart_policy)
-        stats = (MovingAverageBaseline.from_state(state["moving_average"]) if state
+        moving_average = (MovingAverageBaseline.from_state(state["moving_average"]) if state
                  else MovingAverageBaseline(decay=moving_average_decay))
         sampler = corpus.sampler(train_mods, seed=seed, strategy=sampling_strategy)
         sampler.skip(done * modules_per_iteration)
@@ -113,7 +113,7 @@ def train(
             iteration = it + 1
             tasks = [(task_of(m), seed * 1_000_003 + it * 10_007 + i, False, True)
                      for i, m in enumerate(sampler.take(modules_per_iteration))]
-            batch, t_collect = _collect(pool, blob, tasks, stats, use_moving_average_baseline, early,
+            batch, t_collect = _collect(pool, blob, tasks, moving_average, use_moving_average_baseline, early,
                                         f"iteration {iteration}/{num_iterations}", progress)
             evaluating = bool((heldout_mods or val_mods) and eval_every
                               and (iteration % eval_every == 0 or iteration == num_iterations))
@@ -136,7 +136,7 @@ def train(
                     publish_policy(update.policy_dir, os.path.join(root_dir, "saved_policy"))
             history.append(row)
             commit_iteration(root_dir, summaries, iteration, percentile_summary(batch.ok_rewards), row, eval_row, {
-                "iteration": iteration, "moving_average": stats.state(), "history": history,
+                "iteration": iteration, "moving_average": moving_average.state(), "history": history,
                 "last_eval": last_eval, "failures_last_iteration": batch.failures, "best": state.get("best"),
                 "config": {"advisor": advisor, "corpus_dir": os.path.abspath(corpus_dir), "seed": seed},
             })
@@ -166,7 +166,7 @@ def _better(val_row: dict, best: dict | None) -> bool:
     return best is None or val_row["size_change_pct"] <= best["size_change_pct"]
 
 
-def _collect(pool, blob: dict, tasks: list[tuple], stats: MovingAverageBaseline, use_moving_average: bool,
+def _collect(pool, blob: dict, tasks: list[tuple], moving_average: MovingAverageBaseline, use_moving_average: bool,
              early: EarlyExit, desc: str, progress: bool) -> tuple["Batch", float]:
     """The tasks' episodes with the stochastic policy ``blob``, scored; and
     the collection's seconds."""
@@ -174,7 +174,7 @@ def _collect(pool, blob: dict, tasks: list[tuple], stats: MovingAverageBaseline,
     pool.broadcast("set_policy", blob)
     outcomes = map_with_progress(pool, "collect", tasks, desc=desc, progress=progress, early_exit=early)
     t_collect = time.monotonic() - t0
-    batch = _score(outcomes, tasks, stats, use_moving_average)
+    batch = _score(outcomes, tasks, moving_average, use_moving_average)
     for f in batch.failures:
         log.warning("%s: module %s failed: %s", desc.split("/")[0], f["module"], f["reason"])
     return batch, t_collect
@@ -191,7 +191,7 @@ class Batch:
     decisions: int = 0
 
 
-def _score(outcomes: list[TaskOutcome], tasks: list[tuple], stats: MovingAverageBaseline,
+def _score(outcomes: list[TaskOutcome], tasks: list[tuple], moving_average: MovingAverageBaseline,
            use_moving_average: bool) -> Batch:
     """Episodes and rewards of the collected modules.  The training reward is
     against the moving average (or the default size), the reported one always
@@ -205,7 +205,7 @@ def _score(outcomes: list[TaskOutcome], tasks: list[tuple], stats: MovingAverage
             batch.failures.append({"module": tasks[o.index][0]["name"], "reason": reason})
             continue
         if use_moving_average:
-            train_reward = stats.reward(r["name"], r["policy_size"], r["baseline_size"])
+            train_reward = moving_average.reward(r["name"], r["policy_size"], r["baseline_size"])
         else:
             train_reward = reward(r["policy_size"], r["baseline_size"])
         batch.ok_rewards.append(reward(r["policy_size"], r["baseline_size"]))

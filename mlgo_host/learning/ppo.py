@@ -1,0 +1,100 @@
+"""The tf-agents PPO agent of a policy: its actor and value networks
+(:mod:`mlgo_host.learning.networks`), fresh or warm-started from saved
+weights, and its training step as a ``tf.function``.
+
+:func:`create_ppo_agent` is gin-configurable (learning rate, clipping,
+entropy, epochs, GAE lambda, discount, ...).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import gin
+import numpy as np
+import tensorflow as tf
+from tf_agents.agents.ppo import ppo_agent, ppo_clip_agent
+from tf_agents.utils import common as tfa_common
+
+from mlgo_host.learning.networks import build_actor_network, build_value_network
+from mlgo_host.learning.preprocessing import GinNormConfig
+from mlgo_host.learning.tensor_specs import action_spec, time_step_spec
+from mlgo_host.learning.weights import import_actor_weights, load_weights
+from mlgo_host.policies.saved import read_saved_policy
+from mlgo_host.policies.specs import PolicySpec
+from mlgo_host.policies.vocab import NormConfig, Vocab
+
+
+@gin.configurable
+def create_ppo_agent(
+    spec: PolicySpec,
+    vocab: Vocab,
+    norm: NormConfig | None = None,
+    *,
+    clip_agent: bool = True,
+    learning_rate: float = 3e-4,
+    adam_epsilon: float = 1e-5,
+    importance_ratio_clipping: float = 0.2,
+    entropy_regularization: float = 0.003,
+    num_epochs: int = 1,
+    lambda_value: float = 0.0,
+    discount_factor: float = 0.0,
+    use_gae: bool = False,
+    use_td_lambda_return: bool = False,
+    value_pred_loss_coef: float = 0.5,
+    policy_l2_reg: float = 1e-6,
+    gradient_clipping: float | None = None,
+    normalize_rewards: bool = False,
+    warm_start: str | Mapping[str, np.ndarray] | None = None,
+    actor_fc_layer_params: Sequence[int] | None = None,
+    debug_summaries: bool = False,
+):
+    """A tf-agents PPO agent (``PPOClipAgent``, or ``PPOAgent`` with the KL
+    penalty when ``clip_agent=False``) for ``spec``; ``warm_start`` is a saved
+    policy directory, an ``actor.npz`` or a weight dict.  Defaults follow
+    ml-compiler-opt's inlining PPO config (discount 0, lambda 0: every
+    decision gets its module's reward), with a learned value baseline.
+    ``actor_fc_layer_params`` overrides ``build_actor_network.fc_layer_params``."""
+    norm = norm if norm is not None else GinNormConfig()
+    if actor_fc_layer_params is not None:
+        actor = build_actor_network(spec, vocab, norm, fc_layer_params=tuple(actor_fc_layer_params))
+    else:
+        actor = build_actor_network(spec, vocab, norm)
+    value = build_value_network(spec, vocab, norm)
+    if warm_start is not None:
+        import_actor_weights(actor, load_weights(warm_start))
+    optimizer = tf.keras.optimizers.Adam(learning_rate=learning_rate, epsilon=adam_epsilon)
+    common = dict(
+        optimizer=optimizer, actor_net=actor, value_net=value, importance_ratio_clipping=importance_ratio_clipping,
+        lambda_value=lambda_value, discount_factor=discount_factor, entropy_regularization=entropy_regularization,
+        policy_l2_reg=policy_l2_reg, value_pred_loss_coef=value_pred_loss_coef, num_epochs=num_epochs,
+        use_gae=use_gae, use_td_lambda_return=use_td_lambda_return, normalize_rewards=normalize_rewards,
+        normalize_observations=False, gradient_clipping=gradient_clipping,
+        compute_value_and_advantage_in_train=True, update_normalizers_in_train=False,
+        debug_summaries=debug_summaries, train_step_counter=tf.Variable(0, dtype=tf.int64, name="train_step"))
+    cls = ppo_clip_agent.PPOClipAgent if clip_agent else ppo_agent.PPOAgent
+    agent = cls(time_step_spec(spec), action_spec(spec), **common)
+    agent.initialize()
+    # Keras makes Adam's moments on the first update; make them now, in the
+    # order PPOAgent trains the variables (sorted by name), so that a
+    # checkpoint holds them and a resumed run keeps the optimizer state.
+    optimizer.build(sorted(actor.trainable_weights + value.trainable_weights, key=lambda v: v.name))
+    return agent
+
+
+def create_ppo_agent_from_saved(path: str, **kwargs):
+    """A PPO agent continuing from a saved policy directory (e.g. the
+    behavioural-cloning warm start): its spec, vocab, normalization, layer
+    sizes and actor weights; other agent options as :func:`create_ppo_agent`.
+    Returns ``(agent, saved_policy)``."""
+    sp = read_saved_policy(path)
+    a = sp.actor
+    layers = sp.metadata.get("fc_layer_params") or [w.shape[1] for w, _ in a.hidden]
+    agent = create_ppo_agent(sp.spec, a.vocab, a.norm, warm_start=a.weights(), actor_fc_layer_params=layers,
+                             **kwargs)
+    return agent, sp
+
+
+def train_function(agent):
+    """``agent.train`` wrapped in a ``tf.function`` (traced once per batch shape)."""
+    return tfa_common.function(agent.train, autograph=False)

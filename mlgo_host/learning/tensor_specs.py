@@ -1,0 +1,57 @@
+"""The tensors of a policy on the learner's side: the tf-agents specs of its
+observations, action and time steps (from a :class:`PolicySpec`), and records
+(an episode's structured features, or a mapping) as observation dicts in
+those shapes: every spec feature, discarded ones as zeros."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import time_step as ts
+
+from mlgo_host.errors import ConfigError
+from mlgo_host.learning.preprocessing import tf_dtype
+from mlgo_host.policies.specs import DISCARD, PolicySpec
+
+
+def observation_spec(spec: PolicySpec) -> dict[str, tf.TensorSpec]:
+    """Every observation feature of the policy (inputs, mask and discarded
+    ones alike, like ml-compiler-opt's signature specs), shapes without the
+    leading 1s."""
+    return {f.name: tf.TensorSpec(shape=f.tf_shape, dtype=tf_dtype(f.ctype), name=f.name) for f in spec.features}
+
+
+def action_spec(spec: PolicySpec) -> tensor_spec.BoundedTensorSpec:
+    return tensor_spec.BoundedTensorSpec(shape=(), dtype=tf.int64, minimum=0, maximum=spec.num_actions - 1,
+                                         name=spec.action.name)
+
+
+def time_step_spec(spec: PolicySpec) -> ts.TimeStep:
+    return ts.time_step_spec(observation_spec(spec), tf.TensorSpec(shape=(), dtype=tf.float32, name="reward"))
+
+
+def observations_from_features(spec: PolicySpec, features: Any, n: int | None = None) -> dict[str, tf.Tensor]:
+    """The observation dict (every spec feature, TF shapes) of N records.
+    Discarded features missing from the records are zeros; a missing used
+    feature is a :class:`ConfigError`."""
+    return {k: tf.constant(v) for k, v in numpy_observations(spec, features, n).items()}
+
+
+def numpy_observations(spec: PolicySpec, features: Any, n: int | None = None) -> dict[str, np.ndarray]:
+    names = set(features.dtype.names) if hasattr(features, "dtype") and features.dtype.names else set(features)
+    if n is None:
+        first = next(f.name for f in spec.features if f.name in names)
+        n = int(np.asarray(features[first]).shape[0])
+    out = {}
+    for f in spec.features:
+        shape = (n,) + f.tf_shape
+        if f.name in names:
+            out[f.name] = np.ascontiguousarray(np.asarray(features[f.name]).reshape(shape), dtype=f.dtype)
+        elif f.role == DISCARD:
+            out[f.name] = np.zeros(shape, dtype=f.dtype)
+        else:
+            raise ConfigError(f"the episodes have no feature {f.name!r}, which the policy uses")
+    return out

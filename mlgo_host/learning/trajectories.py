@@ -1,0 +1,141 @@
+"""Episodes -> the trajectories ``agent.train`` takes: each decision's
+observation, the action taken, the collecting policy's logits (rebuilt from
+the logged log-probability), the reward and the step types, cut into
+fixed-length sequences and batched (ml-compiler-opt's
+``create_sequence_example_dataset_fn`` without tf.data)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable
+
+import numpy as np
+import tensorflow as tf
+from tf_agents.trajectories import time_step as ts
+from tf_agents.trajectories import trajectory
+
+from mlgo_host.errors import ConfigError
+from mlgo_host.learning.tensor_specs import numpy_observations
+from mlgo_host.policies.specs import BINARY, PolicySpec
+
+
+def old_logits(spec: PolicySpec, actions: np.ndarray, logps: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """Logits of the collecting policy rebuilt from the log-probability of the
+    action taken (episodes keep only that): exact for 2 actions; for a masked
+    choice the remaining probability is spread evenly over the other legal
+    columns (the importance ratio stays exact, the KL is approximate)."""
+    n = actions.shape[0]
+    lp = np.minimum(np.asarray(logps, np.float64), np.log1p(-1e-6))
+    rest = np.log(-np.expm1(lp))  # log(1 - p)
+    A = spec.num_actions
+    floor = np.finfo(np.float32).min
+    if spec.action.kind == BINARY:
+        out = np.empty((n, 2))
+        out[np.arange(n), actions] = lp
+        out[np.arange(n), 1 - actions] = rest
+        return out.astype(np.float32)
+    legal = (mask.reshape(n, A) != 0) if mask is not None else np.ones((n, A), bool)
+    legal[np.arange(n), actions] = True
+    k = legal.sum(axis=1)
+    others = np.where(k > 1, rest - np.log(np.maximum(k - 1, 1)), floor)
+    out = np.where(legal, others[:, None], floor)
+    out[np.arange(n), actions] = lp
+    return out.astype(np.float32)
+
+
+@dataclasses.dataclass
+class StepArrays:
+    """Flat per-decision arrays of many episodes (numpy)."""
+
+    observation: dict[str, np.ndarray]
+    action: np.ndarray
+    logits: np.ndarray
+    reward: np.ndarray
+    step_type: np.ndarray
+    next_step_type: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return int(self.action.shape[0])
+
+
+def episodes_to_steps(spec: PolicySpec, episodes: Iterable[Any], rewards: Iterable[Any]) -> StepArrays:
+    """Concatenate episodes (each an :class:`mlgo_host.episode.Episode`)
+    step by step.  ``rewards``: per episode, a scalar (given to every
+    decision, ml-compiler-opt's convention) or an array of one reward per
+    decision.  Step types as ``trajectory.from_episode``: FIRST, MID, ...;
+    the next step type of an episode's last decision is LAST."""
+    obs_parts: dict[str, list[np.ndarray]] = {f.name: [] for f in spec.features}
+    acts, logits, rews, st, nst = [], [], [], [], []
+    for ep, r in zip(episodes, rewards, strict=True):
+        n = ep.n
+        if n == 0:
+            continue
+        feats = ep.features()
+        o = numpy_observations(spec, feats, n)
+        for k, v in o.items():
+            obs_parts[k].append(v)
+        a = np.asarray(ep.actions).reshape(n).astype(np.int64)
+        if a.min() < 0 or a.max() >= spec.num_actions:
+            raise ConfigError(f"episode actions outside [0, {spec.num_actions})")
+        acts.append(a)
+        m = o[spec.mask.name] if spec.mask is not None else None
+        logits.append(old_logits(spec, a, np.asarray(ep.logps).reshape(n), m))
+        rr = np.asarray(r, np.float32)
+        rews.append(np.full(n, rr, np.float32) if rr.ndim == 0 else rr.reshape(n))
+        s = np.full(n, ts.StepType.MID, np.int32)
+        s[0] = ts.StepType.FIRST
+        ns = np.full(n, ts.StepType.MID, np.int32)
+        ns[-1] = ts.StepType.LAST
+        st.append(s)
+        nst.append(ns)
+    if not acts:
+        raise ConfigError("no decisions in the episodes")
+    return StepArrays({k: np.concatenate(v) for k, v in obs_parts.items()}, np.concatenate(acts),
+                      np.concatenate(logits), np.concatenate(rews), np.concatenate(st), np.concatenate(nst))
+
+
+def episodes_to_trajectories(
+    spec: PolicySpec,
+    episodes: Iterable[Any],
+    rewards: Iterable[Any],
+    *,
+    sequence_length: int = 16,
+    batch_size: int | None = 256,
+    seed: int = 0,
+    shuffle: bool = True,
+) -> list[trajectory.Trajectory]:
+    """Episodes -> batches for ``agent.train``: the decisions of all episodes
+    in order, cut into windows of ``sequence_length`` (the remainder is
+    dropped), windows shuffled (seeded) and grouped ``batch_size`` at a time
+    (a last partial batch is dropped; ``None``: one batch of every window).
+    This is ml-compiler-opt's ``create_sequence_example_dataset_fn`` without
+    tf.data.  Each batch is a ``Trajectory`` of tensors ``[B, T, ...]`` with
+    ``policy_info = {'dist_params': {'logits': ...}}``."""
+    if sequence_length < 2:
+        raise ConfigError("sequence_length must be at least 2 (PPO needs a next step)")
+    steps = episodes_to_steps(spec, episodes, rewards)
+    T = sequence_length
+    nw = steps.n // T
+    if nw == 0:
+        raise ConfigError(f"{steps.n} decisions: fewer than one sequence of {T}")
+    order = np.arange(nw)
+    if shuffle:
+        np.random.default_rng(seed).shuffle(order)
+    B = nw if batch_size is None else int(batch_size)
+    if B > nw:
+        B = nw
+    out = []
+    for start in range(0, nw - B + 1, B):
+        idx = (order[start : start + B, None] * T + np.arange(T)[None, :])  # [B, T]
+        take = lambda a: tf.constant(a[idx])  # noqa: E731
+        out.append(trajectory.Trajectory(
+            step_type=take(steps.step_type),
+            observation={k: take(v) for k, v in steps.observation.items()},
+            action=take(steps.action),
+            policy_info={"dist_params": {"logits": take(steps.logits)}},
+            next_step_type=take(steps.next_step_type),
+            reward=take(steps.reward),
+            discount=tf.ones(idx.shape, tf.float32),
+        ))
+    return out
