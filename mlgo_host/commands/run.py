@@ -101,7 +101,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.replay and os.path.isdir(args.replay):
         if args.save_replay:
             raise ConfigError("--save-replay needs a replay file, not a tune directory")
-        policy, tuned = _tuned(args, cmd)
+        policy, tuned, matched = _tuned(args, cmd)
+        flags = tuned[0].tuned.flags_for(matched)
+        if flags:  # tuned into a compiler replay: plain compiler flags, no channel
+            return _run_with_flags(cmd, flags, matched, args.timeout)
     elif args.replay:
         from mlgo_host.policies.replay import load_replay
 
@@ -145,9 +148,27 @@ def _run(args: argparse.Namespace) -> int:
     return res.returncode
 
 
+def _run_with_flags(cmd: list[str], flags: list[str], name: str, timeout: float) -> int:
+    """The compile with a tuned module's compiler replay flags (no channel)."""
+    from mlgo_host.channel.session import plain_compile
+    from mlgo_host.serve.client import classify
+
+    rc, tail = plain_compile(cmd + flags, timeout=timeout)
+    plan = classify(cmd[1:])
+    out = {"advisor": "inline", "returncode": rc, "output": plan.get("output"), "policy": f"tuned:{name}",
+           "tuned": {"tuned": "tuned", "tuned_module": name, "flags": flags}, "text_size": None}
+    if rc == 0 and plan.get("output"):
+        out["text_size"] = _text_size(plan["output"])
+    if rc != 0 and tail:
+        sys.stderr.write(tail)
+    print(json.dumps(out))
+    return rc
+
+
 def _tuned(args: argparse.Namespace, cmd: list[str]):
     """``--replay T`` (a tune directory): the replay of the tuned module this
-    command compiles (matched as `serve --replay` matches), else --policy."""
+    command compiles (matched as `serve --replay` matches), else --policy;
+    and the name of the module it matched (None: no tuned module)."""
     from mlgo_host.corpus.tuned import TunedDir, TunedPolicies
     from mlgo_host.policies import load_policy
     from mlgo_host.serve.client import classify
@@ -158,9 +179,10 @@ def _tuned(args: argparse.Namespace, cmd: list[str]):
                                                                greedy=not args.sample), args.seed, not args.sample)
     plan = classify(cmd[1:])
     if not plan["compile"]:
-        return pols.fallback, (pols, None)
-    policy, name = pols.for_compile(cmd, os.getcwd(), plan["source"], plan["output"])
-    return policy, (pols, name)
+        return pols.fallback, (pols, None), None
+    matched = pols.tuned.match(cmd, os.getcwd(), plan["source"], plan["output"])
+    policy, name = pols.for_module(matched)
+    return policy, (pols, name), matched
 
 
 def _text_size(path: str) -> int | None:

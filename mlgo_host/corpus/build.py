@@ -19,7 +19,9 @@ For every entry of ``compile_commands.json`` (``command`` string or
 The entry's own compiler is replaced by the configured clang.  Compiles run
 in parallel threads (the work is in the compiler processes) under a tqdm bar;
 failures are listed and skipped.  Modules whose ``.bc`` and ``.cmd`` already
-exist are not rebuilt (both are written atomically), so a build can resume.
+exist are not rebuilt (both are written atomically), so a build can resume,
+unless the source is newer than the bitcode (an edited tree: only what
+changed is rebuilt, and ``tune`` then searches only those modules again).
 """
 
 from __future__ import annotations
@@ -236,13 +238,22 @@ def _tail(text: str, n: int = 400) -> str:
 LOCATION_TRACKING = ("-Rpass=^mlgo-host-location-tracking$",)
 
 
+def _newer(source: Path, bc: Path) -> bool:
+    """The source was edited after its bitcode was built (as make decides;
+    headers are not followed: ``--force`` rebuilds everything)."""
+    try:
+        return source.stat().st_mtime > bc.stat().st_mtime
+    except OSError:
+        return False
+
+
 def build_module(clang: str, entry: CompileEntry, name: str, out_dir: Path, opt_level: str | None = None,
                  timeout: float = 300.0, force: bool = False) -> bool:
     """Build one module's ``.bc`` and ``.cmd``; True when built, False when it
     was already there. Raises CorpusError with the compiler's message."""
     bc = out_dir / f"{name}.bc"
     cmd_file = out_dir / f"{name}.cmd"
-    if not force and bc.exists() and cmd_file.exists():
+    if not force and bc.exists() and cmd_file.exists() and not _newer(entry.file, bc):
         return False
     if not entry.file.exists():
         raise CorpusError(f"source {entry.file} does not exist")

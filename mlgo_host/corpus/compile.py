@@ -190,21 +190,39 @@ def compile_replay(
     return ReplayOutcome(res, made, pol.applied, pol.stale)
 
 
-def plain_size(module: "Module", clang: str = "clang-19", llvm_size: str | None = None,
-               timeout: float = 300.0) -> int:
-    """Compile ``module`` without the channel (the default heuristic) and
-    return its text size; CompilerError/ChannelTimeout on failure."""
+def compile_plain(module: "Module", clang: str = "clang-19", llvm_size: str | None = None, timeout: float = 300.0,
+                  extra_args: Sequence[str] = ()) -> ModuleResult:
+    """Compile ``module`` without the channel (the compiler decides, or a
+    compiler replay given in ``extra_args`` does) into a temp directory that
+    is always removed; a failure is a ``failed`` result with its reason."""
+    t0 = time.monotonic()
+    if module.error is not None:
+        return _failed(module.name, module.error, t0)
     tmp = tempfile.mkdtemp(prefix="mlgo-base-")
     try:
         out = os.path.join(tmp, "module.o")
-        rc, tail = plain_compile(module.compile_command(clang, out), timeout=timeout)
-        if rc != 0:
-            raise CompilerError(f"module {module.name!r}: the default compile failed", rc, tail)
-        if not os.path.exists(out):
-            raise CompilerError(f"module {module.name!r}: the default compile wrote no object")
-        return text_size(out, llvm_size)
+        try:
+            rc, tail = plain_compile(module.compile_command(clang, out) + list(extra_args), timeout=timeout)
+            if rc != 0:
+                return _failed(module.name, f"compiler exited with status {rc}: {_one_line(tail)}", t0)
+            if not os.path.exists(out):
+                return _failed(module.name, "the compiler exited 0 but wrote no object", t0)
+            size = text_size(out, llvm_size)
+        except MlgoHostError as e:
+            return _failed(module.name, f"{type(e).__name__}: {e}", t0)
+        return ModuleResult(module.name, "ok", text_size=size, wall_s=time.monotonic() - t0)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def plain_size(module: "Module", clang: str = "clang-19", llvm_size: str | None = None,
+               timeout: float = 300.0) -> int:
+    """Compile ``module`` without the channel (the default heuristic) and
+    return its text size; CompilerError on failure."""
+    res = compile_plain(module, clang, llvm_size, timeout)
+    if not res.ok:
+        raise CompilerError(f"module {module.name!r}: the default compile failed: {res.reason}")
+    return int(res.text_size)
 
 
 def baseline_size(

@@ -188,8 +188,8 @@ class TunedPolicies:
 
     def for_module(self, name: str | None) -> tuple[Policy | None, str | None]:
         """(policy, tuned module name or None) for module ``name``."""
-        if name is None or name not in self.tuned.modules:
-            return self.fallback, None
+        if name is None or not self.tuned.modules.get(name, {}).get("replay"):
+            return self.fallback, None  # not tuned, or tuned into a compiler replay (flags_for)
         replay = self.tuned.replay(name)
         return ReplayPolicy(replay, self._base(replay), name=f"tuned:{name}"), name
 

@@ -29,7 +29,7 @@ import io
 import os
 from typing import Any, Sequence
 
-from mlgo_host.corpus.compile import baseline_size_info, compile_module, find_llvm_size
+from mlgo_host.corpus.compile import baseline_size_info, compile_module, compile_plain, find_llvm_size
 from mlgo_host.corpus.corpus import Module, is_heldout, load_corpus
 from mlgo_host.corpus.reward import reward
 from mlgo_host.corpus.tuned import TunedDir, TunedPolicies
@@ -288,14 +288,20 @@ class EvalWorker:
         except Exception as e:  # noqa: BLE001 - a report row, not a crash
             return EvalRow(mod.name, None, None, None, 0, "failed", f"baseline: {type(e).__name__}: {e}")
         try:
-            pol, tuned = self.tuned.for_module(mod.name) if self.tuned is not None else (self.policy, None)
-            res = compile_module(mod, pol, advisor=self.advisor, clang=self.clang, llvm_size=self.llvm_size,
-                                 timeout=self.timeout)
+            flags = self.tuned.tuned.flags_for(mod.name) if self.tuned is not None else []
+            if flags:  # a compiler replay (tune's batched search): no channel
+                pol, tuned = None, mod.name
+                res = compile_plain(mod, clang=self.clang, llvm_size=self.llvm_size, timeout=self.timeout,
+                                    extra_args=flags)
+            else:
+                pol, tuned = self.tuned.for_module(mod.name) if self.tuned is not None else (self.policy, None)
+                res = compile_module(mod, pol, advisor=self.advisor, clang=self.clang, llvm_size=self.llvm_size,
+                                     timeout=self.timeout)
         except Exception as e:  # noqa: BLE001 - e.g. a policy that raises
             return EvalRow(mod.name, base, None, None, 0, "failed", f"{type(e).__name__}: {e}")
         row = _row_of(mod.name, base, base_cpu, res)
         if self.tuned is not None:
-            row.tuned = self.tuned.outcome(pol, tuned)["tuned"]
+            row.tuned = "tuned" if flags else self.tuned.outcome(pol, tuned)["tuned"]
         return row
 
 

@@ -1,6 +1,8 @@
-"""`mlgo-host tune` with the real clang-19: a gain on a small project, the
-replays and report it writes, a bigger budget or a killed run continued,
-one-line errors, and its flips as training data."""
+"""`mlgo-host tune --search channel` (one flip per compile over the channel,
+the earlier search) with the real clang-19: a gain on a small project, the
+fingerprinted replays and report it writes, a bigger budget or a killed run
+continued, one-line errors, and its flips as training data.  The batched
+search (the default) is tests/search/test_tune_batched.py's."""
 
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ def corpus(tmp_path_factory):
 
 
 def _tune(corpus, t, *extra) -> int:
-    return main(["tune", "--corpus", str(corpus), "--output", str(t), "--jobs", "2", "--no-progress", *extra])
+    return main(["tune", "--corpus", str(corpus), "--output", str(t), "--jobs", "2", "--no-progress", "--search",
+                 "channel", *extra])
 
 
 @needs_clang
@@ -101,7 +104,7 @@ def test_a_bigger_budget_continues_from_what_T_holds(corpus, tmp_path):
 def test_a_killed_tune_resumes(corpus, tmp_path):
     t = tmp_path / "T"
     cmd = [sys.executable, "-m", "mlgo_host", "tune", "--corpus", str(corpus), "--output", str(t), "--jobs", "1",
-           "--compiles-per-module", "12", "--no-progress"]
+           "--compiles-per-module", "12", "--no-progress", "--search", "channel"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     end = time.monotonic() + 120
     while not (t / "tune.json").exists() and p.poll() is None and time.monotonic() < end:

@@ -27,7 +27,8 @@ def tuned(tmp_path_factory):
     root = tmp_path_factory.mktemp("tuneserve")
     corpus = build_project_corpus(root)
     t = root / "T"
-    r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--compiles-per-module", "12", "--jobs", "2")
+    r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--compiles-per-module", "12", "--jobs", "2",
+                  "--search", "channel")
     assert r.returncode == 0, r.stderr
     man = read_manifest(t)
     assert man["modules"]["k"]["best_size"] < man["modules"]["k"]["default_size"], man["modules"]["k"]
@@ -109,6 +110,21 @@ def test_compiles_of_other_code_are_served_by_the_policy(tuned, tmp_path):
         assert r.returncode == 0, r.stderr
         assert srv.terminate() == 0
     assert [x["tuned"] for x in read_stats(stats)] == ["default"]
+
+
+def test_served_make_of_a_batched_T_applies_its_compiler_replays(tmp_path):
+    # tune's default search keeps compiler replays: the server's clients apply them with plain flags
+    corpus = build_project_corpus(tmp_path)
+    t = tmp_path / "T"
+    r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--compiles-per-module", "8", "--jobs", "2")
+    assert r.returncode == 0, r.stderr
+    man = read_manifest(t)
+    proj = _checkout(tmp_path, "checkout")
+    with ServerProc(str(tmp_path / "ch"), slots=2, stats=str(tmp_path / "s.jsonl"), extra=("--replay", str(t))) as srv:
+        _make(proj, srv.channels)
+        assert srv.terminate() == 0
+    for n in OBJS:
+        assert text_size(proj / "obj" / f"{n}.o") == man["modules"][n]["best_size"], n
 
 
 def test_serve_replay_of_a_missing_dir_is_one_line(tmp_path):

@@ -1,0 +1,133 @@
+"""`mlgo-host tune` (batched search, the default) with the real clang-19: the
+compiler's replay file it writes, a build that applies it with plain flags
+(no server), an edited source, and a changed tree re-searched where it
+changed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+
+import pytest
+
+from _tune_helpers import build_project_corpus, env_without_mlgo, mlgo_host, read_manifest
+from mlgo_host.corpus.build import build_corpus, load_compile_commands
+from mlgo_host.corpus.sizes import text_size
+
+BIN = os.path.dirname(shutil.which("mlgo-clang") or os.path.join(os.path.dirname(__import__("sys").executable), "x"))
+pytestmark = [pytest.mark.skipif(shutil.which("clang-19") is None, reason="clang-19 not installed"),
+              pytest.mark.skipif(shutil.which("make") is None, reason="needs make")]
+OBJS = ("k", "t", "g")
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tunebatched")
+    corpus = build_project_corpus(root)
+    t = root / "T"
+    r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--compiles-per-module", "12", "--jobs", "2",
+                  "--no-progress")
+    assert r.returncode == 0, r.stderr
+    return root, corpus, t, read_manifest(t)
+
+
+def _make(proj, **env) -> subprocess.CompletedProcess:
+    r = subprocess.run(["make", "-j2", f"CC={os.path.join(BIN, 'mlgo-clang')}"], cwd=proj,
+                       env=dict(env_without_mlgo(), **env), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+def _plain(proj, name: str, out) -> int:
+    subprocess.run(["clang-19", "-Oz", "-Isrc", "-c", f"src/{name}.c", "-o", str(out)], cwd=proj, check=True)
+    return text_size(out)
+
+
+def test_batched_tune_measures_many_flips_per_compile_and_writes_compiler_replays(tuned):
+    root, _, t, man = tuned
+    mods = man["modules"]
+    assert mods["k"]["best_size"] < mods["k"]["default_size"]
+    assert all(m["best_size"] <= m["default_size"] for m in mods.values())
+    assert sum(m["compiles"] for m in mods.values()) <= 12 * 3
+    g = mods["g"]  # a module with a few dozen decisions: several flips per compile
+    assert g["decisions"] >= 20 and g["flips_measured"] > 2 * g["batches"] > 0, g
+    for n, m in mods.items():
+        replay = t / "replays" / f"{n}.inline.txt"
+        assert (m["inline_replay"] is not None) == (m["best_size"] < m["default_size"]) == replay.exists(), n
+        if replay.exists():
+            assert all(ln.startswith("remark: '") for ln in replay.read_text().splitlines())
+
+
+def test_print_flags_compiles_a_file_to_exactly_its_tuned_size(tuned, tmp_path):
+    root, _, t, man = tuned
+    proj = root / "project"
+    r = mlgo_host("tune", "--print-flags", str(t), "src/k.c", cwd=proj)
+    assert r.returncode == 0, r.stderr
+    flags = shlex.split(r.stdout)
+    assert any(f.startswith("-cgscc-inline-replay=") for f in flags)
+    out = tmp_path / "k.o"
+    subprocess.run(["clang-19", "-Oz", "-Isrc", "-c", "src/k.c", "-o", str(out), *flags], cwd=proj, check=True)
+    assert text_size(out) == man["modules"]["k"]["best_size"]
+    r = mlgo_host("tune", "--print-flags", str(t), "src/nope.c", cwd=proj)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no tuned module" in r.stderr
+
+
+def test_a_build_with_only_the_flags_gets_tunes_sizes_and_an_edit_still_compiles(tuned):
+    root, _, t, man = tuned
+    proj = root / "checkout"  # another checkout: matched relative to its root
+    shutil.copytree(root / "project", proj)
+    shutil.rmtree(proj / "obj", ignore_errors=True)
+    r = _make(proj, MLGO_REPLAY=str(t), MLGO_FALLBACK="fail")  # no MLGO_CHANNELS: no server anywhere
+    for n in OBJS:
+        assert text_size(proj / "obj" / f"{n}.o") == man["modules"][n]["best_size"], n
+    assert "changed since" not in r.stderr
+    # an edit that shifts every line of k.c: keys are relative to their function, the build goes on
+    src = proj / "src" / "k.c"
+    src.write_text("/* a comment */\n\n" + src.read_text())
+    r = _make(proj, MLGO_REPLAY=str(t))
+    assert "k.c changed since it was tuned" in r.stderr and r.stderr.count("changed since") == 1
+    edited = text_size(proj / "obj" / "k.o")
+    assert edited == man["modules"]["k"]["best_size"]  # every call site kept its key: still tuned
+    # an edit inside the tuned function itself: its sites no longer match, it compiles all the same
+    src.write_text(src.read_text().replace("int ka(int x) { return", "int ka(int x) {\n  x += 1;\n  return"))
+    _make(proj, MLGO_REPLAY=str(t))
+    assert text_size(proj / "obj" / "k.o") > 0
+
+
+def test_eval_and_run_replay_a_batched_T(tuned, tmp_path):
+    root, corpus, t, man = tuned
+    r = mlgo_host("eval", "--corpus", str(corpus), "--replay", str(t), "--jobs", "1", "--no-progress", "--json",
+                  "--baseline-cache", str(tmp_path / "b"))
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["policy_total"] == sum(m["best_size"] for m in man["modules"].values()), s
+    proj = root / "project"  # the module's own command: matched by source, object and flags
+    (proj / "obj").mkdir(exist_ok=True)
+    r = mlgo_host("run", "--replay", str(t), "--", "clang-19", "-Oz", "-Isrc", "-c", "src/k.c", "-o", "obj/k.o",
+                  cwd=proj)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["text_size"] == man["modules"]["k"]["best_size"] and out["tuned"]["tuned_module"] == "k"
+
+
+def test_tune_on_a_changed_tree_searches_only_the_changed_module_again(tmp_path):
+    corpus = build_project_corpus(tmp_path)
+    t = tmp_path / "T"
+    args = ("tune", "--corpus", str(corpus), "--output", str(t), "--compiles-per-module", "8", "--jobs", "2",
+            "--no-progress")
+    assert mlgo_host(*args).returncode == 0
+    before = read_manifest(t)["modules"]
+    src = tmp_path / "project" / "src" / "t.c"
+    src.write_text(src.read_text() + "int tc(int x) { return x - 1; }\n")
+    rep = build_corpus(load_compile_commands(tmp_path / "project" / "compile_commands.json"), corpus,
+                       clang="clang-19", jobs=2, progress=False)
+    assert rep.built == 1  # the corpus rebuilds what changed
+    r = mlgo_host(*args)
+    assert r.returncode == 0, r.stderr
+    assert "t changed since it was tuned" in r.stderr
+    after = read_manifest(t)["modules"]
+    for n in ("k", "g"):
+        assert after[n] == before[n], n  # kept as they were
