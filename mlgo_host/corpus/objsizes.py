@@ -1,0 +1,356 @@
+"""Per-function sizes of one relocatable object, adding up to ``llvm-size``'s
+``text`` column (:func:`mlgo_host.corpus.sizes.text_size`), so that a batched
+search can read each inlining flip's effect from the functions it touches.
+
+``text`` is the Berkeley column: every allocated section that is executable or
+not writable (code, ``.rodata*``, ``.eh_frame``, ``.gcc_except_table``...).
+Each byte of it goes to exactly one function or to ``other``:
+
+* **Code**: a function owns its text section from its symbol's address up to
+  the next function's address (or the section's end), i.e. its code plus the
+  alignment padding that *follows* it.  The padding between two functions is
+  fixed by where the first one ends, so giving it to the first keeps a change
+  of one body within that function's number.  Bytes before a section's first
+  function go to ``other``.
+* **Unwind**: each FDE of ``.eh_frame`` goes to the function its ``pc_begin``
+  relocation points into; CIEs and the terminator go to ``other``.
+* **Read-only data** (``.rodata``, ``.rodata.<fn>``, ``.gcc_except_table``):
+  a section is cut at anchors (symbol addresses, the targets of relocations
+  from functions' code, the LSDAs that FDEs point to), each piece running to
+  the next anchor.  A piece referenced by one function only (a jump table,
+  a switch lookup table, a constant array, an LSDA) is that function's;
+  a piece referenced by several, or by none, goes to ``other``.  Mergeable
+  sections (``SHF_MERGE``: strings, ``.rodata.cstN``) always go to ``other``:
+  the linker shares their entries, so no single function owns one.
+
+Keys are symbol names as in the symbol table (mangled).  Symbols at the same
+address (C++ constructor aliases ``C1``/``C2``) are one function, keyed by
+the smallest name; :attr:`ObjectSizes.aliases` maps the others to it.  Two
+different functions with one name (rare: local symbols) get ``name``,
+``name#2``, ``name#3``... in section-then-address order.
+
+The ELF reader is a small hand-written ELF64 little-endian one (x86-64
+relocatable objects only): pyelftools 0.33 took 74 ms for a 280 KB C++
+object's symbols and relocations and 85 ms more for its ``.eh_frame``, where
+``llvm-size``'s whole subprocess takes 9 ms (see bench/objsizes.py for this
+reader's figures).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import os
+import struct
+
+from mlgo_host.errors import CompilerError
+
+SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR, SHF_MERGE = 0x1, 0x2, 0x4, 0x10
+SHT_SYMTAB, SHT_RELA, SHT_NOBITS, SHT_SYMTAB_SHNDX = 2, 4, 8, 18
+SHT_X86_64_UNWIND = 0x70000001
+STT_OBJECT, STT_FUNC, STT_SECTION, STT_GNU_IFUNC = 1, 2, 3, 10
+SHN_LORESERVE, SHN_XINDEX = 0xFF00, 0xFFFF
+EM_X86_64, ET_REL = 62, 1
+# x86-64 relocations whose field holds S + A - P: from code, the target is
+# about S + A + 4 (the displacement ends the instruction but for an immediate).
+PC_RELATIVE = {2, 4, 13, 15, 24}  # PC32, PLT32, PC16, PC8, PC64
+# The GOT-relative ones name their symbol itself; the addend is the field's.
+GOT_RELATIVE = {3, 9, 41, 42}  # GOT32, GOTPCREL, GOTPCRELX, REX_GOTPCRELX
+
+_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
+_SHDR = struct.Struct("<IIQQQQIIQQ")
+_SYM = struct.Struct("<IBBHQQ")
+_RELA = struct.Struct("<QQq")
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectSizes:
+    """One object's ``text`` split over its functions (see the module's docstring)."""
+
+    text: int                      # exactly llvm-size's Berkeley text column
+    functions: dict[str, int]      # function symbol (mangled) -> bytes attributed to it
+    other: int                     # text - sum(functions.values()): bytes no single function owns
+    aliases: dict[str, str] = dataclasses.field(default_factory=dict)  # alias symbol -> its key
+    other_sections: dict[str, int] = dataclasses.field(default_factory=dict)  # section name -> its bytes in other
+
+
+@dataclasses.dataclass
+class _Section:
+    name: str
+    type: int
+    flags: int
+    offset: int
+    size: int
+    link: int
+    info: int
+    berkeley_text: bool = False  # counted in llvm-size's text column
+
+    def __post_init__(self):
+        # llvm-size's rule (ELFObjectFile::isBerkeleyText)
+        self.berkeley_text = bool(self.flags & SHF_ALLOC) and bool(self.flags & SHF_EXECINSTR
+                                                                  or not self.flags & SHF_WRITE)
+
+    @property
+    def eh_frame(self) -> bool:
+        return self.type == SHT_X86_64_UNWIND or self.name == ".eh_frame"
+
+
+@dataclasses.dataclass
+class _Symbol:
+    name: str
+    kind: int
+    shndx: int
+    value: int
+
+
+class _Elf:
+    """The parts of an ELF64 little-endian relocatable object this module reads."""
+
+    def __init__(self, data: bytes, path: str):
+        self.data, self.path = data, path
+        if len(data) < _EHDR.size or data[:4] != b"\x7fELF":
+            self.fail("not an ELF file")
+        ident, e_type, machine, *_, shoff, _flags, _eh, _ph, _phn, shentsize, shnum, shstrndx = _EHDR.unpack_from(data)
+        if ident[4] != 2 or ident[5] != 1:
+            self.fail("not a 64-bit little-endian ELF file")
+        if e_type != ET_REL or machine != EM_X86_64:
+            self.fail(f"not an x86-64 relocatable object (e_type {e_type}, e_machine {machine})")
+        if shentsize != _SHDR.size:
+            self.fail(f"section header size {shentsize}, expected {_SHDR.size}")
+        raw = [self._shdr(shoff, 0)]
+        shnum = shnum or raw[0][5]  # more than 0xff00 sections: the count is in section 0
+        if shstrndx == SHN_XINDEX:
+            shstrndx = raw[0][6]
+        raw += [self._shdr(shoff, i) for i in range(1, shnum)]
+        self.sections = [_Section("", t, fl, off, size, link, info)
+                         for _n, t, fl, _a, off, size, link, info, _al, _es in raw]
+        for s in self.sections:
+            if s.type != SHT_NOBITS and s.offset + s.size > len(data):
+                self.fail("truncated (a section runs past the end of the file)")
+        if not 0 <= shstrndx < shnum:
+            self.fail(f"section name table index {shstrndx} out of range")
+        for s, r in zip(self.sections, raw):
+            s.name = self.string(self.sections[shstrndx], r[0])
+        self.symbols = self._symbols()
+        self.rela: dict[int, list[_Section]] = {}  # section -> its relocation sections
+        for s in self.sections:
+            if s.type == SHT_RELA:
+                self.rela.setdefault(s.info, []).append(s)
+
+    def fail(self, why: str):
+        raise CompilerError(f"{self.path}: {why}")
+
+    def _shdr(self, shoff: int, i: int) -> tuple:
+        at = shoff + i * _SHDR.size
+        if at + _SHDR.size > len(self.data):
+            self.fail("truncated (section headers run past the end of the file)")
+        return _SHDR.unpack_from(self.data, at)
+
+    def string(self, table: _Section, at: int) -> str:
+        start = table.offset + at
+        end = self.data.find(b"\0", start, table.offset + table.size)
+        if at >= table.size or end < 0:
+            self.fail(f"string at {at} outside its table {table.name!r}")
+        return self.data[start:end].decode("utf-8", "surrogateescape")
+
+    def contents(self, s: _Section) -> memoryview:
+        return memoryview(self.data)[s.offset:s.offset + s.size]
+
+    def _symbols(self) -> list[_Symbol]:
+        tabs = [s for s in self.sections if s.type == SHT_SYMTAB]
+        if not tabs:
+            return []
+        tab = tabs[0]
+        if tab.size % _SYM.size or not 0 < tab.link < len(self.sections):
+            self.fail("malformed symbol table")
+        names = self.sections[tab.link]
+        xindex = next((s for s in self.sections if s.type == SHT_SYMTAB_SHNDX and s.link == self.sections.index(tab)),
+                      None)
+        out = []
+        for i, (name, info, _other, shndx, value, _size) in enumerate(_SYM.iter_unpack(self.contents(tab))):
+            if shndx == SHN_XINDEX and xindex is not None:
+                shndx = struct.unpack_from("<I", self.data, xindex.offset + 4 * i)[0]
+            kind = info & 0xF
+            # only functions, objects and section symbols are ever looked up by name
+            out.append(_Symbol(self.string(names, name) if kind in (STT_FUNC, STT_GNU_IFUNC) else "", kind,
+                               shndx if shndx < SHN_LORESERVE or shndx > 0xFFFF else 0, value))
+        return out
+
+    def relocations(self, target: int):
+        """(offset, symbol, type, addend) of every RELA entry applying to section ``target``."""
+        for s in self.rela.get(target, ()):
+            if s.size % _RELA.size:
+                self.fail(f"malformed relocation section {s.name!r}")
+            for off, info, addend in _RELA.iter_unpack(self.contents(s)):
+                sym = info >> 32
+                if sym >= len(self.symbols):
+                    self.fail(f"relocation in {s.name!r} names symbol {sym} of {len(self.symbols)}")
+                yield off, self.symbols[sym], info & 0xFFFFFFFF, addend
+
+
+class _Functions:
+    """Functions by section and start address: keys, and which function holds an address."""
+
+    def __init__(self, elf: _Elf):
+        by_place: dict[tuple[int, int], list[str]] = {}
+        for sym in elf.symbols:
+            if sym.kind in (STT_FUNC, STT_GNU_IFUNC) and 0 < sym.shndx < len(elf.sections) \
+                    and elf.sections[sym.shndx].berkeley_text:
+                by_place.setdefault((sym.shndx, sym.value), []).append(sym.name)
+        self.aliases: dict[str, str] = {}
+        self.starts: dict[int, list[int]] = {}
+        self.keys: dict[int, list[str]] = {}
+        seen: dict[str, int] = {}
+        for (shndx, value), names in sorted(by_place.items()):
+            names = sorted(set(names))
+            key = names[0]
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] > 1:
+                key = f"{key}#{seen[key]}"
+            self.aliases.update((n, key) for n in names[1:])
+            self.starts.setdefault(shndx, []).append(value)
+            self.keys.setdefault(shndx, []).append(key)
+
+    def at(self, shndx: int, offset: int) -> str | None:
+        """The function whose extent (start to the next start) holds ``offset``."""
+        starts = self.starts.get(shndx)
+        if not starts:
+            return None
+        i = bisect.bisect_right(starts, offset) - 1
+        return self.keys[shndx][i] if i >= 0 else None
+
+
+def object_sizes(path: str | os.PathLike) -> ObjectSizes:
+    """Split ``path``'s Berkeley ``text`` over its functions; a file that is not
+    an x86-64 ELF relocatable object (or is truncated) raises CompilerError."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise CompilerError(f"{path}: cannot read the object: {e.strerror or e}") from None
+    try:
+        elf = _Elf(data, str(path))
+        return _attribute(elf)
+    except (struct.error, IndexError, ValueError) as e:
+        raise CompilerError(f"{path}: malformed ELF object ({type(e).__name__}: {e})") from None
+
+
+def _attribute(elf: _Elf) -> ObjectSizes:
+    funcs = _Functions(elf)
+    sizes = {k: 0 for keys in funcs.keys.values() for k in keys}
+    lsdas: dict[int, dict[int, str]] = {}  # section -> LSDA offset -> function
+    attributed: dict[int, int] = {}  # section -> bytes given to functions
+    for i, sec in enumerate(elf.sections):
+        if sec.berkeley_text and sec.flags & SHF_EXECINSTR:
+            attributed[i] = _add_code(sec, funcs.starts.get(i, []), funcs.keys.get(i, []), sizes)
+        elif sec.berkeley_text and sec.eh_frame:
+            attributed[i] = _add_eh_frame(elf, i, funcs, sizes, lsdas)
+    code_refs = _code_references(elf, funcs)
+    symbol_starts: dict[int, set[int]] = {}
+    for sym in elf.symbols:
+        if sym.kind != STT_SECTION:
+            symbol_starts.setdefault(sym.shndx, set()).add(sym.value)
+    for i, sec in enumerate(elf.sections):
+        if sec.berkeley_text and i not in attributed and not sec.flags & SHF_MERGE:
+            anchors = symbol_starts.get(i, set()) | {t for t, _ in code_refs.get(i, ())} | set(lsdas.get(i, ()))
+            attributed[i] = _add_read_only(sec.size, sorted(a for a in anchors if 0 <= a < sec.size),
+                                           code_refs.get(i, []), lsdas.get(i, {}), sizes)
+    text, other_sections = 0, {}
+    for i, sec in enumerate(elf.sections):
+        if sec.berkeley_text:
+            text += sec.size
+            left = sec.size - attributed.get(i, 0)
+            if left:
+                other_sections[sec.name] = other_sections.get(sec.name, 0) + left
+    return ObjectSizes(text=text, functions=sizes, other=text - sum(sizes.values()), aliases=funcs.aliases,
+                       other_sections=other_sections)
+
+
+def _add_code(sec: _Section, starts: list[int], keys: list[str], sizes: dict[str, int]) -> int:
+    """Each function: from its start to the next function's (its trailing padding included)."""
+    given = 0
+    for key, start, end in zip(keys, starts, starts[1:] + [sec.size]):
+        n = max(0, min(end, sec.size) - start)
+        sizes[key] += n
+        given += n
+    return given
+
+
+def _add_eh_frame(elf: _Elf, index: int, funcs: _Functions, sizes: dict[str, int],
+                  lsdas: dict[int, dict[int, str]]) -> int:
+    """Each FDE to the function its pc_begin points into; notes each FDE's LSDA
+    (the FDE's other relocation: the CIEs hold the personality ones)."""
+    sec = elf.sections[index]
+    fdes = _fde_extents(elf, sec)
+    starts = [start for start, _, _ in fdes]
+    relocs = [(off, sym.shndx, sym.value + addend) for off, sym, _type, addend in elf.relocations(index)]
+    owners: dict[int, str] = {}  # FDE start -> its function
+    given = 0
+    for off, shndx, target in relocs:
+        i = bisect.bisect_right(starts, off) - 1
+        if i >= 0 and off == fdes[i][1]:
+            owner = funcs.at(shndx, target)
+            if owner is not None:
+                owners[starts[i]] = owner
+                sizes[owner] += fdes[i][2] - starts[i]
+                given += fdes[i][2] - starts[i]
+    for off, shndx, target in relocs:
+        i = bisect.bisect_right(starts, off) - 1
+        if i >= 0 and fdes[i][1] < off < fdes[i][2] and starts[i] in owners:
+            lsdas.setdefault(shndx, {})[target] = owners[starts[i]]
+    return given
+
+
+def _fde_extents(elf: _Elf, sec: _Section) -> list[tuple[int, int, int]]:
+    """(start, offset of pc_begin, end) of each FDE of an ``.eh_frame``."""
+    data, at, fdes = elf.contents(sec), 0, []
+    while at + 4 <= len(data):
+        length, head = int.from_bytes(data[at:at + 4], "little"), 4
+        if length == 0xFFFFFFFF:  # 64-bit DWARF: 8-byte length and CIE pointer
+            length, head = int.from_bytes(data[at + 4:at + 12], "little"), 12
+        end = at + head + length
+        if end > len(data):
+            elf.fail(f"{sec.name}: record at {at} runs past the section's end")
+        id_size = 4 if head == 4 else 8
+        if length and int.from_bytes(data[at + head:at + head + id_size], "little"):
+            fdes.append((at, at + head + id_size, end))
+        at = end
+    return fdes
+
+
+def _code_references(elf: _Elf, funcs: _Functions) -> dict[int, list[tuple[int, str]]]:
+    """Section -> (target offset, referring function) for every relocation in a
+    function's code; the PC-relative target is S + A + 4 (the usual
+    displacement-last instruction)."""
+    refs: dict[int, list[tuple[int, str]]] = {}
+    for shndx, starts in funcs.starts.items():
+        for off, sym, rtype, addend in elf.relocations(shndx):
+            if not 0 < sym.shndx < len(elf.sections):
+                continue
+            if rtype in GOT_RELATIVE:
+                target = sym.value
+            elif rtype in PC_RELATIVE:
+                target = sym.value + addend + 4
+            else:
+                target = sym.value + addend
+            owner = funcs.at(shndx, off)
+            if owner is not None:
+                refs.setdefault(sym.shndx, []).append((target, owner))
+    return refs
+
+
+def _add_read_only(size: int, cuts: list[int], refs: list[tuple[int, str]], lsdas: dict[int, str],
+                   sizes: dict[str, int]) -> int:
+    """Cut a section of ``size`` bytes at ``cuts`` (its sorted anchors); a piece
+    referenced by one function is that function's."""
+    given = 0
+    owners: list[set[str]] = [set() for _ in cuts]
+    for target, owner in [*refs, *((off, fn) for off, fn in lsdas.items())]:
+        i = bisect.bisect_right(cuts, target) - 1
+        if i >= 0 and target < size:
+            owners[i].add(owner)
+    for start, end, who in zip(cuts, cuts[1:] + [size], owners):
+        if len(who) == 1:
+            sizes[next(iter(who))] += end - start
+            given += end - start
+    return given
