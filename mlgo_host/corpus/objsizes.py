@@ -13,7 +13,11 @@ Each byte of it goes to exactly one function or to ``other``:
   of one body within that function's number.  Bytes before a section's first
   function go to ``other``.
 * **Unwind**: each FDE of ``.eh_frame`` goes to the function its ``pc_begin``
-  relocation points into; CIEs and the terminator go to ``other``.
+  relocation points into; CIEs go to ``other``, and so does the 4-byte
+  padding the assembler gives the section's last FDE when the section would
+  not be a multiple of 8 bytes long otherwise (it follows every record's
+  size, so it is nobody's: it moves ``other`` by 4 bytes when a flip changes
+  the parity of the FDEs' total).
 * **Read-only data** (``.rodata``, ``.rodata.<fn>``, ``.gcc_except_table``):
   a section is cut at anchors (symbol addresses, the targets of relocations
   from functions' code, the LSDAs that FDEs point to), each piece running to
@@ -315,7 +319,26 @@ def _fde_extents(elf: _Elf, sec: _Section) -> list[tuple[int, int, int]]:
         if length and int.from_bytes(data[at + head:at + head + id_size], "little"):
             fdes.append((at, at + head + id_size, end))
         at = end
+    # The assembler pads the section's last FDE to 8 bytes with a DW_CFA_nop
+    # word, which depends on every record's size, not on its function's.
+    if fdes and fdes[-1][2] == len(data) and len(data) % 8 == 0 and _trailing_nops(data, fdes[-1]) >= 4:
+        fdes[-1] = (fdes[-1][0], fdes[-1][1], len(data) - 4)
     return fdes
+
+
+def _trailing_nops(data: memoryview, fde: tuple[int, int, int]) -> int:
+    """DW_CFA_nop bytes ending an FDE's instructions (clang's FDEs: 'z'
+    augmentation, 4-byte pc_begin and pc_range, then the augmentation data)."""
+    _, pc_begin, end = fde
+    at, aug_len, shift = pc_begin + 8, 0, 0
+    while at < end:  # ULEB128 augmentation length
+        byte = data[at]
+        aug_len |= (byte & 0x7F) << shift
+        at, shift = at + 1, shift + 7
+        if not byte & 0x80:
+            break
+    instructions = bytes(data[at + aug_len:end])
+    return len(instructions) - len(instructions.rstrip(b"\0"))
 
 
 def _code_references(elf: _Elf, funcs: _Functions) -> dict[int, list[tuple[int, str]]]:
