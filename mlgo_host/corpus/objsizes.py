@@ -18,14 +18,16 @@ Each byte of it goes to exactly one function or to ``other``:
   not be a multiple of 8 bytes long otherwise (it follows every record's
   size, so it is nobody's: it moves ``other`` by 4 bytes when a flip changes
   the parity of the FDEs' total).
-* **Read-only data** (``.rodata``, ``.rodata.<fn>``, ``.gcc_except_table``):
-  a section is cut at anchors (symbol addresses, the targets of relocations
-  from functions' code, the LSDAs that FDEs point to), each piece running to
-  the next anchor.  A piece referenced by one function only (a jump table,
-  a switch lookup table, a constant array, an LSDA) is that function's;
-  a piece referenced by several, or by none, goes to ``other``.  Mergeable
-  sections (``SHF_MERGE``: strings, ``.rodata.cstN``) always go to ``other``:
-  the linker shares their entries, so no single function owns one.
+* **Read-only data** (``.rodata``, ``.gcc_except_table``...): a section is
+  cut at anchors (symbol addresses, the targets of relocations from
+  functions' code, the LSDAs that FDEs point to), each piece running to the
+  next anchor.  A function owns its LSDAs and its jump tables (a piece that
+  only it refers to and whose pointers all point into its code): those are
+  made per function, and copied when a switch is inlined.  Everything else
+  goes to ``other``: constant arrays, lookup tables, strings and mergeable
+  constants (``SHF_MERGE``) are shared, not copied, when their user is
+  inlined, so giving them to a single referrer would move them into
+  ``other`` as soon as a flip gave them a second one.
 
 Keys are symbol names as in the symbol table (mangled).  Symbols at the same
 address (C++ constructor aliases ``C1``/``C2``) are one function, keyed by
@@ -257,8 +259,9 @@ def _attribute(elf: _Elf) -> ObjectSizes:
     for i, sec in enumerate(elf.sections):
         if sec.berkeley_text and i not in attributed and not sec.flags & SHF_MERGE:
             anchors = symbol_starts.get(i, set()) | {t for t, _ in code_refs.get(i, ())} | set(lsdas.get(i, ()))
-            attributed[i] = _add_read_only(sec.size, sorted(a for a in anchors if 0 <= a < sec.size),
-                                           code_refs.get(i, []), lsdas.get(i, {}), sizes)
+            cuts = sorted(a for a in anchors if 0 <= a < sec.size)
+            attributed[i] = _add_read_only(sec.size, cuts, code_refs.get(i, []), lsdas.get(i, {}),
+                                           _pointers_into_code(elf, i, cuts, funcs), sizes)
     text, other_sections = 0, {}
     for i, sec in enumerate(elf.sections):
         if sec.berkeley_text:
@@ -362,18 +365,40 @@ def _code_references(elf: _Elf, funcs: _Functions) -> dict[int, list[tuple[int, 
     return refs
 
 
+def _pointers_into_code(elf: _Elf, index: int, cuts: list[int], funcs: _Functions) -> list[set[str]]:
+    """For each piece of section ``index`` (cut at ``cuts``): the functions its
+    relocations point into.  A jump table's PC-relative entries hold
+    ``.LBB - .LJTI``, so the block is S + A less the entry's distance from
+    the piece's start."""
+    inside: list[set[str]] = [set() for _ in cuts]
+    for off, sym, rtype, addend in elf.relocations(index):
+        i = bisect.bisect_right(cuts, off) - 1
+        if i >= 0:
+            target = sym.value + addend - (off - cuts[i] if rtype in PC_RELATIVE else 0)
+            owner = funcs.at(sym.shndx, target)
+            if owner is not None:
+                inside[i].add(owner)
+    return inside
+
+
 def _add_read_only(size: int, cuts: list[int], refs: list[tuple[int, str]], lsdas: dict[int, str],
-                   sizes: dict[str, int]) -> int:
-    """Cut a section of ``size`` bytes at ``cuts`` (its sorted anchors); a piece
-    referenced by one function is that function's."""
+                   inside: list[set[str]], sizes: dict[str, int]) -> int:
+    """Cut a section of ``size`` bytes at ``cuts`` (its sorted anchors).  A piece
+    is a function's when it is that function's LSDA, or when that function
+    alone refers to it and every pointer in it points into that function's
+    code (a jump table).  Constant arrays and lookup tables stay in ``other``
+    even with one referrer: inlining their user into a second function shares
+    them rather than copying them, and moving them between a function and
+    ``other`` then would move ``other`` (bench/objsizes.py: 9 of 142 flips
+    moved ``other`` so, against 5 this way)."""
     given = 0
     owners: list[set[str]] = [set() for _ in cuts]
-    for target, owner in [*refs, *((off, fn) for off, fn in lsdas.items())]:
+    for target, owner in [*refs, *lsdas.items()]:
         i = bisect.bisect_right(cuts, target) - 1
         if i >= 0 and target < size:
             owners[i].add(owner)
-    for start, end, who in zip(cuts, cuts[1:] + [size], owners):
-        if len(who) == 1:
+    for start, end, who, points_into in zip(cuts, cuts[1:] + [size], owners, inside):
+        if len(who) == 1 and (start in lsdas or who == points_into):
             sizes[next(iter(who))] += end - start
             given += end - start
     return given
