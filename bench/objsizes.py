@@ -12,8 +12,15 @@ object_sizes:
 * how often a function outside the flip's footprint changes: the footprint is
   the caller and callee, plus (``extended``) every function the caller was
   later inlined into in the default compile (the flip changes the body that
-  was copied there);
-* object_sizes' time per object against text_size's llvm-size subprocess.
+  was copied there), plus (``cascade``) the callers of every later decision
+  that the flip changed (the flipped compile's remarks differ from the
+  default's from that decision on: e.g. a callee left with one call site is
+  then inlined there too); a change outside all of these would be a leak of
+  the attribution;
+* object_sizes' time per object against text_size's llvm-size subprocess,
+  on the sampled modules and on --timing modules (default: the benchmark
+  corpus's biggest objects: C++ with ~400 functions and ~1200 sections, C
+  with ~180 functions, 6.5 MB of tables).
 
 Writes bench/results/objsizes.json.
 
@@ -44,6 +51,8 @@ from mlgo_host.policies import load_policy
 from mlgo_host.policies.replay import Replay, replay_policy
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+TIMING = ("fasttext-0.9.3/src/fasttext", "fasttext-0.9.3/src/args", "pyzstd-0.16.2/zstd/lib/compress/zstd_compress",
+          "ujson-5.10.0/deps/double-conversion/test/cctest/gay-precision")
 # The ML advisor's remark names, one per channel decision (see shared protocol notes).
 DECISION_REMARKS = ("IniningNotAttempted", "InliningSuccess", "InliningSuccessWithCalleeDeleted")
 
@@ -81,6 +90,17 @@ def footprint(decisions: list[tuple[str, str, str]], i: int) -> tuple[set[str], 
             hosts.add(c)
             extended.add(c)
     return direct, extended
+
+
+def cascade(base: list[tuple[str, str, str]], flipped: list[tuple[str, str, str]], i: int) -> set[str]:
+    """Callers of the decisions after ``i`` that differ between the two compiles."""
+    out = set()
+    for k in range(i + 1, max(len(base), len(flipped))):
+        a = base[k] if k < len(base) else None
+        b = flipped[k] if k < len(flipped) else None
+        if a != b:
+            out.update(d[1] for d in (a, b) if d is not None)
+    return out
 
 
 def changed_functions(a, b) -> dict[str, tuple[int, int]]:
@@ -126,6 +146,7 @@ def bench_module(module, flips: int, rng: random.Random, work: str) -> dict:
         s1 = object_sizes(got[0])
         assert s1.text == text_size(got[0]) and sum(s1.functions.values()) + s1.other == s1.text
         direct, extended = footprint(decisions, i)
+        later = cascade(decisions, remarks(got[1]), i)
         changed = changed_functions(s0, s1)
         moved = {k: s1.other_sections.get(k, 0) - s0.other_sections.get(k, 0)
                  for k in set(s0.other_sections) | set(s1.other_sections)}
@@ -135,7 +156,8 @@ def bench_module(module, flips: int, rng: random.Random, work: str) -> dict:
             "text_delta": s1.text - s0.text, "other_delta": s1.other - s0.other,
             "other_sections_delta": {k: v for k, v in moved.items() if v},
             "changed": {k: list(v) for k, v in changed.items()},
-            "outside_direct": sorted(set(changed) - direct), "outside_extended": sorted(set(changed) - extended)})
+            "outside_direct": sorted(set(changed) - direct), "outside_extended": sorted(set(changed) - extended),
+            "outside_cascade": sorted(set(changed) - extended - later)})
     return row
 
 
@@ -143,6 +165,8 @@ def summarize(rows: list[dict]) -> dict:
     flips = [f for r in rows if r["status"] == "ok" for f in r["flips"] if f["status"] == "ok"]
     effective = [f for f in flips if f["changed"] or f["text_delta"] or f["other_delta"]]
     moved = [f for f in effective if f["other_delta"]]
+    # the last FDE's 8-byte padding follows the parity of all FDEs: +-4 in .eh_frame
+    beyond = [f for f in moved if any(k != ".eh_frame" or abs(v) != 4 for k, v in f["other_sections_delta"].items())]
     sections = Counter()
     for f in moved:
         for k, v in f["other_sections_delta"].items():
@@ -152,9 +176,12 @@ def summarize(rows: list[dict]) -> dict:
         "modules": len(ok), "flips": len(flips), "flips_changing_the_object": len(effective),
         "other_moved": len(moved), "other_moved_fraction": round(len(moved) / max(1, len(effective)), 3),
         "other_moved_abs_bytes": sorted(abs(f["other_delta"]) for f in moved),
+        "other_moved_beyond_eh_frame_parity": len(beyond),
+        "other_moved_beyond_eh_frame_parity_fraction": round(len(beyond) / max(1, len(effective)), 3),
         "other_moved_by_section_abs_bytes": dict(sections.most_common()),
         "outside_caller_callee": sum(bool(f["outside_direct"]) for f in effective),
         "outside_extended_footprint": sum(bool(f["outside_extended"]) for f in effective),
+        "outside_footprint_and_cascade": sum(bool(f["outside_cascade"]) for f in effective),
         "text_delta_abs_bytes_median": statistics.median([abs(f["text_delta"]) for f in effective] or [0]),
         "objsizes_ms_median": statistics.median([r["objsizes_ms"] for r in ok] or [0]),
         "objsizes_ms_max": max([r["objsizes_ms"] for r in ok] or [0]),
@@ -171,6 +198,8 @@ def main() -> None:
     ap.add_argument("--max-bc-kb", type=float, default=300)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--output", default=os.path.join(HERE, "results", "objsizes.json"))
+    ap.add_argument("--timing", nargs="*", default=list(TIMING), metavar="MODULE",
+                    help="also time object_sizes on these modules' default objects (absent ones are skipped)")
     ap.add_argument("--keep", metavar="DIR", help="keep each module's objects and remarks in DIR/<n>/")
     args = ap.parse_args()
     rng = random.Random(args.seed)
@@ -188,11 +217,20 @@ def main() -> None:
         print(m.name, r["status"], *([f"{len(r['flips'])} flips, other moved in "
                                       f"{sum(bool(f.get('other_delta')) for f in r['flips'])}"]
                                      if r["status"] == "ok" else []), file=sys.stderr)
-    result = {"summary": summarize(rows),
+    timing = []
+    for m in [m for m in load_corpus(args.corpus) if m.name in args.timing]:
+        with tempfile.TemporaryDirectory(prefix="objsizes-") as work:
+            got = compile_to(m, load_policy("default"), work, "base")
+            if got is not None:
+                ms, ts = time_per_object(got[0])
+                timing.append({"module": m.name, "obj_bytes": os.path.getsize(got[0]), "objsizes_ms": round(ms, 3),
+                               "llvm_size_ms": round(ts, 3)})
+    result = {"summary": summarize(rows), "timing": timing,
               "args": {k: v for k, v in vars(args).items() if k not in ("corpus", "output", "keep")},
               "modules": rows}
     atomic_write_json(args.output, result)
-    print(json.dumps(result["summary"], indent=1))
+    print(json.dumps({**result["summary"], "other_moved_abs_bytes": str(result["summary"]["other_moved_abs_bytes"]),
+                      "timing": timing}, indent=1))
 
 
 if __name__ == "__main__":
