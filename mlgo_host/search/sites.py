@@ -345,15 +345,18 @@ def identify(remarks: Sequence[Remark], debug: DebugInfo, mandatory: Sequence[Si
     them before the first decision, copying the callee's calls as written,
     so a decision about such a copy is keyed through its always-inline site."""
     live: dict[str, list[_Live]] = {}
+    used: dict[str, set[str]] = {}  # caller -> keys its decisions took
     out: list[Decision] = []
     for i, r in enumerate(remarks):
         sites = live.setdefault(r.caller, [])
         hit = next((k for k, s in enumerate(sites)
                     if s.site.callee == r.callee and s.line == r.line and s.column == r.column), None)
+        taken = used.setdefault(r.caller, set())
         if hit is None:
-            entry = _Live(_written_site(r, debug, mandatory), r.line, r.column)
+            entry = _Live(_written_site(r, debug, mandatory, taken), r.line, r.column)
         else:
             entry = sites.pop(hit)
+        taken.add(entry.site.key)
         copied = [_Live(s.site.through(entry.site), s.line, s.column) for s in live.get(r.callee, ())]
         if not r.inlined:
             sites.append(entry)
@@ -367,32 +370,37 @@ def identify(remarks: Sequence[Remark], debug: DebugInfo, mandatory: Sequence[Si
     return out
 
 
-def _written_site(r: Remark, debug: DebugInfo, mandatory: Sequence[Site]) -> Site:
+def _written_site(r: Remark, debug: DebugInfo, mandatory: Sequence[Site], used: set[str]) -> Site:
     """The site of a decision no earlier decision explains: a call written
-    in its caller, or in a function the compiler always-inlined into it."""
+    in its caller, or in a function the compiler always-inlined into it (at
+    several sites, each copy makes its own key: the first not ``used`` yet)."""
     own = debug.functions.get(r.caller) or FunctionInfo(r.caller, r.line, r.file)
     w = debug.written_in(r.file, r.line) if r.file else None
     if w is not None and w.name != own.name:
-        path = _mandatory_path(r.caller, w.name, debug, mandatory)
-        if path is not None:
-            return Site(r.callee, r.caller, ((w.name, r.line - w.line, r.column),) + path)
+        first = None
+        for path in _mandatory_paths(r.caller, w.name, debug, mandatory):
+            site = Site(r.callee, r.caller, ((w.name, r.line - w.line, r.column),) + path)
+            if site.key not in used:
+                return site
+            first = first or site
+        if first is not None:
+            return first
     return Site(r.callee, r.caller, ((own.name, r.line - own.line, r.column),))
 
 
-def _mandatory_path(caller: str, written: str, debug: DebugInfo, mandatory: Sequence[Site],
-                    depth: int = 4) -> tuple[tuple[str, int, int], ...] | None:
-    """The chain through which the body of function ``written`` (a debug
-    name) was always-inlined into ``caller`` (an IR name), or None."""
+def _mandatory_paths(caller: str, written: str, debug: DebugInfo, mandatory: Sequence[Site],
+                     depth: int = 4) -> Iterator[tuple[tuple[str, int, int], ...]]:
+    """The chains through which the body of function ``written`` (a debug
+    name) was always-inlined into ``caller`` (an IR name), in the compiler's
+    order."""
     for m in mandatory:
         if debug.debug_name(m.callee) != written:
             continue
         if m.caller == caller:
-            return m.chain
-        if depth > 1:
-            outer = _mandatory_path(caller, debug.debug_name(m.caller), debug, mandatory, depth - 1)
-            if outer is not None:
-                return m.chain + outer
-    return None
+            yield m.chain
+        elif depth > 1:
+            for outer in _mandatory_paths(caller, debug.debug_name(m.caller), debug, mandatory, depth - 1):
+                yield m.chain + outer
 
 
 def final_functions(decisions: Sequence[Decision], defined: Iterable[str]) -> dict[str, frozenset[str]]:
