@@ -286,37 +286,44 @@ class BatchedSearch:
 
     # -- the whole search --------------------------------------------------------
     def run(self) -> None:
+        """Passes until the budget or the flips run out: every candidate
+        once; then, while a pass found winners, again the flips whose
+        functions a winner changed (their context is new); the callee groups
+        once, after the first pass."""
         if self.base is None:
             self.begin()
-        queue = self.candidates()
-        touched: set[str] = set()
+        queue = [c for c in self.candidates() if c.key not in self.tried]
         losers: list[Outcome] = []
-        second = False
-        while self._left():
-            queue = [c for c in queue if c.key not in self.tried]
-            if not queue:
-                if not second:  # the second pass: flips whose footprint a winner touched
-                    second = True
-                    queue = [dataclasses.replace(o.candidate, kind="retry") for o in losers
-                             if o.applied and o.candidate.footprint & touched and o.candidate.kind != "retry"]
-                    queue += self.groups(losers)
-                    for c in queue:
-                        self.tried.discard(c.key)
-                    if queue:
-                        continue
-                break
+        grouped = False
+        while queue and self._left():
+            touched, lost = self._pass(queue)
+            losers += lost
+            queue = [dataclasses.replace(o.candidate, kind="retry") for o in lost
+                     if o.applied and o.candidate.footprint & touched]
+            if not grouped:
+                queue += self.groups(losers)
+                grouped = True
+
+    def _pass(self, queue: list[Candidate]) -> tuple[set[str], list[Outcome]]:
+        """Measure every flip of ``queue`` (and the sites winners expose) by
+        batches, applying each batch's winners; returns the functions the
+        winners changed and the flips that did not pay."""
+        touched: set[str] = set()
+        lost: list[Outcome] = []
+        queue = list(queue)
+        while queue and self._left():
             batch = self.batches_of(queue)[0]
-            for c in batch:
-                self.tried.add(c.key)
+            chosen = {id(c) for c in batch}
+            queue = [c for c in queue if id(c) not in chosen]
+            self.tried.update(c.key for c in batch)
             outs = self.measure(batch)
             self.outcomes.extend(outs)
             won = [o.candidate for o in outs if o.applied and o.delta < 0]
-            losers.extend(o for o in outs if not (o.applied and o.delta < 0))
+            lost += [o for o in outs if not (o.applied and o.delta < 0)]
             for c in self.accept(won):
                 touched |= c.footprint
-                queue.extend(self.exposed(c))
-            if len(outs) < len(batch):  # the budget ran out mid-batch
-                break
+                queue += [x for x in self.exposed(c) if x.key not in self.tried]
+        return touched, lost
 
 
 #: The assembler pads .eh_frame's last FDE to a multiple of 8 bytes: a flip
