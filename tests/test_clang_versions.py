@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -135,6 +136,41 @@ def test_eval_default_policy_reproduces_plain_sizes(toolchain, tmp_path_factory,
     assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
     assert all(r["policy_text"] == r["baseline_text"] and float(r["reward"]) == 0.0 for r in rows)
     assert sum(int(r["observations"]) for r in rows) > 0
+
+
+def _only_tools(bin_dir, links: dict[str, str]) -> dict:
+    """An environment whose PATH holds only ``links`` (name -> real tool):
+    no llvm-size of another version to fall back on."""
+    bin_dir.mkdir()
+    for name, tool in links.items():
+        os.symlink(shutil.which(tool), bin_dir / name)
+    return {**os.environ, "PATH": str(bin_dir)}
+
+
+def test_the_size_tool_is_the_compilers_own(extra_toolchain, tmp_path_factory, tmp_path):
+    """A machine with only clang-N and llvm-N needs no --llvm-size:
+    clang-N is measured with llvm-size-N, a plain ``clang`` with the
+    llvm-size beside the binary it resolves to (/usr/lib/llvm-N/bin)."""
+    tc = extra_toolchain
+    env = _only_tools(tmp_path / "bin", {tc.clang: tc.clang, tc.llvm_size: tc.llvm_size})
+    corpus = build_small_corpus(tmp_path_factory.mktemp(f"sizes{tc.version}"), clang=tc.clang)
+    p = subprocess.run([sys.executable, "-m", "mlgo_host", "eval", "--corpus", str(corpus), "--policy", "default",
+                        "--jobs", "1", "--no-progress", "--clang", tc.clang, "--json",
+                        "--baseline-cache", str(tmp_path / "baselines")],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert (s["ok"], s["failed"], s["policy_total"]) == (4, 0, s["baseline_total"])
+
+    # a plain `clang` linked to the version's binary, and no llvm-size on PATH at all
+    env = _only_tools(tmp_path / "plain", {"clang": tc.clang})
+    src = tmp_path / "t.c"
+    src.write_text(synth.inline_module(40, seed=3))
+    p = subprocess.run([sys.executable, "-m", "mlgo_host", "run", "--", "clang", "-Oz", "-c", str(src), "-o",
+                        str(tmp_path / "t.o")], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    table = subprocess.run([tc.llvm_size, str(tmp_path / "t.o")], capture_output=True, text=True, check=True)
+    assert json.loads(p.stdout)["text_size"] == int(table.stdout.splitlines()[1].split()[0])
 
 
 # -- serve + mlgo-clang --------------------------------------------------------

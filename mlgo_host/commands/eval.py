@@ -36,6 +36,7 @@ import os
 import sys
 
 from mlgo_host.channel.advisors import ADVISORS
+from mlgo_host.commands.help import LLVM_SIZE_HELP
 from mlgo_host.errors import ConfigError
 
 
@@ -61,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --worker_backend ray: the cluster to join (default: start a local Ray)")
     p.add_argument("--clang", default="clang-19", metavar="PATH", help="clang binary compiling the modules")
     p.add_argument("--llvm-size", default=None, metavar="PATH",
-                   help="llvm-size binary (default: llvm-size-19, then llvm-size)")
+                   help=LLVM_SIZE_HELP)
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="time one module compile may take")
     p.add_argument("--baseline-cache", metavar="DIR", default=None,
                    help="where default-heuristic sizes are cached (default: $MLGO_HOST_CACHE/baselines, "

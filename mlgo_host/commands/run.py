@@ -136,7 +136,7 @@ def _run(args: argparse.Namespace) -> int:
     out["text_size"] = None
     if res.returncode == 0 and res.output and res.output != "-":
         path = res.output if os.path.isabs(res.output) else os.path.join(os.getcwd(), res.output)
-        out["text_size"] = _text_size(path)
+        out["text_size"] = _text_size(path, cmd[0])
     me = resource.getrusage(resource.RUSAGE_SELF)
     out["host_cpu_s"] = round(me.ru_utime + me.ru_stime, 4)
     if res.returncode != 0 and res.stderr_tail:
@@ -163,11 +163,11 @@ def _tuned(args: argparse.Namespace, cmd: list[str]):
     return policy, (pols, name)
 
 
-def _text_size(path: str) -> int | None:
+def _text_size(path: str, compiler: str) -> int | None:
     from mlgo_host.corpus.sizes import text_size
     from mlgo_host.errors import MlgoHostError
 
     try:
-        return text_size(path)
+        return text_size(path, clang=compiler)
     except MlgoHostError:
         return None  # not an object file (e.g. -emit-llvm, -S)

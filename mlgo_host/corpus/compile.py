@@ -136,7 +136,7 @@ def compile_module(
         if not os.path.exists(out):
             return _failed(module.name, "the compiler exited 0 but wrote no object", t0, res.observations)
         try:
-            size = text_size(out, llvm_size)
+            size = text_size(out, llvm_size, clang=clang)
         except MlgoHostError as e:
             return _failed(module.name, str(e), t0, res.observations)
         return ModuleResult(module.name, "ok", text_size=size, observations=res.observations,
@@ -200,7 +200,7 @@ def plain_size(module: "Module", clang: str = "clang-19", llvm_size: str | None 
             raise CompilerError(f"module {module.name!r}: the default compile failed", rc, tail)
         if not os.path.exists(out):
             raise CompilerError(f"module {module.name!r}: the default compile wrote no object")
-        return text_size(out, llvm_size)
+        return text_size(out, llvm_size, clang=clang)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -360,7 +360,7 @@ class Recorder(threading.Thread):
         out = rec.get("output")
         if rec["status"] == "ok" and out and os.path.exists(out):
             try:
-                rec["text_size"] = _text_size(out)
+                rec["text_size"] = _text_size(out, rec.get("compiler") or srv.compiler)
             except Exception as e:  # still write the line
                 rec["error"] = f"llvm-size failed: {e!r}"
         if episode is not None and srv.collect_dir and rec["status"] == "ok" and episode.n > 0:
@@ -380,9 +380,9 @@ class Recorder(threading.Thread):
                     f"text={rec['text_size']} {rec['duration_s']}s")
 
 
-def _text_size(path: str) -> int | None:
+def _text_size(path: str, compiler: str) -> int | None:
     try:
-        return text_size(path)
+        return text_size(path, clang=compiler)
     except MlgoHostError:
         return None  # not an object file
 

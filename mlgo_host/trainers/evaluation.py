@@ -339,7 +339,7 @@ def evaluate(
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     # Fail fast on a bad policy name / directory, in this (TF-free) process.
     load_policy(policy, seed=seed, greedy=True)
-    find_llvm_size(llvm_size)
+    find_llvm_size(llvm_size, clang)
     if selected is None:
         selected = select_modules(load_corpus(corpus_dir), modules, split, heldout_fraction, seed)
     if not selected:
