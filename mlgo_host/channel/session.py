@@ -512,13 +512,14 @@ def run_session(
     adv = get_advisor(advisor)
     if not cmd:
         raise CompilerError("empty compiler command")
+    t0 = time.monotonic()
+    deadline = t0 + timeout
     if isinstance(adv, InlineAdvisor) and adv.default_slot is None:
         # not at the top: the probe is itself a session (default_probe imports this module)
         from mlgo_host.channel.default_probe import default_slot
 
-        adv.set_default_slot(default_slot(cmd[0]))
-    t0 = time.monotonic()
-    deadline = t0 + timeout
+        # the probe is done on the user's behalf: within their timeout
+        adv.set_default_slot(default_slot(cmd[0], timeout))
     old_affinity = None
     if pin_cpu is not None:
         cpu = procs.current_cpu() if pin_cpu < 0 else pin_cpu

@@ -241,7 +241,7 @@ class Slot(threading.Thread):
         t_open = None
         policy, tuned = self._policy_for(req)
         try:
-            advisor = srv.make_advisor(req.get("compiler") or srv.compiler)
+            advisor = srv.make_advisor(req.get("compiler") or srv.compiler, deadline - time.monotonic())
             opened = chan.open(alive, deadline, max_delay=OPEN_MAX_DELAY_S)
             if opened:
                 t_open = time.monotonic()
@@ -434,13 +434,15 @@ class Server:
 
         return TunedPolicies(self.tuned_dir, fallback, seed=self.seed + k, greedy=not self.sample)
 
-    def make_advisor(self, compiler: str):
+    def make_advisor(self, compiler: str, timeout: float):
+        """The session's advisor; a first compile of ``compiler`` probes its
+        default slot within ``timeout`` (what is left of the session's)."""
         if self.advisor_name != "inline":
             return get_advisor(self.advisor_name)
         with self._cache_lock:
             slot = self._slot_cache.get(compiler)
             if slot is None:
-                slot = self._slot_cache[compiler] = default_slot(compiler)
+                slot = self._slot_cache[compiler] = default_slot(compiler, timeout)
         return InlineAdvisor(slot)
 
     def pin_cpu(self, k: int) -> int | None:
@@ -487,7 +489,7 @@ class Server:
                          "log-probability 0 (usable for behavioural cloning, not for PPO)")
             flags = self._flags()
             if self.advisor_name == "inline":
-                self.make_advisor(self.compiler)
+                self.make_advisor(self.compiler, self.timeout)  # probe at start, within one session's timeout
             if self.collect_dir:
                 os.makedirs(self.collect_dir, exist_ok=True)
             if self.stats_path:

@@ -229,7 +229,7 @@ def record_trace(
     for o in outcomes:  # a worker that raised fails its module, not the trace
         rows[o.index] = o.value if o.ok else _failed_row(mods[o.index].name, o.error)
     index = {"format": FORMAT, "advisor": advisor, "policy": policy, "compiler": _compiler_line(clang),
-             "default_slot": default_slot(clang) if advisor == "inline" else None}
+             "default_slot": default_slot(clang, timeout) if advisor == "inline" else None}
     _write_trace(output_dir, index, rows, rels)
     return index
 
