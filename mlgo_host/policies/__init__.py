@@ -9,7 +9,7 @@ from mlgo_host.errors import ConfigError
 from mlgo_host.policies.base import Policy
 from mlgo_host.policies.heuristic import HEURISTICS, make_heuristic
 
-__all__ = ["Policy", "HEURISTICS", "make_heuristic", "load_policy"]
+__all__ = ["Policy", "HEURISTICS", "make_heuristic", "load_policy", "warn_meaning_changes"]
 
 
 def load_policy(name_or_path: str, seed: int = 0, greedy: bool = True) -> Policy:
@@ -30,3 +30,17 @@ def load_policy(name_or_path: str, seed: int = 0, greedy: bool = True) -> Policy
         f"policy {name_or_path!r} is neither a heuristic ({', '.join(HEURISTICS)}), a saved policy directory "
         "nor a replay file"
     )
+
+
+def warn_meaning_changes(policy: Policy, compiler_slot: str | None) -> None:
+    """Say once, before the first compile, which inputs of a saved policy (a
+    replay's: of its base) mean something else on a compiler whose default
+    decision is in ``compiler_slot`` (:class:`~mlgo_host.errors.CompatibilityWarning`).
+    A command whose compiles run in pool workers calls this: the workers
+    leave it to the command."""
+    from mlgo_host.policies.actor import NumpyPolicy
+
+    while policy is not None and not isinstance(policy, NumpyPolicy):
+        policy = getattr(policy, "base", None)  # a replay's base policy
+    if policy is not None:
+        policy.warn_meaning_changes(compiler_slot)

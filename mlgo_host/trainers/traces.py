@@ -47,7 +47,7 @@ from mlgo_host.corpus.compile import compile_module, compiler_version
 from mlgo_host.corpus.corpus import Module, load_corpus
 from mlgo_host.errors import ConfigError, CorpusError, ProtocolError
 from mlgo_host.fsutil import atomic_write_json, replace_dir
-from mlgo_host.policies import load_policy
+from mlgo_host.policies import load_policy, warn_meaning_changes
 from mlgo_host.policies.vocab import VocabBuilder
 from mlgo_host.workers.pool import make_pool, map_with_progress
 
@@ -218,7 +218,9 @@ def record_trace(
         raise ConfigError("--jobs must be at least 1")
     mods = _select(corpus_dir, names, max_modules)
     rels = [_log_rel(m.name) for m in mods]
-    load_policy(policy, seed=seed)  # a bad policy: a clear error here, before any worker starts
+    pol = load_policy(policy, seed=seed)  # a bad policy: a clear error here, before any worker starts
+    slot = default_slot(clang, timeout) if advisor == "inline" else None
+    warn_meaning_changes(pol, slot)
     worker = {"policy": policy, "seed": seed, "advisor": advisor, "clang": clang, "llvm_size": llvm_size,
               "timeout": timeout}
     with make_pool(worker_backend, min(jobs, len(mods)), "mlgo_host.trainers.traces:TraceWorker", worker,
@@ -229,7 +231,7 @@ def record_trace(
     for o in outcomes:  # a worker that raised fails its module, not the trace
         rows[o.index] = o.value if o.ok else _failed_row(mods[o.index].name, o.error)
     index = {"format": FORMAT, "advisor": advisor, "policy": policy, "compiler": _compiler_line(clang),
-             "default_slot": default_slot(clang, timeout) if advisor == "inline" else None}
+             "default_slot": slot}
     _write_trace(output_dir, index, rows, rels)
     return index
 

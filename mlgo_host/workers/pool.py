@@ -26,10 +26,11 @@ import os
 import signal
 import time
 import traceback
+import warnings
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable
 
-from mlgo_host.errors import ConfigError, WorkerPoolError
+from mlgo_host.errors import CompatibilityWarning, ConfigError, WorkerPoolError
 from mlgo_host.progress import progress_bar
 
 
@@ -60,9 +61,14 @@ class TaskOutcome:
     cancelled: bool = False
 
 
-def _resolve(path: str):
-    mod, _, name = path.partition(":")
-    return getattr(importlib.import_module(mod), name)
+def new_worker(factory: str, kwargs: dict):
+    """The worker object of a pool process: ``factory`` ("module:attribute")
+    called with ``kwargs``.  Workers keep quiet about compatibility: the
+    command that started the pool says it once (policies.warn_meaning_changes),
+    not once per worker."""
+    warnings.filterwarnings("ignore", category=CompatibilityWarning)
+    mod, _, name = factory.partition(":")
+    return getattr(importlib.import_module(mod), name)(**kwargs)
 
 
 def _worker_main(conn: Connection, factory: str, kwargs: dict, cpu: int | None) -> None:
@@ -81,7 +87,7 @@ def _worker_main(conn: Connection, factory: str, kwargs: dict, cpu: int | None) 
         except (AttributeError, OSError):
             pass
     try:
-        worker = _resolve(factory)(**kwargs)
+        worker = new_worker(factory, kwargs)
     except BaseException:
         conn.send(("init_error", traceback.format_exc()))
         return
