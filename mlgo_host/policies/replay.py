@@ -44,17 +44,18 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 from typing import Any
 
 from mlgo_host.channel.advisors import ADVISORS
 from mlgo_host.errors import ConfigError, MlgoHostError
+from mlgo_host.formats import check_format, read_format_json
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.policies import HEURISTICS, load_policy
 from mlgo_host.policies.base import Policy
 
 FORMAT = "mlgo_host.replay/1"
+WHAT = "replay file"  # how the messages of formats.py name it
 HASH = "blake2b-64"
 _DIGEST_SIZE = 8
 
@@ -89,10 +90,7 @@ class Replay:
     @classmethod
     def from_json(cls, d: Any, where: str = "replay") -> "Replay":
         """Validate a parsed replay; ConfigError(``where: ...``) on any flaw."""
-        if not isinstance(d, dict):
-            raise ConfigError(f"{where}: a replay is a JSON object, got {type(d).__name__}")
-        if d.get("format") != FORMAT:
-            raise ConfigError(f"{where}: not a {FORMAT} replay (format {d.get('format')!r})")
+        check_format(d, FORMAT, WHAT, where)
         advisor = d.get("advisor", "inline")
         if advisor not in ADVISORS:
             raise ConfigError(f"{where}: unknown advisor {advisor!r} (have {', '.join(ADVISORS)})")
@@ -180,16 +178,7 @@ def _is_hex(s: str) -> bool:
 def read_replay(path: str | os.PathLike) -> Replay:
     """A replay file, validated; ConfigError naming the file on any flaw."""
     path = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            d = json.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"replay file {path} does not exist") from None
-    except IsADirectoryError:
-        raise ConfigError(f"replay {path} is a directory, not a replay file") from None
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"replay file {path}: unreadable: {e}") from None
-    r = Replay.from_json(d, where=f"replay file {path}")
+    r = Replay.from_json(read_format_json(path, FORMAT, WHAT), where=path)
     r.path = path
     return r
 
