@@ -81,7 +81,8 @@ def test_channel_header_and_what_the_slots_carry(toolchain, sources, tmp_path):
     probed slot (answering with it reproduces -Oz, below), the other slot
     carries 0 (clang-19's inlining_default) or the real block count."""
     rec = EpisodeRecorder()
-    res = run_session([toolchain.clang, "-Oz", "-c", str(sources / "mid.c"), "-o", str(tmp_path / "m.o")], "inline",
+    res = run_session([toolchain.clang, "-Oz", "-c", str(sources / "mid.c"), "-o", str(tmp_path / "m.o")],
+                      default_probe.ready_advisor("inline", toolchain.clang),
                       None, recorder=rec, timeout=120)
     assert res.returncode == 0, res.stderr_tail
     names = [f.name for f in res.header.features]

@@ -94,7 +94,7 @@ class InlineAdvisor(Advisor):
     channel_flag = "-inliner-interactive-channel-base"
 
     def __init__(self, default_slot: str | None = None):
-        #: None = detect per compiler when the session starts
+        #: None = not known yet: default_probe.ready_advisor sets it for a compiler
         self.default_slot = default_slot
         self._off = -1
 
@@ -103,8 +103,6 @@ class InlineAdvisor(Advisor):
 
     def bind(self, header: Header) -> None:
         super().bind(header)
-        if self.default_slot is None:
-            self.default_slot = "inlining_default"
         spec = header.feature(self.default_slot)
         if spec is None or spec.ctype != "int64_t" or spec.size != 1:
             raise ProtocolError(f"inline: the header has no int64 [1] feature {self.default_slot!r} for the default decision")

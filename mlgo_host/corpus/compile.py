@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mlgo_host.channel.session import plain_compile, run_session
+from mlgo_host.channel.default_probe import probe_then_run
+from mlgo_host.channel.session import plain_compile
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.corpus.sizes import compiler_version, find_llvm_size, text_size  # noqa: F401 (re-exported)
 from mlgo_host.episode import Episode, EpisodeRecorder
@@ -126,7 +127,7 @@ def compile_module(
         out = os.path.join(tmp, "module.o")
         try:
             cmd = module.compile_command(clang, out)
-            res = run_session(cmd, advisor, policy, timeout=timeout, recorder=EpisodeRecorder() if record else None,
+            res = probe_then_run(cmd, advisor, policy, timeout=timeout, recorder=EpisodeRecorder() if record else None,
                               log_path=log_path, tmpdir=tmp)
         except MlgoHostError as e:
             return _failed(module.name, f"{type(e).__name__}: {e}", t0)

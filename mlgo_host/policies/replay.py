@@ -51,7 +51,8 @@ from mlgo_host.channel.advisors import ADVISORS
 from mlgo_host.errors import ConfigError, MlgoHostError
 from mlgo_host.formats import check_format, read_format_json
 from mlgo_host.fsutil import atomic_write_json
-from mlgo_host.policies import HEURISTICS, load_policy
+from mlgo_host.policies.heuristic import HEURISTICS
+from mlgo_host.policies.loading import load_base_policy
 from mlgo_host.policies.base import Policy
 
 FORMAT = "mlgo_host.replay/1"
@@ -312,12 +313,13 @@ class ReplayPolicy(Policy):
 def replay_policy(replay: Replay, base: str | None = None, seed: int = 0, greedy: bool = True) -> ReplayPolicy:
     """A :class:`ReplayPolicy` for ``replay``; ``base`` overrides the file's."""
     where = replay.path or "replay"
+    path = base or replay.base_path()
+    if os.path.isfile(path):
+        raise ConfigError(f"{where}: the base of a replay cannot be another replay ({path})")
     try:
-        b = load_policy(base or replay.base_path(), seed=seed, greedy=greedy)
+        b = load_base_policy(path, seed=seed, greedy=greedy)
     except ConfigError as e:
         raise ConfigError(f"{where}: base policy: {e}") from None
-    if isinstance(b, ReplayPolicy):
-        raise ConfigError(f"{where}: the base of a replay cannot be another replay ({b.replay.path})")
     stem = os.path.splitext(os.path.basename(replay.path))[0] if replay.path else "replay"
     return ReplayPolicy(replay, b, name=f"{stem}+{b.name}")
 

@@ -75,7 +75,7 @@ from typing import Any, Callable, Sequence
 import mlgo_host
 from mlgo_host import procs
 from mlgo_host.errors import ConfigError, MlgoHostError, UnknownExperimentError, WorkerPoolError
-from mlgo_host.workers.pool import Cancelled, EarlyExit, TaskOutcome, new_worker
+from mlgo_host.workers.tasks import Cancelled, EarlyExit, TaskOutcome, new_worker
 
 __all__ = ["NestingWorker", "RayCluster", "RayPool", "ensure_ray"]
 
