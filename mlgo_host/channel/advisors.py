@@ -2,7 +2,7 @@
 the legality check of each advice before it is sent.
 
 Each check exists because the compiler crashes or silently misbehaves on
-illegal advice (see PROTOCOL.md): an eviction index on a ``mask==0`` slot
+illegal advice (docs/channel.md, "How a compiler hangs or breaks"): an eviction index on a ``mask==0`` slot
 makes clang fail with "ran out of registers", an index out of the width
 segfaults, a priority outside ``[0, 2^32)`` is undefined when converted to
 ``unsigned``.

@@ -10,7 +10,7 @@ the policy was created, each with a *role*:
 * ``discard`` — not used; the reason is kept in ``discarded``.  Discarded:
   ``inlining_default`` (the answer itself, as in ml-compiler-opt), the slot
   where the compiler puts its default decision (clang-19's include-default
-  bug writes it into ``callee_basic_block_count``; see PROTOCOL.md), features
+  bug writes it into ``callee_basic_block_count``; see docs/channel.md), features
   without a vocab, tensors of a shape the network does not handle.
 
 Binding to a session header later (:meth:`PolicySpec.check_header`) looks the
