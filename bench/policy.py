@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import numpy as np  # noqa: E402
 
 from mlgo_host.corpus import synth  # noqa: E402
-from mlgo_host.channel.default_probe import ready_advisor  # noqa: E402
+from mlgo_host.channel.problems import ready_advisor  # noqa: E402
 from mlgo_host.channel.codec import Observation  # noqa: E402
 from mlgo_host.channel.session import run_session  # noqa: E402
 from mlgo_host.episode import EpisodeRecorder  # noqa: E402

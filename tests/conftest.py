@@ -107,7 +107,7 @@ def _installed_toolchain(version: int) -> Toolchain:
 
 
 def _session(tmp, advisor: str, source: str, opt: str):
-    from mlgo_host.channel.default_probe import ready_advisor
+    from mlgo_host.channel.problems import ready_advisor
     from mlgo_host.channel.session import run_session
     from mlgo_host.policies import load_policy
 

@@ -28,6 +28,7 @@ from _corpus_helpers import build_generated_corpus, build_small_corpus
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve"))  # the serve tests' helpers
 from _serve_util import ServerProc, mlgo_clang, write_sources  # noqa: E402
 from mlgo_host.channel import default_probe  # noqa: E402
+from mlgo_host.channel.problems import ready_advisor
 from mlgo_host.channel.session import run_session
 from mlgo_host.cli import main
 from mlgo_host.corpus import synth
@@ -82,7 +83,7 @@ def test_channel_header_and_what_the_slots_carry(toolchain, sources, tmp_path):
     carries 0 (clang-19's inlining_default) or the real block count."""
     rec = EpisodeRecorder()
     res = run_session([toolchain.clang, "-Oz", "-c", str(sources / "mid.c"), "-o", str(tmp_path / "m.o")],
-                      default_probe.ready_advisor("inline", toolchain.clang),
+                      ready_advisor("inline", toolchain.clang),
                       None, recorder=rec, timeout=120)
     assert res.returncode == 0, res.stderr_tail
     names = [f.name for f in res.header.features]

@@ -94,7 +94,7 @@ class InlineAdvisor(Advisor):
     channel_flag = "-inliner-interactive-channel-base"
 
     def __init__(self, default_slot: str | None = None):
-        #: None = not known yet: default_probe.ready_advisor sets it for a compiler
+        #: None = not known yet: problems.ready_advisor sets it for a compiler
         self.default_slot = default_slot
         self._off = -1
 
@@ -220,7 +220,8 @@ class PriorityAdvisor(Advisor):
             raise AdviceError(f"regalloc-priority: priority {v!r} not finite in [0, 2^32) (observation {obs.index})")
 
 
-ADVISORS = {"inline": InlineAdvisor, "regalloc-evict": EvictAdvisor, "regalloc-priority": PriorityAdvisor}
+#: the channel half of each problem (channel/problems.py), by name
+ADVISORS = {c.name: c for c in (InlineAdvisor, EvictAdvisor, PriorityAdvisor)}
 
 
 def get_advisor(name: str | Advisor) -> Advisor:

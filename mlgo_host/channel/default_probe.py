@@ -24,10 +24,9 @@ import json
 import os
 import shutil
 import tempfile
-import time
 
-from mlgo_host.channel.advisors import Advisor, InlineAdvisor, get_advisor, is_clang_driver
-from mlgo_host.channel.session import SessionResult, run_session
+from mlgo_host.channel.advisors import InlineAdvisor, is_clang_driver
+from mlgo_host.channel.session import run_session
 from mlgo_host.errors import CompilerError, ConfigError, MlgoHostError
 
 BUGGY_SLOT = "callee_basic_block_count"
@@ -217,23 +216,3 @@ def default_slot(compiler: str, timeout: float = 60.0) -> str:
     _MEMO[path] = slot
     return slot
 
-
-def ready_advisor(advisor: Advisor | str, compiler: str, timeout: float = 60.0) -> Advisor:
-    """``advisor`` ready for a session of ``compiler``: an inliner gets the
-    slot of its default decision (:func:`default_slot`, probed within
-    ``timeout``: what is left of the user's deadline)."""
-    adv = get_advisor(advisor)
-    if isinstance(adv, InlineAdvisor) and adv.default_slot is None:
-        adv.set_default_slot(default_slot(compiler, timeout))
-    return adv
-
-
-def probe_then_run(cmd: list[str], advisor: Advisor | str, policy, *, timeout: float = 300.0,
-                   **session_options) -> SessionResult:
-    """:func:`~mlgo_host.channel.session.run_session` of ``cmd`` with the
-    advisor readied for its compiler: a first compile's probe and the compile
-    itself share ``timeout`` (every deadline a user gives bounds all that is
-    done on their behalf)."""
-    t0 = time.monotonic()
-    adv = ready_advisor(advisor, cmd[0], timeout) if cmd else advisor  # no command: run_session says so
-    return run_session(cmd, adv, policy, timeout=timeout, start=t0, **session_options)

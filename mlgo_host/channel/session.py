@@ -502,7 +502,7 @@ def run_session(
     """Run ``cmd`` (the advisor's flags appended) and serve its channel
     (``policy`` None: the advisor's default answers, see :func:`serve_channel`).
     An inliner advisor comes with its default-decision slot set
-    (:func:`~mlgo_host.channel.default_probe.ready_advisor`; this module never
+    (:func:`~mlgo_host.channel.problems.ready_advisor`; this module never
     probes: the probe is itself a session).
 
     Host-side failures raise :class:`MlgoHostError` subclasses after the
@@ -521,7 +521,7 @@ def run_session(
     if isinstance(adv, InlineAdvisor) and adv.default_slot is None:
         # guessing would turn the default policy into never-inline on clang-19
         raise ValueError("the inliner's default-decision slot is not set: get the advisor from "
-                         "default_probe.ready_advisor, or run with default_probe.probe_then_run")
+                         "problems.ready_advisor, or run with problems.probe_then_run")
     t0 = time.monotonic()
     deadline = (t0 if start is None else start) + timeout
     old_affinity = None

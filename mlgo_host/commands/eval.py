@@ -35,7 +35,7 @@ import json
 import os
 import sys
 
-from mlgo_host.channel.advisors import ADVISORS
+from mlgo_host.channel.problems import PROBLEMS
 from mlgo_host.commands.help import LLVM_SIZE_HELP
 from mlgo_host.errors import ConfigError
 
@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="default",
                    help="who answers: a heuristic (default, never, always, random) or a saved policy directory "
                         "(greedy)")
-    p.add_argument("--advisor", choices=sorted(ADVISORS), default="inline",
+    p.add_argument("--advisor", choices=sorted(PROBLEMS), default="inline",
                    help="which of the compiler's decisions the policy makes")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--modules", type=int, metavar="N",

@@ -41,12 +41,12 @@ import sys
 # `run` does no BLAS work: a single OpenBLAS thread saves ~0.1 s of CPU at start-up.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from mlgo_host.channel.advisors import ADVISORS  # noqa: E402  (imports numpy)
+from mlgo_host.channel.problems import PROBLEMS  # noqa: E402  (imports numpy)
 from mlgo_host.errors import ConfigError  # noqa: E402
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--advisor", choices=sorted(ADVISORS), default="inline",
+    p.add_argument("--advisor", choices=sorted(PROBLEMS), default="inline",
                    help="which of the compiler's decisions the policy makes (a replay's must match)")
     p.add_argument("--policy", default=None,
                    help="who answers: a heuristic (default = the compiler's own decision, never, always, random) "
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     import resource
 
-    from mlgo_host.channel.default_probe import probe_then_run
+    from mlgo_host.channel.problems import probe_then_run
 
     cmd = list(args.compiler_args)
     if cmd and cmd[0] == "--":

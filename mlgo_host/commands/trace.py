@@ -25,6 +25,7 @@ import argparse
 import json
 import sys
 
+from mlgo_host.channel.problems import LEARNABLE
 from mlgo_host.commands.help import LLVM_SIZE_HELP
 
 
@@ -33,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", required=True, metavar="DIR", help="trace directory to write")
     p.add_argument("--policy", default="default",
                    help="who answers: a heuristic (default, never, always, random) or a saved policy directory")
-    p.add_argument("--advisor", choices=("inline", "regalloc-evict"), default="inline",
+    p.add_argument("--advisor", choices=LEARNABLE, default="inline",
                    help="which of the compiler's decisions to trace")
     p.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="modules compiled in parallel")
     p.add_argument("--worker_backend", "--worker-backend", dest="worker_backend", choices=("local", "ray"),

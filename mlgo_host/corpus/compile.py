@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mlgo_host.channel.default_probe import probe_then_run
+from mlgo_host.channel.problems import probe_then_run
 from mlgo_host.channel.session import plain_compile
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.corpus.sizes import compiler_version, find_llvm_size, text_size  # noqa: F401 (re-exported)

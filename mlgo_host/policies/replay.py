@@ -47,7 +47,7 @@ import hashlib
 import os
 from typing import Any
 
-from mlgo_host.channel.advisors import ADVISORS
+from mlgo_host.channel.problems import BINARY, MASKED_CHOICE, PROBLEMS
 from mlgo_host.errors import ConfigError, MlgoHostError
 from mlgo_host.formats import check_format, read_format_json
 from mlgo_host.fsutil import atomic_write_json
@@ -93,8 +93,8 @@ class Replay:
         """Validate a parsed replay; ConfigError(``where: ...``) on any flaw."""
         check_format(d, FORMAT, WHAT, where)
         advisor = d.get("advisor", "inline")
-        if advisor not in ADVISORS:
-            raise ConfigError(f"{where}: unknown advisor {advisor!r} (have {', '.join(ADVISORS)})")
+        if advisor not in PROBLEMS:
+            raise ConfigError(f"{where}: unknown advisor {advisor!r} (have {', '.join(PROBLEMS)})")
         base = d.get("base", "default")
         if not isinstance(base, str) or not base:
             raise ConfigError(f"{where}: 'base' must be a policy name or directory, got {base!r}")
@@ -141,10 +141,11 @@ def _parse_forced(raw: Any, advisor: str, where: str) -> dict[int, Any]:
 
 
 def _parse_action(a: Any, advisor: str, where: str) -> Any:
-    if advisor == "inline":
+    kind = PROBLEMS[advisor].action_kind
+    if kind == BINARY:
         if type(a) is not int or a not in (0, 1):
             raise ConfigError(f"{where}: an inlining decision is 0 or 1, got {a!r}")
-    elif advisor == "regalloc-evict":
+    elif kind == MASKED_CHOICE:
         if type(a) is not int or a < 0:
             raise ConfigError(f"{where}: an eviction index is a non-negative integer, got {a!r}")
     elif type(a) not in (int, float):

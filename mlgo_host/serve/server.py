@@ -34,8 +34,8 @@ import time
 import uuid
 
 from mlgo_host import procs
-from mlgo_host.channel.advisors import ADVISORS, InlineAdvisor, get_advisor
-from mlgo_host.channel.default_probe import default_slot
+from mlgo_host.channel.advisors import get_advisor
+from mlgo_host.channel.problems import get_problem, ready_advisor
 from mlgo_host.channel.fifo import Channel
 from mlgo_host.channel.session import serve_channel
 from mlgo_host.collected import save_episode
@@ -394,8 +394,7 @@ class Server:
                  verbose: bool = False, pin: bool = False, guard: bool = False, replay_dir: str | None = None):
         if slots < 1:
             raise ConfigError(f"--slots must be at least 1, got {slots}")
-        if advisor not in ADVISORS:
-            raise ConfigError(f"unknown advisor {advisor!r}; choose from {', '.join(ADVISORS)}")
+        get_problem(advisor)  # an unknown one: ConfigError
         self.root = os.path.abspath(root)
         self.nslots = slots
         self.policy_name = policy
@@ -419,8 +418,7 @@ class Server:
         self.slots: list[Slot] = []
         self.recorder = Recorder(self)
         self._lock_fd: int | None = None
-        self._slot_cache: dict[str, str] = {}
-        self._cache_lock = threading.Lock()
+        self._probe_lock = threading.Lock()
 
     # -- factories used by the slots ----------------------------------------
     def make_policy(self, k: int):
@@ -435,15 +433,11 @@ class Server:
         return TunedPolicies(self.tuned_dir, fallback, seed=self.seed + k, greedy=not self.sample)
 
     def make_advisor(self, compiler: str, timeout: float):
-        """The session's advisor; a first compile of ``compiler`` probes its
-        default slot within ``timeout`` (what is left of the session's)."""
-        if self.advisor_name != "inline":
-            return get_advisor(self.advisor_name)
-        with self._cache_lock:
-            slot = self._slot_cache.get(compiler)
-            if slot is None:
-                slot = self._slot_cache[compiler] = default_slot(compiler, timeout)
-        return InlineAdvisor(slot)
+        """The session's advisor; a first compile of ``compiler`` probes what
+        its problem needs (the inliner's default slot) within ``timeout``
+        (what is left of the session's), one probe at a time (then cached)."""
+        with self._probe_lock:
+            return ready_advisor(self.advisor_name, compiler, timeout)
 
     def pin_cpu(self, k: int) -> int | None:
         """With --pin: the CPU slot ``k``'s thread and its compilers share
@@ -488,8 +482,7 @@ class Server:
                 self.log(f"--collect with the deterministic policy {self.policy_name!r}: episodes carry "
                          "log-probability 0 (usable for behavioural cloning, not for PPO)")
             flags = self._flags()
-            if self.advisor_name == "inline":
-                self.make_advisor(self.compiler, self.timeout)  # probe at start, within one session's timeout
+            self.make_advisor(self.compiler, self.timeout)  # probe at start, within one session's timeout
             if self.collect_dir:
                 os.makedirs(self.collect_dir, exist_ok=True)
             if self.stats_path:

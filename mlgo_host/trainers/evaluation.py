@@ -29,7 +29,7 @@ import io
 import os
 from typing import Any, Sequence
 
-from mlgo_host.channel.default_probe import default_slot
+from mlgo_host.channel.problems import get_problem
 from mlgo_host.corpus.compile import baseline_size_info, compile_module, find_llvm_size
 from mlgo_host.corpus.corpus import Module, is_heldout, load_corpus
 from mlgo_host.corpus.reward import reward
@@ -341,7 +341,7 @@ def evaluate(
     # Fail fast on a bad policy name / directory, in this (TF-free) process.
     pol = load_policy(policy, seed=seed, greedy=True)
     find_llvm_size(llvm_size, clang)
-    warn_meaning_changes(pol, default_slot(clang, timeout) if advisor == "inline" else None)
+    warn_meaning_changes(pol, get_problem(advisor).default_slot(clang, timeout))
     if selected is None:
         selected = select_modules(load_corpus(corpus_dir), modules, split, heldout_fraction, seed)
     if not selected:
