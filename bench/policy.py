@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import numpy as np  # noqa: E402
 
 from mlgo_host.corpus import synth  # noqa: E402
-from mlgo_host.channel.advisors import get_advisor  # noqa: E402
+from mlgo_host.channel.problems import ready_advisor  # noqa: E402
 from mlgo_host.channel.codec import Observation  # noqa: E402
 from mlgo_host.channel.session import run_session  # noqa: E402
 from mlgo_host.episode import EpisodeRecorder  # noqa: E402
@@ -69,7 +69,7 @@ def session(tmp, advisor, source, opt):
     src = os.path.join(tmp, f"{advisor}.c")
     with open(src, "w") as f:
         f.write(source)
-    adv = get_advisor(advisor)
+    adv = ready_advisor(advisor, "clang-19")
     res = run_session(["clang-19", opt, "-c", src, "-o", os.path.join(tmp, f"{advisor}.o")], adv,
                       load_policy("default"), recorder=EpisodeRecorder(), timeout=300)
     if res.returncode != 0 or res.episode is None:

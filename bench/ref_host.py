@@ -2,7 +2,7 @@
 
 Decodes the stream and answers every decision with the compiler's default
 (clang-19 puts it in the ``callee_basic_block_count`` slot, see
-PROTOCOL.md), nothing else: no validation, no deadline, no supervision, no
+docs/channel.md), nothing else: no validation, no deadline, no supervision, no
 cleanup on errors. It exists only as the yardstick of ``bench/channel.py``.
 
 usage: python bench/ref_host.py [--pin CPU] [--slot NAME] -- COMPILER ARGS...

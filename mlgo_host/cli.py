@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import warnings
 
 from mlgo_host.commands.help import HelpFormatter
-from mlgo_host.errors import MlgoHostError
+from mlgo_host.errors import CompatibilityWarning, MlgoHostError
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -52,7 +54,46 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 _GIN_CALL_NOTE = "\n  In call to configurable "
 
 
+def say_warnings_once(command: str) -> None:
+    """The package's own warnings (:class:`CompatibilityWarning`) once per
+    command, as one line in the style of its errors:
+    ``mlgo-host CMD: warning: ...``; other warnings as Python prints them."""
+    python_style = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, CompatibilityWarning):
+            print(f"mlgo-host {command}: warning: {message}", file=file or sys.stderr)
+        else:
+            python_style(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    warnings.filterwarnings("once", category=CompatibilityWarning)
+
+
+#: exit status of a command whose reader went away: what a shell reports for
+#: a Unix tool killed by SIGPIPE (128 + 13), e.g. ``seq 1 100000 | head -1``
+#: under ``set -o pipefail``.  Not 0: the output was cut short, not finished.
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand; end quietly, as Unix tools do, when the reader of
+    stdout goes away (``mlgo-host stats FILE | head -1``)."""
+    try:
+        try:
+            return _dispatch(argv)
+        finally:
+            sys.stdout.flush()  # a closed pipe shows here (also after --help's exit), not at exit
+    except BrokenPipeError:
+        # Python ignores SIGPIPE, so a write to a closed pipe raises; point
+        # stdout at /dev/null so the interpreter's own flush at exit stays quiet
+        # (the recipe of Python's signal module documentation).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _dispatch(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Import only the chosen subcommand (keeps `run` free of TensorFlow).
     only = next((a for a in argv if not a.startswith("-")), None)
@@ -63,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
+    say_warnings_once(args.command)
     try:
         return int(args._module.run(args) or 0)
     except MlgoHostError as e:

@@ -7,6 +7,13 @@ class MlgoHostError(Exception):
     """Base class of every error this package raises on purpose."""
 
 
+class CompatibilityWarning(RuntimeWarning):
+    """A policy runs on a compiler it was not made with and still answers,
+    but an input of it means something else there.  A command says it once,
+    in its own one-line style (cli.py), before its first compile; pool
+    workers leave it to the command that started them."""
+
+
 class ProtocolError(MlgoHostError):
     """The bytes from the compiler do not follow the channel's format.
 

@@ -67,7 +67,7 @@ class Toolchain:
     @property
     def default_slot(self) -> str:
         """Where this version sends the inliner's default decision: the
-        include-default bug was fixed in LLVM 21 (PROTOCOL.md)."""
+        include-default bug was fixed in LLVM 21 (docs/channel.md)."""
         from mlgo_host.channel.default_probe import BUGGY_SLOT, FIXED_SLOT
 
         return BUGGY_SLOT if self.version <= 20 else FIXED_SLOT
@@ -107,13 +107,13 @@ def _installed_toolchain(version: int) -> Toolchain:
 
 
 def _session(tmp, advisor: str, source: str, opt: str):
-    from mlgo_host.channel.advisors import get_advisor
+    from mlgo_host.channel.problems import ready_advisor
     from mlgo_host.channel.session import run_session
     from mlgo_host.policies import load_policy
 
     src = tmp / f"{advisor}.c"
     src.write_text(source)
-    adv = get_advisor(advisor)
+    adv = ready_advisor(advisor, "clang-19")
     res = run_session(["clang-19", opt, "-c", str(src), "-o", str(tmp / f"{advisor}.o")], adv, load_policy("default"),
                       recorder=EpisodeRecorder(), timeout=120)
     assert res.returncode == 0, res.stderr_tail

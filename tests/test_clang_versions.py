@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -27,6 +28,7 @@ from _corpus_helpers import build_generated_corpus, build_small_corpus
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve"))  # the serve tests' helpers
 from _serve_util import ServerProc, mlgo_clang, write_sources  # noqa: E402
 from mlgo_host.channel import default_probe  # noqa: E402
+from mlgo_host.channel.problems import ready_advisor
 from mlgo_host.channel.session import run_session
 from mlgo_host.cli import main
 from mlgo_host.corpus import synth
@@ -80,7 +82,8 @@ def test_channel_header_and_what_the_slots_carry(toolchain, sources, tmp_path):
     probed slot (answering with it reproduces -Oz, below), the other slot
     carries 0 (clang-19's inlining_default) or the real block count."""
     rec = EpisodeRecorder()
-    res = run_session([toolchain.clang, "-Oz", "-c", str(sources / "mid.c"), "-o", str(tmp_path / "m.o")], "inline",
+    res = run_session([toolchain.clang, "-Oz", "-c", str(sources / "mid.c"), "-o", str(tmp_path / "m.o")],
+                      ready_advisor("inline", toolchain.clang),
                       None, recorder=rec, timeout=120)
     assert res.returncode == 0, res.stderr_tail
     names = [f.name for f in res.header.features]
@@ -135,6 +138,41 @@ def test_eval_default_policy_reproduces_plain_sizes(toolchain, tmp_path_factory,
     assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
     assert all(r["policy_text"] == r["baseline_text"] and float(r["reward"]) == 0.0 for r in rows)
     assert sum(int(r["observations"]) for r in rows) > 0
+
+
+def _only_tools(bin_dir, links: dict[str, str]) -> dict:
+    """An environment whose PATH holds only ``links`` (name -> real tool):
+    no llvm-size of another version to fall back on."""
+    bin_dir.mkdir()
+    for name, tool in links.items():
+        os.symlink(shutil.which(tool), bin_dir / name)
+    return {**os.environ, "PATH": str(bin_dir)}
+
+
+def test_the_size_tool_is_the_compilers_own(extra_toolchain, tmp_path_factory, tmp_path):
+    """A machine with only clang-N and llvm-N needs no --llvm-size:
+    clang-N is measured with llvm-size-N, a plain ``clang`` with the
+    llvm-size beside the binary it resolves to (/usr/lib/llvm-N/bin)."""
+    tc = extra_toolchain
+    env = _only_tools(tmp_path / "bin", {tc.clang: tc.clang, tc.llvm_size: tc.llvm_size})
+    corpus = build_small_corpus(tmp_path_factory.mktemp(f"sizes{tc.version}"), clang=tc.clang)
+    p = subprocess.run([sys.executable, "-m", "mlgo_host", "eval", "--corpus", str(corpus), "--policy", "default",
+                        "--jobs", "1", "--no-progress", "--clang", tc.clang, "--json",
+                        "--baseline-cache", str(tmp_path / "baselines")],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert (s["ok"], s["failed"], s["policy_total"]) == (4, 0, s["baseline_total"])
+
+    # a plain `clang` linked to the version's binary, and no llvm-size on PATH at all
+    env = _only_tools(tmp_path / "plain", {"clang": tc.clang})
+    src = tmp_path / "t.c"
+    src.write_text(synth.inline_module(40, seed=3))
+    p = subprocess.run([sys.executable, "-m", "mlgo_host", "run", "--", "clang", "-Oz", "-c", str(src), "-o",
+                        str(tmp_path / "t.o")], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    table = subprocess.run([tc.llvm_size, str(tmp_path / "t.o")], capture_output=True, text=True, check=True)
+    assert json.loads(p.stdout)["text_size"] == int(table.stdout.splitlines()[1].split()[0])
 
 
 # -- serve + mlgo-clang --------------------------------------------------------

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -44,3 +48,41 @@ def test_every_option_has_help_and_no_empty_defaults(capsys):
             assert empty not in text, (name, empty)
     run_help = subs["run"].format_help()
     assert "(default: inline)" in run_help and "(default: 600.0)" in run_help
+
+
+def _stats_file(path, modules: int) -> str:
+    """A `serve --stats` file of one build with `modules` ok compiles: its
+    table is far longer than a pipe holds, so a reader that stops early
+    breaks the pipe."""
+    with open(path, "w") as f:
+        for i in range(modules):
+            f.write(json.dumps({"build": "b", "status": "ok", "output": f"/src/dir/module_{i:05d}.o",
+                                "text_size": 1000 + i, "observations": 10, "decisions": {"0": 7, "1": 3},
+                                "duration_s": 0.5, "policy": "default"}) + "\n")
+    return str(path)
+
+
+def test_stats_into_head_ends_quietly_with_the_sigpipe_status(tmp_path):
+    stats = _stats_file(tmp_path / "stats.jsonl", 20000)
+    script = (f'"{sys.executable}" -m mlgo_host stats "{stats}" 2>"{tmp_path}/err" | head -1; '
+              'echo "${PIPESTATUS[0]} ${PIPESTATUS[1]}"')
+    p = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0
+    first, statuses = p.stdout.splitlines()
+    assert first.startswith("build b")
+    assert statuses == "141 0"  # what `seq 1 1000000 | head -1` shows under pipefail
+    assert (tmp_path / "err").read_text() == ""
+
+
+def test_stats_into_a_closed_pipe_ends_quietly(tmp_path):
+    # the reader is gone before the first write: deterministic, however short the output
+    import os
+    stats = _stats_file(tmp_path / "stats.jsonl", 3)
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([sys.executable, "-m", "mlgo_host", "stats", stats], stdout=w, stderr=subprocess.PIPE,
+                           text=True, timeout=120)
+    finally:
+        os.close(w)
+    assert (p.returncode, p.stderr) == (141, "")

@@ -20,7 +20,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "mlgo_host"
 
 # floor -> the top-level modules / sub-packages of mlgo_host on it
 FLOORS: dict[int, tuple[str, ...]] = {
-    1: ("errors", "fsutil", "procs", "progress"),
+    1: ("errors", "formats", "fsutil", "procs", "progress"),
     2: ("channel",),
     3: ("episode", "collected"),
     4: ("policies",),
@@ -85,6 +85,10 @@ def _imports(tree: ast.AST, module: str, is_package: bool):
                     yield node.lineno, f"mlgo_host.{a.name}"
             else:
                 yield node.lineno, target
+                # `from mlgo_host.policies import replay` may import a module (the circle check
+                # keeps the names that are modules; the floor of each is the target's)
+                for a in node.names:
+                    yield node.lineno, f"{target}.{a.name}"
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and FACTORY.fullmatch(node.value):
             yield node.lineno, FACTORY.fullmatch(node.value).group(1)
         else:
@@ -199,5 +203,81 @@ def test_the_tensorflow_check_finds_an_import_below_learning(tmp_path, unit, bad
     try:
         want = [f"mlgo_host/{unit}/w.py:2: imports tensorflow below learning/"] if bad else []
         assert tensorflow_below_learning() == want
+    finally:
+        PACKAGE = saved
+
+
+# -- circles inside one folder -------------------------------------------------
+def _folder_edges() -> dict[str, list[tuple[str, int]]]:
+    """module -> [(module it imports, line)], both in one folder (``__init__``
+    counts as its folder's module; the implicit import of a package by its
+    submodules does not)."""
+    paths = {_module_name(p): p for p in _modules()}
+
+    def folder(module: str) -> str:
+        return module if paths[module].name == "__init__.py" else module.rpartition(".")[0]
+
+    edges: dict[str, list[tuple[str, int]]] = {m: [] for m in paths}
+    for module, path in paths.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for line, target in _imports(tree, module, path.name == "__init__.py"):
+            if target in paths and target != module and folder(target) == folder(module):
+                edges[module].append((target, line))
+    return edges
+
+
+def import_circles() -> list[str]:
+    """Each circle of imports inside one folder, once: ``a.py:3 -> b.py:7 -> a``."""
+    edges = _folder_edges()
+    seen_cycles, problems = set(), []
+
+    def where(m: str) -> str:
+        return m.replace(".", "/") + ("/__init__.py" if (PACKAGE.parent / m.replace(".", "/")).is_dir() else ".py")
+
+    def walk(start: str, node: str, trail: list[tuple[str, int]]):
+        for target, line in edges[node]:
+            if target == start:
+                cycle = trail + [(node, line)]
+                key = frozenset(m for m, _ in cycle)
+                if key not in seen_cycles:
+                    seen_cycles.add(key)
+                    problems.append(" -> ".join(f"{where(m)}:{ln}" for m, ln in cycle) + f" -> {where(start)}")
+            elif target > start and target not in {m for m, _ in trail} and target != node:
+                walk(start, target, trail + [(node, line)])
+
+    for start in sorted(edges):
+        walk(start, start, [])
+    return problems
+
+
+def test_no_import_circle_inside_a_folder():
+    # an import inside a function hides a circle from Python, not from the reader:
+    # each folder's modules import one way
+    problems = import_circles()
+    assert not problems, "import circles:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("files, circle", [
+    ({"a.py": "from mlgo_host.policies import b\n", "b.py": "def f():\n    from mlgo_host.policies.a import x\n"},
+     "mlgo_host/policies/a.py:1 -> mlgo_host/policies/b.py:2 -> mlgo_host/policies/a.py"),
+    ({"__init__.py": "def load():\n    from mlgo_host.policies.b import x\n", "b.py": "from mlgo_host.policies import load\n"},
+     "mlgo_host/policies/__init__.py:2 -> mlgo_host/policies/b.py:1 -> mlgo_host/policies/__init__.py"),
+    ({"a.py": "from . import b\n", "b.py": "from . import c\n", "c.py": "import mlgo_host.policies.a\n"},
+     "mlgo_host/policies/a.py:1 -> mlgo_host/policies/b.py:1 -> mlgo_host/policies/c.py:1 -> mlgo_host/policies/a.py"),
+    ({"a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from mlgo_host.policies import b\n",
+      "b.py": "from mlgo_host.policies import a\n"}, None),
+    ({"__init__.py": "from mlgo_host.policies.b import x\n", "b.py": "import os\n"}, None),  # a package and its module
+])
+def test_the_circle_check_finds_a_planted_circle(tmp_path, files, circle):
+    global PACKAGE
+    root = tmp_path / "mlgo_host"
+    (root / "policies").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "policies" / "__init__.py").write_text("")
+    for name, source in files.items():
+        (root / "policies" / name).write_text(source)
+    saved, PACKAGE = PACKAGE, root
+    try:
+        assert import_circles() == ([circle] if circle else [])
     finally:
         PACKAGE = saved

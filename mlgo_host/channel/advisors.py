@@ -2,7 +2,7 @@
 the legality check of each advice before it is sent.
 
 Each check exists because the compiler crashes or silently misbehaves on
-illegal advice (see PROTOCOL.md): an eviction index on a ``mask==0`` slot
+illegal advice (docs/channel.md, "How a compiler hangs or breaks"): an eviction index on a ``mask==0`` slot
 makes clang fail with "ran out of registers", an index out of the width
 segfaults, a priority outside ``[0, 2^32)`` is undefined when converted to
 ``unsigned``.
@@ -94,7 +94,7 @@ class InlineAdvisor(Advisor):
     channel_flag = "-inliner-interactive-channel-base"
 
     def __init__(self, default_slot: str | None = None):
-        #: None = detect per compiler when the session starts
+        #: None = not known yet: problems.ready_advisor sets it for a compiler
         self.default_slot = default_slot
         self._off = -1
 
@@ -103,8 +103,6 @@ class InlineAdvisor(Advisor):
 
     def bind(self, header: Header) -> None:
         super().bind(header)
-        if self.default_slot is None:
-            self.default_slot = "inlining_default"
         spec = header.feature(self.default_slot)
         if spec is None or spec.ctype != "int64_t" or spec.size != 1:
             raise ProtocolError(f"inline: the header has no int64 [1] feature {self.default_slot!r} for the default decision")
@@ -222,7 +220,8 @@ class PriorityAdvisor(Advisor):
             raise AdviceError(f"regalloc-priority: priority {v!r} not finite in [0, 2^32) (observation {obs.index})")
 
 
-ADVISORS = {"inline": InlineAdvisor, "regalloc-evict": EvictAdvisor, "regalloc-priority": PriorityAdvisor}
+#: the channel half of each problem (channel/problems.py), by name
+ADVISORS = {c.name: c for c in (InlineAdvisor, EvictAdvisor, PriorityAdvisor)}
 
 
 def get_advisor(name: str | Advisor) -> Advisor:

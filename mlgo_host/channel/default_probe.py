@@ -26,6 +26,7 @@ import shutil
 import tempfile
 
 from mlgo_host.channel.advisors import InlineAdvisor, is_clang_driver
+from mlgo_host.channel.session import run_session
 from mlgo_host.errors import CompilerError, ConfigError, MlgoHostError
 
 BUGGY_SLOT = "callee_basic_block_count"
@@ -128,11 +129,18 @@ def classify(values: list[dict[str, int]]) -> str:
                      f"{BUGGY_SLOT}={flags[BUGGY_SLOT]})")
 
 
-def probe(clang: str, timeout: float = 60.0) -> str:
-    """Run the probe compile with ``clang``; returns the feature name holding
-    the default decision.  Raises :class:`ConfigError` when it cannot tell."""
-    from mlgo_host.channel.session import run_session  # session imports this module
+def _cannot_tell(compiler: str, why: str) -> ConfigError:
+    """The one-line error of a compiler whose slot is unknown, with what the
+    user can do about it."""
+    return ConfigError(f"cannot determine the inliner's default-decision slot of {compiler}: {why}; check that "
+                       f"`{compiler} -Oz -c FILE.c` compiles, or skip the probe with {ENV_OVERRIDE}={BUGGY_SLOT} "
+                       f"(clang <= 20) or {ENV_OVERRIDE}={FIXED_SLOT} (clang >= 21)")
 
+
+def probe(clang: str, timeout: float = 60.0) -> str:
+    """Run the probe compile with ``clang`` within ``timeout`` seconds (what
+    is left of the caller's deadline); returns the feature name holding the
+    default decision.  Raises :class:`ConfigError` when it cannot tell."""
     d = tempfile.mkdtemp(prefix="mlgo-probe-")
     try:
         src = os.path.join(d, "probe.c")
@@ -143,16 +151,14 @@ def probe(clang: str, timeout: float = 60.0) -> str:
             res = run_session([clang, "-Oz", "-c", src, "-o", os.path.join(d, "probe.o")],
                               InlineAdvisor(default_slot=FIXED_SLOT), _Never(), timeout=timeout, recorder=rec)
         except MlgoHostError as e:
-            raise ConfigError(f"cannot determine the inliner's default-decision slot of {clang}: the probe compile "
-                              f"failed: {e}") from None
+            raise _cannot_tell(clang, f"the probe compile failed: {e}") from None
         if res.returncode != 0:
             tail = res.stderr_tail.strip().splitlines()[-1:] or [""]
-            raise ConfigError(f"cannot determine the inliner's default-decision slot of {clang}: the probe compile "
-                              f"exited {res.returncode} {tail[0][:200]!r}")
+            raise _cannot_tell(clang, f"the probe compile exited {res.returncode} {tail[0][:200]!r}")
         try:
             return classify(rec.values)
         except ValueError as e:
-            raise ConfigError(f"cannot determine the inliner's default-decision slot of {clang}: {e}") from None
+            raise _cannot_tell(clang, str(e)) from None
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -178,10 +184,12 @@ def _write_cache(cache: str, data: dict) -> None:
         pass
 
 
-def default_slot(compiler: str) -> str:
+def default_slot(compiler: str, timeout: float = 60.0) -> str:
     """Feature that carries the inliner's default decision for ``compiler``
-    (probed once per binary, cached).  ``MLGO_INLINE_DEFAULT_SLOT`` overrides
-    the probe.  :class:`ConfigError` when it cannot be determined."""
+    (probed once per binary, cached; the probe compile gets ``timeout``
+    seconds: pass what is left of the user's deadline).
+    ``MLGO_INLINE_DEFAULT_SLOT`` overrides the probe.  :class:`ConfigError`
+    when it cannot be determined."""
     env = os.environ.get(ENV_OVERRIDE)
     if env:
         if env not in SLOTS:
@@ -202,8 +210,9 @@ def default_slot(compiler: str) -> str:
         if clang is None:
             raise ConfigError(f"cannot determine the inliner's default-decision slot of {compiler}: no clang next to "
                               f"it to probe with; set {ENV_OVERRIDE} to {' or '.join(SLOTS)}")
-        slot = probe(clang)
+        slot = probe(clang, timeout)
         data[key] = slot
         _write_cache(cache, data)
     _MEMO[path] = slot
     return slot
+

@@ -1,7 +1,7 @@
 """FIFO lifecycle: a private directory per channel, the open order clang
 needs, deadlines on every open and read, removal on every exit path.
 
-Open order (PROTOCOL.md): the compiler opens ``B.in`` for reading first, then
+Open order (docs/channel.md, "Opening the FIFOs"): the compiler opens ``B.in`` for reading first, then
 ``B.out`` for writing.  The host opens ``B.in`` for writing with
 ``O_NONBLOCK`` (retrying on ``ENXIO`` until the compiler is there, has exited,
 or the deadline passes), then ``B.out`` for reading, also non-blocking, so a

@@ -497,9 +497,13 @@ def run_session(
     env: dict | None = None,
     tmpdir: str | None = None,
     pin_cpu: int | None = None,
+    start: float | None = None,
 ) -> SessionResult:
     """Run ``cmd`` (the advisor's flags appended) and serve its channel
     (``policy`` None: the advisor's default answers, see :func:`serve_channel`).
+    An inliner advisor comes with its default-decision slot set
+    (:func:`~mlgo_host.channel.problems.ready_advisor`; this module never
+    probes: the probe is itself a session).
 
     Host-side failures raise :class:`MlgoHostError` subclasses after the
     compiler's process group was killed (and its temp outputs removed); a
@@ -507,18 +511,19 @@ def run_session(
     ``pin_cpu``: run this thread and the compiler on that one CPU for the
     session (the synchronous ping-pong is much cheaper without cross-CPU
     wake-ups); the thread's affinity is restored afterwards. -1 = the CPU
-    this process is running on.
+    this process is running on.  ``start``: the ``time.monotonic()`` from
+    which ``timeout`` counts (default: now), when work done for the same
+    compile came first (the default-slot probe).
     """
     adv = get_advisor(advisor)
     if not cmd:
         raise CompilerError("empty compiler command")
     if isinstance(adv, InlineAdvisor) and adv.default_slot is None:
-        # not at the top: the probe is itself a session (default_probe imports this module)
-        from mlgo_host.channel.default_probe import default_slot
-
-        adv.set_default_slot(default_slot(cmd[0]))
+        # guessing would turn the default policy into never-inline on clang-19
+        raise ValueError("the inliner's default-decision slot is not set: get the advisor from "
+                         "problems.ready_advisor, or run with problems.probe_then_run")
     t0 = time.monotonic()
-    deadline = t0 + timeout
+    deadline = (t0 if start is None else start) + timeout
     old_affinity = None
     if pin_cpu is not None:
         cpu = procs.current_cpu() if pin_cpu < 0 else pin_cpu

@@ -35,7 +35,8 @@ import json
 import os
 import sys
 
-from mlgo_host.channel.advisors import ADVISORS
+from mlgo_host.channel.problems import PROBLEMS
+from mlgo_host.commands.help import LLVM_SIZE_HELP
 from mlgo_host.errors import ConfigError
 
 
@@ -44,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="default",
                    help="who answers: a heuristic (default, never, always, random) or a saved policy directory "
                         "(greedy)")
-    p.add_argument("--advisor", choices=sorted(ADVISORS), default="inline",
+    p.add_argument("--advisor", choices=sorted(PROBLEMS), default="inline",
                    help="which of the compiler's decisions the policy makes")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--modules", type=int, metavar="N",
@@ -61,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --worker_backend ray: the cluster to join (default: start a local Ray)")
     p.add_argument("--clang", default="clang-19", metavar="PATH", help="clang binary compiling the modules")
     p.add_argument("--llvm-size", default=None, metavar="PATH",
-                   help="llvm-size binary (default: llvm-size-19, then llvm-size)")
+                   help=LLVM_SIZE_HELP)
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="time one module compile may take")
     p.add_argument("--baseline-cache", metavar="DIR", default=None,
                    help="where default-heuristic sizes are cached (default: $MLGO_HOST_CACHE/baselines, "

@@ -20,3 +20,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         if not action.option_strings and action.nargs not in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
             return text
         return f"{text} (default: %(default)s)"
+
+
+#: the --llvm-size option's help, the same wherever a command measures objects
+LLVM_SIZE_HELP = ("llvm-size binary (default: the one of --clang's LLVM: llvm-size-N for clang-N, "
+                  "else the llvm-size beside the clang binary)")

@@ -41,12 +41,12 @@ import sys
 # `run` does no BLAS work: a single OpenBLAS thread saves ~0.1 s of CPU at start-up.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from mlgo_host.channel.advisors import ADVISORS  # noqa: E402  (imports numpy)
+from mlgo_host.channel.problems import PROBLEMS  # noqa: E402  (imports numpy)
 from mlgo_host.errors import ConfigError  # noqa: E402
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--advisor", choices=sorted(ADVISORS), default="inline",
+    p.add_argument("--advisor", choices=sorted(PROBLEMS), default="inline",
                    help="which of the compiler's decisions the policy makes (a replay's must match)")
     p.add_argument("--policy", default=None,
                    help="who answers: a heuristic (default = the compiler's own decision, never, always, random) "
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     import resource
 
-    from mlgo_host.channel.session import run_session
+    from mlgo_host.channel.problems import probe_then_run
 
     cmd = list(args.compiler_args)
     if cmd and cmd[0] == "--":
@@ -120,7 +120,7 @@ def _run(args: argparse.Namespace) -> int:
         from mlgo_host.policies import load_policy
 
         policy = load_policy(args.policy, seed=args.seed, greedy=not args.sample)
-    res = run_session(cmd, args.advisor, policy, timeout=args.timeout, log_path=args.log, pin_cpu=args.pin)
+    res = probe_then_run(cmd, args.advisor, policy, timeout=args.timeout, log_path=args.log, pin_cpu=args.pin)
     out = res.summary()
     out["policy"] = args.policy or "default"
     if tuned is not None:
@@ -139,7 +139,7 @@ def _run(args: argparse.Namespace) -> int:
     out["text_size"] = None
     if res.returncode == 0 and res.output and res.output != "-":
         path = res.output if os.path.isabs(res.output) else os.path.join(os.getcwd(), res.output)
-        out["text_size"] = _text_size(path)
+        out["text_size"] = _text_size(path, cmd[0])
     me = resource.getrusage(resource.RUSAGE_SELF)
     out["host_cpu_s"] = round(me.ru_utime + me.ru_stime, 4)
     if res.returncode != 0 and res.stderr_tail:
@@ -158,7 +158,7 @@ def _run_with_flags(cmd: list[str], flags: list[str], name: str, timeout: float)
     out = {"advisor": "inline", "returncode": rc, "output": plan.get("output"), "policy": f"tuned:{name}",
            "tuned": {"tuned": "tuned", "tuned_module": name, "flags": flags}, "text_size": None}
     if rc == 0 and plan.get("output"):
-        out["text_size"] = _text_size(plan["output"])
+        out["text_size"] = _text_size(plan["output"], cmd[0])
     if rc != 0 and tail:
         sys.stderr.write(tail)
     print(json.dumps(out))
@@ -185,11 +185,11 @@ def _tuned(args: argparse.Namespace, cmd: list[str]):
     return policy, (pols, name), matched
 
 
-def _text_size(path: str) -> int | None:
+def _text_size(path: str, compiler: str) -> int | None:
     from mlgo_host.corpus.sizes import text_size
     from mlgo_host.errors import MlgoHostError
 
     try:
-        return text_size(path)
+        return text_size(path, clang=compiler)
     except MlgoHostError:
         return None  # not an object file (e.g. -emit-llvm, -S)

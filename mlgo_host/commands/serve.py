@@ -42,7 +42,7 @@ import os
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from mlgo_host.channel.advisors import ADVISORS
+    from mlgo_host.channel.problems import PROBLEMS
 
     p.add_argument("--channels", metavar="DIR", required=True,
                    help="slot directory, created if needed (clients: MLGO_CHANNELS=DIR)")
@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="default",
                    help="who answers: a heuristic (default = the compiler's own decision, never, always, random) "
                         "or a saved policy directory")
-    p.add_argument("--advisor", choices=sorted(ADVISORS), default="inline",
+    p.add_argument("--advisor", choices=sorted(PROBLEMS), default="inline",
                    help="which of the compiler's decisions the policy makes")
     p.add_argument("--stats", metavar="FILE", help="append one JSON line per compile (read it with mlgo-host stats)")
     p.add_argument("--collect", metavar="DIR",

@@ -25,13 +25,16 @@ import argparse
 import json
 import sys
 
+from mlgo_host.channel.problems import LEARNABLE
+from mlgo_host.commands.help import LLVM_SIZE_HELP
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", required=True, metavar="DIR", help="corpus directory (corpus_description.json)")
     p.add_argument("--output", required=True, metavar="DIR", help="trace directory to write")
     p.add_argument("--policy", default="default",
                    help="who answers: a heuristic (default, never, always, random) or a saved policy directory")
-    p.add_argument("--advisor", choices=("inline", "regalloc-evict"), default="inline",
+    p.add_argument("--advisor", choices=LEARNABLE, default="inline",
                    help="which of the compiler's decisions to trace")
     p.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="modules compiled in parallel")
     p.add_argument("--worker_backend", "--worker-backend", dest="worker_backend", choices=("local", "ray"),
@@ -40,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --worker_backend ray: the cluster to join (default: start a local Ray)")
     p.add_argument("--clang", default="clang-19", metavar="PATH", help="the clang driver to compile with")
     p.add_argument("--llvm_size", "--llvm-size", dest="llvm_size", default=None, metavar="PATH",
-                   help="llvm-size binary (default: llvm-size-19, then llvm-size)")
+                   help=LLVM_SIZE_HELP)
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="time one module's compile may take")
     p.add_argument("--modules", type=int, default=None, metavar="N",
                    help="trace only the first N modules (default: all)")

@@ -45,6 +45,8 @@ import argparse
 import os
 import signal
 
+from mlgo_host.commands.help import LLVM_SIZE_HELP
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", metavar="DIR", help="corpus directory (mlgo-host corpus build)")
@@ -71,7 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--patience", type=int, default=6, metavar="N",
                    help="stop a module's first pass after N flips in a row that did not shrink it")
     p.add_argument("--clang", default="clang-19", metavar="PATH", help="clang binary compiling the modules")
-    p.add_argument("--llvm-size", default=None, metavar="PATH", help="llvm-size binary (default: llvm-size-19)")
+    p.add_argument("--llvm-size", default=None, metavar="PATH", help=LLVM_SIZE_HELP)
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="time one compile may take")
     p.add_argument("--seed", type=int, default=0, help="seed of stochastic base policies")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (default: one on a terminal)")

@@ -39,16 +39,10 @@ from mlgo_host.errors import CorpusError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes
 from mlgo_host.progress import progress_bar
 from mlgo_host.corpus.corpus import write_description
+from mlgo_host.corpus.driver_flags import strip_driver_flags
 
 SOURCE_EXTS = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".m", ".mm")
 CXX_EXTS = (".cc", ".cpp", ".cxx", ".c++", ".C", ".mm")
-
-#: driver flags dropped from the entry (they name outputs or side files, or
-#: would change what is emitted); the set with a value takes it as the next arg
-_DROP_WITH_VALUE = {"-o", "-MF", "-MT", "-MQ", "-MJ", "-dumpdir", "-dumpbase"}
-_DROP_ALONE = {"-c", "-S", "-E", "-MD", "-MMD", "-M", "-MM", "-MP", "-emit-llvm", "-pipe", "-Werror"}
-_DROP_PREFIXES = ("-fembed-bitcode", "-flto", "-save-temps", "-Werror=", "-Wp,-MD", "-Wp,-MMD", "-gsplit-dwarf",
-                  "-fthinlto-index", "-MF", "-MT", "-MQ", "-MJ", "--serialize-diagnostics")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,26 +139,12 @@ def _is_input(entry: CompileEntry, arg: str) -> bool:
 
 
 def compile_flags(entry: CompileEntry, opt_level: str | None = None) -> list[str]:
-    """The entry's flags without compiler, input, output, dependency files and
-    bitcode/LTO options; ``opt_level`` (e.g. ``-Oz``) replaces every ``-O``."""
-    args = list(entry.arguments[1:])
-    out: list[str] = []
-    i = 0
-    while i < len(args):
-        a = args[i]
-        i += 1
-        if a in _DROP_WITH_VALUE:
-            i += 1
-            continue
-        if a in _DROP_ALONE or a.startswith(_DROP_PREFIXES) or (a.startswith("-o") and len(a) > 2):
-            continue
-        if _is_input(entry, a):
-            continue
-        if opt_level and a.startswith("-O"):
-            continue
-        out.append(a)
+    """The entry's flags without compiler, input, output, dependency files,
+    mode and bitcode/LTO options (:func:`~mlgo_host.corpus.driver_flags.strip_driver_flags`);
+    ``opt_level`` (e.g. ``-Oz``) replaces every ``-O``."""
+    out = strip_driver_flags(entry.arguments[1:], is_input=lambda a: _is_input(entry, a))
     if opt_level:
-        out.insert(0, opt_level)
+        out = [opt_level, *(a for a in out if not a.startswith("-O"))]
     if entry.is_cxx and entry.file.suffix not in CXX_EXTS and "-x" not in out:
         out = ["-x", "c++", *out]
     return out

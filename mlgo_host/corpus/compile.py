@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from mlgo_host.channel.session import plain_compile, run_session
+from mlgo_host.channel.problems import probe_then_run
+from mlgo_host.channel.session import plain_compile
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.corpus.sizes import compiler_version, find_llvm_size, text_size  # noqa: F401 (re-exported)
 from mlgo_host.episode import Episode, EpisodeRecorder
@@ -128,7 +129,7 @@ def compile_module(
         out = os.path.join(tmp, "module.o")
         try:
             cmd = module.compile_command(clang, out) + list(extra_args)
-            res = run_session(cmd, advisor, policy, timeout=timeout, recorder=EpisodeRecorder() if record else None,
+            res = probe_then_run(cmd, advisor, policy, timeout=timeout, recorder=EpisodeRecorder() if record else None,
                               log_path=log_path, tmpdir=tmp)
         except MlgoHostError as e:
             return _failed(module.name, f"{type(e).__name__}: {e}", t0)
@@ -138,7 +139,7 @@ def compile_module(
         if not os.path.exists(out):
             return _failed(module.name, "the compiler exited 0 but wrote no object", t0, res.observations)
         try:
-            size = text_size(out, llvm_size)
+            size = text_size(out, llvm_size, clang=clang)
         except MlgoHostError as e:
             return _failed(module.name, str(e), t0, res.observations)
         return ModuleResult(module.name, "ok", text_size=size, observations=res.observations,
@@ -207,7 +208,7 @@ def compile_plain(module: "Module", clang: str = "clang-19", llvm_size: str | No
                 return _failed(module.name, f"compiler exited with status {rc}: {_one_line(tail)}", t0)
             if not os.path.exists(out):
                 return _failed(module.name, "the compiler exited 0 but wrote no object", t0)
-            size = text_size(out, llvm_size)
+            size = text_size(out, llvm_size, clang=clang)
         except MlgoHostError as e:
             return _failed(module.name, f"{type(e).__name__}: {e}", t0)
         return ModuleResult(module.name, "ok", text_size=size, wall_s=time.monotonic() - t0)

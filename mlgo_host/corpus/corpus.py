@@ -29,12 +29,14 @@ import random
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
+from mlgo_host.corpus.driver_flags import strip_driver_flags
 from mlgo_host.errors import CorpusError
 
 DESCRIPTION = "corpus_description.json"
 
-#: Flags removed together with their value (ml-compiler-opt's ``delete_flags``
-#: plus what only makes sense when compiling the original source).
+#: cc1 flags removed together with their value (ml-compiler-opt's
+#: ``delete_flags`` plus what only makes sense when compiling the original
+#: source); driver-form commands: :mod:`mlgo_host.corpus.driver_flags`.
 DELETE_WITH_VALUE = (
     "-o",
     "-split-dwarf-file",
@@ -47,7 +49,7 @@ DELETE_WITH_VALUE = (
     "-MQ",
     "-x",
 )
-#: Flags removed alone (they change what is emitted, or skip the optimizer).
+#: cc1 flags removed alone (they change what is emitted, or skip the optimizer).
 DELETE_ALONE = (
     "-emit-llvm",
     "-emit-llvm-bc",
@@ -201,7 +203,8 @@ class Corpus:
             if ov == ["<UNSPECIFIED>"]:
                 raise CorpusError(f"{desc_path}: global_command_override is not filled in (<UNSPECIFIED>)")
             try:
-                override = tuple(clean_cc1(ov)) if _is_cc1_override(ov) else tuple(_clean_driver(ov))
+                override = tuple(clean_cc1(ov)) if _is_cc1_override(ov) else (
+                    *strip_driver_flags(ov, bitcode_input=True), "-c")
             except CorpusError as e:
                 raise CorpusError(f"{desc_path}: global_command_override: {e}") from None
         modules: list[Module] = []
@@ -285,22 +288,6 @@ def is_heldout(name: str, fraction: float, seed: int = 0) -> bool:
     salt = f"{seed}:" if seed else ""
     h = int.from_bytes(hashlib.sha256((salt + name).encode()).digest()[:8], "big")
     return h / 2**64 < fraction
-
-
-def _clean_driver(args: Sequence[str]) -> list[str]:
-    """An override in driver form (``-O2 -c ...``): drop input/output flags."""
-    out: list[str] = []
-    it = iter(args)
-    for a in it:
-        if a in DELETE_WITH_VALUE:
-            next(it, None)
-            continue
-        if any(a.startswith(f + "=") for f in DELETE_WITH_VALUE[1:]):
-            continue
-        out.append(a)
-    if "-c" not in out:
-        out.append("-c")
-    return out
 
 
 def _load_module(root: Path, name: str, override: tuple[str, ...] | None) -> Module:

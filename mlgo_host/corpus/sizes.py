@@ -7,29 +7,51 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 
 from mlgo_host.errors import CompilerError, ConfigError
 
-LLVM_SIZE_CANDIDATES = ("llvm-size-19", "llvm-size")
+#: a versioned driver's name (Debian: clang-19, clang++-22): its LLVM's tools
+#: carry the same suffix (llvm-size-19)
+_VERSIONED_DRIVER = re.compile(r"clang(?:\+\+)?(-\d+)")
+
+
+def llvm_size_candidates(clang: str) -> list[str]:
+    """Where the llvm-size of ``clang``'s own LLVM is, best first: ``clang-N``
+    -> ``llvm-size-N`` beside it, then on PATH; the ``llvm-size`` beside the
+    driver as named and as resolved (Debian's /usr/bin/clang-22 is a link to
+    /usr/lib/llvm-22/bin/clang); last, ``llvm-size`` on PATH."""
+    found = shutil.which(clang)
+    dirs = [os.path.dirname(found), os.path.dirname(os.path.realpath(found))] if found else []
+    names = []
+    m = _VERSIONED_DRIVER.fullmatch(os.path.basename(clang))
+    if m:
+        versioned = "llvm-size" + m.group(1)
+        names += [os.path.join(d, versioned) for d in dirs[:1]] + [versioned]
+    names += [os.path.join(d, "llvm-size") for d in dirs] + ["llvm-size"]
+    return list(dict.fromkeys(names))
 
 
 @functools.lru_cache(maxsize=None)
-def find_llvm_size(llvm_size: str | None = None) -> str:
-    """The llvm-size binary: ``llvm_size`` if given, else ``llvm-size-19``,
-    else ``llvm-size`` on PATH."""
-    cands = (llvm_size,) if llvm_size else LLVM_SIZE_CANDIDATES
+def find_llvm_size(llvm_size: str | None = None, clang: str = "clang-19") -> str:
+    """The llvm-size binary: ``llvm_size`` if given, else the one that comes
+    with ``clang`` (:func:`llvm_size_candidates`)."""
+    cands = [llvm_size] if llvm_size else llvm_size_candidates(clang)
     for c in cands:
         p = shutil.which(c)
         if p:
             return p
-    raise ConfigError(f"llvm-size not found (tried {', '.join(cands)}); install llvm-19 or pass --llvm-size")
+    raise ConfigError(f"llvm-size not found (tried {', '.join(cands)}); install the llvm package of {clang} "
+                      "or pass --llvm-size")
 
 
-def text_size(obj_path: str | os.PathLike, llvm_size: str | None = None, timeout: float = 60.0) -> int:
-    """The ``text`` column of ``llvm-size`` (Berkeley format) for one object."""
-    tool = find_llvm_size(llvm_size)
+def text_size(obj_path: str | os.PathLike, llvm_size: str | None = None, timeout: float = 60.0,
+              clang: str = "clang-19") -> int:
+    """The ``text`` column of ``llvm-size`` (Berkeley format) for one object
+    compiled by ``clang`` (whose llvm-size measures it unless ``llvm_size``)."""
+    tool = find_llvm_size(llvm_size, clang)
     try:
         r = subprocess.run([tool, "--format=berkeley", str(obj_path)], capture_output=True, text=True,
                            timeout=timeout)

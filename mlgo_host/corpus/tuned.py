@@ -26,13 +26,13 @@ forcing at the first difference and the base answered the rest) or
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import urllib.parse
 from typing import Any
 
 from mlgo_host.corpus.identity import IdentityIndex, command_identity
 from mlgo_host.errors import ConfigError
+from mlgo_host.formats import read_format_json
 from mlgo_host.policies import load_policy
 from mlgo_host.policies.base import Policy
 from mlgo_host.policies.replay import Replay, ReplayPolicy, read_replay
@@ -84,15 +84,9 @@ def is_tune_dir(path: str) -> bool:
 def read_manifest(path: str) -> dict:
     """The manifest of tune directory ``path``; ConfigError naming it."""
     mf = os.path.join(path, MANIFEST)
-    try:
-        with open(mf, encoding="utf-8") as f:
-            doc = json.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: not a tune directory (no {MANIFEST}; make one with mlgo-host tune)") from None
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{mf}: unreadable: {e}") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("modules"), dict):
-        raise ConfigError(f"{mf}: not a {FORMAT} manifest")
+    doc = read_format_json(mf, FORMAT, "tune directory", hint="make one with mlgo-host tune")
+    if not isinstance(doc.get("modules"), dict):
+        raise ConfigError(f"{mf}: a tune directory's manifest without its 'modules' object")
     return doc
 
 

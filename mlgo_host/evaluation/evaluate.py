@@ -29,13 +29,14 @@ import io
 import os
 from typing import Any, Sequence
 
+from mlgo_host.channel.problems import get_problem
 from mlgo_host.corpus.compile import baseline_size_info, compile_module, compile_plain, find_llvm_size
 from mlgo_host.corpus.corpus import Module, is_heldout, load_corpus
 from mlgo_host.corpus.reward import reward
 from mlgo_host.corpus.tuned import TunedDir, TunedPolicies
 from mlgo_host.errors import ConfigError, CorpusError, MlgoHostError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes
-from mlgo_host.policies import load_policy
+from mlgo_host.policies import load_policy, warn_meaning_changes
 from mlgo_host.workers.pool import make_pool, map_with_progress
 
 CSV_FIELDS = ("module", "baseline_text", "policy_text", "reward", "observations", "status", "reason")
@@ -344,8 +345,9 @@ def evaluate(
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     # Fail fast on a bad policy name / directory, in this (TF-free) process.
-    load_policy(policy, seed=seed, greedy=True)
-    find_llvm_size(llvm_size)
+    pol = load_policy(policy, seed=seed, greedy=True)
+    find_llvm_size(llvm_size, clang)
+    warn_meaning_changes(pol, get_problem(advisor).default_slot(clang, timeout))
     if selected is None:
         selected = select_modules(load_corpus(corpus_dir), modules, split, heldout_fraction, seed)
     if not selected:

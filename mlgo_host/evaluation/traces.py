@@ -42,19 +42,18 @@ import numpy as np
 
 from mlgo_host.channel import codec
 from mlgo_host.channel.codec import Header, Observation
-from mlgo_host.channel.default_probe import default_slot
+from mlgo_host.channel.problems import PROBLEMS, get_problem
 from mlgo_host.corpus.compile import compile_module, compiler_version
 from mlgo_host.corpus.corpus import Module, load_corpus
 from mlgo_host.errors import ConfigError, CorpusError, ProtocolError
 from mlgo_host.fsutil import atomic_write_json, replace_dir
-from mlgo_host.policies import load_policy
+from mlgo_host.policies import load_policy, warn_meaning_changes
 from mlgo_host.policies.vocab import VocabBuilder
 from mlgo_host.workers.pool import make_pool, map_with_progress
 
 FORMAT = "mlgo_host.trace/1"
 INDEX = "trace.json"
 LOGS = "logs"
-ADVICE_NAMES = {"inline": "inlining_decision", "regalloc-evict": "index_to_evict", "regalloc-priority": "priority"}
 
 
 @dataclasses.dataclass
@@ -121,7 +120,7 @@ class Trace:
         if not isinstance(self.index, dict) or self.index.get("format") != FORMAT:
             raise ConfigError(f"{ip}: not a {FORMAT} index")
         self.advisor: str = self.index.get("advisor", "inline")
-        self.advice_name = ADVICE_NAMES.get(self.advisor, "")
+        self.advice_name = PROBLEMS[self.advisor].advice_name if self.advisor in PROBLEMS else ""
 
     @property
     def default_slot(self) -> str | None:
@@ -212,13 +211,14 @@ def record_trace(
     workers (:func:`~mlgo_host.workers.pool.make_pool`), keep each module's
     training log and object size; returns the index (also written as
     ``trace.json``)."""
-    if advisor not in ADVICE_NAMES:
-        raise ConfigError(f"unknown advisor {advisor!r}; choose from {', '.join(ADVICE_NAMES)}")
+    problem = get_problem(advisor)  # an unknown advisor: ConfigError
     if jobs < 1:
         raise ConfigError("--jobs must be at least 1")
     mods = _select(corpus_dir, names, max_modules)
     rels = [_log_rel(m.name) for m in mods]
-    load_policy(policy, seed=seed)  # a bad policy: a clear error here, before any worker starts
+    pol = load_policy(policy, seed=seed)  # a bad policy: a clear error here, before any worker starts
+    slot = problem.default_slot(clang, timeout)
+    warn_meaning_changes(pol, slot)
     worker = {"policy": policy, "seed": seed, "advisor": advisor, "clang": clang, "llvm_size": llvm_size,
               "timeout": timeout}
     with make_pool(worker_backend, min(jobs, len(mods)), "mlgo_host.evaluation.traces:TraceWorker", worker,
@@ -229,7 +229,7 @@ def record_trace(
     for o in outcomes:  # a worker that raised fails its module, not the trace
         rows[o.index] = o.value if o.ok else _failed_row(mods[o.index].name, o.error)
     index = {"format": FORMAT, "advisor": advisor, "policy": policy, "compiler": _compiler_line(clang),
-             "default_slot": default_slot(clang) if advisor == "inline" else None}
+             "default_slot": slot}
     _write_trace(output_dir, index, rows, rels)
     return index
 

@@ -26,6 +26,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from mlgo_host.channel.problems import LEARNABLE, get_problem
 from mlgo_host.errors import ConfigError
 from mlgo_host.evaluation.traces import load_trace, vocab_from_trace
 from mlgo_host.fsutil import atomic_write_json
@@ -111,8 +112,8 @@ def train_bc(
 def _vocab_and_spec(trace, vocab_dir: str | None, num_buckets: int, seed: int) -> tuple[Vocab, PolicySpec]:
     """The vocab (given, else the trace's quantiles) and the policy spec of
     the trace's header."""
-    if trace.advisor not in ("inline", "regalloc-evict"):
-        raise ConfigError(f"behavioural cloning supports inline and regalloc-evict traces, not {trace.advisor!r}")
+    if not get_problem(trace.advisor).learnable:
+        raise ConfigError(f"behavioural cloning supports {' and '.join(LEARNABLE)} traces, not {trace.advisor!r}")
     vocab = Vocab.load(vocab_dir) if vocab_dir else vocab_from_trace(trace.path, num_buckets=num_buckets, seed=seed)
     first = next(trace.logs(), None)
     if first is None:

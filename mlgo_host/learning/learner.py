@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from mlgo_host.channel.codec import Header
-from mlgo_host.channel.default_probe import default_slot
+from mlgo_host.channel.problems import get_problem
 from mlgo_host.corpus.sizes import compiler_version
 from mlgo_host.errors import ConfigError
 from mlgo_host.learning.export import save_policy
@@ -64,7 +64,7 @@ class Learner:
         self.batch_size = batch_size
         self.header = Header.from_json(header_json)
         self.vocab = Vocab.load(vocab_dir)
-        slot = default_slot(clang) if advisor == "inline" else None
+        slot = get_problem(advisor).default_slot(clang)
         # keep_default: the compiler's default decision is an input (a
         # search-then-imitate warm start reads it); gate: its saved policies
         # keep that start's gate

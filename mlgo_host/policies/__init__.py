@@ -5,28 +5,33 @@ from __future__ import annotations
 
 import os
 
-from mlgo_host.errors import ConfigError
 from mlgo_host.policies.base import Policy
 from mlgo_host.policies.heuristic import HEURISTICS, make_heuristic
+from mlgo_host.policies.loading import load_base_policy
 
-__all__ = ["Policy", "HEURISTICS", "make_heuristic", "load_policy"]
+__all__ = ["Policy", "HEURISTICS", "make_heuristic", "load_policy", "warn_meaning_changes"]
 
 
 def load_policy(name_or_path: str, seed: int = 0, greedy: bool = True) -> Policy:
     """A heuristic by name (default, never, always, random), a saved policy
     directory (loaded with numpy only) or a replay file (JSON: forced actions
     over a base policy, see :mod:`mlgo_host.policies.replay`)."""
-    if name_or_path in HEURISTICS:
-        return make_heuristic(name_or_path, seed=seed)
-    if os.path.isdir(name_or_path):
-        from mlgo_host.policies.saved import load_saved_policy
-
-        return load_saved_policy(name_or_path, greedy=greedy, seed=seed)
     if os.path.isfile(name_or_path):
-        from mlgo_host.policies.replay import load_replay
+        from mlgo_host.policies.replay import load_replay  # numpy-free, but not needed by the others
 
         return load_replay(name_or_path, seed=seed, greedy=greedy)
-    raise ConfigError(
-        f"policy {name_or_path!r} is neither a heuristic ({', '.join(HEURISTICS)}), a saved policy directory "
-        "nor a replay file"
-    )
+    return load_base_policy(name_or_path, seed=seed, greedy=greedy)
+
+
+def warn_meaning_changes(policy: Policy, compiler_slot: str | None) -> None:
+    """Say once, before the first compile, which inputs of a saved policy (a
+    replay's: of its base) mean something else on a compiler whose default
+    decision is in ``compiler_slot`` (:class:`~mlgo_host.errors.CompatibilityWarning`).
+    A command whose compiles run in pool workers calls this: the workers
+    leave it to the command."""
+    from mlgo_host.policies.actor import NumpyPolicy
+
+    while policy is not None and not isinstance(policy, NumpyPolicy):
+        policy = getattr(policy, "base", None)  # a replay's base policy
+    if policy is not None:
+        policy.warn_meaning_changes(compiler_slot)

@@ -48,7 +48,7 @@ try:
 except ImportError:  # pragma: no cover - a NumPy without it: the public wrapper
     _clip_ufunc = np.clip
 
-from mlgo_host.errors import ConfigError
+from mlgo_host.errors import CompatibilityWarning, ConfigError
 from mlgo_host.fsutil import atomic_path
 from mlgo_host.policies.base import Policy
 from mlgo_host.policies.specs import BINARY, MASKED_CHOICE, PolicySpec
@@ -243,7 +243,7 @@ class NumpyPolicy(Policy):
         self._default_off = header.offset(slot) if slot and header.feature(slot) is not None else None
         if self.gate is not None and self.greedy and self._default_off is None:
             raise ConfigError("a gated policy needs the compiler's default decision (inliner include-default slot)")
-        self._warn_meaning_changes(slot)
+        self.warn_meaning_changes(slot)
         nb = header.observation_nbytes
         self._nb = nb
         self._buf = bytearray(nb)
@@ -254,10 +254,11 @@ class NumpyPolicy(Policy):
             self.fast_path = False
             self._bind_generic(header)
 
-    def _warn_meaning_changes(self, compiler_slot: str | None) -> None:
+    def warn_meaning_changes(self, compiler_slot: str | None) -> None:
         """Warn (once per process and feature change) for each input that
-        means something else on this compiler than when the policy was
-        trained: it still answers, but from a feature it never saw."""
+        means something else on a compiler whose default decision is in
+        ``compiler_slot`` than when the policy was trained: it still answers,
+        but from a feature it never saw."""
         trained = f" with {self.trained_with}" if self.trained_with else ""
         for name, was, now in self.actor.spec.meaning_changes(compiler_slot):
             key = (name, was, now)
@@ -265,7 +266,7 @@ class NumpyPolicy(Policy):
                 continue
             _WARNED_MEANINGS.add(key)
             warnings.warn(f"policy input {name!r} meant '{was}' when the policy was trained{trained}; this compiler "
-                          f"sends '{now}' in it: its decisions may be off", RuntimeWarning, stacklevel=3)
+                          f"sends '{now}' in it: its decisions may be off", CompatibilityWarning, stacklevel=3)
 
     def _layers(self, w1_rows: np.ndarray, lead: tuple[int, ...], bias0: np.ndarray | None = None):
         """Augmented layer matrices: ``w1_rows`` is the first kernel with its

@@ -44,17 +44,19 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 from typing import Any
 
-from mlgo_host.channel.advisors import ADVISORS
+from mlgo_host.channel.problems import BINARY, MASKED_CHOICE, PROBLEMS
 from mlgo_host.errors import ConfigError, MlgoHostError
+from mlgo_host.formats import check_format, read_format_json
 from mlgo_host.fsutil import atomic_write_json
-from mlgo_host.policies import HEURISTICS, load_policy
+from mlgo_host.policies.heuristic import HEURISTICS
+from mlgo_host.policies.loading import load_base_policy
 from mlgo_host.policies.base import Policy
 
 FORMAT = "mlgo_host.replay/1"
+WHAT = "replay file"  # how the messages of formats.py name it
 HASH = "blake2b-64"
 _DIGEST_SIZE = 8
 
@@ -89,13 +91,10 @@ class Replay:
     @classmethod
     def from_json(cls, d: Any, where: str = "replay") -> "Replay":
         """Validate a parsed replay; ConfigError(``where: ...``) on any flaw."""
-        if not isinstance(d, dict):
-            raise ConfigError(f"{where}: a replay is a JSON object, got {type(d).__name__}")
-        if d.get("format") != FORMAT:
-            raise ConfigError(f"{where}: not a {FORMAT} replay (format {d.get('format')!r})")
+        check_format(d, FORMAT, WHAT, where)
         advisor = d.get("advisor", "inline")
-        if advisor not in ADVISORS:
-            raise ConfigError(f"{where}: unknown advisor {advisor!r} (have {', '.join(ADVISORS)})")
+        if advisor not in PROBLEMS:
+            raise ConfigError(f"{where}: unknown advisor {advisor!r} (have {', '.join(PROBLEMS)})")
         base = d.get("base", "default")
         if not isinstance(base, str) or not base:
             raise ConfigError(f"{where}: 'base' must be a policy name or directory, got {base!r}")
@@ -142,10 +141,11 @@ def _parse_forced(raw: Any, advisor: str, where: str) -> dict[int, Any]:
 
 
 def _parse_action(a: Any, advisor: str, where: str) -> Any:
-    if advisor == "inline":
+    kind = PROBLEMS[advisor].action_kind
+    if kind == BINARY:
         if type(a) is not int or a not in (0, 1):
             raise ConfigError(f"{where}: an inlining decision is 0 or 1, got {a!r}")
-    elif advisor == "regalloc-evict":
+    elif kind == MASKED_CHOICE:
         if type(a) is not int or a < 0:
             raise ConfigError(f"{where}: an eviction index is a non-negative integer, got {a!r}")
     elif type(a) not in (int, float):
@@ -180,16 +180,7 @@ def _is_hex(s: str) -> bool:
 def read_replay(path: str | os.PathLike) -> Replay:
     """A replay file, validated; ConfigError naming the file on any flaw."""
     path = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            d = json.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"replay file {path} does not exist") from None
-    except IsADirectoryError:
-        raise ConfigError(f"replay {path} is a directory, not a replay file") from None
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"replay file {path}: unreadable: {e}") from None
-    r = Replay.from_json(d, where=f"replay file {path}")
+    r = Replay.from_json(read_format_json(path, FORMAT, WHAT), where=path)
     r.path = path
     return r
 
@@ -323,12 +314,13 @@ class ReplayPolicy(Policy):
 def replay_policy(replay: Replay, base: str | None = None, seed: int = 0, greedy: bool = True) -> ReplayPolicy:
     """A :class:`ReplayPolicy` for ``replay``; ``base`` overrides the file's."""
     where = replay.path or "replay"
+    path = base or replay.base_path()
+    if os.path.isfile(path):
+        raise ConfigError(f"{where}: the base of a replay cannot be another replay ({path})")
     try:
-        b = load_policy(base or replay.base_path(), seed=seed, greedy=greedy)
+        b = load_base_policy(path, seed=seed, greedy=greedy)
     except ConfigError as e:
         raise ConfigError(f"{where}: base policy: {e}") from None
-    if isinstance(b, ReplayPolicy):
-        raise ConfigError(f"{where}: the base of a replay cannot be another replay ({b.replay.path})")
     stem = os.path.splitext(os.path.basename(replay.path))[0] if replay.path else "replay"
     return ReplayPolicy(replay, b, name=f"{stem}+{b.name}")
 

@@ -27,11 +27,11 @@ Layout::
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 
 from mlgo_host.errors import ConfigError
+from mlgo_host.formats import read_format_json
 from mlgo_host.policies.actor import ACTIVATIONS, NumpyActor, NumpyPolicy
 from mlgo_host.policies.specs import PolicySpec
 from mlgo_host.policies.vocab import BUCKETS_SUFFIX, NormConfig, Vocab
@@ -68,17 +68,8 @@ class SavedPolicy:
 
 
 def read_metadata(path: str) -> dict:
-    mp = os.path.join(path, METADATA)
-    try:
-        with open(mp, encoding="utf-8") as f:
-            md = json.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"{path!r} is not a saved policy directory (no {METADATA})") from None
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{mp}: unreadable: {e}") from None
-    if not isinstance(md, dict) or md.get("format") != FORMAT:
-        raise ConfigError(f"{mp}: not a {FORMAT} policy (format {md.get('format') if isinstance(md, dict) else None!r})")
-    return md
+    """The metadata of saved policy directory ``path``; ConfigError naming the file."""
+    return read_format_json(os.path.join(path, METADATA), FORMAT, "saved policy")
 
 
 def read_saved_policy(path: str) -> SavedPolicy:

@@ -10,7 +10,7 @@ the policy was created, each with a *role*:
 * ``discard`` — not used; the reason is kept in ``discarded``.  Discarded:
   ``inlining_default`` (the answer itself, as in ml-compiler-opt), the slot
   where the compiler puts its default decision (clang-19's include-default
-  bug writes it into ``callee_basic_block_count``; see PROTOCOL.md), features
+  bug writes it into ``callee_basic_block_count``; see docs/channel.md), features
   without a vocab, tensors of a shape the network does not handle.
 
 Binding to a session header later (:meth:`PolicySpec.check_header`) looks the
@@ -26,7 +26,8 @@ meaning of each such feature (:meth:`PolicySpec.feature_meanings`), and
 :meth:`PolicySpec.meaning_changes` lists the used features that mean
 something else on another compiler.
 
-Actions:
+What each advisor's policy acts on and discards is its problem's
+(:mod:`mlgo_host.channel.problems`).  Actions:
 
 * ``inline`` — 2 actions (advice ``inlining_decision`` int64, 0/1), the
   network is tf-agents' ``ActorDistributionNetwork`` (one input vector).
@@ -47,16 +48,11 @@ from typing import Any, Iterable, Mapping
 
 from mlgo_host.channel.codec import Header
 from mlgo_host.channel.default_probe import BUGGY_SLOT, FIXED_SLOT, SLOTS, feature_meanings
+from mlgo_host.channel.problems import BINARY, LEARNABLE, MASKED_CHOICE, PROBLEMS, get_problem
 from mlgo_host.channel.spec import C_TYPES
 from mlgo_host.errors import ConfigError
 
 INPUT, MASK, DISCARD = "input", "mask", "discard"
-BINARY, MASKED_CHOICE = "binary", "masked_choice"
-
-#: advisor -> (advice name, action kind)
-SUPPORTED = {"inline": ("inlining_decision", BINARY), "regalloc-evict": ("index_to_evict", MASKED_CHOICE)}
-#: features never used as inputs, per advisor (ml-compiler-opt discards these too)
-ALWAYS_DISCARD = {"inline": ("inlining_default",), "regalloc-evict": ()}
 MASK_FEATURE = "mask"
 
 
@@ -179,7 +175,7 @@ class PolicySpec:
         for specs saved before it was recorded, inferred from the roles (a
         discarded include-default slot: clang-19; a used block count: a
         fixed compiler).  None for regalloc or when nothing tells."""
-        if self.advisor != "inline":
+        if not PROBLEMS[self.advisor].probes_default_slot:
             return None
         if self.default_slot:
             return self.default_slot
@@ -199,7 +195,7 @@ class PolicySpec:
         """``(feature, meaning when trained, meaning on this compiler)`` for
         every used feature whose meaning differs on a compiler whose default
         decision is in ``compiler_slot``."""
-        if self.advisor != "inline" or not compiler_slot:
+        if not PROBLEMS[self.advisor].probes_default_slot or not compiler_slot:
             return []
         was, now = self.feature_meanings(), feature_meanings(compiler_slot)
         return [(n, was[n], now[n]) for n in self.input_names if n in was and n in now and was[n] != now[n]]
@@ -224,24 +220,25 @@ class PolicySpec:
         features to leave out.  ``keep_default``: the inliner's default
         slot stays an input (``default_input``) instead of being discarded.
         """
-        name = advisor if isinstance(advisor, str) else getattr(advisor, "name", str(advisor))
-        if name not in SUPPORTED:
-            if name == "regalloc-priority":
-                raise ConfigError("learned policies for regalloc-priority (a continuous advice) are not supported")
-            raise ConfigError(f"unknown advisor {name!r}; learned policies support {', '.join(SUPPORTED)}")
-        advice_name, kind = SUPPORTED[name]
+        problem = get_problem(advisor)
+        name = problem.name
+        if not problem.learnable:
+            raise ConfigError(f"learned policies for {name} (a continuous advice) are not supported; "
+                              f"they support {', '.join(LEARNABLE)}")
+        advice_name, kind = problem.advice_name, problem.action_kind
         if default_slot is None and not isinstance(advisor, str):
             default_slot = getattr(advisor, "default_slot", None)
         adv_spec = header.advice or header.feature(advice_name)
         if adv_spec is None or adv_spec.name != advice_name:
             raise ConfigError(f"{name}: the header has no advice {advice_name!r}")
         drop: dict[str, str] = {}
-        for f in ALWAYS_DISCARD[name]:
+        for f in problem.discard:
             drop[f] = "the compiler's own decision"
-        keep = default_slot if (keep_default and name == "inline" and default_slot) else None
+        slotted = problem.probes_default_slot and default_slot
+        keep = default_slot if (keep_default and slotted) else None
         if keep:
             drop.pop(keep, None)
-        elif name == "inline" and default_slot and default_slot not in drop:
+        elif slotted and default_slot not in drop:
             drop[default_slot] = "carries the compiler's default decision (include-default slot)"
         for f in discard:
             drop.setdefault(f, "discarded by configuration")
@@ -277,7 +274,7 @@ class PolicySpec:
                 reasons[s.name] = why
         num = 2 if kind == BINARY else int(width)  # type: ignore[arg-type]
         spec = cls(name, tuple(feats), ActionSpec(advice_name, adv_spec.ctype, kind, num), width, reasons,
-                   default_slot=default_slot if name == "inline" else None)
+                   default_slot=default_slot if problem.probes_default_slot else None)
         if not spec.inputs:
             raise ConfigError(f"{name}: no usable input feature in the header (discarded: {sorted(reasons)})")
         return spec
@@ -327,7 +324,8 @@ class PolicySpec:
             )
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"bad policy spec: {e}") from None
-        if spec.advisor not in SUPPORTED or spec.action.kind != SUPPORTED[spec.advisor][1]:
+        problem = PROBLEMS.get(spec.advisor)
+        if problem is None or not problem.learnable or spec.action.kind != problem.action_kind:
             raise ConfigError(f"bad policy spec: advisor {spec.advisor!r} with action kind {spec.action.kind!r}")
         if spec.default_slot is not None and spec.default_slot not in SLOTS:
             raise ConfigError(f"bad policy spec: default_slot {spec.default_slot!r} is not one of {', '.join(SLOTS)}")

@@ -308,7 +308,7 @@ def _guard(plain: list[str], output: str) -> dict:
         rc = proc.wait(None)
         if rc != 0:
             return {"guard": "policy", "guard_reason": f"the default compile failed (exit status {rc})"}
-        got = G.keep_smaller(output, tmp)
+        got = G.keep_smaller(output, tmp, plain[0])
     except OSError as e:  # cannot run it, or the rename failed: the policy's object stays
         return {"guard": "policy", "guard_reason": f"{type(e).__name__}: {e}"}
     finally:

@@ -86,22 +86,23 @@ def guard_command(argv: list[str], tmp_out: str) -> tuple[list[str] | None, str]
     return out, ""
 
 
-def _size(path: str) -> int | None:
+def _size(path: str, compiler: str) -> int | None:
     from mlgo_host.corpus.sizes import text_size
 
     try:
-        return text_size(path)
+        return text_size(path, clang=compiler)
     except MlgoHostError:
         return None
 
 
-def keep_smaller(output: str, tmp_out: str) -> dict:
+def keep_smaller(output: str, tmp_out: str, compiler: str) -> dict:
     """Keep the smaller valid object of ``output`` (the policy's) and
-    ``tmp_out`` (the default's) at ``output``; ``tmp_out`` is gone after.
+    ``tmp_out`` (the default's), both compiled by ``compiler`` (whose
+    llvm-size measures them), at ``output``; ``tmp_out`` is gone after.
     Returns the stats fields: guard ("policy" | "default"),
     guard_policy_text, guard_default_text."""
-    pol = _size(output) if os.path.exists(output) else None
-    dft = _size(tmp_out) if os.path.exists(tmp_out) else None
+    pol = _size(output, compiler) if os.path.exists(output) else None
+    dft = _size(tmp_out, compiler) if os.path.exists(tmp_out) else None
     keep_default = dft is not None and (pol is None or dft < pol)
     if keep_default:
         os.replace(tmp_out, output)

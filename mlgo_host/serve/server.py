@@ -34,8 +34,8 @@ import time
 import uuid
 
 from mlgo_host import procs
-from mlgo_host.channel.advisors import ADVISORS, InlineAdvisor, get_advisor
-from mlgo_host.channel.default_probe import default_slot
+from mlgo_host.channel.advisors import get_advisor
+from mlgo_host.channel.problems import get_problem, ready_advisor
 from mlgo_host.channel.fifo import Channel
 from mlgo_host.channel.session import serve_channel
 from mlgo_host.collected import save_episode
@@ -241,7 +241,7 @@ class Slot(threading.Thread):
         t_open = None
         policy, tuned = self._policy_for(req)
         try:
-            advisor = srv.make_advisor(req.get("compiler") or srv.compiler)
+            advisor = srv.make_advisor(req.get("compiler") or srv.compiler, deadline - time.monotonic())
             opened = chan.open(alive, deadline, max_delay=OPEN_MAX_DELAY_S)
             if opened:
                 t_open = time.monotonic()
@@ -360,7 +360,7 @@ class Recorder(threading.Thread):
         out = rec.get("output")
         if rec["status"] == "ok" and out and os.path.exists(out):
             try:
-                rec["text_size"] = _text_size(out)
+                rec["text_size"] = _text_size(out, rec.get("compiler") or srv.compiler)
             except Exception as e:  # still write the line
                 rec["error"] = f"llvm-size failed: {e!r}"
         if episode is not None and srv.collect_dir and rec["status"] == "ok" and episode.n > 0:
@@ -380,9 +380,9 @@ class Recorder(threading.Thread):
                     f"text={rec['text_size']} {rec['duration_s']}s")
 
 
-def _text_size(path: str) -> int | None:
+def _text_size(path: str, compiler: str) -> int | None:
     try:
-        return text_size(path)
+        return text_size(path, clang=compiler)
     except MlgoHostError:
         return None  # not an object file
 
@@ -394,8 +394,7 @@ class Server:
                  verbose: bool = False, pin: bool = False, guard: bool = False, replay_dir: str | None = None):
         if slots < 1:
             raise ConfigError(f"--slots must be at least 1, got {slots}")
-        if advisor not in ADVISORS:
-            raise ConfigError(f"unknown advisor {advisor!r}; choose from {', '.join(ADVISORS)}")
+        get_problem(advisor)  # an unknown one: ConfigError
         self.root = os.path.abspath(root)
         self.nslots = slots
         self.policy_name = policy
@@ -419,8 +418,7 @@ class Server:
         self.slots: list[Slot] = []
         self.recorder = Recorder(self)
         self._lock_fd: int | None = None
-        self._slot_cache: dict[str, str] = {}
-        self._cache_lock = threading.Lock()
+        self._probe_lock = threading.Lock()
 
     # -- factories used by the slots ----------------------------------------
     def make_policy(self, k: int):
@@ -434,14 +432,12 @@ class Server:
 
         return TunedPolicies(self.tuned_dir, fallback, seed=self.seed + k, greedy=not self.sample)
 
-    def make_advisor(self, compiler: str):
-        if self.advisor_name != "inline":
-            return get_advisor(self.advisor_name)
-        with self._cache_lock:
-            slot = self._slot_cache.get(compiler)
-            if slot is None:
-                slot = self._slot_cache[compiler] = default_slot(compiler)
-        return InlineAdvisor(slot)
+    def make_advisor(self, compiler: str, timeout: float):
+        """The session's advisor; a first compile of ``compiler`` probes what
+        its problem needs (the inliner's default slot) within ``timeout``
+        (what is left of the session's), one probe at a time (then cached)."""
+        with self._probe_lock:
+            return ready_advisor(self.advisor_name, compiler, timeout)
 
     def pin_cpu(self, k: int) -> int | None:
         """With --pin: the CPU slot ``k``'s thread and its compilers share
@@ -486,8 +482,7 @@ class Server:
                 self.log(f"--collect with the deterministic policy {self.policy_name!r}: episodes carry "
                          "log-probability 0 (usable for behavioural cloning, not for PPO)")
             flags = self._flags()
-            if self.advisor_name == "inline":
-                self.make_advisor(self.compiler)
+            self.make_advisor(self.compiler, self.timeout)  # probe at start, within one session's timeout
             if self.collect_dir:
                 os.makedirs(self.collect_dir, exist_ok=True)
             if self.stats_path:

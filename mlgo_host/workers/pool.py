@@ -19,8 +19,6 @@ interface; :func:`make_pool` chooses by name.
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 import multiprocessing as mp
 import os
 import signal
@@ -31,38 +29,7 @@ from typing import Any, Callable
 
 from mlgo_host.errors import ConfigError, WorkerPoolError
 from mlgo_host.progress import progress_bar
-
-
-class Cancelled(BaseException):
-    """Raised inside a worker when the learner cancels its task."""
-
-
-@dataclasses.dataclass
-class EarlyExit:
-    """When to stop waiting for stragglers (as ml-compiler-opt's early exit)."""
-
-    fraction: float = 0.9  # once this fraction of tasks is in ...
-    grace_s: float = 30.0  # ... wait at most this long more,
-    grace_factor: float = 0.5  # or this factor of the time taken so far, whichever is shorter
-    timeout_s: float = 1800.0  # hard limit for the whole collection
-
-    def stop_at(self, t_start: float, t_fraction: float) -> float:
-        return min(t_fraction + min(self.grace_s, self.grace_factor * (t_fraction - t_start)),
-                   t_start + self.timeout_s)
-
-
-@dataclasses.dataclass
-class TaskOutcome:
-    index: int
-    ok: bool  # False: the worker raised, or the task was cancelled
-    value: Any = None
-    error: str = ""
-    cancelled: bool = False
-
-
-def _resolve(path: str):
-    mod, _, name = path.partition(":")
-    return getattr(importlib.import_module(mod), name)
+from mlgo_host.workers.tasks import Cancelled, EarlyExit, TaskOutcome, new_worker
 
 
 def _worker_main(conn: Connection, factory: str, kwargs: dict, cpu: int | None) -> None:
@@ -81,7 +48,7 @@ def _worker_main(conn: Connection, factory: str, kwargs: dict, cpu: int | None) 
         except (AttributeError, OSError):
             pass
     try:
-        worker = _resolve(factory)(**kwargs)
+        worker = new_worker(factory, kwargs)
     except BaseException:
         conn.send(("init_error", traceback.format_exc()))
         return
@@ -273,8 +240,7 @@ def make_pool(backend: str, num_workers: int, factory: str, kwargs: dict | None 
     if backend == "local":
         return WorkerPool(num_workers, factory, kwargs, pin_cpus=opts.get("pin_cpus", False))
     if backend == "ray":
-        # lazily: ray_pool imports this module (EarlyExit, TaskOutcome)
-        from mlgo_host.workers.ray_pool import RayPool
+        from mlgo_host.workers.ray_pool import RayPool  # lazily: imports Ray
 
         return RayPool(num_workers, factory, kwargs, **opts)
     raise ConfigError(f"unknown worker backend {backend!r} (choose 'local' or 'ray')")

@@ -75,7 +75,7 @@ from typing import Any, Callable, Sequence
 import mlgo_host
 from mlgo_host import procs
 from mlgo_host.errors import ConfigError, MlgoHostError, UnknownExperimentError, WorkerPoolError
-from mlgo_host.workers.pool import Cancelled, EarlyExit, TaskOutcome, _resolve
+from mlgo_host.workers.tasks import Cancelled, EarlyExit, TaskOutcome, new_worker
 
 __all__ = ["NestingWorker", "RayCluster", "RayPool", "ensure_ray"]
 
@@ -121,7 +121,7 @@ class NestingWorker:
         already held is an error). Returns this actor's pid."""
         if experiment_id in self._inner:
             raise ConfigError(f"experiment id {experiment_id!r} is already held by this worker")
-        self._inner[experiment_id] = _resolve(factory)(**(kwargs or {}))
+        self._inner[experiment_id] = new_worker(factory, kwargs or {})
         return os.getpid()
 
     def remove(self, experiment_id: str) -> bool:

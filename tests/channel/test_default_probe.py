@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from conftest import run_cli
+from conftest import pid_alive, run_cli
 from mlgo_host.channel import default_probe as dp
 from mlgo_host.errors import CompilerError, ConfigError
 
@@ -62,6 +62,20 @@ def test_the_cli_says_so_in_one_line(tmp_path):
     assert r.returncode == 2
     assert r.stderr.startswith("mlgo-host run: error: cannot determine the inliner's default-decision slot of ")
     assert "clang-broken" in r.stderr and "exited 3" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_probe_keeps_the_users_timeout(fake_clang, tmp_path):
+    """A compiler that starts but never opens the channel: its first compile
+    (the probe, then the user's) ends within `run --timeout`, not after the
+    probe's own minute, saying how to skip the probe."""
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "TMPDIR": str(tmp_path), "FAKE_MODE": "hang_before_open",
+           "FAKE_PIDS": str(tmp_path / "pids")}
+    # the old probe took its own 60 s: the subprocess timeout catches it (no wall-time assertion)
+    r = run_cli(["run", "--timeout", "5", "--", str(fake_clang), "-Oz", "-c", "x.c"], env, timeout=40)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("mlgo-host run: error: cannot determine the inliner's default-decision slot of ")
+    assert "did not open" in r.stderr and "timeout 5 s" in r.stderr and f"{dp.ENV_OVERRIDE}=" in r.stderr
+    assert not any(pid_alive(int(p)) for p in (tmp_path / "pids").read_text().split())
 
 
 def test_opt_without_a_clang_next_to_it_needs_the_override(tmp_path, monkeypatch):

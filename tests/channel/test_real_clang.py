@@ -15,7 +15,8 @@ import pytest
 
 from conftest import leftovers, needs_clang, run_cli
 from mlgo_host.channel import codec
-from mlgo_host.channel.advisors import EvictAdvisor, get_advisor
+from mlgo_host.channel.advisors import EvictAdvisor
+from mlgo_host.channel.problems import ready_advisor
 from mlgo_host.channel.session import run_session
 from mlgo_host.episode import EpisodeRecorder
 from mlgo_host.errors import AdviceError
@@ -134,7 +135,8 @@ def test_random_evict_is_legal_and_completes(cdir, tmp_path):
 
 @pytest.mark.parametrize("advisor", ["regalloc-evict", "regalloc-priority", "inline"])
 def test_module_without_bodies_does_not_hang(cdir, tmp_path, advisor):
-    res = run_session(["clang-19", "-O2", "-c", str(cdir / "nobody.c"), "-o", str(tmp_path / "n.o")], advisor,
+    res = run_session(["clang-19", "-O2", "-c", str(cdir / "nobody.c"), "-o", str(tmp_path / "n.o")],
+                      ready_advisor(advisor, "clang-19"),
                       make_heuristic("default"), timeout=60, tmpdir=str(tmp_path))
     assert res.returncode == 0 and res.observations == 0
     assert leftovers(tmp_path) == []
@@ -154,7 +156,7 @@ def test_host_error_kills_compile_and_removes_temp_output(cdir, tmp_path):
     <output>-XXXXXXXX.o.tmp removed, FIFOs gone."""
     outdir = tmp_path / "out"
     outdir.mkdir()
-    adv = get_advisor("inline")
+    adv = ready_advisor("inline", "clang-19")
     with pytest.raises(AdviceError, match="advice must be 0 or 1, got 7"):
         run_session(["clang-19", "-Oz", "-c", str(cdir / "big.c"), "-o", str(outdir / "big.o")], adv,
                     _IllegalAfter(200), timeout=120, tmpdir=str(tmp_path))

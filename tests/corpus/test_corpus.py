@@ -19,7 +19,8 @@ from mlgo_host.errors import CorpusError
 from mlgo_host.corpus import benchmark
 from mlgo_host.corpus.corpus import (DESCRIPTION, Corpus, Module, Sampler, clean_cc1, is_heldout, load_corpus,
                                        write_description)
-from mlgo_host.corpus.build import build_corpus, compile_flags, load_compile_commands, module_names
+from mlgo_host.corpus.build import LOCATION_TRACKING, CompileEntry, build_corpus, compile_flags, load_compile_commands, module_names
+from mlgo_host.corpus.driver_flags import strip_driver_flags
 
 
 @pytest.fixture(scope="module")
@@ -79,15 +80,18 @@ def test_built_modules_are_cc1_and_optimizable_bitcode(corpus_dir):
 def test_bitcode_and_cmd_match_mlgo_utils_extraction(corpus_dir, project, tmp_path):
     src = project / "src" / "mathx.c"
     obj = tmp_path / "emb.o"
+    # the corpus keeps locations (call-site keys need them): the same flag on the embedding compile
     subprocess.run([CLANG, "-Oz", "-I../src", "-c", "../src/mathx.c", "-o", str(obj), "-Xclang",
-                    "-fembed-bitcode=all"], cwd=project / "build", check=True)
+                    "-fembed-bitcode=all", *LOCATION_TRACKING], cwd=project / "build", check=True)
     subprocess.run(["llvm-objcopy-19", f"--dump-section=.llvmbc={tmp_path / 'x.bc'}",
                     f"--dump-section=.llvmcmd={tmp_path / 'x.cmd'}", str(obj), str(tmp_path / 'junk.o')], check=True)
     assert (tmp_path / "x.bc").read_bytes() == (corpus_dir / "mathx.bc").read_bytes()
     theirs = [a for a in (tmp_path / "x.cmd").read_bytes().decode().split("\0") if a]
     ours = (corpus_dir / "mathx.cmd").read_bytes().decode().split("\0")
-    # Same cc1 job (the embedded one also records -fembed-bitcode and splits -D values).
-    norm = lambda args: [a for a in " ".join(args).replace("-D ", "-D").split() if not a.startswith("-fembed")]
+    # Same cc1 job (the embedded one also records -fembed-bitcode, the location-tracking remark
+    # filter and, with locations on, the CFI macro every compile predefines anyway; it splits -D values).
+    extra = ("-fembed", "-Rpass=", "-D__GCC_HAVE_DWARF2_CFI_ASM")
+    norm = lambda args: [a for a in " ".join(args).replace("-D ", "-D").split() if not a.startswith(extra)]
     assert norm(theirs) == norm(ours)
     assert src.exists()
 
@@ -199,6 +203,32 @@ def test_global_command_override_applies_to_every_module(corpus_dir, tmp_path):
         assert cmd[1:6] == ["-cc1", "-emit-obj", "-triple", "x86_64-pc-linux-gnu", "-O2"]
         assert "ignored.o" not in cmd
     subprocess.run(c["mathx"].compile_command(CLANG, tmp_path / "o.o"), check=True)
+
+
+#: what both driver-form strippers drop: outputs, side files, dependency files, modes, LTO
+SIDE_FLAGS = ["-o", "x.o", "-oy.o", "-MD", "-MF", "x.d", "-MFy.d", "-MT", "t", "-MQ", "q", "-MP", "-c", "-S",
+              "-emit-llvm", "-flto=thin", "-fthinlto-index=x.thinlto.bc", "-fembed-bitcode=all", "-save-temps=obj", "-gsplit-dwarf",
+              "--serialize-diagnostics", "x.dia", "-split-dwarf-file", "x.dwo", "-Werror", "-Werror=format"]
+#: what only a source input means: kept for an entry, dropped for an override
+SOURCE_FLAGS = ["-x", "c", "-fprofile-sample-use=p.prof", "-fprofile-remapping-file", "r.txt"]
+
+
+def test_entries_and_overrides_strip_one_table_of_driver_flags(tmp_path):
+    keep = ["-O2", "-DX=1", "-Iinc", "-g"]
+    src = tmp_path / "a.c"
+    entry = CompileEntry(tmp_path, src, ("clang", *keep, *SIDE_FLAGS, *SOURCE_FLAGS, "a.c"), tmp_path / "x.o")
+    assert compile_flags(entry) == keep + SOURCE_FLAGS  # the input goes, the source's flags stay
+    assert strip_driver_flags([*keep, *SIDE_FLAGS, *SOURCE_FLAGS], bitcode_input=True) == keep
+
+
+def test_a_driver_form_override_compiles_the_bitcode(corpus_dir, tmp_path):
+    ov = ["-O2", "-MD", "-MF", str(tmp_path / "deps.d"), "-x", "c", "-fprofile-sample-use=none.prof",
+          "-o", "ignored.o", "-c"]
+    d = _corpus_with(tmp_path, corpus_dir, {"modules": ["mathx"], "global_command_override": ov})
+    m = load_corpus(d, strict=True)["mathx"]
+    assert list(m.cmd) == ["-O2", "-c"]
+    subprocess.run(m.compile_command(CLANG, tmp_path / "o.o"), check=True)
+    assert (tmp_path / "o.o").stat().st_size > 0 and not (tmp_path / "deps.d").exists()
 
 
 def test_task_round_trip(corpus_dir):

@@ -128,3 +128,18 @@ def test_saved_policies_serve_every_installed_clang(toolchain, inline_session, t
     # only a policy reading the real block count, on a compiler that sends its decision there
     warned = trained_slot == FIXED_SLOT and toolchain.default_slot == BUGGY_SLOT
     assert r.stderr.count(f"policy input {BUGGY_SLOT!r} meant") == int(warned)
+
+
+def test_eval_in_two_workers_warns_once_in_the_commands_style(small_corpus, inline_session, tmp_path):
+    """A clang-22 policy evaluated with clang-19 on two pool workers: one
+    line, `mlgo-host eval: warning: ...`, not one Python warning per worker."""
+    path = write_saved_policy(tmp_path / "p", _actor(inline_session, FIXED_SLOT), compiler=CLANG22)
+    r = subprocess.run([sys.executable, "-m", "mlgo_host", "eval", "--corpus", str(small_corpus), "--policy", path,
+                        "--jobs", "2", "--no-progress", "--clang", "clang-19",
+                        "--baseline-cache", str(tmp_path / "baselines")],
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert "modules evaluated" in r.stdout, r.stderr
+    warned = [ln for ln in r.stderr.splitlines() if "meant" in ln]
+    assert len(warned) == 1, r.stderr
+    assert warned[0].startswith(f"mlgo-host eval: warning: policy input {BUGGY_SLOT!r} meant '{BLOCK_COUNT}'")
+    assert "Warning" not in r.stderr  # no Python-style "file:line: CompatibilityWarning: ..."

@@ -55,17 +55,17 @@ def test_keep_smaller_valid_object(tmp_path):
     out, tmp = tmp_path / "out.o", G.temp_output(str(tmp_path / "out.o"))
     out.write_bytes(big)
     open(tmp, "wb").write(small)
-    got = G.keep_smaller(str(out), tmp)
+    got = G.keep_smaller(str(out), tmp, "clang-19")
     assert got["guard"] == "default" and got["guard_default_text"] < got["guard_policy_text"]
     assert out.read_bytes() == small and not os.path.exists(tmp)
     # the policy's object smaller: it stays, the temp file goes
     open(tmp, "wb").write(big)
-    assert G.keep_smaller(str(out), tmp)["guard"] == "policy" and out.read_bytes() == small
+    assert G.keep_smaller(str(out), tmp, "clang-19")["guard"] == "policy" and out.read_bytes() == small
     assert not os.path.exists(tmp)
     # an invalid policy object loses to a valid default one
     out.write_bytes(b"not an object")
     open(tmp, "wb").write(small)
-    got = G.keep_smaller(str(out), tmp)
+    got = G.keep_smaller(str(out), tmp, "clang-19")
     assert got["guard"] == "default" and got["guard_policy_text"] is None and out.read_bytes() == small
 
 

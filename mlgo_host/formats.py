@@ -1,0 +1,76 @@
+"""The package's versioned JSON files (saved policy metadata, replays, tune
+manifests, ...): one reader and one set of messages for what can be wrong
+with them.
+
+Each such file is a JSON object whose ``"format"`` is ``"mlgo_host.KIND/N"``;
+a reader knows one ``KIND`` and reads version ``N``.  A fault is a
+:class:`ConfigError` naming the file, with the same words whatever the kind
+(``what`` names it for the user: "saved policy", "replay file", ...)::
+
+    FILE: not a WHAT (no such file)[; HINT]
+    FILE: not a WHAT (a directory)
+    FILE: unreadable WHAT: <the system's reason> | not UTF-8 text | not JSON (<where>)
+    FILE: not a WHAT (a JSON <type>, not an object)
+    FILE: not a WHAT (format 'X', expected 'mlgo_host.KIND/N')
+    FILE: a WHAT from a newer mlgo_host (format 'mlgo_host.KIND/M', this one reads N); upgrade mlgo_host
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from mlgo_host.errors import ConfigError
+
+
+def _version(fmt: Any) -> tuple[str, int] | None:
+    """``"mlgo_host.KIND/N"`` -> (``"mlgo_host.KIND"``, N); None otherwise."""
+    if not isinstance(fmt, str):
+        return None
+    kind, _, n = fmt.rpartition("/")
+    return (kind, int(n)) if kind and n.isdigit() else None
+
+
+def check_format(doc: Any, fmt: str, what: str, where: str) -> dict:
+    """``doc`` (parsed JSON read from ``where``) when it is an object of
+    format ``fmt``; else the :class:`ConfigError` of its fault."""
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{where}: not a {what} (a JSON {_json_type(doc)}, not an object)")
+    got = doc.get("format")
+    if got == fmt:
+        return doc
+    have, want = _version(got), _version(fmt)
+    if have is not None and want is not None and have[0] == want[0] and have[1] > want[1]:
+        raise ConfigError(f"{where}: a {what} from a newer mlgo_host (format {got!r}, this one reads "
+                          f"{want[1]}); upgrade mlgo_host")
+    raise ConfigError(f"{where}: not a {what} (format {got!r}, expected {fmt!r})")
+
+
+def read_format_json(path: str | os.PathLike, fmt: str, what: str, hint: str = "") -> dict:
+    """The JSON object of format ``fmt`` in file ``path``; a
+    :class:`ConfigError` naming the file on any fault (``hint``: what to do
+    when it is missing)."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: not a {what} (no such file)" + (f"; {hint}" if hint else "")) from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: not a {what} (a directory)") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: unreadable {what}: {e.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: unreadable {what}: not UTF-8 text") from None
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise ConfigError(f"{path}: unreadable {what}: not JSON ({e})") from None
+    return check_format(doc, fmt, what, path)
+
+
+def _json_type(doc: Any) -> str:
+    return {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}.get(type(doc), "null")

@@ -1,0 +1,26 @@
+"""Loading a policy that answers by itself: a heuristic by name or a saved
+policy directory, what a replay's base can be.  The package's
+:func:`~mlgo_host.policies.load_policy` adds replay files on top (a replay
+loads its base here, so the two import one way)."""
+
+from __future__ import annotations
+
+import os
+
+from mlgo_host.errors import ConfigError
+from mlgo_host.policies.base import Policy
+from mlgo_host.policies.heuristic import HEURISTICS, make_heuristic
+
+
+def load_base_policy(name_or_path: str, seed: int = 0, greedy: bool = True) -> Policy:
+    """A heuristic by name (default, never, always, random) or a saved policy
+    directory (loaded with numpy only)."""
+    if name_or_path in HEURISTICS:
+        return make_heuristic(name_or_path, seed=seed)
+    if os.path.isdir(name_or_path):
+        from mlgo_host.policies.saved import load_saved_policy  # numpy: only when a saved policy is named
+
+        return load_saved_policy(name_or_path, greedy=greedy, seed=seed)
+    raise ConfigError(
+        f"policy {name_or_path!r} is neither a heuristic ({', '.join(HEURISTICS)}) nor a saved policy directory "
+        "(nor an existing replay file)")
