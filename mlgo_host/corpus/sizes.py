@@ -18,27 +18,27 @@ from mlgo_host.errors import CompilerError, ConfigError
 _VERSIONED_DRIVER = re.compile(r"clang(?:\+\+)?(-\d+)")
 
 
-def llvm_size_candidates(clang: str) -> list[str]:
-    """Where the llvm-size of ``clang``'s own LLVM is, best first: ``clang-N``
-    -> ``llvm-size-N`` beside it, then on PATH; the ``llvm-size`` beside the
-    driver as named and as resolved (Debian's /usr/bin/clang-22 is a link to
-    /usr/lib/llvm-22/bin/clang); last, ``llvm-size`` on PATH."""
+def llvm_tool_candidates(clang: str, tool: str = "llvm-size") -> list[str]:
+    """Where the LLVM tool ``tool`` of ``clang``'s own LLVM is, best first:
+    ``clang-N`` -> ``tool-N`` beside it, then on PATH; the ``tool`` beside
+    the driver as named and as resolved (Debian's /usr/bin/clang-22 is a
+    link to /usr/lib/llvm-22/bin/clang); last, ``tool`` on PATH."""
     found = shutil.which(clang)
     dirs = [os.path.dirname(found), os.path.dirname(os.path.realpath(found))] if found else []
     names = []
     m = _VERSIONED_DRIVER.fullmatch(os.path.basename(clang))
     if m:
-        versioned = "llvm-size" + m.group(1)
+        versioned = tool + m.group(1)
         names += [os.path.join(d, versioned) for d in dirs[:1]] + [versioned]
-    names += [os.path.join(d, "llvm-size") for d in dirs] + ["llvm-size"]
+    names += [os.path.join(d, tool) for d in dirs] + [tool]
     return list(dict.fromkeys(names))
 
 
 @functools.lru_cache(maxsize=None)
 def find_llvm_size(llvm_size: str | None = None, clang: str = "clang-19") -> str:
     """The llvm-size binary: ``llvm_size`` if given, else the one that comes
-    with ``clang`` (:func:`llvm_size_candidates`)."""
-    cands = [llvm_size] if llvm_size else llvm_size_candidates(clang)
+    with ``clang`` (:func:`llvm_tool_candidates`)."""
+    cands = [llvm_size] if llvm_size else llvm_tool_candidates(clang)
     for c in cands:
         p = shutil.which(c)
         if p:
@@ -84,19 +84,9 @@ def compiler_version(clang: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def llvm_tool(clang: str, tool: str) -> str:
-    """The LLVM tool ``tool`` (``llvm-dis``, ``llvm-nm``...) of the same
-    release as ``clang``: ``tool-N`` for ``clang-N``, else the one beside the
-    compiler's real binary (``/usr/lib/llvm-N/bin``), else ``tool`` on PATH."""
-    import re
-
-    cands = []
-    m = re.search(r"-(\d+)$", os.path.basename(clang))
-    if m:
-        cands.append(f"{tool}-{m.group(1)}")
-    real = shutil.which(clang)
-    if real:
-        cands.append(os.path.join(os.path.dirname(os.path.realpath(real)), tool))
-    cands.append(tool)
+    """The LLVM tool ``tool`` (``llvm-dis``...) that comes with ``clang``
+    (:func:`llvm_tool_candidates`)."""
+    cands = llvm_tool_candidates(clang, tool)
     for c in cands:
         p = shutil.which(c)
         if p:

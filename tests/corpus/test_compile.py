@@ -18,7 +18,7 @@ from mlgo_host.policies import load_policy
 from mlgo_host.corpus.corpus import load_corpus
 from mlgo_host.corpus.compile import BaselineCache, baseline_size, compile_module, plain_size, text_size
 from mlgo_host.corpus.reward import MovingAverageBaseline, reward
-from mlgo_host.corpus.sizes import llvm_size_candidates
+from mlgo_host.corpus.sizes import llvm_tool_candidates
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +156,7 @@ def test_moving_average_baseline():
 def test_the_size_tool_candidates_follow_the_compiler(tmp_path):
     # a versioned driver: its version's llvm-size first; a script without a
     # version and without an llvm-size beside it: llvm-size on PATH
-    assert llvm_size_candidates("clang-22")[0].endswith("llvm-size-22")
-    assert "llvm-size-22" in llvm_size_candidates("clang++-22")
+    assert llvm_tool_candidates("clang-22")[0].endswith("llvm-size-22")
+    assert "llvm-size-22" in llvm_tool_candidates("clang++-22")
     script = _script(tmp_path / "cc", "exit 0\n")
-    assert llvm_size_candidates(script) == [str(tmp_path / "llvm-size"), "llvm-size"]
+    assert llvm_tool_candidates(script) == [str(tmp_path / "llvm-size"), "llvm-size"]
