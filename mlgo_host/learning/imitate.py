@@ -68,6 +68,8 @@ def examples_from_search(results: Sequence[dict], *, untried_weight: float = 1.0
         labels.append(np.asarray(r["actions"], dtype=np.int64))
         weights.append(np.full(len(traj), float(untried_weight)))
         for f in r["flips"]:
+            if not f.get("raw"):  # a site a flip exposed: no channel decision, no features
+                continue
             recs.append(np.frombuffer(f["raw"], dtype=dt))
             labels.append(np.array([1 - f["from"] if f["accepted"] else f["from"]], dtype=np.int64))
             weights.append(np.array([min(max(abs(float(f["delta"])), 1.0), max_flip_weight)]))

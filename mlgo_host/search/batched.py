@@ -108,6 +108,7 @@ class BatchedSearch:
         #: why batches were split: reason -> count (reported, and what tunes MAX_BATCH)
         self.splits: dict[str, int] = {}
         self.earlier: list[dict] = []  # the flips of the searches this one resumes
+        self.default_slot: str | None = None  # what the probe's policy read the default from (imitation)
         self.start_text: int | None = None
         self._first = first
 
@@ -375,6 +376,7 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
     ev = ReplayEvaluator(module, scope, clang=cfg["clang"], timeout=cfg.get("module_timeout", 300.0))
     ev.compiles = resume["compiles"] if resume is not None else 2
     s = BatchedSearch(module, probe, ev, budget=budget, model=model, deadline=deadline, max_batch=max_batch)
+    s.default_slot = cfg.get("default_slot")
     if resume is not None:
         s.resume_from(resume)
     try:
@@ -414,5 +416,9 @@ def result_of(s: BatchedSearch, default_size: int, wall_s: float) -> dict:
         "inline": sorted(x.replay_line() for x in s.inline.values()) if use_replay else None,
         "scope": sorted({d.site.caller for d in s.probe.decisions}) if use_replay else None,
         "inline_all": {k: x.replay_line() for k, x in s.inline.items()}, "probe": s.probe,
-        "header": ep.header.to_json(), "raw": ep.raw, "actions": ep.actions,
+        # the imitation target: the best set's action at each decision of the probe's trajectory
+        # (its features are the probe's: a decision's context changes little with flips elsewhere)
+        "header": ep.header.to_json(), "raw": ep.raw, "probe_actions": ep.actions,
+        "actions": np.array([1 if d.site.key in s.inline else 0 for d in s.probe.decisions], dtype=np.int64),
+        "default_slot": s.default_slot,
     }

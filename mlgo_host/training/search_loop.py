@@ -77,10 +77,16 @@ def train_search(
     seed: int = 0,
     progress: bool = True,
     search_data: str | None = None,
+    search: str = "batched",
 ) -> dict[str, Any]:
     """Run rounds of search and imitation; returns the state (also in state.json).
     ``search_data``: a tune directory (``mlgo-host tune --output T``) whose
-    tried flips and best trajectories are imitated too (as round 0)."""
+    tried flips and best trajectories are imitated too (as round 0);
+    ``search``: ``batched`` (many flips per compile through the compiler's
+    inline replay, :mod:`mlgo_host.search.batched`) or ``channel`` (one flip
+    per compile)."""
+    if search not in ("batched", "channel"):
+        raise ConfigError(f"search must be 'batched' or 'channel', got {search!r}")
     t_start = time.monotonic()
     root_dir = os.path.abspath(root_dir)
     os.makedirs(os.path.join(root_dir, "search"), exist_ok=True)
@@ -93,7 +99,7 @@ def train_search(
     if search_data:
         _merge_round(root_dir, 0, _tune_results(search_data, val_mods, held_mods))
     cfg = {"clang": clang_path, "llvm_size": llvm_size_path, "module_timeout": module_timeout,
-           "baseline_cache": os.path.join(root_dir, "baselines")}
+           "baseline_cache": os.path.join(root_dir, "baselines"), "search": search}
     pool_opts = {"ray_address": ray_address} if worker_backend == "ray" else {}
     pool = make_pool(worker_backend, num_workers, "mlgo_host.search.worker:SearchWorker",
                      {"clang": clang_path, "llvm_size": llvm_size_path, "advisor": "inline",
@@ -124,7 +130,8 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, cfg, c
                max_growth, heldout, seed, progress) -> dict[str, Any]:
     base_dir = state.get("best_policy")
     t0 = time.monotonic()
-    results = _cached_search_round(root_dir, pool, r, base_dir, train_mods, state, compiles, seed, progress)
+    results = _cached_search_round(root_dir, pool, r, cfg["search"], base_dir, train_mods, state, compiles, seed,
+                                   progress)
     t_search = time.monotonic() - t0
     _note_modules(state, results)
     data = _merge_round(root_dir, r, results)
@@ -152,17 +159,42 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, cfg, c
     return row
 
 
-def _cached_search_round(root_dir, pool, r, *args) -> list[dict]:
+def _cached_search_round(root_dir, pool, r, search, base_dir, mods, state, compiles, seed, progress) -> list[dict]:
     """The round's search results, computed once: a run killed after the
     search (the longest step) resumes with its results."""
     path = os.path.join(root_dir, "search", f"round-{r}.pkl")
     if os.path.exists(path):
         with open(path, "rb") as f:
             return pickle.load(f)
-    results = _search_round(pool, r, *args)
+    if search == "batched":
+        results = _batched_round(pool, r, base_dir, mods, state, compiles, progress)
+    else:
+        results = _search_round(pool, r, base_dir, mods, state, compiles, seed, progress)
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         pickle.dump(results, f, protocol=pickle.HIGHEST_PROTOCOL)
     return results
+
+
+def _batched_round(pool, r, base_dir, mods: list[Module], state, compiles, progress) -> list[dict]:
+    """Search every training module around the current policy by batches
+    (:mod:`mlgo_host.search.batched`): the compiles shared by module size;
+    what the modules that ran out of flips did not use goes to those that
+    did not, each continuing from its best."""
+    pool.broadcast("set_policy", policy_blob_from_dir(base_dir) if base_dir else {"heuristic": "default"})
+    sizes = [state["sizes"].get(m.name, m.size) for m in mods]
+    decisions = [state["decisions"].get(m.name, 10_000) for m in mods]
+    model = state.get("flip_model")
+    budget = budgets(sizes, decisions, compiles, floor=4)
+    tasks = [(m.to_task(), b, model, None, None) for m, b in zip(mods, budget)]
+    found = run_searches(pool, tasks, f"round {r}: search", progress, method="search_batched")
+    left = compiles - _used(found)
+    more = [x for x in found.values() if x["status"] == "ok" and x.get("stopped") == "budget"]
+    if left > 0 and more:
+        by_name = {m.name: m for m in mods}
+        share = max(2, left // len(more))
+        tasks = [(by_name[x["name"]].to_task(), x["compiles"] + share, model, None, x) for x in more]
+        found.update(run_searches(pool, tasks, f"round {r}: search, further", progress, method="search_batched"))
+    return [found[m.name] for m in mods if m.name in found]
 
 
 def _search_round(pool, r, base_dir, mods: list[Module], state, compiles, seed, progress,
