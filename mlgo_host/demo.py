@@ -8,9 +8,14 @@
    rounds of per-module flip search on the training split, weighted
    cloning of the best decisions found, the gate chosen on the validation
    split,
-4. the held-out evaluation table against clang's own -Oz (BC, search +
+4. ``mlgo-host tune`` on the held-out split for ``--tune-minutes``: the
+   per-module batched search a user runs on their own code (no learning:
+   it searches the very modules it reports, so it is the headroom the
+   policies aim at, not a generalization figure),
+5. the held-out evaluation table against clang's own -Oz (BC, search +
    imitate, and the guard: per module the smaller of the policy's and
-   -Oz's object), the learning curve, and where to point TensorBoard.
+   -Oz's object; tune's replays), the learning curve, and where to point
+   TensorBoard.
 
 Every step keeps its output under ``--output`` and is skipped (or resumed)
 when the command runs again.
@@ -57,8 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", default="demo_out", help="where everything goes (default: demo_out)")
     p.add_argument("--corpus", default=None,
                    help="use this corpus instead of building the benchmark corpus into OUTPUT/corpus")
-    p.add_argument("--minutes", type=float, default=4.0,
-                   help="time budget of the search-then-imitate training (default: 4)")
+    p.add_argument("--minutes", type=float, default=3.0,
+                   help="time budget of the search-then-imitate training (default: 3)")
+    p.add_argument("--tune-minutes", type=float, default=1.5,
+                   help="time budget of tune on the held-out split (default: 1.5)")
     p.add_argument("--compiles-per-round", type=int, default=700,
                    help="search compiles per round, shared by module size (default: 700)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 2,
@@ -74,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     timings: dict[str, float] = {}
 
     corpus = args.corpus or os.path.join(out, "corpus")
-    _step(f"1/4 corpus: {corpus}")
+    _step(f"1/5 corpus: {corpus}")
     t = time.monotonic()
     if not os.path.exists(os.path.join(corpus, "corpus_description.json")):
         if args.corpus:
@@ -86,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
     common = [f"num_workers={args.workers}"]
     bc_root = os.path.join(out, "bc")
-    _step("2/4 behavioural cloning of the default heuristic (trace, vocab, cloning): imitation without search")
+    _step("2/5 behavioural cloning of the default heuristic (trace, vocab, cloning): imitation without search")
     t = time.monotonic()
     if not os.path.exists(os.path.join(bc_root, "saved_policy", "metadata.json")):
         _mlgo(["train", "--root_dir", bc_root, "--corpus", corpus,
@@ -96,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     timings["bc"] = time.monotonic() - t
 
     search_root = os.path.join(out, "search")
-    _step(f"3/4 search, then imitate: {args.minutes:g} minutes of rounds")
+    _step(f"3/5 search, then imitate: {args.minutes:g} minutes of rounds")
     t = time.monotonic()
     _mlgo(["train", "--root_dir", search_root, "--corpus", corpus,
            "--gin_files", os.path.join(configs, "inlining", "search.gin"),
@@ -105,11 +112,19 @@ def main(argv: list[str] | None = None) -> int:
            *args.gin_bindings])
     timings["search"] = time.monotonic() - t
 
-    _step("4/4 held-out evaluation against clang -Oz")
+    tuned = os.path.join(out, "tune")
+    _step(f"4/5 tune the held-out modules: {args.tune_minutes:g} minutes of batched search")
+    t = time.monotonic()
+    _mlgo(["tune", "--corpus", corpus, "--output", tuned, "--budget-minutes", str(args.tune_minutes),
+           "--jobs", str(args.workers), "--modules", *heldout_names(corpus)])
+    timings["tune"] = time.monotonic() - t
+
+    _step("5/5 held-out evaluation against clang -Oz")
     t = time.monotonic()
     table = heldout_table(corpus, {"behavioural cloning": os.path.join(bc_root, "saved_policy"),
                                    "search + imitate": os.path.join(search_root, "saved_policy")},
-                          out, jobs=args.workers, guard_row="search + imitate")
+                          out, jobs=args.workers, guard_row="search + imitate",
+                          replays={"tune (searched there)": tuned})
     timings["eval"] = time.monotonic() - t
     from mlgo_host.evaluation.plots import plot_search
 
@@ -125,16 +140,29 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def heldout_names(corpus: str, heldout_fraction: float = 0.2, seed: int = 0) -> list[str]:
+    """The modules of the training runs' held-out split."""
+    from mlgo_host.corpus.corpus import load_corpus
+
+    _, held = load_corpus(corpus).split(heldout_fraction, seed)
+    return [m.name for m in held if m.error is None]
+
+
 def heldout_table(corpus: str, policies: dict[str, str], out: str, *, jobs: int,
-                  heldout_fraction: float = 0.2, seed: int = 0, guard_row: str | None = None) -> dict:
+                  heldout_fraction: float = 0.2, seed: int = 0, guard_row: str | None = None,
+                  replays: dict[str, str] | None = None) -> dict:
     """Evaluate each policy (greedy) on the training runs' held-out split
     against the default heuristic (-Oz); ``guard_row``: also that policy
-    behind the guard (per module, the smaller of its object and -Oz's)."""
+    behind the guard (per module, the smaller of its object and -Oz's);
+    ``replays``: tune directories, each module compiled with its replay."""
     from mlgo_host.evaluation.evaluate import EvalReport, apply_guard, evaluate
 
     rows = []
-    for label, path in policies.items():
-        rep = evaluate(corpus, path, split="heldout", heldout_fraction=heldout_fraction, jobs=jobs, seed=seed)
+    runs = [(label, path, None) for label, path in policies.items()]
+    runs += [(label, "default", t) for label, t in (replays or {}).items()]
+    for label, path, replay in runs:
+        rep = evaluate(corpus, path, split="heldout", heldout_fraction=heldout_fraction, jobs=jobs, seed=seed,
+                       replay_dir=replay)
         slug = label.lower().replace(" ", "_")
         rep.write_csv(os.path.join(out, f"heldout_{slug}.csv"))
         rows.append(_table_row(label, path, rep))

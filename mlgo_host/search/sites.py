@@ -346,6 +346,9 @@ def identify(remarks: Sequence[Remark], debug: DebugInfo, mandatory: Sequence[Si
     so a decision about such a copy is keyed through its always-inline site."""
     live: dict[str, list[_Live]] = {}
     used: dict[str, set[str]] = {}  # caller -> keys its decisions took
+    bodies: dict[str, list[Site]] = {}  # caller -> the sites whose callee's body it took in, in order
+    for m in mandatory:
+        bodies.setdefault(m.caller, []).append(m)
     out: list[Decision] = []
     for i, r in enumerate(remarks):
         sites = live.setdefault(r.caller, [])
@@ -353,7 +356,7 @@ def identify(remarks: Sequence[Remark], debug: DebugInfo, mandatory: Sequence[Si
                     if s.site.callee == r.callee and s.line == r.line and s.column == r.column), None)
         taken = used.setdefault(r.caller, set())
         if hit is None:
-            entry = _Live(_written_site(r, debug, mandatory, taken), r.line, r.column)
+            entry = _Live(_written_site(r, debug, bodies, taken), r.line, r.column)
         else:
             entry = sites.pop(hit)
         taken.add(entry.site.key)
@@ -363,6 +366,7 @@ def identify(remarks: Sequence[Remark], debug: DebugInfo, mandatory: Sequence[Si
             out.append(Decision(i, entry.site, False, exposed=tuple(c.site for c in copied)))
             continue
         sites.extend(copied)
+        bodies.setdefault(r.caller, []).append(entry.site)
         deleted = r.name == DELETED
         if deleted:
             live.pop(r.callee, None)
@@ -370,15 +374,17 @@ def identify(remarks: Sequence[Remark], debug: DebugInfo, mandatory: Sequence[Si
     return out
 
 
-def _written_site(r: Remark, debug: DebugInfo, mandatory: Sequence[Site], used: set[str]) -> Site:
-    """The site of a decision no earlier decision explains: a call written
-    in its caller, or in a function the compiler always-inlined into it (at
-    several sites, each copy makes its own key: the first not ``used`` yet)."""
+def _written_site(r: Remark, debug: DebugInfo, bodies: dict[str, list[Site]], used: set[str]) -> Site:
+    """The site of a decision no live site explains: a call written in its
+    caller, or in a function whose body was inlined into it (always-inline
+    bodies, and in a recursive SCC bodies inlined before their own calls
+    were decided); with several copies of that body, each copy takes the
+    next key not ``used`` yet."""
     own = debug.functions.get(r.caller) or FunctionInfo(r.caller, r.line, r.file)
     w = debug.written_in(r.file, r.line) if r.file else None
     if w is not None and w.name != own.name:
         first = None
-        for path in _mandatory_paths(r.caller, w.name, debug, mandatory):
+        for path in _body_paths(r.caller, w.name, debug, bodies):
             site = Site(r.callee, r.caller, ((w.name, r.line - w.line, r.column),) + path)
             if site.key not in used:
                 return site
@@ -388,19 +394,16 @@ def _written_site(r: Remark, debug: DebugInfo, mandatory: Sequence[Site], used: 
     return Site(r.callee, r.caller, ((own.name, r.line - own.line, r.column),))
 
 
-def _mandatory_paths(caller: str, written: str, debug: DebugInfo, mandatory: Sequence[Site],
-                     depth: int = 4) -> Iterator[tuple[tuple[str, int, int], ...]]:
+def _body_paths(caller: str, written: str, debug: DebugInfo, bodies: dict[str, list[Site]],
+                depth: int = 4) -> Iterator[tuple[tuple[str, int, int], ...]]:
     """The chains through which the body of function ``written`` (a debug
-    name) was always-inlined into ``caller`` (an IR name), in the compiler's
-    order."""
-    for m in mandatory:
-        if debug.debug_name(m.callee) != written:
-            continue
-        if m.caller == caller:
-            yield m.chain
+    name) was inlined into ``caller`` (an IR name), in the order it was."""
+    for b in bodies.get(caller, ()):
+        if debug.debug_name(b.callee) == written:
+            yield b.chain
         elif depth > 1:
-            for outer in _mandatory_paths(caller, debug.debug_name(m.caller), debug, mandatory, depth - 1):
-                yield m.chain + outer
+            for inner in _body_paths(b.callee, written, debug, bodies, depth - 1):
+                yield inner + b.chain
 
 
 def final_functions(decisions: Sequence[Decision], defined: Iterable[str]) -> dict[str, frozenset[str]]:
