@@ -47,6 +47,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from mlgo_host.corpus.corpus import Module
+from mlgo_host.corpus.objsizes import ObjectSizes
 from mlgo_host.errors import MlgoHostError
 from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator, probe_module
 from mlgo_host.search.flips import FlipGainModel, flip_scores
@@ -66,10 +67,12 @@ class Candidate:
 
     sites: tuple[Site, ...]
     inline: bool
-    footprint: frozenset[str]
+    footprint: frozenset[str]  # the functions it may change (its gain is read from them)
     score: float = 0.0
     index: int | None = None  # the probe decision it flips (its features), None for exposed sites
     kind: str = "single"  # single, exposed, group, retry
+    #: functions whose code it copies (an inlined callee): no flip of the batch may change them
+    reads: frozenset[str] = frozenset()
 
     @property
     def key(self) -> str:
@@ -81,6 +84,8 @@ class Outcome:
     candidate: Candidate
     delta: int
     applied: bool
+    #: the compile it was measured in (the winners' sizes in the next reference come from it)
+    measured: Measured | None = dataclasses.field(default=None, repr=False)
 
 
 class BatchedSearch:
@@ -108,6 +113,10 @@ class BatchedSearch:
         #: why batches were split: reason -> count (reported, and what tunes MAX_BATCH)
         self.splits: dict[str, int] = {}
         self.earlier: list[dict] = []  # the flips of the searches this one resumes
+        #: functions whose size in the reference is derived from a batch, not compiled (see accept)
+        self.unverified: set[str] = set()
+        #: the reference is a compile's (its total exact), not derived
+        self.compiled = True
         self.default_slot: str | None = None  # what the probe's policy read the default from (imitation)
         self.start_text: int | None = None
         self._first = first
@@ -137,12 +146,33 @@ class BatchedSearch:
     def _defined(self) -> set[str]:
         return set(self.base.sizes.functions)
 
-    def _footprint(self, sites: Sequence[Site], final: dict[str, frozenset[str]]) -> frozenset[str]:
+    def _footprint(self, sites: Sequence[Site], final: dict[str, frozenset[str]], inline: bool = True
+                   ) -> frozenset[str]:
+        """The functions flipping ``sites`` (all to ``inline``) may change:
+        where their callers' code ends up, and the callee when the flip may
+        delete it (an inlined call of a callee with no other call left out)
+        or bring it back (an un-inlined call of a callee that is gone)."""
         fp: set[str] = set()
+        flipped = {x.key for x in sites}
         for s in sites:
             fp |= final.get(s.caller, frozenset({s.caller}))
-            fp.add(s.callee)
+            if inline and self._left_out(s.callee, flipped) == 0:
+                fp.add(s.callee)
+            elif not inline and s.callee not in self.base.sizes.functions:
+                fp.add(s.callee)
         return frozenset(fp)
+
+    def _left_out(self, callee: str, besides: set[str] = frozenset()) -> int:
+        """Known calls of ``callee`` the current set does not inline (but
+        ``besides``), in functions the object still has (a call in a
+        function inlined everywhere and gone lives on in its copies)."""
+        defined = self.base.sizes.functions
+        return sum(1 for k, x in self.sites.items()
+                   if x.callee == callee and x.caller in defined and k not in self.inline and k not in besides)
+
+    def _candidate(self, sites: tuple[Site, ...], inline: bool, final, **kw) -> Candidate:
+        reads = frozenset(s.callee for s in sites) if inline else frozenset()
+        return Candidate(sites, inline, self._footprint(sites, final, inline), reads=reads, **kw)
 
     # -- candidates -------------------------------------------------------------
     def candidates(self) -> list[Candidate]:
@@ -152,7 +182,7 @@ class BatchedSearch:
         if not ds:
             return []
         scores = self._scores(ds)
-        out = [Candidate((d.site,), not d.inlined, self._footprint((d.site,), final), float(sc), d.index)
+        out = [self._candidate((d.site,), not d.inlined, final, score=float(sc), index=d.index)
                for d, sc in zip(ds, scores)]
         out.sort(key=lambda c: -c.score)
         return out
@@ -176,7 +206,7 @@ class BatchedSearch:
         for callee, sites in by_callee.items():
             rest = [s for s in self.sites.values() if s.callee == callee and s.key not in self.inline]
             if 2 <= len(rest) <= MAX_GROUP and len(rest) == len(sites):
-                out.append(Candidate(tuple(rest), True, self._footprint(rest, final), kind="group"))
+                out.append(self._candidate(tuple(rest), True, final, kind="group"))
         return out
 
     def exposed(self, won: Candidate) -> list[Candidate]:
@@ -190,7 +220,7 @@ class BatchedSearch:
             if s.key in self.sites or s.key in self.broken:
                 continue
             self.sites[s.key] = s
-            out.append(Candidate((s,), True, self._footprint((s,), final), kind="exposed"))
+            out.append(self._candidate((s,), True, final, kind="exposed"))
         return out
 
     # -- measuring ----------------------------------------------------------------
@@ -205,24 +235,37 @@ class BatchedSearch:
         return list(inline.values())
 
     def _left(self) -> bool:
-        return self.ev.compiles < self.budget and (self.deadline is None or time.time() < self.deadline)
+        """Compiles and time left (one compile kept for :meth:`finish`)."""
+        return self.ev.compiles < self.budget - 1 and (self.deadline is None or time.time() < self.deadline)
 
     def measure(self, batch: list[Candidate]) -> list[Outcome]:
         """Each flip of ``batch``'s change from the reference: one compile
-        when the attribution holds, halves measured again when it does not."""
+        when the attribution holds; when it does not, the flips that added or
+        removed a function (the usual owners of a moved constant) apart from
+        the rest, else halves, each measured again.  A single flip's change
+        is its functions' when that reads cleanly, else the object's.  A
+        failure that may come from a reference not compiled yet compiles it
+        first (:meth:`accept`)."""
         if not batch or not self._left():
             return []
         m = self.ev.measure(self._set_with(batch))
         self.batches += 1
-        if len(batch) == 1:
+        out, why = self._attribute(batch, m)
+        if out is None and self.unverified and why != "footprints overlap":
+            self._compile_reference()
+            return self.measure(batch)
+        if out is None and len(batch) == 1:
             c = batch[0]
-            out = [Outcome(c, m.text - self.base.text, _applied(c, m))]
-        else:
-            out, why = self._attribute(batch, m)
-            if out is None:
-                self.splits[why] = self.splits.get(why, 0) + 1
-                half = len(batch) // 2
-                return self.measure(batch[:half]) + self.measure(batch[half:])
+            out = [Outcome(c, m.text - self.base.text, _applied(c, m), m)]
+        elif out is None:
+            self.splits[why] = self.splits.get(why, 0) + 1
+            suspects = [c for c in batch if _adds_or_removes(c, self.base.sizes, m.sizes)]
+            if why == "bytes no function owns moved" and 0 < len(suspects) < len(batch):
+                rest = [c for c in batch if c not in suspects]
+                return self.measure(rest) + self.measure(suspects)
+            half = len(batch) // 2
+            return self.measure(batch[:half]) + self.measure(batch[half:])
+        self.unverified.clear()  # every function outside the batch's footprints matched the reference
         self.flips_measured += len(out)
         return out
 
@@ -249,41 +292,80 @@ class BatchedSearch:
         moved = (m.inlined ^ self.base.inlined) - {s.key for s in flipped}
         if any(not _is_under_any(k, flipped) for k in moved):
             return None, "the compiler changed sites nobody flipped"
-        return [Outcome(c, delta[c], _applied(c, m)) for c in batch], ""
+        return [Outcome(c, delta[c], _applied(c, m), m) for c in batch], ""
 
     def batches_of(self, cands: list[Candidate]) -> list[list[Candidate]]:
-        """Greedy packing: candidates in order, each into the first batch
-        whose footprints it does not touch."""
-        out: list[tuple[list[Candidate], set[str]]] = []
+        """Greedy packing: candidates in order, each into the first batch it
+        does not interfere with: no function another flip may change is one
+        it may change or copies, and the flips inlining calls of one callee
+        leave at least one of its calls out (else together they may delete
+        it, which none of them predicts)."""
+        out: list[_Batch] = []
         for c in cands:
-            for b, used in out:
-                if len(b) < self.max_batch and not (c.footprint & used):
-                    b.append(c)
-                    used |= c.footprint
+            for b in out:
+                if len(b.flips) < self.max_batch and b.admits(c, self):
+                    b.add(c)
                     break
             else:
-                out.append(([c], set(c.footprint)))
-        return [b for b, _ in out]
+                b = _Batch()
+                if b.admits(c, self):  # (a flip on functions whose reference is not verified waits)
+                    b.add(c)
+                    out.append(b)
+        if not out and cands:  # every flip waits for the reference: compile it
+            self._compile_reference()
+            return self.batches_of(cands)
+        return [b.flips for b in out]
 
-    def accept(self, won: list[Candidate]) -> list[Candidate]:
-        """Apply the winners of a batch, compile the new best once (the next
-        reference); back off to the old best if together they did not pay.
-        Returns the winners kept."""
-        if not won or not self._left():
+    def accept(self, won: list[Outcome], lost: list[Outcome]) -> list[Candidate]:
+        """Apply a batch's winners.  The next reference is not compiled: its
+        functions are the reference's with each winner's functions as the
+        compile that measured it gave them (footprints are disjoint), so
+        they stay *unverified* until a later batch, which keeps clear of
+        them, finds every function outside its own footprints unchanged; a
+        batch that fails then first compiles the reference.  Returns the
+        winners kept."""
+        if not won:
             return []
-        m = self.ev.measure(self._set_with(won))
-        if m.text >= self.base.text:
-            return []
-        for c in won:
+        functions = dict(self.base.sizes.functions)
+        inlined = set(self.base.inlined)
+        for o in won:
+            c = o.candidate
+            for f in c.footprint:
+                size = o.measured.sizes.functions.get(f)
+                if size is None:
+                    functions.pop(f, None)
+                else:
+                    functions[f] = size
             for s in c.sites:
+                under = {k for k, x in self.inline.items() if x.is_under(s)} if not c.inline else set()
                 if c.inline:
                     self.inline[s.key] = s
+                    inlined.add(s.key)
+                    inlined |= {k for k in o.measured.inlined if _is_under_any(k, [s])}
                 else:
                     self.inline.pop(s.key, None)
-                    for k in [k for k, x in self.inline.items() if x.is_under(s)]:
+                    for k in under:
                         del self.inline[k]
-        self.base = m
-        return won
+                    inlined -= {s.key} | under | {k for k in inlined if _is_under_any(k, [s])}
+            self.unverified |= c.footprint
+        other = self.base.sizes.other
+        sizes = ObjectSizes(sum(functions.values()) + other, functions, other,
+                            other_sections=dict(self.base.sizes.other_sections))
+        self.base = Measured(sizes, inlined, 0.0)
+        self.compiled = False
+        return [o.candidate for o in won]
+
+    def _compile_reference(self) -> None:
+        """Compile the current best (the reference a derived one stood for)."""
+        self.base = self.ev.measure(self.inline.values())
+        self.unverified.clear()
+        self.compiled = True
+
+    def finish(self) -> None:
+        """The best set compiled, so the reported size is the object's own
+        (the budget keeps a compile for it)."""
+        if not self.compiled:
+            self._compile_reference()
 
     # -- the whole search --------------------------------------------------------
     def run(self) -> None:
@@ -293,7 +375,10 @@ class BatchedSearch:
         once, after the first pass."""
         if self.base is None:
             self.begin()
-        queue = [c for c in self.candidates() if c.key not in self.tried]
+        self._passes([c for c in self.candidates() if c.key not in self.tried])
+        self.finish()
+
+    def _passes(self, queue: list[Candidate]) -> None:
         losers: list[Outcome] = []
         grouped = False
         while queue and self._left():
@@ -319,9 +404,10 @@ class BatchedSearch:
             self.tried.update(c.key for c in batch)
             outs = self.measure(batch)
             self.outcomes.extend(outs)
-            won = [o.candidate for o in outs if o.applied and o.delta < 0]
-            lost += [o for o in outs if not (o.applied and o.delta < 0)]
-            for c in self.accept(won):
+            won = [o for o in outs if o.applied and o.delta < 0]
+            now_lost = [o for o in outs if not (o.applied and o.delta < 0)]
+            lost += now_lost
+            for c in self.accept(won, now_lost):
                 touched |= c.footprint
                 queue += [x for x in self.exposed(c) if x.key not in self.tried]
         return touched, lost
@@ -342,6 +428,39 @@ def _only_padding_moved(base, now) -> bool:
     keys = set(base.other_sections) | set(now.other_sections)
     moved = {k for k in keys if now.other_sections.get(k, 0) != base.other_sections.get(k, 0)}
     return moved == {".eh_frame"} and abs(now.other - base.other) <= EH_FRAME_PADDING
+
+
+class _Batch:
+    """Flips packed into one compile, and what they change and copy."""
+
+    def __init__(self):
+        self.flips: list[Candidate] = []
+        self.writes: set[str] = set()
+        self.reads: set[str] = set()
+        self.inlining: dict[str, int] = {}  # callee -> calls the batch inlines
+
+    def admits(self, c: Candidate, search: "BatchedSearch") -> bool:
+        if c.footprint & (self.writes | self.reads | search.unverified) or c.reads & self.writes:
+            return False
+        if not self.flips:  # alone, a flip's change is the object's
+            return True
+        for s in (c.sites if c.inline else ()):
+            if s.callee not in c.footprint and self.inlining.get(s.callee, 0) + 1 >= search._left_out(s.callee):
+                return False
+        return True
+
+    def add(self, c: Candidate) -> None:
+        self.flips.append(c)
+        self.writes |= c.footprint
+        self.reads |= c.reads
+        if c.inline:
+            for s in c.sites:
+                self.inlining[s.callee] = self.inlining.get(s.callee, 0) + 1
+
+
+def _adds_or_removes(c: Candidate, base: ObjectSizes, now: ObjectSizes) -> bool:
+    """Did a function of the flip's footprint appear or disappear?"""
+    return any((f in base.functions) != (f in now.functions) for f in c.footprint)
 
 
 def _applied(c: Candidate, m: Measured) -> bool:
@@ -384,6 +503,10 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
             s.run()
     except MlgoHostError as e:
         log.warning("%s: batched search stopped: %s", module.name, e)
+        try:
+            s.finish()
+        except MlgoHostError:
+            s.base = s.start  # the last size known for sure
     return result_of(s, default_size, time.monotonic() - t0)
 
 

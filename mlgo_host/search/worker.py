@@ -32,7 +32,7 @@ class SearchWorker(CollectWorker):
         base = default if from_default else self._policy(True, seed)
         probs = _probs_of(base)
         cfg = {"clang": c.clang, "llvm_size": c.llvm_size, "module_timeout": c.module_timeout,
-               "baseline_cache": c.baseline_cache, "default_slot": default_slot(c.clang)}
+               "baseline_cache": c.baseline_cache, "default_slot": default_slot(c.clang, c.module_timeout)}
         fm = FlipGainModel.from_json(model) if model else None
         forced = {int(k): int(v) for k, v in (start_forced or {}).items()}
         return search_module(mod, base, budget, cfg, default=default, model=fm, start_forced=forced,
@@ -49,7 +49,7 @@ class SearchWorker(CollectWorker):
         mod = self._module(task)
         c = self.config
         cfg = {"clang": c.clang, "llvm_size": c.llvm_size, "module_timeout": c.module_timeout,
-               "default_slot": default_slot(c.clang)}
+               "default_slot": default_slot(c.clang, c.module_timeout)}
         default = baseline_size(mod, clang=c.clang, llvm_size=c.llvm_size, cache_dir=c.baseline_cache,
                                 timeout=c.module_timeout)
         fm = FlipGainModel.from_json(model) if model else None
