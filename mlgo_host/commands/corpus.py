@@ -17,12 +17,17 @@ per module <m>.bc and its NUL-separated cc1 command <m>.cmd).
              reuses the cache and the built modules.  With --sources external
              it builds the external corpus instead: projects the benchmark
              does not contain (zopfli, cmark-gfm, llhttp/http-parser, xxHash,
-             c-ares, libyaml, jsonnet), for measuring generalization.
+             c-ares, libyaml, jsonnet), for measuring generalization.  With
+             --sources training it builds the training corpus: the benchmark's
+             packages (same module names, so the same held-out split) plus 23
+             more sdists (libsodium, capstone, libyara, libsass, leveldb,
+             upb, isa-l, ...), none of them in the external list.
 
 examples:
   mlgo-host corpus build --compile-commands build/compile_commands.json --output corpus/
   mlgo-host corpus benchmark --output bench_corpus/
   mlgo-host corpus benchmark --sources external --output external_corpus/
+  mlgo-host corpus benchmark --sources training --output training_corpus/ -j2
 """
 
 from __future__ import annotations
@@ -50,9 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--force", action="store_true", help="rebuild modules that already exist")
     m = sub.add_parser("benchmark", help="download and build the benchmark corpus (pinned PyPI sdists)",
                        formatter_class=HelpFormatter,
-                       description="Build the benchmark corpus (or, with --sources external, the external "
-                                   "corpus of projects the benchmark does not contain) from pinned PyPI "
-                                   "source distributions.")
+                       description="Build the benchmark corpus (or, with --sources training, the larger training "
+                                   "corpus; with --sources external, the external corpus of projects neither "
+                                   "contains) from pinned PyPI source distributions.")
     _common(m)
     m.add_argument("--cache-dir", metavar="DIR", default=None,
                    help="where sdists are downloaded and extracted "
@@ -60,6 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--sources", metavar="NAME|JSON", default=None,
                    help="the list of pinned sdists and their sha256: 'benchmark' (the default, "
                         "mlgo_host/data/benchmark_sources.json: the corpus to train and hold out from), "
+                        "'training' (mlgo_host/data/training_sources.json: the benchmark's packages plus more "
+                        "projects, the same held-out split), "
                         "'external' (mlgo_host/data/external_sources.json: other projects, to measure "
                         "generalization beyond the benchmark), or the path of a list in the same format")
     m.add_argument("--package", action="append", metavar="NAME",

@@ -51,6 +51,9 @@ class Package:
     filename: str
     sha256: str
     units: tuple[Unit, ...]
+    # The vendored projects the units compile (e.g. "zstd", "xxhash"): what
+    # keeps two lists apart when different packages vendor the same library.
+    libraries: tuple[str, ...] = ()
 
     @property
     def requirement(self) -> str:
@@ -65,9 +68,12 @@ class BenchmarkSpec:
 
 # Source lists shipped in mlgo_host/data, by the short name ``--sources`` takes:
 # "benchmark" is the corpus training and the held-out split come from;
-# "external" holds projects the benchmark does not contain, to measure how a
-# policy generalizes beyond it.
-PACKAGED_SPECS = {"benchmark": "benchmark_sources.json", "external": "external_sources.json"}
+# "training" is the benchmark's packages (the same module names, so the same
+# held-out split, less xxHash's own sources) plus more projects, for a policy
+# that sees more kinds of code; "external" holds projects neither of them contains, to measure how
+# a policy generalizes beyond them.
+PACKAGED_SPECS = {"benchmark": "benchmark_sources.json", "training": "training_sources.json",
+                  "external": "external_sources.json"}
 DEFAULT_SPEC = "benchmark"
 
 
@@ -109,7 +115,8 @@ def load_spec(path: str | os.PathLike | None = None) -> BenchmarkSpec:
             sha = str(d["sha256"]).lower()
             if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
                 raise CorpusError(f"{p}: package {d['name']}: sha256 must be 64 hex digits")
-            pkgs.append(Package(str(d["name"]), str(d["version"]), str(d["filename"]), sha, units))
+            libraries = tuple(str(x) for x in d.get("libraries", ()))
+            pkgs.append(Package(str(d["name"]), str(d["version"]), str(d["filename"]), sha, units, libraries))
         return BenchmarkSpec(tuple(pkgs), str(raw.get("opt_level", "-Oz")))
     except (KeyError, TypeError) as e:
         raise CorpusError(f"{p}: malformed benchmark source list ({e!r})") from None

@@ -56,9 +56,10 @@ def test_short_names_resolve_to_the_packaged_lists(tmp_path):
     assert ext.name == "external_sources.json" and ext.is_file()
     assert benchmark.resolve_spec_path("benchmark") == benchmark.resolve_spec_path(None) == benchmark.default_spec_path()
     assert benchmark.default_spec_path().name == "benchmark_sources.json"
+    assert benchmark.resolve_spec_path("training").name == "training_sources.json"
     own = tmp_path / "mine.json"
     assert benchmark.resolve_spec_path(str(own)) == own and benchmark.resolve_spec_path(own) == own
-    with pytest.raises(CorpusError, match=r"not found \(give a path or one of: benchmark, external\)"):
+    with pytest.raises(CorpusError, match=r"not found \(give a path or one of: benchmark, training, external\)"):
         benchmark.load_spec(str(tmp_path / "external"))
 
 
