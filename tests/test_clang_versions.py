@@ -140,6 +140,28 @@ def test_eval_default_policy_reproduces_plain_sizes(toolchain, tmp_path_factory,
     assert sum(int(r["observations"]) for r in rows) > 0
 
 
+# -- the compiler's inline replay (batched search, tune's build flags) ------------
+def test_replay_of_the_channels_decisions_is_the_oz_object_and_a_batch_reads_cleanly(toolchain, tmp_path_factory,
+                                                                                  tmp_path):
+    from mlgo_host.corpus.corpus import load_corpus
+    from mlgo_host.policies import load_policy
+    from mlgo_host.search.batched import BatchedSearch
+    from mlgo_host.search.evaluate import ReplayEvaluator, probe_module
+
+    corpus = build_small_corpus(tmp_path_factory.mktemp(f"replay{toolchain.version}"), clang=toolchain.clang)
+    for m in load_corpus(corpus).modules:
+        probe = probe_module(m, load_policy("default"), clang=toolchain.clang, llvm_size=toolchain.llvm_size)
+        ev = ReplayEvaluator(m, {d.site.caller for d in probe.decisions}, clang=toolchain.clang)
+        ev.compile([d.site for d in probe.decisions if d.inlined], str(tmp_path / "r.o"))
+        subprocess.run(m.compile_command(toolchain.clang, str(tmp_path / "p.o")), check=True)
+        assert (tmp_path / "r.o").read_bytes() == (tmp_path / "p.o").read_bytes(), m.name
+        if m.name == "mathx":  # its flips, batched, read as they do alone
+            s = BatchedSearch(m, probe, ev, budget=20)
+            s.begin()
+            outs = s.measure(s.batches_of(s.candidates())[0])
+            assert outs and all(o.applied for o in outs)
+
+
 def _only_tools(bin_dir, links: dict[str, str]) -> dict:
     """An environment whose PATH holds only ``links`` (name -> real tool):
     no llvm-size of another version to fall back on."""
