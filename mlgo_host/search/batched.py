@@ -117,13 +117,14 @@ class BatchedSearch:
         self.unverified: set[str] = set()
         #: the reference is a compile's (its total exact), not derived
         self.compiled = True
+        self.exhausted = False
         self.default_slot: str | None = None  # what the probe's policy read the default from (imitation)
         self.start_text: int | None = None
         self._first = first
 
     def resume_from(self, res: dict) -> None:
-        """Go on from an earlier result: its best set and the flips it tried
-        (the reference is compiled again: one compile)."""
+        """Go on from an earlier result: its best set, its compile of it (or
+        one compile) and the flips it tried."""
         self.inline = {k: self.sites.get(k) or site_of_line(ln) for k, ln in res["inline_all"].items()}
         self.tried = set(res["tried"])
         self.broken = set(res.get("broken", ()))
@@ -131,7 +132,8 @@ class BatchedSearch:
         self.earlier = list(res["flips"])
         self.flips_measured = res.get("flips_measured", 0)
         self.batches = res.get("batches", 0)
-        self.base = self.ev.measure(self.inline.values())
+        ref = res.get("reference")
+        self.base = self.start = ref if ref is not None else self.ev.measure(self.inline.values())
 
     # -- the reference --------------------------------------------------------
     def begin(self) -> Measured:
@@ -378,9 +380,17 @@ class BatchedSearch:
         self._passes([c for c in self.candidates() if c.key not in self.tried])
         self.finish()
 
+    @property
+    def stopped(self) -> str:
+        """Why the search ended: every flip measured, or the budget or the time ran out."""
+        if self.exhausted:
+            return "exhausted"
+        return "time" if self.deadline is not None and time.time() >= self.deadline else "budget"
+
     def _passes(self, queue: list[Candidate]) -> None:
         losers: list[Outcome] = []
         grouped = False
+        self.exhausted = not queue
         while queue and self._left():
             touched, lost = self._pass(queue)
             losers += lost
@@ -389,6 +399,7 @@ class BatchedSearch:
             if not grouped:
                 queue += self.groups(losers)
                 grouped = True
+            self.exhausted = not queue and self._left()
 
     def _pass(self, queue: list[Candidate]) -> tuple[set[str], list[Outcome]]:
         """Measure every flip of ``queue`` (and the sites winners expose) by
@@ -535,7 +546,8 @@ def result_of(s: BatchedSearch, default_size: int, wall_s: float) -> dict:
         "best_size": int(best) if use_replay else int(default_size),
         "compiles": s.ev.compiles, "batches": s.batches, "splits": dict(s.splits), "flips_measured": s.flips_measured, "flips": flips,
         "broken_keys": len(s.broken), "broken": sorted(s.broken), "decisions": ep.n, "wall_s": wall_s,
-        "tried": sorted(s.tried), "stopped": "budget" if s.ev.compiles >= s.budget else "exhausted",
+        "tried": sorted(s.tried), "stopped": s.stopped if s.base is not None else "exhausted",
+        "reference": s.base if s.base is not None and s.compiled else None,
         "inline": sorted(x.replay_line() for x in s.inline.values()) if use_replay else None,
         "scope": sorted({d.site.caller for d in s.probe.decisions}) if use_replay else None,
         "inline_all": {k: x.replay_line() for k, x in s.inline.items()}, "probe": s.probe,

@@ -228,14 +228,20 @@ class Passes:
 
 
 class BatchedPasses:
-    """Batched search (:mod:`mlgo_host.search.batched`): every module not
-    searched yet gets an equal share of what is left; the share a module did
-    not need (it ran out of flips) goes, in a second pass, to the modules
-    that used all of theirs, each going on from its best."""
+    """Batched search (:mod:`mlgo_host.search.batched`): a probe of every
+    module not searched yet (its decisions, keys and the compile of its
+    starting set: three compiles, two without decisions), then passes that
+    share what is left by the decisions each module has left to measure,
+    each module going on from its best; modules that measured every flip
+    are done."""
+
+    #: the probe's compiles: the channel compile, the always-inline remarks, the reference
+    PROBE = 3
 
     def __init__(self, pool, store: "TuneStore", mods: list[Module], budget: dict, deadline: float | None,
                  progress: bool):
         self.pool, self.store, self.mods = pool, store, mods
+        self.by_name = {m.name: m for m in mods}
         self.per_module = budget["per_module"]
         self.deadline = deadline
         self.progress = progress
@@ -252,24 +258,27 @@ class BatchedPasses:
     def _run(self, tasks: list[tuple], desc: str) -> None:
         run_searches(self.pool, tasks, desc, self.progress, on_result=self.store.add, method="search_batched")
 
+    def _open(self) -> list[dict]:
+        return [r for n, r in self.store.results.items() if n in self.by_name and r["status"] == "ok"
+                and r.get("search") == "batched" and r["stopped"] != "exhausted"]
+
     def run(self) -> None:
         new = [m for m in self.mods if m.name not in self.store.results]
         if new and self.left() > 0:
-            share = max(4, self.left() // len(new)) if self.per_module is not None else 10**9
-            model = self._model()
-            self._run([(m.to_task(), share, model, self.deadline, None) for m in new], "tune: 1st pass")
-        for k in range(2, 2 + MAX_PASSES):
-            open_ = [r for r in self.store.results.values() if r["status"] == "ok" and r.get("search") == "batched"
-                     and r["stopped"] == "budget" and r["name"] in {m.name for m in self.mods}]
-            left = self.left()
+            self._run([(m.to_task(), self.PROBE, None, self.deadline, None) for m in new], "tune: probe")
+        for k in range(1, 1 + MAX_PASSES):
+            open_, left = self._open(), self.left()
             if not open_ or left <= 0:
                 return
-            share = max(2, left // len(open_)) if self.per_module is not None else 10**9
+            if self.per_module is None:
+                shares = [10**9] * len(open_)
+            else:  # by the flips each module has left to measure
+                w = np.array([max(1, r.get("decisions", 1) - len(r["tried"])) for r in open_], dtype=np.float64)
+                shares = np.maximum(2, np.floor(left * w / w.sum())).astype(int)
             model = self._model()
-            by = {m.name: m for m in self.mods}
             before = self.store.compiles(self.mods)
-            self._run([(by[r["name"]].to_task(), r["compiles"] + share, model, self.deadline, r) for r in open_],
-                      f"tune: pass {k}")
+            self._run([(self.by_name[r["name"]].to_task(), r["compiles"] + int(b), model, self.deadline, r)
+                       for r, b in zip(open_, shares)], f"tune: pass {k}")
             if self.store.compiles(self.mods) == before:
                 return
 

@@ -53,7 +53,7 @@ def test_batched_tune_measures_many_flips_per_compile_and_writes_compiler_replay
     assert all(m["best_size"] <= m["default_size"] for m in mods.values())
     assert sum(m["compiles"] for m in mods.values()) <= 12 * 3
     g = mods["g"]  # a module with a few dozen decisions: several flips per compile
-    assert g["decisions"] >= 20 and g["flips_measured"] > 2 * g["batches"] > 0, g
+    assert g["decisions"] >= 20 and g["flips_measured"] > 1.5 * g["batches"] > 0, g
     for n, m in mods.items():
         replay = t / "replays" / f"{n}.inline.txt"
         assert (m["inline_replay"] is not None) == (m["best_size"] < m["default_size"]) == replay.exists(), n
