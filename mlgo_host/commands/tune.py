@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 
 from mlgo_host.commands.help import LLVM_SIZE_HELP
 
@@ -93,7 +94,13 @@ def run(args: argparse.Namespace) -> int:
         from mlgo_host.corpus.tuned import TunedDir, shell_flags
 
         t, source = args.print_flags
-        flags = TunedDir(t).flags_for_source(source)
+        tuned = TunedDir(t)
+        name = tuned.module_of_source(source)
+        changed = tuned.changed(name, source)
+        if changed:
+            print(f"mlgo-host tune: note: {source} changed since it was tuned: its flags keep the tuned sites that "
+                  "still match and let the compiler decide the rest", file=sys.stderr)
+        flags = tuned.flags_for(name, changed)
         if flags:
             print(shell_flags(flags))
         return 0

@@ -65,10 +65,19 @@ def file_sha256(path: str) -> str:
 _LOCATIONS = "-Rpass=^mlgo-host-location-tracking$"
 
 
-def inline_replay_flags(path: str) -> list[str]:
-    """Driver flags applying compiler replay file ``path``."""
+def inline_replay_flags(path: str, changed: bool = False) -> list[str]:
+    """Driver flags applying compiler replay file ``path``.  A tuned
+    function inlines exactly its listed sites (fallback ``NeverInline``):
+    the tuned object, byte for byte.  For a source edited since tuning
+    (``changed``) the fallback is ``Original``: sites whose key still
+    matches are inlined, the compiler decides the others, so a function
+    whose calls moved gets -Oz's decisions instead of none (measured on
+    three benchmark modules with three functions edited: +0.2 % to -6.9 %
+    against -Oz, where ``NeverInline`` gave up to +6.5 %); only the tuned
+    "do not inline" decisions are lost."""
+    fallback = "Original" if changed else "NeverInline"
     return [_LOCATIONS, "-mllvm", f"-cgscc-inline-replay={path}", "-mllvm", "-cgscc-inline-replay-scope=Function",
-            "-mllvm", "-cgscc-inline-replay-fallback=NeverInline"]
+            "-mllvm", f"-cgscc-inline-replay-fallback={fallback}"]
 
 
 def shell_flags(flags: list[str]) -> str:
@@ -121,23 +130,24 @@ class TunedDir:
         rel = self.modules.get(name, {}).get("inline_replay")
         return os.path.join(self.path, rel) if rel else None
 
-    def flags_for(self, name: str | None) -> list[str]:
+    def flags_for(self, name: str | None, changed: bool = False) -> list[str]:
         """The compiler flags applying module ``name``'s tuned decisions ([]
-        for a module without a compiler replay file)."""
+        for a module without a compiler replay file); ``changed``: the
+        source was edited since tuning (see :func:`inline_replay_flags`)."""
         path = self.inline_replay(name) if name else None
-        return inline_replay_flags(path) if path else []
+        return inline_replay_flags(path, changed) if path else []
 
-    def flags_for_source(self, source: str) -> list[str]:
-        """:meth:`flags_for` of the tuned module compiled from ``source``
-        (a path, absolute or relative to the current directory, or relative
-        to the project root the tune recorded)."""
+    def module_of_source(self, source: str) -> str:
+        """The tuned module compiled from ``source`` (a path, absolute or
+        relative to the current directory, or relative to the project root
+        the tune recorded); ConfigError when there is none."""
         want = os.path.realpath(source)
         root = self.manifest.get("root") or ""
         for name, m in self.modules.items():
             ident = m.get("identity")
             if ident and (os.path.realpath(os.path.join(root, ident["source"])) == want
                           or ident["source"] == os.path.normpath(source)):
-                return self.flags_for(name)
+                return name
         raise ConfigError(f"{self.path}: no tuned module is compiled from {source}")
 
     def changed(self, name: str, source: str) -> bool:

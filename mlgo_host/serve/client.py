@@ -18,11 +18,11 @@ Environment:
                   (the compiler's inline replay of the tuned decisions) and
                   runs without a server; every other compile runs plainly (or
                   through MLGO_CHANNELS' server when set).  A source edited
-                  since tuning still compiles with its flags (call sites are
-                  keyed relative to their function, so only the functions
-                  whose calls moved lose their tuned decisions) and gets a
-                  one-line note (MLGO_QUIET=1: none).  ``serve --replay T``
-                  tells its clients the same T.
+                  since tuning still compiles: its tuned sites that still
+                  match (keys are relative to their function, so edits
+                  elsewhere keep them) are inlined and the compiler decides
+                  the rest; one note line (MLGO_QUIET=1: none).
+                  ``serve --replay T`` tells its clients the same T.
   MLGO_CLANG      real C compiler (default clang-19); MLGO_CLANGXX for
                   mlgo-clang++ (default clang++-19)
   MLGO_FALLBACK   plain (default): when no live server answers, or the server
@@ -163,10 +163,11 @@ def _tuned_flags(tuned: str, plain: list[str], plan: dict, quiet: bool) -> tuple
     except MlgoHostError as e:
         return [], f"MLGO_REPLAY: {e}"
     name = t.match(plain, os.getcwd(), plan["source"], plan["output"])
-    flags = t.flags_for(name)
-    if flags and not quiet and t.changed(name, plan["source"]):
-        _say("note", f"{plan['source']} changed since it was tuned ({t.path}): its tuned decisions apply where "
-                     "their call sites are unchanged (tune it again to refresh them)")
+    changed = name is not None and t.changed(name, plan["source"])
+    flags = t.flags_for(name, changed)
+    if flags and changed and not quiet:
+        _say("note", f"{plan['source']} changed since it was tuned ({t.path}): its tuned sites that still match "
+                     "are inlined, the compiler decides the rest (tune it again to refresh them)")
     return flags, ""
 
 
