@@ -129,22 +129,16 @@ def _select(corpus, names: Sequence[str] | None, corpus_dir: str) -> list[Module
 # -- the passes -------------------------------------------------------------------
 
 
-class Passes:
-    """A probe (the base's trajectory: how many decisions each module has),
-    the first pass (the budget shared by decisions, early stop), then passes
-    giving what is left to the modules that paid (see the module docstring).
-    Every pass after the probe goes on from each module's best trajectory
-    without compiling it again."""
+class _Budget:
+    """What both searches' passes share: the pool, the store, the modules
+    and the budget (compiles of the run's target, or a deadline)."""
 
     def __init__(self, pool, store: "TuneStore", mods: list[Module], budget: dict, deadline: float | None,
-                 patience: int, first_share: float, seed: int, progress: bool):
+                 progress: bool):
         self.pool, self.store, self.mods = pool, store, mods
         self.by_name = {m.name: m for m in mods}
         self.per_module = budget["per_module"]
         self.deadline = deadline
-        self.patience = patience
-        self.first_share = first_share
-        self.seed = seed
         self.progress = progress
 
     def left(self) -> int:
@@ -154,8 +148,24 @@ class Passes:
         return int(self.per_module * len(self.mods)) - self.store.compiles(self.mods)
 
     def _model(self) -> dict | None:
+        """The flip-gain model fitted on every flip measured so far (with features)."""
         m = fit_flip_model(self.store.all_results())
         return m.to_json() if m is not None else None
+
+
+class Passes(_Budget):
+    """A probe (the base's trajectory: how many decisions each module has),
+    the first pass (the budget shared by decisions, early stop), then passes
+    giving what is left to the modules that paid (see the module docstring).
+    Every pass after the probe goes on from each module's best trajectory
+    without compiling it again."""
+
+    def __init__(self, pool, store: "TuneStore", mods: list[Module], budget: dict, deadline: float | None,
+                 patience: int, first_share: float, seed: int, progress: bool):
+        super().__init__(pool, store, mods, budget, deadline, progress)
+        self.patience = patience
+        self.first_share = first_share
+        self.seed = seed
 
     def _open(self) -> list[dict]:
         return [r for n, r in self.store.results.items() if n in self.by_name and not _exhausted(r)]
@@ -227,7 +237,7 @@ class Passes:
                 return
 
 
-class BatchedPasses:
+class BatchedPasses(_Budget):
     """Batched search (:mod:`mlgo_host.search.batched`): a probe of every
     module not searched yet (its decisions, keys and the compile of its
     starting set: three compiles, two without decisions), then passes that
@@ -237,23 +247,6 @@ class BatchedPasses:
 
     #: the probe's compiles: the channel compile, the always-inline remarks, the reference
     PROBE = 3
-
-    def __init__(self, pool, store: "TuneStore", mods: list[Module], budget: dict, deadline: float | None,
-                 progress: bool):
-        self.pool, self.store, self.mods = pool, store, mods
-        self.by_name = {m.name: m for m in mods}
-        self.per_module = budget["per_module"]
-        self.deadline = deadline
-        self.progress = progress
-
-    def left(self) -> int:
-        if self.per_module is None:
-            return 10**9 if time.time() < self.deadline else 0
-        return int(self.per_module * len(self.mods)) - self.store.compiles(self.mods)
-
-    def _model(self) -> dict | None:
-        m = fit_flip_model([r for r in self.store.all_results() if r.get("header")])
-        return m.to_json() if m is not None else None
 
     def _run(self, tasks: list[tuple], desc: str) -> None:
         run_searches(self.pool, tasks, desc, self.progress, on_result=self.store.add, method="search_batched")
