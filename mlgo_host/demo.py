@@ -41,9 +41,10 @@ def _step(title: str) -> None:
     print(f"\n== {title}", file=sys.stderr, flush=True)
 
 
-def _mlgo(args: list[str]) -> None:
+def _mlgo(args: list[str], shown: list[str] | None = None) -> None:
+    """Run ``mlgo-host args``, echoing the command (or ``shown``, a shorter spelling of it)."""
     cmd = [sys.executable, "-m", "mlgo_host", *args]
-    print("$ mlgo-host " + " ".join(args), file=sys.stderr, flush=True)
+    print("$ mlgo-host " + " ".join(shown or args), file=sys.stderr, flush=True)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
     rc = subprocess.run(cmd, env=env).returncode
     if rc != 0:
@@ -115,8 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     tuned = os.path.join(out, "tune")
     _step(f"4/5 tune the held-out modules: {args.tune_minutes:g} minutes of batched search")
     t = time.monotonic()
-    _mlgo(["tune", "--corpus", corpus, "--output", tuned, "--budget-minutes", str(args.tune_minutes),
-           "--jobs", str(args.workers), "--modules", *heldout_names(corpus)])
+    held = heldout_names(corpus)
+    tune_args = ["tune", "--corpus", corpus, "--output", tuned, "--budget-minutes", str(args.tune_minutes),
+                 "--jobs", str(args.workers), "--modules"]
+    _mlgo(tune_args + held, shown=tune_args + [f"<the {len(held)} held-out modules>"])
     timings["tune"] = time.monotonic() - t
 
     _step("5/5 held-out evaluation against clang -Oz")
