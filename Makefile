@@ -13,7 +13,7 @@ APT_PKGS := clang-19 llvm-19 make
 # matrix on it too. Optional: `make setup EXTRA_LLVM=` skips it.
 EXTRA_LLVM ?= 22
 
-.PHONY: setup system-deps extra-llvm test demo bench clean
+.PHONY: setup system-deps extra-llvm test demo bench pretrain clean
 
 system-deps:
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -55,6 +55,12 @@ test: setup
 
 demo: setup
 	$(BIN)/python -m mlgo_host.demo --output $(DEMO_DIR)
+
+# Rebuilds the shipped policy (--policy pretrained-oz) from scratch with its recorded
+# recipe (bench/pretrain.py); resumable: a second run continues where it stopped.
+PRETRAIN_DIR ?= pretrain_out
+pretrain: setup
+	$(BIN)/python bench/pretrain.py --root $(PRETRAIN_DIR)
 
 bench: setup
 	$(BIN)/python bench/channel.py

@@ -20,7 +20,8 @@ modules improved, compiles (per module), minutes, and for tune the flips
 measured per compile (all of its compiles counted: the probe, the
 references and the splits too).
 
-usage: .venv/bin/python bench/tune.py [--corpus /work/bench_corpus] [--jobs 2] [--modules-from JSON]
+usage: .venv/bin/python bench/tune.py [--corpus bench_corpus] [--jobs 2] [--modules-from JSON]
+(build the corpus first: mlgo-host corpus benchmark --output bench_corpus)
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def tune_run(corpus: str, mods, jobs: int, work: str, per_module: float, clang: 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--corpus", default="/work/bench_corpus")
+    ap.add_argument("--corpus", default="bench_corpus", help="the benchmark corpus (mlgo-host corpus benchmark)")
     ap.add_argument("--heldout-fraction", type=float, default=0.2)
     ap.add_argument("--max-bc-kb", type=float, default=100.0, help="without --modules-from: leave out modules with "
                                                                     "more bitcode")
@@ -121,7 +122,7 @@ def main() -> int:
             names = set(json.load(f)["greedy"]["per_module"])
         mods = sorted((m for m in held if m.name in names), key=lambda m: m.name)
         assert len(mods) == len(names), "modules of --modules-from missing from the corpus"
-        which = f"the {len(mods)} modules of {os.path.relpath(args.modules_from)}"
+        which = f"the {len(mods)} modules of {os.path.basename(args.modules_from)}'s greedy pass"
     else:
         mods = sorted((m for m in held if m.size <= 1024 * args.max_bc_kb), key=lambda m: m.name)
         which = f"{len(mods)} of {len(held)} held-out modules (bitcode <= {args.max_bc_kb:g} KB)"
@@ -130,7 +131,7 @@ def main() -> int:
     print(f"{which}; work dir {work}", file=sys.stderr)
     if args.greedy_from:  # the greedy pass is deterministic: its figures from an earlier run of these modules
         with open(args.greedy_from) as f:
-            greedy = dict(json.load(f)["greedy"], reused_from=args.greedy_from)
+            greedy = dict(json.load(f)["greedy"], reused_from=os.path.basename(args.greedy_from))
         assert sorted(greedy["per_module"]) == sorted(m.name for m in mods), "not the same modules"
     else:
         greedy = greedy_pass(mods, args.jobs, work, args.clang)
@@ -146,7 +147,7 @@ def main() -> int:
              and fifth["compiles"] <= greedy["compiles"] / 5.0,
              ">= 1.5x greedy's gain with as many compiles": equal["gain_bytes"] >= 1.5 * greedy["gain_bytes"]
              and equal["compiles"] <= greedy["compiles"]}
-    res = {"corpus": args.corpus, "split": f"held-out {args.heldout_fraction:g} (seed 0)", "modules": which,
+    res = {"corpus": os.path.basename(os.path.normpath(args.corpus)), "split": f"held-out {args.heldout_fraction:g} (seed 0)", "modules": which,
            "jobs": args.jobs, "load_average_at_end": os.getloadavg()[0], "greedy": greedy, **runs, "goals": goals}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     atomic_write_json(args.out, res)

@@ -93,6 +93,15 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
 
 
+def _resolve_shipped_policy(args) -> None:
+    """``--policy pretrained-oz`` (a policy the package ships) as its directory,
+    for every command that takes a policy."""
+    if isinstance(getattr(args, "policy", None), str):
+        from mlgo_host.policies.loading import resolve_policy  # no numpy: `run` stays light
+
+        args.policy = resolve_policy(args.policy)
+
+
 def _dispatch(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Import only the chosen subcommand (keeps `run` free of TensorFlow).
@@ -106,6 +115,7 @@ def _dispatch(argv: list[str] | None) -> int:
         return 2
     say_warnings_once(args.command)
     try:
+        _resolve_shipped_policy(args)
         return int(args._module.run(args) or 0)
     except MlgoHostError as e:
         # gin appends "\n  In call to configurable ..." to what a configurable raises

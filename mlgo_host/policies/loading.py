@@ -12,15 +12,35 @@ from mlgo_host.policies.base import Policy
 from mlgo_host.policies.heuristic import HEURISTICS, make_heuristic
 
 
+#: policies that ship in the package, by name -> their directory under mlgo_host/data/
+SHIPPED = {"pretrained-oz": os.path.join("policies", "pretrained-oz")}
+
+
+def shipped_policy_dir(name: str) -> str:
+    """The directory of a policy that ships in the package; ConfigError when
+    this installation does not have it (``make pretrain`` builds it)."""
+    d = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", SHIPPED[name])
+    if not os.path.isfile(os.path.join(d, "metadata.json")):
+        raise ConfigError(f"policy {name!r} is not in this installation ({d}); build it with make pretrain")
+    return d
+
+
+def resolve_policy(name_or_path: str | None) -> str | None:
+    """A shipped policy's name as its directory; anything else unchanged."""
+    return shipped_policy_dir(name_or_path) if name_or_path in SHIPPED else name_or_path
+
+
 def load_base_policy(name_or_path: str, seed: int = 0, greedy: bool = True) -> Policy:
-    """A heuristic by name (default, never, always, random) or a saved policy
+    """A heuristic by name (default, never, always, random), a policy that
+    ships in the package by name (:data:`SHIPPED`) or a saved policy
     directory (loaded with numpy only)."""
     if name_or_path in HEURISTICS:
         return make_heuristic(name_or_path, seed=seed)
+    name_or_path = resolve_policy(name_or_path)
     if os.path.isdir(name_or_path):
         from mlgo_host.policies.saved import load_saved_policy  # numpy: only when a saved policy is named
 
         return load_saved_policy(name_or_path, greedy=greedy, seed=seed)
     raise ConfigError(
-        f"policy {name_or_path!r} is neither a heuristic ({', '.join(HEURISTICS)}) nor a saved policy directory "
-        "(nor an existing replay file)")
+        f"policy {name_or_path!r} is neither a heuristic ({', '.join(HEURISTICS)}), a shipped policy "
+        f"({', '.join(SHIPPED)}) nor a saved policy directory (nor an existing replay file)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -108,3 +109,21 @@ def test_a_run_killed_mid_round_resumes_and_keeps_the_best_policy(trained, corpu
     assert final["round"] == 2 and final["history"][0] == after_first["history"][0]
     assert "round 1: search" not in p.stderr
     assert os.path.isfile(root / "saved_policy" / "metadata.json")
+
+
+def test_training_never_compiles_a_held_out_module(corpus, tmp_path):
+    # a logging shim in front of the real clang-19: every module a run compiles is on record
+    shim_dir = tmp_path / "bin"
+    shim_dir.mkdir()
+    log = tmp_path / "compiles.log"
+    shim = shim_dir / "clang-19"
+    shim.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{log}"\nexec "{shutil.which("clang-19")}" "$@"\n')
+    shim.chmod(0o755)
+    extra = ("clang_path='" + str(shim) + "'", "search_loop.train_search.evaluate_heldout=False",
+             "search_loop.train_search.max_rounds=1")
+    r = subprocess.run(_cmd(tmp_path / "run", corpus, extra), env=run_env(tmp_path / "tmp"), capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    compiled = log.read_text()
+    assert "t3.bc" in compiled and "t0.bc" in compiled  # validation and training modules were compiled
+    assert "t7.bc" not in compiled  # the held-out one never

@@ -1,0 +1,132 @@
+"""Rebuild the policy that ships in the package (``--policy pretrained-oz``)
+from scratch with its recorded recipe, and measure it.
+
+1. the training corpus (``corpus benchmark --sources training``: 33 projects,
+   1,017 modules) and the external corpus (``--sources external``: projects
+   no training list contains, for reporting only);
+2. search, then imitate (``configs/inlining/search.gin``, batched search)
+   on the training split for ``--minutes``: everything it chooses (the
+   round, the gate) is chosen on the validation split;
+3. the saved policy against ``-Oz`` on the held-out split and on the
+   external corpus, per project (reported only: nothing is chosen there);
+4. installed into ``mlgo_host/data/policies/pretrained-oz/`` (numpy weights,
+   metadata with compiler, feature meanings and gate, vocab) with
+   ``recipe.json`` (this recipe and the figures).
+
+Resumable: every step keeps its output under ``--root`` and a second run
+continues the training where it stopped (``make pretrain`` runs it).
+
+usage: .venv/bin/python bench/pretrain.py [--root pretrain_out] [--minutes 25] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import defaultdict
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+INSTALL = os.path.join(REPO, "mlgo_host", "data", "policies", "pretrained-oz")
+#: the files of a saved policy the package ships (no SavedModel: numpy runs it)
+SHIPPED_FILES = ("actor.npz", "metadata.json", "vocab")
+
+
+def _mlgo(args: list[str]) -> None:
+    print("$ mlgo-host " + " ".join(args), file=sys.stderr, flush=True)
+    rc = subprocess.run([sys.executable, "-m", "mlgo_host", *args]).returncode
+    if rc != 0:
+        raise SystemExit(f"pretrain: step failed (exit {rc}): mlgo-host {' '.join(args)}")
+
+
+def _corpus(root: str, sources: str, workers: int) -> str:
+    out = os.path.join(root, f"{sources}_corpus")
+    if not os.path.exists(os.path.join(out, "corpus_description.json")):
+        _mlgo(["corpus", "benchmark", "--sources", sources, "--output", out, "--jobs", str(workers)])
+    return out
+
+
+def _per_project(rep) -> dict:
+    """Total .text against -Oz per project (the first part of a module's name)."""
+    acc: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    for r in rep.rows:
+        if not r.ok:
+            continue
+        a = acc[r.module.split("/", 1)[0]]
+        a[0] += r.baseline_text
+        a[1] += r.policy_text
+        a[2] += r.policy_text > r.baseline_text * 1.01
+        a[3] += 1
+    return {p: {"modules": n, "oz_text": b, "policy_text": t, "change_pct": round(100.0 * (t - b) / b, 3) if b else 0.0,
+                "bigger_1pct": int(big)} for p, (b, t, big, n) in sorted(acc.items())}
+
+
+def _figures(rep) -> dict:
+    s = rep.summary().as_dict()
+    worst = max((100.0 * (r.policy_text - r.baseline_text) / max(r.baseline_text, 1) for r in rep.rows if r.ok),
+                default=0.0)
+    return {"modules": s["modules"], "oz_text": s["baseline_total"], "policy_text": s["policy_total"],
+            "change_pct": round(s["change_percent"], 3), "smaller": s["smaller"], "bigger": s["bigger"],
+            "worst_module_pct": round(worst, 3), "per_project": _per_project(rep)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--root", default="pretrain_out", help="where everything goes (default: pretrain_out)")
+    ap.add_argument("--minutes", type=float, default=25.0, help="training time budget (default: 25)")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--compiles-per-round", type=int, default=3000)
+    ap.add_argument("--no-install", action="store_true", help="measure, but do not replace the shipped policy")
+    args = ap.parse_args()
+    t0 = time.monotonic()
+    root = os.path.abspath(args.root)
+    os.makedirs(root, exist_ok=True)
+    train_corpus = _corpus(root, "training", args.workers)
+    external = _corpus(root, "external", args.workers)
+    bindings = [f"num_workers={args.workers}", f"time_budget_minutes={args.minutes}",
+                f"compiles_per_round={args.compiles_per_round}", "seed=0"]
+    run_dir = os.path.join(root, "search")
+    _mlgo(["train", "--root_dir", run_dir, "--corpus", train_corpus,
+           "--gin_files", os.path.join(REPO, "configs", "inlining", "search.gin"), "--gin_bindings", *bindings])
+    policy = os.path.join(run_dir, "saved_policy")
+
+    from mlgo_host.evaluation.evaluate import evaluate
+
+    held = evaluate(train_corpus, policy, split="heldout", heldout_fraction=0.2, jobs=args.workers, seed=0)
+    ext = evaluate(external, policy, jobs=args.workers, seed=0)
+    with open(os.path.join(run_dir, "state.json")) as f:
+        state = json.load(f)
+    recipe = {
+        "command": "bench/pretrain.py (make pretrain)",
+        "training_corpus": "corpus benchmark --sources training (mlgo_host/data/training_sources.json)",
+        "config": "configs/inlining/search.gin", "gin_bindings": bindings,
+        "rounds": state.get("round"), "best_round": state.get("best_round"),
+        "best_validation_pct": state.get("best_val"),
+        "heldout": _figures(held), "external": _figures(ext),
+        "minutes": round((time.monotonic() - t0) / 60.0, 1),
+    }
+    with open(os.path.join(root, "recipe.json"), "w") as f:
+        json.dump(recipe, f, indent=1)
+    if not args.no_install:
+        shutil.rmtree(INSTALL, ignore_errors=True)
+        os.makedirs(INSTALL)
+        for name in SHIPPED_FILES:
+            src = os.path.join(policy, name)
+            (shutil.copytree if os.path.isdir(src) else shutil.copy2)(src, os.path.join(INSTALL, name))
+        with open(os.path.join(INSTALL, "recipe.json"), "w") as f:
+            json.dump(recipe, f, indent=1)
+    for k in ("heldout", "external"):
+        r = recipe[k]
+        print(f"{k:>8}: {r['change_pct']:+.3f}% vs -Oz ({r['policy_text']} vs {r['oz_text']} bytes, {r['modules']} "
+              f"modules, {r['smaller']} smaller, {r['bigger']} bigger, worst {r['worst_module_pct']:+.2f}%)")
+    print(f"installed in {INSTALL}" if not args.no_install else "not installed (--no-install)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
