@@ -110,7 +110,7 @@ class BatchedSearch:
         self.broken: set[str] = set()  # keys the compiler did not match
         self.flips_measured = 0
         self.batches = 0
-        #: why batches were split: reason -> count (reported, and what tunes MAX_BATCH)
+        #: why batches were split: reason -> count (reported)
         self.splits: dict[str, int] = {}
         self.earlier: list[dict] = []  # the flips of the searches this one resumes
         #: functions whose size in the reference is derived from a batch, not compiled (see accept)
@@ -205,9 +205,11 @@ class BatchedSearch:
             if c.kind == "single" and c.inline and o.applied and c.sites[0].key not in self.inline:
                 by_callee.setdefault(c.sites[0].callee, []).append(c.sites[0])
         out = []
+        defined = self.base.sizes.functions
         for callee, sites in by_callee.items():
-            rest = [s for s in self.sites.values() if s.callee == callee and s.key not in self.inline]
-            if 2 <= len(rest) <= MAX_GROUP and len(rest) == len(sites):
+            rest = [s for s in self.sites.values()
+                    if s.callee == callee and s.caller in defined and s.key not in self.inline]
+            if 2 <= len(rest) <= MAX_GROUP and len(rest) == self._left_out(callee) and set(rest) <= set(sites):
                 out.append(self._candidate(tuple(rest), True, final, kind="group"))
         return out
 
