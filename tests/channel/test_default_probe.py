@@ -70,8 +70,9 @@ def test_the_probe_keeps_the_users_timeout(fake_clang, tmp_path):
     probe's own minute, saying how to skip the probe."""
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "TMPDIR": str(tmp_path), "FAKE_MODE": "hang_before_open",
            "FAKE_PIDS": str(tmp_path / "pids")}
-    # the old probe took its own 60 s: the subprocess timeout catches it (no wall-time assertion)
-    r = run_cli(["run", "--timeout", "5", "--", str(fake_clang), "-Oz", "-c", "x.c"], env, timeout=40)
+    # the old probe took its own 60 s; the issue's promise is the 5 s deadline plus start-up and
+    # clean-up, within 10 s (measured: 5.1 s): the subprocess timeout is that promise
+    r = run_cli(["run", "--timeout", "5", "--", str(fake_clang), "-Oz", "-c", "x.c"], env, timeout=10)
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
     assert r.stderr.startswith("mlgo-host run: error: cannot determine the inliner's default-decision slot of ")
     assert "did not open" in r.stderr and "timeout 5 s" in r.stderr and f"{dp.ENV_OVERRIDE}=" in r.stderr
