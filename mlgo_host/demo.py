@@ -14,7 +14,9 @@
    policies aim at, not a generalization figure),
 5. the held-out evaluation table against clang's own -Oz (BC, search +
    imitate, and the guard: per module the smaller of the policy's and
-   -Oz's object; tune's replays), the learning curve, and where to point
+   -Oz's object; the policy the package ships, trained by ``make
+   pretrain`` on a wider corpus whose held-out split holds these same
+   modules; tune's replays), the learning curve, and where to point
    TensorBoard.
 
 Every step keeps its output under ``--output`` and is skipped (or resumed)
@@ -33,6 +35,7 @@ import sys
 import time
 
 from mlgo_host.errors import MlgoHostError
+from mlgo_host.policies.loading import shipped_policy_dir
 
 REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
@@ -124,9 +127,13 @@ def main(argv: list[str] | None = None) -> int:
 
     _step("5/5 held-out evaluation against clang -Oz")
     t = time.monotonic()
-    table = heldout_table(corpus, {"behavioural cloning": os.path.join(bc_root, "saved_policy"),
-                                   "search + imitate": os.path.join(search_root, "saved_policy")},
-                          out, jobs=args.workers, guard_row="search + imitate",
+    policies = {"behavioural cloning": os.path.join(bc_root, "saved_policy"),
+                "search + imitate": os.path.join(search_root, "saved_policy")}
+    try:  # the policy the package ships (make pretrain), when this installation has it
+        policies["pretrained-oz (shipped)"] = shipped_policy_dir("pretrained-oz")
+    except MlgoHostError as e:
+        print(f"demo: {e}", file=sys.stderr)
+    table = heldout_table(corpus, policies, out, jobs=args.workers, guard_row="search + imitate",
                           replays={"tune (searched there)": tuned})
     timings["eval"] = time.monotonic() - t
     from mlgo_host.evaluation.plots import plot_search
@@ -192,15 +199,15 @@ def format_table(table: dict) -> str:
     base = rows[0]
     lines = [f"Held-out modules: {base['ok']} ok of {base['modules']}; "
              f"clang -Oz total .text {base['baseline_total']:,} bytes",
-             f"{'policy':<22}{'total .text':>13}{'vs -Oz':>10}{'smaller':>9}{'equal':>7}{'bigger':>8}"
+             f"{'policy':<26}{'total .text':>13}{'vs -Oz':>10}{'smaller':>9}{'equal':>7}{'bigger':>8}"
              f"{'mean reward':>13}  worst module",
-             f"{'clang -Oz (default)':<22}{base['baseline_total']:>13,}{'+0.000%':>10}{'':>9}{'':>7}{'':>8}"
+             f"{'clang -Oz (default)':<26}{base['baseline_total']:>13,}{'+0.000%':>10}{'':>9}{'':>7}{'':>8}"
              f"{'0':>13}"]
     for r in rows:
         ch = r["change_percent"]
         w = r["worst_module"]
         worst = "" if w is None else f"{w['module']} {w['change_percent']:+.2f}%"
-        lines.append(f"{r['policy']:<22}{r['policy_total']:>13,}{(f'{ch:+.3f}%' if ch is not None else 'n/a'):>10}"
+        lines.append(f"{r['policy']:<26}{r['policy_total']:>13,}{(f'{ch:+.3f}%' if ch is not None else 'n/a'):>10}"
                      f"{r['smaller']:>9}{r['equal']:>7}{r['bigger']:>8}{r['mean_reward']:>+13.5f}  {worst}")
     return "\n".join(lines)
 
