@@ -97,7 +97,7 @@ def _resolve_shipped_policy(args) -> None:
     """``--policy pretrained-oz`` (a policy the package ships) as its directory,
     for every command that takes a policy."""
     if isinstance(getattr(args, "policy", None), str):
-        from mlgo_host.policies.loading import resolve_policy  # no numpy: `run` stays light
+        from mlgo_host.shipped import resolve_policy  # nothing heavy: `run --policy default` stays light
 
         args.policy = resolve_policy(args.policy)
 

@@ -35,7 +35,7 @@ import sys
 import time
 
 from mlgo_host.errors import MlgoHostError
-from mlgo_host.policies.loading import shipped_policy_dir
+from mlgo_host.shipped import shipped_policy_dir
 
 REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 

@@ -10,24 +10,7 @@ import os
 from mlgo_host.errors import ConfigError
 from mlgo_host.policies.base import Policy
 from mlgo_host.policies.heuristic import HEURISTICS, make_heuristic
-
-
-#: policies that ship in the package, by name -> their directory under mlgo_host/data/
-SHIPPED = {"pretrained-oz": os.path.join("policies", "pretrained-oz")}
-
-
-def shipped_policy_dir(name: str) -> str:
-    """The directory of a policy that ships in the package; ConfigError when
-    this installation does not have it (``make pretrain`` builds it)."""
-    d = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", SHIPPED[name])
-    if not os.path.isfile(os.path.join(d, "metadata.json")):
-        raise ConfigError(f"policy {name!r} is not in this installation ({d}); build it with make pretrain")
-    return d
-
-
-def resolve_policy(name_or_path: str | None) -> str | None:
-    """A shipped policy's name as its directory; anything else unchanged."""
-    return shipped_policy_dir(name_or_path) if name_or_path in SHIPPED else name_or_path
+from mlgo_host.shipped import SHIPPED, resolve_policy
 
 
 def load_base_policy(name_or_path: str, seed: int = 0, greedy: bool = True) -> Policy:

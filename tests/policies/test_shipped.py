@@ -13,7 +13,7 @@ import sys
 
 from mlgo_host.corpus import synth
 from mlgo_host.policies import load_policy
-from mlgo_host.policies.loading import SHIPPED, shipped_policy_dir
+from mlgo_host.shipped import SHIPPED, shipped_policy_dir
 from mlgo_host.policies.saved import set_gate
 
 
