@@ -30,6 +30,7 @@ import os
 import urllib.parse
 from typing import Any
 
+from mlgo_host.corpus.build import LOCATION_TRACKING
 from mlgo_host.corpus.identity import IdentityIndex, command_identity
 from mlgo_host.errors import ConfigError
 from mlgo_host.formats import read_format_json
@@ -59,10 +60,12 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-#: Location tracking (a remark filter matching no pass) and the replay
-#: settings: the tuned functions inline exactly the listed sites, every other
-#: function gets the compiler's own decisions.
-_LOCATIONS = "-Rpass=^mlgo-host-location-tracking$"
+def replay_flags(path: str, fallback: str = "NeverInline") -> list[str]:
+    """The flags that make clang apply replay file ``path``: in every
+    function the file names, the listed sites are inlined and the others get
+    ``fallback``; every other function gets the compiler's own decisions."""
+    return ["-mllvm", f"-cgscc-inline-replay={path}", "-mllvm", "-cgscc-inline-replay-scope=Function",
+            "-mllvm", f"-cgscc-inline-replay-fallback={fallback}"]
 
 
 def inline_replay_flags(path: str, changed: bool = False) -> list[str]:
@@ -75,9 +78,8 @@ def inline_replay_flags(path: str, changed: bool = False) -> list[str]:
     three benchmark modules with three functions edited: +0.2 % to -6.9 %
     against -Oz, where ``NeverInline`` gave up to +6.5 %); only the tuned
     "do not inline" decisions are lost."""
-    fallback = "Original" if changed else "NeverInline"
-    return [_LOCATIONS, "-mllvm", f"-cgscc-inline-replay={path}", "-mllvm", "-cgscc-inline-replay-scope=Function",
-            "-mllvm", f"-cgscc-inline-replay-fallback={fallback}"]
+    # a source compile needs location tracking on (the corpus bitcode has it built in)
+    return [*LOCATION_TRACKING, *replay_flags(path, "Original" if changed else "NeverInline")]
 
 
 def shell_flags(flags: list[str]) -> str:

@@ -320,7 +320,7 @@ class BatchedSearch:
             return self.batches_of(cands)
         return [b.flips for b in out]
 
-    def accept(self, won: list[Outcome], lost: list[Outcome]) -> list[Candidate]:
+    def accept(self, won: list[Outcome]) -> list[Candidate]:
         """Apply a batch's winners.  The next reference is not compiled: its
         functions are the reference's with each winner's functions as the
         compile that measured it gave them (footprints are disjoint), so
@@ -418,9 +418,8 @@ class BatchedSearch:
             outs = self.measure(batch)
             self.outcomes.extend(outs)
             won = [o for o in outs if o.applied and o.delta < 0]
-            now_lost = [o for o in outs if not (o.applied and o.delta < 0)]
-            lost += now_lost
-            for c in self.accept(won, now_lost):
+            lost += [o for o in outs if not (o.applied and o.delta < 0)]
+            for c in self.accept(won):
                 touched |= c.footprint
                 queue += [x for x in self.exposed(c) if x.key not in self.tried]
         return touched, lost

@@ -38,20 +38,14 @@ from mlgo_host.corpus.compile import compile_module
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.corpus.objsizes import ObjectSizes, object_sizes
 from mlgo_host.corpus.sizes import llvm_tool
+from mlgo_host.corpus.tuned import replay_flags
 from mlgo_host.episode import Episode
 from mlgo_host.errors import CompilerError
 from mlgo_host.search.sites import (DebugInfo, Decision, Site, debug_info, identify, inlined_keys, mandatory_sites,
                                    read_remarks)
 
-#: the compiler flags that make clang apply a replay file (cc1 and driver alike)
-REPLAY_FLAGS = ("-mllvm", "-cgscc-inline-replay-scope=Function", "-mllvm", "-cgscc-inline-replay-fallback=NeverInline")
 #: a callee no module has: its line puts a function in the replay's scope with nothing inlined
 NO_CALLEE = "__mlgo_host_nothing__"
-
-
-def replay_flags(path: str) -> list[str]:
-    """The flags that apply replay file ``path``."""
-    return ["-mllvm", f"-cgscc-inline-replay={path}", *REPLAY_FLAGS]
 
 
 def replay_text(inline: Iterable[Site], scope: Iterable[str]) -> str:
