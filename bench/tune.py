@@ -5,10 +5,11 @@ compile over the channel (flip it, keep the flip when llvm-size .text
 shrinks, go on from the new best): the search that found the figures of
 issue 11.  Tune: `mlgo-host tune` with its default batched search (call-site
 keys from one channel compile, then decision sets compiled by the compiler's
-inline replay, dozens of flips per compile, each flip's gain read from its
-functions), run twice: with a fifth of the greedy pass's compiles, and with
-as many.  All start from the compiler's default; the default compile that
-measures -Oz (cached) is counted in none.
+inline replay, many flips per compile, each flip's gain read from its
+functions), run twice per prior (--priors; the first is tune's default and
+the one the goals read): with a fifth of the greedy pass's compiles, and
+with as many.  All start from the compiler's default; the default compile
+that measures -Oz (cached) is counted in none.
 
 Modules: the benchmark corpus's held-out split (Corpus.split(0.2, seed=0));
 by default exactly the modules of the previous results' greedy pass
@@ -18,7 +19,10 @@ sessions; else those with at most --max-bc-kb of bitcode.
 Prints and writes bench/results/tune.json: per method total .text vs -Oz,
 modules improved, compiles (per module), minutes, and for tune the flips
 measured per compile (all of its compiles counted: the probe, the
-references and the splits too).
+references and the splits too) and the packing bound: every first-pass
+flip of each module with >= 50 decisions packed at once into batches of
+disjoint footprints (no order, no budget), the most flips per compile the
+checked attribution allows there.
 
 usage: .venv/bin/python bench/tune.py [--corpus bench_corpus] [--jobs 2] [--modules-from JSON]
 (build the corpus first: mlgo-host corpus benchmark --output bench_corpus)
@@ -32,12 +36,14 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
 
 from mlgo_host.corpus.corpus import load_corpus
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.workers.pool import make_pool
 from mlgo_host.search.flips import run_searches, total_gain_pct
-from mlgo_host.search.tune import tune
+from mlgo_host.search.batched import BatchedSearch
+from mlgo_host.search.tune import _load_results, tune
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -69,11 +75,12 @@ def _figures(rows: list[dict], seconds: float, n: int) -> dict:
                                        "decisions": len(r["actions"])} for r in rows}}
 
 
-def tune_run(corpus: str, mods, jobs: int, work: str, per_module: float, clang: str, label: str) -> dict:
+def tune_run(corpus: str, mods, jobs: int, work: str, per_module: float, clang: str, label: str,
+             prior: str | None) -> dict:
     out = os.path.join(work, label)
     t0 = time.monotonic()
     s = tune(corpus, out, compiles_per_module=per_module, jobs=jobs, clang=clang, modules=[m.name for m in mods],
-             progress=sys.stderr.isatty(), search="batched")
+             progress=sys.stderr.isatty(), search="batched", prior=prior)
     with open(os.path.join(out, "tune.json")) as f:
         man = json.load(f)["modules"]
     rows = [dict(m, name=n) for n, m in man.items() if m["status"] == "ok"]
@@ -88,7 +95,8 @@ def tune_run(corpus: str, mods, jobs: int, work: str, per_module: float, clang: 
            "flips_per_compile": round(sum(r["flips_measured"] for r in rows) / max(1, s["compiles"]), 2),
            "flips_per_compile_50plus": round(sum(r["flips_measured"] for r in big)
                                              / max(1, sum(r["compiles"] for r in big)), 2),
-           "modules_50plus": len(big),
+           "modules_50plus": len(big), "prior": prior or "patterns",
+           "packing_bound_50plus": packing_bound(out, {m.name: m for m in mods}, {r["name"] for r in big}),
            "largest": {"module": largest["name"], "decisions": largest["decisions"],
                        "compiles": largest["compiles"], "flips_measured": largest["flips_measured"],
                        "flips_per_compile": round(largest["flips_measured"] / max(1, largest["compiles"]), 2)},
@@ -97,6 +105,27 @@ def tune_run(corpus: str, mods, jobs: int, work: str, per_module: float, clang: 
                                       "decisions": r["decisions"], "flips_measured": r["flips_measured"],
                                       "batches": r["batches"]} for r in rows}}
     return fig
+
+
+def packing_bound(out: str, mods: dict, names: set[str]) -> dict:
+    """The most flips of a first pass one compile can measure under the
+    checked attribution: every candidate flip of each module packed at
+    once (no order, no budget) into batches of disjoint footprints, from
+    the module's stored probe and reference (no compile).  Flips per batch,
+    on the modules ``names``, and the function most flips touch."""
+    flips = batches = 0
+    per = {}
+    for name, r in _load_results(os.path.join(out, "data")).items():
+        if name not in names or r.get("reference") is None:
+            continue
+        s = BatchedSearch(mods[name], r["probe"], None, budget=0)
+        s.base = r["reference"]
+        cands = s.candidates()
+        n = len(s.batches_of(cands))
+        hub = Counter(f for c in cands for f in c.footprint).most_common(1)
+        per[name] = {"flips": len(cands), "batches": n, "hub_flips": hub[0][1] if hub else 0}
+        flips, batches = flips + len(cands), batches + n
+    return {"flips_per_compile": round(flips / max(1, batches), 2), "per_module": per}
 
 
 def main() -> int:
@@ -112,6 +141,8 @@ def main() -> int:
     ap.add_argument("--clang", default="clang-19")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "tune.json"))
     ap.add_argument("--work", default=None, help="work directory (default: a temp dir)")
+    ap.add_argument("--priors", nargs="+", default=["pretrained-oz", "patterns"],
+                    help="tune's --prior, one pair of runs each (the first is tune's default, which the goals read)")
     ap.add_argument("--greedy-from", metavar="JSON", default=None,
                     help="reuse the greedy pass of an earlier run's JSON (same modules; its compiles and gains are "
                          "deterministic, its minutes are that run's)")
@@ -138,8 +169,13 @@ def main() -> int:
     print(f"greedy pass: {greedy['gain_pct']:.3f}% smaller than -Oz, {greedy['compiles_per_module']} compiles/module, "
           f"{greedy['minutes']:.1f} min", file=sys.stderr)
     per_module = greedy["compiles"] / max(greedy["searched"], 1)
-    runs = {"tune_fifth": tune_run(args.corpus, mods, args.jobs, work, per_module / 5.0, args.clang, "T5"),
-            "tune_equal": tune_run(args.corpus, mods, args.jobs, work, per_module, args.clang, "T1")}
+    runs = {}
+    for prior in args.priors:  # the default (first) prior's runs are the ones the goals read
+        tag = "" if prior == args.priors[0] else "_" + prior.replace("-", "_")
+        p = None if prior == "patterns" else prior
+        runs["tune_fifth" + tag] = tune_run(args.corpus, mods, args.jobs, work, per_module / 5.0, args.clang,
+                                            "T5" + tag, p)
+        runs["tune_equal" + tag] = tune_run(args.corpus, mods, args.jobs, work, per_module, args.clang, "T1" + tag, p)
     fifth, equal = runs["tune_fifth"], runs["tune_equal"]
     goals = {"flips_per_compile_50plus >= 8": fifth["flips_per_compile_50plus"] >= 8
              and equal["flips_per_compile_50plus"] >= 8,
@@ -151,7 +187,7 @@ def main() -> int:
            "jobs": args.jobs, "load_average_at_end": os.getloadavg()[0], "greedy": greedy, **runs, "goals": goals}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     atomic_write_json(args.out, res)
-    for k in ("greedy", "tune_fifth", "tune_equal"):
+    for k in ("greedy", *runs):
         r = res[k]
         extra = f", {r['flips_per_compile']} flips/compile ({r['flips_per_compile_50plus']} on the " \
                 f"{r['modules_50plus']} modules with >= 50 decisions)" if "flips_per_compile" in r else ""

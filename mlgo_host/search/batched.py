@@ -92,7 +92,8 @@ class BatchedSearch:
     """The search of one module (see the module docstring)."""
 
     def __init__(self, module: Module, probe: Probe, evaluator: ReplayEvaluator, *, budget: int,
-                 model: FlipGainModel | None = None, deadline: float | None = None, max_batch: int = MAX_BATCH):
+                 model: FlipGainModel | None = None, deadline: float | None = None, max_batch: int = MAX_BATCH,
+                 prior=None):
         self.module = module
         self.probe = probe
         self.ev = evaluator
@@ -100,6 +101,8 @@ class BatchedSearch:
         self.deadline = deadline
         self.max_batch = max_batch
         self.model = model
+        #: a trained policy's P(inline) over feature records (the shipped one), or None: the prior's lead
+        self.prior = prior
         first = list(unique_decisions(probe.decisions))
         self.sites = {d.site.key: d.site for d in first}
         self.inline: dict[str, Site] = {d.site.key: d.site for d in first if d.inlined}
@@ -121,6 +124,8 @@ class BatchedSearch:
         self.default_slot: str | None = None  # what the probe's policy read the default from (imitation)
         self.start_text: int | None = None
         self._first = first
+        #: site key -> the prior's probability that its flip pays (with a prior): where, and how much, to search
+        self.flip_p: dict[str, float] = self._flip_probabilities(first)
 
     def resume_from(self, res: dict) -> None:
         """Go on from an earlier result: its best set, its compile of it (or
@@ -133,7 +138,10 @@ class BatchedSearch:
         self.flips_measured = res.get("flips_measured", 0)
         self.batches = res.get("batches", 0)
         ref = res.get("reference")
-        self.base = self.start = ref if ref is not None else self.ev.measure(self.inline.values())
+        if ref is None and not res["tried"]:  # a probe only: its decisions' compile is the start
+            self.begin()
+        else:
+            self.base = self.start = ref if ref is not None else self.ev.measure(self.inline.values())
 
     # -- the reference --------------------------------------------------------
     def begin(self) -> Measured:
@@ -144,6 +152,21 @@ class BatchedSearch:
         missing = set(self.inline) - self.base.inlined
         self.broken |= missing
         return self.base
+
+    def _flip_probabilities(self, ds: Sequence[Decision]) -> dict[str, float]:
+        if self.prior is None or not ds:
+            return {}
+        feats = self.probe.episode.features()[[d.index for d in ds]]
+        p1 = np.asarray(self.prior(feats), dtype=np.float64)
+        return {d.site.key: float(1.0 - p if d.inlined else p) for d, p in zip(ds, p1)}
+
+    def promise(self) -> float | None:
+        """The flips that may still pay, as the prior expects them: the sum
+        of its probabilities over the flips not measured yet (None without
+        a prior).  ``tune`` shares its compiles by it."""
+        if self.prior is None:
+            return None
+        return float(sum(p for k, p in self.flip_p.items() if k not in self.tried and k not in self.broken))
 
     def _defined(self) -> set[str]:
         return set(self.base.sizes.functions)
@@ -193,7 +216,8 @@ class BatchedSearch:
         ep = self.probe.episode
         feats = ep.features()[[d.index for d in ds]]
         acts = np.array([1 if d.inlined else 0 for d in ds], dtype=np.int64)
-        return flip_scores(feats, acts, model=self.model)
+        p = np.array([self.flip_p[d.site.key] for d in ds]) if self.prior is not None else None
+        return flip_scores(feats, acts, model=self.model, prior_flip_p=p)
 
     def groups(self, losers: Iterable[Outcome]) -> list[Candidate]:
         """Per callee, its not-inlined sites whose single flips all lost,
@@ -486,13 +510,15 @@ def _is_under_any(key: str, sites: Sequence[Site]) -> bool:
 
 def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, default_size: int,
                           model: FlipGainModel | None = None, deadline: float | None = None,
-                          max_batch: int = MAX_BATCH, resume: dict | None = None) -> dict:
+                          max_batch: int = MAX_BATCH, resume: dict | None = None, prior=None) -> dict:
     """Probe ``module`` with ``policy`` (the compiler's default for tune),
     then search by batches until ``budget`` compiles in all (the probe
     counts two: its channel compile and the plain compile naming
-    always-inline sites).  ``resume``: an earlier result of this module to go
-    on from (its probe, best set and tries; its compiles count).  Returns the
-    result ``tune`` stores (see :func:`result_of`)."""
+    always-inline sites; one for a module without decisions).  ``resume``: an
+    earlier result of this module to go on from (its probe, best set and
+    tries; its compiles count).  ``prior``: a trained policy's P(inline)
+    over feature records, to order the flips (:func:`flip_scores`).
+    Returns the result ``tune`` stores (see :func:`result_of`)."""
     t0 = time.monotonic()
     if resume is not None:
         probe = resume["probe"]
@@ -505,13 +531,14 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
                     "default_size": default_size, "compiles": 2, "search": "batched"}
     scope = {d.site.caller for d in probe.decisions}
     ev = ReplayEvaluator(module, scope, clang=cfg["clang"], timeout=cfg.get("module_timeout", 300.0))
-    ev.compiles = resume["compiles"] if resume is not None else 2
-    s = BatchedSearch(module, probe, ev, budget=budget, model=model, deadline=deadline, max_batch=max_batch)
+    ev.compiles = resume["compiles"] if resume is not None else probe.compiles
+    s = BatchedSearch(module, probe, ev, budget=budget, model=model, deadline=deadline, max_batch=max_batch,
+                      prior=prior)
     s.default_slot = cfg.get("default_slot")
     if resume is not None:
         s.resume_from(resume)
     try:
-        if probe.episode.n:
+        if probe.episode.n and (resume is not None or budget > ev.compiles):  # else: a probe only
             s.run()
     except MlgoHostError as e:
         log.warning("%s: batched search stopped: %s", module.name, e)
@@ -547,7 +574,8 @@ def result_of(s: BatchedSearch, default_size: int, wall_s: float) -> dict:
         "best_size": int(best) if use_replay else int(default_size),
         "compiles": s.ev.compiles, "batches": s.batches, "splits": dict(s.splits), "flips_measured": s.flips_measured, "flips": flips,
         "broken_keys": len(s.broken), "broken": sorted(s.broken), "decisions": ep.n, "wall_s": wall_s,
-        "tried": sorted(s.tried), "stopped": s.stopped if s.base is not None else "exhausted",
+        "tried": sorted(s.tried), "promise": s.promise(),
+        "stopped": s.stopped if s.base is not None else ("budget" if ep.n else "exhausted"),
         "reference": s.base if s.base is not None and s.compiled else None,
         "inline": sorted(x.replay_line() for x in s.inline.values()) if use_replay else None,
         "scope": sorted({d.site.caller for d in s.probe.decisions}) if use_replay else None,

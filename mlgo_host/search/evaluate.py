@@ -128,6 +128,8 @@ class Probe:
     decisions: list[Decision]
     text: int
     wall_s: float
+    #: compiles it took: the channel's, and the plain one naming always-inline sites (none without decisions)
+    compiles: int = 2
 
 
 def plain_remarks(module: Module, clang: str, timeout: float) -> str:
@@ -173,6 +175,8 @@ def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str
     if len(remarks) != ep.n:
         raise CompilerError(f"module {module.name!r}: {len(remarks)} inliner remarks for {ep.n} channel decisions "
                             "(the record and the channel disagree)")
+    if ep.n == 0:  # nothing to name: the plain compile would only cost
+        return Probe(ep, [], int(res.text_size), time.monotonic() - t0, compiles=1)
     if debug is None:
         debug = debug_info(module.bc_path, llvm_tool(clang, "llvm-dis"), timeout)
     decisions = identify(remarks, debug, mandatory_sites(plain_remarks(module, clang, timeout)))

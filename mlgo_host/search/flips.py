@@ -132,13 +132,22 @@ def pattern_scores(feats: np.ndarray, actions: np.ndarray) -> np.ndarray:
 
 
 def flip_scores(feats: np.ndarray, actions: np.ndarray, *, model: FlipGainModel | None = None,
-                policy_p1: np.ndarray | None = None) -> np.ndarray:
+                policy_p1: np.ndarray | None = None, prior_flip_p: np.ndarray | None = None) -> np.ndarray:
     """Where to flip first (higher = earlier): the learned flip-gain model
-    when there is one, else the patterns; plus the base policy's uncertainty."""
+    when there is one, else the patterns; plus the base policy's
+    uncertainty.  ``prior_flip_p``: a trained policy's probability of the
+    other action at each decision (the shipped one): it leads
+    (:data:`PRIOR_WEIGHT`), the rest breaks its ties."""
     s = model.predict(feats, actions) if model is not None else pattern_scores(feats, actions)
     if policy_p1 is not None:
         s = s + 0.5 * (1.0 - 2.0 * np.abs(np.asarray(policy_p1) - 0.5))
+    if prior_flip_p is not None:
+        s = PRIOR_WEIGHT * np.asarray(prior_flip_p, dtype=np.float64) + s
     return s
+
+
+#: the trained prior's weight against the patterns' (or the fitted model's) score in [0, 1]
+PRIOR_WEIGHT = 4.0
 
 
 def budgets(sizes: Sequence[int], decisions: Sequence[int], total: int, *, floor: int = 2) -> list[int]:

@@ -68,9 +68,12 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
          compiles_per_module: float | None = None, jobs: int = 2, backend: str = "local",
          ray_address: str | None = None, clang: str = "clang-19", llvm_size: str | None = None,
          module_timeout: float = 300.0, patience: int = 6, first_share: float = 0.6, seed: int = 0,
-         modules: Sequence[str] | None = None, progress: bool = True, search: str = "batched") -> dict[str, Any]:
+         modules: Sequence[str] | None = None, progress: bool = True, search: str = "batched",
+         prior: str | None = None) -> dict[str, Any]:
     """Tune every module of ``corpus_dir`` (or the named ``modules``) into
-    ``output``; returns the summary (also in ``output/summary.json``)."""
+    ``output``; returns the summary (also in ``output/summary.json``).
+    ``prior`` (batched search): a shipped policy whose P(inline) orders
+    each module's flips (None: the measured patterns)."""
     t0 = time.monotonic()
     budget = _budget(budget_minutes, compiles_per_module)
     if jobs < 1:
@@ -86,7 +89,7 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
         pool.broadcast("set_policy", store.policy_blob())
         spent0 = store.compiles(mods)
         if search == "batched":
-            BatchedPasses(pool, store, mods, budget, deadline, progress).run()
+            BatchedPasses(pool, store, mods, budget, deadline, progress, prior=prior).run()
         elif search == "channel":
             run = Passes(pool, store, mods, budget, deadline, patience, first_share, seed, progress)
             run.probe()
@@ -239,14 +242,22 @@ class Passes(_Budget):
 
 class BatchedPasses(_Budget):
     """Batched search (:mod:`mlgo_host.search.batched`): a probe of every
-    module not searched yet (its decisions, keys and the compile of its
-    starting set: three compiles, two without decisions), then passes that
-    share what is left by the decisions each module has left to measure,
-    each module going on from its best; modules that measured every flip
-    are done."""
+    module not searched yet (its decisions and keys: two compiles, one
+    without decisions), then passes, each module going on from its best;
+    modules that measured every flip are done.  Each pass shares what is
+    left (the first :data:`FIRST_SHARE` of it) by :func:`shares`: by the
+    flips the prior expects to pay (or the flips left, without a prior),
+    and after the first pass also by the bytes each module paid per
+    compile."""
 
-    #: the probe's compiles: the channel compile, the always-inline remarks, the reference
-    PROBE = 3
+    #: the probe's compiles: the channel compile and the always-inline remarks
+    PROBE = 2
+    #: of the compiles left after the probe, what the first pass shares
+    FIRST_SHARE = 0.5
+
+    def __init__(self, *args, prior: str | None = None, **kw):
+        super().__init__(*args, **kw)
+        self.prior = prior
 
     def _run(self, tasks: list[tuple], desc: str) -> None:
         run_searches(self.pool, tasks, desc, self.progress, on_result=self.store.add, method="search_batched")
@@ -258,22 +269,63 @@ class BatchedPasses(_Budget):
     def run(self) -> None:
         new = [m for m in self.mods if m.name not in self.store.results]
         if new and self.left() > 0:
-            self._run([(m.to_task(), self.PROBE, None, self.deadline, None) for m in new], "tune: probe")
+            self._run([(m.to_task(), self.PROBE, None, self.deadline, None, self.prior) for m in new], "tune: probe")
         for k in range(1, 1 + MAX_PASSES):
             open_, left = self._open(), self.left()
             if not open_ or left <= 0:
                 return
             if self.per_module is None:
-                shares = [10**9] * len(open_)
-            else:  # by the flips each module has left to measure
-                w = np.array([max(1, r.get("decisions", 1) - len(r["tried"])) for r in open_], dtype=np.float64)
-                shares = np.maximum(2, np.floor(left * w / w.sum())).astype(int)
+                budget = [10**9] * len(open_)
+            else:
+                first = not any(_gain(r) for r in open_) and k == 1
+                budget = shares(open_, int(np.ceil(self.FIRST_SHARE * left)) if first else left, paid=not first)
             model = self._model()
             before = self.store.compiles(self.mods)
-            self._run([(self.by_name[r["name"]].to_task(), r["compiles"] + int(b), model, self.deadline, r)
-                       for r, b in zip(open_, shares)], f"tune: pass {k}")
+            self._run([(self.by_name[r["name"]].to_task(), r["compiles"] + int(b), model, self.deadline, r, self.prior)
+                       for r, b in zip(open_, budget) if b > 0], f"tune: pass {k}")
             if self.store.compiles(self.mods) == before:
                 return
+
+
+def _flips_left(r: dict) -> int:
+    return max(1, r.get("decisions", 1) - len(r["tried"]))
+
+
+def _gain(r: dict) -> int:
+    return max(0, r["default_size"] - r["best_size"])
+
+
+#: bytes a module is credited before it paid (so one that has not yet still gets a share)
+PAID_PRIOR_BYTES = 8.0
+
+
+def shares(rows: list[dict], total: int, paid: bool) -> list[int]:
+    """``total`` compiles shared among the modules ``rows``.  The weight of
+    a module: the flips the prior expects to pay among those it has not
+    measured (its ``promise``), or without a prior its flips left; with
+    ``paid``, times the bytes it gained per compile so far (plus
+    :data:`PAID_PRIOR_BYTES`): where compiles found bytes, the next ones are
+    likelier to.  The heaviest modules are served first, each at least the
+    compiles one batch needs (its reference first when it has none), so a
+    small ``total`` goes where it pays instead of a compile to everyone; none
+    gets more than two compiles per flip left."""
+    w = np.array([r["promise"] if r.get("promise") is not None else _flips_left(r) for r in rows], dtype=np.float64)
+    if paid:
+        w *= np.array([(_gain(r) + PAID_PRIOR_BYTES) / max(1, r["compiles"]) for r in rows])
+    out = [0] * len(rows)
+    rest, w_rest = total, float(w.sum())
+    for i in np.argsort(-w, kind="stable"):
+        r = rows[i]
+        need = 2 if r.get("reference") is not None else 3
+        if w[i] <= 0 or rest < need or w_rest <= 0:
+            break
+        cap = 2 * _flips_left(r) + need
+        out[i] = int(min(max(need, np.floor(rest * w[i] / w_rest)), cap, rest))
+        if rest - out[i] < 2:  # too few for anyone else's batch: this module's
+            out[i] = int(min(cap, rest))
+        rest -= out[i]
+        w_rest -= w[i]
+    return out
 
 
 def _within(caps: np.ndarray, weight: np.ndarray, left: int) -> np.ndarray:
@@ -340,7 +392,8 @@ class TuneStore:
         base = self.manifest["base"]
         if base in HEURISTICS:
             return {"heuristic": base}
-        return policy_blob_from_dir(os.path.join(self.path, REPLAYS, base))
+        # normpath: the base is named relative to replays/, which a new T has not made yet
+        return policy_blob_from_dir(os.path.normpath(os.path.join(self.path, REPLAYS, base)))
 
     def compiles(self, mods: Sequence[Module]) -> int:
         return sum(self.results[m.name]["compiles"] for m in mods if m.name in self.results)

@@ -14,6 +14,7 @@ from mlgo_host.policies import load_policy
 from mlgo_host.policies.base import Policy
 from mlgo_host.search.batched import search_module_batched
 from mlgo_host.search.flips import FlipGainModel, search_module
+from mlgo_host.shipped import shipped_policy_dir
 from mlgo_host.workers.worker import CollectWorker
 
 
@@ -40,10 +41,11 @@ class SearchWorker(CollectWorker):
                              in_order=in_order, resume=resume)
 
     def search_batched(self, task: dict, budget: int, model: dict | None, deadline: float | None = None,
-                       resume: dict | None = None) -> dict:
+                       resume: dict | None = None, prior: str | None = None) -> dict:
         """:func:`~mlgo_host.search.batched.search_module_batched` on one
         task, from the policy set by :meth:`set_policy` (``resume``: an
-        earlier result of the module to go on from)."""
+        earlier result of the module to go on from; ``prior``: a shipped
+        policy's name, whose P(inline) orders the flips)."""
         if deadline is not None and time.time() >= deadline:
             return {"name": task["name"], "status": "skipped", "compiles": 0}
         mod = self._module(task)
@@ -54,7 +56,16 @@ class SearchWorker(CollectWorker):
                                 timeout=c.module_timeout)
         fm = FlipGainModel.from_json(model) if model else None
         return search_module_batched(mod, self._policy(True, 0), cfg, budget=budget, default_size=default, model=fm,
-                                     deadline=deadline, resume=resume)
+                                     deadline=deadline, resume=resume, prior=self._prior(prior))
+
+    def _prior(self, name: str | None):
+        """The P(inline) of the shipped policy ``name`` (loaded once per worker), or None."""
+        if name is None:
+            return None
+        cache = self.__dict__.setdefault("_priors", {})
+        if name not in cache:
+            cache[name] = _probs_of(load_policy(shipped_policy_dir(name)))
+        return cache[name]
 
 
 def _probs_of(policy: Policy):

@@ -21,6 +21,7 @@ from typing import Any
 
 from mlgo_host.corpus.compile import baseline_size, compile_module
 from mlgo_host.corpus.corpus import Module
+from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_path
 from mlgo_host.policies import load_policy
 from mlgo_host.policies.base import Policy
@@ -29,6 +30,8 @@ from mlgo_host.policies.base import Policy
 def policy_blob_from_dir(path: str) -> dict:
     """Pack the TF-free files of a saved policy directory (skips the
     SavedModel, which workers never load)."""
+    if not os.path.isfile(os.path.join(path, "metadata.json")):  # os.walk would pack nothing, silently
+        raise ConfigError(f"{path}: not a saved policy directory (no metadata.json)")
     files = {}
     for root, dirs, names in os.walk(path):
         dirs[:] = [d for d in dirs if d != "saved_model"]

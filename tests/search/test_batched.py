@@ -8,6 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mlgo_host.corpus.build import build_corpus, load_compile_commands
@@ -16,7 +17,7 @@ from mlgo_host.corpus.synth import inline_module
 from mlgo_host.policies import load_policy
 from mlgo_host.search.batched import BatchedSearch, Candidate, search_module_batched
 from mlgo_host.search.evaluate import ReplayEvaluator, probe_module
-from mlgo_host.search.sites import final_functions
+from mlgo_host.search.sites import final_functions, unique_decisions
 
 CPP = r"""
 #include <vector>
@@ -37,7 +38,9 @@ def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("batched")
     (root / "gen.c").write_text(inline_module(70, seed=3))
     (root / "shapes.cc").write_text(CPP)
+    (root / "leaf.c").write_text("int twice(int x) { return 2 * x; }\n")
     db = [{"directory": str(root), "file": "gen.c", "command": "cc -Oz -c gen.c -o gen.o"},
+          {"directory": str(root), "file": "leaf.c", "command": "cc -Oz -c leaf.c -o leaf.o"},
           {"directory": str(root), "file": "shapes.cc", "command": "c++ -Oz -std=c++17 -c shapes.cc -o shapes.o"}]
     (root / "compile_commands.json").write_text(json.dumps(db))
     build_corpus(load_compile_commands(root / "compile_commands.json"), root / "corpus", clang="clang-19",
@@ -146,3 +149,37 @@ def test_the_batched_search_measures_many_flips_per_compile_and_never_ends_bigge
 
         ev = ReplayEvaluator(m, r["scope"])
         assert ev.measure([site_of_line(x) for x in r["inline"]]).text == r["best_size"]
+
+
+def test_a_module_without_decisions_costs_one_compile(corpus):
+    from mlgo_host.corpus.compile import baseline_size
+
+    m = corpus["leaf"]
+    r = search_module_batched(m, load_policy("default"), {"clang": "clang-19"}, budget=20,
+                              default_size=baseline_size(m, cache_dir=None))
+    assert r["decisions"] == 0 and r["compiles"] == 1 and r["stopped"] == "exhausted"
+
+
+def test_a_prior_leads_the_order_and_its_promise_counts_the_flips_left(corpus):
+    # a prior sure of one flip (P = 1) and of no other (P = 0): that flip
+    # comes first whatever the patterns say, and the promise (the flips the
+    # prior expects to pay, not measured yet) is 1 until it is measured
+    m = corpus["gen"]
+    probe = probe_module(m, load_policy("default"))
+    ds = list(unique_decisions(probe.decisions))
+    target = [d for d in ds if not d.inlined][-1]
+    p1 = np.array([1.0 if d.inlined or d is target else 0.0 for d in ds])
+
+    def prior(feats):
+        assert len(feats) == len(ds)
+        return p1
+
+    s = BatchedSearch(m, probe, ReplayEvaluator(m, {d.site.caller for d in probe.decisions}), budget=10,
+                      prior=prior)
+    s.begin()
+    assert s.promise() == 1.0
+    first = s.candidates()[0]
+    assert first.sites[0].key == target.site.key and first.inline
+    s.tried.add(first.key)
+    assert s.promise() == 0.0
+    assert BatchedSearch(m, probe, s.ev, budget=10).promise() is None  # no prior, no promise

@@ -134,3 +134,41 @@ def test_tune_on_a_changed_tree_searches_only_the_changed_module_again(tmp_path)
     after = read_manifest(t)["modules"]
     for n in ("k", "g"):
         assert after[n] == before[n], n  # kept as they were
+
+
+def _row(name, promise, gain=0, compiles=2, decisions=40, tried=0, reference=None):
+    return {"name": name, "promise": promise, "default_size": 1000, "best_size": 1000 - gain, "compiles": compiles,
+            "decisions": decisions, "tried": [str(i) for i in range(tried)], "reference": reference}
+
+
+def test_the_compiles_go_where_the_prior_and_the_paid_bytes_point():
+    from mlgo_host.search.tune import shares
+
+    rows = [_row("a", 4.0), _row("b", 1.0), _row("c", 0.0)]
+    got = shares(rows, 50, paid=False)
+    assert got[0] == 40 and got[1] == 10 and got[2] == 0  # by promise; none without one
+    # a small budget is not spread thin: the most promising module gets one
+    # batch's worth (its reference, a batch, the final compile) before any other
+    assert shares(rows, 4, paid=False) == [4, 0, 0]
+    # after a pass, the bytes paid per compile weigh in: b found bytes, a none
+    rows = [_row("a", 4.0, gain=0, compiles=20, reference=object()),
+            _row("b", 1.0, gain=300, compiles=10, reference=object())]
+    a, b = shares(rows, 60, paid=True)
+    assert b > a > 0 and a + b <= 60
+    # never more than two compiles per flip left (plus a batch's need)
+    assert shares([_row("d", 5.0, decisions=10, tried=8)], 100, paid=False) == [2 * 2 + 3]
+    # without a prior: the flips left
+    assert shares([_row("e", None, decisions=30), _row("f", None, decisions=10)], 40, paid=False) == [30, 10]
+
+
+def test_tune_starts_from_the_shipped_policy_in_a_new_T(tmp_path):
+    # the base policy is copied into T and named relative to T/replays,
+    # which a new T does not have yet: the workers must still get it whole
+    corpus = build_project_corpus(tmp_path)
+    t = tmp_path / "T"
+    r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--policy", "pretrained-oz",
+                  "--compiles-per-module", "6", "--jobs", "2", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert "failed" not in r.stderr
+    man = read_manifest(t)
+    assert all(m["status"] == "ok" for m in man["modules"].values()), man
