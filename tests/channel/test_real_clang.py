@@ -51,6 +51,21 @@ def test_default_policy_byte_identical(cdir, tmp_path, name, min_obs):
     assert ours.read_bytes() == plain.read_bytes()
 
 
+def test_default_policy_byte_identical_where_the_advisor_would_stop_inlining(tmp_path):
+    # every call inlined doubles this small module: the ML advisor's own
+    # size-increase stop (default 2x) would answer "no" after 12 decisions
+    # without asking (1,167 B, not -Oz's 1,671); lifted, the channel asks all
+    # 30 and the default policy gives -Oz's object byte for byte
+    src = tmp_path / "grow.c"
+    src.write_text("void g(int *p) { p[0] += 1; p[1] += 2; }\n"
+                   + "".join(f"void c{i}(int *p) {{ g(p); }}\n" for i in range(30)))
+    plain, ours = tmp_path / "plain.o", tmp_path / "ours.o"
+    subprocess.run(["clang-19", "-Oz", "-c", str(src), "-o", str(plain)], check=True)
+    out = _run_json(["run", "--policy", "default", "--", "clang-19", "-Oz", "-c", str(src), "-o", str(ours)], tmp_path)
+    assert out["observations"] == 30 and out["decisions"] == {"1": 30}
+    assert ours.read_bytes() == plain.read_bytes()
+
+
 def test_never_and_always_differ(cdir, tmp_path):
     sizes = {}
     for pol in ("never", "always", "default"):
