@@ -28,7 +28,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections import defaultdict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -51,28 +50,23 @@ def _corpus(root: str, sources: str, workers: int) -> str:
     return out
 
 
-def _per_project(rep) -> dict:
-    """Total .text against -Oz per project (the first part of a module's name)."""
-    acc: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
-    for r in rep.rows:
-        if not r.ok:
-            continue
-        a = acc[r.module.split("/", 1)[0]]
-        a[0] += r.baseline_text
-        a[1] += r.policy_text
-        a[2] += r.policy_text > r.baseline_text * 1.01
-        a[3] += 1
-    return {p: {"modules": n, "oz_text": b, "policy_text": t, "change_pct": round(100.0 * (t - b) / b, 3) if b else 0.0,
-                "bigger_1pct": int(big)} for p, (b, t, big, n) in sorted(acc.items())}
-
-
 def _figures(rep) -> dict:
+    from mlgo_host.evaluation.evaluate import by_project
+
     s = rep.summary().as_dict()
     worst = max((100.0 * (r.policy_text - r.baseline_text) / max(r.baseline_text, 1) for r in rep.rows if r.ok),
                 default=0.0)
     return {"modules": s["modules"], "oz_text": s["baseline_total"], "policy_text": s["policy_total"],
             "change_pct": round(s["change_percent"], 3), "smaller": s["smaller"], "bigger": s["bigger"],
-            "worst_module_pct": round(worst, 3), "per_project": _per_project(rep)}
+            "worst_module_pct": round(worst, 3), "per_project": by_project(rep.rows)}
+
+
+def _earlier_minutes(root: str):
+    try:
+        with open(os.path.join(root, "recipe.json")) as f:
+            return json.load(f).get("minutes")
+    except (OSError, ValueError):
+        return None
 
 
 def main() -> int:
@@ -82,6 +76,9 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--compiles-per-round", type=int, default=3000)
     ap.add_argument("--no-install", action="store_true", help="measure, but do not replace the shipped policy")
+    ap.add_argument("--measure-only", action="store_true",
+                    help="no training: measure the run's saved policy again (e.g. after a change to the channel) "
+                         "and write the recipe's figures")
     args = ap.parse_args()
     t0 = time.monotonic()
     root = os.path.abspath(args.root)
@@ -91,8 +88,9 @@ def main() -> int:
     bindings = [f"num_workers={args.workers}", f"time_budget_minutes={args.minutes}",
                 f"compiles_per_round={args.compiles_per_round}", "seed=0"]
     run_dir = os.path.join(root, "search")
-    _mlgo(["train", "--root_dir", run_dir, "--corpus", train_corpus,
-           "--gin_files", os.path.join(REPO, "configs", "inlining", "search.gin"), "--gin_bindings", *bindings])
+    if not args.measure_only:
+        _mlgo(["train", "--root_dir", run_dir, "--corpus", train_corpus,
+               "--gin_files", os.path.join(REPO, "configs", "inlining", "search.gin"), "--gin_bindings", *bindings])
     policy = os.path.join(run_dir, "saved_policy")
 
     from mlgo_host.evaluation.evaluate import evaluate
@@ -110,6 +108,9 @@ def main() -> int:
         "heldout": _figures(held), "external": _figures(ext),
         "minutes": round((time.monotonic() - t0) / 60.0, 1),
     }
+    if args.measure_only:  # the training's minutes are the earlier run's
+        recipe["minutes"] = _earlier_minutes(root)
+        recipe["measured_again"] = "bench/pretrain.py --measure-only"
     with open(os.path.join(root, "recipe.json"), "w") as f:
         json.dump(recipe, f, indent=1)
     if not args.no_install:

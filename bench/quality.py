@@ -14,6 +14,8 @@ beats -Oz).
 
 usage: .venv/bin/python bench/quality.py --corpus BENCH_CORPUS [--minutes 60] [--workers 2]
        [--root DIR] [--external CORPUS] [--gin_bindings B ...]
+       .venv/bin/python bench/quality.py --policy pretrained-oz --corpus TRAINING_CORPUS --external CORPUS
+       (no training: the shipped policy, made by its own recipe, bench/pretrain.py)
 A second run with the same --root resumes the training run (and only
 re-evaluates when it is already complete).
 """
@@ -49,7 +51,7 @@ def train(root: str, corpus: str, minutes: float, workers: int, bindings: list[s
 
 def evaluate_rows(corpus: str, policy: str, split: str, jobs: int) -> dict:
     """The policy and the guard (min of policy and -Oz per module) on a split."""
-    from mlgo_host.evaluation.evaluate import evaluate
+    from mlgo_host.evaluation.evaluate import by_project, evaluate
 
     rep = evaluate(corpus, policy, split=split, heldout_fraction=0.2, jobs=jobs, seed=0)
     ok = [r for r in rep.rows if r.ok]
@@ -66,6 +68,7 @@ def evaluate_rows(corpus: str, policy: str, split: str, jobs: int) -> dict:
         "bigger_than_1pct": sum(r.policy_text > 1.01 * r.baseline_text for r in ok),
         "worst_module": None if worst is None else
         {"module": worst.module, "pct": 100.0 * (worst.policy_text - worst.baseline_text) / max(worst.baseline_text, 1)},
+        "per_project": by_project(ok),
     }
 
 
@@ -77,11 +80,15 @@ def main() -> int:
     p.add_argument("--root", default=os.path.join(REPO, "out", "quality"), help="the training run's root_dir")
     p.add_argument("--external", default=None, help="a corpus of other projects to evaluate the final policy on")
     p.add_argument("--gin_bindings", nargs="+", action="extend", default=[])
+    p.add_argument("--policy", default=None, help="no training: measure this policy (a shipped name such as "
+                   "pretrained-oz, or a saved policy directory) on --corpus's held-out split and --external")
     p.add_argument("--output", default=os.path.join(HERE, "results", "quality.json"))
     p.add_argument("--plot", default=os.path.join(HERE, "results", "quality.png"))
     args = p.parse_args()
 
     load0 = os.getloadavg()
+    if args.policy:
+        return measure_only(args, load0)
     train_s = train(os.path.abspath(args.root), args.corpus, args.minutes, args.workers, args.gin_bindings)
     with open(os.path.join(args.root, "state.json")) as f:
         state = json.load(f)
@@ -104,14 +111,37 @@ def main() -> int:
     print(f"rounds {state['round']} (best by validation: {state['best_round']}), "
           f"{result['train_wall_min']} min, {sum(x['compiles'] for x in state['history'])} compiles")
     print(f"search headroom on train: {last['headroom_pct']:+.3f}%")
+    _print_rows(result)
+    print(f"wrote {args.output} and {args.plot}")
+    return 0
+
+
+def measure_only(args, load0) -> int:
+    """--policy: the policy's figures, no training (the shipped policy's own
+    recipe, bench/pretrain.py, says how it was trained)."""
+    from mlgo_host.shipped import resolve_policy
+
+    policy = resolve_policy(args.policy)
+    result = {"when": time.strftime("%Y-%m-%d %H:%M"), "machine": {"cpus": os.cpu_count(),
+              "python": platform.python_version()}, "load_average_start": [round(x, 2) for x in load0],
+              "policy": args.policy, "training": "none here: see the policy's recipe.json",
+              "heldout": evaluate_rows(args.corpus, policy, "heldout", args.workers)}
+    if args.external:
+        result["external"] = evaluate_rows(args.external, policy, "all", args.workers)
+    result["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    atomic_write_json(args.output, result)
+    _print_rows(result)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _print_rows(result: dict) -> None:
     for name in ("heldout", "external"):
         if name in result:
             r = result[name]
             print(f"{name}: policy {r['policy_pct']:+.3f}% vs -Oz over {r['ok']} modules "
                   f"({r['smaller']} smaller, {r['bigger']} bigger, {r['bigger_than_1pct']} > +1%); "
                   f"guard {r['guard_pct']:+.3f}%")
-    print(f"wrote {args.output} and {args.plot}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -231,6 +231,23 @@ def guard_summary(rows: Sequence[EvalRow]) -> dict[str, Any]:
     }
 
 
+def by_project(rows: Sequence[EvalRow]) -> dict[str, dict[str, Any]]:
+    """Total ``.text`` against the baseline per project (a module name's
+    first part, e.g. ``zopfli-0.4.3``): modules, both totals, the change
+    and the modules more than 1 % bigger; projects sorted by name."""
+    acc: dict[str, list[int]] = {}
+    for r in rows:
+        if not r.ok:
+            continue
+        a = acc.setdefault(r.module.split("/", 1)[0], [0, 0, 0, 0])
+        a[0] += r.baseline_text
+        a[1] += r.policy_text
+        a[2] += r.policy_text > r.baseline_text * 1.01
+        a[3] += 1
+    return {p: {"modules": n, "oz_text": b, "policy_text": t, "change_pct": round(100.0 * (t - b) / b, 3) if b else 0.0,
+                "bigger_1pct": big} for p, (b, t, big, n) in sorted(acc.items())}
+
+
 def _guard_text(g: dict) -> str:
     gain = "n/a" if g["gain_percent"] is None else f"{g['gain_percent']:.3f}%"
     return (f"guard: kept the policy's object on {g['kept_policy']} modules, the default's on {g['kept_default']} "

@@ -122,3 +122,14 @@ def test_eval_workers_do_not_import_tensorflow(corpus_dir, tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_totals_by_project_count_each_projects_modules_and_the_ones_over_one_percent():
+    from mlgo_host.evaluation.evaluate import EvalRow, by_project
+
+    rows = [EvalRow("zlib-1/a", 1000, 990, None, 3, "ok"), EvalRow("zlib-1/b", 100, 102, None, 1, "ok"),
+            EvalRow("lz4-2/c", 500, 500, None, 2, "ok"), EvalRow("lz4-2/d", None, None, None, 0, "failed")]
+    got = by_project(rows)
+    assert list(got) == ["lz4-2", "zlib-1"]
+    assert got["zlib-1"] == {"modules": 2, "oz_text": 1100, "policy_text": 1092, "change_pct": -0.727, "bigger_1pct": 1}
+    assert got["lz4-2"]["modules"] == 1 and got["lz4-2"]["change_pct"] == 0.0
