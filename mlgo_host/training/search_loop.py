@@ -373,6 +373,9 @@ def _round_row(r, results, data, fit, gate, val, t_search, t_train, t_gate) -> d
         "flips_tried": len(flips), "flips_accepted": sum(f["accepted"] for f in flips),
         "round_search_pct": total_gain_pct(results), "headroom_pct": total_gain_pct(list(data["best"].values())),
         "compiles_per_minute": round(60.0 * compiles / max(t_search, 1e-9), 1),
+        # every compile counted (probes, references, splits), as bench/tune.py counts them
+        "flips_per_compile": round(len(flips) / max(compiles, 1), 2),
+        "search_minutes": round(t_search / 60.0, 2),
         "examples": fit["examples"], "imitation_loss": fit["loss"], "weighted_accuracy": fit["weighted_accuracy"],
         "gate": gate, "validation_pct": val["size_change_pct"], "validation_worst_pct": val["worst_module_pct"],
         "search_s": round(t_search, 1), "train_s": round(t_train, 1), "gate_s": round(t_gate, 1),
@@ -386,7 +389,8 @@ def _summaries(root_dir: str):
     writer = tf.summary.create_file_writer(os.path.join(root_dir, "train"))
     tags = {"headroom_pct": "search/headroom_pct", "round_search_pct": "search/round_pct",
             "flips_tried": "search/flips_tried", "flips_accepted": "search/flips_accepted",
-            "compiles_per_minute": "perf/compiles_per_minute", "train_policy_pct": "policy/train_size_change_pct",
+            "compiles_per_minute": "perf/compiles_per_minute", "flips_per_compile": "search/flips_per_compile",
+            "compiles": "search/compiles", "search_minutes": "search/minutes", "train_policy_pct": "policy/train_size_change_pct",
             "validation_pct": "policy/validation_size_change_pct", "heldout_pct": "heldout/size_change_pct",
             "gate": "policy/gate_threshold", "imitation_loss": "loss/imitation"}
 
@@ -405,7 +409,8 @@ def _summary_line(row: dict) -> str:
         return "n/a" if v is None else f"{v:+.3f}%"
 
     parts = [f"round {row['round']}:", f"search {pct(row['round_search_pct'])} (headroom {pct(row['headroom_pct'])})",
-             f"{row['flips_accepted']}/{row['flips_tried']} flips kept", f"{row['compiles_per_minute']:.0f} compiles/min",
+             f"{row['flips_accepted']}/{row['flips_tried']} flips kept",
+             f"{row['flips_per_compile']:g} flips/compile", f"{row['compiles_per_minute']:.0f} compiles/min",
              f"policy train {pct(row.get('train_policy_pct'))}", f"validation {pct(row['validation_pct'])} "
              f"(gate {row['gate']:g})"]
     if "heldout_pct" in row:

@@ -29,6 +29,7 @@ BINDINGS = ["search_loop.train_search.max_rounds=2", "compiles_per_round=60", "h
             "validation_fraction=0.25", "num_workers=2", "seed=0", "time_budget_minutes=30",
             "search_loop.train_search.gate_thresholds=(0.5, 0.9)", "imitate.train_imitation.epochs=5"]
 TAGS = ["search/headroom_pct", "search/flips_tried", "search/flips_accepted", "perf/compiles_per_minute",
+        "search/flips_per_compile", "search/compiles", "search/minutes",
         "policy/train_size_change_pct", "policy/validation_size_change_pct", "heldout/size_change_pct"]
 
 
