@@ -1,7 +1,8 @@
 """Compiler-process supervision.
 
-The compiler runs in its own process group (its own session), with stdin
-closed and its stdout/stderr going to a file in the channel directory (no
+The compiler runs in its own process group (its own session), dies with the
+host even when the host is killed outright (PR_SET_PDEATHSIG, through
+util-linux's ``setpriv``), with stdin closed and its stdout/stderr going to a file in the channel directory (no
 pipe to drain, no deadlock).  On any host-side failure the whole group is
 killed and the ``<output>-XXXXXXXX.<ext>.tmp`` files a killed compile leaves
 behind are removed.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import time
@@ -48,6 +50,34 @@ def temp_output_pattern(output: str) -> "re.Pattern[str]":
     return re.compile(re.escape(stem) + r"-[0-9a-f]{8}" + re.escape(ext) + r"\.tmp\Z")
 
 
+#: util-linux's setpriv (Debian: always there), which starts the compiler
+#: with PR_SET_PDEATHSIG: it then dies with the host even when the host is
+#: killed without running any handler (SIGKILL), instead of blocking forever
+#: on a FIFO nobody will open.  Not preexec_fn: that is unsafe in a host with
+#: threads.  Without setpriv the compiler starts directly (the handlers and
+#: the pool still kill it on every other way out).
+_SETPRIV = shutil.which("setpriv")
+
+
+def _dies_with_host(argv: list[str], cwd: str | None, env: dict | None) -> list[str]:
+    """``argv`` behind setpriv's --pdeathsig, its program resolved first so
+    that a missing compiler still fails to start (not as setpriv's exit 127)."""
+    if _SETPRIV is None:
+        return argv
+    prog = argv[0]
+    if os.sep in prog:
+        full = prog if os.path.isabs(prog) else os.path.join(cwd or os.getcwd(), prog)
+        if not os.path.exists(full):
+            raise FileNotFoundError(2, "No such file or directory", prog)
+        if os.path.isdir(full) or not os.access(full, os.X_OK):
+            raise PermissionError(13, "Permission denied", prog)
+    else:
+        full = shutil.which(prog, path=(env or os.environ).get("PATH", os.defpath))
+        if full is None:
+            raise FileNotFoundError(2, "No such file or directory", prog)
+    return [_SETPRIV, "--pdeathsig", "KILL", "--", full, *argv[1:]]
+
+
 class CompilerProcess:
     def __init__(self, argv: list[str], log_path: str, cwd: str | None = None, env: dict | None = None):
         self.argv = argv
@@ -60,7 +90,7 @@ class CompilerProcess:
         self._log = open(log_path, "w+b")
         try:
             self.proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
+                _dies_with_host(argv, cwd, env), stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
                 cwd=cwd, env=env, start_new_session=True, close_fds=True,
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as e:

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -219,3 +220,41 @@ def test_run_default_starts_without_numpy(cdir, tmp_path):
     plain = tmp_path / "plain.o"
     subprocess.run(["clang-19", "-Oz", "-c", str(cdir / "mid.c"), "-o", str(plain)], check=True)
     assert (tmp_path / "t.o").read_bytes() == plain.read_bytes()
+
+
+HOST = r"""
+import os, sys, time
+from mlgo_host.channel.process import CompilerProcess
+d, src = sys.argv[1], sys.argv[2]
+os.mkfifo(os.path.join(d, "ch.out"))
+os.mkfifo(os.path.join(d, "ch.in"))
+p = CompilerProcess(["clang-19", "-Oz", "-c", src, "-o", os.path.join(d, "x.o"), "-mllvm", "-enable-ml-inliner=release",
+                     "-mllvm", "-inliner-interactive-channel-base=" + os.path.join(d, "ch")], os.path.join(d, "log"))
+print(p.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_compiler_dies_with_a_host_killed_without_handlers(cdir, tmp_path):
+    # the compiler blocks opening a FIFO nobody will open; SIGKILL runs no
+    # handler in the host, so only PR_SET_PDEATHSIG (setpriv) can end it
+    host = subprocess.Popen([sys.executable, "-c", HOST, str(tmp_path), str(cdir / "tiny.c")], stdout=subprocess.PIPE,
+                            text=True)
+    pid = int(host.stdout.readline())
+    time.sleep(0.5)
+    assert _running(pid), "the compiler should be blocked on the FIFO"
+    host.kill()
+    host.wait()
+    deadline = time.time() + 10
+    while _running(pid) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _running(pid), "the compiler outlived its host"
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan is reaped by init, or stays a zombie under a subreaper)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
