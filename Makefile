@@ -13,7 +13,7 @@ APT_PKGS := clang-19 llvm-19 make
 # matrix on it too. Optional: `make setup EXTRA_LLVM=` skips it.
 EXTRA_LLVM ?= 22
 
-.PHONY: setup system-deps extra-llvm test demo bench pretrain clean
+.PHONY: setup system-deps extra-llvm test demo bench pretrain ppo-warmstart clean
 
 system-deps:
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -61,6 +61,11 @@ demo: setup
 PRETRAIN_DIR ?= pretrain_out
 pretrain: setup
 	$(BIN)/python bench/pretrain.py --root $(PRETRAIN_DIR)
+
+# PPO warm-started from the shipped policy, measured as pretrain measures it
+# (bench/results/ppo_warmstart.json); uses the corpora of PRETRAIN_DIR.
+ppo-warmstart: setup
+	$(BIN)/python bench/ppo_warmstart.py --root $(PRETRAIN_DIR)
 
 bench: setup
 	$(BIN)/python bench/channel.py

@@ -44,9 +44,32 @@ def read_state(root_dir: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: unreadable state ({e}); move it away to start over") from None
 
 
+def resolve_warmstart(name_or_path: str | None) -> str | None:
+    """``warmstart_policy`` as an absolute saved policy directory: the name of
+    a policy the package ships (``pretrained-oz``) or a directory; None stays
+    None.  Anything else is a one-line :class:`ConfigError`, before any work."""
+    if not name_or_path:
+        return None
+    import difflib
+
+    from mlgo_host.shipped import SHIPPED, resolve_policy
+
+    path = resolve_policy(name_or_path)
+    if not os.path.isfile(os.path.join(path, "metadata.json")):
+        close = difflib.get_close_matches(name_or_path, sorted(SHIPPED), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"warmstart_policy {name_or_path!r} is neither a policy the package ships "
+                          f"({', '.join(sorted(SHIPPED))}) nor a saved policy directory (no metadata.json){hint}")
+    return os.path.abspath(path)
+
+
 def open_learner(root_dir: str, header_json: dict, *, advisor: str, vocab_dir: str, seed: int, clang: str,
                  done: int, warmstart_policy: str | None) -> Learner:
-    """The learner after ``done`` completed iterations (0: warm start or fresh)."""
+    """The learner after ``done`` completed iterations (0: warm start or fresh).
+    ``warmstart_policy``: a saved policy directory or a shipped policy's name;
+    the learner's saved policies keep its gate (their greedy decisions are
+    gated as the warm start's were)."""
+    warmstart_policy = resolve_warmstart(warmstart_policy)
     start = read_saved_policy(warmstart_policy) if warmstart_policy else None
     learner = Learner(header_json, advisor=advisor, vocab_dir=vocab_dir, root_dir=root_dir, seed=seed, clang=clang,
                       keep_default=bool(start and start.spec.default_input),

@@ -46,7 +46,7 @@ from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.fsutil import atomic_write_json, replace_dir
 from mlgo_host.policies.vocab import VocabBuilder
 from mlgo_host.training.iteration import (Update, commit_iteration, numeric_metrics, open_learner,
-                                          percentile_summary, read_state, train_and_save)
+                                          percentile_summary, read_state, resolve_warmstart, train_and_save)
 from mlgo_host.learning.summaries import Summaries
 
 log = logging.getLogger("mlgo_host.train.online")
@@ -74,6 +74,7 @@ def train_from_collected(
     iteration's history row (also in ``root_dir/state.json``)."""
     root_dir = os.path.abspath(root_dir)
     collected_dir = os.path.abspath(collected_dir)
+    warmstart_policy = resolve_warmstart(warmstart_policy)  # a shipped name or a directory
     state = _read_online_state(root_dir)
     consumed: list[str] = list(state.get("consumed", []))
     done = int(state.get("iteration", 0))

@@ -8,8 +8,23 @@ train the tf-agents PPO agent on the episodes, export the new weights, and
 write the iteration's state atomically: TF checkpoint, ``state.json`` (the
 per-iteration history, the moving-average reward baseline),
 ``policy/<iteration>/``.  Every ``eval_every`` iterations the greedy policy
-is evaluated on the held-out split.  Re-running the same command resumes
-after the last completed iteration.
+is evaluated on the validation split, which chooses ``saved_policy/`` (the
+best validation total so far), and on the held-out split, which is only
+reported.  Re-running the same command resumes after the last completed
+iteration.
+
+A warm start (``warmstart_policy``: a saved policy directory or the name of
+a policy the package ships, e.g. ``pretrained-oz``) is the first candidate:
+before any update it is written as ``policy/0/``, evaluated on the
+validation split and published as ``saved_policy/``, and a later policy
+replaces it only with a strictly smaller validation total.  A run that only
+gets worse keeps the warm start.  Its gate (the search-then-imitate
+policy's, chosen on validation) stays on every policy the run saves: greedy
+decisions (validation, held-out, serving) are gated as the warm start's
+were, while collection samples from the raw actor: PPO's importance ratios
+need the probability of each decision under the policy that made it, and a
+gate turns the sampling policy into a near-deterministic one that would
+neither explore nor have those probabilities.
 
 TensorFlow is the learner's (:mod:`~mlgo_host.learning.learner`, through
 :mod:`~mlgo_host.training.iteration`); the collection workers
@@ -34,8 +49,8 @@ from mlgo_host.episode import Episode
 from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.policies.vocab import VocabBuilder
-from mlgo_host.training.iteration import (commit_iteration, publish_policy, numeric_metrics, open_learner, percentile_summary,
-                                          read_state, train_and_save)
+from mlgo_host.training.iteration import (STATE, commit_iteration, publish_policy, numeric_metrics, open_learner,
+                                          percentile_summary, read_state, resolve_warmstart, train_and_save)
 from mlgo_host.workers.pool import EarlyExit, TaskOutcome, make_pool, map_with_progress
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.workers.worker import policy_blob_from_dir
@@ -75,9 +90,14 @@ def train(
     trace_modules: int = 0,
     sampling_strategy: str = "round_robin",
     saved_model_every_iteration: bool = False,
+    report_heldout: bool = True,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Train a policy; returns its history and last held-out evaluation (also in state.json)."""
+    """Train a policy; returns its history and last held-out evaluation (also
+    in state.json).  ``report_heldout=False``: evaluate only the validation
+    split in the loop (the held-out one is left to ``mlgo-host eval``)."""
+    # a bad name fails here, before any compile
+    warmstart_policy = resolve_warmstart(warmstart_policy)
     # absolute: workers (Ray actors too) may run in another directory
     root_dir = os.path.abspath(root_dir)
     os.makedirs(root_dir, exist_ok=True)
@@ -102,6 +122,11 @@ def train(
                                clang=clang_path, done=done, warmstart_policy=warmstart_policy)
         moving_average = (MovingAverageBaseline.from_state(state["moving_average"]) if state
                  else MovingAverageBaseline(decay=moving_average_decay))
+        run_config = {"advisor": advisor, "corpus_dir": os.path.abspath(corpus_dir), "seed": seed,
+                      "warmstart_policy": warmstart_policy}
+        if warmstart_policy and val_mods and eval_every and not done and state.get("best") is None:
+            state = _validate_warmstart(learner, pool, root_dir, val_mods, task_of, progress, moving_average,
+                                        run_config)
         sampler = corpus.sampler(train_mods, seed=seed, strategy=sampling_strategy)
         sampler.skip(done * modules_per_iteration)
         early = EarlyExit(fraction=early_exit_fraction, grace_s=early_exit_grace_s, timeout_s=collection_timeout_s)
@@ -115,7 +140,8 @@ def train(
                      for i, m in enumerate(sampler.take(modules_per_iteration))]
             batch, t_collect = _collect(pool, blob, tasks, moving_average, use_moving_average_baseline, early,
                                         f"iteration {iteration}/{num_iterations}", progress)
-            evaluating = bool((heldout_mods or val_mods) and eval_every
+            reported = heldout_mods if report_heldout else []
+            evaluating = bool((reported or val_mods) and eval_every
                               and (iteration % eval_every == 0 or iteration == num_iterations))
             # policy/<iteration> is the workers' next policy; its SavedModel
             # (seconds of TF work) only where someone will look at it
@@ -123,25 +149,27 @@ def train(
                                     saved_model=saved_model_every_iteration or evaluating
                                     or iteration == num_iterations)
             blob = policy_blob_from_dir(update.policy_dir)
-            eval_row = (_evaluate(pool, blob, heldout_mods, task_of, progress, f"held-out eval {iteration}")
-                        if evaluating and heldout_mods else None)
+            eval_row = (_evaluate(pool, blob, reported, task_of, progress, f"held-out eval {iteration}")
+                        if evaluating and reported else None)
             val_row = (_evaluate(pool, blob, val_mods, task_of, progress, f"validation {iteration}")
                        if evaluating and val_mods else None)
             last_eval = eval_row or last_eval
             row = _history_row(iteration, len(tasks), batch, t_collect, update, eval_row)
             if val_row is not None:
                 row["validation_size_change_pct"] = val_row["size_change_pct"]
+                row["validation_bigger"] = val_row["bigger"]
                 if _better(val_row, state.get("best")):
                     state["best"] = {"iteration": iteration, "size_change_pct": val_row["size_change_pct"]}
                     publish_policy(update.policy_dir, os.path.join(root_dir, "saved_policy"))
+                row["saved_policy_iteration"] = state["best"]["iteration"]
             history.append(row)
             commit_iteration(root_dir, summaries, iteration, percentile_summary(batch.ok_rewards), row, eval_row, {
                 "iteration": iteration, "moving_average": moving_average.state(), "history": history,
                 "last_eval": last_eval, "failures_last_iteration": batch.failures, "best": state.get("best"),
-                "config": {"advisor": advisor, "corpus_dir": os.path.abspath(corpus_dir), "seed": seed},
+                "warmstart_validation": state.get("warmstart_validation"), "config": run_config,
             })
             print(_summary_line(row, num_iterations), file=sys.stderr, flush=True)
-        if not val_mods:  # nothing to choose by: the last policy
+        if not val_mods or state.get("best") is None:  # nothing to choose by (or nothing evaluated): the last policy
             learner.save_policy(os.path.join(root_dir, "saved_policy"), step=max(num_iterations, done))
         summaries.close()
     return {"history": history, "last_eval": last_eval}
@@ -162,8 +190,36 @@ def _split(corpus, corpus_dir: str, heldout_fraction: float, validation_fraction
 
 
 def _better(val_row: dict, best: dict | None) -> bool:
-    """Is this evaluation the best validation total so far (ties: the later)?"""
-    return best is None or val_row["size_change_pct"] <= best["size_change_pct"]
+    """Is this evaluation the best validation total so far?  Ties go to the
+    later policy, except against the warm start (iteration 0), which only a
+    strictly smaller total replaces: its gain is measured, a tie is no
+    evidence that training added anything."""
+    if best is None:
+        return True
+    if best["iteration"] == 0:
+        return val_row["size_change_pct"] < best["size_change_pct"]
+    return val_row["size_change_pct"] <= best["size_change_pct"]
+
+
+def _validate_warmstart(learner, pool, root_dir: str, val_mods: list[Module], task_of, progress: bool,
+                        moving_average: MovingAverageBaseline, run_config: dict) -> dict[str, Any]:
+    """The warm start as the first candidate for ``saved_policy``: written as
+    ``policy/0/`` (the learner's actor before any update, with the warm
+    start's gate), evaluated greedily on the validation split, published as
+    ``saved_policy/``; then ``state.json`` with iteration 0 (a resumed run
+    does not evaluate it again).  Returns that state."""
+    policy_dir = os.path.join(root_dir, "policy", "0")
+    learner.save_policy(policy_dir, step=0, saved_model=True)
+    val_row = _evaluate(pool, policy_blob_from_dir(policy_dir), val_mods, task_of, progress, "validation 0 (warm start)")
+    publish_policy(policy_dir, os.path.join(root_dir, "saved_policy"))
+    state = {"iteration": 0, "moving_average": moving_average.state(), "history": [], "last_eval": None,
+             "failures_last_iteration": [], "best": {"iteration": 0, "size_change_pct": val_row["size_change_pct"]},
+             "warmstart_validation": val_row, "config": run_config}
+    atomic_write_json(os.path.join(root_dir, STATE), state)
+    print(f"iteration 0 (warm start): validation size {val_row['size_change_pct']:+.3f}% vs -Oz "
+          f"({val_row['ok']}/{val_row['modules']} modules, {val_row['bigger']} bigger): saved_policy",
+          file=sys.stderr, flush=True)
+    return state
 
 
 def _collect(pool, blob: dict, tasks: list[tuple], moving_average: MovingAverageBaseline, use_moving_average: bool,
@@ -238,6 +294,9 @@ def _summary_line(row: dict, total: int) -> str:
              f"{row['ok']}/{row['modules']} modules", f"{row['failures']} failed",
              f"{row['decisions_per_second']:.0f} decisions/s",
              f"collect {row['collect_s']:.1f}s", f"train {row['train_s']:.1f}s", f"save {row['save_s']:.1f}s"]
+    if "validation_size_change_pct" in row:
+        parts.append(f"validation size {row['validation_size_change_pct']:+.3f}% vs -Oz "
+                     f"(saved_policy: iteration {row['saved_policy_iteration']})")
     if "heldout_size_change_pct" in row:
         parts.append(f"held-out size {row['heldout_size_change_pct']:+.3f}% vs -Oz")
     return " ".join(parts)
