@@ -30,10 +30,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PPO_GIN = os.path.join(REPO, "configs", "inlining", "ppo.gin")
 # seed 0, held-out 0.25, validation 0.2: t3 and t8 validate, t7 is held out
 SIZES = {"t0": 10, "t1": 25, "t2": 14, "t3": 30, "t4": 18, "t5": 22, "t7": 16, "t8": 20, "t9": 12}
-# A learning rate that wrecks the policy in one update: nothing may beat the warm start.
+# A learning rate of 0: the update leaves the policy as it is, so it ties with the
+# warm start on validation, and a tie must not replace it.  (A rate that
+# wrecks the policy does not reliably make it worse: with the advisor's size
+# stop at 10x, a wrecked policy on these generated modules came out 18 %
+# smaller than -Oz on validation; the rule against a lucky best is the
+# significance test, tested on its own above.)
 BINDINGS = ["warmstart_policy='pretrained-oz'", "num_iterations=1", "modules_per_iteration=3", "eval_every=1",
             "heldout_fraction=0.25", "validation_fraction=0.2", "num_workers=1", "seed=0",
-            "create_ppo_agent.learning_rate=100.0"]
+            "create_ppo_agent.learning_rate=0.0"]
 
 
 def test_resolve_warmstart_takes_a_shipped_name_or_a_directory(tmp_path):
@@ -55,6 +60,17 @@ def test_only_a_strictly_better_policy_replaces_the_warm_start():
     # between PPO policies a tie still goes to the later one
     assert _better({"size_change_pct": -0.5}, {"iteration": 3, "size_change_pct": -0.5})
     assert _better({"size_change_pct": 1.0}, None)
+
+
+def test_against_the_warm_start_a_smaller_total_must_be_significant():
+    # validation sizes per module: the warm start's, and two candidates with
+    # the same smaller total: one module carries the first, forty the second
+    warm = {"policy_sizes": {f"m{i}": 1000 for i in range(100)}}
+    start = {"iteration": 0, "size_change_pct": -0.5}
+    lucky = dict(warm["policy_sizes"], m0=600, **{f"m{i}": 1005 for i in range(1, 41)})
+    broad = dict(warm["policy_sizes"], **{f"m{i}": 995 for i in range(40)})
+    assert not _better({"size_change_pct": -0.6, "policy_sizes": lucky}, start, warm)
+    assert _better({"size_change_pct": -0.6, "policy_sizes": broad}, start, warm)
 
 
 def test_a_bad_warmstart_name_is_one_line_before_any_work(tmp_path, capsys):
@@ -112,10 +128,9 @@ def test_saved_policy_stays_the_warm_start_when_nothing_beats_it(warm_run):
     assert start["modules"] == len(val) > 0 and start["ok"] == len(val)
     assert "iteration 0 (warm start): validation size" in p.stderr
     (row,) = st["history"]
-    # the update changed the policy, and it did not beat the warm start on validation
-    assert not np.array_equal(read_saved_policy(str(root / "policy" / "1")).actor.weights()["logits_kernel"],
-                              read_saved_policy(str(root / "policy" / "0")).actor.weights()["logits_kernel"])
-    assert row["validation_size_change_pct"] > start["size_change_pct"]
+    # the iteration was trained and evaluated, and only tied with the warm start on validation
+    assert (root / "policy" / "1" / "actor.npz").exists()
+    assert row["validation_size_change_pct"] == start["size_change_pct"]
     assert st["best"] == {"iteration": 0, "size_change_pct": start["size_change_pct"]}
     assert row["saved_policy_iteration"] == 0
     saved = read_saved_policy(str(root / "saved_policy"))
