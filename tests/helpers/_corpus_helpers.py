@@ -96,9 +96,11 @@ def generated_c_source(n: int, seed: int) -> str:
     return caller_module(n, seed)
 
 
-def build_generated_corpus(root: Path, sizes: dict[str, int], clang: str = CLANG) -> Path:
-    """A corpus of generated C files (name -> number of functions) built
-    with the real ``clang`` by the corpus builder; returns its directory."""
+def build_generated_corpus(root: Path, sizes: dict[str, int], clang: str = CLANG,
+                           sources: dict[str, str] | None = None) -> Path:
+    """A corpus of generated C files (name -> number of functions), and of
+    the C ``sources`` given (name -> text), built with the real ``clang`` by
+    the corpus builder; returns its directory."""
     from mlgo_host.corpus.build import build_corpus, load_compile_commands, write_compile_commands
 
     src = root / "src"
@@ -106,6 +108,10 @@ def build_generated_corpus(root: Path, sizes: dict[str, int], clang: str = CLANG
     entries = []
     for k, (name, n) in enumerate(sizes.items()):
         (src / f"{name}.c").write_text(generated_c_source(n, k))
+        entries.append({"directory": str(src), "file": str(src / f"{name}.c"),
+                        "arguments": [clang, "-Oz", "-c", f"{name}.c", "-o", f"{name}.o"]})
+    for name, text in (sources or {}).items():
+        (src / f"{name}.c").write_text(text)
         entries.append({"directory": str(src), "file": str(src / f"{name}.c"),
                         "arguments": [clang, "-Oz", "-c", f"{name}.c", "-o", f"{name}.o"]})
     write_compile_commands(src / "compile_commands.json", entries)
