@@ -420,8 +420,9 @@ class BatchedSearch:
         queue = list(queue)
         while queue and self._left():
             batch, queue = self._next_batch(queue)
-            outs += self.measure(batch)
-        self.outcomes.extend(outs)
+            got = self.measure(batch)
+            self.outcomes.extend(got)  # per batch: a compile that fails later keeps these
+            outs += got
         return outs
 
     def _pass(self, queue: list[Candidate]) -> tuple[set[str], list[Outcome]]:
