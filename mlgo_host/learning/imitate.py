@@ -103,6 +103,35 @@ def train_imitation(
     to ``output_dir``; returns a summary (loss, weighted accuracy, sizes)."""
     import tensorflow as tf
 
+    def cross_entropy(logits, labels, wts):
+        ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        return tf.reduce_sum(ce * wts) / tf.reduce_sum(wts)
+
+    y = examples.labels
+    sp, loss = fit_actor(examples.header, examples.records, y, examples.weights, cross_entropy, output_dir,
+                         default_slot=default_slot, vocab=vocab, norm=norm, fc_layer_params=fc_layer_params,
+                         epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed,
+                         compiler=compiler, saved_model=saved_model,
+                         extra={"imitation": dict(extra or {}, examples=len(examples))})
+    pred = sp.actor.greedy(examples.records)
+    acc = float(np.sum((pred == y) * examples.weights) / np.sum(examples.weights))
+    return {"examples": len(examples), "loss": loss, "weighted_accuracy": acc,
+            "deviations_labelled": int(np.sum(y != _defaults(examples.records, default_slot)))}
+
+
+def fit_actor(header: Header, records: np.ndarray, targets: np.ndarray, weights: np.ndarray, loss_fn,
+              output_dir: str, *, default_slot: str, vocab: Vocab | None = None, norm: NormConfig | None = None,
+              fc_layer_params: Sequence[int] = (40, 40, 20), epochs: int = 20, batch_size: int = 512,
+              learning_rate: float = 3e-3, seed: int = 0, compiler: str | None = None, saved_model: bool = True,
+              extra: dict | None = None):
+    """The actor network (the compiler's default decision an input) fitted
+    to ``loss_fn(logits [N, 2], targets, weights)`` (weights scaled to mean
+    1) by Adam, saved as a policy directory; shared by the imitation
+    (cross-entropy on labels) and the effect model (a regression on the
+    logit difference, :mod:`mlgo_host.learning.effects`).  Returns the
+    saved policy and the last epoch's mean loss."""
+    import tensorflow as tf
+
     from mlgo_host.learning.export import save_policy
     from mlgo_host.learning.networks import build_actor_network
     from mlgo_host.learning.tensor_specs import numpy_observations, observation_spec
@@ -110,12 +139,17 @@ def train_imitation(
     tf.random.set_seed(seed)
     rng = np.random.default_rng(seed)
     norm = norm if norm is not None else NormConfig(with_square=True)
-    vocab = vocab if vocab is not None else build_vocab(examples)
-    spec = PolicySpec.from_header(examples.header, "inline", vocab_names=vocab.names(), default_slot=default_slot,
+    if vocab is None:
+        vb = VocabBuilder()
+        vb.add(records)
+        vocab = vb.build(1000)
+    spec = PolicySpec.from_header(header, "inline", vocab_names=vocab.names(), default_slot=default_slot,
                                   keep_default=True)
-    x = numpy_observations(spec, examples.records, len(examples))
-    y = examples.labels
-    w = (examples.weights / examples.weights.mean()).astype(np.float32)
+    n = int(records.shape[0])
+    x = numpy_observations(spec, records, n)
+    tdt = tf.int64 if np.asarray(targets).dtype.kind in "iu" else tf.float32
+    y = np.asarray(targets, dtype=np.int64 if tdt == tf.int64 else np.float32)
+    w = (weights / weights.mean()).astype(np.float32)
     net = build_actor_network(spec, vocab, norm, fc_layer_params=tuple(fc_layer_params))
     opt = tf.keras.optimizers.Adam(learning_rate=learning_rate)
     sig = obs_spec_batched(observation_spec(spec))
@@ -124,16 +158,14 @@ def train_imitation(
         dist, _ = net(obs, step_type=None, network_state=(), training=False)
         return dist.logits_parameter() if hasattr(dist, "logits_parameter") else dist.logits
 
-    @tf.function(input_signature=[sig, tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.float32)])
-    def step(obs, labels, wts):
+    @tf.function(input_signature=[sig, tf.TensorSpec([None], tdt), tf.TensorSpec([None], tf.float32)])
+    def step(obs, tgt, wts):
         with tf.GradientTape() as tape:
-            ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits_of(obs))
-            loss = tf.reduce_sum(ce * wts) / tf.reduce_sum(wts)
+            loss = loss_fn(logits_of(obs), tgt, wts)
         grads = tape.gradient(loss, net.trainable_variables)
         opt.apply_gradients(zip(grads, net.trainable_variables))
         return loss
 
-    n = len(examples)
     losses: list[float] = []
     for _ in range(epochs):
         perm = rng.permutation(n)
@@ -143,11 +175,8 @@ def train_imitation(
             ep_loss.append(float(step({k: v[idx] for k, v in x.items()}, y[idx], w[idx])))
         losses.append(float(np.mean(ep_loss)))
     sp = save_policy(output_dir, net, spec, vocab, norm, compiler=compiler, saved_model=saved_model,
-                     fc_layer_params=fc_layer_params, extra={"imitation": dict(extra or {}, examples=n)})
-    pred = sp.actor.greedy(examples.records)
-    acc = float(np.sum((pred == y) * examples.weights) / np.sum(examples.weights))
-    return {"examples": n, "loss": losses[-1] if losses else float("nan"), "weighted_accuracy": acc,
-            "deviations_labelled": int(np.sum(y != _defaults(examples.records, default_slot)))}
+                     fc_layer_params=fc_layer_params, extra=extra)
+    return sp, (losses[-1] if losses else float("nan"))
 
 
 def _defaults(records: np.ndarray, slot: str) -> np.ndarray:

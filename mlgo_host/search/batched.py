@@ -427,6 +427,28 @@ class BatchedSearch:
                 grouped = True
             self.exhausted = not queue and self._left()
 
+    def _next_batch(self, queue: list[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
+        """The first batch :meth:`batches_of` packs from ``queue`` (marked
+        tried) and the candidates left."""
+        batch = self.batches_of(queue)[0]
+        chosen = {id(c) for c in batch}
+        self.tried.update(c.key for c in batch)
+        return batch, [c for c in queue if id(c) not in chosen]
+
+    def sweep(self, queue: list[Candidate]) -> list[Outcome]:
+        """Every flip of ``queue`` measured by batches against the reference
+        as it is, winners never applied (the reference stays put): each
+        flip's change alone from the same decision set, what the flip-effect
+        table (:mod:`mlgo_host.search.effects`) records."""
+        outs: list[Outcome] = []
+        queue = list(queue)
+        while queue and self._left():
+            batch, queue = self._next_batch(queue)
+            got = self.measure(batch)
+            self.outcomes.extend(got)  # per batch: a compile that fails later keeps these
+            outs += got
+        return outs
+
     def _pass(self, queue: list[Candidate]) -> tuple[set[str], list[Outcome]]:
         """Measure every flip of ``queue`` (and the sites winners expose) by
         batches, applying each batch's winners; returns the functions the
@@ -435,10 +457,7 @@ class BatchedSearch:
         lost: list[Outcome] = []
         queue = list(queue)
         while queue and self._left():
-            batch = self.batches_of(queue)[0]
-            chosen = {id(c) for c in batch}
-            queue = [c for c in queue if id(c) not in chosen]
-            self.tried.update(c.key for c in batch)
+            batch, queue = self._next_batch(queue)
             outs = self.measure(batch)
             self.outcomes.extend(outs)
             won = [o for o in outs if o.applied and o.delta < 0]

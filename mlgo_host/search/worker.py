@@ -68,6 +68,17 @@ class SearchWorker(CollectWorker):
         return cache[name]
 
 
+    def effects(self, task: dict, root: str, cap: int, seed: int, split: str) -> dict:
+        """One module of the flip-effect table (:mod:`mlgo_host.search.effects`),
+        measured from the compiler's default and written to ``root``; returns
+        its summary."""
+        from mlgo_host.search.effects import measure_and_store
+
+        c = self.config
+        cfg = {"clang": c.clang, "llvm_size": c.llvm_size, "module_timeout": c.module_timeout}
+        return measure_and_store(self._module(task), root, cfg, cap=cap, seed=seed, split=split)
+
+
 def _probs_of(policy: Policy):
     """P(inline) of a numpy policy over a batch of records, or None."""
     actor = getattr(policy, "actor", None)
