@@ -67,7 +67,6 @@ class SearchWorker(CollectWorker):
             cache[name] = _probs_of(load_policy(shipped_policy_dir(name)))
         return cache[name]
 
-
     def effects(self, task: dict, root: str, cap: int, seed: int, split: str) -> dict:
         """One module of the flip-effect table (:mod:`mlgo_host.search.effects`),
         measured from the compiler's default and written to ``root``; returns
