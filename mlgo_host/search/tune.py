@@ -271,7 +271,9 @@ class BatchedPasses(_Budget):
         if new and self.left() > 0:
             self._run([(m.to_task(), self.PROBE, None, self.deadline, None, self.prior) for m in new], "tune: probe")
         for k in range(1, 1 + MAX_PASSES):
-            open_, left = self._open(), self.left()
+            # the most promising modules first: with a deadline, the time goes to them
+            open_ = sorted(self._open(), key=lambda r: -(r.get("promise") or 0.0))
+            left = self.left()
             if not open_ or left <= 0:
                 return
             if self.per_module is None:
