@@ -244,8 +244,9 @@ class BatchedPasses(_Budget):
     """Batched search (:mod:`mlgo_host.search.batched`): a probe of every
     module not searched yet (its decisions and keys: two compiles, one
     without decisions), then passes, each module going on from its best;
-    modules that measured every flip are done.  Each pass shares what is
-    left (the first :data:`FIRST_SHARE` of it) by :func:`shares`: by the
+    modules that measured every flip are done.  With a compile budget, each
+    pass shares what is left (the first :data:`FIRST_SHARE` of it) by
+    :func:`shares`: by the
     flips the prior expects to pay (or the flips left, without a prior),
     and after the first pass also by the bytes each module paid per
     compile."""
@@ -271,12 +272,13 @@ class BatchedPasses(_Budget):
         if new and self.left() > 0:
             self._run([(m.to_task(), self.PROBE, None, self.deadline, None, self.prior) for m in new], "tune: probe")
         for k in range(1, 1 + MAX_PASSES):
-            # the most promising modules first: with a deadline, the time goes to them
-            open_ = sorted(self._open(), key=lambda r: -(r.get("promise") or 0.0))
-            left = self.left()
+            open_, left = self._open(), self.left()
             if not open_ or left <= 0:
                 return
             if self.per_module is None:
+                # a deadline: every module searches until it, in corpus order (measured on the demo's
+                # held-out modules: sharing an estimate of the compiles left by promise, or giving the most
+                # promising modules the workers first, spent a third fewer compiles in the time)
                 budget = [10**9] * len(open_)
             else:
                 first = not any(_gain(r) for r in open_) and k == 1
@@ -297,6 +299,9 @@ def _gain(r: dict) -> int:
     return max(0, r["default_size"] - r["best_size"])
 
 
+#: the chance every flip not measured yet is given on top of the prior's: when the promising flips
+#: are all measured, what is left still goes to the modules with flips left (by their number)
+FLOOR_P = 0.001
 #: bytes a module is credited before it paid (so one that has not yet still gets a share)
 PAID_PRIOR_BYTES = 8.0
 
@@ -304,14 +309,16 @@ PAID_PRIOR_BYTES = 8.0
 def shares(rows: list[dict], total: int, paid: bool) -> list[int]:
     """``total`` compiles shared among the modules ``rows``.  The weight of
     a module: the flips the prior expects to pay among those it has not
-    measured (its ``promise``), or without a prior its flips left; with
+    measured (its ``promise``, plus :data:`FLOOR_P` per flip left), or
+    without a prior its flips left; with
     ``paid``, times the bytes it gained per compile so far (plus
     :data:`PAID_PRIOR_BYTES`): where compiles found bytes, the next ones are
     likelier to.  The heaviest modules are served first, each at least the
     compiles one batch needs (its reference first when it has none), so a
     small ``total`` goes where it pays instead of a compile to everyone; none
     gets more than two compiles per flip left."""
-    w = np.array([r["promise"] if r.get("promise") is not None else _flips_left(r) for r in rows], dtype=np.float64)
+    w = np.array([r["promise"] + FLOOR_P * _flips_left(r) if r.get("promise") is not None else _flips_left(r)
+                  for r in rows], dtype=np.float64)
     if paid:
         w *= np.array([(_gain(r) + PAID_PRIOR_BYTES) / max(1, r["compiles"]) for r in rows])
     out = [0] * len(rows)

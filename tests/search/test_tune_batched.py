@@ -146,7 +146,9 @@ def test_the_compiles_go_where_the_prior_and_the_paid_bytes_point():
 
     rows = [_row("a", 4.0), _row("b", 1.0), _row("c", 0.0)]
     got = shares(rows, 50, paid=False)
-    assert got[0] == 40 and got[1] == 10 and got[2] == 0  # by promise; none without one
+    assert got[0] == 39 and got[1] == 11 and got[2] == 0 and sum(got) == 50  # by promise
+    # when no flip left is promising, the compiles still go where flips are left, by their number
+    assert shares([_row("c", 0.0, decisions=40), _row("d", 0.0, decisions=10)], 50, paid=False) == [40, 10]
     # a small budget is not spread thin: the most promising module gets one
     # batch's worth (its reference, a batch, the final compile) before any other
     assert shares(rows, 4, paid=False) == [4, 0, 0]
