@@ -548,16 +548,13 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
         except MlgoHostError as e:
             return {"name": module.name, "module_key": module.key, "status": "failed", "reason": str(e),
                     "default_size": default_size, "compiles": 2, "search": "batched"}
-    scope = {d.site.caller for d in probe.decisions}
-    ev = ReplayEvaluator(module, scope, clang=cfg["clang"], timeout=cfg.get("module_timeout", 300.0))
-    ev.compiles = resume["compiles"] if resume is not None else probe.compiles
-    s = BatchedSearch(module, probe, ev, budget=budget, model=model, deadline=deadline, max_batch=max_batch,
-                      prior=prior)
+    s = search_of(module, probe, cfg, budget=budget, spent=resume["compiles"] if resume is not None else None,
+                  model=model, deadline=deadline, max_batch=max_batch, prior=prior)
     s.default_slot = cfg.get("default_slot")
     if resume is not None:
         s.resume_from(resume)
     try:
-        if probe.episode.n and (resume is not None or budget > ev.compiles):  # else: a probe only
+        if probe.episode.n and (resume is not None or budget > s.ev.compiles):  # else: a probe only
             s.run()
     except MlgoHostError as e:
         log.warning("%s: batched search stopped: %s", module.name, e)
@@ -566,6 +563,17 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
         except MlgoHostError:
             s.base = s.start  # the last size known for sure
     return result_of(s, default_size, time.monotonic() - t0)
+
+
+def search_of(module: Module, probe: Probe, cfg: dict, *, budget: int, spent: int | None = None,
+              **kw) -> BatchedSearch:
+    """A search of ``module`` from ``probe``: its replay evaluator (every
+    function with a decision in scope) with the compiles already ``spent``
+    counted (default: the probe's own)."""
+    ev = ReplayEvaluator(module, {d.site.caller for d in probe.decisions}, clang=cfg["clang"],
+                         timeout=cfg.get("module_timeout", 300.0))
+    ev.compiles = probe.compiles if spent is None else spent
+    return BatchedSearch(module, probe, ev, budget=budget, **kw)
 
 
 def result_of(s: BatchedSearch, default_size: int, wall_s: float) -> dict:

@@ -40,8 +40,8 @@ from mlgo_host.corpus.corpus import Module, split_three
 from mlgo_host.errors import ConfigError, MlgoHostError
 from mlgo_host.formats import read_format_json
 from mlgo_host.fsutil import atomic_path, atomic_write_json
-from mlgo_host.search.batched import BatchedSearch, Outcome
-from mlgo_host.search.evaluate import Probe, ReplayEvaluator, probe_module
+from mlgo_host.search.batched import BatchedSearch, Outcome, search_of
+from mlgo_host.search.evaluate import Probe, probe_module
 from mlgo_host.search.sites import unique_decisions
 
 log = logging.getLogger("mlgo_host.search")
@@ -102,14 +102,13 @@ def measure_effects(module: Module, cfg: dict, *, cap: int = MAX_DECISIONS, seed
         from mlgo_host.policies import load_policy
 
         policy = load_policy("default")
-    timeout = cfg.get("module_timeout", 300.0)
     try:
-        probe = probe_module(module, policy, clang=cfg["clang"], llvm_size=cfg.get("llvm_size"), timeout=timeout)
+        probe = probe_module(module, policy, clang=cfg["clang"], llvm_size=cfg.get("llvm_size"),
+                             timeout=cfg.get("module_timeout", 300.0))
     except MlgoHostError as e:
         return dict(head, status="failed", reason=str(e), compiles=2, wall_s=time.monotonic() - t0, flips=[])
-    ev = ReplayEvaluator(module, {d.site.caller for d in probe.decisions}, clang=cfg["clang"], timeout=timeout)
-    ev.compiles = 2  # the probe's channel compile and its plain one
-    s = BatchedSearch(module, probe, ev, budget=10**9)
+    s = search_of(module, probe, cfg, budget=10**9)
+    ev = s.ev
     outs, reason = [], ""
     try:
         if probe.episode.n:

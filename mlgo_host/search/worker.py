@@ -4,6 +4,7 @@ policies only (never TensorFlow)."""
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -56,16 +57,8 @@ class SearchWorker(CollectWorker):
                                 timeout=c.module_timeout)
         fm = FlipGainModel.from_json(model) if model else None
         return search_module_batched(mod, self._policy(True, 0), cfg, budget=budget, default_size=default, model=fm,
-                                     deadline=deadline, resume=resume, prior=self._prior(prior))
-
-    def _prior(self, name: str | None):
-        """The P(inline) of the shipped policy ``name`` (loaded once per worker), or None."""
-        if name is None:
-            return None
-        cache = self.__dict__.setdefault("_priors", {})
-        if name not in cache:
-            cache[name] = _probs_of(load_policy(shipped_policy_dir(name)))
-        return cache[name]
+                                     deadline=deadline, resume=resume,
+                                     prior=_shipped_prior(prior) if prior is not None else None)
 
     def effects(self, task: dict, root: str, cap: int, seed: int, split: str) -> dict:
         """One module of the flip-effect table (:mod:`mlgo_host.search.effects`),
@@ -76,6 +69,12 @@ class SearchWorker(CollectWorker):
         c = self.config
         cfg = {"clang": c.clang, "llvm_size": c.llvm_size, "module_timeout": c.module_timeout}
         return measure_and_store(self._module(task), root, cfg, cap=cap, seed=seed, split=split)
+
+
+@functools.lru_cache(maxsize=None)
+def _shipped_prior(name: str):
+    """The P(inline) of the shipped policy ``name``, loaded once per worker."""
+    return _probs_of(load_policy(shipped_policy_dir(name)))
 
 
 def _probs_of(policy: Policy):
