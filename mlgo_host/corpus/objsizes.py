@@ -51,7 +51,7 @@ import struct
 
 from mlgo_host.errors import CompilerError
 
-SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR, SHF_MERGE = 0x1, 0x2, 0x4, 0x10
+SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR, SHF_MERGE, SHF_STRINGS = 0x1, 0x2, 0x4, 0x10, 0x20
 SHT_SYMTAB, SHT_RELA, SHT_NOBITS, SHT_SYMTAB_SHNDX = 2, 4, 8, 18
 SHT_X86_64_UNWIND = 0x70000001
 STT_FUNC, STT_SECTION, STT_GNU_IFUNC = 2, 3, 10
@@ -78,6 +78,18 @@ class ObjectSizes:
     other: int                     # text - sum(functions.values()): bytes no single function owns
     aliases: dict[str, str] = dataclasses.field(default_factory=dict)  # alias symbol -> its key
     other_sections: dict[str, int] = dataclasses.field(default_factory=dict)  # section name -> its bytes in other
+    #: function -> the alignment padding that follows its code (counted in its number; only the non-zero):
+    #: what its number owes to where it lies, not to its code (a copy elsewhere has other padding)
+    padding: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: function -> {mergeable constant section: bytes of its entries the function's code refers to}
+    #: (counted in ``other``: a constant pool's entries are per function in the object, so a copy of a
+    #: function brings its own; the search's copies (mlgo_host.search.clones) account for them this way)
+    pools: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+
+    def unpadded(self, fn: str) -> int | None:
+        """``fn``'s number without its trailing padding (None when the object has no ``fn``)."""
+        n = self.functions.get(fn)
+        return None if n is None else n - self.padding.get(fn, 0)
 
 
 @dataclasses.dataclass
@@ -89,6 +101,7 @@ class _Section:
     size: int
     link: int
     info: int
+    entsize: int = 0
     berkeley_text: bool = False  # counted in llvm-size's text column
 
     def __post_init__(self):
@@ -107,6 +120,7 @@ class _Symbol:
     kind: int
     shndx: int
     value: int
+    size: int = 0
 
 
 class _Elf:
@@ -128,8 +142,8 @@ class _Elf:
         if shstrndx == SHN_XINDEX:
             shstrndx = raw[0][6]
         raw += [self._shdr(shoff, i) for i in range(1, shnum)]
-        self.sections = [_Section("", t, fl, off, size, link, info)
-                         for _n, t, fl, _a, off, size, link, info, _al, _es in raw]
+        self.sections = [_Section("", t, fl, off, size, link, info, es)
+                         for _n, t, fl, _a, off, size, link, info, _al, es in raw]
         for s in self.sections:
             if s.type != SHT_NOBITS and s.offset + s.size > len(data):
                 self.fail("truncated (a section runs past the end of the file)")
@@ -173,13 +187,13 @@ class _Elf:
         xindex = next((s for s in self.sections if s.type == SHT_SYMTAB_SHNDX and s.link == self.sections.index(tab)),
                       None)
         out = []
-        for i, (name, info, _other, shndx, value, _size) in enumerate(_SYM.iter_unpack(self.contents(tab))):
+        for i, (name, info, _other, shndx, value, size) in enumerate(_SYM.iter_unpack(self.contents(tab))):
             if shndx == SHN_XINDEX and xindex is not None:
                 shndx = struct.unpack_from("<I", self.data, xindex.offset + 4 * i)[0]
             kind = info & 0xF
             # only functions' names are used: skip decoding the others
             out.append(_Symbol(self.string(names, name) if kind in (STT_FUNC, STT_GNU_IFUNC) else "", kind,
-                               shndx if shndx < SHN_LORESERVE or shndx > 0xFFFF else 0, value))
+                               shndx if shndx < SHN_LORESERVE or shndx > 0xFFFF else 0, value, size))
         return out
 
     def relocations(self, target: int):
@@ -199,11 +213,14 @@ class _Functions:
 
     def __init__(self, elf: _Elf):
         by_place: dict[tuple[int, int], list[str]] = {}
+        code: dict[tuple[int, int], int] = {}
         for sym in elf.symbols:
             if sym.kind in (STT_FUNC, STT_GNU_IFUNC) and 0 < sym.shndx < len(elf.sections) \
                     and elf.sections[sym.shndx].berkeley_text:
                 by_place.setdefault((sym.shndx, sym.value), []).append(sym.name)
+                code[sym.shndx, sym.value] = max(code.get((sym.shndx, sym.value), 0), sym.size)
         self.aliases: dict[str, str] = {}
+        self.code: dict[str, int] = {}  # key -> its symbol's size (its code, without padding)
         self.starts: dict[int, list[int]] = {}
         self.keys: dict[int, list[str]] = {}
         seen: dict[str, int] = {}
@@ -214,6 +231,7 @@ class _Functions:
             if seen[key] > 1:
                 key = f"{key}#{seen[key]}"
             self.aliases.update((n, key) for n in names[1:])
+            self.code[key] = code[shndx, value]
             self.starts.setdefault(shndx, []).append(value)
             self.keys.setdefault(shndx, []).append(key)
 
@@ -244,11 +262,12 @@ def object_sizes(path: str | os.PathLike) -> ObjectSizes:
 def _attribute(elf: _Elf) -> ObjectSizes:
     funcs = _Functions(elf)
     sizes = {k: 0 for keys in funcs.keys.values() for k in keys}
+    padding: dict[str, int] = {}
     lsdas: dict[int, dict[int, str]] = {}  # section -> LSDA offset -> function
     attributed: dict[int, int] = {}  # section -> bytes given to functions
     for i, sec in enumerate(elf.sections):
         if sec.berkeley_text and sec.flags & SHF_EXECINSTR:
-            attributed[i] = _add_code(sec, funcs.starts.get(i, []), funcs.keys.get(i, []), sizes)
+            attributed[i] = _add_code(sec, funcs, i, sizes, padding)
         elif sec.berkeley_text and sec.eh_frame:
             attributed[i] = _add_eh_frame(elf, i, funcs, sizes, lsdas)
     code_refs = _code_references(elf, funcs)
@@ -270,16 +289,36 @@ def _attribute(elf: _Elf) -> ObjectSizes:
             if left:
                 other_sections[sec.name] = other_sections.get(sec.name, 0) + left
     return ObjectSizes(text=text, functions=sizes, other=text - sum(sizes.values()), aliases=funcs.aliases,
-                       other_sections=other_sections)
+                       other_sections=other_sections, padding=padding, pools=_pools(elf, code_refs))
 
 
-def _add_code(sec: _Section, starts: list[int], keys: list[str], sizes: dict[str, int]) -> int:
-    """Each function: from its start to the next function's (its trailing padding included)."""
+def _pools(elf: _Elf, code_refs: dict[int, list[tuple[int, str]]]) -> dict[str, dict[str, int]]:
+    """Per function, the bytes of the mergeable constant entries (not
+    strings) its code refers to, by section."""
+    out: dict[str, dict[str, int]] = {}
+    for i, refs in code_refs.items():
+        sec = elf.sections[i]
+        if not (sec.berkeley_text and sec.flags & SHF_MERGE and not sec.flags & SHF_STRINGS and sec.entsize > 0):
+            continue
+        entries: dict[str, set[int]] = {}
+        for target, fn in refs:
+            entries.setdefault(fn, set()).add(target - target % sec.entsize)
+        for fn, at in entries.items():
+            out.setdefault(fn, {})[sec.name] = out.get(fn, {}).get(sec.name, 0) + len(at) * sec.entsize
+    return out
+
+
+def _add_code(sec: _Section, funcs: _Functions, index: int, sizes: dict[str, int], padding: dict[str, int]) -> int:
+    """Each function: from its start to the next function's (its trailing
+    padding included, and noted in ``padding``)."""
     given = 0
+    starts, keys = funcs.starts.get(index, []), funcs.keys.get(index, [])
     for key, start, end in zip(keys, starts, starts[1:] + [sec.size]):
         n = max(0, min(end, sec.size) - start)
         sizes[key] += n
         given += n
+        if 0 < funcs.code[key] < n:
+            padding[key] = n - funcs.code[key]
     return given
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import time
 from typing import Iterable, Sequence
 
@@ -49,6 +50,8 @@ import numpy as np
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.corpus.objsizes import ObjectSizes
 from mlgo_host.errors import MlgoHostError
+from mlgo_host.corpus.sizes import llvm_tool
+from mlgo_host.search.clones import ModuleText, world_name
 from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator, probe_module
 from mlgo_host.search.flips import FlipGainModel, flip_scores
 from mlgo_host.search.sites import Decision, Site, final_functions, site_of_line, unique_decisions
@@ -59,6 +62,12 @@ log = logging.getLogger("mlgo_host.search")
 MAX_BATCH = 48
 #: sites of one callee flipped together at most (groups)
 MAX_GROUP = 6
+#: flips measured in copies of their function per compile at most (each copy adds its function's
+#: compile time: 30 copies of zstd's hub took 5.8 s against 0.4 s for one compile of the module)
+MAX_WORLDS = 24
+#: a flip's chance to pay when the prior says nothing of it (the share of paying flips in the
+#: flip-effect table: 785 of 9,912 measured)
+UNKNOWN_P = 0.08
 
 
 @dataclasses.dataclass(eq=False)
@@ -73,6 +82,8 @@ class Candidate:
     kind: str = "single"  # single, exposed, group, retry
     #: functions whose code it copies (an inlined callee): no flip of the batch may change them
     reads: frozenset[str] = frozenset()
+    #: set while packed into a batch: the function it is measured in a copy of (see mlgo_host.search.clones)
+    world: str | None = None
 
     @property
     def key(self) -> str:
@@ -93,7 +104,7 @@ class BatchedSearch:
 
     def __init__(self, module: Module, probe: Probe, evaluator: ReplayEvaluator, *, budget: int,
                  model: FlipGainModel | None = None, deadline: float | None = None, max_batch: int = MAX_BATCH,
-                 prior=None):
+                 prior=None, worlds: bool = True):
         self.module = module
         self.probe = probe
         self.ev = evaluator
@@ -124,6 +135,12 @@ class BatchedSearch:
         self.default_slot: str | None = None  # what the probe's policy read the default from (imitation)
         self.start_text: int | None = None
         self._first = first
+        #: measure flips of one function in copies of it (:mod:`.clones`); functions where a copy failed are left out
+        self.worlds = worlds
+        self.no_worlds: set[str] = set()
+        self.world_flips = 0  # flips measured in copies
+        self._text: ModuleText | None = None
+        self._trees: dict[str, frozenset[str] | None] = {}
         #: site key -> the prior's probability that its flip pays (with a prior): where, and how much, to search
         self.flip_p: dict[str, float] = self._flip_probabilities(first)
 
@@ -251,6 +268,160 @@ class BatchedSearch:
             out.append(self._candidate((s,), True, final, kind="exposed"))
         return out
 
+    # -- worlds: flips of one function measured in copies of it (mlgo_host.search.clones) --
+    def _module_text(self) -> ModuleText:
+        if self._text is None:
+            self._text = ModuleText.of_bitcode(str(self.module.bc_path), llvm_tool(self.ev.clang, "llvm-dis"),
+                                               self.ev.timeout)
+        return self._text
+
+    def _debug_names(self, tree: Iterable[str]) -> set[str]:
+        text = self._module_text()
+        return {text.debug_name(fn) for fn in tree}
+
+    def tree(self, root: str) -> frozenset[str] | None:
+        """What a copy of ``root`` copies with it: ``root`` and, down the
+        calls the current set inlines that lie in copied bodies, every
+        function holding decisions whose code ends up in ``root`` alone
+        (None when the module's text cannot copy them)."""
+        if root in self._trees:
+            return self._trees[root]
+        defined = self._defined()
+        final = final_functions(self.probe.decisions, defined)
+        callers = {x.caller for x in self.sites.values()}
+        out = {root}
+        grew = True
+        while grew:
+            grew = False
+            names = self._debug_names(out)
+            for x in self.inline.values():
+                c = x.callee
+                if (c not in out and x.caller in out and c in callers and c not in defined
+                        and final.get(c) == frozenset({root}) and _copied_chain(x, names)[0]):
+                    out.add(c)
+                    grew = True
+        t = frozenset(out) if self._module_text().can_copy(out) else None
+        self._trees[root] = t
+        return t
+
+    def world_root(self, c: Candidate) -> str | None:
+        """The function ``c`` can be measured in a copy of: the one function
+        of its footprint, when every site it flips is a call its tree holds
+        and it inlines no function of the tree (else None)."""
+        if not self.worlds or len(c.footprint) != 1:
+            return None
+        (root,) = c.footprint
+        if root in self.no_worlds or root not in self.base.sizes.functions:
+            return None
+        try:
+            t = self.tree(root)
+        except MlgoHostError as e:  # no text to copy: measure as before
+            log.info("%s: no copies (%s)", self.module.name, e)
+            self.worlds = False
+            return None
+        if t is None or c.reads & t or any(s.caller not in t for s in c.sites):
+            return None
+        return root
+
+    def _in_world(self, s: Site, tree: frozenset[str], names: set[str], k: int) -> Site:
+        """``s`` as world ``k`` names it: the functions whose bodies the copy
+        renamed (the caller, and inward while the inlined function is one
+        of the tree) carry the world's suffix, and so does the callee when
+        the call lies in a renamed body and the callee is of the tree."""
+        inner, renamed = _copied_chain(s, names)
+        chain = tuple((world_name(f, k) if r else f, line, col) for (f, line, col), r in zip(s.chain, renamed))
+        callee = world_name(s.callee, k) if inner and s.callee in tree else s.callee
+        return Site(callee, world_name(s.caller, k), chain)
+
+    def _world_plan(self, batch: Sequence[Candidate]) -> list[tuple[int, str, Candidate | None]]:
+        """(world, root, flip) for a batch: a control world (no flip) per
+        root, then a world per flip measured in a copy."""
+        roots = sorted({c.world for c in batch if c.world is not None})
+        plan: list[tuple[int, str, Candidate | None]] = [(k, r, None) for k, r in enumerate(roots)]
+        plan += [(len(plan) + i, c.world, c) for i, c in enumerate(c for c in batch if c.world is not None)]
+        return plan
+
+    def _measure_worlds(self, batch: list[Candidate]) -> list[Outcome]:
+        """One compile: the batch's ordinary flips as :meth:`measure` does,
+        and each flip packed into a world in its own copy of its function
+        (:meth:`_attribute_worlds`).  When the copies cannot be read, the
+        ordinary flips are measured alone and the others are returned
+        unmeasured (the search measures them without copies)."""
+        plan = self._world_plan(batch)
+        normal = [c for c in batch if c.world is None]
+        sites = self._set_with(normal)
+        scope: set[str] = set()
+        for k, root, c in plan:
+            t = self.tree(root)
+            names = self._debug_names(t)
+            members = self._set_with([c]) if c is not None else list(self.inline.values())
+            sites += [self._in_world(x, t, names, k) for x in members if x.caller in t]
+            scope |= {world_name(fn, k) for fn in t if fn in self.ev.scope}
+        ir = self._module_text().with_worlds({k: (root, self.tree(root)) for k, root, _ in plan})
+        m = self.ev.measure(sites, ir=ir, scope=scope)
+        self.batches += 1
+        out, why = self._attribute_worlds(normal, plan, m)
+        if out is None and self.unverified:
+            self._compile_reference()
+            return self._measure_worlds(batch)
+        if out is None:
+            self.splits["copies: " + why] = self.splits.get("copies: " + why, 0) + 1
+            self.no_worlds |= {root for _, root, _ in plan}
+            for c in batch:
+                c.world = None
+            return self.measure(normal) if normal else []
+        self.unverified.clear()
+        self.flips_measured += len(out)
+        self.world_flips += len(out) - len(normal)
+        return out
+
+    def _attribute_worlds(self, normal: list[Candidate], plan, m: Measured) -> tuple[list[Outcome] | None, str]:
+        """The ordinary flips read as :meth:`_attribute` reads them from the
+        object without the copies (their constant entries taken out of
+        ``other``); each control copy must come out as large as its
+        original, with the same sites inlined; a flip's gain is its copy's
+        change from the control (code, unwind, tables and constant entries;
+        alignment padding, which depends on where a copy lies, left out)."""
+        copies = {world_name(root, k) for k, root, _ in plan}
+        sizes = m.sizes
+        functions = {f: n for f, n in sizes.functions.items() if f not in copies}
+        other_sections = dict(sizes.other_sections)
+        for f in copies:
+            for sec, n in sizes.pools.get(f, {}).items():
+                other_sections[sec] = other_sections.get(sec, 0) - n
+        other = sum(other_sections.values())
+        originals = ObjectSizes(sum(functions.values()) + other, functions, other,
+                                other_sections={k: v for k, v in other_sections.items() if v},
+                                padding=sizes.padding, pools=sizes.pools)
+        plain, by_world = _split_worlds(m.inlined)
+        out, why = self._attribute(normal, Measured(originals, plain, m.wall_s))
+        if out is None:
+            return None, why
+        base = self.base
+        control: dict[str, int] = {}
+        for k, root, c in plan:
+            copy = world_name(root, k)
+            if copy not in sizes.functions:
+                return None, "a copy is missing from the object"
+            t = self.tree(root)
+            names = self._debug_names(t)
+            ref_keys = {key for key in base.inlined if _outermost(key) in names}
+            got = by_world.get(k, set())
+            own = _own_size(sizes, copy)
+            if c is None:
+                if own != _own_size(originals, root) or got != ref_keys:
+                    return None, "a control copy differs from its function"
+                control[root] = own
+                continue
+            flipped = [s for s in c.sites]
+            moved = (got ^ ref_keys) - {s.key for s in flipped}
+            if any(not _is_under_any(key, flipped) for key in moved):
+                return None, "the compiler changed sites nobody flipped"
+            delta = own - control[root]
+            view = ObjectSizes(0, {root: originals.functions[root] + delta}, 0)
+            out.append(Outcome(c, delta, _applied(c, Measured(view, got, m.wall_s)), Measured(view, got, m.wall_s)))
+        return out, ""
+
     # -- measuring ----------------------------------------------------------------
     def _set_with(self, batch: Sequence[Candidate]) -> list[Site]:
         inline = dict(self.inline)
@@ -276,6 +447,8 @@ class BatchedSearch:
         first (:meth:`accept`)."""
         if not batch or not self._left():
             return []
+        if any(c.world is not None for c in batch):
+            return self._measure_worlds(batch)
         m = self.ev.measure(self._set_with(batch))
         self.batches += 1
         out, why = self._attribute(batch, m)
@@ -330,14 +503,16 @@ class BatchedSearch:
         it, which none of them predicts)."""
         out: list[_Batch] = []
         for c in cands:
+            c.world = None
+            root = self.world_root(c)
             for b in out:
-                if len(b.flips) < self.max_batch and b.admits(c, self):
-                    b.add(c)
+                if len(b.flips) < self.max_batch and b.admits(c, self, root):
+                    b.add(c, root)
                     break
             else:
                 b = _Batch()
-                if b.admits(c, self):  # (a flip on functions whose reference is not verified waits)
-                    b.add(c)
+                if b.admits(c, self, root):  # (a flip on functions whose reference is not verified waits)
+                    b.add(c, root)
                     out.append(b)
         if not out and cands:  # every flip waits for the reference: compile it
             self._compile_reference()
@@ -381,6 +556,7 @@ class BatchedSearch:
                             other_sections=dict(self.base.sizes.other_sections))
         self.base = Measured(sizes, inlined, 0.0)
         self.compiled = False
+        self._trees.clear()
         return [o.candidate for o in won]
 
     def _compile_reference(self) -> None:
@@ -388,6 +564,7 @@ class BatchedSearch:
         self.base = self.ev.measure(self.inline.values())
         self.unverified.clear()
         self.compiled = True
+        self._trees.clear()
 
     def finish(self) -> None:
         """The best set compiled, so the reported size is the object's own
@@ -427,10 +604,18 @@ class BatchedSearch:
                 grouped = True
             self.exhausted = not queue and self._left()
 
+    def _expected_winners(self, batch: list[Candidate]) -> float:
+        """How many of ``batch``'s flips the prior expects to pay (its
+        probabilities; without a prior, or for a flip it has none for, a
+        flip counts as :data:`UNKNOWN_P`)."""
+        return sum(self.flip_p.get(c.key, UNKNOWN_P) for c in batch)
+
     def _next_batch(self, queue: list[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
-        """The first batch :meth:`batches_of` packs from ``queue`` (marked
-        tried) and the candidates left."""
-        batch = self.batches_of(queue)[0]
+        """The batch :meth:`batches_of` packs from ``queue`` with the most
+        expected winners (marked tried), and the candidates left: the
+        prior's best flip leads the first batch, but a batch of many flips
+        measured in copies may be worth more than it."""
+        batch = max(self.batches_of(queue), key=self._expected_winners)  # (the first of equals)
         chosen = {id(c) for c in batch}
         self.tried.update(c.key for c in batch)
         return batch, [c for c in queue if id(c) not in chosen]
@@ -447,7 +632,18 @@ class BatchedSearch:
             got = self.measure(batch)
             self.outcomes.extend(got)  # per batch: a compile that fails later keeps these
             outs += got
+            queue += self._unmeasured(batch, got)
         return outs
+
+    def _unmeasured(self, batch: list[Candidate], outs: list[Outcome]) -> list[Candidate]:
+        """The flips of ``batch`` a failed copy left unmeasured, untried again
+        (measured later without copies); none once the budget is spent."""
+        done = {id(o.candidate) for o in outs}
+        back = [c for c in batch if id(c) not in done] if self._left() else []
+        for c in back:
+            c.world = None
+            self.tried.discard(c.key)
+        return back
 
     def _pass(self, queue: list[Candidate]) -> tuple[set[str], list[Outcome]]:
         """Measure every flip of ``queue`` (and the sites winners expose) by
@@ -460,7 +656,9 @@ class BatchedSearch:
             batch, queue = self._next_batch(queue)
             outs = self.measure(batch)
             self.outcomes.extend(outs)
-            won = [o for o in outs if o.applied and o.delta < 0]
+            queue += self._unmeasured(batch, outs)
+            won, later = _disjoint_best([o for o in outs if o.applied and o.delta < 0])
+            queue += [dataclasses.replace(o.candidate, kind="retry", world=None) for o in later]
             lost += [o for o in outs if not (o.applied and o.delta < 0)]
             for c in self.accept(won):
                 touched |= c.footprint
@@ -486,16 +684,29 @@ def _only_padding_moved(base, now) -> bool:
 
 
 class _Batch:
-    """Flips packed into one compile, and what they change and copy."""
+    """Flips packed into one compile, and what they change and copy.
+
+    A flip measured in a copy (a *world*) changes only its copy, so any
+    number of them may share a function (:data:`MAX_WORLDS` in all); but
+    the copies must start from the reference: no ordinary flip of the batch
+    may change their function or what they copy, and none may delete or
+    bring back a callee (the copies keep their own calls of it)."""
 
     def __init__(self):
         self.flips: list[Candidate] = []
         self.writes: set[str] = set()
         self.reads: set[str] = set()
         self.inlining: dict[str, int] = {}  # callee -> calls the batch inlines
+        self.roots: set[str] = set()  # the functions flips are measured in copies of
+        self.worlds = 0
 
-    def admits(self, c: Candidate, search: "BatchedSearch") -> bool:
-        if c.footprint & (self.writes | self.reads | search.unverified) or c.reads & self.writes:
+    def admits(self, c: Candidate, search: "BatchedSearch", root: str | None = None) -> bool:
+        if root is not None:
+            return (root not in self.writes and root not in search.unverified and not c.reads & self.writes
+                    and self.worlds < MAX_WORLDS and all(_plain(x) for x in self.flips if x.world is None))
+        if c.footprint & (self.writes | self.reads | search.unverified | self.roots) or c.reads & self.writes:
+            return False
+        if self.roots and not _plain(c):
             return False
         if not self.flips:  # alone, a flip's change is the object's
             return True
@@ -504,13 +715,83 @@ class _Batch:
                 return False
         return True
 
-    def add(self, c: Candidate) -> None:
+    def add(self, c: Candidate, root: str | None = None) -> None:
         self.flips.append(c)
-        self.writes |= c.footprint
         self.reads |= c.reads
+        if root is not None:
+            c.world = root
+            self.roots.add(root)
+            self.worlds += 1
+            return
+        self.writes |= c.footprint
         if c.inline:
             for s in c.sites:
                 self.inlining[s.callee] = self.inlining.get(s.callee, 0) + 1
+
+
+def _plain(c: Candidate) -> bool:
+    """The flip changes only where its callers' code lies (it deletes or
+    brings back no callee)."""
+    return not any(s.callee in c.footprint for s in c.sites)
+
+
+def _copied_chain(s: Site, names: set[str]) -> tuple[bool, list[bool]]:
+    """Which of ``s``'s chain lies in renamed (copied) bodies, outermost in:
+    the caller's own body is copied when it is of the tree (debug
+    ``names``), and an inlined body when it is of the tree and the call
+    that brought it lay in a copied body.  Returns (the call itself lies in
+    a copied body, per chain entry)."""
+    renamed = [False] * len(s.chain)
+    inside = True
+    for i in range(len(s.chain) - 1, -1, -1):
+        inside = inside and s.chain[i][0] in names
+        renamed[i] = inside
+    return (renamed[0] if renamed else False), renamed
+
+
+_WORLD = re.compile(r"\.mlgo(\d+)(?=[:\s;]|$)")
+
+
+def _split_worlds(keys: Iterable[str]) -> tuple[set[str], dict[int, set[str]]]:
+    """The compiler's inlined keys: those of the originals, and per world its
+    keys named as the originals."""
+    plain: set[str] = set()
+    by_world: dict[int, set[str]] = {}
+    for key in keys:
+        m = _WORLD.search(key)
+        if m is None:
+            plain.add(key)
+        else:
+            by_world.setdefault(int(m.group(1)), set()).add(_WORLD.sub("", key))
+    return plain, by_world
+
+
+def _outermost(key: str) -> str:
+    """The function whose body holds a key's call now (its chain's last entry)."""
+    site = key.rsplit(" @ ", 1)[-1] if " @ " in key else key.split(" at ", 1)[-1]
+    return site.rsplit(":", 2)[0]
+
+
+def _own_size(sizes: ObjectSizes, fn: str) -> int:
+    """``fn``'s bytes wherever it lies: its number without trailing padding,
+    plus its constant entries."""
+    return sizes.unpadded(fn) + sum(sizes.pools.get(fn, {}).values())
+
+
+def _disjoint_best(won: list[Outcome]) -> tuple[list[Outcome], list[Outcome]]:
+    """Winners to apply together (best first, footprints disjoint; winners
+    measured in copies of one function share it) and the rest, to measure
+    again from the new reference."""
+    keep: list[Outcome] = []
+    later: list[Outcome] = []
+    taken: set[str] = set()
+    for o in sorted(won, key=lambda o: o.delta):
+        if o.candidate.footprint & taken:
+            later.append(o)
+        else:
+            keep.append(o)
+            taken |= o.candidate.footprint
+    return keep, later
 
 
 def _adds_or_removes(c: Candidate, base: ObjectSizes, now: ObjectSizes) -> bool:

@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 from typing import Iterable
 
 from mlgo_host.corpus.compile import compile_module
@@ -83,13 +84,21 @@ class ReplayEvaluator:
         self.timeout = timeout
         self.compiles = 0
 
-    def compile(self, inline: Iterable[Site], out: str) -> str:
-        """Compile with exactly ``inline`` inlined (in the scope's functions)
-        into object ``out``; returns the compiler's remarks (stderr)."""
+    def compile(self, inline: Iterable[Site], out: str, ir: str | None = None, scope: Iterable[str] = ()) -> str:
+        """Compile with exactly ``inline`` inlined (in the scope's functions,
+        and ``scope``'s) into object ``out``; returns the compiler's remarks
+        (stderr).  ``ir``: the module's text to compile instead of its
+        bitcode (with copies of functions, :mod:`.clones`)."""
         rf = out + ".replay.txt"
         with open(rf, "w", encoding="utf-8") as f:
-            f.write(replay_text(inline, self.scope))
-        cmd = self.module.compile_command(self.clang, out) + replay_flags(rf) + ["-Rpass=inline"]
+            f.write(replay_text(inline, self.scope | set(scope)))
+        module = self.module
+        if ir is not None:
+            ll = out + ".ll"
+            with open(ll, "w", encoding="utf-8") as f:
+                f.write(ir)
+            module = dataclasses.replace(module, bc_path=Path(ll))
+        cmd = module.compile_command(self.clang, out) + replay_flags(rf) + ["-Rpass=inline"]
         self.compiles += 1
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout)
@@ -98,19 +107,21 @@ class ReplayEvaluator:
                                 f"{self.timeout:g} s") from None
         finally:
             os.unlink(rf)
+            if ir is not None:
+                os.unlink(module.bc_path)
         if r.returncode != 0 or not os.path.exists(out):
             raise CompilerError(f"module {self.module.name!r}: the replay compile failed", r.returncode,
                                 r.stderr[-2000:])
         return r.stderr
 
-    def measure(self, inline: Iterable[Site]) -> Measured:
+    def measure(self, inline: Iterable[Site], ir: str | None = None, scope: Iterable[str] = ()) -> Measured:
         """:meth:`compile` into a temp directory (always removed): the sizes
         and the keys the compiler inlined."""
         t0 = time.monotonic()
         tmp = tempfile.mkdtemp(prefix="mlgo-replay-")
         try:
             out = os.path.join(tmp, "module.o")
-            remarks = self.compile(inline, out)
+            remarks = self.compile(inline, out, ir, scope)
             return Measured(object_sizes(out), inlined_keys(remarks), time.monotonic() - t0)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

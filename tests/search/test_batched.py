@@ -11,6 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import mlgo_host.corpus.objsizes
+import mlgo_host.search.batched
+
 from mlgo_host.corpus.build import build_corpus, load_compile_commands
 from mlgo_host.corpus.corpus import load_corpus
 from mlgo_host.corpus.synth import inline_module
@@ -82,11 +85,11 @@ def test_every_key_of_a_c_module_is_one_the_compiler_matches(corpus):
         assert s.key in got.inlined, s.key
 
 
-def _search(corpus, budget=40):
+def _search(corpus, budget=40, worlds=False):
     m = corpus["gen"]
     probe = probe_module(m, load_policy("default"))
     ev = ReplayEvaluator(m, {d.site.caller for d in probe.decisions})
-    s = BatchedSearch(m, probe, ev, budget=budget)
+    s = BatchedSearch(m, probe, ev, budget=budget, worlds=worlds)
     s.begin()
     return s
 
@@ -115,6 +118,44 @@ def test_a_batch_of_disjoint_flips_gives_each_flip_its_single_change(corpus):
         assert abs(alone.text - s.base.text - o.delta) <= 4
         singles.update(mine)
     assert singles == together  # the batch's function total is the sum of the singles'
+
+
+def test_flips_of_one_function_measured_in_copies_give_each_its_single_change(corpus):
+    s = _search(corpus, budget=80, worlds=True)
+    cands = s.candidates()
+    rooted = [c for c in cands if s.world_root(c) is not None]
+    by_root = {}
+    for c in rooted:
+        by_root.setdefault(s.world_root(c), []).append(c)
+    root, flips = max(by_root.items(), key=lambda kv: len(kv[1]))
+    assert len(flips) >= 3  # several flips share one function: without copies, one compile each
+    batch = s.batches_of(flips)[0]
+    assert len(batch) == len(flips) and all(c.world == root for c in batch)
+    before = s.ev.compiles
+    measured = s.measure(batch)
+    assert s.ev.compiles - before == 1 and len(measured) == len(batch), s.splits  # one compile, every copy read
+    assert s.world_flips == len(batch)
+    for o in measured:
+        alone = s.ev.measure(s._set_with([o.candidate]))
+        # in place, the flip changes its function's own bytes by what its copy showed
+        own = alone.sizes.unpadded(root) + sum(alone.sizes.pools.get(root, {}).values())
+        base = s.base.sizes.unpadded(root) + sum(s.base.sizes.pools.get(root, {}).values())
+        assert own - base == o.delta, o.candidate.key
+        assert o.applied == all((x.key in alone.inlined) == o.candidate.inline for x in o.candidate.sites)
+        assert set(alone.sizes.functions) == set(s.base.sizes.functions)
+
+
+def test_a_copy_that_differs_from_its_function_is_caught(corpus, monkeypatch):
+    s = _search(corpus, budget=80, worlds=True)
+    flips = [c for c in s.candidates() if s.world_root(c) is not None]
+    batch = s.batches_of(flips)[0]
+    root = batch[0].world
+    # a control copy one byte off its function (as a copy compiled to other code would be)
+    monkeypatch.setattr(mlgo_host.search.batched, "_own_size",
+                        lambda sizes, fn: mlgo_host.corpus.objsizes.ObjectSizes.unpadded(sizes, fn) + fn.endswith(".mlgo0"))
+    got = s.measure(batch)
+    assert got == [] and root in s.no_worlds and all(c.world is None for c in batch)
+    assert any(k.startswith("copies: a control copy differs") for k in s.splits)
 
 
 def test_an_overlapping_batch_is_detected_and_split(corpus):

@@ -1,0 +1,222 @@
+"""Copies of a function's inline tree inside one module, so that many flips
+of one function are measured in one compile.
+
+A batched search reads each flip's gain from the functions it changes, so
+two flips that change one function cannot share a compile.  On modules
+with 50 or more decisions almost every flip lands in one or two *hub*
+functions (a test function calling hundreds of helpers, a dispatcher whose
+specialised bodies are inlined into it), which bounds the flips measured per
+compile by about two.  A *world* lifts that bound: a copy of the hub ``F``
+and of every function whose code ends up only in ``F`` (its *tree*), each
+under a new name, kept alive by ``llvm.compiler.used`` and called by nobody.
+The replay file gives world ``k`` the current decision set renamed, plus one
+flip, so the copy ``F.mlgo<k>`` is ``F`` compiled with that flip: its size
+minus ``F``'s is the flip's gain, read from its own function.
+
+A copy is the same IR under another name, but whether it compiles to the
+same code is checked, never assumed: every batch with worlds also has a
+*control* world (the decision set, no flip) whose copy must come out
+exactly as large as ``F`` (see :meth:`BatchedSearch._attribute_worlds`).
+
+This module owns the text of the module (``llvm-dis`` output): finding a
+function's definition and the debug-info metadata that belongs to it, and
+writing the copies (each with its own ``DISubprogram``, since the compiler
+names a call site by its subprogram: two functions sharing one would share
+their call-site keys).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+from typing import Iterable, Mapping
+
+from mlgo_host.errors import CompilerError
+
+#: the suffix of world ``k``'s copy of a function (``name`` + suffix)
+SUFFIX = ".mlgo{}"
+
+_DEFINE = re.compile(r'^define\b[^@]*@("(?:[^"\\]|\\.)*"|[-\w$.]+)\(')
+_MD = re.compile(r"^!(\d+) = (.*)$")
+_REF = re.compile(r"!(\d+)\b")
+_NAME_FIELD = re.compile(r'\b(name|linkageName): "([^"]*)"')
+#: metadata that is the module's, not a function's: never copied, never walked through
+_LINKAGE = {"private", "internal", "external", "linkonce_odr", "linkonce", "weak_odr", "weak",
+            "available_externally", "extern_weak", "common", "dso_preemptable", "hidden", "protected", "default"}
+_GLOBAL_MD = ("!DICompileUnit(", "!DIGlobalVariable(", "!DIGlobalVariableExpression(", "!DIImportedEntity(")
+
+
+def world_name(name: str, k: int) -> str:
+    """World ``k``'s name for function (or debug name) ``name``."""
+    return name + SUFFIX.format(k)
+
+
+@dataclasses.dataclass
+class _Function:
+    start: int  # the index of its ``define`` line
+    end: int    # the index of its closing ``}``
+    sp: int | None  # its DISubprogram's metadata id
+    debug_name: str  # what call-site keys name it by: the subprogram's linkage name, else its name
+
+
+class ModuleText:
+    """A module's textual IR, read once, and copies of function trees
+    written into it (:meth:`with_worlds`)."""
+
+    def __init__(self, text: str):
+        self.lines = text.split("\n")
+        self.md: dict[int, str] = {}
+        self.md_line: dict[int, int] = {}
+        self.functions: dict[str, _Function] = {}
+        self._used_line: int | None = None
+        start = None
+        name = ""
+        for i, ln in enumerate(self.lines):
+            if start is None:
+                m = _DEFINE.match(ln)
+                if m:
+                    start, name = i, m.group(1).strip('"')
+                    continue
+                m = _MD.match(ln)
+                if m:
+                    self.md[int(m.group(1))] = m.group(2)
+                    self.md_line[int(m.group(1))] = i
+                elif ln.startswith("@llvm.compiler.used = "):
+                    self._used_line = i
+            elif ln == "}":
+                sp = re.search(r"!dbg !(\d+)", self.lines[start])
+                self.functions[name] = _Function(start, i, int(sp.group(1)) if sp else None, name)
+                start = None
+        self.next_id = max(self.md, default=-1) + 1
+        for f in self.functions.values():
+            if f.sp is not None:
+                fields = dict(_NAME_FIELD.findall(self.md.get(f.sp, "")))
+                f.debug_name = fields.get("linkageName") or fields.get("name") or f.debug_name
+        self._local: dict[str, list[int]] = {}
+
+    @classmethod
+    def of_bitcode(cls, bc_path: str, llvm_dis: str, timeout: float = 120.0) -> "ModuleText":
+        try:
+            r = subprocess.run([llvm_dis, str(bc_path), "-o", "-"], capture_output=True, text=True, timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise CompilerError(f"{llvm_dis} on {bc_path} failed: {e}") from None
+        if r.returncode != 0:
+            raise CompilerError(f"{llvm_dis} on {bc_path} failed", r.returncode, r.stderr[-2000:])
+        return cls(r.stdout)
+
+    def debug_name(self, fn: str) -> str:
+        f = self.functions.get(fn)
+        return f.debug_name if f is not None else fn
+
+    def can_copy(self, names: Iterable[str]) -> bool:
+        """Every function of ``names`` is defined here with a subprogram."""
+        return all(n in self.functions and self.functions[n].sp is not None for n in names)
+
+    # -- the metadata a function owns -----------------------------------------
+    def _refs(self, i: int) -> list[int]:
+        return [int(x) for x in _REF.findall(self.md.get(i, ""))]
+
+    def _local_metadata(self, fn: str) -> list[int]:
+        """The metadata nodes ``fn``'s copy needs its own of: those its body
+        (and its subprogram) reaches that lead back to its subprogram
+        (locations, lexical blocks, local variables, loop ids), not passing
+        through the module's own nodes (the compile unit, globals)."""
+        if fn in self._local:
+            return self._local[fn]
+        f = self.functions[fn]
+        body = "\n".join(self.lines[f.start:f.end + 1])
+        seen: set[int] = set()
+        stack = [int(x) for x in _REF.findall(body)]
+        while stack:
+            i = stack.pop()
+            if i in seen or i not in self.md or self.md[i].removeprefix("distinct ").startswith(_GLOBAL_MD):
+                continue
+            seen.add(i)
+            stack.extend(self._refs(i))
+        # which of them lead to the subprogram (memoised walk, cycles cut)
+        leads: dict[int, bool] = {f.sp: True}
+
+        def lead(i: int, path: frozenset[int] = frozenset()) -> bool:
+            if i in leads:
+                return leads[i]
+            if i not in seen or i in path:
+                return False
+            r = any(lead(j, path | {i}) for j in self._refs(i))
+            if r or not path:  # a node cut by a cycle is decided at its top
+                leads[i] = r
+            return r
+
+        out = sorted(i for i in seen if lead(i))
+        self._local[fn] = out
+        return out
+
+    # -- writing worlds ---------------------------------------------------------
+    def with_worlds(self, worlds: Mapping[int, tuple[str, Iterable[str]]]) -> str:
+        """The module with, for each world ``k`` (``worlds[k] = (root,
+        tree)``), a copy of every function of the tree named
+        ``world_name(fn, k)`` (calls among them renamed, each copy with its
+        own debug metadata), the root's copy kept alive (the others are
+        inlined into it and go, as the originals do)."""
+        extra_fn: list[str] = []
+        extra_md: list[str] = []
+        kept: list[str] = []
+        next_id = self.next_id
+        for k, (root, names) in sorted(worlds.items()):
+            names = sorted(set(names) | {root})
+            rename = {n: world_name(n, k) for n in names}
+            for n in names:
+                ids = self._local_metadata(n)
+                remap = {i: next_id + j for j, i in enumerate(ids)}
+                next_id += len(ids)
+                extra_fn.append(self._copy_function(n, rename, remap, k))
+                extra_md += self._copy_metadata(n, ids, remap, k)
+            kept.append(rename[root])
+        lines = list(self.lines)
+        used = self._used(kept)
+        if self._used_line is not None:
+            lines[self._used_line] = used
+            used = ""
+        first_md = min(self.md_line.values(), default=len(lines))
+        out = lines[:first_md] + extra_fn + ([used] if used else []) + lines[first_md:] + extra_md
+        return "\n".join(out) + "\n"
+
+    def _copy_function(self, fn: str, rename: Mapping[str, str], remap: Mapping[int, int], k: int) -> str:
+        f = self.functions[fn]
+        text = "\n".join(self.lines[f.start:f.end + 1])
+        head, _, rest = text.partition("\n")
+        # a copy is its own symbol: internal (nothing outside sees it), no comdat
+        prefix, _, after = head.partition("@")
+        words = [w for w in prefix.split()[1:] if w not in _LINKAGE]
+        head = re.sub(r"\s+comdat(\([^)]*\))?", "", " ".join(["define", "internal", *words]) + " @" + after)
+        text = head + "\n" + rest
+        for old, new in rename.items():
+            text = re.sub(r"@" + _ident(old) + r"(?![-\w$.])", "@" + _ident(new), text)
+        return _remap_refs(text, remap)
+
+    def _copy_metadata(self, fn: str, ids: list[int], remap: Mapping[int, int], k: int) -> list[str]:
+        sp = self.functions[fn].sp
+        out = []
+        for i in ids:
+            text = _remap_refs(self.md[i], remap)
+            if i == sp:
+                text = _NAME_FIELD.sub(lambda m: f'{m.group(1)}: "{world_name(m.group(2), k)}"', text)
+            out.append(f"!{remap[i]} = {text}")
+        return out
+
+    def _used(self, kept: list[str]) -> str:
+        old: list[str] = []
+        if self._used_line is not None:
+            old = re.findall(r"ptr (@[^,\]\s]+)", self.lines[self._used_line])
+        refs = old + ["@" + _ident(n) for n in kept]
+        return (f"@llvm.compiler.used = appending global [{len(refs)} x ptr] [" + ", ".join(f"ptr {r}" for r in refs)
+                + '], section "llvm.metadata"')
+
+
+def _ident(name: str) -> str:
+    """An IR identifier for ``name`` (quoted when it needs to be)."""
+    return name if re.fullmatch(r"[-\w$.]+", name) else '"' + name + '"'
+
+
+def _remap_refs(text: str, remap: Mapping[int, int]) -> str:
+    return _REF.sub(lambda m: f"!{remap.get(int(m.group(1)), int(m.group(1)))}", text)
