@@ -24,10 +24,15 @@ Each byte of it goes to exactly one function or to ``other``:
   next anchor.  A function owns its LSDAs and its jump tables (a piece that
   only it refers to and whose pointers all point into its code): those are
   made per function, and copied when a switch is inlined.  Everything else
-  goes to ``other``: constant arrays, lookup tables, strings and mergeable
-  constants (``SHF_MERGE``) are shared, not copied, when their user is
-  inlined, so giving them to a single referrer would move them into
-  ``other`` as soon as a flip gave them a second one.
+  goes to ``other``: constant arrays, lookup tables and strings are shared,
+  not copied, when their user is inlined, so giving them to a single
+  referrer would move them into ``other`` as soon as a flip gave them a
+  second one.
+* **Constant pools** (``SHF_MERGE`` sections of fixed-size entries, not
+  strings: ``.rodata.cst8``...): the compiler writes one pool per function
+  and the assembler does not merge them (a copy of a function brings its
+  own), so a function owns the entries its code refers to.  A section with
+  an entry two functions refer to stays in ``other``.
 
 Keys are symbol names as in the symbol table (mangled).  Symbols at the same
 address (C++ constructor aliases ``C1``/``C2``) are one function, keyed by
@@ -81,9 +86,7 @@ class ObjectSizes:
     #: function -> the alignment padding that follows its code (counted in its number; only the non-zero):
     #: what its number owes to where it lies, not to its code (a copy elsewhere has other padding)
     padding: dict[str, int] = dataclasses.field(default_factory=dict)
-    #: function -> {mergeable constant section: bytes of its entries the function's code refers to}
-    #: (counted in ``other``: a constant pool's entries are per function in the object, so a copy of a
-    #: function brings its own; the search's copies (mlgo_host.search.clones) account for them this way)
+    #: function -> {constant pool section: bytes of its entries} (counted in its number)
     pools: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
 
     def unpadded(self, fn: str) -> int | None:
@@ -275,6 +278,11 @@ def _attribute(elf: _Elf) -> ObjectSizes:
     for sym in elf.symbols:
         if sym.kind != STT_SECTION:
             symbol_starts.setdefault(sym.shndx, set()).add(sym.value)
+    pools = _pools(elf, code_refs)
+    for i, per_fn in pools.items():
+        for fn, n in per_fn.items():
+            sizes[fn] += n
+        attributed[i] = sum(per_fn.values())
     for i, sec in enumerate(elf.sections):
         if sec.berkeley_text and i not in attributed and not sec.flags & SHF_MERGE:
             anchors = symbol_starts.get(i, set()) | {t for t, _ in code_refs.get(i, ())} | set(lsdas.get(i, ()))
@@ -289,13 +297,26 @@ def _attribute(elf: _Elf) -> ObjectSizes:
             if left:
                 other_sections[sec.name] = other_sections.get(sec.name, 0) + left
     return ObjectSizes(text=text, functions=sizes, other=text - sum(sizes.values()), aliases=funcs.aliases,
-                       other_sections=other_sections, padding=padding, pools=_pools(elf, code_refs))
+                       other_sections=other_sections, padding=padding,
+                       pools=_by_function(elf, pools))
 
 
-def _pools(elf: _Elf, code_refs: dict[int, list[tuple[int, str]]]) -> dict[str, dict[str, int]]:
-    """Per function, the bytes of the mergeable constant entries (not
-    strings) its code refers to, by section."""
+def _by_function(elf: _Elf, pools: dict[int, dict[str, int]]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
+    for i, per_fn in pools.items():
+        name = elf.sections[i].name
+        for fn, n in per_fn.items():
+            out.setdefault(fn, {})[name] = out.get(fn, {}).get(name, 0) + n
+    return out
+
+
+def _pools(elf: _Elf, code_refs: dict[int, list[tuple[int, str]]]) -> dict[int, dict[str, int]]:
+    """Mergeable constant sections (not strings) -> per function, the bytes
+    of the entries its code refers to: a function's constant pool, which
+    the compiler writes per function (an inlined copy brings its own
+    entries, so they move with the function's code).  A section whose
+    entries two functions would share is left to ``other``."""
+    out: dict[int, dict[str, int]] = {}
     for i, refs in code_refs.items():
         sec = elf.sections[i]
         if not (sec.berkeley_text and sec.flags & SHF_MERGE and not sec.flags & SHF_STRINGS and sec.entsize > 0):
@@ -303,8 +324,12 @@ def _pools(elf: _Elf, code_refs: dict[int, list[tuple[int, str]]]) -> dict[str, 
         entries: dict[str, set[int]] = {}
         for target, fn in refs:
             entries.setdefault(fn, set()).add(target - target % sec.entsize)
-        for fn, at in entries.items():
-            out.setdefault(fn, {})[sec.name] = out.get(fn, {}).get(sec.name, 0) + len(at) * sec.entsize
+        owners: dict[int, int] = {}
+        for at in entries.values():
+            for a in at:
+                owners[a] = owners.get(a, 0) + 1
+        if entries and max(owners.values()) == 1 and len(owners) * sec.entsize <= sec.size:
+            out[i] = {fn: len(at) * sec.entsize for fn, at in entries.items()}
     return out
 
 

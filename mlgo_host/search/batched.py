@@ -49,7 +49,7 @@ import numpy as np
 
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.corpus.objsizes import ObjectSizes
-from mlgo_host.errors import MlgoHostError
+from mlgo_host.errors import CompilerError, MlgoHostError
 from mlgo_host.corpus.sizes import llvm_tool
 from mlgo_host.search.clones import ModuleText, world_name
 from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator, probe_module
@@ -358,10 +358,18 @@ class BatchedSearch:
             sites += [self._in_world(x, t, names, k) for x in members if x.caller in t]
             scope |= {world_name(fn, k) for fn in t if fn in self.ev.scope}
         ir = self._module_text().with_worlds({k: (root, self.tree(root)) for k, root, _ in plan})
-        m = self.ev.measure(sites, ir=ir, scope=scope)
-        self.batches += 1
-        out, why = self._attribute_worlds(normal, plan, m)
-        if out is None and self.unverified:
+        try:
+            m = self.ev.measure(sites, ir=ir, scope=scope)
+        except CompilerError as e:  # the copies' text did not compile: the flips go without copies
+            log.warning("%s: a compile with copies failed (%s); measuring %s without copies",
+                        self.module.name, str(e).splitlines()[0], ", ".join(sorted({r for _, r, _ in plan})))
+            m, why = None, "the compile failed"
+        else:
+            self.batches += 1
+            out, why = self._attribute_worlds(normal, plan, m)
+        if m is None:
+            out = None
+        if out is None and self.unverified and m is not None:
             self._compile_reference()
             return self._measure_worlds(batch)
         if out is None:
@@ -377,22 +385,15 @@ class BatchedSearch:
 
     def _attribute_worlds(self, normal: list[Candidate], plan, m: Measured) -> tuple[list[Outcome] | None, str]:
         """The ordinary flips read as :meth:`_attribute` reads them from the
-        object without the copies (their constant entries taken out of
-        ``other``); each control copy must come out as large as its
+        object without the copies; each control copy must come out as large as its
         original, with the same sites inlined; a flip's gain is its copy's
         change from the control (code, unwind, tables and constant entries;
         alignment padding, which depends on where a copy lies, left out)."""
         copies = {world_name(root, k) for k, root, _ in plan}
         sizes = m.sizes
         functions = {f: n for f, n in sizes.functions.items() if f not in copies}
-        other_sections = dict(sizes.other_sections)
-        for f in copies:
-            for sec, n in sizes.pools.get(f, {}).items():
-                other_sections[sec] = other_sections.get(sec, 0) - n
-        other = sum(other_sections.values())
-        originals = ObjectSizes(sum(functions.values()) + other, functions, other,
-                                other_sections={k: v for k, v in other_sections.items() if v},
-                                padding=sizes.padding, pools=sizes.pools)
+        originals = ObjectSizes(sum(functions.values()) + sizes.other, functions, sizes.other,
+                                other_sections=sizes.other_sections, padding=sizes.padding, pools=sizes.pools)
         plain, by_world = _split_worlds(m.inlined)
         out, why = self._attribute(normal, Measured(originals, plain, m.wall_s))
         if out is None:
@@ -702,7 +703,9 @@ class _Batch:
 
     def admits(self, c: Candidate, search: "BatchedSearch", root: str | None = None) -> bool:
         if root is not None:
-            return (root not in self.writes and root not in search.unverified and not c.reads & self.writes
+            # (an unverified root is fine: its copies' gains are read against a control in the same
+            # compile, and the original is checked against the derived reference like any other function)
+            return (root not in self.writes and not c.reads & self.writes
                     and self.worlds < MAX_WORLDS and all(_plain(x) for x in self.flips if x.world is None))
         if c.footprint & (self.writes | self.reads | search.unverified | self.roots) or c.reads & self.writes:
             return False
@@ -773,9 +776,8 @@ def _outermost(key: str) -> str:
 
 
 def _own_size(sizes: ObjectSizes, fn: str) -> int:
-    """``fn``'s bytes wherever it lies: its number without trailing padding,
-    plus its constant entries."""
-    return sizes.unpadded(fn) + sum(sizes.pools.get(fn, {}).values())
+    """``fn``'s bytes wherever it lies: its number without trailing padding."""
+    return sizes.unpadded(fn)
 
 
 def _disjoint_best(won: list[Outcome]) -> tuple[list[Outcome], list[Outcome]]:
