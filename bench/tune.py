@@ -19,10 +19,13 @@ sessions; else those with at most --max-bc-kb of bitcode.
 Prints and writes bench/results/tune.json: per method total .text vs -Oz,
 modules improved, compiles (per module), minutes, and for tune the flips
 measured per compile (all of its compiles counted: the probe, the
-references and the splits too) and the packing bound: every first-pass
-flip of each module with >= 50 decisions packed at once into batches of
-disjoint footprints (no order, no budget), the most flips per compile the
-checked attribution allows there.
+references and the splits too), how many of them were measured in copies
+of their function, and the packing bound in place: every first-pass flip
+of each module with >= 50 decisions packed at once into batches of
+disjoint footprints (no order, no budget, no copies), the most flips per
+compile the checked attribution allows there without copies.  With
+--without-copies (default) the default prior's two runs are repeated with
+`tune --no-copies`, side by side.
 
 usage: .venv/bin/python bench/tune.py [--corpus bench_corpus] [--jobs 2] [--modules-from JSON]
 (build the corpus first: mlgo-host corpus benchmark --output bench_corpus)
@@ -76,11 +79,11 @@ def _figures(rows: list[dict], seconds: float, n: int) -> dict:
 
 
 def tune_run(corpus: str, mods, jobs: int, work: str, per_module: float, clang: str, label: str,
-             prior: str | None) -> dict:
+             prior: str | None, copies: bool = True) -> dict:
     out = os.path.join(work, label)
     t0 = time.monotonic()
     s = tune(corpus, out, compiles_per_module=per_module, jobs=jobs, clang=clang, modules=[m.name for m in mods],
-             progress=sys.stderr.isatty(), search="batched", prior=prior)
+             progress=sys.stderr.isatty(), search="batched", prior=prior, copies=copies)
     with open(os.path.join(out, "tune.json")) as f:
         man = json.load(f)["modules"]
     rows = [dict(m, name=n) for n, m in man.items() if m["status"] == "ok"]
@@ -95,11 +98,13 @@ def tune_run(corpus: str, mods, jobs: int, work: str, per_module: float, clang: 
            "flips_per_compile": round(sum(r["flips_measured"] for r in rows) / max(1, s["compiles"]), 2),
            "flips_per_compile_50plus": round(sum(r["flips_measured"] for r in big)
                                              / max(1, sum(r["compiles"] for r in big)), 2),
-           "modules_50plus": len(big), "prior": prior or "patterns",
+           "modules_50plus": len(big), "prior": prior or "patterns", "copies": copies,
+           "flips_in_copies": sum(r.get("flips_in_copies", 0) for r in rows),
            "packing_bound_50plus": packing_bound(out, {m.name: m for m in mods}, {r["name"] for r in big}),
            "largest": {"module": largest["name"], "decisions": largest["decisions"],
                        "compiles": largest["compiles"], "flips_measured": largest["flips_measured"],
-                       "flips_per_compile": round(largest["flips_measured"] / max(1, largest["compiles"]), 2)},
+                       "flips_per_compile": round(largest["flips_measured"] / max(1, largest["compiles"]), 2),
+                       "flips_in_copies": largest.get("flips_in_copies", 0)},
            "replay_reproduces_Oz": sum(1 for r in rows if r.get("replay_matches")),
            "per_module": {r["name"]: {"default": r["default_size"], "best": r["best_size"], "compiles": r["compiles"],
                                       "decisions": r["decisions"], "flips_measured": r["flips_measured"],
@@ -118,7 +123,7 @@ def packing_bound(out: str, mods: dict, names: set[str]) -> dict:
     for name, r in _load_results(os.path.join(out, "data")).items():
         if name not in names or r.get("reference") is None:
             continue
-        s = BatchedSearch(mods[name], r["probe"], None, budget=0)
+        s = BatchedSearch(mods[name], r["probe"], None, budget=0, worlds=False)  # (in place: copies lift it)
         s.base = r["reference"]
         cands = s.candidates()
         n = len(s.batches_of(cands))
@@ -143,6 +148,8 @@ def main() -> int:
     ap.add_argument("--work", default=None, help="work directory (default: a temp dir)")
     ap.add_argument("--priors", nargs="+", default=["pretrained-oz", "patterns"],
                     help="tune's --prior, one pair of runs each (the first is tune's default, which the goals read)")
+    ap.add_argument("--without-copies", action=argparse.BooleanOptionalAction, default=True,
+                    help="also run the default prior's searches with every flip measured in place (tune --no-copies)")
     ap.add_argument("--greedy-from", metavar="JSON", default=None,
                     help="reuse the greedy pass of an earlier run's JSON (same modules; its compiles and gains are "
                          "deterministic, its minutes are that run's)")
@@ -176,6 +183,11 @@ def main() -> int:
         runs["tune_fifth" + tag] = tune_run(args.corpus, mods, args.jobs, work, per_module / 5.0, args.clang,
                                             "T5" + tag, p)
         runs["tune_equal" + tag] = tune_run(args.corpus, mods, args.jobs, work, per_module, args.clang, "T1" + tag, p)
+        if prior == args.priors[0] and args.without_copies:  # side by side: the same search, every flip in place
+            runs["tune_fifth_no_copies"] = tune_run(args.corpus, mods, args.jobs, work, per_module / 5.0, args.clang,
+                                                    "T5_no_copies", p, copies=False)
+            runs["tune_equal_no_copies"] = tune_run(args.corpus, mods, args.jobs, work, per_module, args.clang,
+                                                    "T1_no_copies", p, copies=False)
     fifth, equal = runs["tune_fifth"], runs["tune_equal"]
     goals = {"flips_per_compile_50plus >= 8": fifth["flips_per_compile_50plus"] >= 8
              and equal["flips_per_compile_50plus"] >= 8,

@@ -149,6 +149,7 @@ def test_replay_of_the_channels_decisions_is_the_oz_object_and_a_batch_reads_cle
     from mlgo_host.search.evaluate import ReplayEvaluator, probe_module
 
     corpus = build_small_corpus(tmp_path_factory.mktemp(f"replay{toolchain.version}"), clang=toolchain.clang)
+    copied = 0
     for m in load_corpus(corpus).modules:
         probe = probe_module(m, load_policy("default"), clang=toolchain.clang, llvm_size=toolchain.llvm_size)
         ev = ReplayEvaluator(m, {d.site.caller for d in probe.decisions}, clang=toolchain.clang)
@@ -160,6 +161,23 @@ def test_replay_of_the_channels_decisions_is_the_oz_object_and_a_batch_reads_cle
             s.begin()
             outs = s.measure(s.batches_of(s.candidates())[0])
             assert outs and all(o.applied for o in outs)
+        # flips of one function measured in copies of it read as each does alone in place
+        s = BatchedSearch(m, probe, ev, budget=20)
+        s.begin()
+        by_root: dict[str, list] = {}
+        for c in s.candidates():
+            if s.world_root(c) is not None:
+                by_root.setdefault(s.world_root(c), []).append(c)
+        flips = max(by_root.values(), key=len, default=[])[:4]
+        if len(flips) >= 2:
+            outs = s.measure(s.batches_of(flips)[0])
+            assert s.world_flips == len(outs) == len(flips), s.splits
+            for o in outs:
+                alone = s.ev.measure(s._set_with([o.candidate]))
+                root = o.candidate.world or next(iter(o.candidate.footprint))
+                assert alone.sizes.unpadded(root) - s.base.sizes.unpadded(root) == o.delta, (m.name, o.candidate.key)
+            copied += 1
+    assert copied, "no module of the small corpus had two flips of one function"
 
 
 def _only_tools(bin_dir, links: dict[str, str]) -> dict:

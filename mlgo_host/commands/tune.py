@@ -62,6 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prior", default="pretrained-oz", choices=("pretrained-oz", "patterns"),
                    help="batched search: what orders each module's flips: pretrained-oz (default), the shipped "
                         "policy's probability of the other action; patterns, the measured winner patterns only")
+    p.add_argument("--no-copies", action="store_true",
+                   help="batched search: measure each flip in place only (by default the flips of one function are "
+                        "measured in copies of it, many per compile, each copy checked against the original)")
     p.add_argument("--policy", default=None,
                    help="base policy the search starts from: a heuristic or a saved policy directory "
                         "(default: default, the compiler's own decisions; a continued T keeps its own)")
@@ -118,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
              compiles_per_module=args.compiles_per_module, jobs=args.jobs, backend=args.backend,
              ray_address=args.ray_address, clang=args.clang, llvm_size=args.llvm_size, module_timeout=args.timeout,
              patience=args.patience, seed=args.seed, modules=args.modules, search=args.search,
-             prior=None if args.prior == "patterns" else args.prior, progress=progress_default() and not args.no_progress)
+             prior=None if args.prior == "patterns" else args.prior, copies=not args.no_copies,
+             progress=progress_default() and not args.no_progress)
     print(summary_line(s, args.output))
     if s["identified"] < s["tuned"]:
         print(f"note: {s['tuned'] - s['identified']} tuned modules have no recorded source (corpus built before "

@@ -43,6 +43,7 @@ import dataclasses
 import logging
 import re
 import time
+from collections import Counter
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -153,6 +154,7 @@ class BatchedSearch:
         self.start_text = res.get("replay_start_size")
         self.earlier = list(res["flips"])
         self.flips_measured = res.get("flips_measured", 0)
+        self.world_flips = res.get("flips_in_copies", 0)
         self.batches = res.get("batches", 0)
         ref = res.get("reference")
         if ref is None and not res["tried"]:  # a probe only: its decisions' compile is the start
@@ -385,10 +387,14 @@ class BatchedSearch:
 
     def _attribute_worlds(self, normal: list[Candidate], plan, m: Measured) -> tuple[list[Outcome] | None, str]:
         """The ordinary flips read as :meth:`_attribute` reads them from the
-        object without the copies; each control copy must come out as large as its
-        original, with the same sites inlined; a flip's gain is its copy's
+        object without the copies (None when that fails); each control copy
+        must come out as large as its original, with the same sites inlined
+        (a function whose control does not gets no copies again, and its
+        flips of this batch are left out); a flip's gain is its copy's
         change from the control (code, unwind, tables and constant entries;
-        alignment padding, which depends on where a copy lies, left out)."""
+        alignment padding, which depends on where a copy lies, left out).
+        A copy whose inlined sites are not the set's and its flip's is left
+        out too: the flips left out are measured again in place."""
         copies = {world_name(root, k) for k, root, _ in plan}
         sizes = m.sizes
         functions = {f: n for f, n in sizes.functions.items() if f not in copies}
@@ -404,24 +410,35 @@ class BatchedSearch:
             copy = world_name(root, k)
             if copy not in sizes.functions:
                 return None, "a copy is missing from the object"
+            if root in self.no_worlds:  # its control failed: its flips go back, measured in place later
+                continue
             t = self.tree(root)
             names = self._debug_names(t)
-            ref_keys = {key for key in base.inlined if _outermost(key) in names}
+            # (by debug name, which two functions may share: a key known to be another function's is not)
+            ref_keys = {key for key in base.inlined if _outermost(key) in names
+                        and (key not in self.sites or self.sites[key].caller in t)}
             got = by_world.get(k, set())
             own = _own_size(sizes, copy)
             if c is None:
                 if own != _own_size(originals, root) or got != ref_keys:
-                    return None, "a control copy differs from its function"
+                    # compiled apart it is other code (a short jump to a neighbour, a pass that saw its
+                    # callers): no copies of it from now on
+                    self._note_split("copies: a control copy differs from its function")
+                    self.no_worlds.add(root)
                 control[root] = own
                 continue
             flipped = [s for s in c.sites]
             moved = (got ^ ref_keys) - {s.key for s in flipped}
             if any(not _is_under_any(key, flipped) for key in moved):
-                return None, "the compiler changed sites nobody flipped"
+                self._note_split("copies: the compiler changed sites nobody flipped")
+                continue  # this copy cannot be read: the flip goes back
             delta = own - control[root]
             view = ObjectSizes(0, {root: originals.functions[root] + delta}, 0)
             out.append(Outcome(c, delta, _applied(c, Measured(view, got, m.wall_s)), Measured(view, got, m.wall_s)))
         return out, ""
+
+    def _note_split(self, why: str) -> None:
+        self.splits[why] = self.splits.get(why, 0) + 1
 
     # -- measuring ----------------------------------------------------------------
     def _set_with(self, batch: Sequence[Candidate]) -> list[Site]:
@@ -503,9 +520,11 @@ class BatchedSearch:
         leave at least one of its calls out (else together they may delete
         it, which none of them predicts)."""
         out: list[_Batch] = []
+        roots = {id(c): self.world_root(c) for c in cands}
+        many = Counter(roots.values())
         for c in cands:
             c.world = None
-            root = self.world_root(c)
+            root = roots[id(c)] if many[roots[id(c)]] >= 2 else None  # (one flip: in place costs nothing more)
             for b in out:
                 if len(b.flips) < self.max_batch and b.admits(c, self, root):
                     b.add(c, root)
@@ -832,7 +851,7 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
             return {"name": module.name, "module_key": module.key, "status": "failed", "reason": str(e),
                     "default_size": default_size, "compiles": 2, "search": "batched"}
     s = search_of(module, probe, cfg, budget=budget, spent=resume["compiles"] if resume is not None else None,
-                  model=model, deadline=deadline, max_batch=max_batch, prior=prior)
+                  model=model, deadline=deadline, max_batch=max_batch, prior=prior, worlds=cfg.get("copies", True))
     s.default_slot = cfg.get("default_slot")
     if resume is not None:
         s.resume_from(resume)
@@ -882,7 +901,8 @@ def result_of(s: BatchedSearch, default_size: int, wall_s: float) -> dict:
         "default_size": int(default_size), "policy_size": int(s.probe.text), "start_size": int(s.probe.text),
         "replay_start_size": s.start_text, "replay_matches": replay_matches,
         "best_size": int(best) if use_replay else int(default_size),
-        "compiles": s.ev.compiles, "batches": s.batches, "splits": dict(s.splits), "flips_measured": s.flips_measured, "flips": flips,
+        "compiles": s.ev.compiles, "batches": s.batches, "splits": dict(s.splits), "flips_measured": s.flips_measured,
+        "flips_in_copies": s.world_flips, "flips": flips,
         "broken_keys": len(s.broken), "broken": sorted(s.broken), "decisions": ep.n, "wall_s": wall_s,
         "tried": sorted(s.tried), "promise": s.promise(),
         "stopped": s.stopped if s.base is not None else ("budget" if ep.n else "exhausted"),

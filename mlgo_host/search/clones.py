@@ -36,6 +36,9 @@ from mlgo_host.errors import CompilerError
 
 #: the suffix of world ``k``'s copy of a function (``name`` + suffix)
 SUFFIX = ".mlgo{}"
+#: where the copies' code goes: a section of their own, so the originals' section (and the
+#: alignment padding after its last function) is the object's without copies
+COPIES_SECTION = ".text.mlgo_copies"
 
 _DEFINE = re.compile(r'^define\b[^@]*@("(?:[^"\\]|\\.)*"|[-\w$.]+)\(')
 _MD = re.compile(r"^!(\d+) = (.*)$")
@@ -189,6 +192,7 @@ class ModuleText:
         prefix, _, after = head.partition("@")
         words = [w for w in prefix.split()[1:] if w not in _LINKAGE]
         head = re.sub(r"\s+comdat(\([^)]*\))?", "", " ".join(["define", "internal", *words]) + " @" + after)
+        head = _in_section(head, COPIES_SECTION)
         text = head + "\n" + rest
         for old, new in rename.items():
             text = re.sub(r"@" + _ident(old) + r"(?![-\w$.])", "@" + _ident(new), text)
@@ -211,6 +215,28 @@ class ModuleText:
         refs = old + ["@" + _ident(n) for n in kept]
         return (f"@llvm.compiler.used = appending global [{len(refs)} x ptr] [" + ", ".join(f"ptr {r}" for r in refs)
                 + '], section "llvm.metadata"')
+
+
+def _in_section(head: str, section: str) -> str:
+    """A ``define`` line placing its function in ``section`` (after the
+    parameters and attributes, before alignment, personality, metadata and
+    the body)."""
+    if re.search(r'\ssection "[^"]*"', head):
+        return re.sub(r'\ssection "[^"]*"', f' section "{section}"', head)
+    depth, end = 0, None
+    for i, ch in enumerate(head[head.index("@"):], head.index("@")):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                end = i
+                break
+    if end is None:
+        return head
+    m = re.search(r'\s(?:align \d|personality |prefix |prologue |gc "|!\w|\{)', head[end:])
+    at = end + (m.start() if m else len(head) - end)
+    return head[:at] + f' section "{section}"' + head[at:]
 
 
 def _ident(name: str) -> str:

@@ -69,11 +69,12 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
          ray_address: str | None = None, clang: str = "clang-19", llvm_size: str | None = None,
          module_timeout: float = 300.0, patience: int = 6, first_share: float = 0.6, seed: int = 0,
          modules: Sequence[str] | None = None, progress: bool = True, search: str = "batched",
-         prior: str | None = None) -> dict[str, Any]:
+         prior: str | None = None, copies: bool = True) -> dict[str, Any]:
     """Tune every module of ``corpus_dir`` (or the named ``modules``) into
     ``output``; returns the summary (also in ``output/summary.json``).
     ``prior`` (batched search): a shipped policy whose P(inline) orders
-    each module's flips (None: the measured patterns)."""
+    each module's flips (None: the measured patterns); ``copies``: measure
+    the flips of one function in copies of it (:mod:`.clones`)."""
     t0 = time.monotonic()
     budget = _budget(budget_minutes, compiles_per_module)
     if jobs < 1:
@@ -84,7 +85,7 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
     pool_opts = {"ray_address": ray_address} if backend == "ray" else {}
     pool = make_pool(backend, jobs, "mlgo_host.search.worker:SearchWorker",
                      {"clang": clang, "llvm_size": llvm_size, "advisor": "inline", "module_timeout": module_timeout,
-                      "baseline_cache": os.path.join(store.path, "baselines")}, **pool_opts)
+                      "baseline_cache": os.path.join(store.path, "baselines"), "copies": copies}, **pool_opts)
     try:
         pool.broadcast("set_policy", store.policy_blob())
         spent0 = store.compiles(mods)
@@ -458,7 +459,8 @@ class TuneStore:
                     "status": r["status"], "reason": r.get("reason", ""), "default_size": r["default_size"],
                     "policy_size": r.get("policy_size"), "best_size": r.get("best_size"), "compiles": r["compiles"],
                     "decisions": r.get("decisions", 0), "tried": len(r.get("tried", ())),
-                    "flips_measured": r.get("flips_measured", 0), "batches": r.get("batches", 0),
+                    "flips_measured": r.get("flips_measured", 0), "flips_in_copies": r.get("flips_in_copies", 0),
+                    "batches": r.get("batches", 0),
                     "flips_accepted": sum(1 for f in r.get("flips", ()) if f["accepted"]),
                     "replay_matches": r.get("replay_matches"), "stopped": r.get("stopped")}
         return {"replay": f"{REPLAYS}/{module_file(r['name'], '.json')}" if r["status"] == "ok" else None,

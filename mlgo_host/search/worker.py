@@ -52,7 +52,7 @@ class SearchWorker(CollectWorker):
         mod = self._module(task)
         c = self.config
         cfg = {"clang": c.clang, "llvm_size": c.llvm_size, "module_timeout": c.module_timeout,
-               "default_slot": default_slot(c.clang, c.module_timeout)}
+               "default_slot": default_slot(c.clang, c.module_timeout), "copies": c.copies}
         default = baseline_size(mod, clang=c.clang, llvm_size=c.llvm_size, cache_dir=c.baseline_cache,
                                 timeout=c.module_timeout)
         fm = FlipGainModel.from_json(model) if model else None

@@ -66,6 +66,7 @@ class WorkerConfig:
     advisor: str = "inline"
     module_timeout: float = 300.0
     baseline_cache: str | None = None
+    copies: bool = True  # the batched search measures flips of one function in copies of it
 
 
 class CollectWorker:

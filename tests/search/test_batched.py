@@ -147,13 +147,17 @@ def test_a_copy_that_differs_from_its_function_is_caught(corpus, monkeypatch):
     s = _search(corpus, budget=80, worlds=True)
     flips = [c for c in s.candidates() if s.world_root(c) is not None]
     batch = s.batches_of(flips)[0]
-    root = batch[0].world
-    # a control copy one byte off its function (as a copy compiled to other code would be)
+    copied = [c for c in batch if c.world is not None]
+    controls = tuple(f".mlgo{k}" for k in range(len({c.world for c in copied})))  # (the plan's first worlds)
+    # each control copy one byte off its function (as a copy compiled to other code would be)
     monkeypatch.setattr(mlgo_host.search.batched, "_own_size",
-                        lambda sizes, fn: mlgo_host.corpus.objsizes.ObjectSizes.unpadded(sizes, fn) + fn.endswith(".mlgo0"))
+                        lambda sizes, fn: mlgo_host.corpus.objsizes.ObjectSizes.unpadded(sizes, fn) + fn.endswith(controls))
     got = s.measure(batch)
-    assert got == [] and root in s.no_worlds and all(c.world is None for c in batch)
-    assert any(k.startswith("copies: a control copy differs") for k in s.splits)
+    # no function's copy is read; they get no copies again, and their flips go back to be measured in place
+    assert not {id(o.candidate) for o in got} & {id(c) for c in copied}
+    assert {c.world for c in copied} <= s.no_worlds and s.splits["copies: a control copy differs from its function"]
+    back = s._unmeasured(batch, got)
+    assert back == copied and all(c.world is None and s.world_root(c) is None for c in back)
 
 
 def test_an_overlapping_batch_is_detected_and_split(corpus):
