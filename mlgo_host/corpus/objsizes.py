@@ -59,7 +59,7 @@ from mlgo_host.errors import CompilerError
 SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR, SHF_MERGE, SHF_STRINGS = 0x1, 0x2, 0x4, 0x10, 0x20
 SHT_SYMTAB, SHT_RELA, SHT_NOBITS, SHT_SYMTAB_SHNDX = 2, 4, 8, 18
 SHT_X86_64_UNWIND = 0x70000001
-STT_FUNC, STT_SECTION, STT_GNU_IFUNC = 2, 3, 10
+STT_OBJECT, STT_FUNC, STT_SECTION, STT_GNU_IFUNC = 1, 2, 3, 10
 SHN_LORESERVE, SHN_XINDEX = 0xFF00, 0xFFFF
 EM_X86_64, ET_REL = 62, 1
 # x86-64 relocations whose field holds S + A - P: from code, the target is
@@ -278,7 +278,7 @@ def _attribute(elf: _Elf) -> ObjectSizes:
     for sym in elf.symbols:
         if sym.kind != STT_SECTION:
             symbol_starts.setdefault(sym.shndx, set()).add(sym.value)
-    pools = _pools(elf, code_refs)
+    pools = _pools(elf, funcs)
     for i, per_fn in pools.items():
         for fn, n in per_fn.items():
             sizes[fn] += n
@@ -310,26 +310,42 @@ def _by_function(elf: _Elf, pools: dict[int, dict[str, int]]) -> dict[str, dict[
     return out
 
 
-def _pools(elf: _Elf, code_refs: dict[int, list[tuple[int, str]]]) -> dict[int, dict[str, int]]:
+def _pools(elf: _Elf, funcs: _Functions) -> dict[int, dict[str, int]]:
     """Mergeable constant sections (not strings) -> per function, the bytes
-    of the entries its code refers to: a function's constant pool, which
-    the compiler writes per function (an inlined copy brings its own
-    entries, so they move with the function's code).  A section whose
-    entries two functions would share is left to ``other``."""
+    of the entries its code refers to through a label (``.LCPI0_1``, no
+    type) or the section's symbol: a function's constant pool, written per
+    function (an inlined copy brings its own entries,
+    so they move with the function's code).  A named constant in such a
+    section (``.L__const.f.table``, an object symbol) is one object, shared by every copy of
+    its users: it stays in ``other``, and so does a section whose entries
+    two functions would share."""
+    pool_sections = {i for i, sec in enumerate(elf.sections)
+                     if sec.berkeley_text and sec.flags & SHF_MERGE and not sec.flags & SHF_STRINGS and sec.entsize > 0}
+    entries: dict[int, dict[str, set[int]]] = {}
+    named: set[int] = set()
+    for shndx in funcs.starts:
+        for off, sym, rtype, addend in elf.relocations(shndx):
+            if sym.shndx not in pool_sections:
+                continue
+            if sym.kind == STT_OBJECT:
+                named.add(sym.shndx)
+                continue
+            target = sym.value + addend + (4 if rtype in PC_RELATIVE else 0)
+            owner = funcs.at(shndx, off)
+            if owner is not None:
+                # the entry at or just after the target: an instruction with an immediate after its
+                # displacement (vpshufd $imm, .LCPI(%rip)) puts S + A + 4 up to 4 bytes before it
+                size = elf.sections[sym.shndx].entsize
+                entries.setdefault(sym.shndx, {}).setdefault(owner, set()).add(-(-target // size) * size)
     out: dict[int, dict[str, int]] = {}
-    for i, refs in code_refs.items():
-        sec = elf.sections[i]
-        if not (sec.berkeley_text and sec.flags & SHF_MERGE and not sec.flags & SHF_STRINGS and sec.entsize > 0):
-            continue
-        entries: dict[str, set[int]] = {}
-        for target, fn in refs:
-            entries.setdefault(fn, set()).add(target - target % sec.entsize)
+    for i, per_fn in entries.items():
         owners: dict[int, int] = {}
-        for at in entries.values():
+        for at in per_fn.values():
             for a in at:
                 owners[a] = owners.get(a, 0) + 1
-        if entries and max(owners.values()) == 1 and len(owners) * sec.entsize <= sec.size:
-            out[i] = {fn: len(at) * sec.entsize for fn, at in entries.items()}
+        size = elf.sections[i].entsize
+        if i not in named and max(owners.values()) == 1 and len(owners) * size <= elf.sections[i].size:
+            out[i] = {fn: len(at) * size for fn, at in per_fn.items()}
     return out
 
 

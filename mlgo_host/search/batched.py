@@ -35,6 +35,20 @@ the next batches' reference).  What one flip per compile could not afford:
 * *groups*: every not-inlined site of one callee flipped together (the
   callee is deleted only once its last call is inlined: pairs that only pay
   together).
+
+Copies (*worlds*).  Footprints bound the flips per compile by the flips of
+the busiest function: on real modules most flips land in one or two hub
+functions.  A flip whose footprint is one function ``F`` (it deletes and
+brings back no callee) is measured instead in a copy of ``F`` and of the
+functions inlined only into it (:mod:`.clones`), with the decision set
+plus that flip; the copy's size less a control copy's (the set alone) is
+its gain.  Each control must equal ``F`` exactly (size without alignment
+padding, and sites inlined); a function whose control does not (a tail
+call that was a short jump to its neighbour, a pass that saw its callers)
+gets no copies again, and its flips are measured in place.  The originals
+are read as in any batch, so ordinary flips share the compile.  Winners
+measured in copies of one function are measured against one reference:
+the best is applied, the others are measured again from the new one.
 """
 
 from __future__ import annotations

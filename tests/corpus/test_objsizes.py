@@ -139,6 +139,28 @@ def test_jump_table_is_its_functions_and_a_constant_table_is_other(tmp_path):
     assert s.other_sections[".rodata"] == 3 * 4  # name's table of three string offsets
 
 
+POOL_SOURCE = r"""
+double f(double x) { return x * 1.2345 + 6.789; }
+double g(double x) { return x * 2.5 - 0.125; }
+long h(int i) { static const long t[4] = {11, 22, 33, 44}; long c[4]; __builtin_memcpy(c, t, sizeof c); return c[i & 3]; }
+"""
+
+
+def test_a_constant_pool_is_its_functions_and_a_named_constant_is_other(tmp_path):
+    obj = _compile(tmp_path, "pool.c", POOL_SOURCE)
+    s, syms, fdes = object_sizes(obj), _symbols(obj), _fde_sizes(obj)
+    for fn in "fg":  # code, FDE and two 8-byte constants of its own
+        address, size = syms[fn]
+        assert s.functions[fn] == size + s.padding.get(fn, 0) + fdes[address] + 16, fn
+        assert s.pools[fn] == {".rodata.cst8": 16}
+    assert ".rodata.cst8" not in s.other_sections
+    assert "h" not in s.pools  # its table is one object, whoever refers to it
+    assert sum(s.functions.values()) + s.other == s.text == text_size(obj)
+    # the same constants in another function: each pool keeps its own copy
+    twice = object_sizes(_compile(tmp_path, "pool2.c", POOL_SOURCE + "double k(double x) { return x * 1.2345 + 6.789; }\n"))
+    assert twice.pools["k"] == {".rodata.cst8": 16} and twice.functions["f"] == s.functions["f"]
+
+
 @pytest.mark.skipif(shutil.which("ld") is None, reason="needs ld -r to merge two objects")
 def test_two_functions_of_one_name_stay_apart(tmp_path):
     parts = [_compile(tmp_path, f"d{i}.c", f"__attribute__((noinline)) static int dup(int x) {{ return x * {i + 3}; }}\n"
