@@ -44,9 +44,10 @@ _DEFINE = re.compile(r'^define\b[^@]*@("(?:[^"\\]|\\.)*"|[-\w$.]+)\(')
 _MD = re.compile(r"^!(\d+) = (.*)$")
 _REF = re.compile(r"!(\d+)\b")
 _NAME_FIELD = re.compile(r'\b(name|linkageName): "([^"]*)"')
-#: metadata that is the module's, not a function's: never copied, never walked through
+#: linkage and visibility words a copy's ``define`` drops (a copy is internal)
 _LINKAGE = {"private", "internal", "external", "linkonce_odr", "linkonce", "weak_odr", "weak",
             "available_externally", "extern_weak", "common", "dso_preemptable", "hidden", "protected", "default"}
+#: metadata that is the module's, not a function's: never copied, never walked through
 _GLOBAL_MD = ("!DICompileUnit(", "!DIGlobalVariable(", "!DIGlobalVariableExpression(", "!DIImportedEntity(")
 
 
@@ -137,20 +138,18 @@ class ModuleText:
                 continue
             seen.add(i)
             stack.extend(self._refs(i))
-        # which of them lead to the subprogram (memoised walk, cycles cut)
-        leads: dict[int, bool] = {f.sp: True}
-
-        def lead(i: int, path: frozenset[int] = frozenset()) -> bool:
-            if i in leads:
-                return leads[i]
-            if i not in seen or i in path:
-                return False
-            r = any(lead(j, path | {i}) for j in self._refs(i))
-            if r or not path:  # a node cut by a cycle is decided at its top
-                leads[i] = r
-            return r
-
-        out = sorted(i for i in seen if lead(i))
+        # which of them lead to the subprogram: walked back from it (over the nodes seen only)
+        users: dict[int, list[int]] = {}
+        for i in seen:
+            for j in self._refs(i):
+                users.setdefault(j, []).append(i)
+        leads, todo = {f.sp}, [f.sp]
+        while todo:
+            for i in users.get(todo.pop(), ()):
+                if i not in leads:
+                    leads.add(i)
+                    todo.append(i)
+        out = sorted(leads & seen | {f.sp})
         self._local[fn] = out
         return out
 
@@ -195,7 +194,7 @@ class ModuleText:
         head = _in_section(head, COPIES_SECTION)
         text = head + "\n" + rest
         for old, new in rename.items():
-            text = re.sub(r"@" + _ident(old) + r"(?![-\w$.])", "@" + _ident(new), text)
+            text = re.sub("@" + re.escape(_ident(old)) + r"(?![-\w$.])", "@" + _ident(new), text)
         return _remap_refs(text, remap)
 
     def _copy_metadata(self, fn: str, ids: list[int], remap: Mapping[int, int], k: int) -> list[str]:
