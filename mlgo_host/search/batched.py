@@ -389,7 +389,7 @@ class BatchedSearch:
             self._compile_reference()
             return self._measure_worlds(batch)
         if out is None:
-            self.splits["copies: " + why] = self.splits.get("copies: " + why, 0) + 1
+            self._note_split("copies: " + why)
             self.no_worlds |= {root for _, root, _ in plan}
             for c in batch:
                 c.world = None
@@ -491,7 +491,7 @@ class BatchedSearch:
             c = batch[0]
             out = [Outcome(c, m.text - self.base.text, _applied(c, m), m)]
         elif out is None:
-            self.splits[why] = self.splits.get(why, 0) + 1
+            self._note_split(why)
             suspects = [c for c in batch if _adds_or_removes(c, self.base.sizes, m.sizes)]
             if why == "bytes no function owns moved" and 0 < len(suspects) < len(batch):
                 rest = [c for c in batch if c not in suspects]
