@@ -853,15 +853,24 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
     earlier result of this module to go on from (its probe, best set and
     tries; its compiles count).  ``prior``: a trained policy's P(inline)
     over feature records, to order the flips (:func:`flip_scores`).
+    ``deadline`` bounds the probe as well as the search: a probe it cuts
+    gives status ``skipped`` (nothing is stored; a later run probes again).
     Returns the result ``tune`` stores (see :func:`result_of`)."""
     t0 = time.monotonic()
     if resume is not None:
         probe = resume["probe"]
     else:
+        # the user's deadline bounds the probe too: one cut by it is no failure, the module waits for a later run
+        timeout = cfg.get("module_timeout", 300.0)
+        if deadline is not None:
+            timeout = min(timeout, deadline - time.time())
         try:
-            probe = probe_module(module, policy, clang=cfg["clang"], llvm_size=cfg.get("llvm_size"),
-                                 timeout=cfg.get("module_timeout", 300.0))
+            if timeout <= 0:
+                raise MlgoHostError("the deadline passed before the probe")
+            probe = probe_module(module, policy, clang=cfg["clang"], llvm_size=cfg.get("llvm_size"), timeout=timeout)
         except MlgoHostError as e:
+            if deadline is not None and time.time() >= deadline:
+                return {"name": module.name, "status": "skipped", "compiles": 0}
             return {"name": module.name, "module_key": module.key, "status": "failed", "reason": str(e),
                     "default_size": default_size, "compiles": 2, "search": "batched"}
     s = search_of(module, probe, cfg, budget=budget, spent=resume["compiles"] if resume is not None else None,

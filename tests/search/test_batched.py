@@ -194,6 +194,23 @@ def test_the_batched_search_measures_many_flips_per_compile_and_never_ends_bigge
         assert ev.measure([site_of_line(x) for x in r["inline"]]).text == r["best_size"]
 
 
+def test_the_users_deadline_bounds_the_probe(corpus, tmp_path, monkeypatch):
+    import tempfile
+    import time
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # what the cut probe leaves behind is seen
+    m = corpus["gen"]
+    t0 = time.time()
+    r = search_module_batched(m, load_policy("default"), {"clang": "clang-19"}, budget=20, default_size=1,
+                              deadline=t0 + 0.05)
+    assert time.time() - t0 < 2.0  # the probe is cut at the deadline, not at the module's 300 s timeout
+    assert r == {"name": m.name, "status": "skipped", "compiles": 0}  # not a failure: a later run probes again
+    r = search_module_batched(m, load_policy("default"), {"clang": "clang-19"}, budget=20, default_size=1,
+                              deadline=time.time() - 1)
+    assert r["status"] == "skipped"  # past the deadline: no compile at all
+    assert list(tmp_path.iterdir()) == []  # no FIFO, temp file or directory left
+
+
 def test_a_module_without_decisions_costs_one_compile(corpus):
     from mlgo_host.corpus.compile import baseline_size
 
