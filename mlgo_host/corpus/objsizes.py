@@ -53,6 +53,7 @@ import bisect
 import dataclasses
 import os
 import struct
+from collections import Counter
 
 from mlgo_host.errors import CompilerError
 
@@ -273,12 +274,12 @@ def _attribute(elf: _Elf) -> ObjectSizes:
             attributed[i] = _add_code(sec, funcs, i, sizes, padding)
         elif sec.berkeley_text and sec.eh_frame:
             attributed[i] = _add_eh_frame(elf, i, funcs, sizes, lsdas)
-    code_refs = _code_references(elf, funcs)
+    code_refs, named = _code_references(elf, funcs)
     symbol_starts: dict[int, set[int]] = {}
     for sym in elf.symbols:
         if sym.kind != STT_SECTION:
             symbol_starts.setdefault(sym.shndx, set()).add(sym.value)
-    pools = _pools(elf, funcs)
+    pools = _pools(elf, code_refs, named)
     for i, per_fn in pools.items():
         for fn, n in per_fn.items():
             sizes[fn] += n
@@ -310,42 +311,29 @@ def _by_function(elf: _Elf, pools: dict[int, dict[str, int]]) -> dict[str, dict[
     return out
 
 
-def _pools(elf: _Elf, funcs: _Functions) -> dict[int, dict[str, int]]:
+def _pools(elf: _Elf, code_refs: dict[int, list[tuple[int, str]]], named: set[int]) -> dict[int, dict[str, int]]:
     """Mergeable constant sections (not strings) -> per function, the bytes
     of the entries its code refers to through a label (``.LCPI0_1``, no
     type) or the section's symbol: a function's constant pool, written per
-    function (an inlined copy brings its own entries,
-    so they move with the function's code).  A named constant in such a
-    section (``.L__const.f.table``, an object symbol) is one object, shared by every copy of
-    its users: it stays in ``other``, and so does a section whose entries
-    two functions would share."""
-    pool_sections = {i for i, sec in enumerate(elf.sections)
-                     if sec.berkeley_text and sec.flags & SHF_MERGE and not sec.flags & SHF_STRINGS and sec.entsize > 0}
-    entries: dict[int, dict[str, set[int]]] = {}
-    named: set[int] = set()
-    for shndx in funcs.starts:
-        for off, sym, rtype, addend in elf.relocations(shndx):
-            if sym.shndx not in pool_sections:
-                continue
-            if sym.kind == STT_OBJECT:
-                named.add(sym.shndx)
-                continue
-            target = sym.value + addend + (4 if rtype in PC_RELATIVE else 0)
-            owner = funcs.at(shndx, off)
-            if owner is not None:
-                # the entry at or just after the target: an instruction with an immediate after its
-                # displacement (vpshufd $imm, .LCPI(%rip)) puts S + A + 4 up to 4 bytes before it
-                size = elf.sections[sym.shndx].entsize
-                entries.setdefault(sym.shndx, {}).setdefault(owner, set()).add(-(-target // size) * size)
+    function (an inlined copy brings its own entries, so they move with the
+    function's code).  A section holding a named constant
+    (``.L__const.f.table``, an object symbol: one object, shared by every
+    copy of its users) stays in ``other``, and so does a section whose
+    entries two functions would share."""
     out: dict[int, dict[str, int]] = {}
-    for i, per_fn in entries.items():
-        owners: dict[int, int] = {}
-        for at in per_fn.values():
-            for a in at:
-                owners[a] = owners.get(a, 0) + 1
-        size = elf.sections[i].entsize
-        if i not in named and max(owners.values()) == 1 and len(owners) * size <= elf.sections[i].size:
-            out[i] = {fn: len(at) * size for fn, at in per_fn.items()}
+    for i, refs in code_refs.items():
+        sec = elf.sections[i]
+        if i in named or not (sec.berkeley_text and sec.flags & SHF_MERGE and not sec.flags & SHF_STRINGS
+                              and sec.entsize > 0):
+            continue
+        entries: dict[str, set[int]] = {}
+        for target, fn in refs:
+            # the entry at or just after the target: an instruction with an immediate after its
+            # displacement (vpshufd $imm, .LCPI(%rip)) puts S + A + 4 up to 4 bytes before it
+            entries.setdefault(fn, set()).add(-(-target // sec.entsize) * sec.entsize)
+        owners = Counter(a for at in entries.values() for a in at)
+        if max(owners.values()) == 1 and len(owners) * sec.entsize <= sec.size:
+            out[i] = {fn: len(at) * sec.entsize for fn, at in entries.items()}
     return out
 
 
@@ -424,15 +412,19 @@ def _trailing_nops(data: memoryview, fde: tuple[int, int, int]) -> int:
     return len(instructions) - len(instructions.rstrip(b"\0"))
 
 
-def _code_references(elf: _Elf, funcs: _Functions) -> dict[int, list[tuple[int, str]]]:
+def _code_references(elf: _Elf, funcs: _Functions) -> tuple[dict[int, list[tuple[int, str]]], set[int]]:
     """Section -> (target offset, referring function) for every relocation in a
-    function's code; the PC-relative target is S + A + 4 (the usual
-    displacement-last instruction)."""
+    function's code (the PC-relative target is S + A + 4: the usual
+    displacement-last instruction), and the sections code refers to through
+    an object symbol (a named constant, not a label)."""
     refs: dict[int, list[tuple[int, str]]] = {}
+    named: set[int] = set()
     for shndx, starts in funcs.starts.items():
         for off, sym, rtype, addend in elf.relocations(shndx):
             if not 0 < sym.shndx < len(elf.sections):
                 continue
+            if sym.kind == STT_OBJECT:
+                named.add(sym.shndx)
             if rtype in GOT_RELATIVE:
                 target = sym.value
             elif rtype in PC_RELATIVE:
@@ -442,7 +434,7 @@ def _code_references(elf: _Elf, funcs: _Functions) -> dict[int, list[tuple[int, 
             owner = funcs.at(shndx, off)
             if owner is not None:
                 refs.setdefault(sym.shndx, []).append((target, owner))
-    return refs
+    return refs, named
 
 
 def _pointers_into_code(elf: _Elf, index: int, cuts: list[int], funcs: _Functions) -> list[set[str]]:

@@ -69,7 +69,8 @@ from mlgo_host.corpus.sizes import llvm_tool
 from mlgo_host.search.clones import ModuleText, world_name
 from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator, probe_module
 from mlgo_host.search.flips import FlipGainModel, flip_scores
-from mlgo_host.search.sites import Decision, Site, final_functions, site_of_line, unique_decisions
+from mlgo_host.search.sites import (Decision, Site, final_functions, parse_callsite, site_of_line,
+                                   unique_decisions)
 
 log = logging.getLogger("mlgo_host.search")
 
@@ -379,15 +380,13 @@ class BatchedSearch:
         except CompilerError as e:  # the copies' text did not compile: the flips go without copies
             log.warning("%s: a compile with copies failed (%s); measuring %s without copies",
                         self.module.name, str(e).splitlines()[0], ", ".join(sorted({r for _, r, _ in plan})))
-            m, why = None, "the compile failed"
+            out, why = None, "the compile failed"
         else:
             self.batches += 1
             out, why = self._attribute_worlds(normal, plan, m)
-        if m is None:
-            out = None
-        if out is None and self.unverified and m is not None:
-            self._compile_reference()
-            return self._measure_worlds(batch)
+            if out is None and self.unverified:  # perhaps the derived reference: compile it, then again
+                self._compile_reference()
+                return self._measure_worlds(batch)
         if out is None:
             self._note_split("copies: " + why)
             self.no_worlds |= {root for _, root, _ in plan}
@@ -441,14 +440,14 @@ class BatchedSearch:
                     self.no_worlds.add(root)
                 control[root] = own
                 continue
-            flipped = [s for s in c.sites]
+            flipped = list(c.sites)
             moved = (got ^ ref_keys) - {s.key for s in flipped}
             if any(not _is_under_any(key, flipped) for key in moved):
                 self._note_split("copies: the compiler changed sites nobody flipped")
                 continue  # this copy cannot be read: the flip goes back
             delta = own - control[root]
-            view = ObjectSizes(0, {root: originals.functions[root] + delta}, 0)
-            out.append(Outcome(c, delta, _applied(c, Measured(view, got, m.wall_s)), Measured(view, got, m.wall_s)))
+            view = Measured(ObjectSizes(0, {root: originals.functions[root] + delta}, 0), got, m.wall_s)
+            out.append(Outcome(c, delta, _applied(c, view), view))
         return out, ""
 
     def _note_split(self, why: str) -> None:
@@ -804,8 +803,7 @@ def _split_worlds(keys: Iterable[str]) -> tuple[set[str], dict[int, set[str]]]:
 
 def _outermost(key: str) -> str:
     """The function whose body holds a key's call now (its chain's last entry)."""
-    site = key.rsplit(" @ ", 1)[-1] if " @ " in key else key.split(" at ", 1)[-1]
-    return site.rsplit(":", 2)[0]
+    return parse_callsite(key.split(" at ", 1)[1])[-1][0]
 
 
 def _own_size(sizes: ObjectSizes, fn: str) -> int:

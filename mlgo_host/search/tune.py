@@ -247,10 +247,9 @@ class BatchedPasses(_Budget):
     without decisions), then passes, each module going on from its best;
     modules that measured every flip are done.  With a compile budget, each
     pass shares what is left (the first :data:`FIRST_SHARE` of it) by
-    :func:`shares`: by the
-    flips the prior expects to pay (or the flips left, without a prior),
-    and after the first pass also by the bytes each module paid per
-    compile."""
+    :func:`shares`: by the flips the prior expects to pay (or the flips
+    left, without a prior), and after the first pass also by the bytes each
+    module paid per compile."""
 
     #: the probe's compiles: the channel compile and the always-inline remarks
     PROBE = 2
