@@ -34,7 +34,13 @@ the next batches' reference).  What one flip per compile could not afford:
   winner touched;
 * *groups*: every not-inlined site of one callee flipped together (the
   callee is deleted only once its last call is inlined: pairs that only pay
-  together).
+  together); and *outline groups*, the mirror: every inlined call of a
+  callee the object no longer has left out together (one body and k calls
+  against k inlined copies, which no single flip can show, since each pays
+  for bringing the body back alone).
+
+A search cut by its budget or time keeps the flips it queued and did not
+measure (``pending``); a resumed search starts with them.
 
 Copies (*worlds*).  Footprints bound the flips per compile by the flips of
 the busiest function: on real modules most flips land in one or two hub
@@ -78,6 +84,8 @@ log = logging.getLogger("mlgo_host.search")
 MAX_BATCH = 48
 #: sites of one callee flipped together at most (groups)
 MAX_GROUP = 6
+#: inlined sites of one callee left out together at most (outline groups)
+MAX_OUTLINE = 64
 #: flips measured in copies of their function per compile at most (each copy adds its function's
 #: compile time: 30 copies of zstd's hub took 5.8 s against 0.4 s for one compile of the module)
 MAX_WORLDS = 24
@@ -95,7 +103,7 @@ class Candidate:
     footprint: frozenset[str]  # the functions it may change (its gain is read from them)
     score: float = 0.0
     index: int | None = None  # the probe decision it flips (its features), None for exposed sites
-    kind: str = "single"  # single, exposed, group, retry
+    kind: str = "single"  # single, exposed, group, outline, retry
     #: functions whose code it copies (an inlined callee): no flip of the batch may change them
     reads: frozenset[str] = frozenset()
     #: set while packed into a batch: the function it is measured in a copy of (see mlgo_host.search.clones)
@@ -148,6 +156,10 @@ class BatchedSearch:
         #: the reference is a compile's (its total exact), not derived
         self.compiled = True
         self.exhausted = False
+        #: the groups were formed (once, after a pass measured every flip)
+        self.grouped = False
+        #: flips queued but not measured when the budget or the time ran out (kept for a resumed search)
+        self.pending: list[Candidate] = []
         self.default_slot: str | None = None  # what the probe's policy read the default from (imitation)
         self.start_text: int | None = None
         self._first = first
@@ -171,11 +183,21 @@ class BatchedSearch:
         self.flips_measured = res.get("flips_measured", 0)
         self.world_flips = res.get("flips_in_copies", 0)
         self.batches = res.get("batches", 0)
+        self.grouped = res.get("grouped", False)
+        self.pending = [self._pending_candidate(p) for p in res.get("pending", ())]
         ref = res.get("reference")
         if ref is None and not res["tried"]:  # a probe only: its decisions' compile is the start
             self.begin()
         else:
             self.base = self.start = ref if ref is not None else self.ev.measure(self.inline.values())
+
+    def _pending_candidate(self, p: dict) -> Candidate:
+        """A flip an earlier search queued and did not measure (see
+        :func:`result_of`); its footprint is computed when the search runs."""
+        sites = tuple(self.sites.get(k) or site_of_line(ln) for k, ln in zip(p["keys"], p["lines"]))
+        for x in sites:
+            self.sites.setdefault(x.key, x)  # (an exposed site: not a probe decision)
+        return Candidate(sites, p["inline"], frozenset(), kind=p["kind"], index=p.get("index"))
 
     # -- the reference --------------------------------------------------------
     def begin(self) -> Measured:
@@ -253,23 +275,58 @@ class BatchedSearch:
         p = np.array([self.flip_p[d.site.key] for d in ds]) if self.prior is not None else None
         return flip_scores(feats, acts, model=self.model, prior_flip_p=p)
 
-    def groups(self, losers: Iterable[Outcome]) -> list[Candidate]:
-        """Per callee, its not-inlined sites whose single flips all lost,
-        flipped together (its deletion may need every one)."""
-        final = final_functions(self.probe.decisions, self._defined())
-        by_callee: dict[str, list[Site]] = {}
-        for o in losers:
+    def groups(self) -> list[Candidate]:
+        """Flips of several sites that may pay only together, formed once
+        every single flip was measured: per callee, its not-inlined sites
+        whose single flips all lost, inlined together (its deletion may need
+        every one); and per callee inlined at every call, all its inlined
+        sites left out together (:meth:`outline_groups`)."""
+        lost_inline, lost_outline = self._lost_singles()
+        return self.inline_groups(lost_inline) + self.outline_groups(lost_outline)
+
+    def _lost_singles(self) -> tuple[set[str], set[str]]:
+        """The keys of single-site flips the compiler applied and that did
+        not pay, in this search and the ones it resumes: (to inline, to
+        leave out)."""
+        lost: tuple[set[str], set[str]] = (set(), set())
+        for f in self.earlier:
+            if " + " not in f["key"] and f["applied"] and f["delta"] >= 0:
+                lost[f["from"]].add(f["key"])
+        for o in self.outcomes:
             c = o.candidate
-            if c.kind == "single" and c.inline and o.applied and c.sites[0].key not in self.inline:
-                by_callee.setdefault(c.sites[0].callee, []).append(c.sites[0])
-        out = []
+            if len(c.sites) == 1 and o.applied and o.delta >= 0:
+                lost[0 if c.inline else 1].add(c.key)
+        return lost
+
+    def outline_groups(self, lost: set[str]) -> list[Candidate]:
+        """Per callee the object no longer has (every call inlined), all its
+        inlined sites left out together when each one's own flip lost
+        (keys in ``lost``): one body and k calls can be smaller than k
+        inlined copies, though no one call pays for bringing the body back
+        (what -Oz's per-site cost model cannot see)."""
+        final = final_functions(self.probe.decisions, self._defined())
         defined = self.base.sizes.functions
-        for callee, sites in by_callee.items():
-            rest = [s for s in self.sites.values()
-                    if s.callee == callee and s.caller in defined and s.key not in self.inline]
-            if 2 <= len(rest) <= MAX_GROUP and len(rest) == self._left_out(callee) and set(rest) <= set(sites):
-                out.append(self._candidate(tuple(rest), True, final, kind="group"))
-        return out
+        by_callee: dict[str, list[Site]] = {}
+        for s in self.inline.values():
+            if s.callee not in defined:  # (a site in a function inlined everywhere too: its copies call it then)
+                by_callee.setdefault(s.callee, []).append(s)
+        return [self._candidate(tuple(sites), False, final, kind="outline")
+                for callee, sites in by_callee.items()
+                if 2 <= len(sites) <= MAX_OUTLINE and all(s.key in lost for s in sites)]
+
+    def inline_groups(self, lost: set[str]) -> list[Candidate]:
+        """Per callee, its not-inlined sites (at most :data:`MAX_GROUP`)
+        when each one's own flip lost (keys in ``lost``), inlined together."""
+        final = final_functions(self.probe.decisions, self._defined())
+        defined = self.base.sizes.functions
+        by_callee: dict[str, list[Site]] = {}
+        for s in self.sites.values():
+            if s.caller in defined and s.key not in self.inline:
+                by_callee.setdefault(s.callee, []).append(s)
+        return [self._candidate(tuple(rest), True, final, kind="group")
+                for callee, rest in by_callee.items()
+                if 2 <= len(rest) <= MAX_GROUP and len(rest) == self._left_out(callee)
+                and all(s.key in lost for s in rest)]
 
     def exposed(self, won: Candidate) -> list[Candidate]:
         """The sites a winning ``inline`` flip brought into its caller."""
@@ -609,11 +666,15 @@ class BatchedSearch:
     def run(self) -> None:
         """Passes until the budget or the flips run out: every candidate
         once; then, while a pass found winners, again the flips whose
-        functions a winner changed (their context is new); the callee groups
-        once, after the first pass."""
+        functions a winner changed (their context is new); the groups once,
+        after a pass measured every flip.  A resumed search starts with
+        the flips the earlier one left :attr:`pending`."""
         if self.base is None:
             self.begin()
-        self._passes([c for c in self.candidates() if c.key not in self.tried])
+        final = final_functions(self.probe.decisions, self._defined())
+        pending = [self._candidate(c.sites, c.inline, final, kind=c.kind, index=c.index) for c in self.pending]
+        keys = {c.key for c in pending}
+        self._passes(pending + [c for c in self.candidates() if c.key not in self.tried and c.key not in keys])
         self.finish()
 
     @property
@@ -624,18 +685,18 @@ class BatchedSearch:
         return "time" if self.deadline is not None and time.time() >= self.deadline else "budget"
 
     def _passes(self, queue: list[Candidate]) -> None:
-        losers: list[Outcome] = []
-        grouped = False
+        """Passes over ``queue``; what the budget or the time left unmeasured
+        stays :attr:`pending` (a resumed search starts with it)."""
         self.exhausted = not queue
         while queue and self._left():
-            touched, lost = self._pass(queue)
-            losers += lost
-            queue = [dataclasses.replace(o.candidate, kind="retry") for o in lost
-                     if o.applied and o.candidate.footprint & touched]
-            if not grouped:
-                queue += self.groups(losers)
-                grouped = True
+            touched, lost, rest = self._pass(queue)
+            queue = rest + [dataclasses.replace(o.candidate, kind="retry") for o in lost
+                            if o.applied and o.candidate.footprint & touched]
+            if not rest and not self.grouped:  # every flip of the pass measured: the groups
+                queue += self.groups()
+                self.grouped = True
             self.exhausted = not queue and self._left()
+        self.pending = queue
 
     def _expected_winners(self, batch: list[Candidate]) -> float:
         """How many of ``batch``'s flips the prior expects to pay (its
@@ -669,19 +730,22 @@ class BatchedSearch:
         return outs
 
     def _unmeasured(self, batch: list[Candidate], outs: list[Outcome]) -> list[Candidate]:
-        """The flips of ``batch`` a failed copy left unmeasured, untried again
-        (measured later without copies); none once the budget is spent."""
+        """The flips of ``batch`` left unmeasured (a failed copy, or the
+        budget or time spent in the middle of a split), untried again: the
+        search measures them later without copies, or a resumed search does
+        (a flip stored as tried is never measured again)."""
         done = {id(o.candidate) for o in outs}
-        back = [c for c in batch if id(c) not in done] if self._left() else []
+        back = [c for c in batch if id(c) not in done]
         for c in back:
             c.world = None
             self.tried.discard(c.key)
         return back
 
-    def _pass(self, queue: list[Candidate]) -> tuple[set[str], list[Outcome]]:
+    def _pass(self, queue: list[Candidate]) -> tuple[set[str], list[Outcome], list[Candidate]]:
         """Measure every flip of ``queue`` (and the sites winners expose) by
         batches, applying each batch's winners; returns the functions the
-        winners changed and the flips that did not pay."""
+        winners changed, the flips that did not pay and the flips the budget
+        or the time left unmeasured."""
         touched: set[str] = set()
         lost: list[Outcome] = []
         queue = list(queue)
@@ -696,7 +760,7 @@ class BatchedSearch:
             for c in self.accept(won):
                 touched |= c.footprint
                 queue += [x for x in self.exposed(c) if x.key not in self.tried]
-        return touched, lost
+        return touched, lost, queue
 
 
 #: The assembler pads .eh_frame's last FDE to a multiple of 8 bytes: a flip
@@ -924,6 +988,9 @@ def result_of(s: BatchedSearch, default_size: int, wall_s: float) -> dict:
         "best_size": int(best) if use_replay else int(default_size),
         "compiles": s.ev.compiles, "batches": s.batches, "splits": dict(s.splits), "flips_measured": s.flips_measured,
         "flips_in_copies": s.world_flips, "flips": flips,
+        "pending": [{"keys": [x.key for x in c.sites], "lines": [x.replay_line() for x in c.sites],
+                     "inline": c.inline, "kind": c.kind, "index": c.index} for c in s.pending],
+        "grouped": s.grouped,
         "broken_keys": len(s.broken), "broken": sorted(s.broken), "decisions": ep.n, "wall_s": wall_s,
         "tried": sorted(s.tried), "promise": s.promise(),
         "stopped": s.stopped if s.base is not None else ("budget" if ep.n else "exhausted"),

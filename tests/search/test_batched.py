@@ -243,3 +243,43 @@ def test_a_prior_leads_the_order_and_its_promise_counts_the_flips_left(corpus):
     s.tried.add(first.key)
     assert s.promise() == 0.0
     assert BatchedSearch(m, probe, s.ev, budget=10).promise() is None  # no prior, no promise
+
+
+def test_an_outline_group_brings_its_callee_back_once_and_reads_from_its_footprint(corpus):
+    # a callee inlined at every call (gone from the object): all its calls left out together
+    s = _search(corpus, budget=20)
+    groups = s.outline_groups(set(s.inline))  # (as if every single flip had lost)
+    assert groups, "the generated module has no callee inlined everywhere"
+    g = max(groups, key=lambda c: len(c.sites))
+    callee = g.sites[0].callee
+    assert len(g.sites) >= 2 and {x.callee for x in g.sites} == {callee} and not g.inline
+    assert callee not in s.base.sizes.functions and callee in g.footprint
+    (o,) = s.measure([g])
+    m = o.measured
+    assert o.applied and not {x.key for x in g.sites} & m.inlined  # no call of it inlined
+    assert callee in m.sizes.functions  # its body is back, once
+    changed = set(_changes(m.sizes, s.base.sizes))
+    assert changed <= g.footprint and callee in changed  # its change lies in the functions it predicts
+
+
+def test_flips_a_budget_cuts_off_are_measured_by_the_resumed_search(corpus, monkeypatch):
+    s = _search(corpus, budget=40)
+    a, b = s.batches_of(s.candidates())[0][:2]
+    # the budget runs out between the halves of a split batch: the second half is not measured
+    s.budget = s.ev.compiles + 3
+    monkeypatch.setattr(s, "_attribute", lambda batch, m: (None, "a function outside every footprint changed"))
+    touched, lost, rest = s._pass([a, b])
+    assert [c.key for c in rest] == [b.key] and b.key not in s.tried  # kept, not lost as tried
+    monkeypatch.undo()
+    # end to end: a search cut by its budget keeps what it queued, and the resumed one measures it
+    from mlgo_host.corpus.compile import baseline_size
+    m = corpus["gen"]
+    d = baseline_size(m, cache_dir=None)
+    r1 = search_module_batched(m, load_policy("default"), {"clang": "clang-19"}, budget=8, default_size=d)
+    assert r1["stopped"] == "budget" and r1["pending"]
+    measured1 = {f["key"] for f in r1["flips"]}
+    assert set(r1["tried"]) <= measured1  # nothing counted as tried that was not measured
+    r2 = search_module_batched(m, load_policy("default"), {"clang": "clang-19"}, budget=r1["compiles"] + 12,
+                               default_size=d, resume=r1)
+    again = [f["key"] for f in r2["flips"][len(r1["flips"]):]]
+    assert {" + ".join(p["keys"]) for p in r1["pending"]} <= set(again)
