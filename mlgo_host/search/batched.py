@@ -328,6 +328,20 @@ class BatchedSearch:
                 if 2 <= len(rest) <= MAX_GROUP and len(rest) == self._left_out(callee)
                 and all(s.key in lost for s in rest)]
 
+    def reinlined(self, won: Candidate) -> list[Candidate]:
+        """After an outline group pays, each of its calls inlined again
+        alone: the body is back either way, so a call whose inlined copy
+        folds away (a constant argument) may pay now."""
+        if won.kind != "outline":
+            return []
+        final = final_functions(self.probe.decisions, self._defined())
+        index = {d.site.key: d.index for d in self._first}
+        return [self._candidate((s,), True, final, kind="retry", index=index.get(s.key)) for s in won.sites]
+
+    def _in_set(self, c: Candidate) -> bool:
+        """Is ``c`` already what the current set does (a group applied it)?"""
+        return all((s.key in self.inline) == c.inline for s in c.sites)
+
     def exposed(self, won: Candidate) -> list[Candidate]:
         """The sites a winning ``inline`` flip brought into its caller."""
         if not won.inline or won.index is None:
@@ -691,7 +705,7 @@ class BatchedSearch:
         while queue and self._left():
             touched, lost, rest = self._pass(queue)
             queue = rest + [dataclasses.replace(o.candidate, kind="retry") for o in lost
-                            if o.applied and o.candidate.footprint & touched]
+                            if o.applied and o.candidate.footprint & touched and not self._in_set(o.candidate)]
             if not rest and not self.grouped:  # every flip of the pass measured: the groups
                 queue += self.groups()
                 self.grouped = True
@@ -760,6 +774,7 @@ class BatchedSearch:
             for c in self.accept(won):
                 touched |= c.footprint
                 queue += [x for x in self.exposed(c) if x.key not in self.tried]
+                queue += self.reinlined(c)
         return touched, lost, queue
 
 
