@@ -239,8 +239,10 @@ def _in_section(head: str, section: str) -> str:
 
 
 def _ident(name: str) -> str:
-    """An IR identifier for ``name`` (quoted when it needs to be)."""
-    return name if re.fullmatch(r"[-\w$.]+", name) else '"' + name + '"'
+    """An IR identifier for ``name``, quoted as llvm-dis prints it: when it
+    starts with a digit or holds anything but letters, digits, '-', '.' and
+    '_' (a C++ lambda's ``$_0`` is quoted; renaming it unquoted missed it)."""
+    return name if re.fullmatch(r"[-A-Za-z._][-A-Za-z0-9._]*", name) else '"' + name + '"'
 
 
 def _remap_refs(text: str, remap: Mapping[int, int]) -> str:

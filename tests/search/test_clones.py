@@ -1,0 +1,33 @@
+"""Copies of a function tree in a module's text (mlgo_host.search.clones),
+checked by the real llvm-as-19."""
+
+from __future__ import annotations
+
+import subprocess
+
+from mlgo_host.search.clones import ModuleText, world_name
+
+# a lambda's operator() is named with '$' (llvm-dis quotes such names)
+CPP = r"""
+#include <algorithm>
+#include <vector>
+int count_big(const std::vector<int> &v, int t) {
+  return (int)std::count_if(v.begin(), v.end(), [t](int x) { return x > t; });
+}
+"""
+
+
+def test_a_function_with_a_quoted_name_is_copied_under_a_new_name(tmp_path):
+    src = tmp_path / "lam.cc"
+    src.write_text(CPP)
+    ll = subprocess.run(["clang-19", "-O0", "-g", "-S", "-emit-llvm", "-x", "c++", str(src), "-o", "-"],
+                        capture_output=True, text=True, check=True).stdout
+    mt = ModuleText(ll)
+    lam = next(n for n in mt.functions if "$_0" in n)
+    assert f'@"{lam}"(' in ll  # quoted in the text
+    out = mt.with_worlds({0: (lam, [lam]), 1: (lam, [lam])})
+    for k in (0, 1):
+        assert f'@"{world_name(lam, k)}"(' in out
+    # the module with its copies is valid IR: no function defined twice
+    r = subprocess.run(["llvm-as-19", "-o", "/dev/null", "-"], input=out, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
