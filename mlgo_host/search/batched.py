@@ -184,20 +184,23 @@ class BatchedSearch:
         self.world_flips = res.get("flips_in_copies", 0)
         self.batches = res.get("batches", 0)
         self.grouped = res.get("grouped", False)
-        self.pending = [self._pending_candidate(p) for p in res.get("pending", ())]
         ref = res.get("reference")
         if ref is None and not res["tried"]:  # a probe only: its decisions' compile is the start
             self.begin()
         else:
             self.base = self.start = ref if ref is not None else self.ev.measure(self.inline.values())
+        self.pending = self._pending_of(res.get("pending", ()))
 
-    def _pending_candidate(self, p: dict) -> Candidate:
-        """A flip an earlier search queued and did not measure (see
-        :func:`result_of`); its footprint is computed when the search runs."""
-        sites = tuple(self.sites.get(k) or site_of_line(ln) for k, ln in zip(p["keys"], p["lines"]))
-        for x in sites:
-            self.sites.setdefault(x.key, x)  # (an exposed site: not a probe decision)
-        return Candidate(sites, p["inline"], frozenset(), kind=p["kind"], index=p.get("index"))
+    def _pending_of(self, stored: Iterable[dict]) -> list[Candidate]:
+        """The flips an earlier search queued and did not measure (see
+        :func:`result_of`), their footprints from the reference."""
+        flips = [(tuple(self.sites.get(k) or site_of_line(ln) for k, ln in zip(p["keys"], p["lines"])), p)
+                 for p in stored]
+        for sites, _ in flips:
+            for x in sites:
+                self.sites.setdefault(x.key, x)  # (an exposed site: not a probe decision)
+        final = final_functions(self.probe.decisions, self._defined())
+        return [self._candidate(sites, p["inline"], final, kind=p["kind"], index=p.get("index")) for sites, p in flips]
 
     # -- the reference --------------------------------------------------------
     def begin(self) -> Measured:
@@ -685,10 +688,8 @@ class BatchedSearch:
         the flips the earlier one left :attr:`pending`."""
         if self.base is None:
             self.begin()
-        final = final_functions(self.probe.decisions, self._defined())
-        pending = [self._candidate(c.sites, c.inline, final, kind=c.kind, index=c.index) for c in self.pending]
-        keys = {c.key for c in pending}
-        self._passes(pending + [c for c in self.candidates() if c.key not in self.tried and c.key not in keys])
+        keys = {c.key for c in self.pending}
+        self._passes(self.pending + [c for c in self.candidates() if c.key not in self.tried and c.key not in keys])
         self.finish()
 
     @property
