@@ -186,26 +186,6 @@ def test_a_copy_that_differs_from_its_function_is_caught(corpus, monkeypatch):
     assert back == copied and all(c.world is None and s.world_root(c) is None for c in back)
 
 
-def test_copies_whose_originals_do_not_read_are_split_and_keep_their_copies(corpus, monkeypatch):
-    s = _search(corpus, budget=80, worlds=True)
-    s._compile_start()  # (the replay's own start: a failed attribution is the batch's)
-    flips = [c for c in s.candidates() if s.world_root(c) is not None]
-    batch = s.batches_of(flips)[0]
-    assert sum(c.world is not None for c in batch) >= 2
-    real = s._attribute
-    calls = []
-    # the first compile's originals do not read (as when a flip's strings, which no function owns, move)
-    monkeypatch.setattr(s, "_attribute", lambda b, m: (calls.append(1), (None, "bytes no function owns moved")
-                                                       if len(calls) == 1 else real(b, m))[1])
-    before = s.ev.compiles
-    got = s.measure(batch)
-    # the batch was split in two, each half measured with its copies; no function lost its copies
-    assert s.splits["copies: bytes no function owns moved"] == 1 and not s.no_worlds
-    assert {id(o.candidate) for o in got} == {id(c) for c in batch}
-    assert s.ev.compiles - before == 3
-    assert s.world_flips == sum(c.world is not None for c in batch)
-
-
 def test_an_overlapping_batch_is_detected_and_split(corpus):
     s = _search(corpus)
     cands = s.candidates()
