@@ -524,15 +524,6 @@ class BatchedSearch:
             if out is None and self.unverified:  # perhaps the derived reference: compile it, then again
                 self._compile_reference()
                 return self._measure_worlds(batch)
-        if out is None and why in _ORIGINALS_FAILED:
-            # the originals did not read cleanly (a flip's strings, which no function owns, moved): the
-            # copies are not at fault, so split as an ordinary batch does; a flip alone goes in place
-            self._note_split("copies: " + why)
-            if len(batch) == 1:
-                batch[0].world = None
-                return self.measure(batch)
-            half = len(batch) // 2
-            return self.measure(batch[:half]) + self.measure(batch[half:])
         if out is None:
             self._note_split("copies: " + why)
             self.no_worlds |= {root for _, root, _ in plan}
@@ -857,11 +848,6 @@ class BatchedSearch:
                 queue += self.reinlined(c)
         return touched, lost, queue
 
-
-#: why :meth:`BatchedSearch._attribute` may fail: in a batch with copies, the originals' (the copies read
-#: fine or were not reached)
-_ORIGINALS_FAILED = frozenset({"bytes no function owns moved", "footprints overlap",
-                               "a function outside every footprint changed", "the compiler changed sites nobody flipped"})
 
 #: The assembler pads .eh_frame's last FDE to a multiple of 8 bytes: a flip
 #: that changes the parity of the FDEs' total moves these 4 bytes, whichever
