@@ -42,21 +42,13 @@ the next batches' reference).  What one flip per compile could not afford:
 A search cut by its budget or time keeps the flips it queued and did not
 measure (``pending``); a resumed search starts with them.
 
-The start: the probe's decisions compiled by replay, or, when the probe
-took the compiler's own decisions (``tune``), the probe's plain compile
-standing in for it until the first batch's attribution checks it (a failed
-one compiles the replay and measures again): a compile saved per module.
-
 Copies (*worlds*).  Footprints bound the flips per compile by the flips of
 the busiest function: on real modules most flips land in one or two hub
-functions.  A flip whose footprint is one function ``F`` (it deletes no
-callee) is measured instead in a copy of ``F`` and of the functions
-inlined only into it (:mod:`.clones`), with the decision set plus that
-flip; the copy's size less a control copy's (the set alone) is its gain.
-A flip that leaves out the last inlined call of a callee (it brings the
-callee back) copies the callee into its world too, with the callee's own
-linkage, and its gain is the world's functions less the control's: each
-world pays for its own copy of the body, as the flip alone would.  Each control must equal ``F`` exactly (size without alignment
+functions.  A flip whose footprint is one function ``F`` (it deletes and
+brings back no callee) is measured instead in a copy of ``F`` and of the
+functions inlined only into it (:mod:`.clones`), with the decision set
+plus that flip; the copy's size less a control copy's (the set alone) is
+its gain.  Each control must equal ``F`` exactly (size without alignment
 padding, and sites inlined); a function whose control does not (a tail
 call that was a short jump to its neighbour, a pass that saw its callers)
 gets no copies again, and its flips are measured in place.  The originals
@@ -163,8 +155,6 @@ class BatchedSearch:
         self.unverified: set[str] = set()
         #: the reference is a compile's (its total exact), not derived
         self.compiled = True
-        #: the reference is the probe's plain compile, not yet checked against a replay (see begin)
-        self.provisional = False
         self.exhausted = False
         #: the groups were formed (once, after a pass measured every flip)
         self.grouped = False
@@ -214,43 +204,13 @@ class BatchedSearch:
 
     # -- the reference --------------------------------------------------------
     def begin(self) -> Measured:
-        """The start and the reference: the probe's own decisions compiled by
-        replay; keys the compiler did not apply are set aside.  When the
-        probe's plain compile made exactly these decisions (tune's probe
-        takes the compiler's own), its object stands in for that compile
-        until the first batch checks it (:meth:`_check_start`)."""
-        plain = self.probe.plain
-        if plain is not None and plain.text == self.probe.text and all(
-                (k in self.inline) == (k in plain.inlined) for k in self.sites):
-            self.base = self.start = plain
-            self.start_text = plain.text
-            self.provisional = True
-            return self.base
-        return self._compile_start()
-
-    def _compile_start(self) -> Measured:
+        """Compile the probe's own decisions by replay: the start and the
+        reference; keys the compiler did not apply are set aside."""
         self.base = self.start = self.ev.measure(self.inline.values())
         self.start_text = self.base.text
-        self.provisional = False
-        self._trees.clear()
         missing = set(self.inline) - self.base.inlined
         self.broken |= missing
         return self.base
-
-    def _check_start(self, read: bool, why: str) -> bool:
-        """After a batch's attribution against a reference that is the plain
-        compile's: one that held checked it (every function outside the
-        flips' footprints, and every key nobody flipped, as the replay gives
-        them); one that failed compiles the replay (True: measure again),
-        since the failure may be the replay's, not a flip's (a key it does
-        not match, seen in 5 of 126 modules)."""
-        if not self.provisional or why == "footprints overlap":  # (no function was compared)
-            return False
-        if read:
-            self.provisional = False
-            return False
-        self._compile_start()
-        return True
 
     def _flip_probabilities(self, ds: Sequence[Decision]) -> dict[str, float]:
         if self.prior is None or not ds:
@@ -519,8 +479,6 @@ class BatchedSearch:
         else:
             self.batches += 1
             out, why = self._attribute_worlds(normal, plan, m)
-            if self._check_start(out is not None, why):
-                return self._measure_worlds(batch)
             if out is None and self.unverified:  # perhaps the derived reference: compile it, then again
                 self._compile_reference()
                 return self._measure_worlds(batch)
@@ -625,8 +583,6 @@ class BatchedSearch:
         m = self.ev.measure(self._set_with(batch))
         self.batches += 1
         out, why = self._attribute(batch, m)
-        if self._check_start(out is not None, why):
-            return self.measure(batch)
         if out is None and self.unverified and why != "footprints overlap":
             self._compile_reference()
             return self.measure(batch)
@@ -1086,7 +1042,7 @@ def result_of(s: BatchedSearch, default_size: int, wall_s: float) -> dict:
         "broken_keys": len(s.broken), "broken": sorted(s.broken), "decisions": ep.n, "wall_s": wall_s,
         "tried": sorted(s.tried), "promise": s.promise(),
         "stopped": s.stopped if s.base is not None else ("budget" if ep.n else "exhausted"),
-        "reference": s.base if s.base is not None and s.compiled and not s.provisional else None,
+        "reference": s.base if s.base is not None and s.compiled else None,
         "inline": sorted(x.replay_line() for x in s.inline.values()) if use_replay else None,
         "scope": sorted({d.site.caller for d in s.probe.decisions}) if use_replay else None,
         "inline_all": {k: x.replay_line() for k, x in s.inline.items()}, "probe": s.probe,
