@@ -397,17 +397,11 @@ class BatchedSearch:
 
     def world_root(self, c: Candidate) -> str | None:
         """The function ``c`` can be measured in a copy of: the one function
-        of its footprint besides the callees it brings back, when every site
-        it flips is a call its tree holds and it inlines no function of the
-        tree; a callee it brings back is copied into its world too, so each
-        world has its own (see :meth:`world_tree`; else None)."""
-        if not self.worlds:
+        of its footprint, when every site it flips is a call its tree holds
+        and it inlines no function of the tree (else None)."""
+        if not self.worlds or len(c.footprint) != 1:
             return None
-        brings = _brings(c)
-        core = c.footprint - brings
-        if len(core) != 1:
-            return None
-        (root,) = core
+        (root,) = c.footprint
         if root in self.no_worlds or root not in self.base.sizes.functions:
             return None
         try:
@@ -418,21 +412,7 @@ class BatchedSearch:
             return None
         if t is None or c.reads & t or any(s.caller not in t for s in c.sites):
             return None
-        if brings:
-            # the left-out calls must lie in copied bodies (so they call the world's copy of the
-            # callee), and the callee must be copyable
-            names = self._debug_names(t)
-            if not self._module_text().can_copy(brings - t) or not all(_copied_chain(s, names)[0] for s in c.sites):
-                return None
         return root
-
-    def world_tree(self, root: str, c: Candidate | None) -> frozenset[str]:
-        """What world ``c`` (None: the control) copies: ``root``'s tree and
-        the callees ``c`` brings back (its copies call their own copy of the
-        callee, which then stays in the object: the flip's cost of bringing
-        it back, read from the world's own functions)."""
-        t = self.tree(root)
-        return t if c is None else t | _brings(c)
 
     def _in_world(self, s: Site, tree: frozenset[str], names: set[str], k: int) -> Site:
         """``s`` as world ``k`` names it: the functions whose bodies the copy
@@ -463,13 +443,12 @@ class BatchedSearch:
         sites = self._set_with(normal)
         scope: set[str] = set()
         for k, root, c in plan:
-            t = self.world_tree(root, c)
+            t = self.tree(root)
             names = self._debug_names(t)
             members = self._set_with([c]) if c is not None else list(self.inline.values())
             sites += [self._in_world(x, t, names, k) for x in members if x.caller in t]
             scope |= {world_name(fn, k) for fn in t if fn in self.ev.scope}
-        ir = self._module_text().with_worlds({k: (root, self.tree(root)) for k, root, _ in plan},
-                                             {k: _brings(c) for k, root, c in plan if c is not None})
+        ir = self._module_text().with_worlds({k: (root, self.tree(root)) for k, root, _ in plan})
         try:
             m = self.ev.measure(sites, ir=ir, scope=scope)
         except CompilerError as e:  # the copies' text did not compile: the flips go without copies
@@ -503,7 +482,7 @@ class BatchedSearch:
         alignment padding, which depends on where a copy lies, left out).
         A copy whose inlined sites are not the set's and its flip's is left
         out too: the flips left out are measured again in place."""
-        copies = {world_name(fn, k) for k, root, c in plan for fn in self.world_tree(root, c)}
+        copies = {world_name(root, k) for k, root, _ in plan}
         sizes = m.sizes
         functions = {f: n for f, n in sizes.functions.items() if f not in copies}
         originals = ObjectSizes(sum(functions.values()) + sizes.other, functions, sizes.other,
@@ -520,16 +499,13 @@ class BatchedSearch:
                 return None, "a copy is missing from the object"
             if root in self.no_worlds:  # its control failed: its flips go back, measured in place later
                 continue
-            t = self.world_tree(root, c)
+            t = self.tree(root)
             names = self._debug_names(t)
             # (by debug name, which two functions may share: a key known to be another function's is not)
             ref_keys = {key for key in base.inlined if _outermost(key) in names
                         and (key not in self.sites or self.sites[key].caller in t)}
             got = by_world.get(k, set())
-            # the world's own functions: its root's copy and whatever copy of its tree it kept (a callee
-            # it brings back; in the control, as in the originals, none)
-            kept = {fn: world_name(fn, k) for fn in t if world_name(fn, k) in sizes.functions}
-            own = sum(_own_size(sizes, name) for name in kept.values())
+            own = _own_size(sizes, copy)
             if c is None:
                 if own != _own_size(originals, root) or got != ref_keys:
                     # compiled apart it is other code (a short jump to a neighbour, a pass that saw its
@@ -544,9 +520,7 @@ class BatchedSearch:
                 self._note_split("copies: the compiler changed sites nobody flipped")
                 continue  # this copy cannot be read: the flip goes back
             delta = own - control[root]
-            now = {fn: sizes.functions[name] for fn, name in kept.items() if fn != root}
-            now[root] = originals.functions[root] + _own_size(sizes, copy) - control[root]
-            view = Measured(ObjectSizes(0, now, 0), got, m.wall_s)
+            view = Measured(ObjectSizes(0, {root: originals.functions[root] + delta}, 0), got, m.wall_s)
             out.append(Outcome(c, delta, _applied(c, view), view))
         return out, ""
 
@@ -868,12 +842,6 @@ class _Batch:
         if c.inline:
             for s in c.sites:
                 self.inlining[s.callee] = self.inlining.get(s.callee, 0) + 1
-
-
-def _brings(c: Candidate) -> frozenset[str]:
-    """The callees a flip that leaves calls out brings back (gone from the
-    object, they are in its footprint)."""
-    return frozenset() if c.inline else frozenset(s.callee for s in c.sites) & c.footprint
 
 
 def _plain(c: Candidate) -> bool:

@@ -39,9 +39,6 @@ SUFFIX = ".mlgo{}"
 #: where the copies' code goes: a section of their own, so the originals' section (and the
 #: alignment padding after its last function) is the object's without copies
 COPIES_SECTION = ".text.mlgo_copies"
-#: where a copied callee a world brings back goes: apart from the copy calling it, so a call to it
-#: is never relaxed to a short jump for lying close (in the originals it lies where its source put it)
-CALLEES_SECTION = ".text.mlgo_callees"
 
 _DEFINE = re.compile(r'^define\b[^@]*@("(?:[^"\\]|\\.)*"|[-\w$.]+)\(')
 _MD = re.compile(r"^!(\d+) = (.*)$")
@@ -157,32 +154,24 @@ class ModuleText:
         return out
 
     # -- writing worlds ---------------------------------------------------------
-    def with_worlds(self, worlds: Mapping[int, tuple[str, Iterable[str]]],
-                    callees: Mapping[int, Iterable[str]] | None = None) -> str:
+    def with_worlds(self, worlds: Mapping[int, tuple[str, Iterable[str]]]) -> str:
         """The module with, for each world ``k`` (``worlds[k] = (root,
         tree)``), a copy of every function of the tree named
         ``world_name(fn, k)`` (calls among them renamed, each copy with its
         own debug metadata), the root's copy kept alive (the others are
-        inlined into it and go, as the originals do).  ``callees[k]``: the
-        functions world ``k`` brings back (a call to them it leaves out),
-        copied with it under its names but with their own linkage (an
-        internal copy of a ``linkonce_odr`` function would invite the
-        interprocedural changes the original never gets) and in a section
-        of their own."""
+        inlined into it and go, as the originals do)."""
         extra_fn: list[str] = []
         extra_md: list[str] = []
         kept: list[str] = []
         next_id = self.next_id
-        callees = callees or {}
         for k, (root, names) in sorted(worlds.items()):
-            own = set(callees.get(k, ())) - {root}
-            names = sorted(set(names) | {root} | own)
+            names = sorted(set(names) | {root})
             rename = {n: world_name(n, k) for n in names}
             for n in names:
                 ids = self._local_metadata(n)
                 remap = {i: next_id + j for j, i in enumerate(ids)}
                 next_id += len(ids)
-                extra_fn.append(self._copy_function(n, rename, remap, k, callee=n in own))
+                extra_fn.append(self._copy_function(n, rename, remap, k))
                 extra_md += self._copy_metadata(n, ids, remap, k)
             kept.append(rename[root])
         lines = list(self.lines)
@@ -194,17 +183,15 @@ class ModuleText:
         out = lines[:first_md] + extra_fn + ([used] if used else []) + lines[first_md:] + extra_md
         return "\n".join(out) + "\n"
 
-    def _copy_function(self, fn: str, rename: Mapping[str, str], remap: Mapping[int, int], k: int,
-                       callee: bool = False) -> str:
+    def _copy_function(self, fn: str, rename: Mapping[str, str], remap: Mapping[int, int], k: int) -> str:
         f = self.functions[fn]
         text = "\n".join(self.lines[f.start:f.end + 1])
         head, _, rest = text.partition("\n")
-        # a copy is its own symbol: internal (nothing outside sees it), no comdat; a callee brought
-        # back keeps its linkage (it is what the compiler may assume of it)
+        # a copy is its own symbol: internal (nothing outside sees it), no comdat
         prefix, _, after = head.partition("@")
-        words = prefix.split()[1:] if callee else ["internal", *(w for w in prefix.split()[1:] if w not in _LINKAGE)]
-        head = re.sub(r"\s+comdat(\([^)]*\))?", "", " ".join(["define", *words]) + " @" + after)
-        head = _in_section(head, CALLEES_SECTION if callee else COPIES_SECTION)
+        words = [w for w in prefix.split()[1:] if w not in _LINKAGE]
+        head = re.sub(r"\s+comdat(\([^)]*\))?", "", " ".join(["define", "internal", *words]) + " @" + after)
+        head = _in_section(head, COPIES_SECTION)
         text = head + "\n" + rest
         for old, new in rename.items():
             text = re.sub("@" + re.escape(_ident(old)) + r"(?![-\w$.])", "@" + _ident(new), text)
