@@ -285,7 +285,8 @@ class BatchedSearch:
         every one); and per callee inlined at every call, all its inlined
         sites left out together (:meth:`outline_groups`)."""
         lost_inline, lost_outline = self._lost_singles()
-        return self.inline_groups(lost_inline) + self.outline_groups(lost_outline)
+        final = final_functions(self.probe.decisions, self._defined())
+        return self.inline_groups(lost_inline, final) + self.outline_groups(lost_outline, final)
 
     def _lost_singles(self) -> tuple[set[str], set[str]]:
         """The keys of single-site flips the compiler applied and that did
@@ -301,13 +302,13 @@ class BatchedSearch:
                 lost[0 if c.inline else 1].add(c.key)
         return lost
 
-    def outline_groups(self, lost: set[str]) -> list[Candidate]:
+    def outline_groups(self, lost: set[str], final: dict[str, frozenset[str]]) -> list[Candidate]:
         """Per callee the object no longer has (every call inlined), all its
         inlined sites left out together when each one's own flip lost
         (keys in ``lost``): one body and k calls can be smaller than k
         inlined copies, though no one call pays for bringing the body back
-        (what -Oz's per-site cost model cannot see)."""
-        final = final_functions(self.probe.decisions, self._defined())
+        (what -Oz's per-site cost model cannot see).  ``final``: where each
+        function's code ends up (:func:`final_functions`)."""
         defined = self.base.sizes.functions
         by_callee: dict[str, list[Site]] = {}
         for s in self.inline.values():
@@ -317,10 +318,9 @@ class BatchedSearch:
                 for callee, sites in by_callee.items()
                 if 2 <= len(sites) <= MAX_OUTLINE and all(s.key in lost for s in sites)]
 
-    def inline_groups(self, lost: set[str]) -> list[Candidate]:
+    def inline_groups(self, lost: set[str], final: dict[str, frozenset[str]]) -> list[Candidate]:
         """Per callee, its not-inlined sites (at most :data:`MAX_GROUP`)
         when each one's own flip lost (keys in ``lost``), inlined together."""
-        final = final_functions(self.probe.decisions, self._defined())
         defined = self.base.sizes.functions
         by_callee: dict[str, list[Site]] = {}
         for s in self.sites.values():
@@ -992,8 +992,7 @@ def result_of(s: BatchedSearch, default_size: int, wall_s: float) -> dict:
         raw = ep.raw[c.index * nb:(c.index + 1) * nb] if c.index is not None else b""
         flips.append({"key": c.key, "index": c.index, "raw": raw, "from": 0 if c.inline else 1,
                       "delta": int(o.delta), "applied": o.applied, "kind": c.kind,
-                      "accepted": o.applied and o.delta < 0 and all(
-                          (x.key in s.inline) == c.inline for x in c.sites)})
+                      "accepted": o.applied and o.delta < 0 and s._in_set(c)})
     best = s.base.text if s.base is not None else None
     replay_matches = s.start_text == s.probe.text
     use_replay = best is not None and best < default_size

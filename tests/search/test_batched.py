@@ -248,7 +248,8 @@ def test_a_prior_leads_the_order_and_its_promise_counts_the_flips_left(corpus):
 def test_an_outline_group_brings_its_callee_back_once_and_reads_from_its_footprint(corpus):
     # a callee inlined at every call (gone from the object): all its calls left out together
     s = _search(corpus, budget=20)
-    groups = s.outline_groups(set(s.inline))  # (as if every single flip had lost)
+    final = final_functions(s.probe.decisions, s.base.sizes.functions)
+    groups = s.outline_groups(set(s.inline), final)  # (as if every single flip had lost)
     assert groups, "the generated module has no callee inlined everywhere"
     g = max(groups, key=lambda c: len(c.sites))
     callee = g.sites[0].callee
