@@ -121,6 +121,10 @@ class Outcome:
     applied: bool
     #: the compile it was measured in (the winners' sizes in the next reference come from it)
     measured: Measured | None = dataclasses.field(default=None, repr=False)
+    #: the search applied it (a winner of its batch; an equal flip that lost to a disjoint one was not)
+    accepted: bool = False
+    #: measured alone, in place: its compile is the reference with this flip, the next reference when it wins
+    alone: bool = False
 
 
 class BatchedSearch:
@@ -573,6 +577,8 @@ class BatchedSearch:
             return self.measure(batch[:half]) + self.measure(batch[half:])
         self.unverified.clear()  # every function outside the batch's footprints matched the reference
         self.flips_measured += len(out)
+        if len(batch) == 1:
+            out[0].alone = True
         return out
 
     def _attribute(self, batch: Sequence[Candidate], m: Measured) -> tuple[list[Outcome] | None, str]:
@@ -639,6 +645,7 @@ class BatchedSearch:
         functions = dict(self.base.sizes.functions)
         inlined = set(self.base.inlined)
         for o in won:
+            o.accepted = True
             c = o.candidate
             for f in c.footprint:
                 size = o.measured.sizes.functions.get(f)
@@ -658,12 +665,19 @@ class BatchedSearch:
                         del self.inline[k]
                     inlined -= {s.key} | under | {k for k in inlined if _is_under_any(k, [s])}
             self.unverified |= c.footprint
+        self._trees.clear()
+        if len(won) == 1 and won[0].alone:
+            # its compile is the new reference itself: exact, even where the flip's change spilled out of its
+            # predicted footprint (then read from the object's total), which a derived reference would miss
+            self.base = won[0].measured
+            self.unverified.clear()
+            self.compiled = True
+            return [won[0].candidate]
         other = self.base.sizes.other
         sizes = ObjectSizes(sum(functions.values()) + other, functions, other,
                             other_sections=dict(self.base.sizes.other_sections))
         self.base = Measured(sizes, inlined, 0.0)
         self.compiled = False
-        self._trees.clear()
         return [o.candidate for o in won]
 
     def _compile_reference(self) -> None:
@@ -992,7 +1006,8 @@ def result_of(s: BatchedSearch, default_size: int, wall_s: float) -> dict:
         raw = ep.raw[c.index * nb:(c.index + 1) * nb] if c.index is not None else b""
         flips.append({"key": c.key, "index": c.index, "raw": raw, "from": 0 if c.inline else 1,
                       "delta": int(o.delta), "applied": o.applied, "kind": c.kind,
-                      "accepted": o.applied and o.delta < 0 and s._in_set(c)})
+                      # (applied by the search and still in the best set: a flip undone later is not)
+                      "accepted": o.accepted and s._in_set(c)})
     best = s.base.text if s.base is not None else None
     replay_matches = s.start_text == s.probe.text
     use_replay = best is not None and best < default_size

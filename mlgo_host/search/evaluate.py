@@ -190,7 +190,10 @@ def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str
         return Probe(ep, [], int(res.text_size), time.monotonic() - t0, compiles=1)
     if debug is None:
         debug = debug_info(module.bc_path, llvm_tool(clang, "llvm-dis"), timeout)
-    decisions = identify(remarks, debug, mandatory_sites(plain_remarks(module, clang, timeout)))
+    plain = plain_remarks(module, clang, timeout)
+    # (the plain compile's inlined keys tell apart copies of one body; they are the probe's own when
+    # the probe takes the compiler's decisions, as tune's does, else only a hint)
+    decisions = identify(remarks, debug, mandatory_sites(plain), inlined_keys(plain))
     for d, a in zip(decisions, ep.actions):
         if bool(a) != d.inlined:
             raise CompilerError(f"module {module.name!r}: decision {d.index}: the record says "

@@ -303,12 +303,13 @@ def read_debug_info(ir_lines: Iterable[str]) -> DebugInfo:
                 elif f.group(5):
                     got.setdefault("file", f.group(6))
             name = got.get("linkageName") or got.get("name")
-            if name and "line" in got:
-                nodes[m.group(1)] = (name, int(got["line"]), got.get("file", ""))
+            if name:  # (llvm-dis leaves out a line of 0: a C++ global initializer's, which the compiler counts from 0)
+                nodes[m.group(1)] = (name, int(got.get("line", 0)), got.get("file", ""))
     infos = {i: FunctionInfo(n, line, files.get(f, "")) for i, (n, line, f) in nodes.items()}
     by_file: dict[str, list[FunctionInfo]] = {}
     for info in infos.values():
-        by_file.setdefault(info.file, []).append(info)
+        if info.line:  # a function with no line has no extent in its file
+            by_file.setdefault(info.file, []).append(info)
     for v in by_file.values():
         v.sort(key=lambda f: f.line)
     return DebugInfo({fn: infos[i] for i, fn in defined.items() if i in infos}, by_file)
@@ -338,12 +339,19 @@ class _Live:
     column: int
 
 
-def identify(remarks: Sequence[Remark], debug: DebugInfo, mandatory: Sequence[Site] = ()) -> list[Decision]:
+def identify(remarks: Sequence[Remark], debug: DebugInfo, mandatory: Sequence[Site] = (),
+             known: set[str] = frozenset()) -> list[Decision]:
     """Every decision's :class:`Site`, by replaying the inline tree in
     decision order (see the module docstring).  ``mandatory``: the
     ``always_inline`` sites (:func:`mandatory_sites`); the compiler inlines
     them before the first decision, copying the callee's calls as written,
-    so a decision about such a copy is keyed through its always-inline site."""
+    so a decision about such a copy is keyed through its always-inline site.
+    ``known``: keys a compile with the same decisions inlined (the plain
+    compile's, :func:`inlined_keys`).  A remark cannot tell apart two copies
+    of one body (same callee, same line and column), and the order the
+    compiler visits them is not the order it copied them in (zstd's
+    ``FORCE_INLINE`` hash helpers): the copy whose key agrees with
+    ``known`` is taken first."""
     live: dict[str, list[_Live]] = {}
     used: dict[str, set[str]] = {}  # caller -> keys its decisions took
     bodies: dict[str, list[Site]] = {}  # caller -> the sites whose callee's body it took in, in order
@@ -352,11 +360,11 @@ def identify(remarks: Sequence[Remark], debug: DebugInfo, mandatory: Sequence[Si
     out: list[Decision] = []
     for i, r in enumerate(remarks):
         sites = live.setdefault(r.caller, [])
-        hit = next((k for k, s in enumerate(sites)
-                    if s.site.callee == r.callee and s.line == r.line and s.column == r.column), None)
+        hits = [k for k, s in enumerate(sites) if s.site.callee == r.callee and s.line == r.line and s.column == r.column]
+        hit = _agreeing(hits, lambda k: sites[k].site.key, r.inlined, known)
         taken = used.setdefault(r.caller, set())
         if hit is None:
-            entry = _Live(_written_site(r, debug, bodies, taken), r.line, r.column)
+            entry = _Live(_written_site(r, debug, bodies, taken, known), r.line, r.column)
         else:
             entry = sites.pop(hit)
         taken.add(entry.site.key)
@@ -374,24 +382,59 @@ def identify(remarks: Sequence[Remark], debug: DebugInfo, mandatory: Sequence[Si
     return out
 
 
-def _written_site(r: Remark, debug: DebugInfo, bodies: dict[str, list[Site]], used: set[str]) -> Site:
+def _written_site(r: Remark, debug: DebugInfo, bodies: dict[str, list[Site]], used: set[str],
+                  known: set[str] = frozenset()) -> Site:
     """The site of a decision no live site explains: a call written in its
     caller, or in a function whose body was inlined into it (always-inline
     bodies, and in a recursive SCC bodies inlined before their own calls
     were decided); with several copies of that body, each copy takes the
-    next key not ``used`` yet."""
+    next key not ``used`` yet, one that agrees with ``known`` first."""
     own = debug.functions.get(r.caller) or FunctionInfo(r.caller, r.line, r.file)
+    if r.line == 0:  # a call the optimizer made (merged calls): no line tells which body it is in
+        copies = [Site(r.callee, r.caller, ((own.name, _offset(0, own.line), r.column),))]
+        copies += [Site(r.callee, r.caller, ((w.name, _offset(0, w.line), r.column),) + path)
+                   for w, path in _all_bodies(r.caller, debug, bodies)]
+        free = [x for x in copies if x.key not in used] or copies[:1]
+        return free[_agreeing(range(len(free)), lambda k: free[k].key, r.inlined, known)]
     w = debug.written_in(r.file, r.line) if r.file else None
     if w is not None and w.name != own.name:
-        first = None
-        for path in _body_paths(r.caller, w.name, debug, bodies):
-            site = Site(r.callee, r.caller, ((w.name, r.line - w.line, r.column),) + path)
-            if site.key not in used:
-                return site
-            first = first or site
-        if first is not None:
-            return first
-    return Site(r.callee, r.caller, ((own.name, r.line - own.line, r.column),))
+        copies = [Site(r.callee, r.caller, ((w.name, _offset(r.line, w.line), r.column),) + path)
+                  for path in _body_paths(r.caller, w.name, debug, bodies)]
+        if copies:
+            free = [x for x in copies if x.key not in used] or copies[:1]
+            return free[_agreeing(range(len(free)), lambda k: free[k].key, r.inlined, known)]
+    return Site(r.callee, r.caller, ((own.name, _offset(r.line, own.line), r.column),))
+
+
+def _offset(line: int, first: int) -> int:
+    """A line relative to its function's first line as the compiler prints
+    it: an unsigned 32-bit difference (a line before the first wraps)."""
+    return (line - first) & 0xFFFFFFFF
+
+
+def _all_bodies(caller: str, debug: DebugInfo, bodies: dict[str, list[Site]],
+                depth: int = 4) -> Iterator[tuple[FunctionInfo, tuple[tuple[str, int, int], ...]]]:
+    """Every function whose body was inlined into ``caller``, with the chain
+    it came through."""
+    for b in bodies.get(caller, ()):
+        info = debug.functions.get(b.callee)
+        if info is not None:
+            yield info, b.chain
+        if depth > 1:
+            for inner, chain in _all_bodies(b.callee, debug, bodies, depth - 1):
+                yield inner, chain + b.chain
+
+
+def _agreeing(candidates, key_of, inlined: bool, known: set[str]):
+    """The first of ``candidates`` whose key is in ``known`` exactly when the
+    decision ``inlined``, else the first (None when there is none)."""
+    if not candidates:
+        return None
+    if known:
+        for c in candidates:
+            if (key_of(c) in known) == inlined:
+                return c
+    return candidates[0]
 
 
 def _body_paths(caller: str, written: str, debug: DebugInfo, bodies: dict[str, list[Site]],

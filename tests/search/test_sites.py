@@ -1,0 +1,43 @@
+"""Call-site identity from the optimization record: the cases a remark alone
+cannot settle (the real-compiler cases are in test_batched's byte-for-byte
+replays)."""
+
+from __future__ import annotations
+
+from mlgo_host.search.sites import DebugInfo, FunctionInfo, Remark, identify, read_debug_info
+
+INLINED, NOT = "InliningSuccess", "InliningNotAttempted"
+
+
+def _debug() -> DebugInfo:
+    fns = {"print_field": FunctionInfo("print_field", 140, "a.c"), "print_message": FunctionInfo("print_message", 200, "a.c")}
+    return DebugInfo(fns, {"a.c": sorted(fns.values(), key=lambda f: f.line)})
+
+
+def test_a_call_with_line_0_in_an_inlined_body_takes_the_key_the_compiler_inlined():
+    # the optimizer merged two calls of print_field into one with line 0;
+    # print_field's body was inlined into print_message: the compiler counts
+    # the line from print_field's first line, wrapping below 0
+    remarks = [Remark(INLINED, "print_message", "print_field", 243, 5, "a.c"),
+               Remark(INLINED, "print_message", "get_id", 0, 0, "a.c")]
+    known = {"print_field at print_message:43:5",
+             f"get_id at print_field:{(0 - 140) & 0xFFFFFFFF}:0 @ print_message:43:5"}
+    got = [d.site.key for d in identify(remarks, _debug(), known=known)]
+    assert got == sorted(known, key=len)
+    # without the hint the call is counted in its caller (the compiler's
+    # line for a call it made there)
+    got = [d.site.key for d in identify(remarks, _debug())]
+    assert got[1] == f"get_id at print_message:{(0 - 200) & 0xFFFFFFFF}:0"
+
+
+def test_a_function_without_a_line_counts_its_sites_from_0():
+    # llvm-dis leaves "line: 0" out (a C++ global initializer's DISubprogram)
+    ir = ['define internal void @__cxx_global_var_init.2() section ".text.startup" !dbg !32 {',
+          '!1 = !DIFile(filename: "a.cc", directory: "/src")',
+          '!32 = distinct !DISubprogram(name: "__cxx_global_var_init.2", scope: !1, file: !1, type: !9, '
+          'flags: DIFlagArtificial, spFlags: DISPFlagLocalToUnit | DISPFlagDefinition, unit: !0)']
+    debug = read_debug_info(ir)
+    assert debug.functions["__cxx_global_var_init.2"].line == 0
+    assert debug.by_file == {}  # no extent: never the function a line of the file is written in
+    d = identify([Remark(INLINED, "__cxx_global_var_init.2", "_ZNSaIcEC2Ev", 23, 34, "a.cc")], debug)
+    assert d[0].site.key == "_ZNSaIcEC2Ev at __cxx_global_var_init.2:23:34"
