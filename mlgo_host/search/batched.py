@@ -103,7 +103,7 @@ class Candidate:
     footprint: frozenset[str]  # the functions it may change (its gain is read from them)
     score: float = 0.0
     index: int | None = None  # the probe decision it flips (its features), None for exposed sites
-    kind: str = "single"  # single, exposed, group, outline, retry
+    kind: str = "single"  # single, exposed, group, outline, retry, undo
     #: functions whose code it copies (an inlined callee): no flip of the batch may change them
     reads: frozenset[str] = frozenset()
     #: set while packed into a batch: the function it is measured in a copy of (see mlgo_host.search.clones)
@@ -159,6 +159,10 @@ class BatchedSearch:
         self.unverified: set[str] = set()
         #: the reference is a compile's (its total exact), not derived
         self.compiled = True
+        #: flips applied since the reference was last compiled (they derived it)
+        self._derived_by: list[Candidate] = []
+        #: flips to undo, measured first: applied together, they came out larger than measured apart
+        self.suspects: list[Candidate] = []
         self.exhausted = False
         #: the groups were formed (once, after a pass measured every flip)
         self.grouped = False
@@ -666,12 +670,14 @@ class BatchedSearch:
                     inlined -= {s.key} | under | {k for k in inlined if _is_under_any(k, [s])}
             self.unverified |= c.footprint
         self._trees.clear()
+        self._derived_by += [o.candidate for o in won]
         if len(won) == 1 and won[0].alone:
             # its compile is the new reference itself: exact, even where the flip's change spilled out of its
             # predicted footprint (then read from the object's total), which a derived reference would miss
             self.base = won[0].measured
             self.unverified.clear()
             self.compiled = True
+            self._derived_by = []
             return [won[0].candidate]
         other = self.base.sizes.other
         sizes = ObjectSizes(sum(functions.values()) + other, functions, other,
@@ -681,11 +687,20 @@ class BatchedSearch:
         return [o.candidate for o in won]
 
     def _compile_reference(self) -> None:
-        """Compile the current best (the reference a derived one stood for)."""
+        """Compile the current best (the reference a derived one stood for).
+        When it comes out larger than derived, the flips that derived it
+        interact (with each other, or with the flips they were measured
+        beside): undoing each is measured first (:attr:`suspects`)."""
+        derived = None if self.compiled else self.base.text
         self.base = self.ev.measure(self.inline.values())
         self.unverified.clear()
         self.compiled = True
         self._trees.clear()
+        if derived is not None and self.base.text > derived + EH_FRAME_PADDING:
+            final = final_functions(self.probe.decisions, self._defined())
+            self.suspects += [self._candidate(c.sites, not c.inline, final, kind="undo")
+                              for c in self._derived_by if self._in_set(c)]
+        self._derived_by = []
 
     def finish(self) -> None:
         """The best set compiled, so the reported size is the object's own
@@ -778,8 +793,11 @@ class BatchedSearch:
         touched: set[str] = set()
         lost: list[Outcome] = []
         queue = list(queue)
-        while queue and self._left():
-            batch, queue = self._next_batch(queue)
+        while (queue or self.suspects) and self._left():
+            if self.suspects:  # (their footprints were disjoint when they won together)
+                batch, self.suspects = self.suspects, []
+            else:
+                batch, queue = self._next_batch(queue)
             outs = self.measure(batch)
             self.outcomes.extend(outs)
             queue += self._unmeasured(batch, outs)

@@ -11,7 +11,7 @@ its code was inlined through, innermost first::
 
 A :class:`Site` is that key.  Keys do not depend on decision order nor on
 absolute line numbers, so an edit that shifts a file's lines leaves them
-valid, and the compiler applies a set of them by itself (:mod:`.replay`).
+valid, and the compiler applies a set of them by itself (:mod:`.evaluate`).
 
 How a channel compile's decisions get their keys (:func:`identify`): with
 ``-opt-record-file`` the ML advisor writes one remark per decision, in
@@ -24,10 +24,11 @@ its *live* call sites; inlining ``G`` into ``F`` at site ``s`` copies
 compiler clones them with exactly that ``inlinedAt``), and a later decision
 in ``F`` is matched to the live site with its callee and innermost
 location.  A decision with no such live site is a call written in ``F``
-itself.  What this cannot see (sites cloned by ``always_inline``, which
-never reach the channel) gives keys the compiler will not match; the replay
-of the compiler's own decisions catches that (:mod:`.replay`: the inlined
-keys are read back from its remarks).
+itself, or in an ``always_inline`` body copied into it before the first
+decision.  Where a remark cannot tell copies of one body apart (same callee,
+line and column; a call the optimizer made has line 0), the plain compile's
+``-Rpass=inline`` keys decide; a key the compiler still does not match is
+seen, never assumed: the replay reads the inlined keys back from its remarks.
 
 :func:`final_functions` answers where a decision's effect lands: its caller
 if that survives in the object, else (and also) every function the caller

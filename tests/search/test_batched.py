@@ -3,6 +3,7 @@ replay of a decision set, and flips measured many per compile."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -215,6 +216,32 @@ def test_an_overlapping_batch_is_detected_and_split(corpus):
     assert [o.candidate for o in got] == [a, b]
     assert s.batches - before == 3 and s.splits["footprints overlap"] == 1  # the pair, then each alone
     assert final  # the inline tree named where every caller's code ends up
+
+
+def test_flips_that_came_out_larger_together_are_undone_first(corpus):
+    # winners of one batch applied together can cost more than each measured
+    # beside the others (seen on libsass's utf8_string: -29 B apart, +50 B
+    # with its batch's other winners): the compiled reference then exceeds
+    # the derived one, and undoing each winner is measured before anything else
+    s = _search(corpus, budget=30)
+    won = [o for o in s.measure(s.batches_of(s.candidates())[0]) if o.applied][:2]
+    assert len(won) == 2
+    for o in won:  # as if both paid: the reference derived from their measured functions
+        o.delta = -1
+    s.accept(won)
+    assert not s.compiled and s.suspects == []
+    # derived 100 B below what compiles
+    s.base = dataclasses.replace(s.base, sizes=dataclasses.replace(s.base.sizes, text=s.base.text - 100))
+    s._compile_reference()
+    assert [c.kind for c in s.suspects] == ["undo", "undo"]
+    assert [(c.key, c.inline) for c in s.suspects] == [(o.candidate.key, not o.candidate.inline) for o in won]
+    before = len(s.outcomes)
+    s._pass([])  # nothing queued: the undos alone are measured
+    assert {o.candidate.kind for o in s.outcomes[before:]} == {"undo"} and s.suspects == []
+    # a derived reference the compile confirms leaves nothing to undo
+    s.compiled, s._derived_by = False, [won[0].candidate]
+    s._compile_reference()
+    assert s.suspects == []
 
 
 def test_the_batched_search_measures_many_flips_per_compile_and_never_ends_bigger(corpus):
