@@ -239,6 +239,8 @@ class DebugInfo:
 
     functions: dict[str, FunctionInfo]
     by_file: dict[str, list[FunctionInfo]] = dataclasses.field(default_factory=dict)
+    #: debug name -> the IR names its body calls directly (as written, before any inlining)
+    calls: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
 
     def written_in(self, file: str, line: int) -> FunctionInfo | None:
         """The function whose definition holds ``file:line`` (the last one
@@ -272,6 +274,8 @@ def debug_info(bitcode: str | os.PathLike, llvm_dis: str = "llvm-dis-19", timeou
 _DEFINE = re.compile(r'^define .*?@("(?:[^"\\]|\\.)*"|[-\w.$]+)\(.*!dbg !(\d+)')
 _NODE = re.compile(r'^!(\d+) = distinct !DISubprogram\((.*)\)\s*$')
 _DIFILE = re.compile(r'^!(\d+) = !DIFile\(filename: "((?:[^"\\]|\\.)*)"')
+#: a direct call or invoke (an indirect one has a %value before any @)
+_CALL = re.compile(r'\b(?:call|invoke)\s[^@%]*@("(?:[^"\\]|\\.)*"|[-\w.$]+)\(')
 _FIELD = re.compile(r'\b(name|linkageName): "((?:[^"\\]|\\.)*)"|\b(line): (\d+)|\b(file): !(\d+)')
 
 
@@ -280,11 +284,19 @@ def read_debug_info(ir_lines: Iterable[str]) -> DebugInfo:
     defined: dict[str, str] = {}  # node id -> IR function name
     nodes: dict[str, tuple[str, int, str]] = {}  # node id -> (name, line, file node)
     files: dict[str, str] = {}
+    calls: dict[str, set[str]] = {}  # IR function name -> its direct callees
+    body: set[str] | None = None
     for ln in ir_lines:
-        if ln.startswith("define "):
+        if body is not None and ln.startswith("  "):
+            for c in _CALL.finditer(ln):
+                body.add(c.group(1).strip('"'))
+        elif ln.startswith("define "):
             m = _DEFINE.match(ln)
             if m:
                 defined[m.group(2)] = m.group(1).strip('"')
+                body = calls.setdefault(m.group(1).strip('"'), set())
+        elif ln.startswith("}"):
+            body = None
         elif ln.startswith("!"):
             m = _DIFILE.match(ln)
             if m:
@@ -313,7 +325,8 @@ def read_debug_info(ir_lines: Iterable[str]) -> DebugInfo:
             by_file.setdefault(info.file, []).append(info)
     for v in by_file.values():
         v.sort(key=lambda f: f.line)
-    return DebugInfo({fn: infos[i] for i, fn in defined.items() if i in infos}, by_file)
+    functions = {fn: infos[i] for i, fn in defined.items() if i in infos}
+    return DebugInfo(functions, by_file, {info.name: frozenset(calls.get(fn, ())) for fn, info in functions.items()})
 
 
 # -- the inline tree ------------------------------------------------------------
@@ -397,7 +410,7 @@ def _written_site(r: Remark, debug: DebugInfo, bodies: dict[str, list[Site]], us
                    for w, path in _all_bodies(r.caller, debug, bodies)]
         free = [x for x in copies if x.key not in used] or copies[:1]
         return free[_agreeing(range(len(free)), lambda k: free[k].key, r.inlined, known)]
-    w = debug.written_in(r.file, r.line) if r.file else None
+    w = _written_by(r, debug, bodies, own) if r.file else None
     if w is not None and w.name != own.name:
         copies = [Site(r.callee, r.caller, ((w.name, _offset(r.line, w.line), r.column),) + path)
                   for path in _body_paths(r.caller, w.name, debug, bodies)]
@@ -405,6 +418,22 @@ def _written_site(r: Remark, debug: DebugInfo, bodies: dict[str, list[Site]], us
             free = [x for x in copies if x.key not in used] or copies[:1]
             return free[_agreeing(range(len(free)), lambda k: free[k].key, r.inlined, known)]
     return Site(r.callee, r.caller, ((own.name, _offset(r.line, own.line), r.column),))
+
+
+def _written_by(r: Remark, debug: DebugInfo, bodies: dict[str, list[Site]], own: FunctionInfo) -> FunctionInfo | None:
+    """The function a call at ``r.file:r.line`` was written in: among the
+    caller and the bodies inlined into it, the last to start at or before
+    that line whose body calls ``r.callee``; else the last function of the
+    file to start at or before it.  The line alone misleads twice: a
+    function written inside another (a C++ lambda, a local class) starts
+    after it, so the outer function's later lines read as the inner one's;
+    and one header included several times under other macro names (Brotli's
+    hashers) makes several functions that start on the same line."""
+    inside = {own} | {info for info, _ in _all_bodies(r.caller, debug, bodies)}
+    for f in sorted((f for f in inside if f.file == r.file and 0 < f.line <= r.line), key=lambda f: -f.line):
+        if r.callee in debug.calls.get(f.name, ()):
+            return f
+    return debug.written_in(r.file, r.line)
 
 
 def _offset(line: int, first: int) -> int:
