@@ -228,6 +228,8 @@ class FunctionInfo:
     name: str
     line: int
     file: str = ""
+    #: its IR name ("" when the module does not define it)
+    ir: str = dataclasses.field(default="", compare=False)
 
 
 @dataclasses.dataclass
@@ -239,7 +241,7 @@ class DebugInfo:
 
     functions: dict[str, FunctionInfo]
     by_file: dict[str, list[FunctionInfo]] = dataclasses.field(default_factory=dict)
-    #: debug name -> the IR names its body calls directly (as written, before any inlining)
+    #: IR name -> the IR names its body calls directly (as written, before any inlining)
     calls: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
 
     def written_in(self, file: str, line: int) -> FunctionInfo | None:
@@ -318,7 +320,7 @@ def read_debug_info(ir_lines: Iterable[str]) -> DebugInfo:
             name = got.get("linkageName") or got.get("name")
             if name:  # (llvm-dis leaves out a line of 0: a C++ global initializer's, which the compiler counts from 0)
                 nodes[m.group(1)] = (name, int(got.get("line", 0)), got.get("file", ""))
-    infos = {i: FunctionInfo(n, line, files.get(f, "")) for i, (n, line, f) in nodes.items()}
+    infos = {i: FunctionInfo(n, line, files.get(f, ""), defined.get(i, "")) for i, (n, line, f) in nodes.items()}
     by_file: dict[str, list[FunctionInfo]] = {}
     for info in infos.values():
         if info.line:  # a function with no line has no extent in its file
@@ -326,7 +328,7 @@ def read_debug_info(ir_lines: Iterable[str]) -> DebugInfo:
     for v in by_file.values():
         v.sort(key=lambda f: f.line)
     functions = {fn: infos[i] for i, fn in defined.items() if i in infos}
-    return DebugInfo(functions, by_file, {info.name: frozenset(calls.get(fn, ())) for fn, info in functions.items()})
+    return DebugInfo(functions, by_file, {fn: frozenset(c) for fn, c in calls.items()})
 
 
 # -- the inline tree ------------------------------------------------------------
@@ -403,7 +405,7 @@ def _written_site(r: Remark, debug: DebugInfo, bodies: dict[str, list[Site]], us
     bodies, and in a recursive SCC bodies inlined before their own calls
     were decided); with several copies of that body, each copy takes the
     next key not ``used`` yet, one that agrees with ``known`` first."""
-    own = debug.functions.get(r.caller) or FunctionInfo(r.caller, r.line, r.file)
+    own = debug.functions.get(r.caller) or FunctionInfo(r.caller, r.line, r.file, r.caller)
     if r.line == 0:  # a call the optimizer made (merged calls): no line tells which body it is in
         copies = [Site(r.callee, r.caller, ((own.name, _offset(0, own.line), r.column),))]
         copies += [Site(r.callee, r.caller, ((w.name, _offset(0, w.line), r.column),) + path)
@@ -421,19 +423,38 @@ def _written_site(r: Remark, debug: DebugInfo, bodies: dict[str, list[Site]], us
 
 
 def _written_by(r: Remark, debug: DebugInfo, bodies: dict[str, list[Site]], own: FunctionInfo) -> FunctionInfo | None:
-    """The function a call at ``r.file:r.line`` was written in: among the
-    caller and the bodies inlined into it, the last to start at or before
-    that line whose body calls ``r.callee``; else the last function of the
-    file to start at or before it.  The line alone misleads twice: a
-    function written inside another (a C++ lambda, a local class) starts
-    after it, so the outer function's later lines read as the inner one's;
-    and one header included several times under other macro names (Brotli's
-    hashers) makes several functions that start on the same line."""
-    inside = {own} | {info for info, _ in _all_bodies(r.caller, debug, bodies)}
-    for f in sorted((f for f in inside if f.file == r.file and 0 < f.line <= r.line), key=lambda f: -f.line):
-        if r.callee in debug.calls.get(f.name, ()):
-            return f
-    return debug.written_in(r.file, r.line)
+    """The function a call at ``r.file:r.line`` was written in: the last
+    of the file to start at or before that line, unless its body does not
+    call ``r.callee`` and, of the caller and the bodies inlined into it, a
+    function starting on the same line does (one header included under
+    several macro names, Brotli's hashers), or the function it is local to
+    does (a C++ lambda or local class starts inside its function, so the
+    function's later lines read as the lambda's)."""
+    w = debug.written_in(r.file, r.line)
+    if w is None:
+        return None
+    inside = {own.ir: own} | {fn: debug.functions[fn] for fn in _inlined_into(r.caller, bodies)
+                              if fn in debug.functions}
+
+    def calls(f: FunctionInfo) -> bool:
+        return r.callee in debug.calls.get(f.ir, ())
+
+    if not calls(w):
+        w = next((f for f in inside.values() if f.file == r.file and f.line == w.line and calls(f)), w)
+    while not calls(w):  # (the local entities of _Z<f> mangle as _ZZ<f>E...)
+        outer = next((f for fn, f in inside.items() if fn.startswith("_Z") and w.ir.startswith("_ZZ" + fn[2:])), None)
+        if outer is None:
+            break
+        w = outer
+    return w
+
+
+def _inlined_into(caller: str, bodies: dict[str, list[Site]], depth: int = 4) -> Iterator[str]:
+    """The IR names of the functions whose bodies were inlined into ``caller``."""
+    for b in bodies.get(caller, ()):
+        yield b.callee
+        if depth > 1:
+            yield from _inlined_into(b.callee, bodies, depth - 1)
 
 
 def _offset(line: int, first: int) -> int:

@@ -41,3 +41,19 @@ def test_a_function_without_a_line_counts_its_sites_from_0():
     assert debug.by_file == {}  # no extent: never the function a line of the file is written in
     d = identify([Remark(INLINED, "__cxx_global_var_init.2", "_ZNSaIcEC2Ev", 23, 34, "a.cc")], debug)
     assert d[0].site.key == "_ZNSaIcEC2Ev at __cxx_global_var_init.2:23:34"
+
+
+def test_the_debug_info_lists_each_functions_direct_callees_by_ir_name():
+    # what tells a lambda's lines from its function's, and macro copies of a
+    # header apart (the real-compiler cases: test_batched's byte-for-byte replays)
+    ir = ['define dso_local noundef double @_Z9at_recallid(i32 noundef %0) !dbg !10 {',
+          '  %3 = call noundef double @"_ZZ9at_recallidENK3$_0clERKSt4pairIddE"(ptr %2), !dbg !12',
+          '  %4 = invoke i32 (ptr, ...) @printf(ptr @.str) to label %5 unwind label %6, !dbg !12',
+          '  call void %fp(ptr @not_a_callee), !dbg !12',
+          '}',
+          '!1 = !DIFile(filename: "a.cc", directory: "/src")',
+          '!10 = distinct !DISubprogram(name: "at_recall", scope: !1, file: !1, line: 5, type: !9, '
+          'spFlags: DISPFlagDefinition, unit: !0)']
+    debug = read_debug_info(ir)
+    assert debug.functions["_Z9at_recallid"].ir == "_Z9at_recallid"
+    assert debug.calls["_Z9at_recallid"] == {"_ZZ9at_recallidENK3$_0clERKSt4pairIddE", "printf"}
