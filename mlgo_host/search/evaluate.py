@@ -141,21 +141,27 @@ class Probe:
     wall_s: float
     #: compiles it took: the channel's, and the plain one naming always-inline sites (none without decisions)
     compiles: int = 2
+    #: the plain compile (the compiler's own decisions): its sizes and the keys it inlined
+    plain: Measured | None = None
 
 
-def plain_remarks(module: Module, clang: str, timeout: float) -> str:
-    """The ``-Rpass=inline`` output of the module's plain compile (the
-    ``always_inline`` sites, which the channel never sees)."""
+def plain_compile(module: Module, clang: str, timeout: float) -> tuple[str, Measured]:
+    """The module's plain compile with ``-Rpass=inline``: its remarks (they
+    name the ``always_inline`` sites, which the channel never sees) and its
+    object's sizes with the keys it inlined (what a replay of the
+    compiler's own decisions should give)."""
+    t0 = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="mlgo-plain-")
     try:
-        cmd = module.compile_command(clang, os.path.join(tmp, "module.o")) + ["-Rpass=inline"]
+        out = os.path.join(tmp, "module.o")
+        cmd = module.compile_command(clang, out) + ["-Rpass=inline"]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise CompilerError(f"module {module.name!r}: the plain compile did not finish within {timeout:g} s") from None
         if r.returncode != 0:
             raise CompilerError(f"module {module.name!r}: the plain compile failed", r.returncode, r.stderr[-2000:])
-        return r.stderr
+        return r.stderr, Measured(object_sizes(out), inlined_keys(r.stderr), time.monotonic() - t0)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -190,12 +196,12 @@ def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str
         return Probe(ep, [], int(res.text_size), time.monotonic() - t0, compiles=1)
     if debug is None:
         debug = debug_info(module.bc_path, llvm_tool(clang, "llvm-dis"), timeout)
-    plain = plain_remarks(module, clang, timeout)
+    plain_text, plain = plain_compile(module, clang, timeout)
     # (the plain compile's inlined keys tell apart copies of one body; they are the probe's own when
     # the probe takes the compiler's decisions, as tune's does, else only a hint)
-    decisions = identify(remarks, debug, mandatory_sites(plain), inlined_keys(plain))
+    decisions = identify(remarks, debug, mandatory_sites(plain_text), plain.inlined)
     for d, a in zip(decisions, ep.actions):
         if bool(a) != d.inlined:
             raise CompilerError(f"module {module.name!r}: decision {d.index}: the record says "
                                 f"{'inlined' if d.inlined else 'not inlined'}, the channel answered {int(a)}")
-    return Probe(ep, decisions, int(res.text_size), time.monotonic() - t0)
+    return Probe(ep, decisions, int(res.text_size), time.monotonic() - t0, plain=plain)

@@ -325,7 +325,9 @@ def shares(rows: list[dict], total: int, paid: bool) -> list[int]:
     rest, w_rest = total, float(w.sum())
     for i in np.argsort(-w, kind="stable"):
         r = rows[i]
-        need = 2 if r.get("reference") is not None else 3
+        # (a batch and the final compile, and the start's compile unless one is known: a reference,
+        # or the probe's plain compile standing in for it)
+        need = 2 if r.get("reference") is not None or getattr(r.get("probe"), "plain", None) is not None else 3
         if w[i] <= 0 or rest < need or w_rest <= 0:
             break
         cap = 2 * _flips_left(r) + need

@@ -183,6 +183,28 @@ def _changes(now, base) -> dict[str, int]:
             if now.functions.get(f, 0) != base.functions.get(f, 0)}
 
 
+def test_the_plain_compile_stands_in_for_the_start_until_a_batch_checks_it(corpus, monkeypatch):
+    s = _search(corpus)
+    # the probe took the compiler's own decisions: its plain compile is the start, no compile spent
+    assert s.provisional and s.ev.compiles == 0 and s.base is s.probe.plain
+    replay = s.ev.measure(s.inline.values())
+    assert replay.sizes.functions == s.base.sizes.functions and replay.inlined == s.base.inlined
+    assert replay.text == s.base.text
+    # a batch whose attribution holds checks it: every function and key outside the flips as the replay's
+    batch = s.batches_of(s.candidates())[0]
+    s.measure(batch)
+    assert not s.provisional and s.base is s.probe.plain
+    # one that fails may be the replay's fault: the start is compiled by replay, the batch measured again
+    s2 = _search(corpus)
+    real = s2._attribute
+    calls = []
+    monkeypatch.setattr(s2, "_attribute", lambda b, m: (calls.append(1), (None, "bytes no function owns moved")
+                                                        if len(calls) == 1 else real(b, m))[1])
+    got = s2.measure(batch)
+    assert not s2.provisional and s2.base is not s2.probe.plain and s2.ev.compiles == 3  # batch, start, batch
+    assert len(got) == len(batch)
+
+
 def test_a_batch_of_disjoint_flips_gives_each_flip_its_single_change(corpus):
     s = _search(corpus)
     batch = s.batches_of(s.candidates())[0][:8]
@@ -393,6 +415,7 @@ def test_an_outline_group_brings_its_callee_back_once_and_reads_from_its_footpri
 
 def test_flips_a_budget_cuts_off_are_measured_by_the_resumed_search(corpus, monkeypatch):
     s = _search(corpus, budget=40)
+    s._compile_start()  # (the replay's own start: a failed attribution is the batch's)
     a, b = s.batches_of(s.candidates())[0][:2]
     # the budget runs out between the halves of a split batch: the second half is not measured
     s.budget = s.ev.compiles + 3
