@@ -46,7 +46,7 @@ from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.workers.pool import make_pool
 from mlgo_host.search.flips import run_searches, total_gain_pct
 from mlgo_host.search.batched import BatchedSearch
-from mlgo_host.search.tune import _load_results, tune
+from mlgo_host.search.tune import _load_results, known_start, tune
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -121,7 +121,7 @@ def packing_bound(out: str, mods: dict, names: set[str]) -> dict:
     flips = batches = 0
     per = {}
     for name, r in _load_results(os.path.join(out, "data")).items():
-        ref = r.get("reference") or getattr(r["probe"], "plain", None)  # (the plain compile stood in for it)
+        ref = known_start(r)
         if name not in names or ref is None:
             continue
         s = BatchedSearch(mods[name], r["probe"], None, budget=0, worlds=False)  # (in place: copies lift it)

@@ -433,8 +433,7 @@ def _written_by(r: Remark, debug: DebugInfo, bodies: dict[str, list[Site]], own:
     w = debug.written_in(r.file, r.line)
     if w is None:
         return None
-    inside = {own.ir: own} | {fn: debug.functions[fn] for fn in _inlined_into(r.caller, bodies)
-                              if fn in debug.functions}
+    inside = {own.ir: own} | {f.ir: f for f, _ in _all_bodies(r.caller, debug, bodies)}
 
     def calls(f: FunctionInfo) -> bool:
         return r.callee in debug.calls.get(f.ir, ())
@@ -447,14 +446,6 @@ def _written_by(r: Remark, debug: DebugInfo, bodies: dict[str, list[Site]], own:
             break
         w = outer
     return w
-
-
-def _inlined_into(caller: str, bodies: dict[str, list[Site]], depth: int = 4) -> Iterator[str]:
-    """The IR names of the functions whose bodies were inlined into ``caller``."""
-    for b in bodies.get(caller, ()):
-        yield b.callee
-        if depth > 1:
-            yield from _inlined_into(b.callee, bodies, depth - 1)
 
 
 def _offset(line: int, first: int) -> int:

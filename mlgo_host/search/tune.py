@@ -295,6 +295,13 @@ def _flips_left(r: dict) -> int:
     return max(1, r.get("decisions", 1) - len(r["tried"]))
 
 
+def known_start(r: dict):
+    """A stored batched result's compiled reference, or the probe's plain
+    compile standing in for it (:meth:`~mlgo_host.search.batched.BatchedSearch.begin`);
+    None when the next search must compile its start."""
+    return r.get("reference") or getattr(r.get("probe"), "plain", None)
+
+
 def _gain(r: dict) -> int:
     return max(0, r["default_size"] - r["best_size"])
 
@@ -325,9 +332,7 @@ def shares(rows: list[dict], total: int, paid: bool) -> list[int]:
     rest, w_rest = total, float(w.sum())
     for i in np.argsort(-w, kind="stable"):
         r = rows[i]
-        # (a batch and the final compile, and the start's compile unless one is known: a reference,
-        # or the probe's plain compile standing in for it)
-        need = 2 if r.get("reference") is not None or getattr(r.get("probe"), "plain", None) is not None else 3
+        need = 2 if known_start(r) is not None else 3  # (a batch and the final compile, and the start's)
         if w[i] <= 0 or rest < need or w_rest <= 0:
             break
         cap = 2 * _flips_left(r) + need
