@@ -34,6 +34,13 @@ Each byte of it goes to exactly one function or to ``other``:
   own), so a function owns the entries its code refers to.  A section with
   an entry two functions refer to stays in ``other``.
 
+What ``other`` is made of is kept too, for reading a change of it: each
+section wholly in ``other`` piece by piece (a string, a constant entry)
+with the functions whose code refers to it (:attr:`ObjectSizes.shared`),
+and, for functions alone in their section (where every reference to them
+has a relocation), the functions that refer to them
+(:attr:`ObjectSizes.referrers`).
+
 Keys are symbol names as in the symbol table (mangled).  Symbols at the same
 address (C++ constructor aliases ``C1``/``C2``) are one function, keyed by
 the smallest name; :attr:`ObjectSizes.aliases` maps the others to it.  Two
@@ -89,6 +96,13 @@ class ObjectSizes:
     padding: dict[str, int] = dataclasses.field(default_factory=dict)
     #: function -> {constant pool section: bytes of its entries} (counted in its number)
     pools: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    #: the bytes of ``other`` in sections no function owns any of, piece by piece (a string, a constant
+    #: entry, a piece between anchors): (section, its bytes) -> (bytes in all, the functions whose code refers
+    #: to it), so that a change of ``other`` can be traced to the functions that made or dropped a piece
+    #: (None: not read, e.g. a size derived rather than compiled)
+    shared: dict[tuple[str, bytes], tuple[int, frozenset[str]]] | None = None
+    #: function -> the other functions whose code refers to it (calls, its address taken); None: not read
+    referrers: dict[str, frozenset[str]] | None = None
 
     def unpadded(self, fn: str) -> int | None:
         """``fn``'s number without its trailing padding (None when the object has no ``fn``)."""
@@ -291,15 +305,62 @@ def _attribute(elf: _Elf) -> ObjectSizes:
             attributed[i] = _add_read_only(sec.size, cuts, code_refs.get(i, []), lsdas.get(i, {}),
                                            _pointers_into_code(elf, i, cuts, funcs), sizes)
     text, other_sections = 0, {}
+    shared: dict[tuple[str, bytes], tuple[int, frozenset[str]]] = {}
     for i, sec in enumerate(elf.sections):
         if sec.berkeley_text:
             text += sec.size
             left = sec.size - attributed.get(i, 0)
             if left:
                 other_sections[sec.name] = other_sections.get(sec.name, 0) + left
+            if left == sec.size and not sec.flags & SHF_EXECINSTR and not sec.eh_frame and sec.type != SHT_NOBITS:
+                _add_shared(elf, sec, symbol_starts.get(i, set()), code_refs.get(i, []), shared)
     return ObjectSizes(text=text, functions=sizes, other=text - sum(sizes.values()), aliases=funcs.aliases,
                        other_sections=other_sections, padding=padding,
-                       pools=_by_function(elf, pools))
+                       pools=_by_function(elf, pools), shared=shared, referrers=_referrers(elf, code_refs, funcs))
+
+
+def _add_shared(elf: _Elf, sec: _Section, starts: set[int], refs: list[tuple[int, str]],
+                shared: dict[tuple[str, bytes], tuple[int, frozenset[str]]]) -> None:
+    """A section wholly in ``other`` into pieces (strings at their ends,
+    fixed-size constants by entry, anything else at its anchors), each with
+    the functions whose code refers into it, added to ``shared`` by content:
+    a piece appears or goes when the code referring to it does."""
+    data = bytes(elf.contents(sec))
+    if sec.flags & SHF_STRINGS and sec.entsize == 1:
+        cuts = [0]
+        end = data.find(b"\0")
+        while 0 <= end < len(data) - 1:
+            cuts.append(end + 1)
+            end = data.find(b"\0", end + 1)
+    elif sec.flags & SHF_MERGE and sec.entsize > 0:
+        cuts = list(range(0, len(data), sec.entsize))
+    else:
+        cuts = sorted({0} | {a for a in starts | {t for t, _ in refs} if 0 <= a < len(data)})
+    who: list[set[str]] = [set() for _ in cuts]
+    for target, fn in refs:
+        j = bisect.bisect_right(cuts, target) - 1
+        if 0 <= j and target < len(data):
+            who[j].add(fn)
+    for start, end, fns in zip(cuts, cuts[1:] + [len(data)], who):
+        key = (sec.name, data[start:end])
+        n, before = shared.get(key, (0, frozenset()))
+        shared[key] = (n + end - start, before | fns)
+
+
+def _referrers(elf: _Elf, code_refs: dict[int, list[tuple[int, str]]], funcs: _Functions) -> dict[str, frozenset[str]]:
+    """Function -> the other functions whose code refers to it, for the
+    functions alone in their section (a template's or inline function's
+    COMDAT, or -ffunction-sections): the assembler resolves a call within a
+    section without a relocation, so only there is every reference seen."""
+    out: dict[str, set[str]] = {}
+    for i, refs in code_refs.items():
+        if not elf.sections[i].flags & SHF_EXECINSTR or len(funcs.starts.get(i, ())) != 1:
+            continue
+        for target, fn in refs:
+            g = funcs.at(i, target)
+            if g is not None and g != fn:
+                out.setdefault(g, set()).add(fn)
+    return {g: frozenset(fs) for g, fs in out.items()}
 
 
 def _by_function(elf: _Elf, pools: dict[int, dict[str, int]]) -> dict[str, dict[str, int]]:

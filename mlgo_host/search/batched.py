@@ -17,6 +17,13 @@ functions.  The attribution is checked, never assumed
 (:meth:`BatchedSearch._attribute`): every function that changed must lie in
 exactly one flip's footprint, the bytes no function owns must not move, and
 the sites the compiler reports inlined must be the set's, flip for flip.
+Against a compiled reference two exceptions are read, not guessed: a
+function that appeared or went outside every footprint (a template instance
+a new call brought, ``__clang_call_terminate`` when its last user went) and
+a piece of the bytes no function owns that appeared or went (a string, a
+constant) belong to the flip whose functions alone refer to them in the
+object that has them (:attr:`ObjectSizes.referrers`,
+:attr:`ObjectSizes.shared`).
 A flip's gain in a batch is the change of its functions; the object's total
 may differ from their sum by .eh_frame's last-FDE padding (4 bytes that
 follow the total, not any one flip), which the accepting compile measures.
@@ -59,7 +66,13 @@ call that was a short jump to its neighbour, a pass that saw its callers)
 gets no copies again, and its flips are measured in place.  The originals
 are read as in any batch, so ordinary flips share the compile.  Winners
 measured in copies of one function are measured against one reference:
-the best is applied, the others are measured again from the new one.
+the best is applied, the others are measured again from the new one.  When
+the flips measured in place beside the copies fail their attribution, the
+copies are measured again without them (the failure is not theirs); when
+copies alone move the originals (their calls are more callers of a static
+callee), they are still read against a compiled reference whose function
+their control equals; a flip whose copy changed sites nobody flipped is
+measured in place from then on.
 """
 
 from __future__ import annotations
@@ -130,6 +143,10 @@ class Outcome:
     accepted: bool = False
     #: measured alone, in place: its compile is the reference with this flip, the next reference when it wins
     alone: bool = False
+    #: functions outside its footprint its change made or dropped (read from who refers to them)
+    extra: frozenset[str] = frozenset()
+    #: section -> bytes no function owns that its change made (+) or dropped (-) (strings, constants)
+    other: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 class BatchedSearch:
@@ -181,6 +198,8 @@ class BatchedSearch:
         #: measure flips of one function in copies of it (:mod:`.clones`); functions where a copy failed are left out
         self.worlds = worlds
         self.no_worlds: set[str] = set()
+        #: flips whose copy came out with other sites changed too: measured in place from then on
+        self.not_in_copies: set[str] = set()
         self.world_flips = 0  # flips measured in copies
         self._text: ModuleText | None = None
         self._trees: dict[str, frozenset[str] | None] = {}
@@ -444,7 +463,7 @@ class BatchedSearch:
         """The function ``c`` can be measured in a copy of: the one function
         of its footprint, when every site it flips is a call its tree holds
         and it inlines no function of the tree (else None)."""
-        if not self.worlds or len(c.footprint) != 1:
+        if not self.worlds or len(c.footprint) != 1 or c.key in self.not_in_copies:
             return None
         (root,) = c.footprint
         if root in self.no_worlds or root not in self.base.sizes.functions:
@@ -508,8 +527,13 @@ class BatchedSearch:
             if out is None and self.unverified:  # perhaps the derived reference: compile it, then again
                 self._compile_reference()
                 return self._measure_worlds(batch)
+        if out is None and normal and why != "the compile failed" and not why.startswith("copies"):
+            # the flips measured in place failed, not the copies: those go on in copies, without them
+            self._note_split(why)
+            copied = [c for c in batch if c.world is not None]
+            return self._measure_worlds(copied) + self.measure(normal)
         if out is None:
-            self._note_split("copies: " + why)
+            self._note_split(why if why.startswith("copies") else "copies: " + why)
             self.no_worlds |= {root for _, root, _ in plan}
             for c in batch:
                 c.world = None
@@ -536,14 +560,20 @@ class BatchedSearch:
                                 other_sections=sizes.other_sections, padding=sizes.padding, pools=sizes.pools)
         plain, by_world = _split_worlds(m.inlined)
         out, why = self._attribute(normal, Measured(originals, plain, m.wall_s))
-        if out is None:
+        moved = out is None
+        if moved and (normal or not self.compiled or self.provisional):
             return None, why
+        if moved:
+            # copies alone, against a compiled reference: the copies' calls alone changed the originals (more
+            # callers of a static callee change what the compiler does with it; zstd_v01's FSE_initDStream).
+            # A copy is read against its control in this compile, which must still equal the reference's function
+            out = []
         base = self.base
         control: dict[str, int] = {}
         for k, root, c in plan:
             copy = world_name(root, k)
             if copy not in sizes.functions:
-                return None, "a copy is missing from the object"
+                return None, "copies: a copy is missing from the object"
             if root in self.no_worlds:  # its control failed: its flips go back, measured in place later
                 continue
             t = self.tree(root)
@@ -554,7 +584,7 @@ class BatchedSearch:
             got = by_world.get(k, set())
             own = _own_size(sizes, copy)
             if c is None:
-                if own != _own_size(originals, root) or got != ref_keys:
+                if own != _own_size(originals, root) or got != ref_keys or (moved and own != _own_size(base.sizes, root)):
                     # compiled apart it is other code (a short jump to a neighbour, a pass that saw its
                     # callers): no copies of it from now on
                     self._note_split("copies: a control copy differs from its function")
@@ -565,6 +595,7 @@ class BatchedSearch:
             moved = (got ^ ref_keys) - {s.key for s in flipped}
             if any(not _is_under_any(key, flipped) for key in moved):
                 self._note_split("copies: the compiler changed sites nobody flipped")
+                self.not_in_copies.add(c.key)  # (a copy of it will not read again: measured in place)
                 continue  # this copy cannot be read: the flip goes back
             delta = own - control[root]
             view = Measured(ObjectSizes(0, {root: originals.functions[root] + delta}, 0), got, m.wall_s)
@@ -606,7 +637,8 @@ class BatchedSearch:
         out, why = self._attribute(batch, m)
         if self._check_start(out is not None, why):
             return self.measure(batch)
-        if out is None and self.unverified and why != "footprints overlap":
+        if out is None and why != "footprints overlap" and (self.unverified or (not self.compiled and why in _TRACED)):
+            # (perhaps the derived reference; or one with no pieces to trace what moved by: compile it, then again)
             self._compile_reference()
             return self.measure(batch)
         if out is None and len(batch) == 1:
@@ -630,7 +662,8 @@ class BatchedSearch:
         """Each flip's change from its own functions, or None when the batch
         cannot be read that way (see the module docstring)."""
         base = self.base.sizes
-        if not _only_padding_moved(base, m.sizes):
+        traced = base.shared is not None and m.sizes.shared is not None  # (both compiled: pieces and referrers)
+        if not traced and not _only_padding_moved(base, m.sizes):
             return None, "bytes no function owns moved"
         owner: dict[str, Candidate] = {}
         for c in batch:
@@ -639,17 +672,35 @@ class BatchedSearch:
                     return None, "footprints overlap"
                 owner[f] = c
         delta = {c: 0 for c in batch}
+        outside: dict[str, int] = {}
         for f in set(base.functions) | set(m.sizes.functions):
             d = m.sizes.functions.get(f, 0) - base.functions.get(f, 0)
-            if d:
-                if f not in owner:
-                    return None, "a function outside every footprint changed"
+            if d and f in owner:
                 delta[owner[f]] += d
+            elif d:
+                outside[f] = d
+        extra: dict[Candidate, set[str]] = {c: set() for c in batch}
+        if outside:
+            made = _made_or_dropped(outside, base, m.sizes, owner) if traced else None
+            if made is None:
+                return None, "a function outside every footprint changed"
+            for f, c in made.items():
+                delta[c] += outside[f]
+                extra[c].add(f)
+        other: dict[Candidate, dict[str, int]] = {c: {} for c in batch}
+        if not _only_padding_moved(base, m.sizes):
+            pieces = _pieces_moved(base, m.sizes, owner)
+            if pieces is None:
+                return None, "bytes no function owns moved"
+            for (section, n), c in pieces:
+                delta[c] += n
+                other[c][section] = other[c].get(section, 0) + n
         flipped = [s for c in batch for s in c.sites]
         moved = (m.inlined ^ self.base.inlined) - {s.key for s in flipped}
         if any(not _is_under_any(k, flipped) for k in moved):
             return None, "the compiler changed sites nobody flipped"
-        return [Outcome(c, delta[c], _applied(c, m), m) for c in batch], ""
+        return [Outcome(c, delta[c], _applied(c, m), m, extra=frozenset(extra[c]), other=other[c])
+                for c in batch], ""
 
     def batches_of(self, cands: list[Candidate]) -> list[list[Candidate]]:
         """Greedy packing: candidates in order, each into the first batch it
@@ -688,11 +739,14 @@ class BatchedSearch:
         if not won:
             return []
         functions = dict(self.base.sizes.functions)
+        other_sections = dict(self.base.sizes.other_sections)
         inlined = set(self.base.inlined)
         for o in won:
             o.accepted = True
             c = o.candidate
-            for f in c.footprint:
+            for section, n in o.other.items():
+                other_sections[section] = other_sections.get(section, 0) + n
+            for f in c.footprint | o.extra:
                 size = o.measured.sizes.functions.get(f)
                 if size is None:
                     functions.pop(f, None)
@@ -709,7 +763,7 @@ class BatchedSearch:
                     for k in under:
                         del self.inline[k]
                     inlined -= {s.key} | under | {k for k in inlined if _is_under_any(k, [s])}
-            self.unverified |= c.footprint
+            self.unverified |= c.footprint | o.extra
         self._trees.clear()
         self._derived_by += [o.candidate for o in won]
         if len(won) == 1 and won[0].alone:
@@ -720,9 +774,8 @@ class BatchedSearch:
             self.compiled = True
             self._derived_by = []
             return [won[0].candidate]
-        other = self.base.sizes.other
-        sizes = ObjectSizes(sum(functions.values()) + other, functions, other,
-                            other_sections=dict(self.base.sizes.other_sections))
+        other = self.base.sizes.other + sum(n for o in won for n in o.other.values())
+        sizes = ObjectSizes(sum(functions.values()) + other, functions, other, other_sections=other_sections)
         self.base = Measured(sizes, inlined, 0.0)
         self.compiled = False
         return [o.candidate for o in won]
@@ -978,6 +1031,58 @@ def _disjoint_best(won: list[Outcome]) -> tuple[list[Outcome], list[Outcome]]:
             keep.append(o)
             taken |= o.candidate.footprint
     return keep, later
+
+
+#: failures a compiled reference may read (:func:`_made_or_dropped`, :func:`_pieces_moved`), a derived one not
+_TRACED = ("bytes no function owns moved", "a function outside every footprint changed")
+
+
+def _made_or_dropped(outside: dict[str, int], base: ObjectSizes, now: ObjectSizes,
+                     owner: dict[str, Candidate]) -> dict[str, Candidate] | None:
+    """The flip that made or dropped each function that changed outside
+    every footprint (None when one cannot be told): a function that
+    appeared (or went) whose every referrer in the object that has it lies
+    in one flip's footprint, or is such a function itself (a template
+    instance a new call brought, and what it calls)."""
+    if any(f in base.functions and f in now.functions for f in outside):
+        return None  # (a function that changed size: the compiler's interprocedural work, nobody's)
+    made: dict[str, Candidate] = {}
+    grew = True
+    while grew and len(made) < len(outside):
+        grew = False
+        for f in outside:
+            if f in made:
+                continue
+            refs = (now.referrers if f in now.functions else base.referrers).get(f)
+            who = {owner.get(g) or made.get(g) for g in refs or ()}
+            if len(who) == 1 and None not in who:
+                made[f] = who.pop()
+                grew = True
+    return made if len(made) == len(outside) else None
+
+
+def _pieces_moved(base: ObjectSizes, now: ObjectSizes, owner: dict[str, Candidate]
+                  ) -> list[tuple[tuple[str, int], Candidate]] | None:
+    """The pieces of ``other`` (strings, constants) that appeared or went,
+    each with the flip whose functions alone refer to it, and ``other``
+    moved by nothing else but .eh_frame's padding (else None)."""
+    out = []
+    explained: dict[str, int] = {}
+    for key in set(base.shared) | set(now.shared):
+        n0, refs0 = base.shared.get(key, (0, frozenset()))
+        n1, refs1 = now.shared.get(key, (0, frozenset()))
+        if n0 == n1:
+            continue
+        who = {owner.get(g) for g in refs0 | refs1}
+        if len(who) != 1 or None in who:
+            return None
+        out.append(((key[0], n1 - n0), who.pop()))
+        explained[key[0]] = explained.get(key[0], 0) + n1 - n0
+    for section in set(base.other_sections) | set(now.other_sections):
+        d = now.other_sections.get(section, 0) - base.other_sections.get(section, 0) - explained.get(section, 0)
+        if d and not (section == ".eh_frame" and abs(d) <= EH_FRAME_PADDING):
+            return None
+    return out
 
 
 def _adds_or_removes(c: Candidate, base: ObjectSizes, now: ObjectSizes) -> bool:

@@ -194,3 +194,36 @@ def test_truncated_object_is_a_compiler_error(tmp_path):
 def test_missing_file_is_a_compiler_error(tmp_path):
     with pytest.raises(CompilerError, match="cannot read"):
         object_sizes(tmp_path / "none.o")
+
+
+def test_strings_are_pieces_with_the_functions_that_refer_to_them(tmp_path):
+    obj = _compile(tmp_path, "s.c", r"""
+int puts(const char *);
+static const char *pick(int x) { return x ? "picked when x" : "picked otherwise"; }
+void one(int x) { puts(pick(x)); }
+void two(void) { puts("two's own"); puts("picked otherwise"); }
+""")
+    s = object_sizes(obj)
+    pieces = {text: (n, refs) for (section, text), (n, refs) in s.shared.items() if section.startswith(".rodata.str")}
+    assert pieces[b"picked when x\0"] == (14, frozenset({"one"}))
+    assert pieces[b"two's own\0"] == (10, frozenset({"two"}))
+    # one string, referred to by both (the compiler merged the two uses)
+    assert pieces[b"picked otherwise\0"] == (17, frozenset({"one", "two"}))
+    # every byte of a section wholly in other is a piece's
+    for section, n in s.other_sections.items():
+        if section.startswith(".rodata.str"):
+            assert sum(k for (sec, _), (k, _) in s.shared.items() if sec == section) == n
+
+
+def test_functions_alone_in_their_section_know_who_refers_to_them(tmp_path):
+    obj = _compile(tmp_path, "r.cc", r"""
+template <class T> __attribute__((noinline)) T twice(T x) { return x + x; }
+__attribute__((noinline)) static int local(int x) { return x * 7; }
+int a(int x) { return twice(x) + local(x); }
+long b(long x) { return twice(x); }
+""")
+    s = object_sizes(obj)
+    assert s.referrers["_Z5twiceIiET_S0_"] == frozenset({"_Z1ai"})
+    assert s.referrers["_Z5twiceIlET_S0_"] == frozenset({"_Z1bl"})
+    # a static function shares .text with its callers: the assembler resolved the call, nothing names it
+    assert "_ZL5locali" not in s.referrers

@@ -265,6 +265,114 @@ def test_a_copy_that_differs_from_its_function_is_caught(corpus, monkeypatch):
     assert back == copied and all(c.world is None and s.world_root(c) is None for c in back)
 
 
+def _with_copies_and_in_place(s):
+    return next(b for b in s.batches_of(s.candidates())
+                if any(c.world is not None for c in b) and any(c.world is None for c in b))
+
+
+def test_in_place_flips_that_fail_beside_copies_leave_the_copies_their_function(corpus, monkeypatch):
+    s = _search(corpus, budget=80, worlds=True)
+    s._compile_start()  # (a compiled reference: a failure is the batch's, not the start's)
+    batch = _with_copies_and_in_place(s)
+    copied = [c for c in batch if c.world is not None]
+    real, failed = BatchedSearch._attribute, []
+
+    def attribute(self, flips, m):
+        if flips and not failed:  # the flips measured in place beside the copies fail, once
+            failed.append(list(flips))
+            return None, "a function outside every footprint changed"
+        return real(self, flips, m)
+
+    monkeypatch.setattr(BatchedSearch, "_attribute", attribute)
+    got = s.measure(batch)
+    # their failure is not the copies': those are measured in copies again, the others in place
+    assert failed and not s.no_worlds
+    assert {id(o.candidate) for o in got} == {id(c) for c in batch} and s.world_flips == len(copied)
+
+
+def test_copies_alone_are_read_when_their_calls_changed_the_originals(corpus, monkeypatch):
+    s = _search(corpus, budget=80, worlds=True)
+    s._compile_start()
+    batch = [c for c in _with_copies_and_in_place(s) if c.world is not None]
+    real = BatchedSearch._attribute
+    # the originals outside the copies changed (as more callers of a static callee change what it becomes)
+    monkeypatch.setattr(BatchedSearch, "_attribute", lambda self, flips, m: (None, "a function outside every "
+                                                                            "footprint changed") if not flips
+                        else real(self, flips, m))
+    before = s.ev.compiles
+    got = s.measure(batch)
+    assert s.ev.compiles == before + 1 and len(got) == len(batch) and not s.no_worlds
+    # against a reference not compiled (derived from winners) the same compile is not read
+    s2 = _search(corpus, budget=80, worlds=True)
+    s2._compile_start()
+    batch2 = [c for c in _with_copies_and_in_place(s2) if c.world is not None]
+    s2.compiled = False
+    got2 = s2.measure(batch2)
+    assert not {id(o.candidate) for o in got2 if o.candidate.world is not None}
+
+
+def test_a_flip_whose_copy_changed_other_sites_is_measured_in_place_from_then_on(corpus, monkeypatch):
+    s = _search(corpus, budget=80, worlds=True)
+    s._compile_start()
+    batch = [c for c in _with_copies_and_in_place(s) if c.world is not None]
+    real = mlgo_host.search.batched._split_worlds
+
+    def split(keys):
+        plain, by_world = real(keys)
+        last = max(by_world)  # the plan's last world: the batch's last flip measured in a copy
+        by_world[last] = by_world[last] | {"nobody at flipped:1:1"}
+        return plain, by_world
+
+    monkeypatch.setattr(mlgo_host.search.batched, "_split_worlds", split)
+    got = s.measure(batch)
+    victim = batch[-1]
+    assert victim not in [o.candidate for o in got] and len(got) == len(batch) - 1
+    assert s.world_root(victim) is None and s.world_root(batch[0]) is not None
+
+
+def _sizes(functions, other_sections, shared=None, referrers=None):
+    other = sum(other_sections.values())
+    return mlgo_host.corpus.objsizes.ObjectSizes(sum(functions.values()) + other, dict(functions), other,
+                                                other_sections=dict(other_sections), shared=shared,
+                                                referrers=referrers)
+
+
+def test_a_string_that_appears_or_goes_is_the_flip_whose_functions_alone_refer_to_it():
+    from mlgo_host.search.batched import _pieces_moved
+    a = Candidate((), True, frozenset({"f", "g"}))
+    b = Candidate((), True, frozenset({"h"}))
+    owner = {"f": a, "g": a, "h": b}
+    s = ".rodata.str1.1"
+    base = _sizes({"f": 10, "h": 10}, {s: 9, ".eh_frame": 4},
+                  {(s, b"gone\0"): (5, frozenset({"f", "g"})), (s, b"kept\0"): (4, frozenset({"f", "h"}))})
+    now = _sizes({"f": 10, "h": 10}, {s: 11, ".eh_frame": 8},
+                 {(s, b"kept\0"): (4, frozenset({"h"})), (s, b"brand new\0"): (7, frozenset({"h"}))})
+    assert sorted(_pieces_moved(base, now, owner), key=lambda x: x[0][1]) == [((s, -5), a), ((s, 7), b)]
+    # a piece two flips' functions refer to is nobody's alone
+    shared = dict(now.shared)
+    shared[(s, b"brand new\0")] = (7, frozenset({"h", "f"}))
+    assert _pieces_moved(base, dataclasses.replace(now, shared=shared), owner) is None
+    # bytes that moved beyond the pieces (and .eh_frame's padding) are nobody's
+    assert _pieces_moved(base, dataclasses.replace(now, other_sections={s: 12, ".eh_frame": 8}), owner) is None
+
+
+def test_a_function_that_appears_or_goes_is_the_flip_whose_functions_alone_refer_to_it():
+    from mlgo_host.search.batched import _made_or_dropped
+    a = Candidate((), True, frozenset({"f"}))
+    b = Candidate((), True, frozenset({"h"}))
+    owner = {"f": a, "h": b}
+    base = _sizes({"f": 10, "h": 10, "gone": 8}, {}, {}, {"gone": frozenset({"h"})})
+    now = _sizes({"f": 20, "h": 2, "tmpl": 30, "guard": 6}, {}, {},
+                 {"tmpl": frozenset({"f"}), "guard": frozenset({"tmpl"})})
+    outside = {"gone": -8, "tmpl": 30, "guard": 6}
+    # (a template instance a new call brought, and what that instance calls)
+    assert _made_or_dropped(outside, base, now, owner) == {"gone": b, "tmpl": a, "guard": a}
+    # no referrer known (a static function: its calls have no relocation), or a function that only changed size
+    assert _made_or_dropped({"static": 5}, base, dataclasses.replace(now, functions={**now.functions, "static": 5}),
+                            owner) is None
+    assert _made_or_dropped({"f": 3}, base, now, owner) is None
+
+
 def test_an_overlapping_batch_is_detected_and_split(corpus):
     s = _search(corpus)
     cands = s.candidates()
