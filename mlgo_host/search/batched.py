@@ -560,10 +560,10 @@ class BatchedSearch:
                                 other_sections=sizes.other_sections, padding=sizes.padding, pools=sizes.pools)
         plain, by_world = _split_worlds(m.inlined)
         out, why = self._attribute(normal, Measured(originals, plain, m.wall_s))
-        moved = out is None
-        if moved and (normal or not self.compiled or self.provisional):
+        originals_moved = out is None
+        if originals_moved and (normal or not self.compiled or self.provisional):
             return None, why
-        if moved:
+        if originals_moved:
             # copies alone, against a compiled reference: the copies' calls alone changed the originals (more
             # callers of a static callee change what the compiler does with it; zstd_v01's FSE_initDStream).
             # A copy is read against its control in this compile, which must still equal the reference's function
@@ -584,7 +584,8 @@ class BatchedSearch:
             got = by_world.get(k, set())
             own = _own_size(sizes, copy)
             if c is None:
-                if own != _own_size(originals, root) or got != ref_keys or (moved and own != _own_size(base.sizes, root)):
+                if (own != _own_size(originals, root) or got != ref_keys
+                        or (originals_moved and own != _own_size(base.sizes, root))):
                     # compiled apart it is other code (a short jump to a neighbour, a pass that saw its
                     # callers): no copies of it from now on
                     self._note_split("copies: a control copy differs from its function")
@@ -911,15 +912,20 @@ class BatchedSearch:
 EH_FRAME_PADDING = 4
 
 
-def _only_padding_moved(base, now) -> bool:
+def _only_padding_moved(base, now, explained: dict[str, int] | None = None) -> bool:
     """True when the bytes no function owns are the same but for
     .eh_frame's last-FDE padding (flips' own changes are exact; the padding
-    follows their total, so it is nobody's)."""
-    if now.other == base.other:
+    follows their total, so it is nobody's) and the bytes ``explained``
+    (section -> bytes of pieces traced to a flip, :func:`_pieces_moved`)."""
+    explained = explained or {}
+    if not explained and now.other == base.other:
         return True
     keys = set(base.other_sections) | set(now.other_sections)
-    moved = {k for k in keys if now.other_sections.get(k, 0) != base.other_sections.get(k, 0)}
-    return moved == {".eh_frame"} and abs(now.other - base.other) <= EH_FRAME_PADDING
+    moved = {k: d for k in keys
+             if (d := now.other_sections.get(k, 0) - base.other_sections.get(k, 0) - explained.get(k, 0))}
+    if not moved:
+        return bool(explained)
+    return set(moved) == {".eh_frame"} and abs(moved[".eh_frame"]) <= EH_FRAME_PADDING
 
 
 class _Batch:
@@ -1078,11 +1084,7 @@ def _pieces_moved(base: ObjectSizes, now: ObjectSizes, owner: dict[str, Candidat
             return None
         out.append(((key[0], n1 - n0), who.pop()))
         explained[key[0]] = explained.get(key[0], 0) + n1 - n0
-    for section in set(base.other_sections) | set(now.other_sections):
-        d = now.other_sections.get(section, 0) - base.other_sections.get(section, 0) - explained.get(section, 0)
-        if d and not (section == ".eh_frame" and abs(d) <= EH_FRAME_PADDING):
-            return None
-    return out
+    return out if _only_padding_moved(base, now, explained) else None
 
 
 def _adds_or_removes(c: Candidate, base: ObjectSizes, now: ObjectSizes) -> bool:
