@@ -521,6 +521,37 @@ def test_an_outline_group_brings_its_callee_back_once_and_reads_from_its_footpri
     assert changed <= g.footprint and callee in changed  # its change lies in the functions it predicts
 
 
+def test_every_callee_inlined_twice_or_more_is_left_out_whole_first(corpus):
+    # an outline group per callee inlined at two or more sites, whether its body is gone or
+    # not and before any single flip lost, the most sites first
+    s = _search(corpus, budget=40)
+    early = s.early_outlines()
+    per_callee: dict[str, set[str]] = {}
+    for x in s.inline.values():
+        per_callee.setdefault(x.callee, set()).add(x.key)
+    want = {c: ks for c, ks in per_callee.items() if len(ks) >= 2}
+    assert want, "the generated module has no callee inlined twice"
+    assert {g.sites[0].callee: {x.key for x in g.sites} for g in early} == want
+    assert all(not g.inline and g.kind == "outline" for g in early)
+    assert [len(g.sites) for g in early] == sorted((len(g.sites) for g in early), reverse=True)
+    s.tried.add(early[0].key)
+    assert early[0].key not in {g.key for g in s.early_outlines()}  # (measured once)
+
+
+def test_the_search_measures_the_outline_groups_first_within_their_share(corpus):
+    budget = 16
+    s = _search(corpus, budget=budget)
+    n = len(s.early_outlines())
+    s.run()
+    kinds = [o.candidate.kind for o in s.outcomes]
+    leading = [i for i, o in enumerate(s.outcomes) if o.candidate.kind == "outline"]
+    assert leading and leading[0] == 0  # the first compile measured a group
+    # (at most the share's compiles went to groups: each leads one batch)
+    assert len(leading) <= min(n, int(budget * mlgo_host.search.batched.EARLY_OUTLINE_SHARE) + 1)
+    assert "single" in kinds  # and the single flips filled the batches and the rest of the budget
+    assert s.ev.compiles <= budget and s.base.text <= s.start_text
+
+
 def test_flips_a_budget_cuts_off_are_measured_by_the_resumed_search(corpus, monkeypatch):
     s = _search(corpus, budget=40)
     s._compile_start()  # (the replay's own start: a failed attribution is the batch's)
