@@ -98,7 +98,7 @@ from mlgo_host.corpus.sizes import llvm_tool
 from mlgo_host.search.clones import ModuleText, world_name
 from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator, probe_module
 from mlgo_host.search.flips import FlipGainModel, flip_scores
-from mlgo_host.search.sites import (Decision, Site, final_functions, parse_callsite, site_of_line,
+from mlgo_host.search.sites import (Decision, Site, final_functions, parse_callsite, site_of_key, site_of_line,
                                    unique_decisions)
 
 log = logging.getLogger("mlgo_host.search")
@@ -135,10 +135,14 @@ class Candidate:
     reads: frozenset[str] = frozenset()
     #: set while packed into a batch: the function it is measured in a copy of (see mlgo_host.search.clones)
     world: str | None = None
+    #: functions left to the compiler's own heuristic in its compile (an *answered* flip, see
+    #: :meth:`BatchedSearch.answered`): their sites are what the compiler then inlines
+    release: frozenset[str] = frozenset()
 
     @property
     def key(self) -> str:
-        return " + ".join(s.key for s in self.sites)
+        k = " + ".join(s.key for s in self.sites)
+        return k + " (answered)" if self.release else k
 
 
 @dataclasses.dataclass
@@ -176,6 +180,10 @@ class BatchedSearch:
         first = list(unique_decisions(probe.decisions))
         self.sites = {d.site.key: d.site for d in first}
         self.inline: dict[str, Site] = {d.site.key: d.site for d in first if d.inlined}
+        #: the start's inlined keys per function holding them (a function whose keys are these is untouched)
+        self._start_keys: dict[str, set[str]] = {}
+        for k, x in self.inline.items():
+            self._start_keys.setdefault(x.caller, set()).add(k)
         self.base: Measured | None = None
         self.start: Measured | None = None
         self.outcomes: list[Outcome] = []
@@ -245,7 +253,13 @@ class BatchedSearch:
             for x in sites:
                 self.sites.setdefault(x.key, x)  # (an exposed site: not a probe decision)
         final = final_functions(self.probe.decisions, self._defined())
-        return [self._candidate(sites, p["inline"], final, kind=p["kind"], index=p.get("index")) for sites, p in flips]
+        out = []
+        for sites, p in flips:
+            c = self._candidate(sites, p["inline"], final, kind=p["kind"], index=p.get("index"))
+            if p.get("release"):  # (an answered flip: its footprint as it was formed)
+                c = self.answered(c) or c
+            out.append(c)
+        return out
 
     # -- the reference --------------------------------------------------------
     def begin(self) -> Measured:
@@ -411,6 +425,56 @@ class BatchedSearch:
         out.sort(key=lambda c: -len(c.sites))
         return [c for c in out if c.key not in self.tried]
 
+    def answered(self, c: Candidate) -> Candidate | None:
+        """Flip ``c`` (one site) with the functions that hold calls of the
+        function its call is written in left to the compiler's own heuristic
+        in the same compile: the move a greedy pass over the channel makes,
+        where each later decision is the compiler's answer to the flip
+        (``zstd_double_fast``: ``MEM_readLE64`` left out of ``ZSTD_hash8Ptr``
+        costs +451 B replayed alone, and -258 B answered, the compiler then no
+        longer inlining ``ZSTD_hash8Ptr`` at its 61 calls).  Only when those
+        functions are as the start has them (else the heuristic would also
+        undo what the search applied there); None otherwise."""
+        if len(c.sites) != 1 or c.release:
+            return None
+        (s,) = c.sites
+        written_in = s.chain[0][0]
+        if s.caller != written_in:  # (a call in an inlined copy: the function holding it would be left too)
+            return None
+        holders = frozenset(x.caller for x in self.sites.values() if x.callee == written_in) - {written_in}
+        if not holders or not all(self._untouched(h) for h in holders):
+            return None
+        final = final_functions(self.probe.decisions, self._defined())
+        fp = set(c.footprint) | holders
+        for x in self.sites.values():  # (the heuristic may inline, delete or bring back any of their callees)
+            if x.caller in holders:
+                fp |= final.get(x.caller, frozenset({x.caller})) | {x.callee}
+        return dataclasses.replace(c, footprint=frozenset(fp), release=holders, kind="answered", index=None,
+                                   world=None)
+
+    def _untouched(self, fn: str) -> bool:
+        """Does the current set inline in ``fn`` exactly what the start did?"""
+        return {k for k, x in self.inline.items() if x.caller == fn} == self._start_keys.get(fn, set())
+
+    def answered_flips(self) -> list[Candidate]:
+        """:meth:`answered` of every single flip the compiler applied that
+        did not pay, formed once every single flip was measured (the calls of
+        the function they are written in most inlined first: the more
+        copies the compiler may stop making)."""
+        inlined = Counter(x.callee for x in self.inline.values())
+        final = final_functions(self.probe.decisions, self._defined())
+        lost_inline, lost_outline = self._lost_singles()
+        out = []
+        for key in sorted(lost_inline | lost_outline):
+            x = self.sites.get(key)
+            if x is None or self._in_set(Candidate((x,), key in lost_inline, frozenset())):
+                continue
+            a = self.answered(self._candidate((x,), key in lost_inline, final))
+            if a is not None and a.key not in self.tried:
+                out.append(a)
+        out.sort(key=lambda c: -inlined[c.sites[0].chain[0][0]])
+        return out
+
     def inline_groups(self, lost: set[str], final: dict[str, frozenset[str]]) -> list[Candidate]:
         """Per callee, its not-inlined sites (at most :data:`MAX_GROUP`)
         when each one's own flip lost (keys in ``lost``), inlined together."""
@@ -492,7 +556,7 @@ class BatchedSearch:
         """The function ``c`` can be measured in a copy of: the one function
         of its footprint, when every site it flips is a call its tree holds
         and it inlines no function of the tree (else None)."""
-        if not self.worlds or len(c.footprint) != 1 or c.key in self.not_in_copies:
+        if not self.worlds or len(c.footprint) != 1 or c.key in self.not_in_copies or c.release:
             return None
         (root,) = c.footprint
         if root in self.no_worlds or root not in self.base.sizes.functions:
@@ -644,7 +708,8 @@ class BatchedSearch:
                     inline[s.key] = s
                 else:
                     inline.pop(s.key, None)
-        return list(inline.values())
+        released = _released(batch)
+        return [x for x in inline.values() if x.caller not in released]
 
     def _left(self) -> bool:
         """Compiles and time left (one compile kept for :meth:`finish`)."""
@@ -662,7 +727,7 @@ class BatchedSearch:
             return []
         if any(c.world is not None for c in batch):
             return self._measure_worlds(batch)
-        m = self.ev.measure(self._set_with(batch))
+        m = self.ev.measure(self._set_with(batch), release=_released(batch))
         self.batches += 1
         out, why = self._attribute(batch, m)
         if self._check_start(out is not None, why):
@@ -726,8 +791,9 @@ class BatchedSearch:
                 delta[c] += n
                 other[c][section] = other[c].get(section, 0) + n
         flipped = [s for c in batch for s in c.sites]
+        released = _released(batch)  # (there the compiler's heuristic decides: its answer is the flip's)
         moved = (m.inlined ^ self.base.inlined) - {s.key for s in flipped}
-        if any(not _is_under_any(k, flipped) for k in moved):
+        if any(not _is_under_any(k, flipped) and _outermost(k) not in released for k in moved):
             return None, "the compiler changed sites nobody flipped"
         return [Outcome(c, delta[c], _applied(c, m), m, extra=frozenset(extra[c]), other=other[c])
                 for c in batch], ""
@@ -782,6 +848,14 @@ class BatchedSearch:
                     functions.pop(f, None)
                 else:
                     functions[f] = size
+            if c.release:  # the compiler's answer in the functions it was left: their sites now
+                answer = {k for k in o.measured.inlined if _outermost(k) in c.release}
+                for k in [k for k, x in self.inline.items() if x.caller in c.release]:
+                    del self.inline[k]
+                for k in answer:
+                    x = self.sites.setdefault(k, site_of_key(k))
+                    self.inline[k] = x
+                inlined = {k for k in inlined if _outermost(k) not in c.release} | answer
             for s in c.sites:
                 under = {k for k, x in self.inline.items() if x.is_under(s)} if not c.inline else set()
                 if c.inline:
@@ -859,10 +933,13 @@ class BatchedSearch:
         self.exhausted = not queue
         while queue and self._left():
             touched, lost, rest = self._pass(queue)
+            # (an answered flip is not retried: its functions left to the heuristic may hold winners now)
             queue = rest + [dataclasses.replace(o.candidate, kind="retry") for o in lost
-                            if o.applied and o.candidate.footprint & touched and not self._in_set(o.candidate)]
-            if not rest and not self.grouped:  # every flip of the pass measured: the groups
+                            if o.applied and o.candidate.footprint & touched and not self._in_set(o.candidate)
+                            and not o.candidate.release]
+            if not rest and not self.grouped:  # every flip of the pass measured: the groups, the answered flips
                 queue += [c for c in self.groups() if c.key not in self.tried]
+                queue += self.answered_flips()
                 self.grouped = True
             self.exhausted = not queue and self._left()
         self.pending = queue
@@ -1017,6 +1094,11 @@ class _Batch:
         if c.inline:
             for s in c.sites:
                 self.inlining[s.callee] = self.inlining.get(s.callee, 0) + 1
+
+
+def _released(batch: Iterable[Candidate]) -> frozenset[str]:
+    """The functions a batch's answered flips leave to the compiler's heuristic."""
+    return frozenset().union(*(c.release for c in batch))
 
 
 def _plain(c: Candidate) -> bool:
@@ -1228,7 +1310,8 @@ def result_of(s: BatchedSearch, default_size: int, wall_s: float) -> dict:
         "compiles": s.ev.compiles, "batches": s.batches, "splits": dict(s.splits), "flips_measured": s.flips_measured,
         "flips_in_copies": s.world_flips, "flips": flips,
         "pending": [{"keys": [x.key for x in c.sites], "lines": [x.replay_line() for x in c.sites],
-                     "inline": c.inline, "kind": c.kind, "index": c.index} for c in s.pending],
+                     "inline": c.inline, "kind": c.kind, "index": c.index, "release": sorted(c.release)}
+                    for c in s.pending],
         "grouped": s.grouped,
         "broken_keys": len(s.broken), "broken": sorted(s.broken), "decisions": ep.n, "wall_s": wall_s,
         "tried": sorted(s.tried), "promise": s.promise(),

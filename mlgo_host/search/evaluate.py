@@ -84,14 +84,17 @@ class ReplayEvaluator:
         self.timeout = timeout
         self.compiles = 0
 
-    def compile(self, inline: Iterable[Site], out: str, ir: str | None = None, scope: Iterable[str] = ()) -> str:
+    def compile(self, inline: Iterable[Site], out: str, ir: str | None = None, scope: Iterable[str] = (),
+                release: Iterable[str] = ()) -> str:
         """Compile with exactly ``inline`` inlined (in the scope's functions,
         and ``scope``'s) into object ``out``; returns the compiler's remarks
         (stderr).  ``ir``: the module's text to compile instead of its
-        bitcode (with copies of functions, :mod:`.clones`)."""
+        bitcode (with copies of functions, :mod:`.clones`); ``release``:
+        functions of the scope left to the compiler's own heuristic (named
+        nowhere in the file)."""
         rf = out + ".replay.txt"
         with open(rf, "w", encoding="utf-8") as f:
-            f.write(replay_text(inline, self.scope | set(scope)))
+            f.write(replay_text(inline, (self.scope | set(scope)) - set(release)))
         module = self.module
         if ir is not None:
             ll = out + ".ll"
@@ -114,14 +117,15 @@ class ReplayEvaluator:
                                 r.stderr[-2000:])
         return r.stderr
 
-    def measure(self, inline: Iterable[Site], ir: str | None = None, scope: Iterable[str] = ()) -> Measured:
+    def measure(self, inline: Iterable[Site], ir: str | None = None, scope: Iterable[str] = (),
+                release: Iterable[str] = ()) -> Measured:
         """:meth:`compile` into a temp directory (always removed): the sizes
         and the keys the compiler inlined."""
         t0 = time.monotonic()
         tmp = tempfile.mkdtemp(prefix="mlgo-replay-")
         try:
             out = os.path.join(tmp, "module.o")
-            remarks = self.compile(inline, out, ir, scope)
+            remarks = self.compile(inline, out, ir, scope, release)
             return Measured(object_sizes(out), inlined_keys(remarks), time.monotonic() - t0)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -109,6 +109,14 @@ def site_of_line(line: str) -> Site:
     return Site(m.group("callee"), m.group("caller"), parse_callsite(m.group("site")))
 
 
+def site_of_key(key: str) -> Site:
+    """The site a key names (``callee at f:1:2 @ outer:3:4``): its caller is
+    the function whose body holds the call now, the chain's last entry."""
+    callee, at = key.split(" at ", 1)
+    chain = parse_callsite(at)
+    return Site(callee, chain[-1][0], chain)
+
+
 def mandatory_sites(remarks: str) -> list[Site]:
     """The sites a plain compile inlined because the callee is
     ``always_inline`` (``-Rpass=inline`` output), in order: the channel

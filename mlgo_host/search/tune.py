@@ -292,7 +292,10 @@ class BatchedPasses(_Budget):
 
 
 def _flips_left(r: dict) -> int:
-    return max(1, r.get("decisions", 1) - len(r["tried"]))
+    """The flips a module may still measure: its decisions not tried yet,
+    or the flips its search queued and did not measure (a second pass's
+    retries, the sites winners exposed), whichever is more."""
+    return max(1, r.get("decisions", 1) - len(r["tried"]), len(r.get("pending") or ()))
 
 
 def known_start(r: dict):

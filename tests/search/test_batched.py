@@ -552,6 +552,31 @@ def test_the_search_measures_the_outline_groups_first_within_their_share(corpus)
     assert s.ev.compiles <= budget and s.base.text <= s.start_text
 
 
+def test_an_answered_flip_leaves_its_callers_to_the_compiler_and_its_answer_replays(corpus):
+    # a flip in a function other functions call, with those functions left to the compiler's
+    # heuristic: the compiler's answer is read from its remarks, becomes the set, and compiling
+    # that set gives the same object
+    s = _search(corpus, budget=40)
+    s._compile_start()
+    final = final_functions(s.probe.decisions, s.base.sizes.functions)
+    answered = [a for a in (s.answered(c) for c in s.candidates()) if a is not None]
+    assert answered, "no flip of the generated module is written in a function others call"
+    a = answered[0]
+    (x,) = a.sites
+    holders = {y.caller for y in s.sites.values() if y.callee == x.caller} - {x.caller}
+    assert a.release == holders and a.kind == "answered" and a.key.endswith("(answered)")
+    assert holders <= a.footprint and final.get(x.caller, frozenset({x.caller})) <= a.footprint
+    (o,) = s.measure([a])
+    assert o.applied and o.measured.text == s.base.text + o.delta
+    s.accept([o])
+    want = o.measured.text
+    s._compile_reference()
+    assert s.base.text == want and s.base.inlined == o.measured.inlined  # the answer, replayed: the same object
+    # a function the search changed is not left to the heuristic (it would undo the change)
+    s.inline.pop(next(k for k, y in s.inline.items() if y.caller in holders), None)
+    assert s.answered(dataclasses.replace(a, release=frozenset(), kind="single")) is None
+
+
 def test_flips_a_budget_cuts_off_are_measured_by_the_resumed_search(corpus, monkeypatch):
     s = _search(corpus, budget=40)
     s._compile_start()  # (the replay's own start: a failed attribution is the batch's)
