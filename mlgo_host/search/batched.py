@@ -49,7 +49,12 @@ the next batches' reference).  What one flip per compile could not afford:
   first, before any single flip, within :data:`EARLY_OUTLINE_SHARE` of the
   compiles (:meth:`BatchedSearch.early_outlines`): the move a greedy pass
   over the channel finds when one flip leaves a helper too big for the
-  compiler to inline again.
+  compiler to inline again;
+* *answered* flips, once every single flip was measured: a lost flip
+  measured again with the functions that call the function it is written
+  in left to the compiler's own heuristic (:meth:`BatchedSearch.answered`),
+  whose answer, read from the remarks, becomes the set: each greedy
+  channel flip in one replay compile.
 
 A search cut by its budget or time keeps the flips it queued and did not
 measure (``pending``); a resumed search starts with them.

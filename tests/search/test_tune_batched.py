@@ -136,9 +136,10 @@ def test_tune_on_a_changed_tree_searches_only_the_changed_module_again(tmp_path)
         assert after[n] == before[n], n  # kept as they were
 
 
-def _row(name, promise, gain=0, compiles=2, decisions=40, tried=0, reference=None):
+def _row(name, promise, gain=0, compiles=2, decisions=40, tried=0, reference=None, pending=0):
     return {"name": name, "promise": promise, "default_size": 1000, "best_size": 1000 - gain, "compiles": compiles,
-            "decisions": decisions, "tried": [str(i) for i in range(tried)], "reference": reference}
+            "decisions": decisions, "tried": [str(i) for i in range(tried)], "reference": reference,
+            "pending": [{"keys": [str(i)]} for i in range(pending)]}
 
 
 def test_the_compiles_go_where_the_prior_and_the_paid_bytes_point():
@@ -159,6 +160,8 @@ def test_the_compiles_go_where_the_prior_and_the_paid_bytes_point():
     assert b > a > 0 and a + b <= 60
     # never more than two compiles per flip left (plus a batch's need)
     assert shares([_row("d", 5.0, decisions=10, tried=8)], 100, paid=False) == [2 * 2 + 3]
+    # flips queued and not measured (retries, exposed sites) are flips left too, though every decision was tried
+    assert shares([_row("d", 5.0, decisions=10, tried=12, pending=20)], 100, paid=False) == [2 * 20 + 3]
     # without a prior: the flips left
     assert shares([_row("e", None, decisions=30), _row("f", None, decisions=10)], 40, paid=False) == [30, 10]
 
