@@ -261,8 +261,10 @@ class BatchedSearch:
         out = []
         for sites, p in flips:
             c = self._candidate(sites, p["inline"], final, kind=p["kind"], index=p.get("index"))
-            if p.get("release"):  # (an answered flip: its footprint as it was formed)
-                c = self.answered(c) or c
+            if p.get("release"):  # an answered flip, formed again: dropped when its functions changed since
+                c = self.answered(c)
+                if c is None:
+                    continue
             out.append(c)
         return out
 

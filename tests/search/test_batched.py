@@ -577,6 +577,19 @@ def test_an_answered_flip_leaves_its_callers_to_the_compiler_and_its_answer_repl
     assert s.answered(dataclasses.replace(a, release=frozenset(), kind="single")) is None
 
 
+def test_an_answered_flip_left_pending_is_formed_again_or_dropped(corpus):
+    s = _search(corpus, budget=40)
+    a = next(a for a in (s.answered(c) for c in s.candidates()) if a is not None)
+    s.pending = [a]
+    stored = mlgo_host.search.batched.result_of(s, s.base.text, 0.0)["pending"]
+    assert stored[0]["release"] == sorted(a.release)
+    (again,) = s._pending_of(stored)  # (what a resumed search starts with)
+    assert again.release == a.release and again.key == a.key and again.footprint == a.footprint
+    # once the search changed one of its functions, the answer would undo that: it is dropped
+    s.inline.pop(next(k for k, y in s.inline.items() if y.caller in a.release))
+    assert s._pending_of(stored) == []
+
+
 def test_flips_a_budget_cuts_off_are_measured_by_the_resumed_search(corpus, monkeypatch):
     s = _search(corpus, budget=40)
     s._compile_start()  # (the replay's own start: a failed attribution is the batch's)
