@@ -103,7 +103,7 @@ from mlgo_host.corpus.sizes import llvm_tool
 from mlgo_host.search.clones import ModuleText, world_name
 from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator, probe_module
 from mlgo_host.search.flips import FlipGainModel, flip_scores
-from mlgo_host.search.sites import (Decision, Site, final_functions, parse_callsite, site_of_key, site_of_line,
+from mlgo_host.search.sites import (Decision, Site, final_functions, site_of_key, site_of_line,
                                    unique_decisions)
 
 log = logging.getLogger("mlgo_host.search")
@@ -262,7 +262,7 @@ class BatchedSearch:
         for sites, p in flips:
             c = self._candidate(sites, p["inline"], final, kind=p["kind"], index=p.get("index"))
             if p.get("release"):  # an answered flip, formed again: dropped when its functions changed since
-                c = self.answered(c)
+                c = self.answered(c, final)
                 if c is None:
                     continue
             out.append(c)
@@ -432,7 +432,7 @@ class BatchedSearch:
         out.sort(key=lambda c: -len(c.sites))
         return [c for c in out if c.key not in self.tried]
 
-    def answered(self, c: Candidate) -> Candidate | None:
+    def answered(self, c: Candidate, final: dict[str, frozenset[str]] | None = None) -> Candidate | None:
         """Flip ``c`` (one site) with the functions that hold calls of the
         function its call is written in left to the compiler's own heuristic
         in the same compile: the move a greedy pass over the channel makes,
@@ -441,7 +441,9 @@ class BatchedSearch:
         costs +451 B replayed alone, and -258 B answered, the compiler then no
         longer inlining ``ZSTD_hash8Ptr`` at its 61 calls).  Only when those
         functions are as the start has them (else the heuristic would also
-        undo what the search applied there); None otherwise."""
+        undo what the search applied there); None otherwise.  ``final``:
+        where each function's code ends up (:func:`final_functions`), when
+        the caller has it."""
         if len(c.sites) != 1 or c.release:
             return None
         (s,) = c.sites
@@ -451,7 +453,8 @@ class BatchedSearch:
         holders = frozenset(x.caller for x in self.sites.values() if x.callee == written_in) - {written_in}
         if not holders or not all(self._untouched(h) for h in holders):
             return None
-        final = final_functions(self.probe.decisions, self._defined())
+        if final is None:
+            final = final_functions(self.probe.decisions, self._defined())
         fp = set(c.footprint) | holders
         for x in self.sites.values():  # (the heuristic may inline, delete or bring back any of their callees)
             if x.caller in holders:
@@ -476,7 +479,7 @@ class BatchedSearch:
             x = self.sites.get(key)
             if x is None or self._in_set(Candidate((x,), key in lost_inline, frozenset())):
                 continue
-            a = self.answered(self._candidate((x,), key in lost_inline, final))
+            a = self.answered(self._candidate((x,), key in lost_inline, final), final)
             if a is not None and a.key not in self.tried:
                 out.append(a)
         out.sort(key=lambda c: -inlined[c.sites[0].chain[0][0]])
@@ -1147,7 +1150,7 @@ def _split_worlds(keys: Iterable[str]) -> tuple[set[str], dict[int, set[str]]]:
 
 def _outermost(key: str) -> str:
     """The function whose body holds a key's call now (its chain's last entry)."""
-    return parse_callsite(key.split(" at ", 1)[1])[-1][0]
+    return site_of_key(key).caller
 
 
 def _own_size(sizes: ObjectSizes, fn: str) -> int:
