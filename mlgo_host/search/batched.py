@@ -66,11 +66,18 @@ one compiles the replay and measures again): a compile saved per module.
 
 Copies (*worlds*).  Footprints bound the flips per compile by the flips of
 the busiest function: on real modules most flips land in one or two hub
-functions.  A flip whose footprint is one function ``F`` (it deletes and
-brings back no callee) is measured instead in a copy of ``F`` and of the
-functions inlined only into it (:mod:`.clones`), with the decision set
-plus that flip; the copy's size less a control copy's (the set alone) is
-its gain.  Each control must equal ``F`` exactly (size without alignment
+functions.  A flip whose footprint is one function ``F`` (it deletes no
+callee) is measured instead in a copy of ``F`` and of the functions
+inlined only into it (:mod:`.clones`), with the decision set plus that
+flip; the copy's size less a control copy's (the set alone) is its gain.
+A flip that leaves out a call of a callee whose body is gone (every call
+of it inlined) brings that body back: in a copy as in place, so the body
+(the copy's own one when the callee is of the copied tree, else the
+module's one, emitted once for all the copies that call it), what only
+brought-back bodies call and the strings only they refer to are added to
+its gain (:meth:`BatchedSearch.brought_back`); on real modules these are
+most of the flips of a hub (``CHECK_EQ`` helpers left out of a test
+function, one hash helper of many).  Each control must equal ``F`` exactly (size without alignment
 padding, and sites inlined); a function whose control does not (a tail
 call that was a short jump to its neighbour, a pass that saw its callers)
 gets no copies again, and its flips are measured in place.  The originals
@@ -135,7 +142,7 @@ class Candidate:
     footprint: frozenset[str]  # the functions it may change (its gain is read from them)
     score: float = 0.0
     index: int | None = None  # the probe decision it flips (its features), None for exposed sites
-    kind: str = "single"  # single, exposed, group, outline, retry, undo
+    kind: str = "single"  # single, exposed, group, outline, retry, undo, answered
     #: functions whose code it copies (an inlined callee): no flip of the batch may change them
     reads: frozenset[str] = frozenset()
     #: set while packed into a batch: the function it is measured in a copy of (see mlgo_host.search.clones)
@@ -207,6 +214,8 @@ class BatchedSearch:
         self._derived_by: list[Candidate] = []
         #: flips to undo, measured first: applied together, they came out larger than measured apart
         self.suspects: list[Candidate] = []
+        #: bytes the compiled references came out larger than derived ones (winners that interact)
+        self.drift = 0
         #: the reference is the probe's plain compile, not yet checked against a replay (see begin)
         self.provisional = False
         self.exhausted = False
@@ -562,13 +571,28 @@ class BatchedSearch:
         self._trees[root] = t
         return t
 
+    def brought_back(self, c: Candidate) -> str | None:
+        """The callee an ``out`` flip brings back: every call of it was
+        inlined and its body is gone, so leaving one out makes the compiler
+        emit it again (None for any other flip)."""
+        callees = {s.callee for s in c.sites}
+        if c.inline or c.release or len(callees) != 1:
+            return None
+        (x,) = callees
+        return x if x not in self.base.sizes.functions else None  # (gone since the flip was formed, too)
+
     def world_root(self, c: Candidate) -> str | None:
         """The function ``c`` can be measured in a copy of: the one function
-        of its footprint, when every site it flips is a call its tree holds
-        and it inlines no function of the tree (else None)."""
-        if not self.worlds or len(c.footprint) != 1 or c.key in self.not_in_copies or c.release:
+        of its footprint (besides the callee it brings back), when every
+        site it flips is a call its tree holds and it inlines no function of
+        the tree (else None)."""
+        if not self.worlds or c.key in self.not_in_copies or c.release:
             return None
-        (root,) = c.footprint
+        # (an out flip's callee counts only while the flip would bring it back: it may have come back since)
+        own = c.footprint - {x.callee for x in c.sites} if not c.inline else c.footprint
+        if len(own) != 1:
+            return None
+        (root,) = own
         if root in self.no_worlds or root not in self.base.sizes.functions:
             return None
         try:
@@ -579,6 +603,9 @@ class BatchedSearch:
             return None
         if t is None or c.reads & t or any(s.caller not in t for s in c.sites):
             return None
+        back = self.brought_back(c)
+        if back in t and not self._module_text().is_local(back):
+            return None  # (its copy would come back as a static function, which it is not in place)
         return root
 
     def _in_world(self, s: Site, tree: frozenset[str], names: set[str], k: int) -> Site:
@@ -627,7 +654,11 @@ class BatchedSearch:
             out, why = self._attribute_worlds(normal, plan, m)
             if self._check_start(out is not None, why):
                 return self._measure_worlds(batch)
-            if out is None and self.unverified:  # perhaps the derived reference: compile it, then again
+            backs = [c for c in batch if c.world is not None and self.brought_back(c)]
+            untraced = why in _TRACED and backs and self.base.sizes.shared is None
+            if out is None and (self.unverified or untraced):
+                # perhaps the derived reference, or one with no pieces to read a body brought back by: compile it,
+                # then again
                 self._compile_reference()
                 return self._measure_worlds(batch)
         if out is None and normal and why != "the compile failed" and not why.startswith("copies"):
@@ -635,6 +666,14 @@ class BatchedSearch:
             self._note_split(why)
             copied = [c for c in batch if c.world is not None]
             return self._measure_worlds(copied) + self.measure(normal)
+        backs = [c for c in batch if c.world is not None and self.brought_back(c)]
+        if out is None and backs and why != "the compile failed":
+            # (perhaps a body they brought back moved what the originals are read by: they go in place from then
+            # on, the rest again)
+            self._note_split(why if why.startswith("copies") else "copies: " + why)
+            self.not_in_copies |= {c.key for c in backs}
+            rest = [c for c in batch if c not in backs]
+            return self.measure(rest) if rest else []
         if out is None:
             self._note_split(why if why.startswith("copies") else "copies: " + why)
             self.no_worlds |= {root for _, root, _ in plan}
@@ -644,6 +683,18 @@ class BatchedSearch:
         self.unverified.clear()
         self.flips_measured += len(out)
         self.world_flips += len(out) - len(normal)
+        return out
+
+    def _brought_back_in(self, plan) -> dict[int, tuple[str, str]]:
+        """world -> (the function its flip brings back, as this compile names
+        it; the callee): a callee of the copied tree comes back as the
+        world's own copy of it, any other is the module's one, emitted once
+        for every world that calls it."""
+        out = {}
+        for k, root, c in plan:
+            x = self.brought_back(c) if c is not None else None
+            if x is not None:
+                out[k] = (world_name(x, k) if x in self.tree(root) else x, x)
         return out
 
     def _attribute_worlds(self, normal: list[Candidate], plan, m: Measured) -> tuple[list[Outcome] | None, str]:
@@ -657,10 +708,17 @@ class BatchedSearch:
         A copy whose inlined sites are not the set's and its flip's is left
         out too: the flips left out are measured again in place."""
         copies = {world_name(root, k) for k, root, _ in plan}
+        back = self._brought_back_in(plan)
         sizes = m.sizes
-        functions = {f: n for f, n in sizes.functions.items() if f not in copies}
-        originals = ObjectSizes(sum(functions.values()) + sizes.other, functions, sizes.other,
-                                other_sections=sizes.other_sections, padding=sizes.padding, pools=sizes.pools)
+        owners = _bodies_brought({name for name, _ in back.values()}, copies, self.base.sizes, sizes)
+        if owners is None:
+            return None, "copies: a body came back that no copy brought"
+        functions = {f: n for f, n in sizes.functions.items() if f not in copies and f not in owners}
+        pieces, came = _pieces_of(owners, self.base.sizes, sizes)
+        other_sections = {k: n - came.get(k, 0) for k, n in sizes.other_sections.items()}
+        other = sizes.other - sum(came.values())
+        originals = ObjectSizes(sum(functions.values()) + other, functions, other,
+                                other_sections=other_sections, padding=sizes.padding, pools=sizes.pools)
         plain, by_world = _split_worlds(m.inlined)
         out, why = self._attribute(normal, Measured(originals, plain, m.wall_s))
         originals_moved = out is None
@@ -702,8 +760,22 @@ class BatchedSearch:
                 self.not_in_copies.add(c.key)  # (a copy of it will not read again: measured in place)
                 continue  # this copy cannot be read: the flip goes back
             delta = own - control[root]
-            view = Measured(ObjectSizes(0, {root: originals.functions[root] + delta}, 0), got, m.wall_s)
-            out.append(Outcome(c, delta, _applied(c, view), view))
+            changed = {root: originals.functions[root] + delta}
+            extra: frozenset[str] = frozenset()
+            other: dict[str, int] = {}
+            if k in back:
+                # the bodies it brought back (the callee's, and those only brought-back bodies call) are its cost,
+                # as in place: the same code wherever they are called from
+                name, callee = back[k]
+                for f in (f for f, who in owners.items() if name in who):
+                    cost = _own_size(sizes, f)
+                    delta += cost
+                    changed[callee if f == name else f] = cost
+                other = pieces.get(name, {})
+                delta += sum(other.values())
+                extra = frozenset(changed) - c.footprint  # (what came back, and the callee when gone only since)
+            view = Measured(ObjectSizes(0, changed, 0), got, m.wall_s)
+            out.append(Outcome(c, delta, _applied(c, view), view, extra=extra, other=dict(other)))
         return out, ""
 
     def _note_split(self, why: str) -> None:
@@ -820,14 +892,15 @@ class BatchedSearch:
         for c in cands:
             c.world = None
             root = roots[id(c)] if many[roots[id(c)]] >= 2 else None  # (one flip: in place costs nothing more)
+            back = self.brought_back(c) if root is not None else None
             for b in out:
                 if len(b.flips) < self.max_batch and b.admits(c, self, root):
-                    b.add(c, root)
+                    b.add(c, root, back)
                     break
             else:
                 b = _Batch()
                 if b.admits(c, self, root):  # (a flip on functions whose reference is not verified waits)
-                    b.add(c, root)
+                    b.add(c, root, back)
                     out.append(b)
         if not out and cands:  # every flip waits for the reference: compile it
             self._compile_reference()
@@ -904,6 +977,8 @@ class BatchedSearch:
         self.unverified.clear()
         self.compiled = True
         self._trees.clear()
+        if derived is not None:
+            self.drift += self.base.text - derived
         if derived is not None and self.base.text > derived + EH_FRAME_PADDING:
             final = final_functions(self.probe.decisions, self._defined())
             self.suspects += [self._candidate(c.sites, not c.inline, final, kind="undo")
@@ -1073,15 +1148,18 @@ class _Batch:
         self.reads: set[str] = set()
         self.inlining: dict[str, int] = {}  # callee -> calls the batch inlines
         self.roots: set[str] = set()  # the functions flips are measured in copies of
+        self.back: set[str] = set()  # the callees flips measured in copies bring back
         self.worlds = 0
 
     def admits(self, c: Candidate, search: "BatchedSearch", root: str | None = None) -> bool:
         if root is not None:
             # (an unverified root is fine: its copies' gains are read against a control in the same
             # compile, and the original is checked against the derived reference like any other function)
-            return (root not in self.writes and not c.reads & self.writes
+            back = search.brought_back(c)
+            return (root not in self.writes and not c.reads & self.writes and back not in self.writes | self.reads
                     and self.worlds < MAX_WORLDS and all(_plain(x) for x in self.flips if x.world is None))
-        if c.footprint & (self.writes | self.reads | search.unverified | self.roots) or c.reads & self.writes:
+        if (c.footprint & (self.writes | self.reads | search.unverified | self.roots | self.back)
+                or c.reads & self.writes):
             return False
         if self.roots and not _plain(c):
             return False
@@ -1092,12 +1170,13 @@ class _Batch:
                 return False
         return True
 
-    def add(self, c: Candidate, root: str | None = None) -> None:
+    def add(self, c: Candidate, root: str | None = None, back: str | None = None) -> None:
         self.flips.append(c)
         self.reads |= c.reads
         if root is not None:
             c.world = root
             self.roots.add(root)
+            self.back |= {back} - {None}
             self.worlds += 1
             return
         self.writes |= c.footprint
@@ -1220,6 +1299,52 @@ def _pieces_moved(base: ObjectSizes, now: ObjectSizes, owner: dict[str, Candidat
         out.append(((key[0], n1 - n0), who.pop()))
         explained[key[0]] = explained.get(key[0], 0) + n1 - n0
     return out if _only_padding_moved(base, now, explained) else None
+
+
+def _bodies_brought(brought: set[str], copies: set[str], base: ObjectSizes, now: ObjectSizes
+                    ) -> dict[str, frozenset[str]] | None:
+    """Every function of ``now`` that came back with the bodies ``brought``
+    back (the copies' callees), with the bodies it came with: each body
+    itself, and a function ``base`` does not have that only such functions
+    refer to (a callee inlined only where the body was inlined before).
+    None when another function appeared besides the copies (with none
+    brought back, what appeared is left to the originals' reading)."""
+    owners = {f: frozenset({f}) for f in brought if f in now.functions}
+    if not brought:
+        return owners
+    appeared = {f for f in now.functions if f not in base.functions and f not in copies and f not in brought}
+    if appeared and now.referrers is None:
+        return None
+    grew = True
+    while grew:
+        grew = False
+        for f in appeared - owners.keys():
+            refs = now.referrers.get(f) or ()
+            if refs and all(g in owners for g in refs):
+                owners[f] = frozenset().union(*(owners[g] for g in refs))
+                grew = True
+    return owners if appeared <= owners.keys() else None
+
+
+def _pieces_of(owners: dict[str, frozenset[str]], base: ObjectSizes, now: ObjectSizes
+               ) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """The pieces of ``other`` (strings, constants) that came with the
+    bodies brought back: per body, {section: bytes} of each piece new since
+    ``base`` that only functions that came back with it refer to, and all of
+    them once per section (none when either object was not read piece by
+    piece)."""
+    out: dict[str, dict[str, int]] = {}
+    came: dict[str, int] = {}
+    if not owners or base.shared is None or now.shared is None:
+        return out, came
+    for key, (n, refs) in now.shared.items():
+        grew = n - base.shared.get(key, (0, frozenset()))[0]
+        if grew > 0 and refs and all(g in owners for g in refs):
+            came[key[0]] = came.get(key[0], 0) + grew
+            for body in frozenset().union(*(owners[g] for g in refs)):
+                mine = out.setdefault(body, {})
+                mine[key[0]] = mine.get(key[0], 0) + grew
+    return out, came
 
 
 def _adds_or_removes(c: Candidate, base: ObjectSizes, now: ObjectSizes) -> bool:

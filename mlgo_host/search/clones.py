@@ -113,6 +113,16 @@ class ModuleText:
         f = self.functions.get(fn)
         return f.debug_name if f is not None else fn
 
+    def is_local(self, fn: str) -> bool:
+        """``fn`` is defined here with local linkage (``static``), as its
+        copies are: a copy of any other function may be optimised as the
+        function itself never is (one caller, no outside users)."""
+        f = self.functions.get(fn)
+        if f is None:
+            return False
+        words = self.lines[f.start].split("@", 1)[0].split()
+        return "internal" in words or "private" in words
+
     def can_copy(self, names: Iterable[str]) -> bool:
         """Every function of ``names`` is defined here with a subprogram."""
         return all(n in self.functions and self.functions[n].sp is not None for n in names)

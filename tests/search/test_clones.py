@@ -31,3 +31,18 @@ def test_a_function_with_a_quoted_name_is_copied_under_a_new_name(tmp_path):
     # the module with its copies is valid IR: no function defined twice
     r = subprocess.run(["llvm-as-19", "-o", "/dev/null", "-"], input=out, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_static_function_is_told_from_an_inline_one_and_every_copy_is_static(tmp_path):
+    src = tmp_path / "link.cc"
+    src.write_text("static int twice(int x) { return 2 * x; }\n"
+                   "inline int thrice(int x) { return 3 * x; }\n"
+                   "int both(int x) { return twice(x) + thrice(x); }\n")
+    ll = subprocess.run(["clang-19", "-O0", "-g", "-S", "-emit-llvm", "-x", "c++", str(src), "-o", "-"],
+                        capture_output=True, text=True, check=True).stdout
+    mt = ModuleText(ll)
+    twice, thrice, both = (next(n for n in mt.functions if w in n) for w in ("twice", "thrice", "both"))
+    assert mt.is_local(twice) and not mt.is_local(thrice) and not mt.is_local(both)
+    # a copy is static whatever its function: one brought back is only measured where its function is too
+    copied = ModuleText(mt.with_worlds({0: (thrice, [thrice])}))
+    assert copied.is_local(world_name(thrice, 0)) and not copied.is_local(thrice)
