@@ -42,6 +42,9 @@ def _worker_main(conn: Connection, factory: str, kwargs: dict, cpu: int | None) 
             raise Cancelled()
 
     signal.signal(signal.SIGUSR1, on_cancel)
+    # SIGTERM (a user's kill of the whole process group) unwinds: the compile in flight is killed by its own
+    # cleanup, and the worker's close() removes its temp files
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     if cpu is not None:
         try:
             os.sched_setaffinity(0, {cpu})
@@ -53,6 +56,19 @@ def _worker_main(conn: Connection, factory: str, kwargs: dict, cpu: int | None) 
         conn.send(("init_error", traceback.format_exc()))
         return
     conn.send(("ready", os.getpid()))
+    try:
+        _serve(conn, worker, running)
+    finally:
+        if hasattr(worker, "close"):
+            worker.close()
+
+
+def _exit_on_signal(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _serve(conn: Connection, worker, running: list[bool]) -> None:
+    """Run the tasks ``conn`` brings until it closes or brings None."""
     while True:
         try:
             msg = conn.recv()
@@ -76,8 +92,6 @@ def _worker_main(conn: Connection, factory: str, kwargs: dict, cpu: int | None) 
             conn.send(reply)
         except (BrokenPipeError, OSError):
             break
-    if hasattr(worker, "close"):
-        worker.close()
 
 
 def _last_line(tb: str) -> str:

@@ -6,9 +6,15 @@ import time
 
 
 class ToyWorker:
-    def __init__(self, scale: int = 1):
+    def __init__(self, scale: int = 1, closed: str | None = None):
         self.scale = scale
         self.policy = None
+        self.closed = closed
+
+    def close(self):
+        if self.closed:
+            with open(self.closed, "a") as f:
+                f.write("closed\n")
 
     def set_policy(self, blob):
         self.policy = blob

@@ -1,4 +1,7 @@
 import os
+import signal
+import time
+
 import pytest
 
 from mlgo_host.errors import ConfigError, WorkerPoolError
@@ -54,3 +57,21 @@ def test_worker_that_cannot_start_is_reported():
     with pytest.raises(WorkerPoolError, match="failed to start: AttributeError") as e:
         WorkerPool(1, "_toy_worker:NoSuchClass")
     assert "\n" not in str(e.value) and "Traceback" in e.value.details
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_a_worker_sent_sigterm_unwinds_and_closes(tmp_path, busy):
+    # (a user's kill of tune's process group: the worker's close() removes its temp files)
+    marker = tmp_path / "closed"
+    p = WorkerPool(1, FACTORY, {"closed": str(marker)})
+    try:
+        proc = p._procs[0]
+        if busy:
+            p._conns[0].send((0, "work", (1, 30.0)))
+            time.sleep(0.5)
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.join(10)
+        assert not proc.is_alive() and proc.exitcode == 128 + signal.SIGTERM
+        assert marker.read_text() == "closed\n"
+    finally:
+        p.close()
