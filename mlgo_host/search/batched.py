@@ -142,7 +142,7 @@ class Candidate:
     footprint: frozenset[str]  # the functions it may change (its gain is read from them)
     score: float = 0.0
     index: int | None = None  # the probe decision it flips (its features), None for exposed sites
-    kind: str = "single"  # single, exposed, group, outline, retry, undo, answered
+    kind: str = "single"  # single, exposed, group, outline, retry, undo, answered, again
     #: functions whose code it copies (an inlined callee): no flip of the batch may change them
     reads: frozenset[str] = frozenset()
     #: set while packed into a batch: the function it is measured in a copy of (see mlgo_host.search.clones)
@@ -219,6 +219,9 @@ class BatchedSearch:
         #: the reference is the probe's plain compile, not yet checked against a replay (see begin)
         self.provisional = False
         self.exhausted = False
+        #: winners applied, in this search and the ones it resumes; and their number when the last sweep began
+        self.wins = 0
+        self.sweep_mark = 0
         #: the groups were formed (once, after a pass measured every flip)
         self.grouped = False
         #: outline groups measured before the single flips (see :meth:`early_outlines`)
@@ -251,6 +254,8 @@ class BatchedSearch:
         self.world_flips = res.get("flips_in_copies", 0)
         self.batches = res.get("batches", 0)
         self.grouped = res.get("grouped", False)
+        self.wins = res.get("wins", 0)
+        self.sweep_mark = res.get("sweep_mark", 0)
         ref = res.get("reference")
         if ref is None and not res["tried"]:  # a probe only: its decisions' compile is the start
             self.begin()
@@ -382,6 +387,19 @@ class BatchedSearch:
         acts = np.array([1 if d.inlined else 0 for d in ds], dtype=np.int64)
         p = np.array([self.flip_p[d.site.key] for d in ds]) if self.prior is not None else None
         return flip_scores(feats, acts, model=self.model, prior_flip_p=p)
+
+    def resweep(self) -> list[Candidate]:
+        """Once every flip was measured (the groups and answered flips too),
+        every probe decision's site flipped again from the current best, when
+        winners were applied since the last such sweep began: a flip that
+        lost beside the old set may pay beside the new one, which the
+        retries (only flips whose functions a winner changed) miss."""
+        if not self.grouped or self.wins <= self.sweep_mark:
+            return []
+        self.sweep_mark = self.wins
+        final = final_functions(self.probe.decisions, self._defined())
+        return [self._candidate(c.sites, c.sites[0].key not in self.inline, final, score=c.score, index=c.index,
+                                kind="again") for c in self.candidates()]
 
     def groups(self) -> list[Candidate]:
         """Flips of several sites that may pay only together, formed once
@@ -917,6 +935,7 @@ class BatchedSearch:
         winners kept."""
         if not won:
             return []
+        self.wins += len(won)
         functions = dict(self.base.sizes.functions)
         other_sections = dict(self.base.sizes.other_sections)
         inlined = set(self.base.inlined)
@@ -1015,6 +1034,7 @@ class BatchedSearch:
     def _passes(self, queue: list[Candidate]) -> None:
         """Passes over ``queue``; what the budget or the time left unmeasured
         stays :attr:`pending` (a resumed search starts with it)."""
+        queue = queue or self.resweep()
         self.exhausted = not queue
         while queue and self._left():
             touched, lost, rest = self._pass(queue)
@@ -1026,6 +1046,7 @@ class BatchedSearch:
                 queue += [c for c in self.groups() if c.key not in self.tried]
                 queue += self.answered_flips()
                 self.grouped = True
+            queue = queue or self.resweep()
             self.exhausted = not queue and self._left()
         self.pending = queue
 
@@ -1447,7 +1468,7 @@ def result_of(s: BatchedSearch, default_size: int, wall_s: float) -> dict:
         "pending": [{"keys": [x.key for x in c.sites], "lines": [x.replay_line() for x in c.sites],
                      "inline": c.inline, "kind": c.kind, "index": c.index, "release": sorted(c.release)}
                     for c in s.pending],
-        "grouped": s.grouped,
+        "grouped": s.grouped, "wins": s.wins, "sweep_mark": s.sweep_mark,
         "broken_keys": len(s.broken), "broken": sorted(s.broken), "decisions": ep.n, "wall_s": wall_s,
         "tried": sorted(s.tried), "promise": s.promise(),
         "stopped": s.stopped if s.base is not None else ("budget" if ep.n else "exhausted"),

@@ -667,6 +667,20 @@ def test_an_answered_flip_left_pending_is_formed_again_or_dropped(corpus):
     assert s._pending_of(stored) == []
 
 
+def test_a_search_that_won_measures_every_site_again_from_its_best_until_a_sweep_wins_nothing(corpus):
+    s = _search(corpus, budget=400, worlds=True)
+    s.run()
+    assert s.wins >= 1 and s.exhausted and s.ev.compiles < 400
+    again = [o.candidate for o in s.outcomes if o.candidate.kind == "again"]
+    # every probe decision's site once more, each flipped from the best set (winners' sites undone)
+    assert {c.key for c in again} == {c.key for c in s.candidates()}
+    applied = {c.key: c.inline for c in (o.candidate for o in s.outcomes if o.accepted) if len(c.sites) == 1}
+    assert any(c.inline != applied[c.key] for c in again if c.key in applied) or not applied
+    assert s.sweep_mark == s.wins  # (the last sweep won nothing: none more)
+    r = mlgo_host.search.batched.result_of(s, s.probe.text, 0.0)
+    assert (r["wins"], r["sweep_mark"]) == (s.wins, s.sweep_mark)  # (a resumed search knows)
+
+
 def test_flips_a_budget_cuts_off_are_measured_by_the_resumed_search(corpus, monkeypatch):
     s = _search(corpus, budget=40)
     s._compile_start()  # (the replay's own start: a failed attribution is the batch's)
