@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -679,6 +680,12 @@ def test_a_search_that_won_measures_every_site_again_from_its_best_until_a_sweep
     assert s.sweep_mark == s.wins  # (the last sweep won nothing: none more)
     r = mlgo_host.search.batched.result_of(s, s.probe.text, 0.0)
     assert (r["wins"], r["sweep_mark"]) == (s.wins, s.sweep_mark)  # (a resumed search knows)
+    # with a deadline (modules search in turn until it) no sweep takes the time of the modules after it
+    s.wins += 1
+    assert s.resweep()
+    s.wins += 1
+    s.deadline = time.time() + 600
+    assert s.resweep() == []
 
 
 def test_flips_a_budget_cuts_off_are_measured_by_the_resumed_search(corpus, monkeypatch):
