@@ -27,6 +27,7 @@ import traceback
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable
 
+from mlgo_host.channel.fifo import install_signal_cleanup
 from mlgo_host.errors import ConfigError, WorkerPoolError
 from mlgo_host.progress import progress_bar
 from mlgo_host.workers.tasks import Cancelled, EarlyExit, TaskOutcome, new_worker
@@ -44,7 +45,7 @@ def _worker_main(conn: Connection, factory: str, kwargs: dict, cpu: int | None) 
     signal.signal(signal.SIGUSR1, on_cancel)
     # SIGTERM (a user's kill of the whole process group) unwinds: the compile in flight is killed by its own
     # cleanup, and the worker's close() removes its temp files
-    signal.signal(signal.SIGTERM, _exit_on_signal)
+    install_signal_cleanup()
     if cpu is not None:
         try:
             os.sched_setaffinity(0, {cpu})
@@ -61,10 +62,6 @@ def _worker_main(conn: Connection, factory: str, kwargs: dict, cpu: int | None) 
     finally:
         if hasattr(worker, "close"):
             worker.close()
-
-
-def _exit_on_signal(signum, frame) -> None:
-    raise SystemExit(128 + signum)
 
 
 def _serve(conn: Connection, worker, running: list[bool]) -> None:
