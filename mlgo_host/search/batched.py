@@ -656,6 +656,7 @@ class BatchedSearch:
         unmeasured (the search measures them without copies)."""
         plan = self._world_plan(batch)
         normal = [c for c in batch if c.world is None]
+        backs = [c for c in batch if c.world is not None and self.brought_back(c)]
         sites = self._set_with(normal)
         scope: set[str] = set()
         for k, root, c in plan:
@@ -676,7 +677,6 @@ class BatchedSearch:
             out, why = self._attribute_worlds(normal, plan, m)
             if self._check_start(out is not None, why):
                 return self._measure_worlds(batch)
-            backs = [c for c in batch if c.world is not None and self.brought_back(c)]
             untraced = why in _TRACED and backs and self.base.sizes.shared is None
             if out is None and (self.unverified or untraced):
                 # perhaps the derived reference, or one with no pieces to read a body brought back by: compile it,
@@ -688,7 +688,6 @@ class BatchedSearch:
             self._note_split(why)
             copied = [c for c in batch if c.world is not None]
             return self._measure_worlds(copied) + self.measure(normal)
-        backs = [c for c in batch if c.world is not None and self.brought_back(c)]
         if out is None and backs and why != "the compile failed":
             # (perhaps a body they brought back moved what the originals are read by: they go in place from then
             # on, the rest again)
@@ -916,12 +915,12 @@ class BatchedSearch:
             root = roots[id(c)] if many[roots[id(c)]] >= 2 else None  # (one flip: in place costs nothing more)
             back = self.brought_back(c) if root is not None else None
             for b in out:
-                if len(b.flips) < self.max_batch and b.admits(c, self, root):
+                if len(b.flips) < self.max_batch and b.admits(c, self, root, back):
                     b.add(c, root, back)
                     break
             else:
                 b = _Batch()
-                if b.admits(c, self, root):  # (a flip on functions whose reference is not verified waits)
+                if b.admits(c, self, root, back):  # (a flip on functions whose reference is not verified waits)
                     b.add(c, root, back)
                     out.append(b)
         if not out and cands:  # every flip waits for the reference: compile it
@@ -1176,11 +1175,13 @@ class _Batch:
         self.back: set[str] = set()  # the callees flips measured in copies bring back
         self.worlds = 0
 
-    def admits(self, c: Candidate, search: "BatchedSearch", root: str | None = None) -> bool:
+    def admits(self, c: Candidate, search: "BatchedSearch", root: str | None = None, back: str | None = None
+               ) -> bool:
+        """``root``: the function ``c`` would be measured in a copy of;
+        ``back``: the callee it brings back there (see :meth:`BatchedSearch.brought_back`)."""
         if root is not None:
             # (an unverified root is fine: its copies' gains are read against a control in the same
             # compile, and the original is checked against the derived reference like any other function)
-            back = search.brought_back(c)
             return (root not in self.writes and not c.reads & self.writes and back not in self.writes | self.reads
                     and self.worlds < MAX_WORLDS and all(_plain(x) for x in self.flips if x.world is None))
         if (c.footprint & (self.writes | self.reads | search.unverified | self.roots | self.back)
@@ -1201,7 +1202,8 @@ class _Batch:
         if root is not None:
             c.world = root
             self.roots.add(root)
-            self.back |= {back} - {None}
+            if back is not None:
+                self.back.add(back)
             self.worlds += 1
             return
         self.writes |= c.footprint
