@@ -30,6 +30,15 @@ from mlgo_host.errors import CompilerError
 
 _LIVE: "weakref.WeakSet[CompilerProcess]" = weakref.WeakSet()
 
+#: compilers of this process that died of a SIGKILL the host did not send (the OOM killer, a user, or Ray,
+#: which kills an actor's children just before the actor): a caller compares it before and after its work
+_killed_from_outside = 0
+
+
+def killed_from_outside() -> int:
+    """How many compilers of this process died of a SIGKILL the host did not send."""
+    return _killed_from_outside
+
 
 def output_of(argv: list[str]) -> str | None:
     """The ``-o`` file of a compiler command line (None when absent)."""
@@ -139,6 +148,7 @@ class CompilerProcess:
         zombie here, so the group id cannot have been reused), then reap the
         leader with ``wait4``."""
         if self.proc.returncode is None:
+            by_host = not self._exited()  # the leader still runs: the SIGKILL below is the host's
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
@@ -150,6 +160,9 @@ class CompilerProcess:
             except ChildProcessError:  # reaped elsewhere (should not happen)
                 if self.proc.returncode is None:
                     self.proc.returncode = -255
+            if self.proc.returncode == -signal.SIGKILL and not by_host:
+                global _killed_from_outside
+                _killed_from_outside += 1
         self._close_pidfd()
         return self.proc.returncode
 

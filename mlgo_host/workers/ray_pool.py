@@ -29,8 +29,11 @@ An actor that dies (killed, OOM, node lost) makes its task fail with
 ``RayActorError``: the task is queued again -- at most ``max_retries`` times
 (default once) -- and runs on another actor; :attr:`RayPool.retries` counts
 the retries (also per call in :attr:`RayPool.last_retried`).  The dead actor is
-replaced by a new one (holding every experiment and the last broadcasts); a
-replacement that is not up within ``replace_timeout_s``, or a slot whose
+replaced by a new one (holding every experiment and the last broadcasts).  Ray
+kills an actor's children just before the actor, so a task may still answer
+after its compiler was killed: a call whose compiler died of a SIGKILL the
+actor did not send answers ``lost``, and the pool retries the task the same way
+and pings the actor before giving it more work.  A replacement that is not up within ``replace_timeout_s``, or a slot whose
 actors keep dying, is dropped (the pool shrinks).  With no actor left the pool
 raises :class:`WorkerPoolError`; it never waits forever.
 
@@ -74,6 +77,7 @@ from typing import Any, Callable, Sequence
 
 import mlgo_host
 from mlgo_host import procs
+from mlgo_host.channel.process import killed_from_outside
 from mlgo_host.errors import ConfigError, MlgoHostError, UnknownExperimentError, WorkerPoolError
 from mlgo_host.workers.tasks import Cancelled, EarlyExit, TaskOutcome, new_worker
 
@@ -143,7 +147,9 @@ class NestingWorker:
     def call(self, experiment_id: str, method: str, tag: Any, *args) -> tuple[str, Any, Any]:
         """``method(*args)`` on the experiment's inner worker. Returns
         ``(status, tag, value)`` with status ``ok``, ``error`` (value: the
-        message) or ``cancelled``, as the local pool's workers answer.  An
+        message) or ``cancelled``, as the local pool's workers answer, or
+        ``lost`` when a compiler of the call died of a SIGKILL this actor did
+        not send (the pool then runs the task again).  An
         unknown experiment id raises :class:`UnknownExperimentError`."""
         worker = self._get(experiment_id)
         try:
@@ -157,6 +163,7 @@ class NestingWorker:
             self._running = (experiment_id, str(tag))
             self._thread = threading.get_ident()
             self._cancel_requested = False
+        killed_before = killed_from_outside()
         try:
             value = getattr(worker, method)(*args)
             status = "ok"
@@ -166,6 +173,10 @@ class NestingWorker:
             status, value = "error", f"{type(e).__name__}: {e}"
         if self._finish():
             return "cancelled", tag, None
+        if killed_from_outside() != killed_before:
+            # Ray kills an actor's children before the actor itself, so a task can see its compiler die and
+            # answer before its actor is gone: the pool then checks the actor and runs the task again
+            return "lost", tag, "a compiler of this task was killed from outside (SIGKILL)"
         return status, tag, value
 
     def _finish(self) -> bool:
@@ -583,7 +594,8 @@ class _MapRun:
         self.pending: collections.deque[int] = collections.deque(range(len(tasks)))
         self.attempts = [0] * len(tasks)
         self.busy: dict[Any, tuple[int, Any, int, str]] = {}  # ref -> (slot, actor, task, tag)
-        self.starting: dict[Any, tuple[int, Any, float]] = {}  # ping ref of a replacement -> (slot, actor, since)
+        # ping ref of a replacement (or of an actor whose compiler was killed) -> (slot, actor, since)
+        self.starting: dict[Any, tuple[int, Any, float]] = {}
         self.idle: collections.deque[tuple[int, Any]] = collections.deque(pool._live())
         self.out: list[TaskOutcome] = []
         self.t0 = time.monotonic()
@@ -651,6 +663,10 @@ class _MapRun:
             self.idle.append((slot, actor))
             self.emit(TaskOutcome(t, False, None, f"{type(c).__name__}: {c}"))
             return
+        if status == "lost":  # its compiler was killed: the actor may be dying (answered by a ping, as a replacement)
+            self.starting[actor.ping.remote()] = (slot, actor, time.monotonic())
+            self._retry_or_fail(t, RuntimeError(value))
+            return
         self.idle.append((slot, actor))
         ok = status == "ok"
         self.emit(TaskOutcome(t, ok, value if ok else None, "" if ok else str(value), cancelled=status == "cancelled"))
@@ -662,7 +678,8 @@ class _MapRun:
             self.starting[new.ping.remote()] = (slot, new, time.monotonic())
 
     def _retry_or_fail(self, t: int, e: BaseException) -> None:
-        """Task ``t``'s actor died under it: run it again, first in line for
+        """Task ``t``'s actor died under it (or its compiler was killed from
+        outside, as when the actor is being killed): run it again, first in line for
         the next free (other) actor, or report it once out of retries."""
         pool = self.pool
         if self.attempts[t] < pool.max_retries:

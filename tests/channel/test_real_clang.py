@@ -251,6 +251,37 @@ def test_a_compiler_dies_with_a_host_killed_without_handlers(cdir, tmp_path):
     assert not _running(pid), "the compiler outlived its host"
 
 
+def _blocked_compiler(tmp_path, cdir, name: str):
+    """A real clang-19 blocked opening its channel's FIFO (nobody opens it)."""
+    from mlgo_host.channel.process import CompilerProcess
+
+    d = tmp_path / name
+    d.mkdir()
+    for end in ("out", "in"):
+        os.mkfifo(d / f"ch.{end}")
+    p = CompilerProcess(["clang-19", "-Oz", "-c", str(cdir / "tiny.c"), "-o", str(d / "x.o"), "-mllvm",
+                         "-enable-ml-inliner=release", "-mllvm", f"-inliner-interactive-channel-base={d / 'ch'}"],
+                        str(d / "log"))
+    time.sleep(0.3)
+    assert _running(p.pid), "the compiler should be blocked on the FIFO"
+    return p
+
+
+def test_a_compiler_killed_from_outside_is_counted_and_one_the_host_kills_is_not(cdir, tmp_path):
+    # Ray kills an actor's compilers just before the actor: the count is how the actor tells that death
+    # from a failed compile
+    from mlgo_host.channel.process import killed_from_outside
+
+    before = killed_from_outside()
+    mine = _blocked_compiler(tmp_path, cdir, "mine")
+    mine.kill()  # the host's own kill (a timeout, a cancel)
+    assert mine.returncode == -9 and killed_from_outside() == before
+    theirs = _blocked_compiler(tmp_path, cdir, "theirs")
+    os.kill(theirs.pid, 9)  # someone else's: the OOM killer, a user, Ray
+    assert theirs.wait(10) == -9 and killed_from_outside() == before + 1
+    theirs.close()
+
+
 def _running(pid: int) -> bool:
     """Alive and not a zombie (an orphan is reaped by init, or stays a zombie under a subreaper)."""
     try:

@@ -205,6 +205,20 @@ def test_a_killed_actor_mid_module_is_retried_once_and_replaced(cluster, corpus,
     assert all(o.ok and o.value["policy_size"] == local_sizes["default"][o.value["name"]] for o in again)
 
 
+def test_a_task_whose_compiler_is_killed_from_outside_is_retried_and_its_live_actor_kept(cluster, tmp_path):
+    # Ray kills an actor's compilers just before the actor, so a task can answer first: it answers "lost" and
+    # is retried. Here the actor lives on (as after the OOM killer): its ping answers and it is not replaced.
+    src = tmp_path / "tiny.c"
+    src.write_text("int f(int x) { return x + 1; }\n")
+    pool = cluster.pool("lost", "_toy_worker:ToyWorker", {})
+    pids = sorted(i["pid"] for i in pool.workers_info())
+    out = pool.map_unordered("compile_killed_once", [(str(src), str(tmp_path / "marker"))])
+    assert len(out) == 1 and out[0].ok, out
+    assert out[0].value["rc"] == -9  # the second run: killed by its own supervisor, which is not "lost"
+    assert pool.retries == 1 and pool.last_retried == [0]
+    assert sorted(i["pid"] for i in pool.workers_info()) == pids and cluster.replacements == 0
+
+
 def test_stragglers_are_cancelled_and_their_compilers_killed(cluster, corpus, worker_kwargs):
     pool = cluster.pool("straggle", FACTORY, worker_kwargs)
     pool.broadcast("set_policy", {"heuristic": "default"})
