@@ -222,6 +222,8 @@ class BatchedSearch:
         #: winners applied, in this search and the ones it resumes; and their number when the last sweep began
         self.wins = 0
         self.sweep_mark = 0
+        #: the search ended with a sweep to measure (left pending for a resumed search)
+        self.sweep_left = False
         #: the groups were formed (once, after a pass measured every flip)
         self.grouped = False
         #: outline groups measured before the single flips (see :meth:`early_outlines`)
@@ -393,11 +395,15 @@ class BatchedSearch:
         every probe decision's site flipped again from the current best, when
         winners were applied since the last such sweep began: a flip that
         lost beside the old set may pay beside the new one, which the
-        retries (only flips whose functions a winner changed) miss.  Not
-        with a deadline: there each module searches until it, in turn, and
-        a sweep takes the time of the modules not searched yet (measured in
-        ``make demo``: two of its held-out modules got no search, 515 bytes
-        lost)."""
+        retries (only flips whose functions a winner changed) miss.  A sweep
+        found in a search is left :attr:`pending`, measured when the search
+        is resumed: ``tune`` gives its next pass's compiles to the modules
+        whose flips were not all measured first (on the validation split,
+        sweeping at once cost 2.2 % of the gain at 12 compiles per module).
+        Not with a deadline: there each module searches until it, in turn,
+        and a sweep takes the time of the modules not searched yet (measured
+        in ``make demo``: two of its held-out modules got no search, 515
+        bytes lost)."""
         if not self.grouped or self.wins <= self.sweep_mark or self.deadline is not None:
             return []
         self.sweep_mark = self.wins
@@ -538,6 +544,32 @@ class BatchedSearch:
         final = final_functions(self.probe.decisions, self._defined())
         index = {d.site.key: d.index for d in self._first}
         return [self._candidate((s,), True, final, kind="retry", index=index.get(s.key)) for s in won.sites]
+
+    def trimmed(self, o: Outcome) -> Candidate | None:
+        """A losing outline group (a callee left out at several sites)
+        without the calls whose functions it made larger: its compile gives
+        each caller's change apart (the functions its calls' code ends up
+        in) and, as the rest, what the callee's body and what came with it
+        cost, so the subset of callers that pay is read off one compile and
+        measured once, where flipping each call back alone would take a
+        compile per call and see no body to share.  None when no strict
+        subset is predicted to pay."""
+        c = o.candidate
+        if c.kind != "outline" or c.inline or len(c.sites) < 2 or not o.applied or o.delta < 0 or o.measured is None:
+            return None
+        final = final_functions(self.probe.decisions, self._defined())
+        units = _landing_units(c.sites, final)
+        if len(units) < 2:
+            return None
+        now, ref = o.measured.sizes.functions, self.base.sizes.functions
+        change = [sum(now.get(f, 0) - ref.get(f, 0) for f in fns) for fns, _ in units]
+        body = o.delta - sum(change)  # (the callee's body, what it refers to, and anything else the group moved)
+        paying = [i for i, d in enumerate(change) if d < 0]
+        if not paying or len(paying) == len(units) or body + sum(change[i] for i in paying) >= 0:
+            return None
+        sites = tuple(sorted((x for i in paying for x in units[i][1]), key=lambda x: x.key))
+        t = self._candidate(sites, False, final, kind="outline")
+        return None if t.key in self.tried else t
 
     def _in_set(self, c: Candidate) -> bool:
         """Is ``c`` already what the current set does (a group applied it)?"""
@@ -1029,9 +1061,12 @@ class BatchedSearch:
 
     @property
     def stopped(self) -> str:
-        """Why the search ended: every flip measured, or the budget or the time ran out."""
+        """Why the search ended: every flip measured, a sweep left for the
+        next pass (:meth:`resweep`), or the budget or the time ran out."""
         if self.exhausted:
             return "exhausted"
+        if self.sweep_left:
+            return "sweep"
         return "time" if self.deadline is not None and time.time() >= self.deadline else "budget"
 
     def _passes(self, queue: list[Candidate]) -> None:
@@ -1049,8 +1084,11 @@ class BatchedSearch:
                 queue += [c for c in self.groups() if c.key not in self.tried]
                 queue += self.answered_flips()
                 self.grouped = True
-            queue = queue or self.resweep()
-            self.exhausted = not queue and self._left()
+            if not queue:  # (a sweep waits for the next pass of tune: see resweep)
+                queue = self.resweep()
+                self.sweep_left = bool(queue)
+                self.exhausted = not queue and self._left()
+                break
         self.pending = queue
 
     def _expected_winners(self, batch: list[Candidate]) -> float:
@@ -1127,12 +1165,29 @@ class BatchedSearch:
             queue += self._unmeasured(batch, outs)
             won, later = _disjoint_best([o for o in outs if o.applied and o.delta < 0])
             queue += [dataclasses.replace(o.candidate, kind="retry", world=None) for o in later]
-            lost += [o for o in outs if not (o.applied and o.delta < 0)]
+            losers = [o for o in outs if not (o.applied and o.delta < 0)]
+            lost += losers
+            queue += [t for t in map(self.trimmed, losers) if t is not None]
             for c in self.accept(won):
                 touched |= c.footprint
                 queue += [x for x in self.exposed(c) if x.key not in self.tried]
                 queue += self.reinlined(c)
         return touched, lost, queue
+
+
+def _landing_units(sites: Sequence[Site], final: dict[str, frozenset[str]]) -> list[tuple[frozenset[str], list[Site]]]:
+    """``sites`` grouped by the functions their code ends up in (``final``,
+    :func:`final_functions`), groups that share a function merged: each
+    unit's change is read from its functions alone."""
+    units: list[tuple[set[str], list[Site]]] = []
+    for x in sites:
+        fns = set(final.get(x.caller, frozenset({x.caller}))) or {x.caller}
+        joined = [u for u in units if u[0] & fns]
+        for u in joined:
+            units.remove(u)
+            fns |= u[0]
+        units.append((fns, [y for u in joined for y in u[1]] + [x]))
+    return [(frozenset(f), xs) for f, xs in units]
 
 
 #: The assembler pads .eh_frame's last FDE to a multiple of 8 bytes: a flip

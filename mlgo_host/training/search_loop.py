@@ -188,7 +188,7 @@ def _batched_round(pool, r, base_dir, mods: list[Module], state, compiles, progr
     tasks = [(m.to_task(), b, model, None, None) for m, b in zip(mods, budget)]
     found = run_searches(pool, tasks, f"round {r}: search", progress, method="search_batched")
     left = compiles - _used(found)
-    more = [x for x in found.values() if x["status"] == "ok" and x.get("stopped") == "budget"]
+    more = [x for x in found.values() if x["status"] == "ok" and x.get("stopped") in ("budget", "sweep")]
     if left > 0 and more:
         by_name = {m.name: m for m in mods}
         share = max(2, left // len(more))

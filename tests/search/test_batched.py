@@ -108,6 +108,28 @@ void store_both(unsigned *a, unsigned *b, const unsigned *k, int n) {
 """
 
 
+# a helper whose inlined copy folds where its second argument is 0 (the c
+# callers: a call there costs more than the copy) and does not in the v
+# callers (a loop each): with every call inlined, leaving them all out costs
+# +2 B (its body, 48 B, against the v callers' -82 B and the c callers'
+# +36 B), leaving out only the v callers' calls -34 B
+TRIM = r"""
+static int h(int x, int k) {
+  if (k == 0) return x + 1;
+  int s = 0;
+  for (int i = 0; i < k; i++) s += (x ^ i) * (i + 3) - (s >> 3);
+  return s;
+}
+int v1(int *p) { return h(p[0], p[1]); }
+int v2(int *p) { return h(p[2], p[3]) * 2; }
+int c1(int x) { return h(x, 0); }
+int c2(int x) { return h(x, 0) + 5; }
+int c3(int x) { return h(x, 0) - 7; }
+int c4(int x) { return h(x, 0) ^ 9; }
+int c5(int x) { return h(x, 0) | 11; }
+int c6(int x) { return h(x, 0) & 12; }
+"""
+
 PIECES = r"""
 extern "C" int puts(const char *);
 inline int check(int x) {
@@ -137,12 +159,14 @@ def corpus(tmp_path_factory):
     (root / "hasher.h").write_text(HASHER)
     (root / "macros.c").write_text(MACROS)
     (root / "pieces.cc").write_text(PIECES)
+    (root / "trim.c").write_text(TRIM)
     db = [{"directory": str(root), "file": "gen.c", "command": "cc -Oz -c gen.c -o gen.o"},
           {"directory": str(root), "file": "globals.cc", "command": "c++ -Oz -std=c++17 -c globals.cc -o globals.o"},
           {"directory": str(root), "file": "copies.c", "command": "cc -Oz -c copies.c -o copies.o"},
           {"directory": str(root), "file": "lambda.cc", "command": "c++ -Oz -std=c++17 -c lambda.cc -o lambda.o"},
           {"directory": str(root), "file": "macros.c", "command": "cc -Oz -c macros.c -o macros.o"},
           {"directory": str(root), "file": "leaf.c", "command": "cc -Oz -c leaf.c -o leaf.o"},
+          {"directory": str(root), "file": "trim.c", "command": "cc -Oz -c trim.c -o trim.o"},
           {"directory": str(root), "file": "pieces.cc", "command": "c++ -Oz -std=c++17 -c pieces.cc -o pieces.o"},
           {"directory": str(root), "file": "shapes.cc", "command": "c++ -Oz -std=c++17 -c shapes.cc -o shapes.o"}]
     (root / "compile_commands.json").write_text(json.dumps(db))
@@ -599,6 +623,34 @@ def test_an_outline_group_brings_its_callee_back_once_and_reads_from_its_footpri
     assert changed <= g.footprint and callee in changed  # its change lies in the functions it predicts
 
 
+def test_a_losing_outline_group_is_trimmed_to_the_callers_it_made_smaller(corpus):
+    # every call of h inlined; all of them left out loses, and its one compile says which callers paid:
+    # only their calls are left out next, and that pays as the group's reading predicts
+    m = corpus["trim"]
+    probe = probe_module(m, load_policy("always"))
+    s = BatchedSearch(m, probe, ReplayEvaluator(m, {d.site.caller for d in probe.decisions}), budget=10)
+    s.begin()
+    (g,) = s.early_outlines()
+    assert {x.caller for x in g.sites} == {"v1", "v2", "c1", "c2", "c3", "c4", "c5", "c6"}
+    (o,) = s.measure([g])
+    assert o.applied and o.delta >= 0  # the whole group loses
+    change = _changes(o.measured.sizes, s.base.sizes)
+    t = s.trimmed(o)
+    assert t is not None and not t.inline and t.kind == "outline"
+    assert {x.caller for x in t.sites} == {f for f in ("v1", "v2", "c1", "c2", "c3", "c4", "c5", "c6")
+                                            if change.get(f, 0) < 0} == {"v1", "v2"}
+    (ot,) = s.measure([t])
+    assert ot.applied and ot.delta < 0
+    assert ot.delta == o.delta - sum(d for f, d in change.items() if f.startswith("c"))  # as read off the group
+    # a group that wins is not trimmed: it is applied, and its calls are flipped back one by one
+    assert s.trimmed(dataclasses.replace(o, delta=-1)) is None and s.trimmed(ot) is None
+    # the search finds it (no single call pays for the body, and the group loses)
+    s = BatchedSearch(m, probe, ReplayEvaluator(m, {d.site.caller for d in probe.decisions}), budget=30)
+    s.run()
+    assert s.start_text - s.base.text >= -ot.delta
+    assert {x.caller for x in s.sites.values() if x.key not in s.inline} >= {"v1", "v2"}
+
+
 def test_every_callee_inlined_twice_or_more_is_left_out_whole_first(corpus):
     # an outline group per callee inlined at two or more sites, whether its body is gone or
     # not and before any single flip lost, the most sites first
@@ -668,18 +720,34 @@ def test_an_answered_flip_left_pending_is_formed_again_or_dropped(corpus):
     assert s._pending_of(stored) == []
 
 
-def test_a_search_that_won_measures_every_site_again_from_its_best_until_a_sweep_wins_nothing(corpus):
+def test_a_search_that_won_leaves_a_sweep_of_every_site_from_its_best_for_the_resumed_search(corpus):
     s = _search(corpus, budget=400, worlds=True)
     s.run()
-    assert s.wins >= 1 and s.exhausted and s.ev.compiles < 400
-    again = [o.candidate for o in s.outcomes if o.candidate.kind == "again"]
-    # every probe decision's site once more, each flipped from the best set (winners' sites undone)
-    assert {c.key for c in again} == {c.key for c in s.candidates()}
+    # once every flip was measured, every probe decision's site once more, flipped from the best set (winners'
+    # sites undone), left pending: tune's next pass gives its compiles to the modules with flips never measured first
+    assert s.wins >= 1 and s.stopped == "sweep" and not s.exhausted and s.ev.compiles < 400
+    assert all(c.kind == "again" for c in s.pending)
+    assert {c.key for c in s.pending} == {c.key for c in s.candidates()}
+    assert not [o for o in s.outcomes if o.candidate.kind == "again"]  # (none measured yet)
     applied = {c.key: c.inline for c in (o.candidate for o in s.outcomes if o.accepted) if len(c.sites) == 1}
-    assert any(c.inline != applied[c.key] for c in again if c.key in applied) or not applied
-    assert s.sweep_mark == s.wins  # (the last sweep won nothing: none more)
+    assert any(c.inline != applied[c.key] for c in s.pending if c.key in applied) or not applied
     r = mlgo_host.search.batched.result_of(s, s.probe.text, 0.0)
-    assert (r["wins"], r["sweep_mark"]) == (s.wins, s.sweep_mark)  # (a resumed search knows)
+    assert r["stopped"] == "sweep" and (r["wins"], r["sweep_mark"]) == (s.wins, s.sweep_mark)
+    # resumed (as tune does), a search measures its sweep, and leaves another while sweeps win
+    from mlgo_host.corpus.compile import baseline_size
+
+    m = corpus["gen"]
+    d = baseline_size(m, cache_dir=None)
+    r = search_module_batched(m, load_policy("default"), {"clang": "clang-19"}, budget=400, default_size=d)
+    assert r["stopped"] == "sweep"
+    for _ in range(8):
+        n = len(r["flips"])
+        r = search_module_batched(m, load_policy("default"), {"clang": "clang-19"}, budget=r["compiles"] + 400,
+                                  default_size=d, resume=r)
+        assert {f["kind"] for f in r["flips"][n:]} >= {"again"}
+        if r["stopped"] != "sweep":
+            break
+    assert r["stopped"] == "exhausted" and r["sweep_mark"] == r["wins"]  # (the last sweep won nothing)
     # with a deadline (modules search in turn until it) no sweep takes the time of the modules after it
     s.wins += 1
     assert s.resweep()
@@ -709,7 +777,7 @@ def test_flips_a_budget_cuts_off_are_measured_by_the_resumed_search(corpus, monk
     r2 = search_module_batched(m, load_policy("default"), {"clang": "clang-19"}, budget=r1["compiles"] + 200,
                                default_size=d, resume=r1)
     again = [f["key"] for f in r2["flips"][len(r1["flips"]):]]
-    assert r2["stopped"] == "exhausted"
+    assert r2["stopped"] in ("exhausted", "sweep")  # (a sweep is left when it won: see the sweep's test)
     # every queued flip is measured (an answered one, under its key, unless its functions changed since)
     plain = {" + ".join(p["keys"]) for p in r1["pending"] if not p.get("release")}
     answered = {" + ".join(p["keys"]) + " (answered)" for p in r1["pending"] if p.get("release")}
