@@ -396,10 +396,13 @@ class BatchedSearch:
         winners were applied since the last such sweep began: a flip that
         lost beside the old set may pay beside the new one, which the
         retries (only flips whose functions a winner changed) miss.  A sweep
-        found in a search is left :attr:`pending`, measured when the search
-        is resumed: ``tune`` gives its next pass's compiles to the modules
-        whose flips were not all measured first (on the validation split,
-        sweeping at once cost 2.2 % of the gain at 12 compiles per module).
+        the search's compiles left do not afford (at its flips per compile
+        so far) is left :attr:`pending`, measured when the search is
+        resumed: ``tune`` gives its next pass's compiles to the modules whose
+        flips were not all measured first.  Measured on the validation split:
+        at 12 compiles per module sweeping at once found 13,514 bytes and
+        leaving every sweep to the next pass 13,960; at 60, 22,909 and 22,134
+        (each resumed sweep got a few compiles, one of them its final compile).
         Not with a deadline: there each module searches until it, in turn,
         and a sweep takes the time of the modules not searched yet (measured
         in ``make demo``: two of its held-out modules got no search, 515
@@ -1084,12 +1087,19 @@ class BatchedSearch:
                 queue += [c for c in self.groups() if c.key not in self.tried]
                 queue += self.answered_flips()
                 self.grouped = True
-            if not queue:  # (a sweep waits for the next pass of tune: see resweep)
+            if not queue:
                 queue = self.resweep()
-                self.sweep_left = bool(queue)
-                self.exhausted = not queue and self._left()
-                break
+                if queue and not self._affords(queue):  # (it waits for tune's next pass: see resweep)
+                    self.sweep_left = True
+                    break
+            self.exhausted = not queue and self._left()
         self.pending = queue
+
+    def _affords(self, sweep: list[Candidate]) -> bool:
+        """Are this search's compiles left enough for ``sweep`` at the
+        flips per compile it measured so far?"""
+        per_compile = self.flips_measured / max(1, self.ev.compiles)
+        return self.budget - 1 - self.ev.compiles >= len(sweep) / max(per_compile, 1.0)
 
     def _expected_winners(self, batch: list[Candidate]) -> float:
         """How many of ``batch``'s flips the prior expects to pay (its

@@ -720,40 +720,48 @@ def test_an_answered_flip_left_pending_is_formed_again_or_dropped(corpus):
     assert s._pending_of(stored) == []
 
 
-def test_a_search_that_won_leaves_a_sweep_of_every_site_from_its_best_for_the_resumed_search(corpus):
+def test_a_search_that_won_measures_every_site_again_from_its_best_until_a_sweep_wins_nothing(corpus):
     s = _search(corpus, budget=400, worlds=True)
     s.run()
-    # once every flip was measured, every probe decision's site once more, flipped from the best set (winners'
-    # sites undone), left pending: tune's next pass gives its compiles to the modules with flips never measured first
-    assert s.wins >= 1 and s.stopped == "sweep" and not s.exhausted and s.ev.compiles < 400
-    assert all(c.kind == "again" for c in s.pending)
-    assert {c.key for c in s.pending} == {c.key for c in s.candidates()}
-    assert not [o for o in s.outcomes if o.candidate.kind == "again"]  # (none measured yet)
+    assert s.wins >= 1 and s.exhausted and s.ev.compiles < 400
+    again = [o.candidate for o in s.outcomes if o.candidate.kind == "again"]
+    # every probe decision's site once more, each flipped from the best set (winners' sites undone)
+    assert {c.key for c in again} == {c.key for c in s.candidates()}
     applied = {c.key: c.inline for c in (o.candidate for o in s.outcomes if o.accepted) if len(c.sites) == 1}
-    assert any(c.inline != applied[c.key] for c in s.pending if c.key in applied) or not applied
+    assert any(c.inline != applied[c.key] for c in again if c.key in applied) or not applied
+    assert s.sweep_mark == s.wins  # (the last sweep won nothing: none more)
     r = mlgo_host.search.batched.result_of(s, s.probe.text, 0.0)
-    assert r["stopped"] == "sweep" and (r["wins"], r["sweep_mark"]) == (s.wins, s.sweep_mark)
-    # resumed (as tune does), a search measures its sweep, and leaves another while sweeps win
-    from mlgo_host.corpus.compile import baseline_size
-
-    m = corpus["gen"]
-    d = baseline_size(m, cache_dir=None)
-    r = search_module_batched(m, load_policy("default"), {"clang": "clang-19"}, budget=400, default_size=d)
-    assert r["stopped"] == "sweep"
-    for _ in range(8):
-        n = len(r["flips"])
-        r = search_module_batched(m, load_policy("default"), {"clang": "clang-19"}, budget=r["compiles"] + 400,
-                                  default_size=d, resume=r)
-        assert {f["kind"] for f in r["flips"][n:]} >= {"again"}
-        if r["stopped"] != "sweep":
-            break
-    assert r["stopped"] == "exhausted" and r["sweep_mark"] == r["wins"]  # (the last sweep won nothing)
+    assert (r["wins"], r["sweep_mark"]) == (s.wins, s.sweep_mark)  # (a resumed search knows)
+    # a sweep is afforded when the compiles left cover it at the flips per compile measured so far
+    per = s.flips_measured / s.ev.compiles
+    s.budget = s.ev.compiles + 1 + int(np.ceil(len(again) / max(per, 1.0)))
+    assert s._affords(again) and not s._affords(again + again)
     # with a deadline (modules search in turn until it) no sweep takes the time of the modules after it
     s.wins += 1
     assert s.resweep()
     s.wins += 1
     s.deadline = time.time() + 600
     assert s.resweep() == []
+
+
+def test_a_sweep_the_compiles_left_do_not_afford_is_left_to_the_resumed_search(corpus, monkeypatch):
+    # (every sweep unaffordable: tune's next pass gives the module its compiles)
+    monkeypatch.setattr(BatchedSearch, "_affords", lambda self, sweep: False)
+    from mlgo_host.corpus.compile import baseline_size
+
+    m = corpus["gen"]
+    d = baseline_size(m, cache_dir=None)
+    r = search_module_batched(m, load_policy("default"), {"clang": "clang-19"}, budget=400, default_size=d)
+    assert r["stopped"] == "sweep" and r["compiles"] < 400
+    assert {p["kind"] for p in r["pending"]} == {"again"} and "again" not in {f["kind"] for f in r["flips"]}
+    for _ in range(8):
+        n = len(r["flips"])
+        r = search_module_batched(m, load_policy("default"), {"clang": "clang-19"}, budget=r["compiles"] + 400,
+                                  default_size=d, resume=r)
+        assert "again" in {f["kind"] for f in r["flips"][n:]}  # the resumed search measured the sweep
+        if r["stopped"] != "sweep":
+            break
+    assert r["stopped"] == "exhausted" and r["sweep_mark"] == r["wins"]  # (the last sweep won nothing)
 
 
 def test_flips_a_budget_cuts_off_are_measured_by_the_resumed_search(corpus, monkeypatch):
