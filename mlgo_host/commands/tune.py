@@ -65,6 +65,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-copies", action="store_true",
                    help="batched search: measure each flip in place only (by default the flips of one function are "
                         "measured in copies of it, many per compile, each copy checked against the original)")
+    p.add_argument("--no-thresholds", action="store_true",
+                   help="batched search from the compiler's decisions: start every module from -Oz's own (by "
+                        "default a module also compiles at inline thresholds 50, 150 and 450, one compile each, and "
+                        "its search starts from the smallest; a build then gets that threshold among its flags)")
     p.add_argument("--policy", default=None,
                    help="base policy the search starts from: a heuristic or a saved policy directory "
                         "(default: default, the compiler's own decisions; a continued T keeps its own)")
@@ -122,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
              ray_address=args.ray_address, clang=args.clang, llvm_size=args.llvm_size, module_timeout=args.timeout,
              patience=args.patience, seed=args.seed, modules=args.modules, search=args.search,
              prior=None if args.prior == "patterns" else args.prior, copies=not args.no_copies,
+             thresholds=not args.no_thresholds,
              progress=progress_default() and not args.no_progress)
     print(summary_line(s, args.output))
     if s["identified"] < s["tuned"]:

@@ -133,11 +133,18 @@ class TunedDir:
         return os.path.join(self.path, rel) if rel else None
 
     def flags_for(self, name: str | None, changed: bool = False) -> list[str]:
-        """The compiler flags applying module ``name``'s tuned decisions ([]
-        for a module without a compiler replay file); ``changed``: the
+        """The compiler flags applying module ``name``'s tuned decisions: the
+        inline threshold its search started from, if any, and its compiler
+        replay file, if any ([] for a module tune left at -Oz); ``changed``: the
         source was edited since tuning (see :func:`inline_replay_flags`)."""
-        path = self.inline_replay(name) if name else None
-        return inline_replay_flags(path, changed) if path else []
+        if not name or name not in self.modules:
+            return []
+        # the module's search was compiled with these (an inline threshold it started from): the replay's
+        # sizes are theirs, and a function the replay does not name gets the heuristic at that threshold;
+        # alone (no replay file), they compile the threshold's own object, the module's best
+        base = [str(f) for f in self.modules[name].get("base_flags") or ()]
+        path = self.inline_replay(name)
+        return [*base, *inline_replay_flags(path, changed)] if path else base
 
     def module_of_source(self, source: str) -> str:
         """The tuned module compiled from ``source`` (a path, absolute or

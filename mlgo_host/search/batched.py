@@ -110,6 +110,7 @@ from mlgo_host.corpus.sizes import llvm_tool
 from mlgo_host.search.clones import ModuleText, world_name
 from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator, probe_module
 from mlgo_host.search.flips import FlipGainModel, flip_scores
+from mlgo_host.search.starts import best_start, measure_thresholds, threshold_flags, with_flags
 from mlgo_host.search.sites import (Decision, Site, final_functions, site_of_key, site_of_line,
                                    unique_decisions)
 
@@ -1467,6 +1468,10 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
     gives status ``skipped`` (nothing is stored; a later run probes again).
     Returns the result ``tune`` stores (see :func:`result_of`)."""
     t0 = time.monotonic()
+    original = module
+    flags = list(resume.get("base_flags") or ()) if resume is not None else []
+    thresholds = resume.get("thresholds") if resume is not None else None
+    module = with_flags(module, flags)
     if resume is not None:
         probe = resume["probe"]
     else:
@@ -1483,7 +1488,16 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
                 return {"name": module.name, "status": "skipped", "compiles": 0}
             return {"name": module.name, "module_key": module.key, "status": "failed", "reason": str(e),
                     "default_size": default_size, "compiles": 2, "search": "batched"}
-    s = search_of(module, probe, cfg, budget=budget, spent=resume["compiles"] if resume is not None else None,
+    spent = resume["compiles"] if resume is not None else None
+    if _starts_due(resume, probe, cfg, budget, deadline):
+        thresholds, start = _threshold_start(original, policy, resume, default_size, cfg)
+        spent += len(thresholds)
+        if start is not None:  # the search starts over from the compiler's decisions at that threshold
+            module, flags, probe, resume = start[0], start[1], start[2], None
+            spent += probe.compiles
+    if cfg.get("starts_only"):  # (tune's starts stage: the result is a probe's, the next search goes on from it)
+        resume, budget = None, spent
+    s = search_of(module, probe, cfg, budget=budget, spent=spent,
                   model=model, deadline=deadline, max_batch=max_batch, prior=prior, worlds=cfg.get("copies", True))
     s.default_slot = cfg.get("default_slot")
     if resume is not None:
@@ -1497,7 +1511,50 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
             s.finish()
         except MlgoHostError:
             s.base = s.start  # the last size known for sure
-    return result_of(s, default_size, time.monotonic() - t0)
+    res = result_of(s, default_size, time.monotonic() - t0)
+    # (the flags are part of how the module is compiled, not of which module it is: a T keeps the corpus's key)
+    res.update(module_key=original.key, base_flags=flags, thresholds=thresholds)
+    if flags and res["status"] == "ok" and (s.base is None or s.provisional) and probe.plain is not None \
+            and probe.plain.text < default_size:
+        # the best is the threshold's own object, never compiled as a replay: a build gets the threshold
+        # alone, which compiles that very object (no replay file)
+        res.update(best_size=int(probe.plain.text), inline=None, scope=None)
+    return res
+
+
+def _starts_due(resume: dict | None, probe: Probe, cfg: dict, budget: int, deadline: float | None) -> bool:
+    """Measure the threshold starts (:mod:`.starts`) now?  Once per module,
+    after its probe and before any flip (nothing tried yet), when it has
+    decisions and its compiles cover the thresholds and a second probe."""
+    grid = cfg.get("thresholds") or ()
+    return bool(grid) and resume is not None and resume.get("thresholds") is None and not resume["tried"] \
+        and resume.get("reference") is None and probe.episode.n > 0 \
+        and budget - resume["compiles"] >= len(grid) + probe.compiles \
+        and (deadline is None or time.time() < deadline)
+
+
+def _threshold_start(module: Module, policy, resume: dict, default_size: int, cfg: dict
+                     ) -> tuple[dict[int, int | None], tuple[Module, list[str], Probe] | None]:
+    """The sizes at each threshold of ``cfg["thresholds"]`` and, when one
+    is smaller than -Oz's object, the module with its flags, the flags and
+    its probe with ``policy`` (the compiler's default: its decisions at the
+    threshold); None keeps -Oz's start (a failed probe too: the search goes
+    on from the one it has)."""
+    timeout = cfg.get("module_timeout", 300.0)
+    sizes = measure_thresholds(module, cfg["thresholds"], clang=cfg["clang"], llvm_size=cfg.get("llvm_size"),
+                               timeout=timeout)
+    t = best_start(sizes, min(default_size, int(resume["probe"].text)))
+    if t is None:
+        return sizes, None
+    flags = threshold_flags(t)
+    flagged = with_flags(module, flags)
+    try:
+        probe = probe_module(flagged, policy, clang=cfg["clang"], llvm_size=cfg.get("llvm_size"),
+                             timeout=timeout)
+    except MlgoHostError as e:
+        log.warning("%s: the probe at inline threshold %d failed (%s): the search starts from -Oz", module.name, t, e)
+        return sizes, None
+    return sizes, (flagged, flags, probe)
 
 
 def search_of(module: Module, probe: Probe, cfg: dict, *, budget: int, spent: int | None = None,

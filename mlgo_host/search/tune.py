@@ -51,6 +51,7 @@ from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes, atomic_write_json
 from mlgo_host.policies import HEURISTICS, load_policy
 from mlgo_host.policies.replay import Replay, stream_fingerprint, write_replay
+from mlgo_host.search.starts import START_THRESHOLDS
 from mlgo_host.workers.pool import make_pool
 from mlgo_host.search.evaluate import replay_text
 from mlgo_host.search.flips import continued, fit_flip_model, paid_budgets, run_searches
@@ -69,12 +70,14 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
          ray_address: str | None = None, clang: str = "clang-19", llvm_size: str | None = None,
          module_timeout: float = 300.0, patience: int = 6, first_share: float = 0.6, seed: int = 0,
          modules: Sequence[str] | None = None, progress: bool = True, search: str = "batched",
-         prior: str | None = None, copies: bool = True) -> dict[str, Any]:
+         prior: str | None = None, copies: bool = True, thresholds: bool = True) -> dict[str, Any]:
     """Tune every module of ``corpus_dir`` (or the named ``modules``) into
     ``output``; returns the summary (also in ``output/summary.json``).
     ``prior`` (batched search): a shipped policy whose P(inline) orders
     each module's flips (None: the measured patterns); ``copies``: measure
-    the flips of one function in copies of it (:mod:`.clones`)."""
+    the flips of one function in copies of it (:mod:`.clones`);
+    ``thresholds``: a search from the compiler's own decisions (no
+    ``policy``) may start from another inline threshold (:mod:`.starts`)."""
     t0 = time.monotonic()
     budget = _budget(budget_minutes, compiles_per_module)
     if jobs < 1:
@@ -83,14 +86,17 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
     store = TuneStore.open(output, corpus_dir, policy, clang, mods)
     deadline = time.time() + 60.0 * budget_minutes if budget_minutes is not None else None
     pool_opts = {"ray_address": ray_address} if backend == "ray" else {}
+    grid = START_THRESHOLDS if thresholds and search == "batched" and store.manifest["base"] == "default" else ()
     pool = make_pool(backend, jobs, "mlgo_host.search.worker:SearchWorker",
                      {"clang": clang, "llvm_size": llvm_size, "advisor": "inline", "module_timeout": module_timeout,
-                      "baseline_cache": os.path.join(store.path, "baselines"), "copies": copies}, **pool_opts)
+                      "baseline_cache": os.path.join(store.path, "baselines"), "copies": copies,
+                      "thresholds": grid},
+                     **pool_opts)
     try:
         pool.broadcast("set_policy", store.policy_blob())
         spent0 = store.compiles(mods)
         if search == "batched":
-            BatchedPasses(pool, store, mods, budget, deadline, progress, prior=prior).run()
+            BatchedPasses(pool, store, mods, budget, deadline, progress, prior=prior, thresholds=grid).run()
         elif search == "channel":
             run = Passes(pool, store, mods, budget, deadline, patience, first_share, seed, progress)
             run.probe()
@@ -256,9 +262,11 @@ class BatchedPasses(_Budget):
     #: of the compiles left after the probe, what the first pass shares
     FIRST_SHARE = 0.5
 
-    def __init__(self, *args, prior: str | None = None, **kw):
+    def __init__(self, *args, prior: str | None = None, thresholds: Sequence[int] = (), **kw):
         super().__init__(*args, **kw)
         self.prior = prior
+        #: the compiles a module's threshold starts take at most: one per threshold, and a second probe
+        self.start_cost = len(thresholds) + self.PROBE if thresholds else 0
 
     def _run(self, tasks: list[tuple], desc: str) -> None:
         run_searches(self.pool, tasks, desc, self.progress, on_result=self.store.add, method="search_batched")
@@ -271,6 +279,7 @@ class BatchedPasses(_Budget):
         new = [m for m in self.mods if m.name not in self.store.results]
         if new and self.left() > 0:
             self._run([(m.to_task(), self.PROBE, None, self.deadline, None, self.prior) for m in new], "tune: probe")
+        self.starts()
         for k in range(1, 1 + MAX_PASSES):
             open_, left = self._open(), self.left()
             if not open_ or left <= 0:
@@ -289,6 +298,23 @@ class BatchedPasses(_Budget):
                        for r, b in zip(open_, budget) if b > 0], f"tune: pass {k}")
             if self.store.compiles(self.mods) == before:
                 return
+
+
+    def starts(self) -> None:
+        """The threshold starts (:mod:`.starts`) of every probed module with
+        decisions and nothing searched yet, before the passes share the
+        compiles: a few compiles each, and no flip finds what they find
+        (validation: 11,643 bytes from three plain compiles per module,
+        where 12 compiles of flips per module found 13,960).  The most
+        decisions first, while the compiles left cover them."""
+        if not self.start_cost:
+            return
+        due = sorted((r for r in self._open() if _starts_pending(r)), key=lambda r: -r.get("decisions", 0))
+        if self.per_module is not None:
+            due = due[:max(0, self.left() // self.start_cost)]
+        if due:
+            self._run([(self.by_name[r["name"]].to_task(), r["compiles"] + self.start_cost, None, self.deadline, r,
+                        self.prior, True) for r in due], "tune: starts")
 
 
 def _flips_left(r: dict) -> int:
@@ -345,6 +371,12 @@ def shares(rows: list[dict], total: int, paid: bool) -> list[int]:
         rest -= out[i]
         w_rest -= w[i]
     return out
+
+
+def _starts_pending(r: dict) -> bool:
+    """Has module ``r`` its threshold starts still to measure (probed,
+    with decisions, nothing searched yet)?"""
+    return r.get("thresholds") is None and not r["tried"] and r.get("decisions", 0) > 0
 
 
 def _within(caps: np.ndarray, weight: np.ndarray, left: int) -> np.ndarray:
@@ -471,7 +503,10 @@ class TuneStore:
                     "flips_measured": r.get("flips_measured", 0), "flips_in_copies": r.get("flips_in_copies", 0),
                     "batches": r.get("batches", 0),
                     "flips_accepted": sum(1 for f in r.get("flips", ()) if f["accepted"]),
-                    "replay_matches": r.get("replay_matches"), "stopped": r.get("stopped")}
+                    "replay_matches": r.get("replay_matches"), "stopped": r.get("stopped"),
+                    # the flags the module's search was compiled with (an inline threshold): a build adds them
+                    "base_flags": list(r.get("base_flags") or ()) if r["status"] == "ok"
+                    and r.get("best_size") is not None and r["best_size"] < r["default_size"] else []}
         return {"replay": f"{REPLAYS}/{module_file(r['name'], '.json')}" if r["status"] == "ok" else None,
                 "identity": self.identities.get(r["name"]), "status": r["status"], "reason": r.get("reason", ""),
                 "default_size": r["default_size"], "policy_size": r.get("policy_size"),

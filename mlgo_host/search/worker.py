@@ -42,17 +42,19 @@ class SearchWorker(CollectWorker):
                              in_order=in_order, resume=resume)
 
     def search_batched(self, task: dict, budget: int, model: dict | None, deadline: float | None = None,
-                       resume: dict | None = None, prior: str | None = None) -> dict:
+                       resume: dict | None = None, prior: str | None = None, starts_only: bool = False) -> dict:
         """:func:`~mlgo_host.search.batched.search_module_batched` on one
         task, from the policy set by :meth:`set_policy` (``resume``: an
         earlier result of the module to go on from; ``prior``: a shipped
-        policy's name, whose P(inline) orders the flips)."""
+        policy's name, whose P(inline) orders the flips; ``starts_only``:
+        measure the module's threshold starts, no flip)."""
         if deadline is not None and time.time() >= deadline:
             return {"name": task["name"], "status": "skipped", "compiles": 0}
         mod = self._module(task)
         c = self.config
         cfg = {"clang": c.clang, "llvm_size": c.llvm_size, "module_timeout": c.module_timeout,
-               "default_slot": default_slot(c.clang, c.module_timeout), "copies": c.copies}
+               "default_slot": default_slot(c.clang, c.module_timeout), "copies": c.copies,
+               "thresholds": tuple(c.thresholds), "starts_only": starts_only}
         default = baseline_size(mod, clang=c.clang, llvm_size=c.llvm_size, cache_dir=c.baseline_cache,
                                 timeout=c.module_timeout)
         fm = FlipGainModel.from_json(model) if model else None

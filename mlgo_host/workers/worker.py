@@ -67,6 +67,8 @@ class WorkerConfig:
     module_timeout: float = 300.0
     baseline_cache: str | None = None
     copies: bool = True  # the batched search measures flips of one function in copies of it
+    #: the inline thresholds a batched search may start from besides -Oz (mlgo_host.search.starts); () for none
+    thresholds: tuple[int, ...] = ()
 
 
 class CollectWorker:

@@ -1,0 +1,67 @@
+"""Where a module's search starts: the compiler's own decisions at `-Oz`,
+or at another inline threshold when that compiles smaller.
+
+`-Oz`'s inliner weighs every call site against one threshold for the whole
+module.  The right threshold differs from module to module: one more copy of
+a helper may let it fold, or let its out-of-line body go.  A single compile
+at each of a few thresholds (``-mllvm -inline-threshold=T``) measures that,
+and no flip search can: a flip changes one site and keeps every other
+decision, a threshold moves the heuristic's decisions everywhere at once.
+The search then starts from the smallest (`-Oz` included, so never from a
+larger object), with the threshold kept in the module's command line: the
+probe, every replay and the tuned build's flags carry it, and a function
+the replay file does not name (or, after an edit, a site it no longer
+matches) gets the heuristic at that threshold.
+
+Chosen on the training corpus's validation split (158 modules, one plain
+compile per module and threshold; never the held-out split): the best of
+`-Oz` and each single threshold gave 6,432 bytes at 50, 7,202 at 150, 8,437
+at 225 and 8,337 at 450; of every set of three among 0, 10, 25, 50, 75,
+100, 150, 225, 300, 450 and 700, {50, 150, 450} (a factor of 3 apart) gave
+the most, 11,643 bytes (all eleven: 13,026).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+from mlgo_host.corpus.compile import compile_plain
+from mlgo_host.corpus.corpus import Module
+
+#: the inline thresholds a search may start from besides -Oz's own (see the module docstring)
+START_THRESHOLDS: tuple[int, ...] = (50, 150, 450)
+
+
+def threshold_flags(threshold: int) -> list[str]:
+    """The compiler flags (driver or cc1 form) setting the inline threshold."""
+    return ["-mllvm", f"-inline-threshold={int(threshold)}"]
+
+
+def with_flags(module: Module, flags: Sequence[str]) -> Module:
+    """``module`` compiled with ``flags`` added to its command (itself when
+    there are none).  Its :attr:`~Module.key` changes with them: callers
+    that store results keep the original module's key."""
+    return dataclasses.replace(module, cmd=module.cmd + tuple(flags)) if flags else module
+
+
+def measure_thresholds(module: Module, thresholds: Sequence[int], *, clang: str, llvm_size: str | None,
+                       timeout: float) -> dict[int, int | None]:
+    """The object's .text at each threshold, one plain compile each (None:
+    that compile failed, so the threshold is not a start)."""
+    out: dict[int, int | None] = {}
+    for t in thresholds:
+        r = compile_plain(module, clang, llvm_size, timeout, extra_args=threshold_flags(t))
+        out[int(t)] = int(r.text_size) if r.ok else None
+    return out
+
+
+def best_start(sizes: dict[int, int | None], oz_size: int) -> int | None:
+    """The threshold whose object is the smallest, when it is smaller than
+    -Oz's own (``oz_size``); None when -Oz stays the start.  Ties go to the
+    lower threshold (the fewer inlined copies)."""
+    known = [(s, t) for t, s in sizes.items() if s is not None]
+    if not known:
+        return None
+    size, t = min(known)
+    return t if size < oz_size else None

@@ -1,0 +1,117 @@
+"""Threshold starts (mlgo_host.search.starts) with the real compilers: a
+module whose -Oz inliner keeps a helper out of line that a higher inline
+threshold inlines and folds; tune measures the thresholds, starts its search
+from the smallest, and a build gets that threshold among its flags."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+
+import pytest
+
+from _tune_helpers import mlgo_host, read_manifest
+from mlgo_host.corpus.build import build_corpus, load_compile_commands
+from mlgo_host.corpus.compile import compile_plain
+from mlgo_host.corpus.corpus import load_corpus
+from mlgo_host.corpus.sizes import text_size
+from mlgo_host.policies import load_policy
+from mlgo_host.search.batched import search_module_batched
+from mlgo_host.search.evaluate import probe_module
+from mlgo_host.search.starts import best_start, threshold_flags, with_flags
+
+# a helper with a constant mode at each of its three calls: -Oz keeps it out of line (174 bytes of .text
+# with clang-19), inline threshold 50 inlines every call, each folds and the body goes (99 bytes)
+PICK_C = r"""
+static int pick(int x, int mode) {
+  int s = 0;
+  for (int i = 0; i < mode; i++) s += x * i + (s >> 1);
+  if (mode > 3) s ^= x * 77;
+  if (mode > 5) s += x / 3;
+  return s + mode;
+}
+int a(int x) { return pick(x, 0); }
+int b(int x) { return pick(x, 1); }
+int c(int x) { return pick(x, 2); }
+"""
+
+
+def _project(root, clang: str = "clang-19"):
+    proj = root / "project"
+    (proj / "src").mkdir(parents=True)
+    (proj / "src" / "s.c").write_text(PICK_C)
+    db = [{"directory": str(proj), "file": "src/s.c", "arguments": ["cc", "-Oz", "-c", "src/s.c", "-o", "s.o"]}]
+    (proj / "compile_commands.json").write_text(json.dumps(db))
+    rep = build_corpus(load_compile_commands(proj / "compile_commands.json"), root / "corpus", clang=clang, jobs=1,
+                       progress=False)
+    assert not rep.failures, rep.failures
+    return proj, root / "corpus"
+
+
+def test_the_best_start_is_the_smallest_threshold_below_Oz():
+    assert best_start({50: 99, 150: 99, 450: 120}, 174) == 50  # ties: the lower threshold
+    assert best_start({50: 180, 150: 174}, 174) is None  # none smaller than -Oz's own
+    assert best_start({50: None, 150: 170}, 174) == 150  # a failed compile is no start
+    assert best_start({50: None}, 174) is None
+
+
+def test_tune_starts_from_a_smaller_threshold_and_a_build_gets_it_with_its_flags(tmp_path):
+    proj, corpus = _project(tmp_path)
+    t = tmp_path / "T"
+    r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--compiles-per-module", "12", "--jobs", "1",
+                  "--no-progress")
+    assert r.returncode == 0, r.stderr
+    m = read_manifest(t)["modules"]["s"]
+    (mod,) = load_corpus(corpus).modules
+    at_50 = compile_plain(mod, extra_args=threshold_flags(50)).text_size
+    assert m["base_flags"] == threshold_flags(50)
+    assert m["best_size"] <= at_50 < m["default_size"]
+    # the flags tune prints compile the source to exactly the tuned size, the threshold among them
+    pr = mlgo_host("tune", "--print-flags", str(t), str(proj / "src" / "s.c"))
+    assert pr.returncode == 0, pr.stderr
+    flags = shlex.split(pr.stdout)
+    assert flags[:2] == threshold_flags(50)
+    subprocess.run(["clang-19", "-Oz", "-c", "src/s.c", "-o", "tuned.o", *flags], cwd=proj, check=True)
+    assert text_size(proj / "tuned.o") == m["best_size"]
+    # without thresholds the search starts from -Oz and a build gets no threshold
+    t2 = tmp_path / "T2"
+    r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t2), "--compiles-per-module", "12", "--jobs", "1",
+                  "--no-progress", "--no-thresholds")
+    assert r.returncode == 0, r.stderr
+    m2 = read_manifest(t2)["modules"]["s"]
+    assert m2["base_flags"] == []
+    pr = mlgo_host("tune", "--print-flags", str(t2), str(proj / "src" / "s.c"))
+    assert "-inline-threshold" not in pr.stdout
+
+
+@pytest.mark.parametrize("version", [19, 22])
+def test_a_start_not_searched_further_is_the_thresholds_own_object(tmp_path, version):
+    """tune's starts stage alone (no flip after it): the result keeps the
+    corpus module's key, its best is the threshold's plain object, and
+    there is no replay: the threshold flags alone compile that object."""
+    clang = f"clang-{version}"
+    if subprocess.run(["which", clang], capture_output=True).returncode:
+        pytest.skip(f"{clang} not installed")
+    _, corpus = _project(tmp_path, clang)
+    (mod,) = load_corpus(corpus).modules
+    default = compile_plain(mod, clang).text_size
+    policy = load_policy("default")
+    probe = probe_module(mod, policy, clang=clang)
+    probe_only = search_module_batched(mod, policy, {"clang": clang}, budget=probe.compiles,
+                                       default_size=default)
+    assert probe_only["tried"] == [] and probe_only["thresholds"] is None
+    cfg = {"clang": clang, "thresholds": (50, 150, 450), "starts_only": True}
+    res = search_module_batched(mod, policy, cfg, budget=probe_only["compiles"] + 5, default_size=default,
+                                resume=probe_only)
+    assert set(res["thresholds"]) == {50, 150, 450}
+    t = best_start(res["thresholds"], default)
+    assert t is not None and res["base_flags"] == threshold_flags(t)
+    assert res["module_key"] == mod.key != with_flags(mod, res["base_flags"]).key
+    assert res["tried"] == [] and res["inline"] is None
+    assert res["best_size"] == res["thresholds"][t] == compile_plain(mod, clang, extra_args=res["base_flags"]).text_size
+    assert res["compiles"] == probe_only["compiles"] + 3 + 2  # the thresholds, the second probe
+    # the next search goes on from it, at that threshold
+    more = search_module_batched(mod, policy, {"clang": clang, "thresholds": (50, 150, 450)},
+                                 budget=res["compiles"] + 6, default_size=default, resume=res)
+    assert more["base_flags"] == res["base_flags"] and more["best_size"] <= res["best_size"]
