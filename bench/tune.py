@@ -25,7 +25,10 @@ of each module with >= 50 decisions packed at once into batches of
 disjoint footprints (no order, no budget, no copies), the most flips per
 compile the checked attribution allows there without copies.  With
 --without-copies (default) the default prior's two runs are repeated with
-`tune --no-copies`, side by side.
+`tune --no-copies`, side by side, and with --without-thresholds (default)
+with `tune --no-thresholds` (every search from -Oz's decisions; by default
+a module first compiles at a few inline thresholds and starts from the
+smallest: mlgo_host.search.starts), side by side.
 
 usage: .venv/bin/python bench/tune.py [--corpus bench_corpus] [--jobs 2] [--modules-from JSON]
 (build the corpus first: mlgo-host corpus benchmark --output bench_corpus)
@@ -79,13 +82,14 @@ def _figures(rows: list[dict], seconds: float, n: int) -> dict:
 
 
 def tune_run(corpus: str, mods, jobs: int, work: str, per_module: float, clang: str, label: str,
-             prior: str | None, copies: bool = True) -> dict:
+             prior: str | None, copies: bool = True, thresholds: bool = True) -> dict:
     out = os.path.join(work, label)
     t0 = time.monotonic()
     s = tune(corpus, out, compiles_per_module=per_module, jobs=jobs, clang=clang, modules=[m.name for m in mods],
-             progress=sys.stderr.isatty(), search="batched", prior=prior, copies=copies)
+             progress=sys.stderr.isatty(), search="batched", prior=prior, copies=copies, thresholds=thresholds)
     with open(os.path.join(out, "tune.json")) as f:
         man = json.load(f)["modules"]
+    data = _load_results(os.path.join(out, "data"))
     rows = [dict(m, name=n) for n, m in man.items() if m["status"] == "ok"]
     big = [r for r in rows if r["decisions"] >= 50]
     largest = max(rows, key=lambda r: r["decisions"])
@@ -98,7 +102,13 @@ def tune_run(corpus: str, mods, jobs: int, work: str, per_module: float, clang: 
            "flips_per_compile": round(sum(r["flips_measured"] for r in rows) / max(1, s["compiles"]), 2),
            "flips_per_compile_50plus": round(sum(r["flips_measured"] for r in big)
                                              / max(1, sum(r["compiles"] for r in big)), 2),
-           "modules_50plus": len(big), "prior": prior or "patterns", "copies": copies,
+           "modules_50plus": len(big), "prior": prior or "patterns", "copies": copies, "thresholds": thresholds,
+           # the threshold starts (mlgo_host.search.starts): modules that measured them, that started from one,
+           # and the bytes those starts alone were below -Oz
+           "threshold_measured": sum(1 for r in data.values() if r.get("thresholds")),
+           "threshold_starts": sum(1 for r in data.values() if r.get("base_flags")),
+           "threshold_start_bytes": sum(r["default_size"] - min(v for v in r["thresholds"].values() if v is not None)
+                                        for r in data.values() if r.get("base_flags")),
            "flips_in_copies": sum(r.get("flips_in_copies", 0) for r in rows),
            "packing_bound_50plus": packing_bound(out, {m.name: m for m in mods}, {r["name"] for r in big}),
            "largest": {"module": largest["name"], "decisions": largest["decisions"],
@@ -151,6 +161,8 @@ def main() -> int:
                     help="tune's --prior, one pair of runs each (the first is tune's default, which the goals read)")
     ap.add_argument("--without-copies", action=argparse.BooleanOptionalAction, default=True,
                     help="also run the default prior's searches with every flip measured in place (tune --no-copies)")
+    ap.add_argument("--without-thresholds", action=argparse.BooleanOptionalAction, default=True,
+                    help="also run the default prior's searches from -Oz's decisions only (tune --no-thresholds)")
     ap.add_argument("--greedy-from", metavar="JSON", default=None,
                     help="reuse the greedy pass of an earlier run's JSON (same modules; its compiles and gains are "
                          "deterministic, its minutes are that run's)")
@@ -189,6 +201,11 @@ def main() -> int:
                                                     "T5_no_copies", p, copies=False)
             runs["tune_equal_no_copies"] = tune_run(args.corpus, mods, args.jobs, work, per_module, args.clang,
                                                     "T1_no_copies", p, copies=False)
+        if prior == args.priors[0] and args.without_thresholds:  # side by side: every search from -Oz
+            runs["tune_fifth_no_thresholds"] = tune_run(args.corpus, mods, args.jobs, work, per_module / 5.0,
+                                                        args.clang, "T5_no_thresholds", p, thresholds=False)
+            runs["tune_equal_no_thresholds"] = tune_run(args.corpus, mods, args.jobs, work, per_module, args.clang,
+                                                        "T1_no_thresholds", p, thresholds=False)
     fifth, equal = runs["tune_fifth"], runs["tune_equal"]
     goals = {"flips_per_compile_50plus >= 8": fifth["flips_per_compile_50plus"] >= 8
              and equal["flips_per_compile_50plus"] >= 8,
