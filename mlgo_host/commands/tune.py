@@ -15,7 +15,10 @@ By default the search is batched: one channel compile names each decision's
 call site (from the inliner's optimization record), then decision sets are
 compiled by the compiler's own inline replay, dozens of flips per compile,
 each flip's gain read from the functions it touches and checked (a batch
-whose attribution does not hold is split).  --search channel is the earlier
+whose attribution does not hold is split).  Before its first flip, each
+module compiles at inline thresholds 50, 150 and 450 and starts from the
+smallest of those and -Oz (the threshold then goes into its build flags;
+--no-thresholds: always from -Oz).  --search channel is the earlier
 one-flip-per-compile search.
 
 T/ holds per module its best decisions: replays/<module>.inline.txt, the

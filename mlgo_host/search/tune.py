@@ -250,7 +250,8 @@ class Passes(_Budget):
 class BatchedPasses(_Budget):
     """Batched search (:mod:`mlgo_host.search.batched`): a probe of every
     module not searched yet (its decisions and keys: two compiles, one
-    without decisions), then passes, each module going on from its best;
+    without decisions), its threshold starts (:meth:`starts`), then
+    passes, each module going on from its best;
     modules that measured every flip are done.  With a compile budget, each
     pass shares what is left (the first :data:`FIRST_SHARE` of it) by
     :func:`shares`: by the flips the prior expects to pay (or the flips
