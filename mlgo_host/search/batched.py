@@ -1489,7 +1489,11 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
             return {"name": module.name, "module_key": module.key, "status": "failed", "reason": str(e),
                     "default_size": default_size, "compiles": 2, "search": "batched"}
     spent = resume["compiles"] if resume is not None else None
-    if _starts_due(resume, probe, cfg, budget, deadline):
+    due = _starts_due(resume, probe, cfg, budget, deadline)
+    if cfg.get("starts_only") and not due:  # (nothing to measure: the module stays as it was)
+        return resume if resume is not None else result_of(search_of(module, probe, cfg, budget=probe.compiles),
+                                                           default_size, time.monotonic() - t0)
+    if due:
         thresholds, start = _threshold_start(original, policy, resume, default_size, cfg)
         spent += len(thresholds)
         if start is not None:  # the search starts over from the compiler's decisions at that threshold

@@ -300,7 +300,6 @@ class BatchedPasses(_Budget):
             if self.store.compiles(self.mods) == before:
                 return
 
-
     def starts(self) -> None:
         """The threshold starts (:mod:`.starts`) of every probed module with
         decisions and nothing searched yet, before the passes share the
