@@ -110,7 +110,7 @@ from mlgo_host.corpus.sizes import llvm_tool
 from mlgo_host.search.clones import ModuleText, world_name
 from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator, probe_module
 from mlgo_host.search.flips import FlipGainModel, flip_scores
-from mlgo_host.search.starts import best_start, measure_thresholds, threshold_flags, with_flags
+from mlgo_host.search.starts import best_start, measure_thresholds, starts_pending, threshold_flags, with_flags
 from mlgo_host.search.sites import (Decision, Site, final_functions, site_of_key, site_of_line,
                                    unique_decisions)
 
@@ -1489,10 +1489,9 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
             return {"name": module.name, "module_key": module.key, "status": "failed", "reason": str(e),
                     "default_size": default_size, "compiles": 2, "search": "batched"}
     spent = resume["compiles"] if resume is not None else None
-    due = _starts_due(resume, probe, cfg, budget, deadline)
-    if cfg.get("starts_only") and not due:  # (nothing to measure: the module stays as it was)
-        return resume if resume is not None else result_of(search_of(module, probe, cfg, budget=probe.compiles),
-                                                           default_size, time.monotonic() - t0)
+    due = _starts_due(resume, cfg, budget, deadline)
+    if cfg.get("starts_only") and not due and resume is not None:  # (nothing to measure: it stays as it was)
+        return resume
     if due:
         thresholds, start = _threshold_start(original, policy, resume, default_size, cfg)
         spent += len(thresholds)
@@ -1500,7 +1499,7 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
             module, flags, probe, resume = start[0], start[1], start[2], None
             spent += probe.compiles
     if cfg.get("starts_only"):  # (tune's starts stage: the result is a probe's, the next search goes on from it)
-        resume, budget = None, spent
+        resume, budget = None, spent if spent is not None else probe.compiles
     s = search_of(module, probe, cfg, budget=budget, spent=spent,
                   model=model, deadline=deadline, max_batch=max_batch, prior=prior, worlds=cfg.get("copies", True))
     s.default_slot = cfg.get("default_slot")
@@ -1526,14 +1525,13 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
     return res
 
 
-def _starts_due(resume: dict | None, probe: Probe, cfg: dict, budget: int, deadline: float | None) -> bool:
+def _starts_due(resume: dict | None, cfg: dict, budget: int, deadline: float | None) -> bool:
     """Measure the threshold starts (:mod:`.starts`) now?  Once per module,
-    after its probe and before any flip (nothing tried yet), when it has
-    decisions and its compiles cover the thresholds and a second probe."""
+    after its probe and before any flip (:func:`starts_pending`), when its
+    compiles cover the thresholds and a second probe."""
     grid = cfg.get("thresholds") or ()
-    return bool(grid) and resume is not None and resume.get("thresholds") is None and not resume["tried"] \
-        and resume.get("reference") is None and probe.episode.n > 0 \
-        and budget - resume["compiles"] >= len(grid) + probe.compiles \
+    return bool(grid) and resume is not None and starts_pending(resume) \
+        and budget - resume["compiles"] >= len(grid) + resume["probe"].compiles \
         and (deadline is None or time.time() < deadline)
 
 

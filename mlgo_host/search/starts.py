@@ -39,6 +39,14 @@ START_THRESHOLDS: tuple[int, ...] = (50, 150, 450)
 START_MARGIN = 0.0
 
 
+def starts_pending(result: dict) -> bool:
+    """Has the module of a stored search ``result`` its threshold starts
+    still to measure: probed, with decisions, nothing searched yet (no
+    flip tried, no reference compiled) and no threshold measured?"""
+    return result.get("thresholds") is None and not result["tried"] and result.get("reference") is None \
+        and result.get("decisions", 0) > 0
+
+
 def threshold_flags(threshold: int) -> list[str]:
     """The compiler flags (driver or cc1 form) setting the inline threshold."""
     return ["-mllvm", f"-inline-threshold={int(threshold)}"]

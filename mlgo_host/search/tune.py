@@ -51,7 +51,7 @@ from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes, atomic_write_json
 from mlgo_host.policies import HEURISTICS, load_policy
 from mlgo_host.policies.replay import Replay, stream_fingerprint, write_replay
-from mlgo_host.search.starts import START_THRESHOLDS
+from mlgo_host.search.starts import START_THRESHOLDS, starts_pending
 from mlgo_host.workers.pool import make_pool
 from mlgo_host.search.evaluate import replay_text
 from mlgo_host.search.flips import continued, fit_flip_model, paid_budgets, run_searches
@@ -309,7 +309,7 @@ class BatchedPasses(_Budget):
         decisions first, while the compiles left cover them."""
         if not self.start_cost:
             return
-        due = sorted((r for r in self._open() if _starts_pending(r)), key=lambda r: -r.get("decisions", 0))
+        due = sorted((r for r in self._open() if starts_pending(r)), key=lambda r: -r.get("decisions", 0))
         if self.per_module is not None:
             due = due[:max(0, self.left() // self.start_cost)]
         if due:
@@ -371,12 +371,6 @@ def shares(rows: list[dict], total: int, paid: bool) -> list[int]:
         rest -= out[i]
         w_rest -= w[i]
     return out
-
-
-def _starts_pending(r: dict) -> bool:
-    """Has module ``r`` its threshold starts still to measure (probed,
-    with decisions, nothing searched yet)?"""
-    return r.get("thresholds") is None and not r["tried"] and r.get("decisions", 0) > 0
 
 
 def _within(caps: np.ndarray, weight: np.ndarray, left: int) -> np.ndarray:
