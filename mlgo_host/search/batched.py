@@ -110,7 +110,8 @@ from mlgo_host.corpus.sizes import llvm_tool
 from mlgo_host.search.clones import ModuleText, world_name
 from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator, probe_module
 from mlgo_host.search.flips import FlipGainModel, flip_scores
-from mlgo_host.search.starts import best_start, measure_thresholds, starts_pending, threshold_flags, with_flags
+from mlgo_host.search.starts import (best_start, measure_thresholds, starts_pending, threshold_flags, with_flags,
+                                     within_deadline)
 from mlgo_host.search.sites import (Decision, Site, final_functions, site_of_key, site_of_line,
                                    unique_decisions)
 
@@ -1476,9 +1477,7 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
         probe = resume["probe"]
     else:
         # the user's deadline bounds the probe too: one cut by it is no failure, the module waits for a later run
-        timeout = cfg.get("module_timeout", 300.0)
-        if deadline is not None:
-            timeout = min(timeout, deadline - time.time())
+        timeout = within_deadline(cfg.get("module_timeout", 300.0), deadline)
         try:
             if timeout <= 0:
                 raise MlgoHostError("the deadline passed before the probe")
@@ -1493,7 +1492,7 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
     if cfg.get("starts_only") and not due and resume is not None:  # (nothing to measure: it stays as it was)
         return resume
     if due:
-        thresholds, start = _threshold_start(original, policy, resume, default_size, cfg)
+        thresholds, start = _threshold_start(original, policy, resume, default_size, cfg, deadline)
         spent += len(thresholds)
         if start is not None:  # the search starts over from the compiler's decisions at that threshold
             module, flags, probe, resume = start[0], start[1], start[2], None
@@ -1535,24 +1534,27 @@ def _starts_due(resume: dict | None, cfg: dict, budget: int, deadline: float | N
         and (deadline is None or time.time() < deadline)
 
 
-def _threshold_start(module: Module, policy, resume: dict, default_size: int, cfg: dict
+def _threshold_start(module: Module, policy, resume: dict, default_size: int, cfg: dict, deadline: float | None
                      ) -> tuple[dict[int, int | None], tuple[Module, list[str], Probe] | None]:
     """The sizes at each threshold of ``cfg["thresholds"]`` and, when one
     is smaller than -Oz's object, the module with its flags, the flags and
     its probe with ``policy`` (the compiler's default: its decisions at the
     threshold); None keeps -Oz's start (a failed probe too: the search goes
-    on from the one it has)."""
+    on from the one it has).  The user's ``deadline`` bounds every compile,
+    the second probe too."""
     timeout = cfg.get("module_timeout", 300.0)
     sizes = measure_thresholds(module, cfg["thresholds"], clang=cfg["clang"], llvm_size=cfg.get("llvm_size"),
-                               timeout=timeout)
+                               timeout=timeout, deadline=deadline)
     t = best_start(sizes, min(default_size, int(resume["probe"].text)))
     if t is None:
         return sizes, None
     flags = threshold_flags(t)
     flagged = with_flags(module, flags)
     try:
-        probe = probe_module(flagged, policy, clang=cfg["clang"], llvm_size=cfg.get("llvm_size"),
-                             timeout=timeout)
+        left = within_deadline(timeout, deadline)
+        if left <= 0:
+            raise MlgoHostError("the deadline passed before the probe")
+        probe = probe_module(flagged, policy, clang=cfg["clang"], llvm_size=cfg.get("llvm_size"), timeout=left)
     except MlgoHostError as e:
         log.warning("%s: the probe at inline threshold %d failed (%s): the search starts from -Oz", module.name, t, e)
         return sizes, None

@@ -24,6 +24,7 @@ the most, 11,643 bytes (all eleven: 13,026).
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Sequence
 
 from mlgo_host.corpus.compile import compile_plain
@@ -59,13 +60,24 @@ def with_flags(module: Module, flags: Sequence[str]) -> Module:
     return dataclasses.replace(module, cmd=module.cmd + tuple(flags)) if flags else module
 
 
+def within_deadline(timeout: float, deadline: float | None) -> float:
+    """The time one compile may take: ``timeout``, cut at the user's
+    ``deadline`` (a ``time.time()``; <= 0 once it has passed)."""
+    return timeout if deadline is None else min(timeout, deadline - time.time())
+
+
 def measure_thresholds(module: Module, thresholds: Sequence[int], *, clang: str, llvm_size: str | None,
-                       timeout: float) -> dict[int, int | None]:
+                       timeout: float, deadline: float | None = None) -> dict[int, int | None]:
     """The object's .text at each threshold, one plain compile each (None:
-    that compile failed, so the threshold is not a start)."""
+    that compile failed, or the user's ``deadline`` (a ``time.time()``)
+    cut it or came before it, so the threshold is not a start)."""
     out: dict[int, int | None] = {}
     for t in thresholds:
-        r = compile_plain(module, clang, llvm_size, timeout, extra_args=threshold_flags(t))
+        left = within_deadline(timeout, deadline)
+        if left <= 0:
+            out[int(t)] = None
+            continue
+        r = compile_plain(module, clang, llvm_size, left, extra_args=threshold_flags(t))
         out[int(t)] = int(r.text_size) if r.ok else None
     return out
 

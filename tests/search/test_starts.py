@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+import time
 
 import pytest
 
@@ -19,7 +20,7 @@ from mlgo_host.corpus.sizes import text_size
 from mlgo_host.policies import load_policy
 from mlgo_host.search.batched import search_module_batched
 from mlgo_host.search.evaluate import probe_module
-from mlgo_host.search.starts import best_start, threshold_flags, with_flags
+from mlgo_host.search.starts import best_start, measure_thresholds, threshold_flags, with_flags
 
 # a helper with a constant mode at each of its three calls: -Oz keeps it out of line (174 bytes of .text
 # with clang-19), inline threshold 50 inlines every call, each folds and the body goes (99 bytes)
@@ -119,3 +120,29 @@ def test_a_start_not_searched_further_is_the_thresholds_own_object(tmp_path, ver
     more = search_module_batched(mod, policy, {"clang": clang, "thresholds": (50, 150, 450)},
                                  budget=res["compiles"] + 6, default_size=default, resume=res)
     assert more["base_flags"] == res["base_flags"] and more["best_size"] <= res["best_size"]
+
+
+def test_the_users_deadline_bounds_the_threshold_compiles(tmp_path, monkeypatch):
+    """A deadline already passed: no threshold is compiled (each is no
+    start); one far off: each is, as without a deadline."""
+    import mlgo_host.search.starts as starts
+
+    _, corpus = _project(tmp_path)
+    (mod,) = load_corpus(corpus).modules
+    timeouts = []
+
+    def counted(*args, **kw):
+        timeouts.append(args[3])
+        return compile_plain(*args, **kw)
+
+    monkeypatch.setattr(starts, "compile_plain", counted)
+    passed = measure_thresholds(mod, (50, 150), clang="clang-19", llvm_size=None, timeout=60.0,
+                                deadline=time.time() - 1.0)
+    assert passed == {50: None, 150: None} and timeouts == []
+    measure_thresholds(mod, (50,), clang="clang-19", llvm_size=None, timeout=60.0, deadline=time.time() + 30.0)
+    assert 0 < timeouts[0] <= 30.0  # (the compile's timeout is cut at the deadline)
+    monkeypatch.undo()
+    later = measure_thresholds(mod, (50, 150), clang="clang-19", llvm_size=None, timeout=60.0,
+                               deadline=time.time() + 600.0)
+    assert later == measure_thresholds(mod, (50, 150), clang="clang-19", llvm_size=None, timeout=60.0)
+    assert later[50] == compile_plain(mod, extra_args=threshold_flags(50)).text_size
