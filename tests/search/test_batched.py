@@ -375,13 +375,16 @@ def test_copies_alone_are_read_when_their_calls_changed_the_originals(corpus, mo
     before = s.ev.compiles
     got = s.measure(batch)
     assert s.ev.compiles == before + 1 and len(got) == len(batch) and not s.no_worlds
-    # against a reference not compiled (derived from winners) the same compile is not read
+    # against a reference not compiled (derived from winners) the same compile is not read: the reference is
+    # compiled and the copies measured again, and the function keeps its copies
     s2 = _search(corpus, budget=80, worlds=True)
     s2._compile_start()
     batch2 = [c for c in _with_copies_and_in_place(s2) if c.world is not None]
     s2.compiled = False
+    before = s2.ev.compiles
     got2 = s2.measure(batch2)
-    assert not {id(o.candidate) for o in got2 if o.candidate.world is not None}
+    assert s2.ev.compiles == before + 3 and s2.compiled  # (the copies, the reference, the copies again)
+    assert len(got2) == len(batch2) and not s2.no_worlds and s2.world_flips == len(batch2)
 
 
 def test_a_flip_whose_copy_changed_other_sites_is_measured_in_place_from_then_on(corpus, monkeypatch):
