@@ -87,9 +87,11 @@ the best is applied, the others are measured again from the new one.  When
 the flips measured in place beside the copies fail their attribution, the
 copies are measured again without them (the failure is not theirs); when
 copies alone move the originals (their calls are more callers of a static
-callee), they are still read against a compiled reference whose function
-their control equals; a flip whose copy changed sites nobody flipped is
-measured in place from then on.
+callee), they are still read against a compiled reference, each against its
+control, which must equal its function in that compile (the function may
+have moved with its copies: the winners' sizes are then the reference's
+plus their gains, checked by the next compile); a flip whose copy changed
+sites nobody flipped is measured in place from then on.
 """
 
 from __future__ import annotations
@@ -805,12 +807,17 @@ class BatchedSearch:
             got = by_world.get(k, set())
             own = _own_size(sizes, copy)
             if c is None:
-                if (own != _own_size(originals, root) or got != ref_keys
-                        or (originals_moved and own != _own_size(base.sizes, root))):
+                if own != _own_size(originals, root) or got != ref_keys:
                     # compiled apart it is other code (a short jump to a neighbour, a pass that saw its
                     # callers): no copies of it from now on
                     self._note_split("copies: a control copy differs from its function")
                     self.no_worlds.add(root)
+                elif originals_moved and own != _own_size(base.sizes, root):
+                    # the copies' calls changed the function itself, as they changed its copies (capstone's
+                    # SystemZ printer: 4 bytes of 4,457): its flips are read against the control, which is
+                    # the same code in the same compile; a winner's size, derived from the reference's,
+                    # is checked by the next compile like any derived one
+                    self._note_split("copies: the function moved with its copies")
                 control[root] = own
                 continue
             flipped = list(c.sites)
@@ -820,7 +827,7 @@ class BatchedSearch:
                 self.not_in_copies.add(c.key)  # (a copy of it will not read again: measured in place)
                 continue  # this copy cannot be read: the flip goes back
             delta = own - control[root]
-            changed = {root: originals.functions[root] + delta}
+            changed = {root: base.sizes.functions[root] + delta}  # (the originals', unless they moved)
             extra: frozenset[str] = frozenset()
             other: dict[str, int] = {}
             if k in back:

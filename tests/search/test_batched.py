@@ -387,6 +387,33 @@ def test_copies_alone_are_read_when_their_calls_changed_the_originals(corpus, mo
     assert len(got2) == len(batch2) and not s2.no_worlds and s2.world_flips == len(batch2)
 
 
+def test_copies_that_changed_their_function_itself_are_read_against_their_control(corpus, monkeypatch):
+    # the copies' calls changed the original function too, by as much as its copies (capstone's SystemZ printer:
+    # 4 bytes): the control is the same code in the same compile, so each flip is read against it
+    def batch_of(s):
+        s._compile_start()
+        return [c for c in _with_copies_and_in_place(s) if c.world is not None]
+
+    plain = _search(corpus, budget=80, worlds=True)
+    want = {o.candidate.key: o.delta for o in plain.measure(batch_of(plain))}
+    s = _search(corpus, budget=80, worlds=True)
+    batch = batch_of(s)
+    roots = {c.world for c in batch}
+    real_attribute, real_size = BatchedSearch._attribute, mlgo_host.search.batched._own_size
+    monkeypatch.setattr(BatchedSearch, "_attribute", lambda self, flips, m: (None, "a function outside every "
+                                                                            "footprint changed") if not flips
+                        else real_attribute(self, flips, m))
+    monkeypatch.setattr(mlgo_host.search.batched, "_own_size",
+                        lambda sizes, fn: real_size(sizes, fn) + 4 * (sizes is not s.base.sizes
+                                                                      and fn.split(".mlgo")[0] in roots))
+    got = s.measure(batch)
+    assert {o.candidate.key: o.delta for o in got} == want and not s.no_worlds
+    assert s.splits == {"copies: the function moved with its copies": len(roots)}  # (one per control)
+    # a winner's function is the reference's plus its gain, not the moved function's
+    o = got[0]
+    assert o.measured.sizes.functions[o.candidate.world] == s.base.sizes.functions[o.candidate.world] + o.delta
+
+
 def test_a_flip_whose_copy_changed_other_sites_is_measured_in_place_from_then_on(corpus, monkeypatch):
     s = _search(corpus, budget=80, worlds=True)
     s._compile_start()
