@@ -180,3 +180,38 @@ def test_tune_starts_from_the_shipped_policy_in_a_new_T(tmp_path):
     assert "failed" not in r.stderr
     man = read_manifest(t)
     assert all(m["status"] == "ok" for m in man["modules"].values()), man
+
+
+def test_a_kill_of_tunes_whole_process_group_leaves_no_temp_files_and_keeps_T(tuned, tmp_path):
+    # (what a user's Ctrl-C in a shell or a CI timeout does: every process of the group gets the signal, the
+    # workers and their compilers too; a private TMPDIR shows exactly what is left behind)
+    import signal
+    import sys
+    import time
+
+    root, corpus, _, _ = tuned
+    tmp, t = tmp_path / "tmp", tmp_path / "T"
+    tmp.mkdir()
+    cmd = [sys.executable, "-m", "mlgo_host", "tune", "--corpus", str(corpus), "--output", str(t),
+           "--compiles-per-module", "200", "--jobs", "2", "--no-progress"]
+    p = subprocess.Popen(cmd, env=dict(os.environ, TMPDIR=str(tmp)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    end = time.monotonic() + 120
+    # a replay compile in flight in a worker, after the first modules were stored
+    while not (any(x.name.startswith("mlgo-replay-") for x in tmp.iterdir()) and (t / "tune.json").exists()) \
+            and p.poll() is None and time.monotonic() < end:
+        time.sleep(0.005)
+    assert p.poll() is None, "tune ended before a replay compile was seen"
+    os.killpg(p.pid, signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode in (0, 130), err
+    while time.monotonic() < end:  # every process of the group gone (the workers, their compilers)
+        try:
+            os.killpg(p.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("processes of tune's group still run")
+    assert sorted(x.name for x in tmp.iterdir()) == []
+    assert read_manifest(t)["modules"], "the modules finished before the signal are kept"
