@@ -112,8 +112,8 @@ from mlgo_host.corpus.sizes import llvm_tool
 from mlgo_host.search.clones import ModuleText, world_name
 from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator, probe_module
 from mlgo_host.search.flips import FlipGainModel, flip_scores
-from mlgo_host.search.starts import (best_start, measure_thresholds, starts_pending, threshold_flags, with_flags,
-                                     within_deadline)
+from mlgo_host.search.starts import (REPROBE, best_start, measure_thresholds, starts_pending, threshold_flags,
+                                     with_flags, within_deadline)
 from mlgo_host.search.sites import (Decision, Site, final_functions, site_of_key, site_of_line,
                                    unique_decisions)
 
@@ -1536,10 +1536,11 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
 def _starts_due(resume: dict | None, cfg: dict, budget: int, deadline: float | None) -> bool:
     """Measure the threshold starts (:mod:`.starts`) now?  Once per module,
     after its probe and before any flip (:func:`starts_pending`), when its
-    compiles cover the thresholds and a second probe."""
+    compiles cover the thresholds and a second probe (its channel compile:
+    its plain one is the threshold's)."""
     grid = cfg.get("thresholds") or ()
     return bool(grid) and resume is not None and starts_pending(resume) \
-        and budget - resume["compiles"] >= len(grid) + resume["probe"].compiles \
+        and budget - resume["compiles"] >= len(grid) + REPROBE \
         and (deadline is None or time.time() < deadline)
 
 
@@ -1552,8 +1553,9 @@ def _threshold_start(module: Module, policy, resume: dict, default_size: int, cf
     on from the one it has).  The user's ``deadline`` bounds every compile,
     the second probe too."""
     timeout = cfg.get("module_timeout", 300.0)
-    sizes = measure_thresholds(module, cfg["thresholds"], clang=cfg["clang"], llvm_size=cfg.get("llvm_size"),
-                               timeout=timeout, deadline=deadline)
+    plains: dict = {}
+    sizes = measure_thresholds(module, cfg["thresholds"], clang=cfg["clang"], timeout=timeout, deadline=deadline,
+                               plains=plains)
     t = best_start(sizes, min(default_size, int(resume["probe"].text)))
     if t is None:
         return sizes, None
@@ -1563,7 +1565,9 @@ def _threshold_start(module: Module, policy, resume: dict, default_size: int, cf
         left = within_deadline(timeout, deadline)
         if left <= 0:
             raise MlgoHostError("the deadline passed before the probe")
-        probe = probe_module(flagged, policy, clang=cfg["clang"], llvm_size=cfg.get("llvm_size"), timeout=left)
+        # (its plain compile is the threshold's, made above: the probe costs its channel compile only)
+        probe = probe_module(flagged, policy, clang=cfg["clang"], llvm_size=cfg.get("llvm_size"), timeout=left,
+                             plain=plains.get(t))
     except MlgoHostError as e:
         log.warning("%s: the probe at inline threshold %d failed (%s): the search starts from -Oz", module.name, t, e)
         return sizes, None

@@ -176,10 +176,14 @@ def record_flags(path: str) -> list[str]:
 
 
 def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str | None = None,
-                 timeout: float = 300.0, debug: DebugInfo | None = None) -> Probe:
+                 timeout: float = 300.0, debug: DebugInfo | None = None,
+                 plain: tuple[str, Measured] | None = None) -> Probe:
     """Compile ``module`` over the channel with ``policy`` (the compiler's
     default for the search's start), recording the trajectory and the
-    optimization record, and name every decision's call site."""
+    optimization record, and name every decision's call site.  ``plain``:
+    :func:`plain_compile`'s result for this very command, when a caller
+    made it already (the threshold starts): the probe then costs its channel
+    compile only."""
     t0 = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="mlgo-probe-")
     try:
@@ -200,7 +204,8 @@ def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str
         return Probe(ep, [], int(res.text_size), time.monotonic() - t0, compiles=1)
     if debug is None:
         debug = debug_info(module.bc_path, llvm_tool(clang, "llvm-dis"), timeout)
-    plain_text, plain = plain_compile(module, clang, timeout)
+    compiles = 2 if plain is None else 1
+    plain_text, plain = plain if plain is not None else plain_compile(module, clang, timeout)
     # (the plain compile's inlined keys tell apart copies of one body; they are the probe's own when
     # the probe takes the compiler's decisions, as tune's does, else only a hint)
     decisions = identify(remarks, debug, mandatory_sites(plain_text), plain.inlined)
@@ -208,4 +213,4 @@ def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str
         if bool(a) != d.inlined:
             raise CompilerError(f"module {module.name!r}: decision {d.index}: the record says "
                                 f"{'inlined' if d.inlined else 'not inlined'}, the channel answered {int(a)}")
-    return Probe(ep, decisions, int(res.text_size), time.monotonic() - t0, plain=plain)
+    return Probe(ep, decisions, int(res.text_size), time.monotonic() - t0, compiles=compiles, plain=plain)

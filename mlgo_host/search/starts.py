@@ -27,8 +27,9 @@ import dataclasses
 import time
 from typing import Sequence
 
-from mlgo_host.corpus.compile import compile_plain
 from mlgo_host.corpus.corpus import Module
+from mlgo_host.errors import CompilerError
+from mlgo_host.search.evaluate import Measured, plain_compile
 
 #: the inline thresholds a search may start from besides -Oz's own (see the module docstring)
 START_THRESHOLDS: tuple[int, ...] = (50, 150, 450)
@@ -38,6 +39,9 @@ START_THRESHOLDS: tuple[int, ...] = (50, 150, 450)
 #: 17,242 bytes at 12 compiles per module and 24,645 at 60, against 17,235 and 24,670 without; 0.5 %
 #: found 16,971 at 12
 START_MARGIN = 0.0
+#: the compiles of a second probe, at the threshold a search starts from: its channel compile (the plain
+#: compile a probe also makes is that threshold's own, measured before: :func:`measure_thresholds`)
+REPROBE = 1
 
 
 def starts_pending(result: dict) -> bool:
@@ -66,19 +70,30 @@ def within_deadline(timeout: float, deadline: float | None) -> float:
     return timeout if deadline is None else min(timeout, deadline - time.time())
 
 
-def measure_thresholds(module: Module, thresholds: Sequence[int], *, clang: str, llvm_size: str | None,
-                       timeout: float, deadline: float | None = None) -> dict[int, int | None]:
+def measure_thresholds(module: Module, thresholds: Sequence[int], *, clang: str, timeout: float,
+                       deadline: float | None = None, plains: dict[int, tuple[str, Measured]] | None = None
+                       ) -> dict[int, int | None]:
     """The object's .text at each threshold, one plain compile each (None:
     that compile failed, or the user's ``deadline`` (a ``time.time()``)
-    cut it or came before it, so the threshold is not a start)."""
+    cut it or came before it, so the threshold is not a start).  Each is
+    the compile a probe at that threshold makes besides its channel compile
+    (:func:`~mlgo_host.search.evaluate.plain_compile`): kept in ``plains``
+    (threshold -> its remarks and sizes), the winner's probe does not
+    compile it again."""
     out: dict[int, int | None] = {}
     for t in thresholds:
         left = within_deadline(timeout, deadline)
         if left <= 0:
             out[int(t)] = None
             continue
-        r = compile_plain(module, clang, llvm_size, left, extra_args=threshold_flags(t))
-        out[int(t)] = int(r.text_size) if r.ok else None
+        try:
+            remarks, m = plain_compile(with_flags(module, threshold_flags(t)), clang, left)
+        except CompilerError:
+            out[int(t)] = None
+            continue
+        out[int(t)] = int(m.text)
+        if plains is not None:
+            plains[int(t)] = (remarks, m)
     return out
 
 

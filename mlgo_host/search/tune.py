@@ -51,7 +51,7 @@ from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes, atomic_write_json
 from mlgo_host.policies import HEURISTICS, load_policy
 from mlgo_host.policies.replay import Replay, stream_fingerprint, write_replay
-from mlgo_host.search.starts import START_THRESHOLDS, starts_pending
+from mlgo_host.search.starts import REPROBE, START_THRESHOLDS, starts_pending
 from mlgo_host.workers.pool import make_pool
 from mlgo_host.search.evaluate import replay_text
 from mlgo_host.search.flips import continued, fit_flip_model, paid_budgets, run_searches
@@ -266,8 +266,9 @@ class BatchedPasses(_Budget):
     def __init__(self, *args, prior: str | None = None, thresholds: Sequence[int] = (), **kw):
         super().__init__(*args, **kw)
         self.prior = prior
-        #: the compiles a module's threshold starts take at most: one per threshold, and a second probe
-        self.start_cost = len(thresholds) + self.PROBE if thresholds else 0
+        #: the compiles a module's threshold starts take at most: one per threshold, and a second probe's
+        #: channel compile
+        self.start_cost = len(thresholds) + REPROBE if thresholds else 0
 
     def _run(self, tasks: list[tuple], desc: str) -> None:
         run_searches(self.pool, tasks, desc, self.progress, on_result=self.store.add, method="search_batched")

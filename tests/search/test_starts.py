@@ -115,7 +115,8 @@ def test_a_start_not_searched_further_is_the_thresholds_own_object(tmp_path, ver
     assert res["module_key"] == mod.key != with_flags(mod, res["base_flags"]).key
     assert res["tried"] == [] and res["inline"] is None
     assert res["best_size"] == res["thresholds"][t] == compile_plain(mod, clang, extra_args=res["base_flags"]).text_size
-    assert res["compiles"] == probe_only["compiles"] + 3 + 2  # the thresholds, the second probe
+    # the thresholds and the second probe's channel compile (its plain compile is the threshold's)
+    assert res["compiles"] == probe_only["compiles"] + 3 + 1
     # the next search goes on from it, at that threshold
     more = search_module_batched(mod, policy, {"clang": clang, "thresholds": (50, 150, 450)},
                                  budget=res["compiles"] + 6, default_size=default, resume=res)
@@ -131,18 +132,18 @@ def test_the_users_deadline_bounds_the_threshold_compiles(tmp_path, monkeypatch)
     (mod,) = load_corpus(corpus).modules
     timeouts = []
 
-    def counted(*args, **kw):
-        timeouts.append(args[3])
-        return compile_plain(*args, **kw)
+    real = starts.plain_compile
 
-    monkeypatch.setattr(starts, "compile_plain", counted)
-    passed = measure_thresholds(mod, (50, 150), clang="clang-19", llvm_size=None, timeout=60.0,
-                                deadline=time.time() - 1.0)
+    def counted(*args, **kw):
+        timeouts.append(args[2])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(starts, "plain_compile", counted)
+    passed = measure_thresholds(mod, (50, 150), clang="clang-19", timeout=60.0, deadline=time.time() - 1.0)
     assert passed == {50: None, 150: None} and timeouts == []
-    measure_thresholds(mod, (50,), clang="clang-19", llvm_size=None, timeout=60.0, deadline=time.time() + 30.0)
+    measure_thresholds(mod, (50,), clang="clang-19", timeout=60.0, deadline=time.time() + 30.0)
     assert 0 < timeouts[0] <= 30.0  # (the compile's timeout is cut at the deadline)
     monkeypatch.undo()
-    later = measure_thresholds(mod, (50, 150), clang="clang-19", llvm_size=None, timeout=60.0,
-                               deadline=time.time() + 600.0)
-    assert later == measure_thresholds(mod, (50, 150), clang="clang-19", llvm_size=None, timeout=60.0)
+    later = measure_thresholds(mod, (50, 150), clang="clang-19", timeout=60.0, deadline=time.time() + 600.0)
+    assert later == measure_thresholds(mod, (50, 150), clang="clang-19", timeout=60.0)
     assert later[50] == compile_plain(mod, extra_args=threshold_flags(50)).text_size
