@@ -1486,11 +1486,8 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
         probe = resume["probe"]
     else:
         # the user's deadline bounds the probe too: one cut by it is no failure, the module waits for a later run
-        timeout = within_deadline(cfg.get("module_timeout", 300.0), deadline)
         try:
-            if timeout <= 0:
-                raise MlgoHostError("the deadline passed before the probe")
-            probe = probe_module(module, policy, clang=cfg["clang"], llvm_size=cfg.get("llvm_size"), timeout=timeout)
+            probe = _probe_within(module, policy, cfg, deadline)
         except MlgoHostError as e:
             if deadline is not None and time.time() >= deadline:
                 return {"name": module.name, "status": "skipped", "compiles": 0}
@@ -1552,26 +1549,31 @@ def _threshold_start(module: Module, policy, resume: dict, default_size: int, cf
     threshold); None keeps -Oz's start (a failed probe too: the search goes
     on from the one it has).  The user's ``deadline`` bounds every compile,
     the second probe too."""
-    timeout = cfg.get("module_timeout", 300.0)
     plains: dict = {}
-    sizes = measure_thresholds(module, cfg["thresholds"], clang=cfg["clang"], timeout=timeout, deadline=deadline,
-                               plains=plains)
+    sizes = measure_thresholds(module, cfg["thresholds"], clang=cfg["clang"], timeout=cfg.get("module_timeout", 300.0),
+                               deadline=deadline, plains=plains)
     t = best_start(sizes, min(default_size, int(resume["probe"].text)))
     if t is None:
         return sizes, None
     flags = threshold_flags(t)
     flagged = with_flags(module, flags)
     try:
-        left = within_deadline(timeout, deadline)
-        if left <= 0:
-            raise MlgoHostError("the deadline passed before the probe")
         # (its plain compile is the threshold's, made above: the probe costs its channel compile only)
-        probe = probe_module(flagged, policy, clang=cfg["clang"], llvm_size=cfg.get("llvm_size"), timeout=left,
-                             plain=plains.get(t))
+        probe = _probe_within(flagged, policy, cfg, deadline, plain=plains.get(t))
     except MlgoHostError as e:
         log.warning("%s: the probe at inline threshold %d failed (%s): the search starts from -Oz", module.name, t, e)
         return sizes, None
     return sizes, (flagged, flags, probe)
+
+
+def _probe_within(module: Module, policy, cfg: dict, deadline: float | None, plain=None) -> Probe:
+    """:func:`probe_module` with the module's timeout cut at the user's
+    ``deadline`` (an error, no compile, once it has passed)."""
+    timeout = within_deadline(cfg.get("module_timeout", 300.0), deadline)
+    if timeout <= 0:
+        raise MlgoHostError("the deadline passed before the probe")
+    return probe_module(module, policy, clang=cfg["clang"], llvm_size=cfg.get("llvm_size"), timeout=timeout,
+                        plain=plain)
 
 
 def search_of(module: Module, probe: Probe, cfg: dict, *, budget: int, spent: int | None = None,
