@@ -9,7 +9,10 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -17,7 +20,7 @@ from _tune_helpers import build_project_corpus, env_without_mlgo, mlgo_host, rea
 from mlgo_host.corpus.build import build_corpus, load_compile_commands
 from mlgo_host.corpus.sizes import text_size
 
-BIN = os.path.dirname(shutil.which("mlgo-clang") or os.path.join(os.path.dirname(__import__("sys").executable), "x"))
+BIN = os.path.dirname(shutil.which("mlgo-clang") or os.path.join(os.path.dirname(sys.executable), "x"))
 pytestmark = [pytest.mark.skipif(shutil.which("clang-19") is None, reason="clang-19 not installed"),
               pytest.mark.skipif(shutil.which("make") is None, reason="needs make")]
 OBJS = ("k", "t", "g")
@@ -185,11 +188,7 @@ def test_tune_starts_from_the_shipped_policy_in_a_new_T(tmp_path):
 def test_a_kill_of_tunes_whole_process_group_leaves_no_temp_files_and_keeps_T(tuned, tmp_path):
     # (what a user's Ctrl-C in a shell or a CI timeout does: every process of the group gets the signal, the
     # workers and their compilers too; a private TMPDIR shows exactly what is left behind)
-    import signal
-    import sys
-    import time
-
-    root, corpus, _, _ = tuned
+    _, corpus, _, _ = tuned
     tmp, t = tmp_path / "tmp", tmp_path / "T"
     tmp.mkdir()
     cmd = [sys.executable, "-m", "mlgo_host", "tune", "--corpus", str(corpus), "--output", str(t),
