@@ -11,7 +11,9 @@ A flip (inline a site the set leaves out, or leave out one it inlines)
 changes only the function that holds the call, where that function's code
 ends up (the functions it was inlined into, transitively), and the callee
 (which it may delete or bring back): its *footprint*
-(:func:`~mlgo_host.search.sites.final_functions`).  Flips with disjoint
+(:func:`~mlgo_host.search.sites.final_functions`), by the current set's
+inline tree, formed again when winners changed the set since the flip was
+queued (:meth:`BatchedSearch.fresh`).  Flips with disjoint
 footprints go into one compile, and each gets the change of its own
 functions.  The attribution is checked, never assumed
 (:meth:`BatchedSearch._attribute`): every function that changed must lie in
@@ -114,7 +116,7 @@ from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator, probe_mo
 from mlgo_host.search.flips import FlipGainModel, flip_scores
 from mlgo_host.search.starts import (REPROBE, best_start, measure_thresholds, starts_pending, threshold_flags,
                                      with_flags, within_deadline)
-from mlgo_host.search.sites import (Decision, Site, final_functions, site_of_key, site_of_line,
+from mlgo_host.search.sites import (Decision, Site, final_functions_of, site_of_key, site_of_line,
                                    unique_decisions)
 
 log = logging.getLogger("mlgo_host.search")
@@ -154,6 +156,8 @@ class Candidate:
     #: functions left to the compiler's own heuristic in its compile (an *answered* flip, see
     #: :meth:`BatchedSearch.answered`): their sites are what the compiler then inlines
     release: frozenset[str] = frozenset()
+    #: the search's :attr:`BatchedSearch.version` its footprint was formed at (formed again when stale)
+    formed: int = -1
 
     @property
     def key(self) -> str:
@@ -200,7 +204,11 @@ class BatchedSearch:
         self._start_keys: dict[str, set[str]] = {}
         for k, x in self.inline.items():
             self._start_keys.setdefault(x.caller, set()).add(k)
-        self.base: Measured | None = None
+        #: bumped whenever the reference or the set changes: what footprints are formed against
+        self.version = 0
+        self._base: Measured | None = None
+        self._finals: tuple[tuple[int, int], dict[str, frozenset[str]]] | None = None
+        self._left_cache: tuple[tuple[int, int], dict[str, set[str]]] | None = None
         self.start: Measured | None = None
         self.outcomes: list[Outcome] = []
         self.tried: set[str] = set()
@@ -277,7 +285,7 @@ class BatchedSearch:
         for sites, _ in flips:
             for x in sites:
                 self.sites.setdefault(x.key, x)  # (an exposed site: not a probe decision)
-        final = final_functions(self.probe.decisions, self._defined())
+        final = self._final()
         out = []
         for sites, p in flips:
             c = self._candidate(sites, p["inline"], final, kind=p["kind"], index=p.get("index"))
@@ -343,8 +351,30 @@ class BatchedSearch:
             return None
         return float(sum(p for k, p in self.flip_p.items() if k not in self.tried and k not in self.broken))
 
+    @property
+    def base(self) -> Measured | None:
+        """The reference: the current best set's sizes and inlined keys."""
+        return self._base
+
+    @base.setter
+    def base(self, m: Measured | None) -> None:
+        self._base = m
+        self.version += 1  # (every change of the set comes with a new reference)
+
     def _defined(self) -> set[str]:
         return set(self.base.sizes.functions)
+
+    def _final(self) -> dict[str, frozenset[str]]:
+        """Where each function's code ends up under the current set (see
+        :func:`~mlgo_host.search.sites.final_functions`): the set's inline
+        tree, not the probe's, which a winner may have changed since (a
+        helper left out of one hub; a call inlined that the probe left
+        out)."""
+        now = (self.version, len(self.sites))  # (sites only grow: exposed ones join the names)
+        if self._finals is None or self._finals[0] != now:
+            names = {x.caller for x in self.sites.values()} | {x.callee for x in self.sites.values()}
+            self._finals = (now, final_functions_of(self.inline.values(), names, self._defined()))
+        return self._finals[1]
 
     def _footprint(self, sites: Sequence[Site], final: dict[str, frozenset[str]], inline: bool = True
                    ) -> frozenset[str]:
@@ -366,18 +396,36 @@ class BatchedSearch:
         """Known calls of ``callee`` the current set does not inline (but
         ``besides``), in functions the object still has (a call in a
         function inlined everywhere and gone lives on in its copies)."""
-        defined = self.base.sizes.functions
-        return sum(1 for k, x in self.sites.items()
-                   if x.callee == callee and x.caller in defined and k not in self.inline and k not in besides)
+        now = (self.version, len(self.sites))
+        if self._left_cache is None or self._left_cache[0] != now:
+            defined = self.base.sizes.functions
+            left: dict[str, set[str]] = {}
+            for k, x in self.sites.items():
+                if x.caller in defined and k not in self.inline:
+                    left.setdefault(x.callee, set()).add(k)
+            self._left_cache = (now, left)
+        return len(self._left_cache[1].get(callee, set()) - set(besides))
 
     def _candidate(self, sites: tuple[Site, ...], inline: bool, final, **kw) -> Candidate:
         reads = frozenset(s.callee for s in sites) if inline else frozenset()
-        return Candidate(sites, inline, self._footprint(sites, final, inline), reads=reads, **kw)
+        return Candidate(sites, inline, self._footprint(sites, final, inline), reads=reads, formed=self.version, **kw)
+
+    def fresh(self, c: Candidate) -> Candidate:
+        """``c`` with its footprint formed against the current set, when
+        winners changed the set since it was formed: a flip retried after a
+        winner left a helper out of one of two hubs lands in the other one
+        alone now (and may go in a copy of it); one whose caller a winner
+        inlined somewhere lands there too (else its attribution fails and
+        the batch is split).  An answered flip keeps its own."""
+        if c.formed == self.version or c.release:
+            return c
+        return dataclasses.replace(c, footprint=self._footprint(c.sites, self._final(), c.inline),
+                                   formed=self.version)
 
     # -- candidates -------------------------------------------------------------
     def candidates(self) -> list[Candidate]:
         """Every flip of a probe decision with a working key, best prior first."""
-        final = final_functions(self.probe.decisions, self._defined())
+        final = self._final()
         ds = [d for d in self._first if d.site.key not in self.broken]
         if not ds:
             return []
@@ -414,7 +462,7 @@ class BatchedSearch:
         if not self.grouped or self.wins <= self.sweep_mark or self.deadline is not None:
             return []
         self.sweep_mark = self.wins
-        final = final_functions(self.probe.decisions, self._defined())
+        final = self._final()
         return [self._candidate(c.sites, c.sites[0].key not in self.inline, final, score=c.score, index=c.index,
                                 kind="again") for c in self.candidates()]
 
@@ -425,7 +473,7 @@ class BatchedSearch:
         every one); and per callee inlined at every call, all its inlined
         sites left out together (:meth:`outline_groups`)."""
         lost_inline, lost_outline = self._lost_singles()
-        final = final_functions(self.probe.decisions, self._defined())
+        final = self._final()
         return self.inline_groups(lost_inline, final) + self.outline_groups(lost_outline, final)
 
     def _lost_singles(self) -> tuple[set[str], set[str]]:
@@ -467,7 +515,7 @@ class BatchedSearch:
         ``ZSTD_hash8Ptr`` left out, -303 B, where 60 of the 61 flips of one
         call each cost 50 to 352 B).  Unlike :meth:`outline_groups` it asks neither that
         every single flip lost nor that the body is gone."""
-        final = final_functions(self.probe.decisions, self._defined())
+        final = self._final()
         by_callee: dict[str, list[Site]] = {}
         for s in self.inline.values():
             by_callee.setdefault(s.callee, []).append(s)
@@ -498,7 +546,7 @@ class BatchedSearch:
         if not holders or not all(self._untouched(h) for h in holders):
             return None
         if final is None:
-            final = final_functions(self.probe.decisions, self._defined())
+            final = self._final()
         fp = set(c.footprint) | holders
         for x in self.sites.values():  # (the heuristic may inline, delete or bring back any of their callees)
             if x.caller in holders:
@@ -516,7 +564,7 @@ class BatchedSearch:
         the function they are written in most inlined first: the more
         copies the compiler may stop making)."""
         inlined = Counter(x.callee for x in self.inline.values())
-        final = final_functions(self.probe.decisions, self._defined())
+        final = self._final()
         lost_inline, lost_outline = self._lost_singles()
         out = []
         for key in sorted(lost_inline | lost_outline):
@@ -548,7 +596,7 @@ class BatchedSearch:
         folds away (a constant argument) may pay now."""
         if won.kind != "outline":
             return []
-        final = final_functions(self.probe.decisions, self._defined())
+        final = self._final()
         index = {d.site.key: d.index for d in self._first}
         return [self._candidate((s,), True, final, kind="retry", index=index.get(s.key)) for s in won.sites]
 
@@ -564,7 +612,7 @@ class BatchedSearch:
         c = o.candidate
         if c.kind != "outline" or c.inline or len(c.sites) < 2 or not o.applied or o.delta < 0 or o.measured is None:
             return None
-        final = final_functions(self.probe.decisions, self._defined())
+        final = self._final()
         units = _landing_units(c.sites, final)
         if len(units) < 2:
             return None
@@ -587,7 +635,7 @@ class BatchedSearch:
         if not won.inline or won.index is None:
             return []
         d = self.probe.decisions[won.index]
-        final = final_functions(self.probe.decisions, self._defined())
+        final = self._final()
         out = []
         for s in d.exposed:
             if s.key in self.sites or s.key in self.broken:
@@ -615,7 +663,7 @@ class BatchedSearch:
         if root in self._trees:
             return self._trees[root]
         defined = self._defined()
-        final = final_functions(self.probe.decisions, defined)
+        final = self._final()
         callers = {x.caller for x in self.sites.values()}
         out = {root}
         grew = True
@@ -1048,7 +1096,7 @@ class BatchedSearch:
         if derived is not None:
             self.drift += self.base.text - derived
         if derived is not None and self.base.text > derived + EH_FRAME_PADDING:
-            final = final_functions(self.probe.decisions, self._defined())
+            final = self._final()
             self.suspects += [self._candidate(c.sites, not c.inline, final, kind="undo")
                               for c in self._derived_by if self._in_set(c)]
         self._derived_by = []
@@ -1129,8 +1177,9 @@ class BatchedSearch:
         measured in copies may be worth more than it.  While outline groups
         are measured first (:meth:`early_outlines`), the next one leads the
         batch and the flips it leaves room for fill it."""
+        queue = [self.fresh(c) for c in queue]
         if self._early_left():
-            lead = self.early.pop(0)
+            lead = self.fresh(self.early.pop(0))
             batch = self.batches_of([lead] + queue)[0]
             if lead not in batch:  # (it waits for the reference: measured alone once that is compiled)
                 batch = [lead]

@@ -502,12 +502,19 @@ def _body_paths(caller: str, written: str, debug: DebugInfo, bodies: dict[str, l
 def final_functions(decisions: Sequence[Decision], defined: Iterable[str]) -> dict[str, frozenset[str]]:
     """Function -> the functions of the object its code ends up in: itself
     when it is still defined, plus (transitively) every function it was
-    inlined into."""
+    inlined into, by the decisions that inlined."""
+    return final_functions_of([d.site for d in decisions if d.inlined],
+                              {d.site.caller for d in decisions} | {d.site.callee for d in decisions}, defined)
+
+
+def final_functions_of(inlined: Iterable[Site], names: Iterable[str], defined: Iterable[str]
+                       ) -> dict[str, frozenset[str]]:
+    """:func:`final_functions` of a decision set: the ``inlined`` sites, for
+    the functions ``names``."""
     defined = set(defined)
     into: dict[str, set[str]] = {}
-    for d in decisions:
-        if d.inlined:
-            into.setdefault(d.site.callee, set()).add(d.site.caller)
+    for s in inlined:
+        into.setdefault(s.callee, set()).add(s.caller)
     memo: dict[str, frozenset[str]] = {}
 
     def final(fn: str, seen: frozenset[str] = frozenset()) -> frozenset[str]:
@@ -520,7 +527,6 @@ def final_functions(decisions: Sequence[Decision], defined: Iterable[str]) -> di
         memo[fn] = frozenset(out)
         return memo[fn]
 
-    names = {d.site.caller for d in decisions} | {d.site.callee for d in decisions}
     return {fn: final(fn) for fn in names}
 
 

@@ -500,6 +500,31 @@ def test_what_came_back_with_a_body_a_copy_brought_back_is_its_cost():
     assert _bodies_brought(set(), copies, base, odd) == {}
 
 
+def test_a_flip_queued_before_a_winner_is_read_from_where_its_code_lands_now(corpus):
+    # a call inside a helper the set inlines into a hub: its code lands in the hub; once a winner leaves the
+    # helper out there, the same flip changes the helper's own body instead, and it is packed and read so
+    s = _search(corpus, budget=60)
+    s._compile_reference()  # (a compiled reference, not the probe's plain compile)
+    final = final_functions(s.probe.decisions, s.base.sizes.functions)
+    cands = {c.key: c for c in s.candidates()}
+    pairs = [(out, c) for out in cands.values() if out.sites[0].key in s.inline
+             for c in cands.values() if c.sites[0].caller == out.sites[0].callee
+             and out.sites[0].caller in final[c.sites[0].caller]]
+    assert pairs, "the generated module has no inlined helper with calls of its own"
+    out, c = pairs[0]
+    hub, helper = out.sites[0].caller, out.sites[0].callee
+    assert hub in c.footprint  # formed against the set that inlines the helper into the hub
+    (o,) = s.measure([out])
+    assert o.applied
+    s.accept([o])
+    batch, _ = s._next_batch([c])
+    (now,) = batch
+    assert hub not in now.footprint and helper in now.footprint
+    (m,) = s.measure(batch)
+    assert s.splits == {}, s.splits  # read from the functions it changes now, with nothing left over
+    assert set(_changes(m.measured.sizes, s.base.sizes)) <= now.footprint
+
+
 def test_an_overlapping_batch_is_detected_and_split(corpus):
     s = _search(corpus)
     cands = s.candidates()
