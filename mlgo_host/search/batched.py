@@ -236,7 +236,7 @@ class BatchedSearch:
         self.sweep_mark = 0
         #: the search ended with a sweep to measure (left pending for a resumed search)
         self.sweep_left = False
-        #: the groups were formed (once, after a pass measured every flip)
+        #: the groups and the answered flips were first formed (after a pass measured every flip)
         self.grouped = False
         #: outline groups measured before the single flips (see :meth:`early_outlines`)
         self.early: list[Candidate] = []
@@ -1111,9 +1111,12 @@ class BatchedSearch:
     def run(self) -> None:
         """Passes until the budget or the flips run out: every candidate
         once; then, while a pass found winners, again the flips whose
-        functions a winner changed (their context is new); the groups once,
-        after a pass measured every flip.  A resumed search starts with
-        the flips the earlier one left :attr:`pending`."""
+        functions a winner changed (their context is new); the groups after
+        every pass that measured all it queued, formed from the best as it
+        is then, each measured once (on validation at 60 compiles per module
+        24,776 bytes against 24,679 when formed only after the first such
+        pass; equal at 12), and the answered flips once.  A resumed search
+        starts with the flips the earlier one left :attr:`pending`."""
         if self.base is None:
             self.begin()
         keys = {c.key for c in self.pending}
@@ -1142,10 +1145,12 @@ class BatchedSearch:
             queue = rest + [dataclasses.replace(o.candidate, kind="retry") for o in lost
                             if o.applied and o.candidate.footprint & touched and not self._in_set(o.candidate)
                             and not o.candidate.release]
-            if not rest and not self.grouped:  # every flip of the pass measured: the groups, the answered flips
-                queue += [c for c in self.groups() if c.key not in self.tried]
-                queue += self.answered_flips()
-                self.grouped = True
+            if not rest:  # every flip of the pass measured: the groups (again, from the new best), the answered flips
+                keys = {c.key for c in queue}
+                queue += [c for c in self.groups() if c.key not in self.tried and c.key not in keys]
+                if not self.grouped:
+                    queue += self.answered_flips()
+                    self.grouped = True
             if not queue:
                 queue = self.resweep()
                 if queue and not self._affords(queue):  # (it waits for tune's next pass: see resweep)

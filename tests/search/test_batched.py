@@ -799,6 +799,24 @@ def test_a_search_that_won_measures_every_site_again_from_its_best_until_a_sweep
     assert s.resweep() == []
 
 
+def test_the_groups_are_formed_again_from_each_new_best_and_none_is_measured_twice(corpus, monkeypatch):
+    s = _search(corpus, budget=400, worlds=True)
+    formed = []
+    real = BatchedSearch.groups
+
+    def groups(self):
+        out = real(self)
+        formed.append({c.key for c in out})
+        return out
+
+    monkeypatch.setattr(BatchedSearch, "groups", groups)
+    s.run()
+    assert s.exhausted and len(formed) >= 2  # (after every pass that measured all it queued, not only the first)
+    measured = [o.candidate.key for o in s.outcomes if o.candidate.kind == "group"]
+    assert measured and len(measured) == len(set(measured))
+    assert set(measured) <= set().union(*formed)
+
+
 def test_a_sweep_the_compiles_left_do_not_afford_is_left_to_the_resumed_search(corpus, monkeypatch):
     # (every sweep unaffordable: tune's next pass gives the module its compiles)
     monkeypatch.setattr(BatchedSearch, "_affords", lambda self, sweep: False)
