@@ -207,8 +207,8 @@ class BatchedSearch:
         #: bumped whenever the reference or the set changes: what footprints are formed against
         self.version = 0
         self._base: Measured | None = None
-        self._finals: tuple[tuple[int, int], dict[str, frozenset[str]]] | None = None
-        self._left_cache: tuple[tuple[int, int], dict[str, set[str]]] | None = None
+        #: what is read off the current set, per set (see :meth:`_per_set`): name -> (its key, the value)
+        self._set_views: dict[str, tuple[tuple[int, int], object]] = {}
         self.start: Measured | None = None
         self.outcomes: list[Outcome] = []
         self.tried: set[str] = set()
@@ -370,11 +370,20 @@ class BatchedSearch:
         tree, not the probe's, which a winner may have changed since (a
         helper left out of one hub; a call inlined that the probe left
         out)."""
-        now = (self.version, len(self.sites))  # (sites only grow: exposed ones join the names)
-        if self._finals is None or self._finals[0] != now:
+        def build() -> dict[str, frozenset[str]]:
             names = {x.caller for x in self.sites.values()} | {x.callee for x in self.sites.values()}
-            self._finals = (now, final_functions_of(self.inline.values(), names, self._defined()))
-        return self._finals[1]
+            return final_functions_of(self.inline.values(), names, self._defined())
+
+        return self._per_set("final", build)
+
+    def _per_set(self, name: str, build):
+        """``build()``, computed once per set and reference (:attr:`version`)
+        and per number of known sites (sites only grow: exposed ones join)."""
+        now = (self.version, len(self.sites))
+        view = self._set_views.get(name)
+        if view is None or view[0] != now:
+            view = self._set_views[name] = (now, build())
+        return view[1]
 
     def _footprint(self, sites: Sequence[Site], final: dict[str, frozenset[str]], inline: bool = True
                    ) -> frozenset[str]:
@@ -396,15 +405,15 @@ class BatchedSearch:
         """Known calls of ``callee`` the current set does not inline (but
         ``besides``), in functions the object still has (a call in a
         function inlined everywhere and gone lives on in its copies)."""
-        now = (self.version, len(self.sites))
-        if self._left_cache is None or self._left_cache[0] != now:
+        def build() -> dict[str, set[str]]:
             defined = self.base.sizes.functions
             left: dict[str, set[str]] = {}
             for k, x in self.sites.items():
                 if x.caller in defined and k not in self.inline:
                     left.setdefault(x.callee, set()).add(k)
-            self._left_cache = (now, left)
-        return len(self._left_cache[1].get(callee, set()) - set(besides))
+            return left
+
+        return len(self._per_set("left out", build).get(callee, set()) - set(besides))
 
     def _candidate(self, sites: tuple[Site, ...], inline: bool, final, **kw) -> Candidate:
         reads = frozenset(s.callee for s in sites) if inline else frozenset()
