@@ -145,7 +145,7 @@ def test_replay_of_the_channels_decisions_is_the_oz_object_and_a_batch_reads_cle
                                                                                   tmp_path):
     from mlgo_host.corpus.corpus import load_corpus
     from mlgo_host.policies import load_policy
-    from mlgo_host.search.batched import BatchedSearch
+    from mlgo_host.search.batched import BatchedSearch, roots_of
     from mlgo_host.search.evaluate import ReplayEvaluator, probe_module
 
     corpus = build_small_corpus(tmp_path_factory.mktemp(f"replay{toolchain.version}"), clang=toolchain.clang)
@@ -174,9 +174,9 @@ def test_replay_of_the_channels_decisions_is_the_oz_object_and_a_batch_reads_cle
             assert s.world_flips == len(outs) == len(flips), s.splits
             for o in outs:
                 alone = s.ev.measure(s._set_with([o.candidate]))
-                root = o.candidate.world or next(iter(o.candidate.footprint))
+                roots = roots_of(o.candidate.world) if o.candidate.world else tuple(o.candidate.footprint)[:1]
                 back = s.brought_back(o.candidate)  # (a callee inlined everywhere else: its body comes back too)
-                assert (alone.sizes.unpadded(root) - s.base.sizes.unpadded(root)
+                assert (sum(alone.sizes.unpadded(r) - s.base.sizes.unpadded(r) for r in roots)
                         + (alone.sizes.unpadded(back) if back else 0)) == o.delta, (m.name, o.candidate.key)
             copied += 1
     assert copied, "no module of the small corpus had two flips of one function"

@@ -94,6 +94,11 @@ control, which must equal its function in that compile (the function may
 have moved with its copies: the winners' sizes are then the reference's
 plus their gains, checked by the next compile); a flip whose copy changed
 sites nobody flipped is measured in place from then on.
+
+A flip whose code lands in several functions (a call in a helper the set
+inlines into two hubs and drops) is measured in a world that copies all of
+them (up to :data:`MAX_ROOTS`), with the functions whose code lands in
+those alone: its gain is the sum of each copy's change from its control.
 """
 
 from __future__ import annotations
@@ -130,6 +135,10 @@ MAX_OUTLINE = 64
 #: flips measured in copies of their function per compile at most (each copy adds its function's
 #: compile time: 30 copies of zstd's hub took 5.8 s against 0.4 s for one compile of the module)
 MAX_WORLDS = 24
+#: the functions one world may copy as its roots at most: a flip whose code lands in several functions (a
+#: helper's call, the helper inlined into two to seven hubs on zstd_double_fast) is measured in a copy of
+#: all of them, read from the sum of their copies against their controls
+MAX_ROOTS = 4
 #: the share of a search's compiles the outline groups measured first may take at most (see
 #: :meth:`BatchedSearch.early_outlines`; chosen on the validation split at 12 compiles per module:
 #: 0 found 11,622 B, 0.25 12,336, 0.5 12,894, all of them 9,672)
@@ -151,8 +160,9 @@ class Candidate:
     kind: str = "single"  # single, exposed, group, outline, retry, undo, answered, again
     #: functions whose code it copies (an inlined callee): no flip of the batch may change them
     reads: frozenset[str] = frozenset()
-    #: set while packed into a batch: the function it is measured in a copy of (see mlgo_host.search.clones)
-    world: str | None = None
+    #: set while packed into a batch: the function it is measured in a copy of (see mlgo_host.search.clones),
+    #: or the functions, sorted, when its code lands in several (:func:`roots_of`)
+    world: str | tuple[str, ...] | None = None
     #: functions left to the compiler's own heuristic in its compile (an *answered* flip, see
     #: :meth:`BatchedSearch.answered`): their sites are what the compiler then inlines
     release: frozenset[str] = frozenset()
@@ -664,17 +674,20 @@ class BatchedSearch:
         text = self._module_text()
         return {text.debug_name(fn) for fn in tree}
 
-    def tree(self, root: str) -> frozenset[str] | None:
+    def tree(self, root: str | tuple[str, ...]) -> frozenset[str] | None:
         """What a copy of ``root`` copies with it: ``root`` and, down the
         calls the current set inlines that lie in copied bodies, every
         function holding decisions whose code ends up in ``root`` alone
-        (None when the module's text cannot copy them)."""
+        (None when the module's text cannot copy them).  For several roots,
+        all of them and every such function whose code ends up in them
+        only."""
         if root in self._trees:
             return self._trees[root]
         defined = self._defined()
         final = self._final()
         callers = {x.caller for x in self.sites.values()}
-        out = {root}
+        roots = frozenset(roots_of(root))
+        out = set(roots)
         grew = True
         while grew:
             grew = False
@@ -682,7 +695,7 @@ class BatchedSearch:
             for x in self.inline.values():
                 c = x.callee
                 if (c not in out and x.caller in out and c in callers and c not in defined
-                        and final.get(c) == frozenset({root}) and _copied_chain(x, names)[0]):
+                        and final.get(c) and final[c] <= roots and _copied_chain(x, names)[0]):
                     out.add(c)
                     grew = True
         t = frozenset(out) if self._module_text().can_copy(out) else None
@@ -699,19 +712,21 @@ class BatchedSearch:
         (x,) = callees
         return x if x not in self.base.sizes.functions else None  # (gone since the flip was formed, too)
 
-    def world_root(self, c: Candidate) -> str | None:
+    def world_root(self, c: Candidate) -> str | tuple[str, ...] | None:
         """The function ``c`` can be measured in a copy of: the one function
-        of its footprint (besides the callee it brings back), when every
-        site it flips is a call its tree holds and it inlines no function of
-        the tree (else None)."""
+        of its footprint (besides the callee it brings back), or its
+        functions (up to :data:`MAX_ROOTS`, sorted), when every site it
+        flips is a call their tree holds and it inlines no function of the
+        tree (else None)."""
         if not self.worlds or c.key in self.not_in_copies or c.release:
             return None
         # (an out flip's callee counts only while the flip would bring it back: it may have come back since)
         own = c.footprint - {x.callee for x in c.sites} if not c.inline else c.footprint
-        if len(own) != 1:
+        if not 1 <= len(own) <= MAX_ROOTS:
             return None
-        (root,) = own
-        if root in self.no_worlds or root not in self.base.sizes.functions:
+        root: str | tuple[str, ...] = next(iter(own)) if len(own) == 1 else tuple(sorted(own))
+        if root in self.no_worlds or any(r in self.no_worlds or r not in self.base.sizes.functions
+                                         for r in roots_of(root)):
             return None
         try:
             t = self.tree(root)
@@ -739,7 +754,7 @@ class BatchedSearch:
     def _world_plan(self, batch: Sequence[Candidate]) -> list[tuple[int, str, Candidate | None]]:
         """(world, root, flip) for a batch: a control world (no flip) per
         root, then a world per flip measured in a copy."""
-        roots = sorted({c.world for c in batch if c.world is not None})
+        roots = sorted({c.world for c in batch if c.world is not None}, key=roots_of)
         plan: list[tuple[int, str, Candidate | None]] = [(k, r, None) for k, r in enumerate(roots)]
         plan += [(len(plan) + i, c.world, c) for i, c in enumerate(c for c in batch if c.world is not None)]
         return plan
@@ -766,7 +781,8 @@ class BatchedSearch:
             m = self.ev.measure(sites, ir=ir, scope=scope)
         except CompilerError as e:  # the copies' text did not compile: the flips go without copies
             log.warning("%s: a compile with copies failed (%s); measuring %s without copies",
-                        self.module.name, str(e).splitlines()[0], ", ".join(sorted({r for _, r, _ in plan})))
+                        self.module.name, str(e).splitlines()[0],
+                        ", ".join(sorted({r for _, w, _ in plan for r in roots_of(w)})))
             out, why = None, "the compile failed"
         else:
             self.batches += 1
@@ -826,10 +842,13 @@ class BatchedSearch:
         alignment padding, which depends on where a copy lies, left out).
         A copy whose inlined sites are not the set's and its flip's is left
         out too: the flips left out are measured again in place."""
-        copies = {world_name(root, k) for k, root, _ in plan}
+        copies = {world_name(r, k) for k, root, _ in plan for r in roots_of(root)}
         back = self._brought_back_in(plan)
         sizes = m.sizes
-        owners = _bodies_brought({name for name, _ in back.values()}, copies, self.base.sizes, sizes)
+        # (what appeared where an in-place flip may change code is that flip's: an answered flip leaves
+        # functions to the heuristic, which may stop inlining a wrapper there; zstd_double_fast's extDict_4..7)
+        theirs = frozenset().union(*(c.footprint for c in normal))
+        owners = _bodies_brought({name for name, _ in back.values()}, copies, self.base.sizes, sizes, theirs)
         if owners is None:
             return None, "copies: a body came back that no copy brought"
         functions = {f: n for f, n in sizes.functions.items() if f not in copies and f not in owners}
@@ -849,10 +868,9 @@ class BatchedSearch:
             # A copy is read against its control in this compile, which must still equal the reference's function
             out = []
         base = self.base
-        control: dict[str, int] = {}
+        control: dict[str | tuple[str, ...], dict[str, int]] = {}
         for k, root, c in plan:
-            copy = world_name(root, k)
-            if copy not in sizes.functions:
+            if any(world_name(r, k) not in sizes.functions for r in roots_of(root)):
                 return None, "copies: a copy is missing from the object"
             if root in self.no_worlds:  # its control failed: its flips go back, measured in place later
                 continue
@@ -862,14 +880,14 @@ class BatchedSearch:
             ref_keys = {key for key in base.inlined if _outermost(key) in names
                         and (key not in self.sites or self.sites[key].caller in t)}
             got = by_world.get(k, set())
-            own = _own_size(sizes, copy)
+            own = {r: _own_size(sizes, world_name(r, k)) for r in roots_of(root)}
             if c is None:
-                if own != _own_size(originals, root) or got != ref_keys:
+                if any(n != _own_size(originals, r) for r, n in own.items()) or got != ref_keys:
                     # compiled apart it is other code (a short jump to a neighbour, a pass that saw its
                     # callers): no copies of it from now on
                     self._note_split("copies: a control copy differs from its function")
                     self.no_worlds.add(root)
-                elif originals_moved and own != _own_size(base.sizes, root):
+                elif originals_moved and any(n != _own_size(base.sizes, r) for r, n in own.items()):
                     # the copies' calls changed the function itself, as they changed its copies (capstone's
                     # SystemZ printer: 4 bytes of 4,457): its flips are read against the control, which is
                     # the same code in the same compile; a winner's size, derived from the reference's,
@@ -883,8 +901,9 @@ class BatchedSearch:
                 self._note_split("copies: the compiler changed sites nobody flipped")
                 self.not_in_copies.add(c.key)  # (a copy of it will not read again: measured in place)
                 continue  # this copy cannot be read: the flip goes back
-            delta = own - control[root]
-            changed = {root: base.sizes.functions[root] + delta}  # (the originals', unless they moved)
+            # (each root's copy against its control; the originals' sizes, unless they moved)
+            changed = {r: base.sizes.functions[r] + n - control[root][r] for r, n in own.items()}
+            delta = sum(n - control[root][r] for r, n in own.items())
             extra: frozenset[str] = frozenset()
             other: dict[str, int] = {}
             if k in back:
@@ -1314,15 +1333,16 @@ class _Batch:
         self.back: set[str] = set()  # the callees flips measured in copies bring back
         self.worlds = 0
 
-    def admits(self, c: Candidate, search: "BatchedSearch", root: str | None = None, back: str | None = None
-               ) -> bool:
+    def admits(self, c: Candidate, search: "BatchedSearch", root: str | tuple[str, ...] | None = None,
+               back: str | None = None) -> bool:
         """``root``: the function ``c`` would be measured in a copy of;
         ``back``: the callee it brings back there (see :meth:`BatchedSearch.brought_back`)."""
         if root is not None:
             # (an unverified root is fine: its copies' gains are read against a control in the same
             # compile, and the original is checked against the derived reference like any other function)
-            return (root not in self.writes and not c.reads & self.writes and back not in self.writes | self.reads
-                    and self.worlds < MAX_WORLDS and all(_plain(x) for x in self.flips if x.world is None))
+            return (not set(roots_of(root)) & self.writes and not c.reads & self.writes
+                    and back not in self.writes | self.reads and self.worlds + len(roots_of(root)) <= MAX_WORLDS
+                    and all(_plain(x) for x in self.flips if x.world is None))
         if (c.footprint & (self.writes | self.reads | search.unverified | self.roots | self.back)
                 or c.reads & self.writes):
             return False
@@ -1335,20 +1355,25 @@ class _Batch:
                 return False
         return True
 
-    def add(self, c: Candidate, root: str | None = None, back: str | None = None) -> None:
+    def add(self, c: Candidate, root: str | tuple[str, ...] | None = None, back: str | None = None) -> None:
         self.flips.append(c)
         self.reads |= c.reads
         if root is not None:
             c.world = root
-            self.roots.add(root)
+            self.roots |= set(roots_of(root))
             if back is not None:
                 self.back.add(back)
-            self.worlds += 1
+            self.worlds += len(roots_of(root))  # (a copy per root)
             return
         self.writes |= c.footprint
         if c.inline:
             for s in c.sites:
                 self.inlining[s.callee] = self.inlining.get(s.callee, 0) + 1
+
+
+def roots_of(world: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The functions a world copies as its roots (one, or several)."""
+    return (world,) if isinstance(world, str) else world
 
 
 def _released(batch: Iterable[Candidate]) -> frozenset[str]:
@@ -1467,18 +1492,21 @@ def _pieces_moved(base: ObjectSizes, now: ObjectSizes, owner: dict[str, Candidat
     return out if _only_padding_moved(base, now, explained) else None
 
 
-def _bodies_brought(brought: set[str], copies: set[str], base: ObjectSizes, now: ObjectSizes
-                    ) -> dict[str, frozenset[str]] | None:
+def _bodies_brought(brought: set[str], copies: set[str], base: ObjectSizes, now: ObjectSizes,
+                    theirs: frozenset[str] = frozenset()) -> dict[str, frozenset[str]] | None:
     """Every function of ``now`` that came back with the bodies ``brought``
     back (the copies' callees), with the bodies it came with: each body
     itself, and a function ``base`` does not have that only such functions
     refer to (a callee inlined only where the body was inlined before).
-    None when another function appeared besides the copies (with none
-    brought back, what appeared is left to the originals' reading)."""
+    None when another function appeared besides the copies, outside
+    ``theirs`` (the footprints of the flips measured in place: what appears
+    there, and all that appeared when nothing was brought back, is left to
+    the originals' reading)."""
     owners = {f: frozenset({f}) for f in brought if f in now.functions}
     if not brought:
         return owners
-    appeared = {f for f in now.functions if f not in base.functions and f not in copies and f not in brought}
+    appeared = {f for f in now.functions
+                if f not in base.functions and f not in copies and f not in brought and f not in theirs}
     if appeared and now.referrers is None:
         return None
     grew = True

@@ -11,7 +11,9 @@ and of every function whose code ends up only in ``F`` (its *tree*), each
 under a new name, kept alive by ``llvm.compiler.used`` and called by nobody.
 The replay file gives world ``k`` the current decision set renamed, plus one
 flip, so the copy ``F.mlgo<k>`` is ``F`` compiled with that flip: its size
-minus ``F``'s is the flip's gain, read from its own function.
+minus ``F``'s is the flip's gain, read from its own function.  A flip whose
+code lands in several functions gets a world with a copy of each (all kept
+alive), and of the functions whose code ends up in those alone.
 
 A copy is the same IR under another name, but whether it compiles to the
 same code is checked, never assumed: every batch with worlds also has a
@@ -164,18 +166,19 @@ class ModuleText:
         return out
 
     # -- writing worlds ---------------------------------------------------------
-    def with_worlds(self, worlds: Mapping[int, tuple[str, Iterable[str]]]) -> str:
+    def with_worlds(self, worlds: Mapping[int, tuple[str | tuple[str, ...], Iterable[str]]]) -> str:
         """The module with, for each world ``k`` (``worlds[k] = (root,
-        tree)``), a copy of every function of the tree named
-        ``world_name(fn, k)`` (calls among them renamed, each copy with its
-        own debug metadata), the root's copy kept alive (the others are
-        inlined into it and go, as the originals do)."""
+        tree)``, ``root`` one function or several), a copy of every function
+        of the tree named ``world_name(fn, k)`` (calls among them renamed,
+        each copy with its own debug metadata), the roots' copies kept alive
+        (the others are inlined into them and go, as the originals do)."""
         extra_fn: list[str] = []
         extra_md: list[str] = []
         kept: list[str] = []
         next_id = self.next_id
         for k, (root, names) in sorted(worlds.items()):
-            names = sorted(set(names) | {root})
+            roots = (root,) if isinstance(root, str) else tuple(root)
+            names = sorted(set(names) | set(roots))
             rename = {n: world_name(n, k) for n in names}
             for n in names:
                 ids = self._local_metadata(n)
@@ -183,7 +186,7 @@ class ModuleText:
                 next_id += len(ids)
                 extra_fn.append(self._copy_function(n, rename, remap, k))
                 extra_md += self._copy_metadata(n, ids, remap, k)
-            kept.append(rename[root])
+            kept += [rename[r] for r in roots]
         lines = list(self.lines)
         used = self._used(kept)
         if self._used_line is not None:

@@ -69,6 +69,17 @@ void fill(unsigned *big, unsigned *small, const unsigned char *b, int n, unsigne
 }
 """
 
+# a helper whose calls the compiler decides in it, then inlines into two hubs and drops: a flip of one of its
+# calls lands in both hubs (zstd's ZSTD_count, inlined into each block compressor)
+MULTI = r"""
+static int leaf1(int x) { return x * 3 + 1; }
+static int leaf2(int x) { return x ^ (x >> 3); }
+static int leaf3(int x) { return (x << 2) - x; }
+static int helper(int x) { return leaf1(x) + leaf2(x) * leaf3(x); }
+int hub1(int *a, int n) { int s = 0; for (int i = 0; i < n; i++) s += helper(a[i]); return s; }
+int hub2(int *a, int n) { int s = 1; for (int i = 0; i < n; i++) s *= helper(a[i] + i); return s; }
+"""
+
 # a call written in a function after a lambda written inside it: by its line
 # alone the call would be the lambda's (which starts later), inlined into the
 # function through std::for_each
@@ -160,6 +171,7 @@ def corpus(tmp_path_factory):
     (root / "macros.c").write_text(MACROS)
     (root / "pieces.cc").write_text(PIECES)
     (root / "trim.c").write_text(TRIM)
+    (root / "multi.c").write_text(MULTI)
     db = [{"directory": str(root), "file": "gen.c", "command": "cc -Oz -c gen.c -o gen.o"},
           {"directory": str(root), "file": "globals.cc", "command": "c++ -Oz -std=c++17 -c globals.cc -o globals.o"},
           {"directory": str(root), "file": "copies.c", "command": "cc -Oz -c copies.c -o copies.o"},
@@ -167,6 +179,7 @@ def corpus(tmp_path_factory):
           {"directory": str(root), "file": "macros.c", "command": "cc -Oz -c macros.c -o macros.o"},
           {"directory": str(root), "file": "leaf.c", "command": "cc -Oz -c leaf.c -o leaf.o"},
           {"directory": str(root), "file": "trim.c", "command": "cc -Oz -c trim.c -o trim.o"},
+          {"directory": str(root), "file": "multi.c", "command": "cc -Oz -c multi.c -o multi.o"},
           {"directory": str(root), "file": "pieces.cc", "command": "c++ -Oz -std=c++17 -c pieces.cc -o pieces.o"},
           {"directory": str(root), "file": "shapes.cc", "command": "c++ -Oz -std=c++17 -c shapes.cc -o shapes.o"}]
     (root / "compile_commands.json").write_text(json.dumps(db))
@@ -338,6 +351,31 @@ def test_a_copy_that_differs_from_its_function_is_caught(corpus, monkeypatch):
     assert back == copied and all(c.world is None and s.world_root(c) is None for c in back)
 
 
+def test_flips_whose_code_lands_in_two_hubs_are_measured_in_copies_of_both(corpus):
+    m = corpus["multi"]
+    probe = probe_module(m, load_policy("default"))
+    s = BatchedSearch(m, probe, ReplayEvaluator(m, {d.site.caller for d in probe.decisions}), budget=20, worlds=True)
+    s.begin()
+    s._compile_reference()
+    flips = [c for c in s.candidates() if c.sites[0].caller == "helper"]
+    assert len(flips) == 3 and all(c.footprint - {c.sites[0].callee} == {"hub1", "hub2"} for c in flips)
+    # without a copy of both hubs, each would be a compile of its own (they share both)
+    assert all(s.world_root(c) == ("hub1", "hub2") for c in flips)
+    (batch,) = s.batches_of(flips)
+    before = s.ev.compiles
+    measured = s.measure(batch)
+    assert s.ev.compiles - before == 1 and len(measured) == 3 and s.world_flips == 3, s.splits
+    for o in measured:
+        alone = s.ev.measure(s._set_with([o.candidate]))
+        back = s.brought_back(o.candidate)
+        # in place it changes both hubs, and brings back its callee: what the two copies showed, and its body
+        assert back is not None
+        assert (sum(alone.sizes.unpadded(h) - s.base.sizes.unpadded(h) for h in ("hub1", "hub2"))
+                + alone.sizes.unpadded(back)) == o.delta, o.candidate.key
+        assert o.measured.sizes.functions["hub1"] - s.base.sizes.functions["hub1"] == (
+            alone.sizes.unpadded("hub1") - s.base.sizes.unpadded("hub1"))
+
+
 def _with_copies_and_in_place(s):
     return next(b for b in s.batches_of(s.candidates())
                 if any(c.world is not None for c in b) and any(c.world is None for c in b))
@@ -496,6 +534,9 @@ def test_what_came_back_with_a_body_a_copy_brought_back_is_its_cost():
     # a function nobody brought back appeared (or one whose callers are unknown: a static callee): not read
     odd = dataclasses.replace(now, functions={**now.functions, "odd": 4})
     assert _bodies_brought({"x"}, copies, base, odd) is None
+    # unless it appeared where a flip measured in place may change code (an answered flip's functions, left to
+    # the heuristic, which kept a wrapper it had inlined: zstd_double_fast's extDict_4): that flip's reading
+    assert _bodies_brought({"x", "y.mlgo1"}, copies, base, odd, frozenset({"odd", "root"})) == owners
     # with nothing brought back, what appeared is the originals' reading's
     assert _bodies_brought(set(), copies, base, odd) == {}
 
