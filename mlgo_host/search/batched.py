@@ -752,11 +752,11 @@ class BatchedSearch:
         callee = world_name(s.callee, k) if inner and s.callee in tree else s.callee
         return Site(callee, world_name(s.caller, k), chain)
 
-    def _world_plan(self, batch: Sequence[Candidate]) -> list[tuple[int, str, Candidate | None]]:
+    def _world_plan(self, batch: Sequence[Candidate]) -> list[tuple[int, str | tuple[str, ...], Candidate | None]]:
         """(world, root, flip) for a batch: a control world (no flip) per
-        root, then a world per flip measured in a copy."""
+        root (or roots), then a world per flip measured in a copy."""
         roots = sorted({c.world for c in batch if c.world is not None}, key=roots_of)
-        plan: list[tuple[int, str, Candidate | None]] = [(k, r, None) for k, r in enumerate(roots)]
+        plan: list[tuple[int, str | tuple[str, ...], Candidate | None]] = [(k, r, None) for k, r in enumerate(roots)]
         plan += [(len(plan) + i, c.world, c) for i, c in enumerate(c for c in batch if c.world is not None)]
         return plan
 
