@@ -67,7 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "policy's probability of the other action; patterns, the measured winner patterns only")
     p.add_argument("--no-copies", action="store_true",
                    help="batched search: measure each flip in place only (by default the flips of one function are "
-                        "measured in copies of it, many per compile, each copy checked against the original)")
+                        "measured in copies of it, many per compile, and a flip whose code lands in several "
+                        "functions in copies of all of them, each copy checked against a control copy)")
     p.add_argument("--no-thresholds", action="store_true",
                    help="batched search from the compiler's decisions: start every module from -Oz's own (by "
                         "default a module also compiles at inline thresholds 50, 150 and 450, one compile each, and "
