@@ -258,12 +258,12 @@ class BatchedSearch:
         self._first = first
         #: measure flips of one function in copies of it (:mod:`.clones`); functions where a copy failed are left out
         self.worlds = worlds
-        self.no_worlds: set[str] = set()
+        self.no_worlds: set[str | tuple[str, ...]] = set()  # (a root, or a world's roots)
         #: flips whose copy came out with other sites changed too: measured in place from then on
         self.not_in_copies: set[str] = set()
         self.world_flips = 0  # flips measured in copies
         self._text: ModuleText | None = None
-        self._trees: dict[str, frozenset[str] | None] = {}
+        self._trees: dict[str | tuple[str, ...], frozenset[str] | None] = {}
         #: site key -> the prior's probability that its flip pays (with a prior): where, and how much, to search
         self.flip_p: dict[str, float] = self._flip_probabilities(first)
 
