@@ -145,7 +145,8 @@ def test_replay_of_the_channels_decisions_is_the_oz_object_and_a_batch_reads_cle
                                                                                   tmp_path):
     from mlgo_host.corpus.corpus import load_corpus
     from mlgo_host.policies import load_policy
-    from mlgo_host.search.batched import BatchedSearch, roots_of
+    from mlgo_host.search.batched import BatchedSearch
+    from mlgo_host.search.clones import roots_of
     from mlgo_host.search.evaluate import ReplayEvaluator, probe_module
 
     corpus = build_small_corpus(tmp_path_factory.mktemp(f"replay{toolchain.version}"), clang=toolchain.clang)

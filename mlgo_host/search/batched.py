@@ -116,7 +116,7 @@ from mlgo_host.corpus.corpus import Module
 from mlgo_host.corpus.objsizes import ObjectSizes
 from mlgo_host.errors import CompilerError, MlgoHostError
 from mlgo_host.corpus.sizes import llvm_tool
-from mlgo_host.search.clones import ModuleText, world_name
+from mlgo_host.search.clones import ModuleText, World, roots_of, world_name
 from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator, probe_module
 from mlgo_host.search.flips import FlipGainModel, flip_scores
 from mlgo_host.search.starts import (REPROBE, best_start, measure_thresholds, starts_pending, threshold_flags,
@@ -163,7 +163,7 @@ class Candidate:
     reads: frozenset[str] = frozenset()
     #: set while packed into a batch: the function it is measured in a copy of (see mlgo_host.search.clones),
     #: or the functions, sorted, when its code lands in several (:func:`roots_of`)
-    world: str | tuple[str, ...] | None = None
+    world: World | None = None
     #: functions left to the compiler's own heuristic in its compile (an *answered* flip, see
     #: :meth:`BatchedSearch.answered`): their sites are what the compiler then inlines
     release: frozenset[str] = frozenset()
@@ -258,12 +258,12 @@ class BatchedSearch:
         self._first = first
         #: measure flips of one function in copies of it (:mod:`.clones`); functions where a copy failed are left out
         self.worlds = worlds
-        self.no_worlds: set[str | tuple[str, ...]] = set()  # (a root, or a world's roots)
+        self.no_worlds: set[World] = set()  # (a root, or a world's roots)
         #: flips whose copy came out with other sites changed too: measured in place from then on
         self.not_in_copies: set[str] = set()
         self.world_flips = 0  # flips measured in copies
         self._text: ModuleText | None = None
-        self._trees: dict[str | tuple[str, ...], frozenset[str] | None] = {}
+        self._trees: dict[World, frozenset[str] | None] = {}
         #: site key -> the prior's probability that its flip pays (with a prior): where, and how much, to search
         self.flip_p: dict[str, float] = self._flip_probabilities(first)
 
@@ -675,7 +675,7 @@ class BatchedSearch:
         text = self._module_text()
         return {text.debug_name(fn) for fn in tree}
 
-    def tree(self, root: str | tuple[str, ...]) -> frozenset[str] | None:
+    def tree(self, root: World) -> frozenset[str] | None:
         """What a copy of ``root`` copies with it: ``root`` and, down the
         calls the current set inlines that lie in copied bodies, every
         function holding decisions whose code ends up in ``root`` alone
@@ -713,7 +713,7 @@ class BatchedSearch:
         (x,) = callees
         return x if x not in self.base.sizes.functions else None  # (gone since the flip was formed, too)
 
-    def world_root(self, c: Candidate) -> str | tuple[str, ...] | None:
+    def world_root(self, c: Candidate) -> World | None:
         """The function ``c`` can be measured in a copy of: the one function
         of its footprint (besides the callee it brings back), or its
         functions (up to :data:`MAX_ROOTS`, sorted), when every site it
@@ -725,7 +725,7 @@ class BatchedSearch:
         own = c.footprint - {x.callee for x in c.sites} if not c.inline else c.footprint
         if not 1 <= len(own) <= MAX_ROOTS:
             return None
-        root: str | tuple[str, ...] = next(iter(own)) if len(own) == 1 else tuple(sorted(own))
+        root: World = next(iter(own)) if len(own) == 1 else tuple(sorted(own))
         if root in self.no_worlds or any(r in self.no_worlds or r not in self.base.sizes.functions
                                          for r in roots_of(root)):
             return None
@@ -752,11 +752,11 @@ class BatchedSearch:
         callee = world_name(s.callee, k) if inner and s.callee in tree else s.callee
         return Site(callee, world_name(s.caller, k), chain)
 
-    def _world_plan(self, batch: Sequence[Candidate]) -> list[tuple[int, str | tuple[str, ...], Candidate | None]]:
+    def _world_plan(self, batch: Sequence[Candidate]) -> list[tuple[int, World, Candidate | None]]:
         """(world, root, flip) for a batch: a control world (no flip) per
         root (or roots), then a world per flip measured in a copy."""
         roots = sorted({c.world for c in batch if c.world is not None}, key=roots_of)
-        plan: list[tuple[int, str | tuple[str, ...], Candidate | None]] = [(k, r, None) for k, r in enumerate(roots)]
+        plan: list[tuple[int, World, Candidate | None]] = [(k, r, None) for k, r in enumerate(roots)]
         plan += [(len(plan) + i, c.world, c) for i, c in enumerate(c for c in batch if c.world is not None)]
         return plan
 
@@ -869,7 +869,7 @@ class BatchedSearch:
             # A copy is read against its control in this compile, which must still equal the reference's function
             out = []
         base = self.base
-        control: dict[str | tuple[str, ...], dict[str, int]] = {}
+        control: dict[World, dict[str, int]] = {}
         for k, root, c in plan:
             if any(world_name(r, k) not in sizes.functions for r in roots_of(root)):
                 return None, "copies: a copy is missing from the object"
@@ -903,8 +903,9 @@ class BatchedSearch:
                 self.not_in_copies.add(c.key)  # (a copy of it will not read again: measured in place)
                 continue  # this copy cannot be read: the flip goes back
             # (each root's copy against its control; the originals' sizes, unless they moved)
-            changed = {r: base.sizes.functions[r] + n - control[root][r] for r, n in own.items()}
-            delta = sum(n - control[root][r] for r, n in own.items())
+            gains = {r: n - control[root][r] for r, n in own.items()}
+            changed = {r: base.sizes.functions[r] + d for r, d in gains.items()}
+            delta = sum(gains.values())
             extra: frozenset[str] = frozenset()
             other: dict[str, int] = {}
             if k in back:
@@ -1334,8 +1335,8 @@ class _Batch:
         self.back: set[str] = set()  # the callees flips measured in copies bring back
         self.worlds = 0
 
-    def admits(self, c: Candidate, search: "BatchedSearch", root: str | tuple[str, ...] | None = None,
-               back: str | None = None) -> bool:
+    def admits(self, c: Candidate, search: "BatchedSearch", root: World | None = None, back: str | None = None
+               ) -> bool:
         """``root``: the function ``c`` would be measured in a copy of;
         ``back``: the callee it brings back there (see :meth:`BatchedSearch.brought_back`)."""
         if root is not None:
@@ -1356,7 +1357,7 @@ class _Batch:
                 return False
         return True
 
-    def add(self, c: Candidate, root: str | tuple[str, ...] | None = None, back: str | None = None) -> None:
+    def add(self, c: Candidate, root: World | None = None, back: str | None = None) -> None:
         self.flips.append(c)
         self.reads |= c.reads
         if root is not None:
@@ -1370,11 +1371,6 @@ class _Batch:
         if c.inline:
             for s in c.sites:
                 self.inlining[s.callee] = self.inlining.get(s.callee, 0) + 1
-
-
-def roots_of(world: str | tuple[str, ...]) -> tuple[str, ...]:
-    """The functions a world copies as its roots (one, or several)."""
-    return (world,) if isinstance(world, str) else world
 
 
 def _released(batch: Iterable[Candidate]) -> frozenset[str]:

@@ -53,6 +53,15 @@ _LINKAGE = {"private", "internal", "external", "linkonce_odr", "linkonce", "weak
 _GLOBAL_MD = ("!DICompileUnit(", "!DIGlobalVariable(", "!DIGlobalVariableExpression(", "!DIImportedEntity(")
 
 
+#: what a world copies as its roots: one function, or several (sorted) when a flip's code lands in several
+World = str | tuple[str, ...]
+
+
+def roots_of(world: World) -> tuple[str, ...]:
+    """The functions a world copies as its roots (one, or several)."""
+    return (world,) if isinstance(world, str) else tuple(world)
+
+
 def world_name(name: str, k: int) -> str:
     """World ``k``'s name for function (or debug name) ``name``."""
     return name + SUFFIX.format(k)
@@ -166,7 +175,7 @@ class ModuleText:
         return out
 
     # -- writing worlds ---------------------------------------------------------
-    def with_worlds(self, worlds: Mapping[int, tuple[str | tuple[str, ...], Iterable[str]]]) -> str:
+    def with_worlds(self, worlds: Mapping[int, tuple[World, Iterable[str]]]) -> str:
         """The module with, for each world ``k`` (``worlds[k] = (root,
         tree)``, ``root`` one function or several), a copy of every function
         of the tree named ``world_name(fn, k)`` (calls among them renamed,
@@ -177,7 +186,7 @@ class ModuleText:
         kept: list[str] = []
         next_id = self.next_id
         for k, (root, names) in sorted(worlds.items()):
-            roots = (root,) if isinstance(root, str) else tuple(root)
+            roots = roots_of(root)
             names = sorted(set(names) | set(roots))
             rename = {n: world_name(n, k) for n in names}
             for n in names:
