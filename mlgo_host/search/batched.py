@@ -237,6 +237,10 @@ class BatchedSearch:
         self._derived_by: list[Candidate] = []
         #: flips to undo, measured first: applied together, they came out larger than measured apart
         self.suspects: list[Candidate] = []
+        #: (key, inline) of flips whose undoing paid: measured beside others they read wrong, so from then on
+        #: they are measured alone (a sweep proposing one again would apply it, undo it, and sweep again:
+        #: validation's utf8_string spent 700 compiles on one such flip)
+        self.interacting: set[tuple[str, bool]] = set()
         #: bytes the compiled references came out larger than derived ones (winners that interact)
         self.drift = 0
         #: the reference is the probe's plain compile, not yet checked against a replay (see begin)
@@ -281,6 +285,7 @@ class BatchedSearch:
         self.grouped = res.get("grouped", False)
         self.wins = res.get("wins", 0)
         self.sweep_mark = res.get("sweep_mark", 0)
+        self.interacting = {(k, bool(inline)) for k, inline in res.get("interacting", ())}
         ref = res.get("reference")
         if ref is None and not res["tried"]:  # a probe only: its decisions' compile is the start
             self.begin()
@@ -1036,10 +1041,17 @@ class BatchedSearch:
         many = Counter(roots.values())
         for c in cands:
             c.world = None
+            if (c.key, c.inline) in self.interacting:  # (alone, its change is the object's: exact)
+                b = _Batch()
+                if b.admits(c, self):
+                    b.add(c)
+                    b.closed = True
+                    out.append(b)
+                continue
             root = roots[id(c)] if many[roots[id(c)]] >= 2 else None  # (one flip: in place costs nothing more)
             back = self.brought_back(c) if root is not None else None
             for b in out:
-                if len(b.flips) < self.max_batch and b.admits(c, self, root, back):
+                if not b.closed and len(b.flips) < self.max_batch and b.admits(c, self, root, back):
                     b.add(c, root, back)
                     break
             else:
@@ -1274,6 +1286,8 @@ class BatchedSearch:
             lost += losers
             queue += [t for t in map(self.trimmed, losers) if t is not None]
             for c in self.accept(won):
+                if c.kind == "undo":
+                    self.interacting.add((c.key, not c.inline))
                 touched |= c.footprint
                 queue += [x for x in self.exposed(c) if x.key not in self.tried]
                 queue += self.reinlined(c)
@@ -1334,6 +1348,7 @@ class _Batch:
         self.roots: set[str] = set()  # the functions flips are measured in copies of
         self.back: set[str] = set()  # the callees flips measured in copies bring back
         self.worlds = 0
+        self.closed = False  # holds a flip measured alone (:attr:`BatchedSearch.interacting`)
 
     def admits(self, c: Candidate, search: "BatchedSearch", root: World | None = None, back: str | None = None
                ) -> bool:
@@ -1704,6 +1719,7 @@ def result_of(s: BatchedSearch, default_size: int, wall_s: float) -> dict:
                      "inline": c.inline, "kind": c.kind, "index": c.index, "release": sorted(c.release)}
                     for c in s.pending],
         "grouped": s.grouped, "wins": s.wins, "sweep_mark": s.sweep_mark,
+        "interacting": sorted([k, inline] for k, inline in s.interacting),
         "broken_keys": len(s.broken), "broken": sorted(s.broken), "decisions": ep.n, "wall_s": wall_s,
         "tried": sorted(s.tried), "promise": s.promise(),
         "stopped": s.stopped if s.base is not None else ("budget" if ep.n else "exhausted"),

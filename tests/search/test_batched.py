@@ -20,7 +20,7 @@ from mlgo_host.corpus.build import build_corpus, load_compile_commands
 from mlgo_host.corpus.corpus import load_corpus
 from mlgo_host.corpus.synth import inline_module
 from mlgo_host.policies import load_policy
-from mlgo_host.search.batched import BatchedSearch, Candidate, search_module_batched
+from mlgo_host.search.batched import BatchedSearch, Candidate, Outcome, search_module_batched
 from mlgo_host.search.evaluate import ReplayEvaluator, probe_module
 from mlgo_host.search.sites import final_functions, unique_decisions
 
@@ -608,6 +608,29 @@ def test_flips_that_came_out_larger_together_are_undone_first(corpus):
     s.compiled, s._derived_by = False, [won[0].candidate]
     s._compile_reference()
     assert s.suspects == []
+
+
+def test_a_flip_whose_undo_paid_is_measured_alone_from_then_on(corpus, monkeypatch):
+    # a flip that won beside others but cost more applied (its undo paid) wins again in the next
+    # sweep's batches, read the same wrong way, and is undone again, sweep after sweep (validation's
+    # utf8_string: 700 compiles on one flip); alone, its change is the object's
+    s = _search(corpus, budget=30)
+    cands = s.candidates()
+    a = s.batches_of(cands)[0][0]
+    undo = s._candidate(a.sites, not a.inline, s._final(), kind="undo")
+    s.suspects = [undo]
+    monkeypatch.setattr(s, "measure", lambda batch: [Outcome(c, -1, True, s.base) for c in batch])
+    s._pass([])  # the undo is measured and pays
+    assert s.interacting == {(a.key, a.inline)}
+    monkeypatch.undo()
+    s._compile_reference()
+    batches = s.batches_of(s.candidates())
+    (alone,) = [b for b in batches if any(c.key == a.key for c in b)]
+    assert len(alone) == 1 and max(map(len, batches)) > 1  # the others still share compiles
+    # a resumed search keeps it
+    t = _search(corpus, budget=30)
+    t.resume_from(mlgo_host.search.batched.result_of(s, s.base.text, 0.0))
+    assert t.interacting == {(a.key, a.inline)}
 
 
 def test_the_batched_search_measures_many_flips_per_compile_and_never_ends_bigger(corpus):
