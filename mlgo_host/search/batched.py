@@ -30,7 +30,9 @@ A flip's gain in a batch is the change of its functions; the object's total
 may differ from their sum by .eh_frame's last-FDE padding (4 bytes that
 follow the total, not any one flip), which the accepting compile measures.
 A batch that fails is split in two and each half measured again; a single
-flip needs no attribution (its gain is the object's).
+flip needs no attribution (its gain is the object's).  A flip whose undo paid
+(it won beside others and came out larger applied) is measured alone from then
+on (:attr:`BatchedSearch.interacting`).
 
 Order: candidates by the prior (:func:`~mlgo_host.search.flips.flip_scores`:
 the measured winner patterns, or a fitted flip-gain model); winners of a
