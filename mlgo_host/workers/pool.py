@@ -97,6 +97,12 @@ def _last_line(tb: str) -> str:
     return lines[-1] if lines else "no reason given"
 
 
+#: how long a closing pool waits for its workers to leave on their own (an idle one does at once)
+STOP_IDLE_S = 2.0
+#: how long a worker stopped by SIGTERM may take to kill its compile and remove its files
+STOP_TERM_S = 10.0
+
+
 class WorkerPool:
     """N worker processes, each holding ``factory(**kwargs)``."""
 
@@ -218,13 +224,24 @@ class WorkerPool:
         return out
 
     def close(self) -> None:
+        """Stop the workers: an idle one on its next message; one still in a
+        task (the pool is closed by an interrupt, a task left running) by
+        SIGTERM after :data:`STOP_IDLE_S`, which unwinds it (its compile
+        killed, its temp files removed: a SIGKILL would leave both), and by
+        SIGKILL only when that did not end it within :data:`STOP_TERM_S`."""
         for c in self._conns:
             try:
                 c.send(None)
             except (BrokenPipeError, OSError):
                 pass
+        deadline = time.monotonic() + STOP_IDLE_S
         for p in self._procs:
-            p.join(timeout=5)
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+        busy = [p for p in self._procs if p.is_alive()]
+        for p in busy:
+            p.terminate()
+        for p in busy:
+            p.join(timeout=STOP_TERM_S)
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)

@@ -185,9 +185,12 @@ def test_tune_starts_from_the_shipped_policy_in_a_new_T(tmp_path):
     assert all(m["status"] == "ok" for m in man["modules"].values()), man
 
 
-def test_a_kill_of_tunes_whole_process_group_leaves_no_temp_files_and_keeps_T(tuned, tmp_path):
-    # (what a user's Ctrl-C in a shell or a CI timeout does: every process of the group gets the signal, the
-    # workers and their compilers too; a private TMPDIR shows exactly what is left behind)
+@pytest.mark.parametrize("whom", ["group", "main"])
+def test_a_kill_of_tune_leaves_no_temp_files_and_keeps_T(tuned, tmp_path, whom):
+    # group: what a user's Ctrl-C in a shell or a CI timeout does: every process of the group gets the signal,
+    # the workers and their compilers too; main: `kill PID` of tune alone, its workers stopped by its pool
+    # (tests/workers/test_pool.py: one still in a task is unwound, not killed); a private TMPDIR shows exactly
+    # what is left behind
     _, corpus, _, _ = tuned
     tmp, t = tmp_path / "tmp", tmp_path / "T"
     tmp.mkdir()
@@ -201,7 +204,10 @@ def test_a_kill_of_tunes_whole_process_group_leaves_no_temp_files_and_keeps_T(tu
             and p.poll() is None and time.monotonic() < end:
         time.sleep(0.005)
     assert p.poll() is None, "tune ended before a replay compile was seen"
-    os.killpg(p.pid, signal.SIGTERM)
+    if whom == "group":
+        os.killpg(p.pid, signal.SIGTERM)
+    else:
+        p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=120)
     assert p.returncode in (0, 130), err
     while time.monotonic() < end:  # every process of the group gone (the workers, their compilers)

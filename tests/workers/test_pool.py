@@ -75,3 +75,15 @@ def test_a_worker_sent_sigterm_unwinds_and_closes(tmp_path, busy):
         assert marker.read_text() == "closed\n"
     finally:
         p.close()
+
+
+def test_a_pool_closed_while_a_task_runs_unwinds_the_worker(tmp_path):
+    # (tune interrupted mid-search: SIGKILL would leave the worker's compile running and its temp files behind)
+    marker = tmp_path / "closed"
+    p = WorkerPool(1, FACTORY, {"closed": str(marker)})
+    proc = p._procs[0]
+    p._conns[0].send((0, "work", (1, 60.0)))
+    time.sleep(0.5)
+    p.close()
+    assert not proc.is_alive() and proc.exitcode == 128 + signal.SIGTERM  # unwound, not killed
+    assert marker.read_text() == "closed\n"
