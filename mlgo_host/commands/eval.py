@@ -81,8 +81,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mlgo_host.channel.fifo import install_signal_cleanup
     from mlgo_host.evaluation.evaluate import evaluate
 
+    install_signal_cleanup()  # (SIGTERM unwinds: the pool stops its workers, their compiles killed, files removed)
     if args.timeout <= 0:
         raise ConfigError(f"--timeout must be positive, got {args.timeout:g}")
     if not 0.0 <= args.heldout_fraction <= 1.0:
