@@ -1037,13 +1037,14 @@ class BatchedSearch:
         does not interfere with: no function another flip may change is one
         it may change or copies, and the flips inlining calls of one callee
         leave at least one of its calls out (else together they may delete
-        it, which none of them predicts)."""
+        it, which none of them predicts); a flip whose undo paid alone
+        (:attr:`interacting`)."""
         out: list[_Batch] = []
-        roots = {id(c): self.world_root(c) for c in cands}
+        roots = {id(c): self.world_root(c) for c in cands if (c.key, c.inline) not in self.interacting}
         many = Counter(roots.values())
         for c in cands:
             c.world = None
-            if (c.key, c.inline) in self.interacting:  # (alone, its change is the object's: exact)
+            if id(c) not in roots:  # (alone, its change is the object's: exact)
                 b = _Batch()
                 if b.admits(c, self):
                     b.add(c)
