@@ -1044,16 +1044,11 @@ class BatchedSearch:
         many = Counter(roots.values())
         for c in cands:
             c.world = None
-            if id(c) not in roots:  # (alone, its change is the object's: exact)
-                b = _Batch()
-                if b.admits(c, self):
-                    b.add(c)
-                    b.closed = True
-                    out.append(b)
-                continue
-            root = roots[id(c)] if many[roots[id(c)]] >= 2 else None  # (one flip: in place costs nothing more)
+            alone = id(c) not in roots  # (its change is then the object's: exact)
+            # (a root's one flip goes in place: that costs nothing more)
+            root = roots[id(c)] if not alone and many[roots[id(c)]] >= 2 else None
             back = self.brought_back(c) if root is not None else None
-            for b in out:
+            for b in ([] if alone else out):
                 if not b.closed and len(b.flips) < self.max_batch and b.admits(c, self, root, back):
                     b.add(c, root, back)
                     break
@@ -1061,6 +1056,7 @@ class BatchedSearch:
                 b = _Batch()
                 if b.admits(c, self, root, back):  # (a flip on functions whose reference is not verified waits)
                     b.add(c, root, back)
+                    b.closed = alone
                     out.append(b)
         if not out and cands:  # every flip waits for the reference: compile it
             self._compile_reference()

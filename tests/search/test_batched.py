@@ -615,8 +615,7 @@ def test_a_flip_whose_undo_paid_is_measured_alone_from_then_on(corpus, monkeypat
     # sweep's batches, read the same wrong way, and is undone again, sweep after sweep (validation's
     # utf8_string: 700 compiles on one flip); alone, its change is the object's
     s = _search(corpus, budget=30)
-    cands = s.candidates()
-    a = s.batches_of(cands)[0][0]
+    a = s.batches_of(s.candidates())[0][0]
     undo = s._candidate(a.sites, not a.inline, s._final(), kind="undo")
     s.suspects = [undo]
     monkeypatch.setattr(s, "measure", lambda batch: [Outcome(c, -1, True, s.base) for c in batch])
