@@ -141,6 +141,17 @@ int c5(int x) { return h(x, 0) | 11; }
 int c6(int x) { return h(x, 0) & 12; }
 """
 
+# a checked accessor called three times in f and once in k: each call inlined alone costs f bytes,
+# all three inlined together pay (f then keeps one call, to fail, shared by the three checks, and saves
+# no register across calls); inlining every call of it, k's too, costs (double-conversion's RawBigit)
+ACCESSOR = r"""
+extern void fail(const char *) __attribute__((noreturn));
+static unsigned buf[64];
+unsigned *at(int i) { if ((unsigned)i >= 64) fail("index out of range"); return &buf[i]; }
+void f(int a, int b, int c) { *at(a) += *at(b) * *at(c); }
+unsigned k(int a) { return *at(a) + 1; }
+"""
+
 PIECES = r"""
 extern "C" int puts(const char *);
 inline int check(int x) {
@@ -172,6 +183,7 @@ def corpus(tmp_path_factory):
     (root / "pieces.cc").write_text(PIECES)
     (root / "trim.c").write_text(TRIM)
     (root / "multi.c").write_text(MULTI)
+    (root / "accessor.c").write_text(ACCESSOR)
     db = [{"directory": str(root), "file": "gen.c", "command": "cc -Oz -c gen.c -o gen.o"},
           {"directory": str(root), "file": "globals.cc", "command": "c++ -Oz -std=c++17 -c globals.cc -o globals.o"},
           {"directory": str(root), "file": "copies.c", "command": "cc -Oz -c copies.c -o copies.o"},
@@ -180,6 +192,7 @@ def corpus(tmp_path_factory):
           {"directory": str(root), "file": "leaf.c", "command": "cc -Oz -c leaf.c -o leaf.o"},
           {"directory": str(root), "file": "trim.c", "command": "cc -Oz -c trim.c -o trim.o"},
           {"directory": str(root), "file": "multi.c", "command": "cc -Oz -c multi.c -o multi.o"},
+          {"directory": str(root), "file": "accessor.c", "command": "cc -Oz -c accessor.c -o accessor.o"},
           {"directory": str(root), "file": "pieces.cc", "command": "c++ -Oz -std=c++17 -c pieces.cc -o pieces.o"},
           {"directory": str(root), "file": "shapes.cc", "command": "c++ -Oz -std=c++17 -c shapes.cc -o shapes.o"}]
     (root / "compile_commands.json").write_text(json.dumps(db))
@@ -767,6 +780,23 @@ def test_a_losing_outline_group_is_trimmed_to_the_callers_it_made_smaller(corpus
     s.run()
     assert s.start_text - s.base.text >= -ot.delta
     assert {x.caller for x in s.sites.values() if x.key not in s.inline} >= {"v1", "v2"}
+
+
+def test_a_callees_calls_in_one_function_that_pay_only_together_are_inlined_together(corpus):
+    m = corpus["accessor"]
+    probe = probe_module(m, load_policy("default"))
+    s = BatchedSearch(m, probe, ReplayEvaluator(m, {d.site.caller for d in probe.decisions}), budget=40)
+    s.run()
+    singles = {o.candidate.key: o.delta for o in s.outcomes if o.candidate.kind == "single"}
+    in_f = sorted(k for k, x in s.sites.items() if x.caller == "f")
+    assert len(in_f) == 3 and all(singles[k] > 0 for k in in_f)  # -Oz leaves them out, and rightly one by one
+    (whole,) = [o for o in s.outcomes if o.candidate.kind == "group" and len(o.candidate.sites) == 4]
+    assert whole.delta > 0  # every call of the accessor: k's copy costs more than f's calls save
+    (together,) = [o for o in s.outcomes if o.candidate.kind == "group"
+                   and sorted(x.key for x in o.candidate.sites) == in_f]
+    assert together.candidate.inline and together.applied and together.delta < 0
+    assert s.start_text - s.base.text >= -together.delta
+    assert s.caller_groups(set(in_f), s._final()) == []  # (formed from calls the set leaves out only)
 
 
 def test_every_callee_inlined_twice_or_more_is_left_out_whole_first(corpus):
