@@ -46,7 +46,8 @@ the next batches' reference).  What one flip per compile could not afford:
 * *groups*: every not-inlined site of one callee flipped together (the
   callee is deleted only once its last call is inlined: pairs that only pay
   together); per function and callee, its calls there inlined together
-  (*caller groups*: a function that keeps no call saves its registers); and
+  (*caller groups*: a function with fewer calls saves fewer registers across
+  them); and
   *outline groups*, the mirror: every inlined call of a
   callee the object no longer has left out together (one body and k calls
   against k inlined copies, which no single flip can show, since each pays
@@ -505,8 +506,7 @@ class BatchedSearch:
         final = self._final()
         out = self.inline_groups(lost_inline, final) + self.caller_groups(lost_inline, final) \
             + self.outline_groups(lost_outline, final)
-        seen: set[str] = set()
-        return [c for c in out if not (c.key in seen or seen.add(c.key))]
+        return list({c.key: c for c in out}.values())  # (a callee's calls in one function may be all of them)
 
     def _lost_singles(self) -> tuple[set[str], set[str]]:
         """The keys of single-site flips the compiler applied and that did
@@ -629,8 +629,8 @@ class BatchedSearch:
         together inside one function, where a callee's whole group
         (:meth:`inline_groups`) would also pay for its copies elsewhere
         (double-conversion's ``Bignum::MultiplyByUInt64``: four calls of the
-        ``RawBigit`` accessor, each costing bytes alone and -54 B together,
-        the function keeping no call; with them the search from -Oz found
+        ``RawBigit`` accessor, each costing bytes alone and -54 B together;
+        with them the search from -Oz found
         866 B on that module against 598).  Chosen on the validation split:
         24,841 B at 60 compiles per module against 24,765 (in 8,105
         compiles against 8,295), 18,306 at 12 against 18,286."""
@@ -639,7 +639,7 @@ class BatchedSearch:
             if s.key in lost and s.key not in self.inline:
                 by.setdefault((final.get(s.caller, frozenset({s.caller})), s.callee), []).append(s)
         return [self._candidate(tuple(sorted(sites, key=lambda x: x.key)), True, final, kind="group")
-                for sites in by.values() if 2 <= len(sites) <= MAX_OUTLINE]
+                for sites in by.values() if 2 <= len(sites) <= MAX_OUTLINE]  # (the outline groups' bound)
 
     def reinlined(self, won: Candidate) -> list[Candidate]:
         """After an outline group pays, each of its calls inlined again
