@@ -62,6 +62,15 @@ class SearchWorker(CollectWorker):
                                      deadline=deadline, resume=resume,
                                      prior=_shipped_prior(prior) if prior is not None else None)
 
+    def ceiling(self, task: dict, result: dict, max_sites: int, pairs_of: int) -> dict:
+        """What lies past one module's tuned best set
+        (:func:`~mlgo_host.search.ceiling.ceiling_of`)."""
+        from mlgo_host.search.ceiling import ceiling_of
+
+        c = self.config
+        cfg = {"clang": c.clang, "llvm_size": c.llvm_size, "module_timeout": c.module_timeout}
+        return ceiling_of(self._module(task), result, cfg, max_sites=max_sites, pairs_of=pairs_of)
+
     def effects(self, task: dict, root: str, cap: int, seed: int, split: str) -> dict:
         """One module of the flip-effect table (:mod:`mlgo_host.search.effects`),
         measured from the compiler's default and written to ``root``; returns

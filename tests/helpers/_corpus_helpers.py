@@ -9,6 +9,17 @@ from pathlib import Path
 
 CLANG = "clang-19"
 
+# a checked accessor called three times in f and once in k: each call inlined alone costs f bytes,
+# all three inlined together pay (f then keeps one call, to fail, shared by the three checks, and saves
+# no register across calls); inlining every call of it, k's too, costs (double-conversion's RawBigit)
+ACCESSOR = r"""
+extern void fail(const char *) __attribute__((noreturn));
+static unsigned buf[64];
+unsigned *at(int i) { if ((unsigned)i >= 64) fail("index out of range"); return &buf[i]; }
+void f(int a, int b, int c) { *at(a) += *at(b) * *at(c); }
+unsigned k(int a) { return *at(a) + 1; }
+"""
+
 SOURCES = {
     # Static helpers called once: the default inliner folds them away at -Oz,
     # a never-inline policy keeps them (bigger object).

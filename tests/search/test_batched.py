@@ -16,6 +16,7 @@ import pytest
 import mlgo_host.corpus.objsizes
 import mlgo_host.search.batched
 
+from _corpus_helpers import ACCESSOR
 from mlgo_host.corpus.build import build_corpus, load_compile_commands
 from mlgo_host.corpus.corpus import load_corpus
 from mlgo_host.corpus.synth import inline_module
@@ -139,17 +140,6 @@ int c3(int x) { return h(x, 0) - 7; }
 int c4(int x) { return h(x, 0) ^ 9; }
 int c5(int x) { return h(x, 0) | 11; }
 int c6(int x) { return h(x, 0) & 12; }
-"""
-
-# a checked accessor called three times in f and once in k: each call inlined alone costs f bytes,
-# all three inlined together pay (f then keeps one call, to fail, shared by the three checks, and saves
-# no register across calls); inlining every call of it, k's too, costs (double-conversion's RawBigit)
-ACCESSOR = r"""
-extern void fail(const char *) __attribute__((noreturn));
-static unsigned buf[64];
-unsigned *at(int i) { if ((unsigned)i >= 64) fail("index out of range"); return &buf[i]; }
-void f(int a, int b, int c) { *at(a) += *at(b) * *at(c); }
-unsigned k(int a) { return *at(a) + 1; }
 """
 
 PIECES = r"""
