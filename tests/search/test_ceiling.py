@@ -29,16 +29,20 @@ def accessor(tmp_path_factory):
     return m
 
 
-def _result(m, budget: int) -> tuple[BatchedSearch, dict]:
+def _result(m, budget: int | None) -> tuple[BatchedSearch, dict]:
+    """A search's result: run within ``budget``, or (None) its start alone, -Oz's decisions compiled."""
     probe = probe_module(m, load_policy("default"))
-    s = BatchedSearch(m, probe, ReplayEvaluator(m, {d.site.caller for d in probe.decisions}), budget=budget)
-    s.run() if budget > 3 else s.begin()
+    s = BatchedSearch(m, probe, ReplayEvaluator(m, {d.site.caller for d in probe.decisions}), budget=budget or 3)
+    if budget is None:
+        s.begin()
+    else:
+        s.run()
     return s, result_of(s, probe.plain.text if probe.plain is not None else probe.text, 0.0)
 
 
 def test_the_neighbourhood_of_a_start_holds_the_calls_that_pay_only_together(accessor):
     # -Oz leaves every call of the accessor out; no single flip pays, two or three of f's together do
-    s, res = _result(accessor, budget=3)
+    s, res = _result(accessor, budget=None)
     hoods = neighbourhoods(s.inline, s.sites, set(s.base.sizes.functions), {})
     (f,) = [h for h in hoods if h.functions == frozenset({"f"})]
     assert f.kind == "all" and len(f.sites) == 3 and len(f.states) == 4  # (2**3 states, less now and 3 singles)
