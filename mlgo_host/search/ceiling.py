@@ -6,7 +6,7 @@ function, measured by batches of functions whose footprints are disjoint.
 A diagnostic (``bench/ceiling.py``), not a move: it measures how far a
 search's optimum is from the best its neighbourhoods hold, so a target the
 search misses can be told apart from a target the modules do not hold.  A
-*function* here is where code lands (:func:`final_functions_of`): a site
+*function* here is where code lands (:func:`~mlgo_host.search.sites.final_functions_of`): a site
 in a helper inlined into one hub is the hub's.  Each compile holds one
 combination of every function of its round; a function's change is read
 from its functions and its sites' callees (the callee may be deleted or
@@ -26,7 +26,7 @@ from typing import Sequence
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.search.batched import search_of
 from mlgo_host.search.evaluate import Measured
-from mlgo_host.search.sites import Site, final_functions_of
+from mlgo_host.search.sites import Site
 from mlgo_host.search.starts import with_flags
 
 #: functions with at most this many sites get every combination (2**6 - 1 compiles at most each)
@@ -48,20 +48,16 @@ class Neighbourhood:
     best: tuple[int, tuple[bool, ...]] | None = None  # (bytes, state) of the best paying state read
 
 
-def _landing(inline: dict[str, Site], sites: dict[str, Site], defined: set[str]) -> dict[str, frozenset[str]]:
-    names = {x.caller for x in sites.values()} | {x.callee for x in sites.values()}
-    return final_functions_of(inline.values(), names, defined)
-
-
-def neighbourhoods(inline: dict[str, Site], sites: dict[str, Site], defined: set[str], latest: dict[str, int],
-                   max_sites: int = MAX_SITES, pairs_of: int = PAIRS_OF) -> list[Neighbourhood]:
+def neighbourhoods(inline: dict[str, Site], sites: dict[str, Site], final: dict[str, frozenset[str]],
+                   defined: set[str], latest: dict[str, int], max_sites: int = MAX_SITES,
+                   pairs_of: int = PAIRS_OF) -> list[Neighbourhood]:
     """The neighbourhoods of the set ``inline`` (key -> site) among the
-    known ``sites``: per function the object ``defined``, every state of
-    its sites that flips two or more of them when it has at most
+    known ``sites``: per function the object ``defined`` (where each
+    function's code lands under the set: ``final``), every state of its
+    sites that flips two or more of them when it has at most
     ``max_sites``, else every pair of flips among the ``pairs_of`` sites
     whose latest single flip (``latest``: key -> bytes) came nearest to
     paying."""
-    final = _landing(inline, sites, defined)
     by_fn: dict[frozenset[str], list[Site]] = {}
     for s in sites.values():
         fns = final.get(s.caller, frozenset({s.caller}))
@@ -151,13 +147,14 @@ def ceiling_of(module: Module, result: dict, cfg: dict, max_sites: int = MAX_SIT
     mod = with_flags(module, list(result.get("base_flags") or ()))
     s = search_of(mod, result["probe"], cfg, budget=0, spent=0)
     s.resume_from(result)
-    inline = dict(s.inline)
-    base = s.ev.measure(inline.values())  # (compiled again: a stored reference may have been derived)
+    if s.provisional:  # (a probe's plain compile stands in for the start: the set itself compiled)
+        s.base = s.ev.measure(s.inline.values())
+    inline, base = dict(s.inline), s.base  # (a stored reference is the set's own compile)
     latest: dict[str, int] = {}
     for f in result["flips"]:
         if " + " not in f["key"] and f["applied"]:
             latest[f["key"]] = f["delta"]
-    hoods = neighbourhoods(inline, s.sites, set(base.sizes.functions), latest, max_sites, pairs_of)
+    hoods = neighbourhoods(inline, s.sites, s._final(), set(base.sizes.functions), latest, max_sites, pairs_of)
     unread = measure_rounds(s.ev, inline, base, rounds_of(hoods))
     paying = [h for h in hoods if h.best is not None]
     after = base
@@ -170,8 +167,7 @@ def ceiling_of(module: Module, result: dict, cfg: dict, max_sites: int = MAX_SIT
         "functions": {k: sum(1 for h in hoods if h.kind == k) for k in ("all", "pairs")},
         "states": {k: sum(len(h.states) for h in hoods if h.kind == k) for k in ("all", "pairs")},
         "compiles": s.ev.compiles, "unread_compiles": unread,
-        "paying": [{"bytes": h.best[0], "flips": [[x.key, on] for x, on, now in zip(h.sites, h.best[1],
-                                                                                 (y.key in inline for y in h.sites))
-                                                   if on != now]} for h in paying],
+        "paying": [{"bytes": h.best[0], "flips": [[x.key, on] for x, on in zip(h.sites, h.best[1])
+                                                   if on != (x.key in inline)]} for h in paying],
         "wall_s": round(time.monotonic() - t0, 1),
     }

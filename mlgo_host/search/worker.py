@@ -33,8 +33,8 @@ class SearchWorker(CollectWorker):
         default = load_policy("default")
         base = default if from_default else self._policy(True, seed)
         probs = _probs_of(base)
-        cfg = {"clang": c.clang, "llvm_size": c.llvm_size, "module_timeout": c.module_timeout,
-               "baseline_cache": c.baseline_cache, "default_slot": default_slot(c.clang, c.module_timeout)}
+        cfg = {**self._compile_cfg(), "baseline_cache": c.baseline_cache,
+               "default_slot": default_slot(c.clang, c.module_timeout)}
         fm = FlipGainModel.from_json(model) if model else None
         forced = {int(k): int(v) for k, v in (start_forced or {}).items()}
         return search_module(mod, base, budget, cfg, default=default, model=fm, start_forced=forced,
@@ -52,8 +52,7 @@ class SearchWorker(CollectWorker):
             return {"name": task["name"], "status": "skipped", "compiles": 0}
         mod = self._module(task)
         c = self.config
-        cfg = {"clang": c.clang, "llvm_size": c.llvm_size, "module_timeout": c.module_timeout,
-               "default_slot": default_slot(c.clang, c.module_timeout), "copies": c.copies,
+        cfg = {**self._compile_cfg(), "default_slot": default_slot(c.clang, c.module_timeout), "copies": c.copies,
                "thresholds": tuple(c.thresholds), "starts_only": starts_only}
         default = baseline_size(mod, clang=c.clang, llvm_size=c.llvm_size, cache_dir=c.baseline_cache,
                                 timeout=c.module_timeout)
@@ -67,9 +66,7 @@ class SearchWorker(CollectWorker):
         (:func:`~mlgo_host.search.ceiling.ceiling_of`)."""
         from mlgo_host.search.ceiling import ceiling_of
 
-        c = self.config
-        cfg = {"clang": c.clang, "llvm_size": c.llvm_size, "module_timeout": c.module_timeout}
-        return ceiling_of(self._module(task), result, cfg, max_sites=max_sites, pairs_of=pairs_of)
+        return ceiling_of(self._module(task), result, self._compile_cfg(), max_sites=max_sites, pairs_of=pairs_of)
 
     def effects(self, task: dict, root: str, cap: int, seed: int, split: str) -> dict:
         """One module of the flip-effect table (:mod:`mlgo_host.search.effects`),
@@ -77,9 +74,12 @@ class SearchWorker(CollectWorker):
         its summary."""
         from mlgo_host.search.effects import measure_and_store
 
+        return measure_and_store(self._module(task), root, self._compile_cfg(), cap=cap, seed=seed, split=split)
+
+    def _compile_cfg(self) -> dict:
+        """How this worker compiles: its clang, llvm-size and per-module timeout."""
         c = self.config
-        cfg = {"clang": c.clang, "llvm_size": c.llvm_size, "module_timeout": c.module_timeout}
-        return measure_and_store(self._module(task), root, cfg, cap=cap, seed=seed, split=split)
+        return {"clang": c.clang, "llvm_size": c.llvm_size, "module_timeout": c.module_timeout}
 
 
 @functools.lru_cache(maxsize=None)

@@ -43,7 +43,7 @@ def _result(m, budget: int | None) -> tuple[BatchedSearch, dict]:
 def test_the_neighbourhood_of_a_start_holds_the_calls_that_pay_only_together(accessor):
     # -Oz leaves every call of the accessor out; no single flip pays, two or three of f's together do
     s, res = _result(accessor, budget=None)
-    hoods = neighbourhoods(s.inline, s.sites, set(s.base.sizes.functions), {})
+    hoods = neighbourhoods(s.inline, s.sites, s._final(), set(s.base.sizes.functions), {})
     (f,) = [h for h in hoods if h.functions == frozenset({"f"})]
     assert f.kind == "all" and len(f.sites) == 3 and len(f.states) == 4  # (2**3 states, less now and 3 singles)
     assert all(sum(a != b for a, b in zip(st, (False,) * 3)) >= 2 for st in f.states)
