@@ -30,6 +30,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+#: commands whose compiles a saved policy answers (its inputs bound by meaning)
+SERVES_POLICIES = ("run", "eval", "trace", "serve", "tune", "train")
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mlgo-host",
@@ -47,6 +51,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=(mod.__doc__ or help_text).strip(),
                            formatter_class=HelpFormatter)
         mod.add_arguments(p)
+        if name in SERVES_POLICIES:
+            p.add_argument("--allow-changed-inputs", action="store_true",
+                           help="serve a saved policy even when an input of it means something this compiler sends "
+                           "in no feature (e.g. the real block count of a clang-22 policy, on clang-19): it is fed "
+                           "from its own slot, with a warning. Inputs the compiler sends under another name are read "
+                           "there without this. Same as MLGO_ALLOW_CHANGED_INPUTS=1")
         p.set_defaults(_module=mod)
     return parser
 
@@ -114,6 +124,8 @@ def _dispatch(argv: list[str] | None) -> int:
         parser.print_help()
         return 2
     say_warnings_once(args.command)
+    if getattr(args, "allow_changed_inputs", False):
+        os.environ["MLGO_ALLOW_CHANGED_INPUTS"] = "1"  # policies.specs.ALLOW_CHANGED_INPUTS; workers inherit it
     try:
         _resolve_shipped_policy(args)
         return int(args._module.run(args) or 0)

@@ -36,7 +36,7 @@ from mlgo_host.corpus.reward import reward
 from mlgo_host.corpus.tuned import TunedDir, TunedPolicies
 from mlgo_host.errors import ConfigError, CorpusError, MlgoHostError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes
-from mlgo_host.policies import load_policy, warn_meaning_changes
+from mlgo_host.policies import load_policy, check_meanings
 from mlgo_host.workers.pool import make_pool, map_with_progress
 
 CSV_FIELDS = ("module", "baseline_text", "policy_text", "reward", "observations", "status", "reason")
@@ -364,7 +364,7 @@ def evaluate(
     # Fail fast on a bad policy name / directory, in this (TF-free) process.
     pol = load_policy(policy, seed=seed, greedy=True)
     find_llvm_size(llvm_size, clang)
-    warn_meaning_changes(pol, get_problem(advisor).default_slot(clang, timeout))
+    check_meanings(pol, get_problem(advisor).default_slot(clang, timeout))
     if selected is None:
         selected = select_modules(load_corpus(corpus_dir), modules, split, heldout_fraction, seed)
     if not selected:

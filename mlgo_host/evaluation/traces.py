@@ -47,7 +47,7 @@ from mlgo_host.corpus.compile import compile_module, compiler_version
 from mlgo_host.corpus.corpus import Module, load_corpus
 from mlgo_host.errors import ConfigError, CorpusError, ProtocolError
 from mlgo_host.fsutil import atomic_write_json, replace_dir
-from mlgo_host.policies import load_policy, warn_meaning_changes
+from mlgo_host.policies import load_policy, check_meanings
 from mlgo_host.policies.vocab import VocabBuilder
 from mlgo_host.workers.pool import make_pool, map_with_progress
 
@@ -218,7 +218,7 @@ def record_trace(
     rels = [_log_rel(m.name) for m in mods]
     pol = load_policy(policy, seed=seed)  # a bad policy: a clear error here, before any worker starts
     slot = problem.default_slot(clang, timeout)
-    warn_meaning_changes(pol, slot)
+    check_meanings(pol, slot)
     worker = {"policy": policy, "seed": seed, "advisor": advisor, "clang": clang, "llvm_size": llvm_size,
               "timeout": timeout}
     with make_pool(worker_backend, min(jobs, len(mods)), "mlgo_host.evaluation.traces:TraceWorker", worker,

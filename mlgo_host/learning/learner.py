@@ -28,7 +28,7 @@ from mlgo_host.learning.preprocessing import GinNormConfig
 from mlgo_host.learning.trajectories import episodes_to_steps, episodes_to_trajectories
 from mlgo_host.learning.weights import import_actor_weights
 from mlgo_host.policies.saved import read_saved_policy, set_gate
-from mlgo_host.policies.specs import PolicySpec
+from mlgo_host.policies.specs import SAME_NAMES, InputBinding, PolicySpec
 from mlgo_host.policies.vocab import Vocab
 from mlgo_host.workers.worker import policy_blob_from_dir
 
@@ -51,6 +51,7 @@ class Learner:
         keep_default: bool = False,
         gate: float | None = None,
         deterministic: bool = True,
+        start_spec: PolicySpec | None = None,
     ):
         if deterministic:
             # Same seed, same episodes -> same weights: a resumed run retraces an
@@ -70,6 +71,9 @@ class Learner:
         # keep that start's gate
         self.spec = PolicySpec.from_header(self.header, advisor, vocab_names=self.vocab.names(), default_slot=slot,
                                            keep_default=keep_default)
+        self.binding = SAME_NAMES
+        if start_spec is not None and start_spec.meaning_changes(slot):
+            self.spec, self.binding = _bound_start(start_spec, slot, self.header)
         self.gate = gate
         self.norm = GinNormConfig()
         self.agent = create_ppo_agent(self.spec, self.vocab, self.norm)
@@ -125,7 +129,7 @@ class Learner:
         trains on the same batches as an uninterrupted one."""
         trajs = episodes_to_trajectories(
             self.spec, episodes, rewards, sequence_length=self.sequence_length, batch_size=self.batch_size,
-            seed=self.seed * 1_000_003 + iteration)
+            seed=self.seed * 1_000_003 + iteration, binding=self.binding)
         metrics: dict[str, list[float]] = {}
         for t in trajs:
             info = self._train(experience=t)
@@ -143,7 +147,7 @@ class Learner:
         return out
 
     def _entropy_and_kl(self, episodes: list, max_steps: int = 20000) -> dict[str, float]:
-        steps = episodes_to_steps(self.spec, episodes, [0.0] * len(episodes))
+        steps = episodes_to_steps(self.spec, episodes, [0.0] * len(episodes), self.binding)
         n = min(steps.n, max_steps)
         obs = {k: v[:n] for k, v in steps.observation.items()}
         logits = tf_logits(self.actor, self.spec, obs).astype(np.float64)
@@ -156,3 +160,18 @@ class Learner:
         new_lp = logp[np.arange(n), a]
         old_lp = np.concatenate([np.asarray(ep.logps, np.float64) for ep in episodes if ep.n])[:n]
         return {"entropy": entropy, "kl": float(np.mean(old_lp - new_lp))}
+
+
+def _bound_start(start: PolicySpec, compiler_slot: str, header: Header) -> tuple[PolicySpec, InputBinding]:
+    """A warm start made on another kind of compiler (its default decision
+    in another slot): the actor keeps the start's inputs and what they meant,
+    each read from the feature of this compiler that carries it.  An input
+    this compiler cannot supply is a :class:`ConfigError`: training would
+    teach the start's weights a feature they never saw."""
+    binding = start.bind_inputs(compiler_slot)
+    if binding.lost:
+        name, was, now = binding.lost[0]
+        raise ConfigError(f"warm-start policy input {name!r} meant '{was}'; this compiler sends that in no feature "
+                          f"({name!r} carries '{now}' here): train it with the kind of compiler it was made with")
+    start.check_header(header, binding)
+    return start, binding

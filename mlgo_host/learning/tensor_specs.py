@@ -14,7 +14,7 @@ from tf_agents.trajectories import time_step as ts
 
 from mlgo_host.errors import ConfigError
 from mlgo_host.learning.preprocessing import tf_dtype
-from mlgo_host.policies.specs import DISCARD, PolicySpec
+from mlgo_host.policies.specs import DISCARD, SAME_NAMES, InputBinding, PolicySpec
 
 
 def observation_spec(spec: PolicySpec) -> dict[str, tf.TensorSpec]:
@@ -40,18 +40,23 @@ def observations_from_features(spec: PolicySpec, features: Any, n: int | None = 
     return {k: tf.constant(v) for k, v in numpy_observations(spec, features, n).items()}
 
 
-def numpy_observations(spec: PolicySpec, features: Any, n: int | None = None) -> dict[str, np.ndarray]:
+def numpy_observations(spec: PolicySpec, features: Any, n: int | None = None,
+                       binding: InputBinding = SAME_NAMES) -> dict[str, np.ndarray]:
+    """Every spec feature of N records (named as the compiler named them),
+    as numpy arrays of TF shapes; each input read from the feature
+    ``binding`` feeds it from (a policy served by another kind of compiler)."""
     names = set(features.dtype.names) if hasattr(features, "dtype") and features.dtype.names else set(features)
     if n is None:
-        first = next(f.name for f in spec.features if f.name in names)
+        first = next(binding.source(f.name) for f in spec.features if binding.source(f.name) in names)
         n = int(np.asarray(features[first]).shape[0])
     out = {}
     for f in spec.features:
         shape = (n,) + f.tf_shape
-        if f.name in names:
-            out[f.name] = np.ascontiguousarray(np.asarray(features[f.name]).reshape(shape), dtype=f.dtype)
+        src = binding.source(f.name) if f.role != DISCARD else f.name
+        if src in names:
+            out[f.name] = np.ascontiguousarray(np.asarray(features[src]).reshape(shape), dtype=f.dtype)
         elif f.role == DISCARD:
             out[f.name] = np.zeros(shape, dtype=f.dtype)
         else:
-            raise ConfigError(f"the episodes have no feature {f.name!r}, which the policy uses")
+            raise ConfigError(f"the episodes have no feature {src!r}, which the policy uses")
     return out

@@ -16,7 +16,7 @@ from tf_agents.trajectories import trajectory
 
 from mlgo_host.errors import ConfigError
 from mlgo_host.learning.tensor_specs import numpy_observations
-from mlgo_host.policies.specs import BINARY, PolicySpec
+from mlgo_host.policies.specs import BINARY, SAME_NAMES, InputBinding, PolicySpec
 
 
 def old_logits(spec: PolicySpec, actions: np.ndarray, logps: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
@@ -59,9 +59,10 @@ class StepArrays:
         return int(self.action.shape[0])
 
 
-def episodes_to_steps(spec: PolicySpec, episodes: Iterable[Any], rewards: Iterable[Any]) -> StepArrays:
+def episodes_to_steps(spec: PolicySpec, episodes: Iterable[Any], rewards: Iterable[Any],
+                      binding: InputBinding = SAME_NAMES) -> StepArrays:
     """Concatenate episodes (each an :class:`mlgo_host.episode.Episode`)
-    step by step.  ``rewards``: per episode, a scalar (given to every
+    step by step (inputs read where ``binding`` says).  ``rewards``: per episode, a scalar (given to every
     decision, ml-compiler-opt's convention) or an array of one reward per
     decision.  Step types as ``trajectory.from_episode``: FIRST, MID, ...;
     the next step type of an episode's last decision is LAST."""
@@ -72,7 +73,7 @@ def episodes_to_steps(spec: PolicySpec, episodes: Iterable[Any], rewards: Iterab
         if n == 0:
             continue
         feats = ep.features()
-        o = numpy_observations(spec, feats, n)
+        o = numpy_observations(spec, feats, n, binding)
         for k, v in o.items():
             obs_parts[k].append(v)
         a = np.asarray(ep.actions).reshape(n).astype(np.int64)
@@ -104,6 +105,7 @@ def episodes_to_trajectories(
     batch_size: int | None = 256,
     seed: int = 0,
     shuffle: bool = True,
+    binding: InputBinding = SAME_NAMES,
 ) -> list[trajectory.Trajectory]:
     """Episodes -> batches for ``agent.train``: the decisions of all episodes
     in order, cut into windows of ``sequence_length`` (the remainder is
@@ -114,7 +116,7 @@ def episodes_to_trajectories(
     ``policy_info = {'dist_params': {'logits': ...}}``."""
     if sequence_length < 2:
         raise ConfigError("sequence_length must be at least 2 (PPO needs a next step)")
-    steps = episodes_to_steps(spec, episodes, rewards)
+    steps = episodes_to_steps(spec, episodes, rewards, binding)
     T = sequence_length
     nw = steps.n // T
     if nw == 0:

@@ -9,7 +9,7 @@ from mlgo_host.policies.base import Policy
 from mlgo_host.policies.heuristic import HEURISTICS, make_heuristic
 from mlgo_host.policies.loading import load_base_policy
 
-__all__ = ["Policy", "HEURISTICS", "make_heuristic", "load_policy", "warn_meaning_changes"]
+__all__ = ["Policy", "HEURISTICS", "make_heuristic", "load_policy", "check_meanings"]
 
 
 def load_policy(name_or_path: str, seed: int = 0, greedy: bool = True) -> Policy:
@@ -23,15 +23,16 @@ def load_policy(name_or_path: str, seed: int = 0, greedy: bool = True) -> Policy
     return load_base_policy(name_or_path, seed=seed, greedy=greedy)
 
 
-def warn_meaning_changes(policy: Policy, compiler_slot: str | None) -> None:
-    """Say once, before the first compile, which inputs of a saved policy (a
-    replay's: of its base) mean something else on a compiler whose default
-    decision is in ``compiler_slot`` (:class:`~mlgo_host.errors.CompatibilityWarning`).
-    A command whose compiles run in pool workers calls this: the workers
-    leave it to the command."""
+def check_meanings(policy: Policy, compiler_slot: str | None) -> None:
+    """Before the first compile: bind a saved policy's inputs (a replay's:
+    its base's) by meaning on a compiler whose default decision is in
+    ``compiler_slot``, so that an input the compiler cannot supply is one
+    :class:`~mlgo_host.errors.ConfigError` in the command, not one per
+    worker (or, with ``--allow-changed-inputs``, one warning).  Inputs the
+    compiler sends under another name need nothing: they are read there."""
     from mlgo_host.policies.actor import NumpyPolicy
 
     while policy is not None and not isinstance(policy, NumpyPolicy):
         policy = getattr(policy, "base", None)  # a replay's base policy
     if policy is not None:
-        policy.warn_meaning_changes(compiler_slot)
+        policy.check_meanings(compiler_slot)

@@ -51,7 +51,8 @@ except ImportError:  # pragma: no cover - a NumPy without it: the public wrapper
 from mlgo_host.errors import CompatibilityWarning, ConfigError
 from mlgo_host.fsutil import atomic_path
 from mlgo_host.policies.base import Policy
-from mlgo_host.policies.specs import BINARY, MASKED_CHOICE, PolicySpec
+from mlgo_host.policies.specs import (ALLOW_CHANGED_INPUTS, BINARY, MASKED_CHOICE, SAME_NAMES, InputBinding, PolicySpec,
+                                      changed_inputs_allowed)
 from mlgo_host.policies.vocab import NormConfig, Vocab, int_thresholds
 
 
@@ -169,10 +170,12 @@ class NumpyActor:
         w = self.spec.width
         return v.reshape(n, w) if v.size == n * w else np.broadcast_to(v.reshape(n, 1), (n, w))
 
-    def inputs(self, features: Any) -> np.ndarray:
+    def inputs(self, features: Any, binding: InputBinding = SAME_NAMES) -> np.ndarray:
         """Network inputs (float32) of N observations: ``[N, D]`` (inliner)
         or ``[N, W, D]`` (eviction).  ``features``: a structured array of
-        records or a mapping name -> array with N leading."""
+        records or a mapping name -> array with N leading, named as the
+        compiler that ``binding`` binds the inputs to names them."""
+        features = binding.view(features)
         first = self.spec.inputs[0].name
         n = int(np.asarray(features[first]).shape[0])
         parts = [self.vocab[f.name].normalize(self._column(features, f.name, n), self.norm) for f in self.spec.inputs]
@@ -188,10 +191,10 @@ class NumpyActor:
         out = h @ self.out_w + self.out_b
         return out if self.spec.action.kind == BINARY else out[..., 0]
 
-    def logits(self, features: Any) -> np.ndarray:
+    def logits(self, features: Any, binding: InputBinding = SAME_NAMES) -> np.ndarray:
         """Logits ``[N, num_actions]`` (float64); eviction columns whose mask
-        is 0 get -inf."""
-        out = self.forward(self.inputs(features))
+        is 0 get -inf.  ``binding``: as in :meth:`inputs`."""
+        out = self.forward(self.inputs(features, binding))
         if self.spec.action.kind == MASKED_CHOICE:
             n = out.shape[0]
             m = np.asarray(features[self.spec.mask.name]).reshape(n, self.spec.width)  # type: ignore[union-attr]
@@ -235,15 +238,15 @@ class NumpyPolicy(Policy):
         spec = self.actor.spec
         if advisor is not None and getattr(advisor, "name", spec.advisor) != spec.advisor:
             raise ConfigError(f"this policy was trained for {spec.advisor}, not {advisor.name}")
+        slot = getattr(advisor, "default_slot", None)
+        self._binding = self.check_meanings(slot)
         try:
-            spec.check_header(header)
+            spec.check_header(header, self._binding)
         except ConfigError as e:
             raise ConfigError(f"{e} (trained with {self.trained_with})" if self.trained_with else str(e)) from None
-        slot = getattr(advisor, "default_slot", None)
         self._default_off = header.offset(slot) if slot and header.feature(slot) is not None else None
         if self.gate is not None and self.greedy and self._default_off is None:
             raise ConfigError("a gated policy needs the compiler's default decision (inliner include-default slot)")
-        self.warn_meaning_changes(slot)
         nb = header.observation_nbytes
         self._nb = nb
         self._buf = bytearray(nb)
@@ -254,19 +257,27 @@ class NumpyPolicy(Policy):
             self.fast_path = False
             self._bind_generic(header)
 
-    def warn_meaning_changes(self, compiler_slot: str | None) -> None:
-        """Warn (once per process and feature change) for each input that
-        means something else on a compiler whose default decision is in
-        ``compiler_slot`` than when the policy was trained: it still answers,
-        but from a feature it never saw."""
+    def check_meanings(self, compiler_slot: str | None) -> InputBinding:
+        """The policy's inputs bound by meaning on a compiler whose default
+        decision is in ``compiler_slot`` (:meth:`PolicySpec.bind_inputs`).
+        An input whose meaning that compiler sends in no feature is a
+        :class:`ConfigError`; with ``MLGO_ALLOW_CHANGED_INPUTS=1``
+        (``--allow-changed-inputs``) it is fed from its own slot and
+        warned about once per process."""
+        binding = self.actor.spec.bind_inputs(compiler_slot)
         trained = f" with {self.trained_with}" if self.trained_with else ""
-        for name, was, now in self.actor.spec.meaning_changes(compiler_slot):
+        for name, was, now in binding.lost:
+            said = (f"policy input {name!r} meant '{was}' when the policy was trained{trained}; this compiler sends "
+                    f"that in no feature ({name!r} carries '{now}' here)")
+            if not changed_inputs_allowed():
+                raise ConfigError(f"{said}: serve it anyway with --allow-changed-inputs ({ALLOW_CHANGED_INPUTS}=1)")
             key = (name, was, now)
             if key in _WARNED_MEANINGS:
                 continue
             _WARNED_MEANINGS.add(key)
-            warnings.warn(f"policy input {name!r} meant '{was}' when the policy was trained{trained}; this compiler "
-                          f"sends '{now}' in it: its decisions may be off", CompatibilityWarning, stacklevel=3)
+            warnings.warn(f"{said}; fed from {name!r} anyway: its decisions may be off", CompatibilityWarning,
+                          stacklevel=3)
+        return binding
 
     def _layers(self, w1_rows: np.ndarray, lead: tuple[int, ...], bias0: np.ndarray | None = None):
         """Augmented layer matrices: ``w1_rows`` is the first kernel with its
@@ -314,9 +325,9 @@ class NumpyPolicy(Policy):
             return False
         slot_of = {}
         for j, f in enumerate(spec.inputs):
-            off = header.offset(f.name)
-            if f.ctype != "int64_t" or f.size != 1 or off % 8:
-                return False
+            off = header.offset(self._binding.source(f.name))
+            if f.ctype != "int64_t" or f.size != 1 or off % 8 or off // 8 in slot_of:
+                return False  # (two inputs fed from one slot: only under --allow-changed-inputs)
             slot_of[off // 8] = (j, f)
         cfg = a.norm
         w0 = cfg.width - int(cfg.with_z_score)
@@ -481,7 +492,8 @@ class NumpyPolicy(Policy):
         steps = []
         for j, f in enumerate(spec.inputs):
             fv = a.vocab[f.name]
-            view = np.ndarray((f.size,), dtype=f.dtype, buffer=self._buf, offset=header.offset(f.name))
+            view = np.ndarray((f.size,), dtype=f.dtype, buffer=self._buf,
+                              offset=header.offset(self._binding.source(f.name)))
             if f.is_integer:
                 bounds, conv = int_thresholds(fv.boundaries), None
             else:
@@ -597,7 +609,7 @@ class NumpyPolicy(Policy):
         w0 = cfg.width - int(cfg.with_z_score)
         R = int(spec.width)  # type: ignore[arg-type]
         buf = self._buf
-        feats = sorted((header.offset(f.name), j, f) for j, f in enumerate(spec.inputs))
+        feats = sorted((header.offset(self._binding.source(f.name)), j, f) for j, f in enumerate(spec.inputs))
         F = len(feats)
         V = np.zeros((R, F), np.float32)
         copies = []

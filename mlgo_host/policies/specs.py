@@ -20,11 +20,17 @@ missing or changed type or shape is a :class:`ConfigError`.
 
 A name does not fix a feature's *meaning*: clang-19 sends the inliner's
 default decision in ``callee_basic_block_count``, clang-21+ the real block
-count (:mod:`mlgo_host.channel.default_probe`).  An inliner spec records the
-slot that carried the default when it was made (``default_slot``), hence the
-meaning of each such feature (:meth:`PolicySpec.feature_meanings`), and
-:meth:`PolicySpec.meaning_changes` lists the used features that mean
-something else on another compiler.
+count, and the decision in ``inlining_default``
+(:mod:`mlgo_host.channel.default_probe`).  An inliner spec records the slot
+that carried the default when it was made (``default_slot``), hence the
+meaning of each such feature (:meth:`PolicySpec.feature_meanings`).  Served
+by a compiler of the other kind, the inputs are bound by meaning
+(:meth:`PolicySpec.bind_inputs`): an input is read from the feature that
+carries, on that compiler, what it meant when the spec was made, so a
+clang-19 policy reading the default decision gets it from clang-22's
+``inlining_default``.  An input whose meaning that compiler sends nowhere
+(clang-22's real block count, on clang-19) is ``lost``: the policy layer
+refuses it unless the user allows it (``MLGO_ALLOW_CHANGED_INPUTS``).
 
 What each advisor's policy acts on and discards is its problem's
 (:mod:`mlgo_host.channel.problems`).  Actions:
@@ -44,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Any, Iterable, Mapping
 
 from mlgo_host.channel.codec import Header
@@ -53,6 +60,15 @@ from mlgo_host.channel.spec import C_TYPES
 from mlgo_host.errors import ConfigError
 
 INPUT, MASK, DISCARD = "input", "mask", "discard"
+
+#: set to 1 (``--allow-changed-inputs``) to serve a policy whose input means
+#: something no feature of the serving compiler carries, from the input's own slot
+ALLOW_CHANGED_INPUTS = "MLGO_ALLOW_CHANGED_INPUTS"
+
+
+def changed_inputs_allowed() -> bool:
+    """Whether the user asked to serve policies with inputs the compiler cannot supply."""
+    return os.environ.get(ALLOW_CHANGED_INPUTS, "") not in ("", "0")
 MASK_FEATURE = "mask"
 
 
@@ -116,6 +132,47 @@ class ActionSpec:
             return cls(str(d["name"]), str(d["type"]), str(d["kind"]), int(d["num_actions"]))
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"bad action spec {d!r}: {e}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class InputBinding:
+    """A spec's inputs bound by meaning to one compiler's features
+    (:meth:`PolicySpec.bind_inputs`).  ``sources``: input -> the feature
+    that feeds it, where that is not the input's own name; ``lost``:
+    ``(input, meaning when trained, what its own slot carries here)`` for
+    inputs whose meaning the compiler sends in no feature (they can only be
+    fed from their own slot, i.e. from something the policy never saw)."""
+
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    lost: tuple[tuple[str, str, str], ...] = ()
+
+    def source(self, name: str) -> str:
+        """The compiler feature that feeds input ``name``."""
+        return self.sources.get(name, name)
+
+    def view(self, features: Any) -> Any:
+        """``features`` (records or name -> array, as the compiler named
+        them) as the policy names its inputs; the identity when no input
+        moved."""
+        if not self.sources:
+            return features
+        return _Renamed(features, self.sources)
+
+
+#: no renaming (the spec is served by the kind of compiler it was made with)
+SAME_NAMES = InputBinding()
+
+
+class _Renamed:
+    """A read-only mapping view: ``view[input]`` is ``features[source]``."""
+
+    __slots__ = ("_features", "_sources")
+
+    def __init__(self, features: Any, sources: Mapping[str, str]):
+        self._features, self._sources = features, sources
+
+    def __getitem__(self, name: str) -> Any:
+        return self._features[self._sources.get(name, name)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,6 +257,23 @@ class PolicySpec:
         was, now = self.feature_meanings(), feature_meanings(compiler_slot)
         return [(n, was[n], now[n]) for n in self.input_names if n in was and n in now and was[n] != now[n]]
 
+    def bind_inputs(self, compiler_slot: str | None) -> "InputBinding":
+        """Where each input is read on a compiler whose default decision is
+        in ``compiler_slot``: from the feature that carries there what the
+        input meant when the spec was made (clang-19's
+        ``callee_basic_block_count`` "default decision" is clang-22's
+        ``inlining_default``).  Inputs whose meaning no feature carries there
+        are listed in :attr:`InputBinding.lost`."""
+        carrier = {m: n for n, m in feature_meanings(compiler_slot).items()} if compiler_slot else {}
+        sources: dict[str, str] = {}
+        lost: list[tuple[str, str, str]] = []
+        for name, was, now in self.meaning_changes(compiler_slot):
+            if was in carrier:
+                sources[name] = carrier[was]
+            else:
+                lost.append((name, was, now))
+        return InputBinding(sources, tuple(lost))
+
     # -- construction ----------------------------------------------------
     @classmethod
     def from_header(
@@ -280,18 +354,20 @@ class PolicySpec:
         return spec
 
     # -- binding ---------------------------------------------------------
-    def check_header(self, header: Header) -> None:
+    def check_header(self, header: Header, binding: InputBinding = SAME_NAMES) -> None:
         """Raise :class:`ConfigError` unless every used feature is in the
-        header with the same type and shape.  Extra features are fine."""
+        header (under the name ``binding`` reads it from) with the same type
+        and shape.  Extra features are fine."""
         problems = []
         for f in self.features:
             if f.role == DISCARD:
                 continue
-            h = header.feature(f.name)
+            src = binding.source(f.name)
+            h = header.feature(src)
             if h is None:
-                problems.append(f"{f.name!r} is missing from its header")
+                problems.append(f"{src!r} is missing from its header")
             elif h.ctype != f.ctype or tuple(h.shape) != f.shape:
-                problems.append(f"{f.name!r} is {h.ctype}{list(h.shape)}, the policy expects {f.ctype}{list(f.shape)}")
+                problems.append(f"{src!r} is {h.ctype}{list(h.shape)}, the policy expects {f.ctype}{list(f.shape)}")
         adv = header.advice
         if adv is not None and adv.name != self.action.name:
             problems.append(f"the compiler asks for {adv.name!r}, the policy answers {self.action.name!r}")

@@ -32,9 +32,9 @@ class SearchWorker(CollectWorker):
         c = self.config
         default = load_policy("default")
         base = default if from_default else self._policy(True, seed)
-        probs = _probs_of(base)
-        cfg = {**self._compile_cfg(), "baseline_cache": c.baseline_cache,
-               "default_slot": default_slot(c.clang, c.module_timeout)}
+        slot = default_slot(c.clang, c.module_timeout)
+        probs = _probs_of(base, slot)
+        cfg = {**self._compile_cfg(), "baseline_cache": c.baseline_cache, "default_slot": slot}
         fm = FlipGainModel.from_json(model) if model else None
         forced = {int(k): int(v) for k, v in (start_forced or {}).items()}
         return search_module(mod, base, budget, cfg, default=default, model=fm, start_forced=forced,
@@ -52,14 +52,15 @@ class SearchWorker(CollectWorker):
             return {"name": task["name"], "status": "skipped", "compiles": 0}
         mod = self._module(task)
         c = self.config
-        cfg = {**self._compile_cfg(), "default_slot": default_slot(c.clang, c.module_timeout), "copies": c.copies,
+        slot = default_slot(c.clang, c.module_timeout)
+        cfg = {**self._compile_cfg(), "default_slot": slot, "copies": c.copies,
                "thresholds": tuple(c.thresholds), "starts_only": starts_only}
         default = baseline_size(mod, clang=c.clang, llvm_size=c.llvm_size, cache_dir=c.baseline_cache,
                                 timeout=c.module_timeout)
         fm = FlipGainModel.from_json(model) if model else None
         return search_module_batched(mod, self._policy(True, 0), cfg, budget=budget, default_size=default, model=fm,
                                      deadline=deadline, resume=resume,
-                                     prior=_shipped_prior(prior) if prior is not None else None)
+                                     prior=_shipped_prior(prior, slot) if prior is not None else None)
 
     def ceiling(self, task: dict, result: dict, max_sites: int, pairs_of: int) -> dict:
         """What lies past one module's tuned best set
@@ -83,19 +84,22 @@ class SearchWorker(CollectWorker):
 
 
 @functools.lru_cache(maxsize=None)
-def _shipped_prior(name: str):
-    """The P(inline) of the shipped policy ``name``, loaded once per worker."""
-    return _probs_of(load_policy(shipped_policy_dir(name)))
+def _shipped_prior(name: str, compiler_slot: str):
+    """The P(inline) of the shipped policy ``name`` on a compiler whose
+    default decision is in ``compiler_slot``, loaded once per worker."""
+    return _probs_of(load_policy(shipped_policy_dir(name)), compiler_slot)
 
 
-def _probs_of(policy: Policy):
-    """P(inline) of a numpy policy over a batch of records, or None."""
-    actor = getattr(policy, "actor", None)
-    if actor is None:
+def _probs_of(policy: Policy, compiler_slot: str | None):
+    """P(inline) of a numpy policy over a batch of records (named as the
+    compiler names its features; the inputs read by meaning), or None."""
+    check = getattr(policy, "check_meanings", None)
+    if check is None:
         return None
+    actor, binding = policy.actor, check(compiler_slot)
 
     def p1(feats: np.ndarray) -> np.ndarray:
-        lg = actor.logits(feats)
+        lg = actor.logits(feats, binding)
         d = lg[:, 1] - lg[:, 0]
         return 1.0 / (1.0 + np.exp(-d))
 

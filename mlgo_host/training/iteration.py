@@ -73,7 +73,8 @@ def open_learner(root_dir: str, header_json: dict, *, advisor: str, vocab_dir: s
     start = read_saved_policy(warmstart_policy) if warmstart_policy else None
     learner = Learner(header_json, advisor=advisor, vocab_dir=vocab_dir, root_dir=root_dir, seed=seed, clang=clang,
                       keep_default=bool(start and start.spec.default_input),
-                      gate=gate_of(start.metadata, warmstart_policy) if start else None)
+                      gate=gate_of(start.metadata, warmstart_policy) if start else None,
+                      start_spec=start.spec if start else None)
     if done:
         learner.restore(done)
     elif warmstart_policy:

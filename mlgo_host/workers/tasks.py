@@ -43,7 +43,7 @@ class TaskOutcome:
 def new_worker(factory: str, kwargs: dict):
     """The worker object of a pool process: ``factory`` ("module:attribute")
     called with ``kwargs``.  Workers keep quiet about compatibility: the
-    command that started the pool says it once (policies.warn_meaning_changes),
+    command that started the pool says it once (policies.check_meanings),
     not once per worker."""
     warnings.filterwarnings("ignore", category=CompatibilityWarning)
     mod, _, name = factory.partition(":")

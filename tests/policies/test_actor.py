@@ -131,12 +131,13 @@ def test_bad_weights_are_config_errors(inline_session):
         NumpyActor(actor.spec, actor.vocab, actor.norm, actor.weights(), activation="swish")
 
 
-def test_warns_when_the_default_slot_is_an_input(inline_session, monkeypatch):
+def test_refuses_a_block_count_input_where_the_compiler_sends_its_decision(inline_session, monkeypatch):
     from mlgo_host.channel.advisors import InlineAdvisor
     from mlgo_host.policies import actor as actor_mod
+    from mlgo_host.policies.specs import ALLOW_CHANGED_INPUTS
 
     monkeypatch.setattr(actor_mod, "_WARNED_MEANINGS", set())  # warned once per process
-
+    monkeypatch.delenv(ALLOW_CHANGED_INPUTS, raising=False)
     header, ep, _ = inline_session
     vb = VocabBuilder()
     vb.add(ep.features())
@@ -145,6 +146,9 @@ def test_warns_when_the_default_slot_is_an_input(inline_session, monkeypatch):
     spec = PolicySpec.from_header(header, "inline", vocab_names=vocab.names())
     assert "callee_basic_block_count" in spec.input_names
     actor = NumpyActor(spec, vocab, NormConfig(), random_weights(len(spec.inputs) * 2, (8,), 2))
+    with pytest.raises(ConfigError, match="callee_basic_block_count"):
+        NumpyPolicy(actor).bind(header, InlineAdvisor(default_slot="callee_basic_block_count"))
+    monkeypatch.setenv(ALLOW_CHANGED_INPUTS, "1")
     with pytest.warns(RuntimeWarning, match="callee_basic_block_count"):
         NumpyPolicy(actor).bind(header, InlineAdvisor(default_slot="callee_basic_block_count"))
 
