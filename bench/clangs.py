@@ -45,9 +45,12 @@ def installed_clangs() -> list[int]:
     return sorted(found)
 
 
-def language(module: str) -> str:
-    """C or C++, from the module's source name."""
-    return "C++" if module.endswith(CPP_SUFFIXES) else "C"
+def languages(corpus_dir: str) -> dict[str, str]:
+    """Module name -> C or C++, from its source file's name."""
+    from mlgo_host.corpus.identity import read_sources
+
+    return {n: "C++" if str(ident.get("source", "")).endswith(CPP_SUFFIXES) else "C"
+            for n, ident in read_sources(corpus_dir).items()}
 
 
 def corpus(root: str, workers: int) -> str:
@@ -81,8 +84,9 @@ def measure(corpus_dir: str, policy: str, version: int, workers: int, root: str)
     out = {"compiler": subprocess.run([f"clang-{version}", "--version"], capture_output=True,
                                       text=True).stdout.splitlines()[0],
            "all": figures(rep.rows), "minutes": round((time.time() - t0) / 60, 2)}
+    lang_of = languages(corpus_dir)
     for lang in ("C", "C++"):
-        out[lang] = figures([r for r in rep.rows if language(r.module) == lang])
+        out[lang] = figures([r for r in rep.rows if lang_of.get(r.module) == lang])
     return out
 
 
