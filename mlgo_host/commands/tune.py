@@ -73,6 +73,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="batched search from the compiler's decisions: start every module from -Oz's own (by "
                         "default a module also compiles at inline thresholds 50, 150 and 450, one compile each, and "
                         "its search starts from the smallest; a build then gets that threshold among its flags)")
+    p.add_argument("--start-policy", default="pretrained-oz", choices=("pretrained-oz", "none"),
+                   help="batched search from the compiler's decisions: also compile every module with this shipped "
+                        "policy's decisions (one probe, two compiles) and start its search from them when that "
+                        "object is the smallest start; none: -Oz and the thresholds only")
     p.add_argument("--policy", default=None,
                    help="base policy the search starts from: a heuristic or a saved policy directory "
                         "(default: default, the compiler's own decisions; a continued T keeps its own)")
@@ -131,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
              patience=args.patience, seed=args.seed, modules=args.modules, search=args.search,
              prior=None if args.prior == "patterns" else args.prior, copies=not args.no_copies,
              thresholds=not args.no_thresholds,
+             start_policy=None if args.start_policy == "none" else args.start_policy,
              progress=progress_default() and not args.no_progress)
     print(summary_line(s, args.output))
     if s["identified"] < s["tuned"]:

@@ -87,6 +87,10 @@ def clean_cc1(args: Sequence[str]) -> list[str]:
     return ["-cc1", "-emit-obj", *out]
 
 
+#: source suffixes compiled as C++ (the rest of a corpus is C)
+CXX_SUFFIXES = (".cc", ".cpp", ".cxx", ".c++", ".C", ".mm", ".hpp", ".hh")
+
+
 @dataclasses.dataclass(frozen=True)
 class Module:
     """One module of a corpus.
@@ -123,6 +127,14 @@ class Module:
         if self.error is not None:
             raise CorpusError(f"module {self.name!r}: {self.error}")
         return [clang, *self.cmd, "-x", "ir", str(self.bc_path), "-o", str(output)]
+
+    @property
+    def language(self) -> str:
+        """"C++" or "C": the source file's suffix, as its cc1 command names it
+        (``-main-file-name``)."""
+        cmd = list(self.cmd)
+        main = cmd[cmd.index("-main-file-name") + 1] if "-main-file-name" in cmd[:-1] else ""
+        return "C++" if main.endswith(CXX_SUFFIXES) else "C"
 
     @property
     def key(self) -> str:

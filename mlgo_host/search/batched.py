@@ -1623,12 +1623,14 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
     due = _starts_due(resume, cfg, budget, deadline)
     if cfg.get("starts_only") and not due and resume is not None:  # (nothing to measure: it stays as it was)
         return resume
+    policy_start = resume.get("policy_start") if resume is not None else None
+    start_kind = (resume.get("start") or "base") if resume is not None else "base"
     if due:
-        thresholds, start = _threshold_start(original, policy, resume, default_size, cfg, deadline)
-        spent += len(thresholds)
-        if start is not None:  # the search starts over from the compiler's decisions at that threshold
-            module, flags, probe, resume = start[0], start[1], start[2], None
-            spent += probe.compiles
+        thresholds, policy_start, start, cost = _best_start(original, policy, resume, default_size, cfg, deadline)
+        spent += cost
+        if start is not None:  # the search starts over from that start's decisions
+            module, flags, probe, start_kind = start
+            resume = None
     if cfg.get("starts_only"):  # (tune's starts stage: the result is a probe's, the next search goes on from it)
         resume, budget = None, spent if spent is not None else probe.compiles
     s = search_of(module, probe, cfg, budget=budget, spent=spent,
@@ -1647,7 +1649,8 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
             s.base = s.start  # the last size known for sure
     res = result_of(s, default_size, time.monotonic() - t0)
     # (the flags are part of how the module is compiled, not of which module it is: a T keeps the corpus's key)
-    res.update(module_key=original.key, base_flags=flags, thresholds=thresholds)
+    res.update(module_key=original.key, base_flags=flags, thresholds=thresholds, policy_start=policy_start,
+               start=start_kind)
     if flags and res["status"] == "ok" and (s.base is None or s.provisional) and probe.plain is not None \
             and probe.plain.text < default_size:
         # the best is the threshold's own object, never compiled as a replay: a build gets the threshold
@@ -1661,26 +1664,43 @@ def _starts_due(resume: dict | None, cfg: dict, budget: int, deadline: float | N
     after its probe and before any flip (:func:`starts_pending`), when its
     compiles cover the thresholds and a second probe (its channel compile:
     its plain one is the threshold's)."""
-    grid = cfg.get("thresholds") or ()
-    return bool(grid) and resume is not None and starts_pending(resume) \
-        and budget - resume["compiles"] >= len(grid) + REPROBE \
+    cost = start_cost(cfg.get("thresholds") or (), cfg.get("start_policy") is not None)
+    return bool(cost) and resume is not None and starts_pending(resume) and budget - resume["compiles"] >= cost \
         and (deadline is None or time.time() < deadline)
 
 
-def _threshold_start(module: Module, policy, resume: dict, default_size: int, cfg: dict, deadline: float | None
-                     ) -> tuple[dict[int, int | None], tuple[Module, list[str], Probe] | None]:
-    """The sizes at each threshold of ``cfg["thresholds"]`` and, when one
-    is smaller than -Oz's object, the module with its flags, the flags and
-    its probe with ``policy`` (the compiler's default: its decisions at the
-    threshold); None keeps -Oz's start (a failed probe too: the search goes
-    on from the one it has).  The user's ``deadline`` bounds every compile,
-    the second probe too."""
+def _best_start(module: Module, policy, resume: dict, default_size: int, cfg: dict, deadline: float | None
+                ) -> tuple[dict[int, int | None], int | None, tuple[Module, list[str], Probe, str] | None, int]:
+    """Measure the module's other starts and pick the smallest: the sizes
+    at each threshold of ``cfg["thresholds"]`` (one plain compile each) and
+    the size with ``cfg["start_policy"]``'s decisions (a probe with that
+    policy: its channel compile and a plain one).  When one is smaller than
+    -Oz's object, the search starts over from it: returns the module with
+    its flags, the flags and its probe (a threshold's: a second probe with
+    ``policy``, the compiler's default, at that threshold); None keeps
+    -Oz's start (the tuple ends with the start's name: "policy" or
+    "threshold T").  Returns the threshold sizes, the start policy's size (None:
+    no start policy, or its probe failed), that start and the compiles spent.
+    The user's ``deadline`` bounds every compile."""
     plains: dict = {}
     sizes = measure_thresholds(module, cfg["thresholds"], clang=cfg["clang"], timeout=cfg.get("module_timeout", 300.0),
-                               deadline=deadline, plains=plains)
-    t = best_start(sizes, min(default_size, int(resume["probe"].text)))
+                               deadline=deadline, plains=plains) if cfg.get("thresholds") else {}
+    cost = len(sizes)
+    oz = min(default_size, int(resume["probe"].text))
+    by_policy = None
+    if cfg.get("start_policy") is not None:
+        try:
+            by_policy = _probe_within(module, cfg["start_policy"], cfg, deadline)
+            cost += by_policy.compiles
+        except MlgoHostError as e:
+            log.warning("%s: the probe with the start policy failed (%s): it is not a start", module.name, e)
+            cost += 2
+    t = best_start(sizes, oz)
+    if by_policy is not None and by_policy.episode.n and by_policy.text < min([oz] + ([sizes[t]] if t else [])):
+        return sizes, int(by_policy.text), (module, [], by_policy, "policy"), cost
+    policy_size = int(by_policy.text) if by_policy is not None else None
     if t is None:
-        return sizes, None
+        return sizes, policy_size, None, cost
     flags = threshold_flags(t)
     flagged = with_flags(module, flags)
     try:
@@ -1688,8 +1708,15 @@ def _threshold_start(module: Module, policy, resume: dict, default_size: int, cf
         probe = _probe_within(flagged, policy, cfg, deadline, plain=plains.get(t))
     except MlgoHostError as e:
         log.warning("%s: the probe at inline threshold %d failed (%s): the search starts from -Oz", module.name, t, e)
-        return sizes, None
-    return sizes, (flagged, flags, probe)
+        return sizes, policy_size, None, cost
+    return sizes, policy_size, (flagged, flags, probe, f"threshold {t}"), cost + probe.compiles
+
+
+def start_cost(thresholds: Sequence[int], policy: bool) -> int:
+    """The compiles a module's other starts take at most: one per threshold
+    and a second probe's channel compile (:mod:`.starts`), and a probe with
+    the start policy (its channel compile and a plain one)."""
+    return (len(thresholds) + REPROBE if thresholds else 0) + (2 if policy else 0)
 
 
 def _probe_within(module: Module, policy, cfg: dict, deadline: float | None, plain=None) -> Probe:

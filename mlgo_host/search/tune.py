@@ -43,19 +43,22 @@ from typing import Any, Sequence
 import numpy as np
 
 from mlgo_host.channel.codec import Header
+from mlgo_host.channel.default_probe import default_slot
 from mlgo_host.corpus.corpus import Module, load_corpus
 from mlgo_host.corpus.identity import project_root, read_sources, relative_identity
 from mlgo_host.corpus.tuned import (DATA, FORMAT, INLINE_REPLAY_EXT, MANIFEST, POLICY, REPLAYS, file_sha256, module_file,
                                     read_manifest)
 from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes, atomic_write_json
-from mlgo_host.policies import HEURISTICS, load_policy
+from mlgo_host.policies import HEURISTICS, check_meanings, load_policy
 from mlgo_host.policies.replay import Replay, stream_fingerprint, write_replay
-from mlgo_host.search.starts import REPROBE, START_THRESHOLDS, starts_pending
+from mlgo_host.search.batched import start_cost
+from mlgo_host.search.starts import START_THRESHOLDS, starts_pending
 from mlgo_host.workers.pool import make_pool
 from mlgo_host.search.evaluate import replay_text
 from mlgo_host.search.flips import continued, fit_flip_model, paid_budgets, run_searches
 from mlgo_host.search.sites import site_of_line
+from mlgo_host.shipped import shipped_policy_dir
 from mlgo_host.workers.worker import policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.tune")
@@ -70,33 +73,44 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
          ray_address: str | None = None, clang: str = "clang-19", llvm_size: str | None = None,
          module_timeout: float = 300.0, patience: int = 6, first_share: float = 0.6, seed: int = 0,
          modules: Sequence[str] | None = None, progress: bool = True, search: str = "batched",
-         prior: str | None = None, copies: bool = True, thresholds: bool = True) -> dict[str, Any]:
+         prior: str | None = None, copies: bool = True, thresholds: bool = True,
+         start_policy: str | None = None, start_languages: Sequence[str] = ("C", "C++")) -> dict[str, Any]:
     """Tune every module of ``corpus_dir`` (or the named ``modules``) into
     ``output``; returns the summary (also in ``output/summary.json``).
     ``prior`` (batched search): a shipped policy whose P(inline) orders
     each module's flips (None: the measured patterns); ``copies``: measure
     the flips of one function in copies of it (:mod:`.clones`);
     ``thresholds``: a search from the compiler's own decisions (no
-    ``policy``) may start from another inline threshold (:mod:`.starts`)."""
+    ``policy``) may start from another inline threshold (:mod:`.starts`);
+    ``start_policy``: ... or from a shipped policy's decisions, for the
+    modules of ``start_languages`` (each start is measured: a module starts
+    from the smallest, -Oz's own included)."""
     t0 = time.monotonic()
     budget = _budget(budget_minutes, compiles_per_module)
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     mods = _select(load_corpus(corpus_dir), modules, corpus_dir)
+    _check_meanings(policy, (prior, start_policy), clang, module_timeout)
     store = TuneStore.open(output, corpus_dir, policy, clang, mods)
     deadline = time.time() + 60.0 * budget_minutes if budget_minutes is not None else None
     pool_opts = {"ray_address": ray_address} if backend == "ray" else {}
-    grid = START_THRESHOLDS if thresholds and search == "batched" and store.manifest["base"] == "default" else ()
+    from_default = search == "batched" and store.manifest["base"] == "default"
+    grid = START_THRESHOLDS if thresholds and from_default else ()
+    start_policy = start_policy if from_default else None
     pool = make_pool(backend, jobs, "mlgo_host.search.worker:SearchWorker",
                      {"clang": clang, "llvm_size": llvm_size, "advisor": "inline", "module_timeout": module_timeout,
                       "baseline_cache": os.path.join(store.path, "baselines"), "copies": copies,
-                      "thresholds": grid},
+                      "thresholds": grid, "start_policy": start_policy, "start_languages": tuple(start_languages)},
                      **pool_opts)
     try:
         pool.broadcast("set_policy", store.policy_blob())
         spent0 = store.compiles(mods)
+        spent: dict[str, dict] = {}
         if search == "batched":
-            BatchedPasses(pool, store, mods, budget, deadline, progress, prior=prior, thresholds=grid).run()
+            passes = BatchedPasses(pool, store, mods, budget, deadline, progress, prior=prior, thresholds=grid,
+                                   start_policy=start_policy is not None)
+            spent = passes.spent
+            passes.run()
         elif search == "channel":
             run = Passes(pool, store, mods, budget, deadline, patience, first_share, seed, progress)
             run.probe()
@@ -107,7 +121,7 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
     finally:
         pool.close()
     minutes = (time.monotonic() - t0) / 60.0
-    summary = store.report(mods, run_minutes=minutes, run_compiles=store.compiles(mods) - spent0)
+    summary = store.report(mods, run_minutes=minutes, run_compiles=store.compiles(mods) - spent0, spent=spent)
     return summary
 
 
@@ -263,12 +277,14 @@ class BatchedPasses(_Budget):
     #: of the compiles left after the probe, what the first pass shares
     FIRST_SHARE = 0.5
 
-    def __init__(self, *args, prior: str | None = None, thresholds: Sequence[int] = (), **kw):
+    def __init__(self, *args, prior: str | None = None, thresholds: Sequence[int] = (), start_policy: bool = False,
+                 **kw):
         super().__init__(*args, **kw)
         self.prior = prior
-        #: the compiles a module's threshold starts take at most: one per threshold, and a second probe's
-        #: channel compile
-        self.start_cost = len(thresholds) + REPROBE if thresholds else 0
+        #: stage (probe, starts, passes) -> its wall seconds and compiles, for the summary
+        self.spent: dict[str, dict] = {}
+        #: the compiles a module's other starts take at most (:func:`~mlgo_host.search.batched.start_cost`)
+        self.start_cost = start_cost(thresholds, start_policy)
 
     def _run(self, tasks: list[tuple], desc: str) -> None:
         run_searches(self.pool, tasks, desc, self.progress, on_result=self.store.add, method="search_batched")
@@ -278,28 +294,65 @@ class BatchedPasses(_Budget):
                 and r.get("search") == "batched" and r["stopped"] != "exhausted"]
 
     def run(self) -> None:
+        self.t0, self.spent0 = time.time(), self.store.compiles(self.mods)
         new = [m for m in self.mods if m.name not in self.store.results]
         if new and self.left() > 0:
-            self._run([(m.to_task(), self.PROBE, None, self.deadline, None, self.prior) for m in new], "tune: probe")
-        self.starts()
+            self._timed("probe", lambda: self._run(
+                [(m.to_task(), self.PROBE, None, self.deadline, None, self.prior) for m in new], "tune: probe"))
+        self._timed("starts", self.starts)
         for k in range(1, 1 + MAX_PASSES):
             open_, left = self._open(), self.left()
             if not open_ or left <= 0:
                 return
+            first = not any(_gain(r) for r in open_) and k == 1
             if self.per_module is None:
-                # a deadline: every module searches until it, in corpus order (measured on the demo's
-                # held-out modules: sharing an estimate of the compiles left by promise, or giving the most
-                # promising modules the workers first, spent a third fewer compiles in the time)
-                budget = [10**9] * len(open_)
+                total = self._compiles_for_pass(len(open_))
             else:
-                first = not any(_gain(r) for r in open_) and k == 1
-                budget = shares(open_, int(np.ceil(self.FIRST_SHARE * left)) if first else left, paid=not first)
+                total = int(np.ceil(self.FIRST_SHARE * left)) if first else left
+            budget = shares(open_, total, paid=not first)
             model = self._model()
             before = self.store.compiles(self.mods)
-            self._run([(self.by_name[r["name"]].to_task(), r["compiles"] + int(b), model, self.deadline, r, self.prior)
-                       for r, b in zip(open_, budget) if b > 0], f"tune: pass {k}")
+            # the biggest shares first: the pass's last task then ends close to the others (its
+            # workers wait for it before the next pass shares again)
+            tasks = sorted(((self.by_name[r["name"]].to_task(), r["compiles"] + int(b), model, self.deadline, r,
+                             self.prior) for r, b in zip(open_, budget) if b > 0), key=lambda t: t[1] - t[4]["compiles"],
+                           reverse=True)
+            self._timed("passes", lambda: self._run(tasks, f"tune: pass {k} ({self._past_start()}/{len(self.mods)} "
+                                                           f"files searched past their start)"))
             if self.store.compiles(self.mods) == before:
                 return
+
+    #: a deadline's passes: each gets this share of the compiles the time left allows, so that later
+    #: passes share again by the bytes each module paid per compile; the last one gets all of it
+    PASS_SHARE = 0.5
+    #: ... once the time left is under this share of the run's whole time
+    LAST_PASS = 0.2
+
+    def _compiles_for_pass(self, n_open: int) -> int:
+        """With a deadline: the compiles this pass shares, from the pool's
+        throughput so far (compiles per second since the run started) and
+        the time left: a share of them (:data:`PASS_SHARE`), or all of them
+        near the deadline; at least one batch per module still open."""
+        now = time.time()
+        done, elapsed = self.store.compiles(self.mods) - self.spent0, max(1e-3, now - self.t0)
+        rate = done / elapsed if done else self.pool.num_workers / 2.0  # (before any: a guess, 2 s a compile)
+        allowed = rate * max(0.0, self.deadline - now)
+        whole = max(1e-3, self.deadline - self.t0)
+        share = 1.0 if (self.deadline - now) < self.LAST_PASS * whole else self.PASS_SHARE
+        return max(int(share * allowed), 2 * n_open)
+
+    def _past_start(self) -> int:
+        """Modules whose search measured a flip."""
+        return sum(1 for n, r in self.store.results.items() if n in self.by_name and r.get("tried"))
+
+    def _timed(self, stage: str, step) -> None:
+        """Run ``step``, adding its wall time and compiles to the run's
+        account of where the time went (:attr:`spent`)."""
+        t, c = time.time(), self.store.compiles(self.mods)
+        step()
+        got = self.spent.setdefault(stage, {"seconds": 0.0, "compiles": 0})
+        got["seconds"] = round(got["seconds"] + time.time() - t, 1)
+        got["compiles"] += self.store.compiles(self.mods) - c
 
     def starts(self) -> None:
         """The threshold starts (:mod:`.starts`) of every probed module with
@@ -499,6 +552,9 @@ class TuneStore:
                     "batches": r.get("batches", 0),
                     "flips_accepted": sum(1 for f in r.get("flips", ()) if f["accepted"]),
                     "replay_matches": r.get("replay_matches"), "stopped": r.get("stopped"),
+                    # the starts measured: the object at each inline threshold, and with the start policy's decisions
+                    "threshold_sizes": r.get("thresholds"), "policy_start_size": r.get("policy_start"),
+                    "start": r.get("start"),
                     # the flags the module's search was compiled with (an inline threshold): a build adds them
                     "base_flags": list(r.get("base_flags") or ()) if r["status"] == "ok"
                     and r.get("best_size") is not None and r["best_size"] < r["default_size"] else []}
@@ -510,7 +566,10 @@ class TuneStore:
                 "forced": len(r["forced"]), "stopped": r.get("stopped")}
 
     # -- the report ---------------------------------------------------------
-    def report(self, mods: Sequence[Module], run_minutes: float, run_compiles: int) -> dict[str, Any]:
+    def report(self, mods: Sequence[Module], run_minutes: float, run_compiles: int,
+               spent: dict[str, dict] | None = None) -> dict[str, Any]:
+        """The summary of ``mods`` (also written with report.csv and
+        report.png); ``spent``: this run's seconds and compiles per stage."""
         rows = [self.manifest["modules"][m.name] | {"module": m.name} for m in mods
                 if m.name in self.manifest["modules"]]
         ok = [r for r in rows if r["status"] == "ok" and r["best_size"] is not None]
@@ -525,7 +584,11 @@ class TuneStore:
              "policy_pct": 100.0 * (p - d) / d if d and self.manifest["base"] != "default" else None,
              "compiles": compiles, "compiles_per_module": compiles / len(rows) if rows else 0.0,
              "run_compiles": run_compiles, "run_minutes": round(run_minutes, 2),
-             "identified": sum(1 for r in rows if r.get("identity"))}
+             "identified": sum(1 for r in rows if r.get("identity")),
+             "searched_past_start": sum(1 for m in mods if (self.results.get(m.name) or {}).get("tried")),
+             "exhausted": sum(1 for m in mods if (self.results.get(m.name) or {}).get("tried")
+                              and self.results[m.name].get("stopped") == "exhausted"),
+             "time_spent": spent or {}}
         atomic_write_json(os.path.join(self.path, "summary.json"), s)
         _write_csv(os.path.join(self.path, "report.csv"), rows)
         _plot(os.path.join(self.path, "report.png"), ok, s)
@@ -542,6 +605,16 @@ def _source_digest(identity: dict | None, root: str | None) -> str | None:
         return file_sha256(path)
     except OSError:
         return None
+
+
+def _check_meanings(policy: str | None, shipped: Sequence[str | None], clang: str, timeout: float) -> None:
+    """The search's policy and the ``shipped`` policies it uses (the prior,
+    the start policy) bound by meaning on ``clang`` before any compile: an
+    input one cannot supply is one error here, not one per worker."""
+    slot = default_slot(clang, timeout)
+    check_meanings(load_policy(policy or "default"), slot)
+    for name in {n for n in shipped if n is not None}:
+        check_meanings(load_policy(shipped_policy_dir(name)), slot)
 
 
 def _policy_key(policy: str) -> str:
@@ -628,7 +701,19 @@ def summary_line(s: dict, output: str) -> str:
     return (f"{output}: {s['tuned']} modules tuned ({s['improved']} smaller), .text {s['best_text']} vs "
             f"{s['default_text']} at -Oz: {s['gain_pct']:.2f}% smaller ({s['gain_bytes']} bytes); "
             f"{s['compiles_per_module']:.1f} compiles/module, this run {s['run_compiles']} compiles in "
-            f"{s['run_minutes']:.1f} min" + (f"; {s['failed']} failed" if s["failed"] else ""))
+            f"{s['run_minutes']:.1f} min" + (f"; {s['failed']} failed" if s["failed"] else "")
+            + _time_line(s))
+
+
+def _time_line(s: dict) -> str:
+    """Where this run's time went: each stage's minutes and compiles, and
+    how many modules were searched past their start (how many to exhaustion)."""
+    stages = s.get("time_spent") or {}
+    if not stages:
+        return ""
+    parts = ", ".join(f"{k} {v['seconds'] / 60:.1f} min ({v['compiles']} compiles)" for k, v in stages.items())
+    return (f"\ntime: {parts}; {s['searched_past_start']} of {s['modules']} modules searched past their start, "
+            f"{s['exhausted']} of them to exhaustion")
 
 
 def progress_default() -> bool:

@@ -53,8 +53,10 @@ class SearchWorker(CollectWorker):
         mod = self._module(task)
         c = self.config
         slot = default_slot(c.clang, c.module_timeout)
+        tries_policy = c.start_policy is not None and mod.language in c.start_languages
         cfg = {**self._compile_cfg(), "default_slot": slot, "copies": c.copies,
-               "thresholds": tuple(c.thresholds), "starts_only": starts_only}
+               "thresholds": tuple(c.thresholds), "starts_only": starts_only,
+               "start_policy": _shipped_policy(c.start_policy) if tries_policy else None}
         default = baseline_size(mod, clang=c.clang, llvm_size=c.llvm_size, cache_dir=c.baseline_cache,
                                 timeout=c.module_timeout)
         fm = FlipGainModel.from_json(model) if model else None
@@ -81,6 +83,12 @@ class SearchWorker(CollectWorker):
         """How this worker compiles: its clang, llvm-size and per-module timeout."""
         c = self.config
         return {"clang": c.clang, "llvm_size": c.llvm_size, "module_timeout": c.module_timeout}
+
+
+@functools.lru_cache(maxsize=None)
+def _shipped_policy(name: str) -> Policy:
+    """The shipped policy ``name`` (greedy, behind its gate), loaded once per worker."""
+    return load_policy(shipped_policy_dir(name))
 
 
 @functools.lru_cache(maxsize=None)

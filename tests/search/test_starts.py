@@ -147,3 +147,57 @@ def test_the_users_deadline_bounds_the_threshold_compiles(tmp_path, monkeypatch)
     later = measure_thresholds(mod, (50, 150), clang="clang-19", timeout=60.0, deadline=time.time() + 600.0)
     assert later == measure_thresholds(mod, (50, 150), clang="clang-19", timeout=60.0)
     assert later[50] == compile_plain(mod, extra_args=threshold_flags(50)).text_size
+
+
+# libstdc++ code where the shipped policy's decisions compile smaller than -Oz's own
+POLICY_CPP = r"""
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+std::string join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string r;
+  for (size_t i = 0; i < v.size(); ++i) { if (i) r += sep; r += v[i]; }
+  return r;
+}
+std::map<std::string, int> count(const std::vector<std::string>& v) {
+  std::map<std::string, int> m;
+  for (auto& s : v) m[s]++;
+  return m;
+}
+std::vector<int> sorted_lengths(const std::vector<std::string>& v) {
+  std::vector<int> r;
+  for (auto& s : v) r.push_back((int)s.size());
+  std::sort(r.begin(), r.end());
+  return r;
+}
+"""
+
+
+def test_a_search_starts_from_the_shipped_policy_when_its_object_is_the_smallest(tmp_path):
+    """The shipped policy's decisions are a start beside -Oz (and the
+    thresholds): measured by a probe with it, taken when smaller, and the
+    module never ends bigger than that start; `--start-policy none` keeps
+    -Oz's start and measures no policy."""
+    proj = tmp_path / "project"
+    (proj / "src").mkdir(parents=True)
+    (proj / "src" / "s.cpp").write_text(POLICY_CPP)
+    db = [{"directory": str(proj), "file": "src/s.cpp",
+           "arguments": ["c++", "-Oz", "-c", "src/s.cpp", "-o", "s.o"]}]
+    (proj / "compile_commands.json").write_text(json.dumps(db))
+    rep = build_corpus(load_compile_commands(proj / "compile_commands.json"), tmp_path / "corpus", clang="clang-19",
+                       jobs=1, progress=False)
+    assert not rep.failures, rep.failures
+    got = {}
+    for how in ("pretrained-oz", "none"):
+        t = tmp_path / f"T-{how}"
+        r = mlgo_host("tune", "--corpus", str(tmp_path / "corpus"), "--output", str(t), "--compiles-per-module", "8",
+                      "--jobs", "1", "--no-progress", "--no-thresholds", "--start-policy", how)
+        assert r.returncode == 0, r.stderr
+        (got[how],) = read_manifest(t)["modules"].values()
+    by_policy, by_oz = got["pretrained-oz"], got["none"]
+    assert by_policy["policy_start_size"] < by_policy["default_size"] and by_policy["start"] == "policy"
+    assert by_policy["policy_size"] == by_policy["policy_start_size"]  # the search's start: the policy's object
+    assert by_policy["best_size"] <= by_policy["policy_start_size"]
+    assert by_oz["policy_start_size"] is None and by_oz["start"] == "base"
+    assert by_oz["policy_size"] == by_oz["default_size"]

@@ -220,3 +220,26 @@ def test_a_kill_of_tune_leaves_no_temp_files_and_keeps_T(tuned, tmp_path, whom):
         pytest.fail("processes of tune's group still run")
     assert sorted(x.name for x in tmp.iterdir()) == []
     assert read_manifest(t)["modules"], "the modules finished before the signal are kept"
+
+
+def test_a_deadline_is_shared_by_every_module_and_the_summary_says_where_the_time_went(tmp_path):
+    """``--budget-minutes``: every module with decisions is searched past
+    its start before any is searched to exhaustion (no corpus order), and
+    the summary splits the run's time and compiles into probe, starts and
+    passes."""
+    corpus = build_project_corpus(tmp_path)
+    t = tmp_path / "T"
+    r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--budget-minutes", "0.5", "--jobs", "2",
+                  "--no-progress")
+    assert r.returncode == 0, r.stderr
+    mods = read_manifest(t)["modules"]
+    with_decisions = [n for n, m in mods.items() if m["decisions"] > 0]
+    searched = [n for n in with_decisions if mods[n]["tried"] > 0]
+    exhausted = [n for n in searched if mods[n]["stopped"] == "exhausted"]
+    assert len(with_decisions) == 3 and not (exhausted and len(searched) < len(with_decisions)), mods
+    s = json.loads((t / "summary.json").read_text())
+    assert s["searched_past_start"] == len(searched) > 0 and s["exhausted"] == len(exhausted)
+    assert {"probe", "passes"} <= set(s["time_spent"])
+    assert sum(v["compiles"] for v in s["time_spent"].values()) == s["run_compiles"]
+    (line,) = [ln for ln in r.stdout.splitlines() if ln.startswith("time: ")]
+    assert "probe " in line and f"{len(searched)} of 3 modules searched past their start" in line
