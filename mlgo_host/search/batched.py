@@ -1674,7 +1674,7 @@ def _best_start(module: Module, policy, resume: dict, default_size: int, cfg: di
     """Measure the module's other starts and pick the smallest: the sizes
     at each threshold of ``cfg["thresholds"]`` (one plain compile each) and
     the size with ``cfg["start_policy"]``'s decisions (a probe with that
-    policy: its channel compile and a plain one).  When one is smaller than
+    policy: its channel compile, the plain one is the first probe's).  When one is smaller than
     -Oz's object, the search starts over from it: returns the module with
     its flags, the flags and its probe (a threshold's: a second probe with
     ``policy``, the compiler's default, at that threshold); None keeps
@@ -1690,11 +1690,11 @@ def _best_start(module: Module, policy, resume: dict, default_size: int, cfg: di
     by_policy = None
     if cfg.get("start_policy") is not None:
         try:
-            by_policy = _probe_within(module, cfg["start_policy"], cfg, deadline)
+            by_policy = _probe_within(module, cfg["start_policy"], cfg, deadline, like=resume["probe"])
             cost += by_policy.compiles
         except MlgoHostError as e:
             log.warning("%s: the probe with the start policy failed (%s): it is not a start", module.name, e)
-            cost += 2
+            cost += 1
     t = best_start(sizes, oz)
     if by_policy is not None and by_policy.episode.n and by_policy.text < min([oz] + ([sizes[t]] if t else [])):
         return sizes, int(by_policy.text), (module, [], by_policy, "policy"), cost
@@ -1715,18 +1715,19 @@ def _best_start(module: Module, policy, resume: dict, default_size: int, cfg: di
 def start_cost(thresholds: Sequence[int], policy: bool) -> int:
     """The compiles a module's other starts take at most: one per threshold
     and a second probe's channel compile (:mod:`.starts`), and a probe with
-    the start policy (its channel compile and a plain one)."""
-    return (len(thresholds) + REPROBE if thresholds else 0) + (2 if policy else 0)
+    the start policy (its channel compile: the plain one is the first
+    probe's, same command)."""
+    return (len(thresholds) + REPROBE if thresholds else 0) + (1 if policy else 0)
 
 
-def _probe_within(module: Module, policy, cfg: dict, deadline: float | None, plain=None) -> Probe:
+def _probe_within(module: Module, policy, cfg: dict, deadline: float | None, plain=None, like=None) -> Probe:
     """:func:`probe_module` with the module's timeout cut at the user's
     ``deadline`` (an error, no compile, once it has passed)."""
     timeout = within_deadline(cfg.get("module_timeout", 300.0), deadline)
     if timeout <= 0:
         raise MlgoHostError("the deadline passed before the probe")
     return probe_module(module, policy, clang=cfg["clang"], llvm_size=cfg.get("llvm_size"), timeout=timeout,
-                        plain=plain)
+                        plain=plain, like=like)
 
 
 def search_of(module: Module, probe: Probe, cfg: dict, *, budget: int, spent: int | None = None,

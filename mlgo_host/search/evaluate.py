@@ -147,6 +147,9 @@ class Probe:
     compiles: int = 2
     #: the plain compile (the compiler's own decisions): its sizes and the keys it inlined
     plain: Measured | None = None
+    #: the ``always_inline`` sites its remarks named: with ``plain``, what a second probe of the same
+    #: command (another policy's decisions) needs instead of a plain compile of its own
+    mandatory: tuple[Site, ...] | None = None
 
 
 def plain_compile(module: Module, clang: str, timeout: float) -> tuple[str, Measured]:
@@ -177,13 +180,14 @@ def record_flags(path: str) -> list[str]:
 
 def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str | None = None,
                  timeout: float = 300.0, debug: DebugInfo | None = None,
-                 plain: tuple[str, Measured] | None = None) -> Probe:
+                 plain: tuple[str, Measured] | None = None, like: Probe | None = None) -> Probe:
     """Compile ``module`` over the channel with ``policy`` (the compiler's
     default for the search's start), recording the trajectory and the
     optimization record, and name every decision's call site.  ``plain``:
     :func:`plain_compile`'s result for this very command, when a caller
-    made it already (the threshold starts): the probe then costs its channel
-    compile only."""
+    made it already (the threshold starts), or ``like``: an earlier probe of
+    this very command (another policy's start) that kept it; the probe then
+    costs its channel compile only."""
     t0 = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="mlgo-probe-")
     try:
@@ -204,13 +208,18 @@ def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str
         return Probe(ep, [], int(res.text_size), time.monotonic() - t0, compiles=1)
     if debug is None:
         debug = debug_info(module.bc_path, llvm_tool(clang, "llvm-dis"), timeout)
-    compiles = 2 if plain is None else 1
-    plain_text, plain = plain if plain is not None else plain_compile(module, clang, timeout)
+    if like is not None and like.plain is not None and like.mandatory is not None:
+        compiles, plain, mandatory = 1, like.plain, list(like.mandatory)
+    else:
+        compiles = 2 if plain is None else 1
+        plain_text, plain = plain if plain is not None else plain_compile(module, clang, timeout)
+        mandatory = mandatory_sites(plain_text)
     # (the plain compile's inlined keys tell apart copies of one body; they are the probe's own when
     # the probe takes the compiler's decisions, as tune's does, else only a hint)
-    decisions = identify(remarks, debug, mandatory_sites(plain_text), plain.inlined)
+    decisions = identify(remarks, debug, mandatory, plain.inlined)
     for d, a in zip(decisions, ep.actions):
         if bool(a) != d.inlined:
             raise CompilerError(f"module {module.name!r}: decision {d.index}: the record says "
                                 f"{'inlined' if d.inlined else 'not inlined'}, the channel answered {int(a)}")
-    return Probe(ep, decisions, int(res.text_size), time.monotonic() - t0, compiles=compiles, plain=plain)
+    return Probe(ep, decisions, int(res.text_size), time.monotonic() - t0, compiles=compiles, plain=plain,
+                 mandatory=tuple(mandatory))
