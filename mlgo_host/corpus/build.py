@@ -289,18 +289,26 @@ def build_corpus(
     with cf.ThreadPoolExecutor(max_workers=jobs) as ex:
         futs = {ex.submit(build_module, clang, e, n, out_dir, opt_level, timeout, force): (e, n)
                 for e, n in zip(entries, names)}
-        for fut in cf.as_completed(futs):
-            e, n = futs[fut]
-            try:
-                if fut.result():
-                    built += 1
-                else:
-                    reused += 1
-                ok.append((n, e.is_cxx))
-            except (CorpusError, OSError, subprocess.SubprocessError) as err:
-                failures.append((str(e.file), str(err)))
-            bar.update(1)
-    bar.close()
+        try:
+            for fut in cf.as_completed(futs):
+                e, n = futs[fut]
+                try:
+                    if fut.result():
+                        built += 1
+                    else:
+                        reused += 1
+                    ok.append((n, e.is_cxx))
+                except (CorpusError, OSError, subprocess.SubprocessError) as err:
+                    failures.append((str(e.file), str(err)))
+                bar.update(1)
+        except BaseException:
+            # Ctrl-C: start no more compiles (leaving the block would otherwise
+            # wait for every queued one); those running finish or fail, and
+            # each module's files are written atomically either way.
+            ex.shutdown(wait=True, cancel_futures=True)
+            raise
+        finally:
+            bar.close()
     if not ok:
         raise CorpusError(f"no module could be built ({len(failures)} failures; first: "
                           f"{failures[0][0]}: {failures[0][1]})")
