@@ -19,7 +19,7 @@ from mlgo_host.errors import CompatibilityWarning, MlgoHostError
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("mlgo_host.commands.run", "compile once with a policy answering the compiler's decisions"),
-    "corpus": ("mlgo_host.commands.corpus", "build a corpus from a compile database, or the benchmark corpus"),
+    "corpus": ("mlgo_host.commands.corpus", "build a corpus from a compile database, the benchmark corpus or Debian source packages"),
     "eval": ("mlgo_host.commands.eval", "evaluate a policy over a corpus against the default heuristic"),
     "trace": ("mlgo_host.commands.trace", "record a policy's observations and decisions over a corpus"),
     "vocab": ("mlgo_host.commands.vocab", "compute per-feature quantile vocabularies from a trace"),

@@ -23,11 +23,21 @@ per module <m>.bc and its NUL-separated cc1 command <m>.cmd).
              more sdists (libsodium, capstone, libyara, libsass, leveldb,
              upb, isa-l, ...), none of them in the external list.
 
+  debian     a corpus from Debian (bookworm main) source packages named in
+             mlgo_host/data/debian_packages.txt (--packages a,b for some of
+             them): apt-get source into a cache, apt-get build-dep, the
+             package's own configure/cmake/meson/make under bear with
+             clang-19 at -Oz, then the recorded compiles (vendored copies and
+             tests left out) as modules PACKAGE/path.  A package that does
+             not build is skipped with its reason in OUTPUT/packages.json;
+             built packages are kept, so a second run builds what is missing.
+
 examples:
   mlgo-host corpus build --compile-commands build/compile_commands.json --output corpus/
   mlgo-host corpus benchmark --output bench_corpus/
   mlgo-host corpus benchmark --sources external --output external_corpus/
   mlgo-host corpus benchmark --sources training --output training_corpus/ -j2
+  mlgo-host corpus debian --packages iniparser,json-c --output debian_corpus/ -j2
 """
 
 from __future__ import annotations
@@ -71,6 +81,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "generalization beyond the benchmark), or the path of a list in the same format")
     m.add_argument("--package", action="append", metavar="NAME",
                    help="build only this package of the list (repeatable; default: all of them)")
+    d = sub.add_parser("debian", help="build a corpus from Debian (bookworm main) source packages",
+                       formatter_class=HelpFormatter,
+                       description="Build a corpus from Debian (bookworm main) source packages, each configured "
+                                   "and built by its own build system under bear with clang-19 at -Oz. Needs "
+                                   "root (or sudo) for apt and the network.")
+    _common(d)
+    d.add_argument("--packages", metavar="NAME,NAME", default=None,
+                   help="build only these packages (default: every package of the packages file)")
+    d.add_argument("--packages-file", metavar="PATH", default=None,
+                   help="the source packages that may be built, one a line (default: "
+                        "mlgo_host/data/debian_packages.txt, the list the project may train on)")
+    d.add_argument("--cache-dir", metavar="DIR", default=None,
+                   help="where sources are downloaded, extracted and built "
+                        "(default: $XDG_CACHE_HOME/mlgo_host/debian/src, i.e. ~/.cache/mlgo_host/debian/src)")
+    d.add_argument("--no-build-deps", action="store_true",
+                   help="do not apt-get build-dep (the build dependencies are installed already)")
+    d.add_argument("--retry-skipped", action="store_true",
+                   help="try again the packages an earlier run skipped (default: keep them skipped)")
+    d.add_argument("--build-timeout", type=float, default=3600.0, metavar="SECONDS",
+                   help="time one step of a package's build (configure, make, build-dep) may take")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -87,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     from mlgo_host.corpus.build import build_corpus, load_compile_commands
 
     if args.corpus_command is None:
-        raise ConfigError("choose an action: mlgo-host corpus build ... or mlgo-host corpus benchmark ...")
+        raise ConfigError("choose an action: mlgo-host corpus build ..., corpus benchmark ... or corpus debian ...")
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     progress = not args.no_progress
@@ -95,6 +125,17 @@ def run(args: argparse.Namespace) -> int:
         entries = load_compile_commands(args.compile_commands)
         report = build_corpus(entries, args.output, clang=args.clang, jobs=args.jobs, opt_level=args.opt,
                               timeout=args.timeout, progress=progress, force=args.force)
+    elif args.corpus_command == "debian":
+        from mlgo_host.corpus.debian import build_debian
+
+        report = build_debian(args.output, packages=args.packages, packages_file=args.packages_file,
+                              cache_dir=args.cache_dir, clang=args.clang, jobs=args.jobs,
+                              build_deps=not args.no_build_deps, retry_skipped=args.retry_skipped,
+                              build_timeout=args.build_timeout, timeout=args.timeout, progress=progress)
+        for src, reason in report.failures:
+            print(f"failed {src}: {reason}", file=sys.stderr)
+        print(f"{args.output}: {report.summary()}")
+        return 0
     else:
         from mlgo_host.corpus.benchmark import build_benchmark
 

@@ -1,0 +1,841 @@
+"""A corpus from Debian source packages (bookworm, main), each built with its
+own build system.
+
+Only packages named in a packages file are built: by default
+``mlgo_host/data/debian_packages.txt``, the list the project may train on
+(held apart from the external corpus's projects so evaluations stay honest).
+For each package :func:`build_debian`
+
+1. makes sure apt knows bookworm main's sources (:func:`ensure_deb_src`: a
+   ``Types: deb-src`` stanza mirroring the deb.debian.org bookworm one, added
+   once), downloads the source (``apt-get source --download-only``) into the
+   cache and extracts it afresh with ``dpkg-source -x`` (Debian's patches
+   applied) whenever it has to be built: ``bear`` records only the compiles
+   that run, so a tree left half built by an interrupted run would give an
+   incomplete compile database;
+2. installs its build dependencies (``apt-get build-dep``, unless told not
+   to), then configures and builds it as upstream does, not as
+   ``dpkg-buildpackage`` does (:func:`detect_build_system`, :func:`build_steps`),
+   with ``CC=clang-19 CXX=clang++-19 CFLAGS=CXXFLAGS=-Oz`` and the build
+   proper (not the configure step, whose probe compiles are no code of the
+   package) under ``bear``;
+3. feeds the recorded compiles to :func:`mlgo_host.corpus.build.build_corpus`
+   at ``-Oz``, module names prefixed with the package name
+   (``iniparser/src/dictionary``), so that splitting by project is by the
+   first path component, as for the other corpora.
+
+Which compiles are kept (:func:`select_entries`): C and C++ sources inside
+the package's tree, one module per source file (libtool compiles a file
+twice, with and without ``-fPIC``).  Left out, and counted in the report:
+
+* vendored copies of other projects, under a directory named like
+  :data:`VENDORED_DIRS` (``third_party/``, ``vendor/``, ``deps/``, ...): they
+  are other projects' code, which may be in the external corpus or in another
+  package of the list;
+* sources outside the tree (generated into a temporary directory, or system
+  files);
+* test programs (under ``test/`` or ``tests/``).  Left out because whether
+  they are built at all depends on the build system's defaults (CMake's
+  ``BUILD_TESTING``, which is turned off here to save build time, builds
+  them; ``make`` of autotools builds them only for ``make check``), so
+  keeping them would weigh packages by their build system rather than by
+  their code; and the corpus is meant for code that ships, which the tests
+  are not (they are mostly assertion macros and test-framework calls).
+
+The result, per package, is kept in ``packages.json`` in the output
+directory (status ``ok`` with its modules, or ``skipped`` with a one-line
+reason); each package's build log is ``logs/NAME.log`` beside it.  Cached
+and resumable: a package whose report entry is ``ok`` and whose modules all
+exist is not touched again; a package whose tree was built (a stamp beside
+the tree) but whose modules are incomplete only has its modules built;
+packages skipped before are kept skipped unless ``retry_skipped``.  An
+interrupt stops the build's whole process group; the module builder writes
+every ``.bc`` and ``.cmd`` atomically (a module counts only when both
+exist), so nothing half written is left in the corpus.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from mlgo_host.corpus.build import (CXX_EXTS, BuildReport, CompileEntry, build_corpus, load_compile_commands)
+from mlgo_host.corpus.corpus import write_description
+from mlgo_host.errors import ConfigError, CorpusError
+from mlgo_host.fsutil import atomic_write_bytes
+from mlgo_host.progress import progress_bar
+
+SUITE = "bookworm"
+COMPONENT = "main"
+#: the stanza :func:`ensure_deb_src` adds when apt has no bookworm main sources
+DEB_SRC_FILE = "mlgo-host-deb-src.sources"
+REPORT = "packages.json"
+REPORT_FORMAT = "mlgo_host.debian_packages/1"
+LOGS = "logs"
+#: written into the extracted tree once its build has finished
+BUILT_STAMP = ".mlgo-built"
+#: the compile database bear writes, beside (not inside) the extracted tree
+DATABASE = "compile_commands.json"
+
+#: directory names that hold other projects' code
+VENDORED_DIRS = frozenset({"third_party", "third-party", "thirdparty", "3rdparty", "vendor", "vendored",
+                           "deps", "external", "contrib"})
+TEST_DIRS = frozenset({"test", "tests"})
+C_EXTS = (".c",)
+#: C++ by suffix (Objective-C++ is not C++ for this corpus)
+CXX_SOURCE_EXTS = tuple(e for e in CXX_EXTS if e != ".mm")
+BUILD_SYSTEMS = ("autotools", "cmake", "meson", "make")
+#: tools the build needs, and the Debian packages that bring them
+TOOL_PACKAGES = {"bear": ("bear",), "autoreconf": ("autoconf", "automake", "libtool"), "cmake": ("cmake",),
+                 "meson": ("meson",), "ninja": ("ninja-build",), "dpkg-source": ("dpkg-dev",)}
+_NAME_RE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
+
+
+class PackageSkipped(Exception):
+    """A package that cannot go into the corpus; the message is its reason."""
+
+
+# -- the packages file ---------------------------------------------------------
+
+def default_packages_file() -> Path:
+    return Path(str(resources.files("mlgo_host") / "data" / "debian_packages.txt"))
+
+
+def read_packages_file(path: str | os.PathLike | None = None) -> list[str]:
+    """Source package names of a packages file: one a line, ``#`` starts a
+    comment, blank lines ignored, order kept, duplicates once."""
+    p = Path(path) if path is not None else default_packages_file()
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read the packages file: {e.strerror or e}") from None
+    names: list[str] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        name = line.split("#", 1)[0].strip()
+        if not name:
+            continue
+        if not _NAME_RE.fullmatch(name):
+            raise ConfigError(f"{p}:{n}: {name!r} is not a Debian source package name")
+        if name not in names:
+            names.append(name)
+    if not names:
+        raise ConfigError(f"{p}: the packages file names no package")
+    return names
+
+
+def select_packages(allowed: Sequence[str], requested: str | Sequence[str] | None) -> list[str]:
+    """The requested packages (``"a,b"`` or a list), in the order asked; all
+    of ``allowed`` when None.  A name not in ``allowed`` is a ConfigError."""
+    if requested is None:
+        return list(allowed)
+    if isinstance(requested, str):
+        requested = requested.split(",")
+    want = [n.strip() for n in requested if n.strip()]
+    if not want:
+        raise ConfigError("--packages names no package")
+    unknown = [n for n in want if n not in allowed]
+    if unknown:
+        raise ConfigError(f"not in the packages file: {', '.join(unknown)} (only the packages it lists may be "
+                          "built; see --packages-file)")
+    return list(dict.fromkeys(want))
+
+
+# -- what of a compile database goes into the corpus -------------------------------
+
+@dataclasses.dataclass
+class Selection:
+    entries: list[CompileEntry]
+    names: list[str]  #: module names, ``PACKAGE/path/without/suffix``
+    left_out: dict[str, int]  #: reason -> how many entries
+
+
+def language(path: str | os.PathLike) -> str | None:
+    """"C", "C++" or None (not a C or C++ source), by suffix."""
+    suffix = Path(path).suffix
+    if suffix in C_EXTS:
+        return "C"
+    if suffix in CXX_SOURCE_EXTS:
+        return "C++"
+    return None
+
+
+def is_vendored(rel: str | os.PathLike) -> bool:
+    """Whether a path relative to the package tree lies under a directory
+    named like a vendored copy of another project (``third_party/``, ...)."""
+    return any(part.lower() in VENDORED_DIRS for part in Path(rel).parts[:-1])
+
+
+def is_test(rel: str | os.PathLike) -> bool:
+    return any(part.lower() in TEST_DIRS for part in Path(rel).parts[:-1])
+
+
+def select_entries(package: str, entries: Iterable[CompileEntry], tree: str | os.PathLike) -> Selection:
+    """The entries that make modules, one per C/C++ source inside ``tree``,
+    outside vendored and test directories, named after the package and the
+    source's path in the tree (a source whose name without suffix repeats
+    another's gets ``.N``)."""
+    root = os.path.realpath(tree)
+    left_out = {"not C or C++": 0, "outside the tree": 0, "vendored": 0, "tests": 0, "compiled again": 0}
+    by_file: dict[str, CompileEntry] = {}
+    # sorted: which of a file's several compiles is kept does not depend on
+    # the order a parallel build ran them in
+    for e in sorted(entries, key=lambda e: (str(e.file), e.arguments)):
+        if language(e.file) is None:
+            left_out["not C or C++"] += 1
+            continue
+        real = os.path.realpath(e.file)
+        if os.path.commonpath([root, real]) != root:
+            left_out["outside the tree"] += 1
+            continue
+        rel = os.path.relpath(real, root)
+        if is_vendored(rel):
+            left_out["vendored"] += 1
+        elif is_test(rel):
+            left_out["tests"] += 1
+        elif rel in by_file:
+            left_out["compiled again"] += 1
+        else:
+            by_file[rel] = e
+    names: list[str] = []
+    seen: dict[str, int] = {}
+    for rel in by_file:
+        stem = f"{package}/{os.path.splitext(rel)[0]}"
+        n = seen.get(stem, 0)
+        seen[stem] = n + 1
+        names.append(stem if n == 0 else f"{stem}.{n}")
+    return Selection(list(by_file.values()), names, {k: v for k, v in left_out.items() if v})
+
+
+# -- the build system ------------------------------------------------------------
+
+def _debian_hint(tree: Path) -> str | None:
+    """The build system Debian's packaging names: ``--buildsystem=X`` in
+    debian/rules, else a build dependency on cmake or meson."""
+    try:
+        rules = (tree / "debian" / "rules").read_text(errors="replace")
+    except OSError:
+        rules = ""
+    m = re.search(r"--buildsystem[= ]+(\w+)", rules)
+    if m:
+        return {"autoconf": "autotools", "cmake": "cmake", "meson": "meson", "makefile": "make"}.get(m.group(1))
+    try:
+        control = (tree / "debian" / "control").read_text(errors="replace")
+    except OSError:
+        return None
+    m = re.search(r"^Build-Depends(?:-Arch|-Indep)?:(.*(?:\n[ \t].*)*)", control, re.M)
+    deps = {re.split(r"[\s(:\[<]", d.strip(), maxsplit=1)[0] for d in m.group(1).replace("|", ",").split(",")} \
+        if m else set()
+    if "meson" in deps:
+        return "meson"
+    if "cmake" in deps:
+        return "cmake"
+    return None
+
+
+def source_directory(tree: str | os.PathLike) -> Path:
+    """Where the package's build starts: the tree, or the subdirectory
+    debian/rules names with ``--sourcedirectory``."""
+    tree = Path(tree)
+    try:
+        rules = (tree / "debian" / "rules").read_text(errors="replace")
+    except OSError:
+        return tree
+    m = re.search(r"--sourcedir(?:ectory)?[= ]+([\w./+-]+)", rules)
+    if m and (tree / m.group(1)).is_dir() and ".." not in Path(m.group(1)).parts:
+        return tree / m.group(1)
+    return tree
+
+
+def detect_build_system(src: str | os.PathLike) -> str | None:
+    """``autotools``, ``cmake``, ``meson`` or ``make`` for the source directory
+    ``src`` (None when it has none of them).  A package that has several uses
+    the one its Debian packaging uses (``--buildsystem``, or a build
+    dependency on cmake or meson); otherwise a configure script (or
+    configure.ac, to be autoreconf'ed) comes first, as debhelper decides."""
+    src = Path(src)
+    tree = src
+    while not (tree / "debian").is_dir() and tree.parent != tree and tree != src.parent.parent:
+        tree = tree.parent  # the debian/ directory is at the top when src is a --sourcedirectory
+    hint = _debian_hint(tree)
+    has = {"autotools": any((src / f).is_file() for f in ("configure", "configure.ac", "configure.in")),
+           "cmake": (src / "CMakeLists.txt").is_file(),
+           "meson": (src / "meson.build").is_file(),
+           "make": any((src / f).is_file() for f in ("GNUmakefile", "Makefile", "makefile"))}
+    if hint and has.get(hint):
+        return hint
+    for system in BUILD_SYSTEMS:
+        if has[system]:
+            return system
+    return None
+
+
+def _autoconf_generated(configure: Path) -> bool:
+    """A configure script autoconf wrote (it takes CC=..., --disable-static);
+    hand-written ones (zlib's, tcc's) may reject what they do not know."""
+    try:
+        with open(configure, "rb") as f:
+            return b"Generated by GNU Autoconf" in f.read(4096)
+    except OSError:
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    argv: tuple[str, ...]
+    cwd: Path
+    under_bear: bool = False  #: the build proper, whose compiles are recorded
+
+
+def build_steps(system: str, src: Path, *, cc: str, cxx: str, jobs: int, opt: str = "-Oz") -> list[Step]:
+    """The commands that configure and build ``src`` with ``system``."""
+    j = f"-j{max(1, jobs)}"
+    if system == "autotools":
+        steps = []
+        if not (src / "configure").is_file():
+            steps.append(Step(("autoreconf", "-fi"), src))
+        configure = ["./configure"]
+        # Generated or about to be (autoreconf): takes the precious variables
+        # as arguments and --disable-static (libtool otherwise compiles every
+        # file twice); a hand-written one gets them from the environment only.
+        if not (src / "configure").is_file() or _autoconf_generated(src / "configure"):
+            configure += [f"CC={cc}", f"CXX={cxx}", f"CFLAGS={opt}", f"CXXFLAGS={opt}", "--disable-static",
+                          "--disable-dependency-tracking"]
+        steps.append(Step(tuple(configure), src))
+        steps.append(Step(("make", j), src, under_bear=True))
+        return steps
+    if system == "cmake":
+        return [Step(("cmake", "-S", ".", "-B", "build", "-G", "Unix Makefiles", f"-DCMAKE_C_COMPILER={cc}",
+                      f"-DCMAKE_CXX_COMPILER={cxx}", "-DCMAKE_BUILD_TYPE=None", f"-DCMAKE_C_FLAGS={opt}",
+                      f"-DCMAKE_CXX_FLAGS={opt}", "-DBUILD_TESTING=OFF"), src),
+                Step(("make", "-C", "build", j), src, under_bear=True)]
+    if system == "meson":
+        return [Step(("meson", "setup", "build", "--buildtype=plain"), src),
+                Step(("ninja", "-C", "build", j), src, under_bear=True)]
+    if system == "make":
+        # CC/CXX on the command line (a Makefile's `CC = gcc` beats the
+        # environment); CFLAGS only from the environment, so a Makefile that
+        # sets its own keeps its -I and -D flags (the corpus is rebuilt at -Oz
+        # whatever -O it used).
+        return [Step(("make", j, f"CC={cc}", f"CXX={cxx}"), src, under_bear=True)]
+    raise ValueError(f"unknown build system {system!r}")
+
+
+def build_env(cc: str, cxx: str, opt: str = "-Oz") -> dict[str, str]:
+    env = dict(os.environ)
+    for k in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "CPPFLAGS", "LDFLAGS"):
+        env.pop(k, None)
+    env.update(CC=cc, CXX=cxx, CFLAGS=opt, CXXFLAGS=opt, LC_ALL="C", DEBIAN_FRONTEND="noninteractive")
+    return env
+
+
+def cxx_driver(clang: str) -> str:
+    """clang++-19 for clang-19 (and /usr/bin/clang++-19 for /usr/bin/clang-19)."""
+    d, base = os.path.split(clang)
+    if base.startswith("clang") and not base.startswith("clang++"):
+        base = "clang++" + base[len("clang"):]
+    return os.path.join(d, base)
+
+
+# -- the report ------------------------------------------------------------------
+
+def load_report(path: str | os.PathLike) -> dict[str, dict]:
+    """Package name -> its entry; empty when there is no report yet."""
+    p = Path(path)
+    if not p.exists():
+        return {}
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise CorpusError(f"{p}: unreadable package report: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != REPORT_FORMAT or not isinstance(doc.get("packages"), dict):
+        raise CorpusError(f"{p}: not a {REPORT_FORMAT} report")
+    return doc["packages"]
+
+
+def save_report(path: str | os.PathLike, packages: dict[str, dict]) -> None:
+    doc = {"format": REPORT_FORMAT, "packages": dict(sorted(packages.items()))}
+    atomic_write_bytes(str(path), (json.dumps(doc, indent=1) + "\n").encode("utf-8"))
+
+
+def modules_present(out_dir: str | os.PathLike, modules: Iterable[str]) -> bool:
+    out = Path(out_dir)
+    return all((out / f"{m}.bc").is_file() and (out / f"{m}.cmd").is_file() for m in modules)
+
+
+def needs_work(entry: dict | None, out_dir: str | os.PathLike, retry_skipped: bool = False) -> bool:
+    """Whether a package has to be (re)built: no entry, an ``ok`` entry with
+    a module missing, or a skipped one when ``retry_skipped``."""
+    if not entry:
+        return True
+    if entry.get("status") == "ok":
+        modules = entry.get("modules") or []
+        return not modules or not modules_present(out_dir, modules)
+    return retry_skipped
+
+
+def corpus_modules(report: dict[str, dict]) -> list[str]:
+    """Every module of the packages built ``ok``."""
+    return sorted(m for e in report.values() if e.get("status") == "ok" for m in e.get("modules", ()))
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclasses.dataclass
+class DebianReport:
+    packages: dict[str, dict]  #: the whole report (this run's packages and earlier ones)
+    chosen: list[str]  #: the packages this run was asked for
+    attempted: list[str]  #: the packages built (or tried and skipped) in this run
+    failures: list[tuple[str, str]]  #: (source, reason) of modules that failed this run
+
+    def counts(self) -> tuple[int, int, int, int]:
+        """(packages ok, packages skipped, C modules, C++ modules) of the chosen packages."""
+        ok = skipped = c = cxx = 0
+        for name in self.chosen:
+            e = self.packages.get(name) or {}
+            if e.get("status") == "ok":
+                ok += 1
+                c += e.get("c", 0)
+                cxx += e.get("cxx", 0)
+            else:
+                skipped += 1
+        return ok, skipped, c, cxx
+
+    def summary(self) -> str:
+        ok, skipped, c, cxx = self.counts()
+        share = f"{100 * c / (c + cxx):.1f} %" if c + cxx else "-"
+        return (f"{len(self.chosen)} packages: {ok} ok, {skipped} skipped; {c + cxx} modules "
+                f"({c} C, {cxx} C++; C share {share}); {len(self.attempted)} attempted in this run")
+
+
+# -- apt ---------------------------------------------------------------------------
+
+APT_OPTS = ("-q", "-o", "DPkg::Lock::Timeout=600")
+
+
+def _privileged(argv: Sequence[str]) -> list[str]:
+    """``argv`` as root: as is when root, else through sudo."""
+    if os.geteuid() == 0:
+        return list(argv)
+    if shutil.which("sudo"):
+        return ["sudo", "-n", *argv]
+    raise ConfigError(f"{argv[0]} needs root (run as root or install sudo)")
+
+
+def _deb822_stanzas(text: str) -> list[dict[str, str]]:
+    stanzas: list[dict[str, str]] = []
+    cur: dict[str, str] = {}
+    last = None
+    for line in text.splitlines():
+        if not line.strip():
+            if cur:
+                stanzas.append(cur)
+            cur, last = {}, None
+        elif line.lstrip().startswith("#"):
+            continue
+        elif line[0] in " \t" and last:
+            cur[last] += " " + line.strip()
+        elif ":" in line:
+            k, _, v = line.partition(":")
+            last = k.strip().lower()
+            cur[last] = v.strip()
+    if cur:
+        stanzas.append(cur)
+    return stanzas
+
+
+def _one_line_entries(text: str) -> list[dict[str, str]]:
+    """One-line ``deb[-src] [opts] URI SUITE COMPONENT...`` entries as stanzas."""
+    out = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        line = re.sub(r"\[[^]]*\]", " ", line)  # [signed-by=... arch=...]
+        f = line.split()
+        if len(f) >= 4 and f[0] in ("deb", "deb-src"):
+            out.append({"types": f[0], "uris": f[1], "suites": f[2], "components": " ".join(f[3:])})
+    return out
+
+
+def apt_entries(etc_apt: str | os.PathLike = "/etc/apt") -> list[tuple[Path, dict[str, str]]]:
+    """(file, stanza) of every apt source, deb822 or one-line, enabled or not."""
+    etc = Path(etc_apt)
+    files = [etc / "sources.list"] + sorted((etc / "sources.list.d").glob("*.list")) \
+        + sorted((etc / "sources.list.d").glob("*.sources"))
+    out = []
+    for f in files:
+        try:
+            text = f.read_text(errors="replace")
+        except OSError:
+            continue
+        stanzas = _deb822_stanzas(text) if f.suffix == ".sources" else _one_line_entries(text)
+        out += [(f, s) for s in stanzas]
+    return out
+
+
+def _serves(stanza: dict[str, str], kind: str, suite: str, component: str) -> bool:
+    return (kind in stanza.get("types", "").split() and suite in stanza.get("suites", "").split()
+            and component in stanza.get("components", "").split()
+            and stanza.get("enabled", "yes").lower() != "no")
+
+
+def ensure_deb_src(etc_apt: str | os.PathLike = "/etc/apt", suite: str = SUITE,
+                   component: str = COMPONENT) -> Path | None:
+    """Make apt know ``suite``'s ``component`` sources: when no enabled
+    deb-src entry has them, write :data:`DEB_SRC_FILE` in sources.list.d, a
+    ``Types: deb-src`` stanza with the URIs (and Signed-By) of the
+    deb.debian.org ``deb`` entry for the suite, and return its path (the
+    caller runs ``apt-get update``); None when nothing was needed."""
+    entries = apt_entries(etc_apt)
+    if any(_serves(s, "deb-src", suite, component) for _, s in entries):
+        return None
+    mirror = [(f, s) for f, s in entries if _serves(s, "deb", suite, component)]
+    # the Debian archive proper, not the security one nor a third party's
+    mirror.sort(key=lambda fs: ("deb.debian.org" not in fs[1].get("uris", ""), "security" in fs[1].get("uris", "")))
+    if not mirror:
+        raise ConfigError(f"apt has no '{suite} {component}' deb entry to mirror for sources; add a deb-src "
+                          f"line for {suite} {component} to /etc/apt/sources.list.d/")
+    f, s = mirror[0]
+    lines = [f"# Added by mlgo-host corpus debian: the sources of {suite} {component}, mirroring {f}.",
+             "Types: deb-src", f"URIs: {s['uris']}", f"Suites: {suite}", f"Components: {component}"]
+    if s.get("signed-by"):
+        lines.append(f"Signed-By: {s['signed-by']}")
+    path = Path(etc_apt) / "sources.list.d" / DEB_SRC_FILE
+    text = "\n".join(lines) + "\n"
+    try:
+        atomic_write_bytes(str(path), text.encode())
+        os.chmod(path, 0o644)
+    except PermissionError:
+        raise ConfigError(f"apt has no {suite} {component} sources and {path} needs root; write it as root: "
+                          + " / ".join(lines[1:])) from None
+    return path
+
+
+def _run_apt(argv: Sequence[str], log, timeout: float) -> None:
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    action = next((a for a in argv[1:] if not a.startswith("-") and not a.startswith("DPkg")), "")
+    run_logged(_privileged(argv), cwd=None, env=env, log=log, timeout=timeout, what=f"{argv[0]} {action}")
+
+
+def ensure_tools(tools: Iterable[str], log, timeout: float) -> list[str]:
+    """Install the Debian packages of the tools that are missing; their names."""
+    missing = [t for t in tools if shutil.which(t) is None]
+    pkgs = sorted({p for t in missing for p in TOOL_PACKAGES[t]})
+    if pkgs:
+        _run_apt(["apt-get", *APT_OPTS, "install", "-y", "--no-install-recommends", *pkgs], log, timeout)
+    return pkgs
+
+
+# -- running a step ------------------------------------------------------------------
+
+class StepFailed(Exception):
+    pass
+
+
+def run_logged(argv: Sequence[str], *, cwd: Path | None, env: dict[str, str] | None, log, timeout: float,
+               what: str | None = None) -> None:
+    """Run ``argv`` in its own session with its output appended to ``log``;
+    StepFailed when it fails or outlives ``timeout``.  On a timeout or an
+    interrupt its whole process group is killed (make and the compilers it
+    started), not only the child.  ``what`` names the step in messages."""
+    what = what or " ".join(argv[:3])
+    log.write(f"\n$ {' '.join(argv)}\n")
+    log.flush()
+    try:
+        proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as e:
+        raise StepFailed(f"{argv[0]}: {e.strerror or e}") from None
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise StepFailed(f"{what} did not finish within {timeout:g} s") from None
+    except BaseException:
+        _kill_group(proc)
+        raise
+    if rc != 0:
+        raise StepFailed(f"{what} exited with {rc}")
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _log_size(log) -> int:
+    log.flush()
+    return os.path.getsize(log.name)
+
+
+def log_tail(log, since: int = 0, n: int = 2) -> str:
+    """Why a step failed, in one line, from what it logged after byte
+    ``since``: its first compiler error (the cause; what make says after it
+    follows from it), else its last error-looking lines, else its last lines."""
+    log.flush()
+    try:
+        with open(log.name, "rb") as f:
+            f.seek(since)
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("$ ")]
+    diag = [ln for ln in lines if re.search(r":\d+:(\d+:)? (fatal )?error: ", ln)]
+    if diag:
+        return re.sub(r"^\S*/", "", diag[0])  # the file's name, not its path in the cache
+    errs = [ln for ln in lines if re.search(r"\berror\b|^E: |not found|No such", ln, re.I)]
+    return " | ".join((errs or lines)[-n:])
+
+
+# -- one package -----------------------------------------------------------------------
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "mlgo_host" / "debian" / "src"
+
+
+def _dsc_of(name: str, pkg_dir: Path, log, timeout: float) -> Path:
+    """Download the source package once into ``pkg_dir``; its .dsc."""
+    pkg_dir.mkdir(parents=True, exist_ok=True)
+    # in an empty directory: --print-uris leaves out the files already in its own
+    with tempfile.TemporaryDirectory(dir=pkg_dir.parent) as empty:
+        r = subprocess.run(["apt-get", "-q", "source", "--only-source", "--print-uris", name], cwd=empty,
+                           capture_output=True, text=True, timeout=timeout)
+    log.write(f"\n$ apt-get source --only-source --print-uris {name}\n{r.stdout}{r.stderr}")
+    if r.returncode != 0:  # "E: Unable to find a source package for NAME"
+        last = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit status {r.returncode}"
+        raise PackageSkipped(f"apt-get source: {one_line(last)}")
+    files = [ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("'") and len(ln.split()) >= 2]
+    dsc = [f for f in files if f.endswith(".dsc")]
+    if not dsc:
+        raise PackageSkipped(f"apt-get source {name} names no .dsc")
+    if not all((pkg_dir / f).is_file() for f in files):
+        try:
+            run_logged(["apt-get", "-q", "source", "--only-source", "--download-only", name], cwd=pkg_dir,
+                       env=None, log=log, timeout=timeout)
+        except StepFailed as e:
+            log.flush()
+            # "E: Failed to fetch URL  404  Not Found [IP: ...]": which files, and why
+            failed = re.findall(r"^E: Failed to fetch \S*/([^/\s]+)\s+(.*?)(?:\s*\[IP:.*)?$",
+                                Path(log.name).read_text(errors="replace"), re.M)
+            if failed:
+                raise PackageSkipped("download failed: " + "; ".join(f"{f}: {' '.join(why.split())}"
+                                                                     for f, why in failed)) from None
+            raise PackageSkipped(f"download: {e}: {log_tail(log)}") from None
+    return pkg_dir / dsc[0]
+
+
+def _tree_name(dsc: Path) -> str:
+    """``iniparser-4.1`` for ``iniparser_4.1-6.dsc`` (dpkg-source's own name)."""
+    source, _, version = dsc.stem.partition("_")
+    upstream = version.rsplit("-", 1)[0] if "-" in version else version
+    return f"{source}-{upstream}"
+
+
+@dataclasses.dataclass
+class Settings:
+    output: Path
+    cache: Path
+    clang: str = "clang-19"
+    jobs: int = 1
+    opt: str = "-Oz"
+    build_deps: bool = True
+    build_timeout: float = 3600.0
+    timeout: float = 300.0
+    progress: bool = True
+
+
+def _build_tree(name: str, st: Settings, log, step: Callable[[str], None]) -> tuple[Path, dict]:
+    """The package's built tree and its stamp (its build system, version),
+    built now unless a finished build of the same source is there."""
+    pkg_dir = st.cache / name
+    step("download")
+    dsc = _dsc_of(name, pkg_dir, log, st.build_timeout)
+    tree = pkg_dir / _tree_name(dsc)
+    stamp = tree / BUILT_STAMP
+    if stamp.is_file() and (pkg_dir / DATABASE).is_file():
+        try:
+            info = json.loads(stamp.read_text())
+            if info.get("dsc") == dsc.name:
+                return tree, info
+        except ValueError:
+            pass
+    step("extract")
+    for old in pkg_dir.iterdir():
+        if old.is_dir():
+            shutil.rmtree(old)  # an earlier version's tree, or this one half built
+    (pkg_dir / DATABASE).unlink(missing_ok=True)
+    since = _log_size(log)
+    try:
+        run_logged(["dpkg-source", "-x", dsc.name, tree.name], cwd=pkg_dir, env=None, log=log,
+                   timeout=st.build_timeout)
+    except StepFailed as e:
+        raise PackageSkipped(f"{e}: {log_tail(log, since)}") from None
+    if st.build_deps:
+        step("build-dep")
+        since = _log_size(log)
+        try:
+            _run_apt(["apt-get", *APT_OPTS, "build-dep", "-y", "--only-source", name], log, st.build_timeout)
+        except StepFailed as e:
+            raise PackageSkipped(f"{e}: {log_tail(log, since)}") from None
+    src = source_directory(tree)
+    system = detect_build_system(src)
+    if system is None:
+        raise PackageSkipped("no build system found (no configure, CMakeLists.txt, meson.build or Makefile)")
+    cc, cxx = st.clang, cxx_driver(st.clang)
+    steps = build_steps(system, src, cc=cc, cxx=cxx, jobs=st.jobs, opt=st.opt)
+    tools = {"bear"} | {s.argv[0] for s in steps if s.argv[0] in TOOL_PACKAGES}
+    try:
+        ensure_tools(sorted(tools), log, st.build_timeout)
+    except StepFailed as e:
+        raise PackageSkipped(f"installing {', '.join(sorted(tools))}: {e}") from None
+    env = build_env(cc, cxx, st.opt)
+    for s in steps:
+        step(f"{system}: {s.argv[0]}")
+        argv = list(s.argv)
+        if s.under_bear:
+            argv = ["bear", "--output", str(pkg_dir / DATABASE), "--", *argv]
+        since = _log_size(log)
+        try:
+            run_logged(argv, cwd=s.cwd, env=env, log=log, timeout=st.build_timeout,
+                       what=" ".join(a for a in s.argv if "=" not in a))
+        except StepFailed as e:
+            raise PackageSkipped(f"{e}: {log_tail(log, since)}") from None
+    info = {"dsc": dsc.name, "build_system": system,
+            "source_directory": os.path.relpath(src, tree)}
+    stamp.write_text(json.dumps(info) + "\n")
+    return tree, info
+
+
+def build_package(name: str, st: Settings,
+                  step: Callable[[str], None] = lambda s: None) -> tuple[dict, BuildReport | None]:
+    """Build one package into the corpus: its report entry (``ok`` or
+    ``skipped`` with the reason) and the module builder's report."""
+    t0 = time.monotonic()
+    logs = st.output / LOGS
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"{name}.log"
+    entry: dict = {"log": f"{LOGS}/{name}.log"}
+    report = None
+    log_path.write_bytes(b"")
+    # appending: the steps' output goes to the same file through their own descriptors
+    with open(log_path, "a", encoding="utf-8", errors="replace") as log:
+        try:
+            tree, info = _build_tree(name, st, log, step)
+            entry.update(version=info["dsc"][len(name) + 1:-len(".dsc")], build_system=info["build_system"])
+            db = st.cache / name / DATABASE
+            try:
+                entries = load_compile_commands(db)
+            except CorpusError as e:
+                raise PackageSkipped(f"unusable compile database: {e}") from None
+            sel = select_entries(name, entries, tree)
+            entry["compiles"] = len(entries)
+            entry["left_out"] = sel.left_out
+            if not sel.entries:
+                why = ", ".join(f"{v} {k}" for k, v in sel.left_out.items()) or "none recorded"
+                raise PackageSkipped(f"the build recorded no C/C++ compile of its own ({why})")
+            step("modules")
+            try:
+                report = build_corpus(sel.entries, st.output, clang=st.clang, jobs=st.jobs, opt_level=st.opt,
+                                      timeout=st.timeout, progress=st.progress, names=sel.names)
+            except CorpusError as e:
+                raise PackageSkipped(one_line(str(e))) from None
+            langs = {n: language(e.file) for e, n in zip(sel.entries, sel.names)}
+            entry.update(status="ok", modules=report.modules,
+                         c=sum(1 for m in report.modules if langs[m] == "C"),
+                         cxx=sum(1 for m in report.modules if langs[m] == "C++"),
+                         failed_modules=len(report.failures))
+            if report.failures:
+                entry["module_failures"] = [[os.path.relpath(f, tree), one_line(r, 200)]
+                                            for f, r in report.failures[:10]]
+        except PackageSkipped as e:
+            entry.update(status="skipped", reason=one_line(str(e)))
+            log.write(f"\nskipped: {entry['reason']}\n")
+    entry["seconds"] = round(time.monotonic() - t0, 1)
+    return entry, report
+
+
+def build_debian(
+    output: str | os.PathLike,
+    *,
+    packages: str | Sequence[str] | None = None,
+    packages_file: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    clang: str = "clang-19",
+    jobs: int | None = None,
+    build_deps: bool = True,
+    retry_skipped: bool = False,
+    build_timeout: float = 3600.0,
+    timeout: float = 300.0,
+    progress: bool = True,
+    say: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+) -> DebianReport:
+    """Build (or complete) the corpus of the chosen packages in ``output``."""
+    chosen = select_packages(read_packages_file(packages_file), packages)
+    out = Path(os.path.abspath(output))
+    out.mkdir(parents=True, exist_ok=True)
+    report_path = out / REPORT
+    report = load_report(report_path)
+    st = Settings(output=out, cache=Path(os.path.abspath(cache_dir or default_cache_dir())), clang=clang,
+                  jobs=max(1, jobs or os.cpu_count() or 1), build_deps=build_deps, build_timeout=build_timeout,
+                  timeout=timeout, progress=progress)
+    todo = [n for n in chosen if needs_work(report.get(n), out, retry_skipped)]
+    kept = [n for n in chosen if n not in todo and (report.get(n) or {}).get("status") != "ok"]
+    if kept:
+        say(f"kept as skipped before (--retry-skipped to try again): {', '.join(kept)}")
+    result = DebianReport(report, chosen, [], [])
+    if todo:
+        with open(os.devnull, "w") as quiet:
+            try:
+                ensure_tools(["dpkg-source", "bear"], quiet, build_timeout)
+                added = ensure_deb_src()
+                if added:
+                    say(f"added {added} (the sources of {SUITE} {COMPONENT}); apt-get update")
+                    _run_apt(["apt-get", *APT_OPTS, "update"], quiet, build_timeout)
+            except StepFailed as e:
+                raise ConfigError(f"{e} (run it by hand to see why)") from None
+    st.cache.mkdir(parents=True, exist_ok=True)
+    bar = progress_bar(total=len(todo), desc="debian", unit="package", enabled=progress)
+    try:
+        for name in todo:
+            bar.set_postfix_str(name)
+            entry, built = build_package(name, st, step=lambda s, n=name: bar.set_postfix_str(f"{n}: {s}"))
+            report[name] = entry
+            save_report(report_path, report)
+            # build_corpus described only this package's modules: the corpus is all ok packages'
+            modules = corpus_modules(report)
+            if modules:
+                write_description(out, modules)
+            result.attempted.append(name)
+            if built is not None:
+                result.failures += built.failures
+            minutes = f"{entry['seconds'] / 60:.1f} min"
+            if entry["status"] == "ok":
+                bar.write(f"{name}: ok, {len(entry['modules'])} modules ({entry['c']} C, {entry['cxx']} C++), "
+                          f"{entry['build_system']}, {minutes}", file=sys.stderr)
+            else:
+                bar.write(f"{name}: skipped: {entry['reason']} ({minutes})", file=sys.stderr)
+            bar.update(1)
+    finally:
+        bar.close()
+    return result
