@@ -26,8 +26,13 @@ tuned ones saved against -Oz.
 
 On SIGTERM/SIGINT: no new compiles; in-flight ones get --grace seconds, then
 their compilers are killed and their clients fall back to a plain compile;
-every FIFO is removed; exit status 0.  A restart on the same DIR removes
-what a killed server left behind.
+everything it made in DIR is removed; exit status 0.  A restart on the same
+DIR removes what a killed server left behind.
+
+DIR (and --replay T) steer every compile of the build, so they must be your
+own: a symbolic link, a directory of another user or one that group or
+others can write to is refused (as ssh refuses a loose ~/.ssh); mlgo-clang
+checks the same before it uses DIR or one of its slots.
 
 example:
   mlgo-host serve --channels /tmp/mlgo --slots 4 --policy default --stats build.jsonl &
@@ -45,7 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from mlgo_host.channel.problems import PROBLEMS
 
     p.add_argument("--channels", metavar="DIR", required=True,
-                   help="slot directory, created if needed (clients: MLGO_CHANNELS=DIR)")
+                   help="slot directory, created 0700 if needed; an existing one must be your own, no symbolic "
+                        "link, writable by no one else (clients: MLGO_CHANNELS=DIR)")
     p.add_argument("--slots", type=int, default=os.cpu_count() or 2, metavar="N",
                    help="compiles served at the same time (default: the number of CPUs)")
     p.add_argument("--policy", default="default",

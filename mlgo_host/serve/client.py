@@ -12,7 +12,9 @@ Every other command (linking, ``-E``, ``-M``, ``-S``, ``-emit-llvm``,
 without a slot.
 
 Environment:
-  MLGO_CHANNELS   the server's channel directory (unset: plain compiler)
+  MLGO_CHANNELS   the server's channel directory (unset: plain compiler); it
+                  and its slots must be directories of your own that no one
+                  else can write to (else: the fallback, with the reason)
   MLGO_REPLAY     a tune directory (mlgo-host tune --output T): a compile of
                   one of its tuned modules gets that module's compiler flags
                   (the compiler's inline replay of the tuned decisions) and
@@ -22,7 +24,9 @@ Environment:
                   match (keys are relative to their function, so edits
                   elsewhere keep them) are inlined and the compiler decides
                   the rest; one note line (MLGO_QUIET=1: none).
-                  ``serve --replay T`` tells its clients the same T.
+                  ``serve --replay T`` tells its clients the same T.  T and
+                  T/replays must be your own and writable by no one else
+                  (else: the fallback, with the reason).
   MLGO_CLANG      real C compiler (default clang-19); MLGO_CLANGXX for
                   mlgo-clang++ (default clang++-19)
   MLGO_FALLBACK   plain (default): when no live server answers, or the server
@@ -58,6 +62,7 @@ import sys
 import time
 
 from mlgo_host.serve import slots as S
+from mlgo_host.serve.trust import untrusted
 
 PROG = "mlgo-clang"
 
@@ -157,7 +162,11 @@ def _tuned_flags(tuned: str, plain: list[str], plan: dict, quiet: bool) -> tuple
     a reason when ``tuned`` is unusable)."""
     from mlgo_host.corpus.tuned import TunedDir
     from mlgo_host.errors import MlgoHostError
+    from mlgo_host.serve.trust import untrusted_tune_dir
 
+    why = untrusted_tune_dir(tuned)
+    if why:
+        return [], f"MLGO_REPLAY: {why}"
     try:
         t = TunedDir(tuned)
     except MlgoHostError as e:
@@ -335,6 +344,9 @@ def _acquire(root: str, info: dict, wait_s: float, stale_s: float):
         for i in range(n):
             k = (first + i) % n
             sdir = S.slot_dir(root, k)
+            why = untrusted(sdir)
+            if why:
+                return None, None, f"MLGO_CHANNELS: {why}"
             fd = S.try_lock(os.path.join(sdir, S.LOCK)) if os.path.isdir(sdir) else None
             if fd is None:
                 continue
@@ -367,12 +379,12 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
         return 2
     quiet = os.environ.get("MLGO_QUIET", "") not in ("", "0")
 
-    def fallback(reason: str) -> int:
+    def fallback(reason: str, without: str = "the server") -> int:
         if mode == "fail":
-            _say("error", f"{reason}; not compiling (MLGO_FALLBACK=fail; set MLGO_FALLBACK=plain to compile without the server)")
+            _say("error", f"{reason}; not compiling (MLGO_FALLBACK=fail; set MLGO_FALLBACK=plain to compile without {without})")
             return 2
         if not quiet:
-            _say("warning", f"{reason}; compiling without the server")
+            _say("warning", f"{reason}; compiling without {without}")
         return _exec(plain)
 
     plan = classify(argv)
@@ -382,7 +394,7 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
     if tuned:
         flags, why = _tuned_flags(tuned, plain, plan, quiet)
         if why:
-            return fallback(why)
+            return fallback(why, "the tuned flags")
         if flags:
             return _exec(plain + flags)
     root = os.environ.get("MLGO_CHANNELS")
@@ -391,6 +403,9 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
             return fallback("MLGO_CHANNELS is not set")
         return _exec(plain)
     root = os.path.abspath(root)
+    why = untrusted(root)
+    if why:
+        return fallback(f"MLGO_CHANNELS: {why}")
     stale_s = _env_float("MLGO_STALE", 10.0)
     info, why = S.server_status(root, stale_s)
     if info is None:

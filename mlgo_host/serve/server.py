@@ -17,7 +17,8 @@ the compiler's (and client's) liveness.  When the host side fails mid-session
 whose command line names the slot's channel (they would otherwise spin or
 block forever), writes ``aborted`` = generation, and the client falls back
 to a plain compile.  SIGTERM/SIGINT: stop taking compiles, let in-flight ones
-finish for ``grace`` seconds, abort the rest, remove every FIFO, exit 0.
+finish for ``grace`` seconds, abort the rest, remove everything the server
+made in the directory (its lock last), exit 0.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from mlgo_host.episode import EpisodeRecorder
 from mlgo_host.errors import ConfigError, MlgoHostError
 from mlgo_host.policies import load_policy
 from mlgo_host.serve import slots as S
+from mlgo_host.serve.trust import untrusted, untrusted_tune_dir
 
 #: the longest back-off between two tries to open a slot's channel: the
 #: compiler already waits in its blocking open(), so the wait is compile latency
@@ -114,7 +116,10 @@ class Slot(threading.Thread):
         self.policy = None
         self.tuned = None  # TunedPolicies with serve --replay T
         self.chan = None
-        os.makedirs(self.dir, exist_ok=True)
+        try:
+            os.mkdir(self.dir, 0o700)  # mlgo-clang refuses a slot others can write to
+        except FileExistsError:
+            pass
         # the lock file first, so a client never sees a slot without one
         fd = os.open(os.path.join(self.dir, S.LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         os.close(fd)
@@ -412,6 +417,7 @@ class Server:
         self.guard = guard
         #: a tune directory (mlgo-host tune): its modules get their replays
         self.replay_dir = os.path.abspath(replay_dir) if replay_dir else None
+        self._check_trusted()
         self.tuned_dir = None
         self.id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.stopping = threading.Event()
@@ -419,6 +425,17 @@ class Server:
         self.recorder = Recorder(self)
         self._lock_fd: int | None = None
         self._probe_lock = threading.Lock()
+
+    def _check_trusted(self) -> None:
+        """ConfigError unless the channels directory (when it exists) and
+        the --replay directory are the user's own (see
+        :mod:`mlgo_host.serve.trust`): every client of the build trusts them."""
+        why = untrusted(self.root)
+        if why:
+            raise ConfigError(f"--channels: {why}")
+        why = untrusted_tune_dir(self.replay_dir) if self.replay_dir else ""
+        if why:
+            raise ConfigError(f"--replay: {why}")
 
     # -- factories used by the slots ----------------------------------------
     def make_policy(self, k: int):
@@ -456,17 +473,22 @@ class Server:
 
     # -- lifecycle -----------------------------------------------------------
     def start(self) -> None:
-        os.makedirs(self.root, exist_ok=True)
-        lock_path = os.path.join(self.root, S.SERVER_LOCK)
-        end = time.monotonic() + 5.0  # clients probe the lock for microseconds
-        while True:
-            self._lock_fd = S.try_lock(lock_path)
-            if self._lock_fd is not None:
-                break
-            if time.monotonic() > end:
-                info = S.read_json(os.path.join(self.root, S.SERVER_JSON)) or {}
-                raise ConfigError(f"another server (pid {info.get('pid', '?')}) already serves {self.root}")
-            time.sleep(0.05)
+        parent = os.path.dirname(self.root)
+        try:
+            os.makedirs(parent, exist_ok=True)
+            os.mkdir(self.root, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise ConfigError(f"--channels: cannot create {self.root}: {e.strerror}") from None
+        self._check_trusted()  # again: it may have appeared since __init__
+        try:
+            self._lock_fd = S.lock_server(self.root, 5.0)  # clients probe the lock for microseconds
+        except OSError as e:
+            raise ConfigError(f"--channels: cannot lock {os.path.join(self.root, S.SERVER_LOCK)}: {e.strerror}") from None
+        if self._lock_fd is None:
+            info = S.read_json(os.path.join(self.root, S.SERVER_JSON)) or {}
+            raise ConfigError(f"another server (pid {info.get('pid', '?')}) already serves {self.root}")
         try:
             self.clean_stale()
             # fail early on a bad policy or compiler, before any client comes
@@ -554,7 +576,8 @@ class Server:
 
     def shutdown(self) -> None:
         """Stop: no new compiles, in-flight ones get ``grace`` s, then are
-        aborted (compilers killed); FIFOs and slot dirs removed."""
+        aborted (compilers killed); everything the server made in the
+        directory removed, its lock last."""
         self.stopping.set()
         sj = os.path.join(self.root, S.SERVER_JSON)
         info = S.read_json(sj)
@@ -587,5 +610,9 @@ class Server:
             S.unlink_quiet(sj)
         S.unlink_quiet(os.path.join(self.root, S.HEARTBEAT))
         if self._lock_fd is not None:
+            self.clean_stale()  # temp files of writes cut short
+            # removed while still held: a server starting now checks that the
+            # file it locked is still the one in the directory (see start)
+            S.unlink_quiet(os.path.join(self.root, S.SERVER_LOCK))
             S.unlock(self._lock_fd)
             self._lock_fd = None

@@ -1,8 +1,12 @@
 """The channel directory shared by ``mlgo-host serve`` and ``mlgo-clang``.
 
-Layout of ``DIR`` (``--channels DIR`` / ``MLGO_CHANNELS=DIR``)::
+Layout of ``DIR`` (``--channels DIR`` / ``MLGO_CHANNELS=DIR``; the user's
+own directory, see :mod:`mlgo_host.serve.trust`; empty after the server
+stopped)::
 
-    DIR/server.lock      flock(LOCK_EX) held by the live server for its whole life
+    DIR/server.lock      flock(LOCK_EX) held by the live server for its whole life;
+                         removed on stop (a starting server checks the file it
+                         locked is still the one in DIR)
     DIR/server.json      {"id", "pid", "slots", "advisor", "flags", "policy", ...}
                          written atomically once the slots are ready; removed on stop
     DIR/heartbeat        its mtime is refreshed every second by the server
@@ -118,6 +122,34 @@ def try_lock(path: str, exclusive: bool = True) -> int | None:
             return None
         raise
     return fd
+
+
+def same_file(fd: int, path: str) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        a, b = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def lock_server(root: str, wait_s: float) -> int | None:
+    """Take ``root/server.lock`` for a server's life: the fd holding it, or
+    None when another server keeps it for ``wait_s`` seconds.  A stopping
+    server removes the file while it still holds it, so a lock taken on the
+    file it removed is let go and the file now in ``root`` is locked."""
+    path = os.path.join(root, SERVER_LOCK)
+    end = time.monotonic() + wait_s
+    while True:
+        fd = try_lock(path)
+        if fd is not None:
+            if same_file(fd, path):
+                return fd
+            unlock(fd)
+            continue
+        if time.monotonic() > end:
+            return None
+        time.sleep(0.05)
 
 
 def unlock(fd: int | None) -> None:

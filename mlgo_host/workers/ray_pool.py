@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import logging
 import os
 import shutil
 import subprocess
@@ -73,6 +74,7 @@ import tempfile
 import threading
 import time
 import uuid
+import warnings
 from typing import Any, Callable, Sequence
 
 import mlgo_host
@@ -290,20 +292,84 @@ def _actor_class():
     return _ACTOR_CLS
 
 
+#: the file, in Ray's logs directory of the session, that gets Ray's own
+#: messages to this process (its Python warnings and its "ray" logger)
+RAY_DRIVER_LOG = "mlgo_host-driver.log"
+
+
+class _Held(logging.Handler):
+    """Log records kept until the file they go to is known."""
+
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 def ensure_ray(ray_address: str | None = None, **init_kwargs) -> None:
     """Connect to ``ray_address`` (an existing cluster, e.g. ``"auto"`` or
     ``"ray://head:10001"``) or start a local instance -- unless Ray is already
-    initialized in this process, which is then used as it is."""
-    ray = _ray()
-    if ray.is_initialized():
-        return
-    opts = {"include_dashboard": False, "log_to_driver": False}
-    opts.update(init_kwargs)
-    if ray_address:
-        opts.pop("num_cpus", None)
-        ray.init(address=ray_address, **opts)
-    else:
-        ray.init(**opts)
+    initialized in this process, which is then used as it is.
+
+    Ray's own messages (the warnings it emits while it is imported and
+    started, and its "ray" logger from then on) go to :data:`RAY_DRIVER_LOG`
+    in the session's logs directory, not to the terminal, where one line
+    says which Ray this is and where that file is."""
+    with warnings.catch_warnings(record=True) as caught:
+        ray = _ray()
+        if ray.is_initialized():
+            return
+        opts = {"include_dashboard": False, "log_to_driver": False}
+        opts.update(init_kwargs)
+        ray_log = logging.getLogger("ray")
+        held = _Held()
+        terminal = ray_log.handlers[:]
+        ray_log.handlers[:] = [held]
+        try:
+            if ray_address:
+                opts.pop("num_cpus", None)
+                ctx = ray.init(address=ray_address, **opts)
+            else:
+                ctx = ray.init(**opts)
+        except BaseException:
+            ray_log.handlers[:] = terminal
+            for r in held.records:  # they say why Ray did not start
+                ray_log.handle(r)
+            raise
+    path = _ray_driver_log(ctx)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s\t%(levelname)s %(filename)s:%(lineno)s -- %(message)s"))
+    ray_log.handlers[:] = [handler]
+    for r in held.records:
+        handler.handle(r)
+    for w in caught:
+        handler.stream.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line))
+    handler.flush()
+    try:
+        cpus = f" ({int(ray.cluster_resources().get('CPU', 0))} CPUs)"
+    except Exception:  # a client connection may not tell
+        cpus = ""
+    address = (getattr(ctx, "address_info", None) or {}).get("address") or ray_address
+    what = f"joined the cluster at {address}" if ray_address else "started a local Ray instance"
+    sys.stderr.write(f"ray: {what}{cpus}; Ray's own messages: {path}\n")
+    sys.stderr.flush()
+
+
+def _ray_driver_log(ctx) -> str:
+    """:data:`RAY_DRIVER_LOG` in the session's logs directory, or in the
+    temporary directory when there is none here (a ``ray://`` client) or it
+    is not ours to write."""
+    session = (getattr(ctx, "address_info", None) or {}).get("session_dir")
+    if session:
+        path = os.path.join(session, "logs", RAY_DRIVER_LOG)
+        try:
+            with open(path, "a", encoding="utf-8"):
+                return path
+        except OSError:
+            pass
+    return os.path.join(tempfile.gettempdir(), f"mlgo_host-ray-{os.getpid()}.log")
 
 
 class RayCluster:

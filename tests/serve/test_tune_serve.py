@@ -112,14 +112,21 @@ def test_compiles_of_other_code_are_served_by_the_policy(tuned, tmp_path):
     assert [x["tuned"] for x in read_stats(stats)] == ["default"]
 
 
-def test_served_make_of_a_batched_T_applies_its_compiler_replays(tmp_path):
-    # tune's default search keeps compiler replays: the server's clients apply them with plain flags
-    corpus = build_project_corpus(tmp_path)
-    t = tmp_path / "T"
+@pytest.fixture(scope="module")
+def batched(tmp_path_factory):
+    """A T of tune's default search: compiler replays, applied with plain flags."""
+    root = tmp_path_factory.mktemp("batched")
+    corpus = build_project_corpus(root)
+    t = root / "T"
     r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--compiles-per-module", "8", "--jobs", "2")
     assert r.returncode == 0, r.stderr
-    man = read_manifest(t)
-    proj = _checkout(tmp_path, "checkout")
+    return root, t, read_manifest(t)
+
+
+def test_served_make_of_a_batched_T_applies_its_compiler_replays(batched, tmp_path):
+    # tune's default search keeps compiler replays: the server's clients apply them with plain flags
+    root, t, man = batched
+    proj = _checkout(root, "checkout")
     with ServerProc(str(tmp_path / "ch"), slots=2, stats=str(tmp_path / "s.jsonl"), extra=("--replay", str(t))) as srv:
         _make(proj, srv.channels)
         assert srv.terminate() == 0
@@ -131,3 +138,55 @@ def test_serve_replay_of_a_missing_dir_is_one_line(tmp_path):
     r = mlgo_host("serve", "--channels", str(tmp_path / "ch"), "--replay", str(tmp_path / "nope"), timeout=60)
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "not a tune directory" in r.stderr, r.stderr
+
+
+def test_a_tune_dir_another_user_could_change_steers_no_compile(batched, tmp_path):
+    # MLGO_REPLAY=T gives every compile of the build T's flags and replay files: T and T/replays must be one's own
+    root, t0, man = batched
+    assert man["modules"]["k"]["best_size"] < man["modules"]["k"]["default_size"]
+    t = tmp_path / "T"
+    shutil.copytree(t0, t)
+    proj = _checkout(root, "checkout-trust")
+    (proj / "obj").mkdir()
+    out = proj / "obj" / "k.o"  # the tuned compile: matched by its source, object and flags
+    cmd = [os.path.join(BIN, "mlgo-clang"), "-Oz", "-Isrc", "-c", "src/k.c", "-o", "obj/k.o"]
+
+    def compile_k(replay, fallback):
+        env = dict(env_without_mlgo(), MLGO_REPLAY=str(replay), MLGO_FALLBACK=fallback)
+        return subprocess.run(cmd, cwd=proj, env=env, capture_output=True, text=True, timeout=120)
+
+    r = compile_k(t, "fail")  # one's own: its tuned decisions, as before
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert text_size(out) == man["modules"]["k"]["best_size"]
+    plain = text_size_of_plain(proj, tmp_path)
+    assert plain == man["modules"]["k"]["default_size"]
+
+    def refused(replay, words):
+        out.unlink(missing_ok=True)
+        r = compile_k(replay, "plain")
+        assert r.returncode == 0 and text_size(out) == plain, r.stderr
+        assert r.stderr.startswith(f"mlgo-clang: warning: MLGO_REPLAY: {words}"), r.stderr
+        assert r.stderr.count("\n") == 1 and r.stderr.endswith("; compiling without the tuned flags\n"), r.stderr
+        out.unlink()
+        r = compile_k(replay, "fail")
+        assert r.returncode == 2 and not out.exists()
+        assert r.stderr.startswith(f"mlgo-clang: error: MLGO_REPLAY: {words}") and r.stderr.count("\n") == 1
+        s = mlgo_host("serve", "--channels", str(tmp_path / "ch"), "--replay", str(replay), timeout=60)
+        assert s.returncode == 2 and s.stderr.startswith(f"mlgo-host serve: error: --replay: {words}"), s.stderr
+        assert s.stderr.count("\n") == 1 and not (tmp_path / "ch").exists()
+
+    link = tmp_path / "link"
+    link.symlink_to(t)
+    refused(link, f"{link} is a symbolic link")
+    os.chmod(t, 0o777)
+    refused(t, f"{t} is writable by group and others (mode 0777)")
+    os.chmod(t, 0o755)
+    os.chmod(t / "replays", 0o775)
+    refused(t, f"{t / 'replays'} is writable by group (mode 0775)")
+    os.chmod(t / "replays", 0o755)
+    if os.geteuid() == 0:
+        os.chown(t, 65534, -1)
+        refused(t, f"{t} is owned by nobody (uid 65534), not by you")
+        os.chown(t, 0, -1)
+    r = compile_k(t, "fail")
+    assert r.returncode == 0 and r.stderr == "" and text_size(out) == man["modules"]["k"]["best_size"], r.stderr
