@@ -56,8 +56,9 @@ def _worker_main(conn: Connection, factory: str, kwargs: dict, cpu: int | None) 
     except BaseException:
         conn.send(("init_error", traceback.format_exc()))
         return
-    conn.send(("ready", os.getpid()))
     try:
+        # (ready inside the try: a SIGTERM right after it still closes the worker)
+        conn.send(("ready", os.getpid()))
         _serve(conn, worker, running)
     finally:
         if hasattr(worker, "close"):
