@@ -124,8 +124,8 @@ from mlgo_host.corpus.sizes import llvm_tool
 from mlgo_host.search.clones import ModuleText, World, roots_of, world_name
 from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator, probe_module
 from mlgo_host.search.flips import FlipGainModel, flip_scores
-from mlgo_host.search.starts import (REPROBE, best_start, measure_thresholds, starts_pending, threshold_flags,
-                                     with_flags, within_deadline)
+from mlgo_host.search.starts import (REPROBE, best_start, measure_thresholds, starts_cost, starts_pending,
+                                     threshold_flags, with_flags, within_deadline)
 from mlgo_host.search.sites import (Decision, Site, final_functions_of, site_of_key, site_of_line,
                                    unique_decisions)
 
@@ -1664,7 +1664,7 @@ def _starts_due(resume: dict | None, cfg: dict, budget: int, deadline: float | N
     after its probe and before any flip (:func:`starts_pending`), when its
     compiles cover the thresholds and a second probe (its channel compile:
     its plain one is the threshold's)."""
-    cost = start_cost(cfg.get("thresholds") or (), cfg.get("start_policy") is not None)
+    cost = starts_cost(cfg.get("thresholds") or (), cfg.get("start_policy") is not None)
     return bool(cost) and resume is not None and starts_pending(resume) and budget - resume["compiles"] >= cost \
         and (deadline is None or time.time() < deadline)
 
@@ -1710,14 +1710,6 @@ def _best_start(module: Module, policy, resume: dict, default_size: int, cfg: di
         log.warning("%s: the probe at inline threshold %d failed (%s): the search starts from -Oz", module.name, t, e)
         return sizes, policy_size, None, cost
     return sizes, policy_size, (flagged, flags, probe, f"threshold {t}"), cost + probe.compiles
-
-
-def start_cost(thresholds: Sequence[int], policy: bool) -> int:
-    """The compiles a module's other starts take at most: one per threshold
-    and a second probe's channel compile (:mod:`.starts`), and a probe with
-    the start policy (its channel compile: the plain one is the first
-    probe's, same command)."""
-    return (len(thresholds) + REPROBE if thresholds else 0) + (1 if policy else 0)
 
 
 def _probe_within(module: Module, policy, cfg: dict, deadline: float | None, plain=None, like=None) -> Probe:

@@ -44,6 +44,40 @@ START_MARGIN = 0.0
 REPROBE = 1
 
 
+#: the starts a module's search may take besides -Oz's own, per language: "thresholds" (each of
+#: START_THRESHOLDS) and "policy" (the shipped policy's decisions).  Chosen on validation projects
+#: (bench/tune_starts.py); see README "Where each search starts".
+STARTS_BY_LANGUAGE: dict[str, tuple[str, ...]] = {"C": ("thresholds",), "C++": ("thresholds", "policy")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Starts:
+    """The starts a run of ``tune`` may measure: its threshold grid (empty:
+    none), its start policy (a shipped policy's name; None: none) and, per
+    language, which of them a module of that language tries."""
+
+    thresholds: tuple[int, ...] = ()
+    policy: str | None = None
+    by_language: tuple[tuple[str, tuple[str, ...]], ...] = tuple(STARTS_BY_LANGUAGE.items())
+
+    def of(self, language: str) -> tuple[tuple[int, ...], str | None]:
+        """(thresholds, start policy) a module of ``language`` tries."""
+        tries = dict(self.by_language).get(language, ())
+        return (self.thresholds if "thresholds" in tries else (), self.policy if "policy" in tries else None)
+
+    def cost(self, language: str) -> int:
+        """The compiles the starts of a module of ``language`` take at most."""
+        thresholds, policy = self.of(language)
+        return starts_cost(thresholds, policy is not None)
+
+
+def starts_cost(thresholds: Sequence[int], policy: bool) -> int:
+    """The compiles a module's starts take at most: one per threshold and a
+    second probe's channel compile, and the start policy's probe (its
+    channel compile: the plain one is the first probe's, same command)."""
+    return (len(thresholds) + REPROBE if thresholds else 0) + (1 if policy else 0)
+
+
 def starts_pending(result: dict) -> bool:
     """Has the module of a stored search ``result`` its threshold starts
     still to measure: probed, with decisions, nothing searched yet (no

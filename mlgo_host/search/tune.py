@@ -52,8 +52,7 @@ from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes, atomic_write_json
 from mlgo_host.policies import HEURISTICS, check_meanings, load_policy
 from mlgo_host.policies.replay import Replay, stream_fingerprint, write_replay
-from mlgo_host.search.batched import start_cost
-from mlgo_host.search.starts import START_THRESHOLDS, starts_pending
+from mlgo_host.search.starts import START_THRESHOLDS, STARTS_BY_LANGUAGE, Starts, starts_pending
 from mlgo_host.workers.pool import make_pool
 from mlgo_host.search.evaluate import replay_text
 from mlgo_host.search.flips import continued, fit_flip_model, paid_budgets, run_searches
@@ -74,7 +73,8 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
          module_timeout: float = 300.0, patience: int = 6, first_share: float = 0.6, seed: int = 0,
          modules: Sequence[str] | None = None, progress: bool = True, search: str = "batched",
          prior: str | None = None, copies: bool = True, thresholds: bool = True,
-         start_policy: str | None = None, start_languages: Sequence[str] = ("C", "C++")) -> dict[str, Any]:
+         start_policy: str | None = None,
+         starts_by_language: dict[str, Sequence[str]] | None = None) -> dict[str, Any]:
     """Tune every module of ``corpus_dir`` (or the named ``modules``) into
     ``output``; returns the summary (also in ``output/summary.json``).
     ``prior`` (batched search): a shipped policy whose P(inline) orders
@@ -82,9 +82,10 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
     the flips of one function in copies of it (:mod:`.clones`);
     ``thresholds``: a search from the compiler's own decisions (no
     ``policy``) may start from another inline threshold (:mod:`.starts`);
-    ``start_policy``: ... or from a shipped policy's decisions, for the
-    modules of ``start_languages`` (each start is measured: a module starts
-    from the smallest, -Oz's own included)."""
+    ``start_policy``: ... or from a shipped policy's decisions;
+    ``starts_by_language``: which of those a module of each language tries
+    (default :data:`~mlgo_host.search.starts.STARTS_BY_LANGUAGE`; each start
+    is measured: a module starts from the smallest, -Oz's own included)."""
     t0 = time.monotonic()
     budget = _budget(budget_minutes, compiles_per_module)
     if jobs < 1:
@@ -95,20 +96,21 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
     deadline = time.time() + 60.0 * budget_minutes if budget_minutes is not None else None
     pool_opts = {"ray_address": ray_address} if backend == "ray" else {}
     from_default = search == "batched" and store.manifest["base"] == "default"
-    grid = START_THRESHOLDS if thresholds and from_default else ()
-    start_policy = start_policy if from_default else None
+    by_language = tuple((k, tuple(v)) for k, v in (starts_by_language or STARTS_BY_LANGUAGE).items())
+    starts = Starts(START_THRESHOLDS if thresholds and from_default else (), start_policy if from_default else None,
+                    by_language)
     pool = make_pool(backend, jobs, "mlgo_host.search.worker:SearchWorker",
                      {"clang": clang, "llvm_size": llvm_size, "advisor": "inline", "module_timeout": module_timeout,
                       "baseline_cache": os.path.join(store.path, "baselines"), "copies": copies,
-                      "thresholds": grid, "start_policy": start_policy, "start_languages": tuple(start_languages)},
+                      "thresholds": starts.thresholds, "start_policy": starts.policy,
+                      "starts_by_language": by_language},
                      **pool_opts)
     try:
         pool.broadcast("set_policy", store.policy_blob())
         spent0 = store.compiles(mods)
         spent: dict[str, dict] = {}
         if search == "batched":
-            passes = BatchedPasses(pool, store, mods, budget, deadline, progress, prior=prior, thresholds=grid,
-                                   start_policy=start_policy is not None)
+            passes = BatchedPasses(pool, store, mods, budget, deadline, progress, prior=prior, starts=starts)
             spent = passes.spent
             passes.run()
         elif search == "channel":
@@ -277,14 +279,13 @@ class BatchedPasses(_Budget):
     #: of the compiles left after the probe, what the first pass shares
     FIRST_SHARE = 0.5
 
-    def __init__(self, *args, prior: str | None = None, thresholds: Sequence[int] = (), start_policy: bool = False,
-                 **kw):
+    def __init__(self, *args, prior: str | None = None, starts: Starts = Starts(), **kw):
         super().__init__(*args, **kw)
         self.prior = prior
         #: stage (probe, starts, passes) -> its wall seconds and compiles, for the summary
         self.spent: dict[str, dict] = {}
-        #: the compiles a module's other starts take at most (:func:`~mlgo_host.search.batched.start_cost`)
-        self.start_cost = start_cost(thresholds, start_policy)
+        #: what starts each module tries besides -Oz's own
+        self.starts_of = starts
 
     def _run(self, tasks: list[tuple], desc: str) -> None:
         run_searches(self.pool, tasks, desc, self.progress, on_result=self.store.add, method="search_batched")
@@ -355,19 +356,19 @@ class BatchedPasses(_Budget):
         got["compiles"] += self.store.compiles(self.mods) - c
 
     def starts(self) -> None:
-        """The threshold starts (:mod:`.starts`) of every probed module with
-        decisions and nothing searched yet, before the passes share the
-        compiles: a few compiles each, and no flip finds what they find
-        (validation: 11,643 bytes from three plain compiles per module,
-        where 12 compiles of flips per module found 13,960).  The most
-        decisions first, while the compiles left cover them."""
-        if not self.start_cost:
-            return
-        due = sorted((r for r in self._open() if starts_pending(r)), key=lambda r: -r.get("decisions", 0))
+        """The other starts (:mod:`.starts`: inline thresholds, the start
+        policy's decisions) of every probed module with decisions and
+        nothing searched yet, before the passes share the compiles: a few
+        compiles each, and no flip finds what they find.  The most decisions
+        first, while the compiles left cover them."""
+        cost = {n: self.starts_of.cost(m.language) for n, m in self.by_name.items()}
+        due = sorted((r for r in self._open() if starts_pending(r) and cost[r["name"]]),
+                     key=lambda r: -r.get("decisions", 0))
         if self.per_module is not None:
-            due = due[:max(0, self.left() // self.start_cost)]
+            spent, left = np.cumsum([cost[r["name"]] for r in due]), self.left()
+            due = [r for r, c in zip(due, spent) if c <= left]
         if due:
-            self._run([(self.by_name[r["name"]].to_task(), r["compiles"] + self.start_cost, None, self.deadline, r,
+            self._run([(self.by_name[r["name"]].to_task(), r["compiles"] + cost[r["name"]], None, self.deadline, r,
                         self.prior, True) for r in due], "tune: starts")
 
 

@@ -15,6 +15,7 @@ from mlgo_host.policies import load_policy
 from mlgo_host.policies.base import Policy
 from mlgo_host.search.batched import search_module_batched
 from mlgo_host.search.flips import FlipGainModel, search_module
+from mlgo_host.search.starts import Starts
 from mlgo_host.shipped import shipped_policy_dir
 from mlgo_host.workers.worker import CollectWorker
 
@@ -53,10 +54,10 @@ class SearchWorker(CollectWorker):
         mod = self._module(task)
         c = self.config
         slot = default_slot(c.clang, c.module_timeout)
-        tries_policy = c.start_policy is not None and mod.language in c.start_languages
-        cfg = {**self._compile_cfg(), "default_slot": slot, "copies": c.copies,
-               "thresholds": tuple(c.thresholds), "starts_only": starts_only,
-               "start_policy": _shipped_policy(c.start_policy) if tries_policy else None}
+        thresholds, start_policy = Starts(tuple(c.thresholds), c.start_policy,
+                                          tuple(c.starts_by_language)).of(mod.language)
+        cfg = {**self._compile_cfg(), "default_slot": slot, "copies": c.copies, "thresholds": thresholds,
+               "starts_only": starts_only, "start_policy": _shipped_policy(start_policy) if start_policy else None}
         default = baseline_size(mod, clang=c.clang, llvm_size=c.llvm_size, cache_dir=c.baseline_cache,
                                 timeout=c.module_timeout)
         fm = FlipGainModel.from_json(model) if model else None

@@ -69,10 +69,10 @@ class WorkerConfig:
     copies: bool = True  # the batched search measures flips of one function in copies of it
     #: the inline thresholds a batched search may start from besides -Oz (mlgo_host.search.starts); () for none
     thresholds: tuple[int, ...] = ()
-    #: a shipped policy whose decisions a batched search may start from (mlgo_host.search.batched), and
-    #: the languages ("C", "C++") of the modules that try it
+    #: a shipped policy whose decisions a batched search may start from (mlgo_host.search.batched)
     start_policy: str | None = None
-    start_languages: tuple[str, ...] = ("C", "C++")
+    #: (language, starts it tries) pairs: mlgo_host.search.starts.Starts.by_language
+    starts_by_language: tuple = ()
 
 
 class CollectWorker:
