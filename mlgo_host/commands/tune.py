@@ -74,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "default a module also compiles at inline thresholds 50, 150 and 450, one compile each, and "
                         "its search starts from the smallest; a build then gets that threshold among its flags)")
     p.add_argument("--start-policy", default="pretrained-oz", choices=("pretrained-oz", "none"),
-                   help="batched search from the compiler's decisions: also compile every module with this shipped "
+                   help="batched search from the compiler's decisions: also compile every C++ module with this shipped "
                         "policy's decisions (one channel compile) and start its search from them when that "
                         "object is the smallest start; none: -Oz and the thresholds only")
     p.add_argument("--policy", default=None,

@@ -43,7 +43,7 @@ from mlgo_host.collected import save_episode
 from mlgo_host.corpus.sizes import text_size
 from mlgo_host.episode import EpisodeRecorder
 from mlgo_host.errors import ConfigError, MlgoHostError
-from mlgo_host.policies import load_policy
+from mlgo_host.policies import check_meanings, load_policy
 from mlgo_host.serve import slots as S
 from mlgo_host.serve.trust import untrusted, untrusted_tune_dir
 
@@ -504,7 +504,9 @@ class Server:
                 self.log(f"--collect with the deterministic policy {self.policy_name!r}: episodes carry "
                          "log-probability 0 (usable for behavioural cloning, not for PPO)")
             flags = self._flags()
-            self.make_advisor(self.compiler, self.timeout)  # probe at start, within one session's timeout
+            adv = self.make_advisor(self.compiler, self.timeout)  # probe at start, within one session's timeout
+            # a policy input this compiler cannot supply: one error now, not one per compile of the build
+            check_meanings(pol, getattr(adv, "default_slot", None))
             if self.collect_dir:
                 os.makedirs(self.collect_dir, exist_ok=True)
             if self.stats_path:

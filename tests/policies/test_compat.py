@@ -207,3 +207,18 @@ def test_eval_in_two_workers_refuses_once_or_warns_once_in_the_commands_style(sm
     assert len(warned) == 1, r.stderr
     assert warned[0].startswith(f"mlgo-host eval: warning: policy input {BUGGY_SLOT!r} meant '{BLOCK_COUNT}'")
     assert "Warning" not in r.stderr  # no Python-style "file:line: CompatibilityWarning: ..."
+
+
+def test_serve_refuses_at_start_a_policy_input_its_compiler_cannot_supply(inline_session, tmp_path):
+    """`serve` probes its compiler at start: a clang-22 policy reading the
+    real block count, served for clang-19, is one error line before any
+    client comes, and the channels directory is left empty."""
+    path = write_saved_policy(tmp_path / "p", _actor(inline_session, FIXED_SLOT), compiler=CLANG22)
+    env = {**os.environ, "TMPDIR": str(tmp_path), "MLGO_CLANG": "clang-19"}
+    env.pop(ALLOW_CHANGED_INPUTS, None)
+    ch = tmp_path / "ch"
+    r = subprocess.run([sys.executable, "-m", "mlgo_host", "serve", "--channels", str(ch), "--policy", path],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert r.stderr.startswith(f"mlgo-host serve: error: policy input {BUGGY_SLOT!r} meant '{BLOCK_COUNT}'")
+    assert not ch.exists() or not any(ch.iterdir())
