@@ -1620,14 +1620,17 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
             return {"name": module.name, "module_key": module.key, "status": "failed", "reason": str(e),
                     "default_size": default_size, "compiles": 2, "search": "batched"}
     spent = resume["compiles"] if resume is not None else None
-    due = _starts_due(resume, cfg, budget, deadline)
+    # (starts_only on a module never probed: its starts right after its probe, in the same task)
+    probed = resume if resume is not None else {"probe": probe, "compiles": probe.compiles, "tried": [],
+                                                 "decisions": probe.episode.n} if cfg.get("starts_only") else None
+    due = _starts_due(probed, cfg, budget, deadline)
     if cfg.get("starts_only") and not due and resume is not None:  # (nothing to measure: it stays as it was)
         return resume
     policy_start = resume.get("policy_start") if resume is not None else None
     start_kind = (resume.get("start") or "base") if resume is not None else "base"
     if due:
-        thresholds, policy_start, start, cost = _best_start(original, policy, resume, default_size, cfg, deadline)
-        spent += cost
+        thresholds, policy_start, start, cost = _best_start(original, policy, probed, default_size, cfg, deadline)
+        spent = probed["compiles"] + cost
         if start is not None:  # the search starts over from that start's decisions
             module, flags, probe, start_kind = start
             resume = None

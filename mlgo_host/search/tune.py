@@ -297,7 +297,13 @@ class BatchedPasses(_Budget):
     def run(self) -> None:
         self.t0, self.spent0 = time.time(), self.store.compiles(self.mods)
         new = [m for m in self.mods if m.name not in self.store.results]
-        if new and self.left() > 0:
+        if new and self.per_module is None:
+            # a deadline: each module's starts in its probe's task (no stage waits for the biggest modules),
+            # the smallest first (most modules get a start before the time is up)
+            self._timed("probe and starts", lambda: self._run(
+                [(m.to_task(), self.PROBE + self.starts_of.cost(m.language), None, self.deadline, None, self.prior,
+                  True) for m in sorted(new, key=lambda m: m.size)], "tune: probe and starts"))
+        elif new and self.left() > 0:
             self._timed("probe", lambda: self._run(
                 [(m.to_task(), self.PROBE, None, self.deadline, None, self.prior) for m in new], "tune: probe"))
         self._timed("starts", self.starts)
@@ -351,6 +357,8 @@ class BatchedPasses(_Budget):
         account of where the time went (:attr:`spent`)."""
         t, c = time.time(), self.store.compiles(self.mods)
         step()
+        if self.store.compiles(self.mods) == c:
+            return  # (a stage with nothing to do)
         got = self.spent.setdefault(stage, {"seconds": 0.0, "compiles": 0})
         got["seconds"] = round(got["seconds"] + time.time() - t, 1)
         got["compiles"] += self.store.compiles(self.mods) - c
