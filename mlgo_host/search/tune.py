@@ -298,11 +298,14 @@ class BatchedPasses(_Budget):
         self.t0, self.spent0 = time.time(), self.store.compiles(self.mods)
         new = [m for m in self.mods if m.name not in self.store.results]
         if new and self.per_module is None:
-            # a deadline: each module's starts in its probe's task (no stage waits for the biggest modules),
-            # the smallest first (most modules get a start before the time is up)
+            # a deadline: each module's starts in its probe's task (no stage waits for the slowest module).
+            # First the modules that try the start policy (on validation its start alone made C++ 5.2 %
+            # smaller, nothing else as much per compile), the smallest first: a very big module (one compile
+            # can take minutes) does not hold back the others
+            order = sorted(new, key=lambda m: (self.starts_of.of(m.language)[1] is None, m.size))
             self._timed("probe and starts", lambda: self._run(
                 [(m.to_task(), self.PROBE + self.starts_of.cost(m.language), None, self.deadline, None, self.prior,
-                  True) for m in sorted(new, key=lambda m: m.size)], "tune: probe and starts"))
+                  True) for m in order], "tune: probe and starts"))
         elif new and self.left() > 0:
             self._timed("probe", lambda: self._run(
                 [(m.to_task(), self.PROBE, None, self.deadline, None, self.prior) for m in new], "tune: probe"))
