@@ -1,6 +1,7 @@
 """Imitate the searched decisions: weighted behavioural cloning, then a gate.
 
-The examples come from the search (:mod:`mlgo_host.search.flips`):
+The examples come from the search (:mod:`mlgo_host.search.batched`: ``tune``
+and the search loop):
 
 * every decision of each module's best trajectory, labelled with the action
   the best trajectory took, weight ``untried_weight`` (bytes-equivalent);

@@ -1,10 +1,12 @@
 """The search's pool worker: one module's search per task, on the shared
 pool (:func:`mlgo_host.workers.pool.make_pool`, local or Ray), with numpy
-policies only (never TensorFlow)."""
+policies only (never TensorFlow); and :func:`run_searches`, the driver's
+side: many modules' searches over such a pool."""
 
 from __future__ import annotations
 
 import functools
+import logging
 import time
 
 import numpy as np
@@ -13,33 +15,18 @@ from mlgo_host.channel.default_probe import default_slot
 from mlgo_host.corpus.compile import baseline_size
 from mlgo_host.policies import load_policy
 from mlgo_host.policies.base import Policy
+from mlgo_host.progress import progress_bar
 from mlgo_host.search.batched import search_module_batched
-from mlgo_host.search.flips import FlipGainModel, search_module
+from mlgo_host.search.flips import FlipGainModel
 from mlgo_host.shipped import shipped_policy_dir
 from mlgo_host.workers.worker import CollectWorker
 
+log = logging.getLogger("mlgo_host.search")
+
 
 class SearchWorker(CollectWorker):
-    """A pool worker: :meth:`search` runs :func:`search_module` on one task
-    with the policy set by :meth:`set_policy` (a heuristic or a saved policy)."""
-
-    def search(self, task: dict, budget: int, model: dict | None, start_forced: dict | None, seed: int,
-               patience: int | None = None, exclude=(), from_default: bool = False, deadline: float | None = None,
-               in_order: bool = False, resume: dict | None = None) -> dict:
-        if deadline is not None and time.time() >= deadline:  # a task dispatched after the time was up
-            return {"name": task["name"], "status": "skipped", "compiles": 0}
-        mod = self._module(task)
-        c = self.config
-        default = load_policy("default")
-        base = default if from_default else self._policy(True, seed)
-        slot = default_slot(c.clang, c.module_timeout)
-        probs = _probs_of(base, slot)
-        cfg = {**self._compile_cfg(), "baseline_cache": c.baseline_cache, "default_slot": slot}
-        fm = FlipGainModel.from_json(model) if model else None
-        forced = {int(k): int(v) for k, v in (start_forced or {}).items()}
-        return search_module(mod, base, budget, cfg, default=default, model=fm, start_forced=forced,
-                             policy_probs=probs, patience=patience, exclude=exclude, deadline=deadline,
-                             in_order=in_order, resume=resume)
+    """A pool worker: :meth:`search_batched` searches one module from the
+    policy set by :meth:`set_policy` (a heuristic or a saved policy)."""
 
     def search_batched(self, task: dict, budget: int, model: dict | None, deadline: float | None = None,
                        resume: dict | None = None, prior: str | None = None, starts_only: bool = False) -> dict:
@@ -48,7 +35,7 @@ class SearchWorker(CollectWorker):
         earlier result of the module to go on from; ``prior``: a shipped
         policy's name, whose P(inline) orders the flips; ``starts_only``:
         measure the module's threshold starts, no flip)."""
-        if deadline is not None and time.time() >= deadline:
+        if deadline is not None and time.time() >= deadline:  # a task dispatched after the time was up
             return {"name": task["name"], "status": "skipped", "compiles": 0}
         mod = self._module(task)
         c = self.config
@@ -112,3 +99,23 @@ def _probs_of(policy: Policy, compiler_slot: str | None):
         return 1.0 / (1.0 + np.exp(-d))
 
     return p1
+
+
+def run_searches(pool, tasks: list[tuple], desc: str, progress: bool, on_result=None) -> dict[str, dict]:
+    """:meth:`SearchWorker.search_batched` of every task over ``pool``,
+    under a progress bar; name -> result of the searches that answered (the
+    others are logged).  ``on_result(result)`` sees each result as it comes."""
+    with progress_bar(total=len(tasks), desc=desc, enabled=progress, leave=False) as bar:
+        def got(o) -> None:
+            bar.update(1)
+            if on_result is not None and o.ok and o.value is not None:
+                on_result(o.value)
+
+        outcomes = pool.map_unordered("search_batched", tasks, None, on_result=got)
+    out = {}
+    for o in sorted(outcomes, key=lambda o: o.index):
+        if o.ok and o.value is not None:
+            out[o.value["name"]] = o.value
+        else:
+            log.warning("%s: search of %s failed: %s", desc, tasks[o.index][0]["name"], o.error)
+    return out

@@ -3,8 +3,9 @@
 Per round:
 
 1. **search** every training module around the current policy (the first
-   round: the compiler's default) on the worker pool, the compile budget
-   shared by module size (:mod:`mlgo_host.search.flips`);
+   round: the compiler's default) on the worker pool, by batches of flips
+   (:mod:`mlgo_host.search.batched`), the compile budget shared by module
+   size;
 2. keep each module's best trajectory across rounds and every flip tried;
    fit the flip-gain model (the next round's prior);
 3. **imitate**: train the actor on all best trajectories and flips so far
@@ -29,11 +30,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import pickle
 import sys
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import gin
 import numpy as np
@@ -46,8 +48,8 @@ from mlgo_host.policies.saved import METADATA, set_gate
 from mlgo_host.training.iteration import STATE, publish_policy, read_state
 from mlgo_host.learning.imitate import choose_gate, examples_from_search, train_imitation
 from mlgo_host.workers.pool import make_pool, map_with_progress
-from mlgo_host.search.flips import (budgets, continued, fit_flip_model, paid_budgets,
-                                      run_searches, total_gain_pct)
+from mlgo_host.search.flips import fit_flip_model
+from mlgo_host.search.worker import run_searches
 from mlgo_host.workers.worker import policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.search")
@@ -77,16 +79,10 @@ def train_search(
     seed: int = 0,
     progress: bool = True,
     search_data: str | None = None,
-    search: str = "batched",
 ) -> dict[str, Any]:
     """Run rounds of search and imitation; returns the state (also in state.json).
     ``search_data``: a tune directory (``mlgo-host tune --output T``) whose
-    tried flips and best trajectories are imitated too (as round 0);
-    ``search``: ``batched`` (many flips per compile through the compiler's
-    inline replay, :mod:`mlgo_host.search.batched`) or ``channel`` (one flip
-    per compile)."""
-    if search not in ("batched", "channel"):
-        raise ConfigError(f"search must be 'batched' or 'channel', got {search!r}")
+    tried flips and best trajectories are imitated too (as round 0)."""
     t_start = time.monotonic()
     root_dir = os.path.abspath(root_dir)
     os.makedirs(os.path.join(root_dir, "search"), exist_ok=True)
@@ -99,7 +95,7 @@ def train_search(
     if search_data:
         _merge_round(root_dir, 0, _tune_results(search_data, val_mods, held_mods))
     cfg = {"clang": clang_path, "llvm_size": llvm_size_path, "module_timeout": module_timeout,
-           "baseline_cache": os.path.join(root_dir, "baselines"), "search": search}
+           "baseline_cache": os.path.join(root_dir, "baselines")}
     pool_opts = {"ray_address": ray_address} if worker_backend == "ray" else {}
     pool = make_pool(worker_backend, num_workers, "mlgo_host.search.worker:SearchWorker",
                      {"clang": clang_path, "llvm_size": llvm_size_path, "advisor": "inline",
@@ -130,8 +126,7 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, cfg, c
                max_growth, heldout, seed, progress) -> dict[str, Any]:
     base_dir = state.get("best_policy")
     t0 = time.monotonic()
-    results = _cached_search_round(root_dir, pool, r, cfg["search"], base_dir, train_mods, state, compiles, seed,
-                                   progress)
+    results = _cached_search_round(root_dir, pool, r, base_dir, train_mods, state, compiles, progress)
     t_search = time.monotonic() - t0
     _note_modules(state, results)
     data = _merge_round(root_dir, r, results)
@@ -159,25 +154,22 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, cfg, c
     return row
 
 
-def _cached_search_round(root_dir, pool, r, search, base_dir, mods, state, compiles, seed, progress) -> list[dict]:
+def _cached_search_round(root_dir, pool, r, base_dir, mods, state, compiles, progress) -> list[dict]:
     """The round's search results, computed once: a run killed after the
     search (the longest step) resumes with its results."""
     path = os.path.join(root_dir, "search", f"round-{r}.pkl")
     if os.path.exists(path):
         with open(path, "rb") as f:
             return pickle.load(f)
-    if search == "batched":
-        results = _batched_round(pool, r, base_dir, mods, state, compiles, progress)
-    else:
-        results = _search_round(pool, r, base_dir, mods, state, compiles, seed, progress)
+    results = _search_round(pool, r, base_dir, mods, state, compiles, progress)
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         pickle.dump(results, f, protocol=pickle.HIGHEST_PROTOCOL)
     return results
 
 
-def _batched_round(pool, r, base_dir, mods: list[Module], state, compiles, progress) -> list[dict]:
-    """Search every training module around the current policy by batches
-    (:mod:`mlgo_host.search.batched`): the compiles shared by module size;
+def _search_round(pool, r, base_dir, mods: list[Module], state, compiles, progress) -> list[dict]:
+    """Search every training module around the current policy: the
+    compiles shared by module size (:func:`budgets`);
     what the modules that ran out of flips did not use goes to those that
     did not, each continuing from its best."""
     pool.broadcast("set_policy", policy_blob_from_dir(base_dir) if base_dir else {"heuristic": "default"})
@@ -186,57 +178,28 @@ def _batched_round(pool, r, base_dir, mods: list[Module], state, compiles, progr
     model = state.get("flip_model")
     budget = budgets(sizes, decisions, compiles, floor=4)
     tasks = [(m.to_task(), b, model, None, None) for m, b in zip(mods, budget)]
-    found = run_searches(pool, tasks, f"round {r}: search", progress, method="search_batched")
+    found = run_searches(pool, tasks, f"round {r}: search", progress)
     left = compiles - _used(found)
     more = [x for x in found.values() if x["status"] == "ok" and x.get("stopped") in ("budget", "sweep")]
     if left > 0 and more:
         by_name = {m.name: m for m in mods}
         share = max(2, left // len(more))
         tasks = [(by_name[x["name"]].to_task(), x["compiles"] + share, model, None, x) for x in more]
-        found.update(run_searches(pool, tasks, f"round {r}: search, further", progress, method="search_batched"))
+        found.update(run_searches(pool, tasks, f"round {r}: search, further", progress))
     return [found[m.name] for m in mods if m.name in found]
 
 
-def _search_round(pool, r, base_dir, mods: list[Module], state, compiles, seed, progress,
-                  first_share: float = 0.6, patience: int = 6) -> list[dict]:
-    """Search every training module around the current policy, in passes:
-    ``first_share`` of the compiles shared by module size, each module
-    stopping after ``patience`` flips in a row that did not pay; then half
-    of what is left to the modules that paid, in proportion to the bytes
-    they gained, and the rest to the modules the patience stopped (by
-    size), each continuing from its best and skipping what it tried."""
-    pool.broadcast("set_policy", policy_blob_from_dir(base_dir) if base_dir else {"heuristic": "default"})
-    sizes = [state["sizes"].get(m.name, m.size) for m in mods]
-    decisions = [state["decisions"].get(m.name, 10_000) for m in mods]
-    model = state.get("flip_model")
-    budget = budgets(sizes, decisions, int(first_share * compiles))
-    tasks = [(m.to_task(), b, model, None, seed + r, patience) for m, b in zip(mods, budget)]
-    found = run_searches(pool, tasks, f"round {r}: search", progress)
-    by_name = {m.name: m for m in mods}
-    _continue(pool, found, paid_budgets(list(found.values()), (compiles - _used(found)) // 2), by_name, model,
-              seed + r, 3 * patience, f"round {r}: search, modules that paid", progress)
-    stopped = [x for x in found.values() if x["status"] == "ok" and x.get("stopped") == "patience"]
-    left = compiles - _used(found)
-    if left > 0 and stopped:
-        weights = np.sqrt([max(x["default_size"], 1) for x in stopped])
-        extra = np.floor(left * weights / weights.sum()).astype(int)
-        _continue(pool, found, [(x, int(e) + 1) for x, e in zip(stopped, extra) if e > 0], by_name, model,
-                  seed + r, 2 * patience, f"round {r}: search, further", progress)
-    return [found[m.name] for m in mods if m.name in found]
+def budgets(sizes: Sequence[int], decisions: Sequence[int], total: int, *, floor: int = 2) -> list[int]:
+    """Compiles per module, ``total`` in all, shared in proportion to the
+    square root of each module's ``.text`` bytes (where the bytes are), at
+    least ``floor`` and at most one per decision."""
+    w = np.sqrt(np.maximum(np.asarray(sizes, dtype=np.float64), 1.0))
+    raw = total * w / w.sum() if w.sum() > 0 else np.zeros(len(w))
+    return [int(min(max(floor, round(r)), max(d, 0))) for r, d in zip(raw, decisions)]
 
 
 def _used(found: dict) -> int:
     return sum(x["compiles"] for x in found.values())
-
-
-def _continue(pool, found, pairs, by_name, model, seed, patience, desc, progress) -> None:
-    """More compiles for some modules ((result, extra compiles) pairs), each
-    from its best, skipping what it tried."""
-    tasks = [(by_name[x["name"]].to_task(), extra, model, x["forced"], seed, patience, x["tried"],
-              x["base"] == "default") for x, extra in pairs]
-    if tasks:
-        for res in run_searches(pool, tasks, desc, progress).values():
-            found[res["name"]] = continued(found[res["name"]], res)
 
 
 def _note_modules(state: dict, results: list[dict]) -> None:
@@ -363,6 +326,14 @@ def _policy_train_pct(results: list[dict]) -> float | None:
     ok = [x for x in results if x["status"] == "ok" and x.get("policy_size") is not None]
     d = sum(x["default_size"] for x in ok)
     return 100.0 * (sum(x["policy_size"] for x in ok) - d) / d if d else None
+
+
+def total_gain_pct(results: Sequence[dict]) -> float:
+    """The best sizes of ``results`` against -Oz, in % of -Oz's total."""
+    ok = [r for r in results if r.get("status") == "ok" and r.get("best_size") is not None]
+    d = sum(r["default_size"] for r in ok)
+    b = sum(r["best_size"] for r in ok)
+    return 100.0 * (b - d) / d if d else math.nan
 
 
 def _round_row(r, results, data, fit, gate, val, t_search, t_train, t_gate) -> dict[str, Any]:
