@@ -127,10 +127,10 @@ def fit_actor(header: Header, records: np.ndarray, targets: np.ndarray, weights:
               extra: dict | None = None):
     """The actor network (the compiler's default decision an input) fitted
     to ``loss_fn(logits [N, 2], targets, weights)`` (weights scaled to mean
-    1) by Adam, saved as a policy directory; shared by the imitation
-    (cross-entropy on labels) and the effect model (a regression on the
-    logit difference, :mod:`mlgo_host.learning.effects`).  Returns the
-    saved policy and the last epoch's mean loss."""
+    1) by Adam, saved as a policy directory: the imitation's cross-entropy
+    on labels, or another loss on the logits (e.g. a regression on their
+    difference).  Returns the saved policy and the last epoch's mean
+    loss."""
     import tensorflow as tf
 
     from mlgo_host.learning.export import save_policy

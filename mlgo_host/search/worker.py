@@ -41,7 +41,8 @@ class SearchWorker(CollectWorker):
         c = self.config
         slot = default_slot(c.clang, c.module_timeout)
         tries_policy = c.start_policy is not None and mod.language in c.start_languages
-        cfg = {**self._compile_cfg(), "default_slot": slot, "copies": c.copies,
+        cfg = {"clang": c.clang, "llvm_size": c.llvm_size, "module_timeout": c.module_timeout,
+               "default_slot": slot, "copies": c.copies,
                "thresholds": tuple(c.thresholds), "starts_only": starts_only,
                "start_policy": _shipped_policy(c.start_policy) if tries_policy else None}
         default = baseline_size(mod, clang=c.clang, llvm_size=c.llvm_size, cache_dir=c.baseline_cache,
@@ -50,26 +51,6 @@ class SearchWorker(CollectWorker):
         return search_module_batched(mod, self._policy(True, 0), cfg, budget=budget, default_size=default, model=fm,
                                      deadline=deadline, resume=resume,
                                      prior=_shipped_prior(prior, slot) if prior is not None else None)
-
-    def ceiling(self, task: dict, result: dict, max_sites: int, pairs_of: int) -> dict:
-        """What lies past one module's tuned best set
-        (:func:`~mlgo_host.search.ceiling.ceiling_of`)."""
-        from mlgo_host.search.ceiling import ceiling_of
-
-        return ceiling_of(self._module(task), result, self._compile_cfg(), max_sites=max_sites, pairs_of=pairs_of)
-
-    def effects(self, task: dict, root: str, cap: int, seed: int, split: str) -> dict:
-        """One module of the flip-effect table (:mod:`mlgo_host.search.effects`),
-        measured from the compiler's default and written to ``root``; returns
-        its summary."""
-        from mlgo_host.search.effects import measure_and_store
-
-        return measure_and_store(self._module(task), root, self._compile_cfg(), cap=cap, seed=seed, split=split)
-
-    def _compile_cfg(self) -> dict:
-        """How this worker compiles: its clang, llvm-size and per-module timeout."""
-        c = self.config
-        return {"clang": c.clang, "llvm_size": c.llvm_size, "module_timeout": c.module_timeout}
 
 
 @functools.lru_cache(maxsize=None)
