@@ -88,10 +88,6 @@ def shell_flags(flags: list[str]) -> str:
     return " ".join(shlex.quote(f) for f in flags)
 
 
-def is_tune_dir(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, MANIFEST))
-
-
 def read_manifest(path: str) -> dict:
     """The manifest of tune directory ``path``; ConfigError naming it."""
     mf = os.path.join(path, MANIFEST)

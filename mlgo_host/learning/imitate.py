@@ -77,12 +77,6 @@ def examples_from_search(results: Sequence[dict], *, untried_weight: float = 1.0
     return Examples(header, np.concatenate(recs), np.concatenate(labels), np.concatenate(weights))
 
 
-def build_vocab(examples: Examples, num_buckets: int = 1000) -> Vocab:
-    vb = VocabBuilder()
-    vb.add(examples.records)
-    return vb.build(num_buckets)
-
-
 @gin.configurable(module="imitate")
 def train_imitation(
     examples: Examples,

@@ -12,7 +12,6 @@ PPO then starts from it with ``warmstart_policy='<root_dir>/saved_policy'``.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -67,11 +66,3 @@ def train_bc_from_corpus(
     out = result.as_dict()
     atomic_write_json(os.path.join(root_dir, "bc_result.json"), out)
     return out
-
-
-def read_result(root_dir: str) -> dict[str, Any] | None:
-    path = os.path.join(root_dir, "bc_result.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
