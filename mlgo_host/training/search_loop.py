@@ -47,7 +47,8 @@ from mlgo_host.fsutil import atomic_path, atomic_write_json
 from mlgo_host.policies.saved import METADATA, set_gate
 from mlgo_host.training.iteration import STATE, publish_policy, read_state
 from mlgo_host.learning.imitate import choose_gate, examples_from_search, train_imitation
-from mlgo_host.workers.pool import make_pool, map_with_progress
+from mlgo_host.training.workers import Workers
+from mlgo_host.workers.pool import map_with_progress
 from mlgo_host.search.flips import fit_flip_model
 from mlgo_host.search.worker import run_searches
 from mlgo_host.workers.worker import policy_blob_from_dir
@@ -62,11 +63,7 @@ def train_search(
     root_dir: str,
     corpus_dir: str,
     *,
-    clang_path: str = "clang-19",
-    llvm_size_path: str | None = None,
-    num_workers: int = 2,
-    worker_backend: str = "local",
-    ray_address: str | None = None,
+    workers: Workers | None = None,
     time_budget_minutes: float = 60.0,
     max_rounds: int = 100,
     compiles_per_round: int = 3000,
@@ -75,14 +72,16 @@ def train_search(
     max_module_growth_pct: float = 1.0,
     gate_thresholds: tuple = GATE_THRESHOLDS,
     evaluate_heldout: bool = True,
-    module_timeout: float = 300.0,
     seed: int = 0,
     progress: bool = True,
     search_data: str | None = None,
 ) -> dict[str, Any]:
     """Run rounds of search and imitation; returns the state (also in state.json).
-    ``search_data``: a tune directory (``mlgo-host tune --output T``) whose
-    tried flips and best trajectories are imitated too (as round 0)."""
+    ``workers``: the compiler and the worker pool (default: gin's
+    ``workers``); ``search_data``: a tune directory (``mlgo-host tune
+    --output T``) whose tried flips and best trajectories are imitated too
+    (as round 0)."""
+    workers = workers or Workers()
     t_start = time.monotonic()
     root_dir = os.path.abspath(root_dir)
     os.makedirs(os.path.join(root_dir, "search"), exist_ok=True)
@@ -94,18 +93,14 @@ def train_search(
     state = _load_state(root_dir)
     if search_data:
         _merge_round(root_dir, 0, _tune_results(search_data, val_mods, held_mods))
-    cfg = {"clang": clang_path, "llvm_size": llvm_size_path, "module_timeout": module_timeout,
-           "baseline_cache": os.path.join(root_dir, "baselines")}
-    pool_opts = {"ray_address": ray_address} if worker_backend == "ray" else {}
-    pool = make_pool(worker_backend, num_workers, "mlgo_host.search.worker:SearchWorker",
-                     {"clang": clang_path, "llvm_size": llvm_size_path, "advisor": "inline",
-                      "module_timeout": module_timeout, "baseline_cache": cfg["baseline_cache"]}, **pool_opts)
+    pool = workers.pool("mlgo_host.search.worker:SearchWorker", advisor="inline",
+                        baseline_cache=os.path.join(root_dir, "baselines"))
     summaries = _summaries(root_dir)
     try:
         while state["round"] < max_rounds and _time_left(state, t_start, time_budget_minutes):
             t0 = time.monotonic()
             r = state["round"] + 1
-            row = _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, cfg, compiles_per_round,
+            row = _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, workers, compiles_per_round,
                              gate_thresholds, max_module_growth_pct, evaluate_heldout, seed, progress)
             row["round_s"] = round(time.monotonic() - t0, 1)
             state["history"].append(row)
@@ -122,7 +117,7 @@ def train_search(
 # -- one round ------------------------------------------------------------------
 
 
-def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, cfg, compiles, thresholds,
+def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, workers, compiles, thresholds,
                max_growth, heldout, seed, progress) -> dict[str, Any]:
     base_dir = state.get("best_policy")
     t0 = time.monotonic()
@@ -136,7 +131,7 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, cfg, c
     t1 = time.monotonic()
     policy_dir = os.path.join(root_dir, "policy", str(r))
     fit = train_imitation(examples_from_search(seen), policy_dir, default_slot=state["default_slot"],
-                          compiler=compiler_version(cfg["clang"]).splitlines()[0], seed=seed + r, extra={"round": r})
+                          compiler=compiler_version(workers.clang_path).splitlines()[0], seed=seed + r, extra={"round": r})
     t_train = time.monotonic() - t1
     t2 = time.monotonic()
     gate, table, val = _choose_gate(pool, policy_dir, val_mods, thresholds, max_growth, progress, r)

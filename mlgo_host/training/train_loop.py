@@ -52,7 +52,8 @@ from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.policies.vocab import VocabBuilder
 from mlgo_host.training.iteration import (STATE, commit_iteration, publish_policy, numeric_metrics, open_learner,
                                           percentile_summary, read_state, resolve_warmstart, train_and_save)
-from mlgo_host.workers.pool import EarlyExit, TaskOutcome, make_pool, map_with_progress
+from mlgo_host.training.workers import Workers
+from mlgo_host.workers.pool import EarlyExit, TaskOutcome, map_with_progress
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.workers.worker import policy_blob_from_dir
 
@@ -66,14 +67,10 @@ def train(
     root_dir: str,
     corpus_dir: str,
     *,
-    clang_path: str = "clang-19",
-    llvm_size_path: str | None = None,
+    workers: Workers | None = None,
     advisor: str = "inline",
     num_iterations: int = 10,
     modules_per_iteration: int = 32,
-    num_workers: int = 2,
-    worker_backend: str = "local",
-    ray_address: str | None = None,
     ship_bitcode: bool = False,
     vocab_path: str | None = None,
     warmstart_policy: str | None = None,
@@ -84,7 +81,6 @@ def train(
     seed: int = 0,
     use_moving_average_baseline: bool = True,
     moving_average_decay: float = 0.8,
-    module_timeout: float = 300.0,
     early_exit_fraction: float = 0.9,
     early_exit_grace_s: float = 60.0,
     collection_timeout_s: float = 1800.0,
@@ -95,8 +91,11 @@ def train(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Train a policy; returns its history and last held-out evaluation (also
-    in state.json).  ``report_heldout=False``: evaluate only the validation
-    split in the loop (the held-out one is left to ``mlgo-host eval``)."""
+    in state.json).  ``workers``: the compiler and the worker pool (default:
+    gin's ``workers``).  ``report_heldout=False``: evaluate only the
+    validation split in the loop (the held-out one is left to ``mlgo-host
+    eval``)."""
+    workers = workers or Workers()
     # a bad name fails here, before any compile
     warmstart_policy = resolve_warmstart(warmstart_policy)
     # absolute: workers (Ray actors too) may run in another directory
@@ -113,14 +112,12 @@ def train(
     def task_of(m: Module) -> dict:
         return m.to_task(ship_bitcode=ship_bitcode)
 
-    worker_kwargs = {"clang": clang_path, "llvm_size": llvm_size_path, "advisor": advisor,
-                     "module_timeout": module_timeout, "baseline_cache": os.path.join(root_dir, "baselines")}
-    with make_pool(worker_backend, num_workers, COLLECT_WORKER, worker_kwargs, ray_address=ray_address) as pool:
+    with workers.pool(COLLECT_WORKER, advisor=advisor, baseline_cache=os.path.join(root_dir, "baselines")) as pool:
         vocab_path = _ensure_vocab(pool, root_dir, vocab_path, warmstart_policy,
                                    train_mods[:trace_modules] if trace_modules else train_mods, task_of, progress)
         header_json = _ensure_header(pool, root_dir, train_mods, task_of)
         learner = open_learner(root_dir, header_json, advisor=advisor, vocab_dir=vocab_path, seed=seed,
-                               clang=clang_path, done=done, warmstart_policy=warmstart_policy)
+                               clang=workers.clang_path, done=done, warmstart_policy=warmstart_policy)
         moving_average = (MovingAverageBaseline.from_state(state["moving_average"]) if state
                  else MovingAverageBaseline(decay=moving_average_decay))
         run_config = {"advisor": advisor, "corpus_dir": os.path.abspath(corpus_dir), "seed": seed,

@@ -65,3 +65,16 @@ def test_the_configs_parse_from_any_directory_with_the_repository_on_the_path(tm
     parse_gin([os.path.relpath(PPO_GIN)], ["seed=1"])
     assert gin.query_parameter("%seed") == 1
     assert os.getcwd() == str(tmp_path)
+
+
+@pytest.mark.parametrize("gin_file", sorted(os.path.relpath(os.path.join(d, f), REPO)
+                                            for d, _, fs in os.walk(os.path.join(REPO, "configs"))
+                                            for f in fs if f.endswith(".gin")))
+def test_every_configuration_parses_and_binds_the_workers(gin_file, monkeypatch):
+    from mlgo_host.training.entry import parse_gin
+    from mlgo_host.training.workers import Workers
+
+    monkeypatch.chdir(REPO)
+    parse_gin([gin_file], ["clang_path='clang-x'", "num_workers=3"])
+    w = Workers()  # what every trainer's pool is made with
+    assert (w.clang_path, w.num_workers, w.module_timeout) == ("clang-x", 3, 300.0)

@@ -258,10 +258,11 @@ def small_corpus_dir(corpus, tmp_path_factory):
 
 def _one_iteration(root, corpus_dir, backend):
     from mlgo_host.training.train_loop import train
+    from mlgo_host.training.workers import Workers
 
-    train(str(root), str(corpus_dir), num_iterations=1, modules_per_iteration=4, num_workers=2,
-          worker_backend=backend, eval_every=0, heldout_fraction=0.0, seed=3, progress=False,
-          early_exit_fraction=1.0, trace_modules=3)
+    train(str(root), str(corpus_dir), num_iterations=1, modules_per_iteration=4,
+          workers=Workers(num_workers=2, worker_backend=backend), eval_every=0, heldout_fraction=0.0, seed=3,
+          progress=False, early_exit_fraction=1.0, trace_modules=3)
     import json
 
     with open(os.path.join(root, "state.json")) as f:
