@@ -43,12 +43,12 @@ import numpy as np
 from mlgo_host.corpus.corpus import Module, load_corpus, split_three
 from mlgo_host.corpus.sizes import compiler_version
 from mlgo_host.errors import ConfigError
+from mlgo_host.evaluation.evaluate import EvalReport, evaluate_on_pool
 from mlgo_host.fsutil import atomic_path, atomic_write_json
 from mlgo_host.policies.saved import METADATA, set_gate
 from mlgo_host.training.iteration import STATE, publish_policy, read_state
 from mlgo_host.learning.imitate import choose_gate, examples_from_search, train_imitation
 from mlgo_host.training.workers import Workers
-from mlgo_host.workers.pool import map_with_progress
 from mlgo_host.search.flips import fit_flip_model
 from mlgo_host.search.worker import run_searches
 from mlgo_host.workers.worker import policy_blob_from_dir
@@ -271,24 +271,26 @@ def _gated_blob(policy_dir: str, threshold: float) -> dict:
     return blob
 
 
-def _sizes_under(pool, policy_dir, threshold, mods, progress, desc) -> dict[str, tuple[int, int]]:
-    """name -> (policy size, default size) of the greedy gated policy."""
+def _report(pool, policy_dir, threshold, mods, progress, desc) -> EvalReport:
+    """The greedy policy of ``policy_dir`` (gated at ``threshold``, or as
+    saved when None) on ``mods``."""
     pool.broadcast("set_policy", _gated_blob(policy_dir, threshold) if threshold is not None
                    else policy_blob_from_dir(policy_dir))
-    tasks = [(m.to_task(), 0, True, False) for m in mods]
-    outcomes = map_with_progress(pool, "collect", tasks, desc=desc, progress=progress)
-    return {o.value["name"]: (o.value["policy_size"], o.value["baseline_size"]) for o in outcomes
-            if o.ok and o.value and o.value["status"] == "ok"}
+    return evaluate_on_pool(pool, mods, desc=desc, progress=progress)
+
+
+def _sizes_under(pool, policy_dir, threshold, mods, progress, desc) -> dict[str, tuple[int, int]]:
+    """name -> (policy size, default size) of the greedy gated policy."""
+    report = _report(pool, policy_dir, threshold, mods, progress, desc)
+    return {r.module: (r.policy_text, r.baseline_text) for r in report.rows if r.ok}
 
 
 def _evaluate(pool, policy_dir, mods, progress, desc) -> tuple[float, int]:
     """Total size change vs -Oz (%) and modules more than 1 % bigger, with the
     policy as saved (its gate)."""
-    got = _sizes_under(pool, policy_dir, None, mods, progress, desc)
-    d = sum(v[1] for v in got.values())
-    p = sum(v[0] for v in got.values())
-    bigger = sum(v[0] > 1.01 * v[1] for v in got.values())
-    return (100.0 * (p - d) / d if d else 0.0), int(bigger)
+    report = _report(pool, policy_dir, None, mods, progress, desc)
+    bigger = sum(r.policy_text > 1.01 * r.baseline_text for r in report.rows if r.ok)
+    return report.summary().change_percent or 0.0, int(bigger)
 
 
 # -- bookkeeping -----------------------------------------------------------------

@@ -48,6 +48,7 @@ from mlgo_host.corpus.reward import MovingAverageBaseline, reward
 from mlgo_host.episode import Episode
 from mlgo_host.errors import ConfigError
 from mlgo_host.evaluation.compare import significantly_smaller
+from mlgo_host.evaluation.evaluate import evaluate_on_pool
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.policies.vocab import VocabBuilder
 from mlgo_host.training.iteration import (STATE, commit_iteration, publish_policy, numeric_metrics, open_learner,
@@ -309,34 +310,22 @@ def _summary_line(row: dict, total: int) -> str:
 
 def _evaluate(pool, blob: dict, modules: list[Module], task_of: Callable[[Module], dict], progress: bool,
               desc: str) -> dict[str, Any]:
-    """The greedy policy ``blob`` over held-out modules (timed)."""
+    """The greedy policy ``blob`` over ``modules`` (timed): total size
+    change vs the default, module counts and the module that grew most."""
     t0 = time.monotonic()
     pool.broadcast("set_policy", blob)
-    row = evaluate_heldout(pool, modules, task_of, progress, desc)
-    row["eval_s"] = round(time.monotonic() - t0, 3)
-    return row
-
-
-def evaluate_heldout(pool, modules, task_of, progress: bool, desc: str) -> dict[str, Any]:
-    """Greedy policy over held-out modules; total size change vs the default."""
-    tasks = [(task_of(m), 0, True, False) for m in modules]
-    outcomes = map_with_progress(pool, "collect", tasks, desc=desc, progress=progress)
-    rows = []
-    for o in outcomes:
-        r = o.value
-        if o.ok and r and r["status"] == "ok":
-            rows.append((r["name"], r["baseline_size"], r["policy_size"]))
-    base = sum(b for _, b, _ in rows)
-    pol = sum(p for _, _, p in rows)
-    worst = max(rows, key=lambda t: (t[2] - t[1]) / max(t[1], 1), default=None)
+    report = evaluate_on_pool(pool, modules, desc=desc, progress=progress, task_of=task_of)
+    s = report.summary()
+    ok = [r for r in report.rows if r.ok]
+    worst = max(ok, key=lambda r: (r.policy_text - r.baseline_text) / max(r.baseline_text, 1), default=None)
     return {
-        "modules": len(tasks), "ok": len(rows), "baseline_total": base, "policy_total": pol,
-        "policy_sizes": {n: p for n, _, p in rows},
-        "size_change_pct": 100.0 * (pol - base) / base if base else 0.0,
-        "smaller": sum(p < b for _, b, p in rows), "equal": sum(p == b for _, b, p in rows),
-        "bigger": sum(p > b for _, b, p in rows),
-        "worst_module": None if worst is None else {"module": worst[0], "baseline": worst[1], "policy": worst[2],
-                                                    "change_pct": 100.0 * (worst[2] - worst[1]) / max(worst[1], 1)},
+        "modules": s.modules, "ok": s.ok, "baseline_total": s.baseline_total, "policy_total": s.policy_total,
+        "policy_sizes": {r.module: r.policy_text for r in ok},
+        "size_change_pct": s.change_percent or 0.0, "smaller": s.smaller, "equal": s.equal, "bigger": s.bigger,
+        "worst_module": None if worst is None else {
+            "module": worst.module, "baseline": worst.baseline_text, "policy": worst.policy_text,
+            "change_pct": 100.0 * (worst.policy_text - worst.baseline_text) / max(worst.baseline_text, 1)},
+        "eval_s": round(time.monotonic() - t0, 3),
     }
 
 
