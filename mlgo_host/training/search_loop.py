@@ -48,6 +48,7 @@ from mlgo_host.fsutil import atomic_path, atomic_write_json
 from mlgo_host.policies.saved import METADATA, set_gate
 from mlgo_host.training.iteration import STATE, publish_policy, read_state
 from mlgo_host.learning.imitate import choose_gate, examples_from_search, train_imitation
+from mlgo_host.learning.summaries import Summaries
 from mlgo_host.training.workers import Workers
 from mlgo_host.search.flips import fit_flip_model
 from mlgo_host.search.worker import run_searches
@@ -56,6 +57,14 @@ from mlgo_host.workers.worker import policy_blob_from_dir
 log = logging.getLogger("mlgo_host.search")
 
 GATE_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+#: a round's row key -> its TensorBoard tag
+SCALARS = {"headroom_pct": "search/headroom_pct", "round_search_pct": "search/round_pct",
+           "flips_tried": "search/flips_tried", "flips_accepted": "search/flips_accepted",
+           "compiles_per_minute": "perf/compiles_per_minute", "flips_per_compile": "search/flips_per_compile",
+           "compiles": "search/compiles", "search_minutes": "search/minutes",
+           "train_policy_pct": "policy/train_size_change_pct", "validation_pct": "policy/validation_size_change_pct",
+           "heldout_pct": "heldout/size_change_pct", "gate": "policy/gate_threshold",
+           "imitation_loss": "loss/imitation"}
 
 
 @gin.configurable(module="search_loop")
@@ -95,7 +104,7 @@ def train_search(
         _merge_round(root_dir, 0, _tune_results(search_data, val_mods, held_mods))
     pool = workers.pool("mlgo_host.search.worker:SearchWorker", advisor="inline",
                         baseline_cache=os.path.join(root_dir, "baselines"))
-    summaries = _summaries(root_dir)
+    summaries = Summaries(root_dir)
     try:
         while state["round"] < max_rounds and _time_left(state, t_start, time_budget_minutes):
             t0 = time.monotonic()
@@ -105,12 +114,13 @@ def train_search(
             row["round_s"] = round(time.monotonic() - t0, 1)
             state["history"].append(row)
             state["round"] = r
-            summaries(row)
+            summaries.scalars(r, {tag: row.get(k) for k, tag in SCALARS.items()})
             atomic_write_json(os.path.join(root_dir, STATE), state)
             print(_summary_line(row), file=sys.stderr, flush=True)
         _ensure_saved_policy(state, root_dir)
         return state
     finally:
+        summaries.close()
         pool.close()
 
 
@@ -348,28 +358,6 @@ def _round_row(r, results, data, fit, gate, val, t_search, t_train, t_gate) -> d
         "gate": gate, "validation_pct": val["size_change_pct"], "validation_worst_pct": val["worst_module_pct"],
         "search_s": round(t_search, 1), "train_s": round(t_train, 1), "gate_s": round(t_gate, 1),
     }
-
-
-def _summaries(root_dir: str):
-    """TensorBoard scalars per round (the learner imports TensorFlow anyway)."""
-    import tensorflow as tf
-
-    writer = tf.summary.create_file_writer(os.path.join(root_dir, "train"))
-    tags = {"headroom_pct": "search/headroom_pct", "round_search_pct": "search/round_pct",
-            "flips_tried": "search/flips_tried", "flips_accepted": "search/flips_accepted",
-            "compiles_per_minute": "perf/compiles_per_minute", "flips_per_compile": "search/flips_per_compile",
-            "compiles": "search/compiles", "search_minutes": "search/minutes", "train_policy_pct": "policy/train_size_change_pct",
-            "validation_pct": "policy/validation_size_change_pct", "heldout_pct": "heldout/size_change_pct",
-            "gate": "policy/gate_threshold", "imitation_loss": "loss/imitation"}
-
-    def write(row: dict) -> None:
-        with writer.as_default(step=row["round"]):
-            for k, tag in tags.items():
-                if row.get(k) is not None:
-                    tf.summary.scalar(tag, row[k])
-        writer.flush()
-
-    return write
 
 
 def _summary_line(row: dict) -> str:
