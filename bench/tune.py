@@ -13,7 +13,7 @@ that measures -Oz (cached) is counted in none.
 Modules: the benchmark corpus's held-out split (Corpus.split(0.2, seed=0));
 by default exactly the modules of the previous results' greedy pass
 (--modules-from, bench/results/tune.json), so figures compare across
-sessions; else those with at most --max-bc-kb of bitcode.
+runs; else those with at most --max-bc-kb of bitcode.
 
 Prints and writes bench/results/tune.json: per method total .text vs -Oz,
 modules improved, compiles (per module), minutes, and for tune the flips

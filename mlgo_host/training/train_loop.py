@@ -193,10 +193,8 @@ def _better(val_row: dict, best: dict | None, warm: dict | None = None) -> bool:
     later policy.  Against the warm start (iteration 0, its validation row
     ``warm``) a smaller total is not enough: the saving must be significant
     over the validation modules (:func:`~mlgo_host.evaluation.compare.significantly_smaller`),
-    for the best of many iterations is smaller by chance alone (measured: a
-    PPO run's best iteration beat the shipped policy on validation by 1,663
-    bytes, 1,202 of them in one module, and lost to it on the held-out split
-    and the external corpus)."""
+    for the best of many iterations is smaller by chance alone: a saving
+    that one module carries on validation need not hold on other code."""
     if best is None:
         return True
     if best["iteration"] == 0:
