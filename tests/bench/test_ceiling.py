@@ -13,6 +13,7 @@ from mlgo_host.policies import load_policy
 from mlgo_host.search.batched import BatchedSearch, result_of
 from mlgo_host.search.evaluate import ReplayEvaluator, probe_module
 
+import _research  # noqa: F401  (bench/research on sys.path)
 from ceiling import ceiling_of, landing, neighbourhoods, rounds_of
 
 CFG = {"clang": "clang-19", "module_timeout": 300.0}

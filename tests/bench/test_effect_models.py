@@ -12,6 +12,7 @@ import pytest
 from mlgo_host.errors import ConfigError
 from mlgo_host.policies import load_policy
 
+import _research  # noqa: F401  (bench/research on sys.path)
 import effect_models as fx
 from _policy_helpers import observations
 

@@ -17,6 +17,7 @@ from mlgo_host.policies import load_policy
 from mlgo_host.search.batched import EH_FRAME_PADDING
 from mlgo_host.search.evaluate import ReplayEvaluator, probe_module
 
+import _research  # noqa: F401  (bench/research on sys.path)
 import effects
 
 CFG = {"clang": "clang-19"}
