@@ -65,7 +65,8 @@ def _figures(rows: list[dict], seconds: float, n: int) -> dict:
     b = sum(r["best_size"] for r in rows)
     c = sum(r["compiles"] for r in rows)
     return {"modules": n, "searched": len(rows), "default_text": d, "best_text": b, "gain_bytes": d - b,
-            "gain_pct": round(100.0 * (d - b) / d, 3) if d else float("nan"), "improved": sum(r["best_size"] < r["default_size"] for r in rows),
+            "gain_pct": round(100.0 * (d - b) / d, 3) if d else float("nan"),
+            "improved": sum(r["best_size"] < r["default_size"] for r in rows),
             "compiles": c, "compiles_per_module": round(c / max(len(rows), 1), 1), "minutes": round(seconds / 60.0, 2),
             "per_module": {r["name"]: {"default": r["default_size"], "best": r["best_size"], "compiles": r["compiles"],
                                        "decisions": r["decisions"]} for r in rows}}

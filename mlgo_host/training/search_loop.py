@@ -141,7 +141,8 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, worker
     t1 = time.monotonic()
     policy_dir = os.path.join(root_dir, "policy", str(r))
     fit = train_imitation(examples_from_search(seen), policy_dir, default_slot=state["default_slot"],
-                          compiler=compiler_version(workers.clang_path).splitlines()[0], seed=seed + r, extra={"round": r})
+                          compiler=compiler_version(workers.clang_path).splitlines()[0], seed=seed + r,
+                          extra={"round": r})
     t_train = time.monotonic() - t1
     t2 = time.monotonic()
     gate, table, val = _choose_gate(pool, policy_dir, val_mods, thresholds, max_growth, progress, r)
