@@ -107,10 +107,12 @@ def test_a_killed_tune_resumes(corpus, tmp_path):
 def test_a_time_budget_stops_the_search(corpus, tmp_path):
     t = tmp_path / "T"
     t0 = time.monotonic()
-    assert _tune(corpus, t, "--budget-minutes", "0.05") == 0  # 3 s: the searches in flight finish their compile
+    assert _tune(corpus, t, "--budget-minutes", "0.05") == 0  # 3 s: no compile starts after them
     assert time.monotonic() - t0 < 60
-    man = read_manifest(t)["modules"]
-    assert man and all(m["best_size"] <= m["default_size"] for m in man.values())
+    # a module whose probe the deadline cut keeps nothing (a later run probes it again): on a busy machine
+    # no module may be stored at all
+    man = read_manifest(t)["modules"] if (t / "tune.json").exists() else {}
+    assert all(m["best_size"] <= m["default_size"] for m in man.values())
 
 
 @needs_clang
