@@ -1,9 +1,8 @@
 """`mlgo-host tune` (batched search) against a plain greedy pass, on the same modules in the same run.
 
-Greedy pass: every decision of the module once, in order, one flip per
-compile over the channel (flip it, keep the flip when llvm-size .text
-shrinks, go on from the new best): the search that found the figures of
-issue 11.  Tune: `mlgo-host tune` with its default batched search (call-site
+Greedy pass (bench/greedy.py): every decision of the module once, in order,
+one flip per compile over the channel (flip it, keep the flip when
+llvm-size .text shrinks, go on from the new best).  Tune: `mlgo-host tune` with its default batched search (call-site
 keys from one channel compile, then decision sets compiled by the compiler's
 inline replay, many flips per compile, each flip's gain read from its
 functions), run twice per prior (--priors; the first is tune's default and
@@ -14,7 +13,7 @@ that measures -Oz (cached) is counted in none.
 Modules: the benchmark corpus's held-out split (Corpus.split(0.2, seed=0));
 by default exactly the modules of the previous results' greedy pass
 (--modules-from, bench/results/tune.json), so figures compare across
-sessions; else those with at most --max-bc-kb of bitcode.
+runs; else those with at most --max-bc-kb of bitcode.
 
 Prints and writes bench/results/tune.json: per method total .text vs -Oz,
 modules improved, compiles (per module), minutes, and for tune the flips
@@ -46,27 +45,18 @@ from collections import Counter
 
 from mlgo_host.corpus.corpus import load_corpus
 from mlgo_host.fsutil import atomic_write_json
-from mlgo_host.workers.pool import make_pool
-from mlgo_host.search.flips import run_searches, total_gain_pct
 from mlgo_host.search.batched import BatchedSearch
 from mlgo_host.search.tune import _load_results, known_start, tune
+
+from greedy import greedy_pass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def greedy_pass(mods, jobs: int, work: str, clang: str) -> dict:
-    """Every decision once, in order, from the default, on every module."""
+def greedy_run(mods, jobs: int, work: str, clang: str) -> dict:
+    """The greedy pass over every module, from the default."""
     t0 = time.monotonic()
-    pool = make_pool("local", jobs, "mlgo_host.search.worker:SearchWorker",
-                     {"clang": clang, "advisor": "inline", "baseline_cache": os.path.join(work, "baselines")})
-    try:
-        pool.broadcast("set_policy", {"heuristic": "default"})
-        # task, budget, model, start_forced, seed, patience, exclude, from_default, deadline, in_order
-        tasks = [(m.to_task(), 10**6, None, None, 0, None, (), True, None, True) for m in mods]
-        res = run_searches(pool, tasks, "greedy pass", sys.stderr.isatty())
-    finally:
-        pool.close()
-    rows = [r for r in res.values() if r["status"] == "ok"]
+    rows = greedy_pass(mods, jobs, work, clang)
     return _figures(rows, time.monotonic() - t0, len(mods))
 
 
@@ -75,10 +65,11 @@ def _figures(rows: list[dict], seconds: float, n: int) -> dict:
     b = sum(r["best_size"] for r in rows)
     c = sum(r["compiles"] for r in rows)
     return {"modules": n, "searched": len(rows), "default_text": d, "best_text": b, "gain_bytes": d - b,
-            "gain_pct": round(-total_gain_pct(rows), 3), "improved": sum(r["best_size"] < r["default_size"] for r in rows),
+            "gain_pct": round(100.0 * (d - b) / d, 3) if d else float("nan"),
+            "improved": sum(r["best_size"] < r["default_size"] for r in rows),
             "compiles": c, "compiles_per_module": round(c / max(len(rows), 1), 1), "minutes": round(seconds / 60.0, 2),
             "per_module": {r["name"]: {"default": r["default_size"], "best": r["best_size"], "compiles": r["compiles"],
-                                       "decisions": len(r["actions"])} for r in rows}}
+                                       "decisions": r["decisions"]} for r in rows}}
 
 
 def tune_run(corpus: str, mods, jobs: int, work: str, per_module: float, clang: str, label: str,
@@ -86,7 +77,7 @@ def tune_run(corpus: str, mods, jobs: int, work: str, per_module: float, clang: 
     out = os.path.join(work, label)
     t0 = time.monotonic()
     s = tune(corpus, out, compiles_per_module=per_module, jobs=jobs, clang=clang, modules=[m.name for m in mods],
-             progress=sys.stderr.isatty(), search="batched", prior=prior, copies=copies, thresholds=thresholds)
+             progress=sys.stderr.isatty(), prior=prior, copies=copies, thresholds=thresholds)
     with open(os.path.join(out, "tune.json")) as f:
         man = json.load(f)["modules"]
     data = _load_results(os.path.join(out, "data"))
@@ -185,7 +176,7 @@ def main() -> int:
             greedy = dict(json.load(f)["greedy"], reused_from=os.path.basename(args.greedy_from))
         assert sorted(greedy["per_module"]) == sorted(m.name for m in mods), "not the same modules"
     else:
-        greedy = greedy_pass(mods, args.jobs, work, args.clang)
+        greedy = greedy_run(mods, args.jobs, work, args.clang)
     print(f"greedy pass: {greedy['gain_pct']:.3f}% smaller than -Oz, {greedy['compiles_per_module']} compiles/module, "
           f"{greedy['minutes']:.1f} min", file=sys.stderr)
     per_module = greedy["compiles"] / max(greedy["searched"], 1)

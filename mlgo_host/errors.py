@@ -68,20 +68,3 @@ class ConfigError(MlgoHostError):
 
 class WorkerPoolError(MlgoHostError, RuntimeError):
     """A worker pool lost its workers or a worker failed a broadcast."""
-
-
-class UnknownExperimentError(MlgoHostError, KeyError):
-    """A call to a nesting worker names an experiment it does not hold."""
-
-    def __init__(self, experiment_id: str, known: list[str] | tuple[str, ...] = ()):
-        self.experiment_id = experiment_id
-        self.known = sorted(known)
-        self.message = (f"unknown experiment id {experiment_id!r}; this worker holds "
-                        + (", ".join(repr(k) for k in self.known) if self.known else "no experiment"))
-        super().__init__(self.message)
-
-    def __str__(self) -> str:  # KeyError would quote the whole message
-        return self.message
-
-    def __reduce__(self):
-        return (type(self), (self.experiment_id, tuple(self.known)))

@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "",
                  unit: str = "module", enabled: bool = True, leave: bool = True):
-    """A tqdm bar on stderr; ``enabled=False`` (``--no_progress``) turns it
+    """A tqdm bar on stderr; ``enabled=False`` (``--no-progress``) turns it
     off even on a terminal."""
     return tqdm(iterable, total=total, desc=desc, unit=unit, leave=leave, file=sys.stderr,
                 disable=None if enabled else True)

@@ -50,6 +50,27 @@ def test_every_option_has_help_and_no_empty_defaults(capsys):
     assert "(default: inline)" in run_help and "(default: 600.0)" in run_help
 
 
+#: options spelt as ml-compiler-opt spells them (the rest of mlgo-host's use hyphens)
+ML_COMPILER_OPT = {"--gin_files", "--gin_bindings", "--root_dir", "--data_path"}
+
+
+def test_options_are_spelt_with_hyphens_and_the_underscore_spellings_still_parse():
+    subs = dict(_subparsers(build_parser()))
+    shown = {o for sub in subs.values() for a in sub._actions if a.help != argparse.SUPPRESS
+             for o in a.option_strings}
+    assert not {o for o in shown if "_" in o} - ML_COMPILER_OPT
+    hidden = {(name, o, a.dest) for name, sub in subs.items() for a in sub._actions
+              if a.help == argparse.SUPPRESS for o in a.option_strings}
+    assert ("train", "--no_progress", "no_progress") in hidden and ("trace", "--worker_backend", "worker_backend") in hidden
+    for name, old, dest in hidden:  # each is an earlier spelling of a listed option, to the same dest
+        assert old.replace("_", "-") in {o for a in subs[name]._actions for o in a.option_strings if a.dest == dest}
+    args = build_parser().parse_args(["trace", "--corpus", "c", "--output", "o", "--no_progress", "--worker_backend",
+                                      "ray", "--ray_address", "auto", "--llvm_size", "s"])
+    assert (args.no_progress, args.worker_backend, args.ray_address, args.llvm_size) == (True, "ray", "auto", "s")
+    args = build_parser().parse_args(["trace", "--corpus", "c", "--output", "o"])
+    assert (args.no_progress, args.worker_backend, args.ray_address, args.llvm_size) == (False, "local", None, None)
+
+
 def _stats_file(path, modules: int) -> str:
     """A `serve --stats` file of one build with `modules` ok compiles: its
     table is far longer than a pipe holds, so a reader that stops early

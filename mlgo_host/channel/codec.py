@@ -355,10 +355,6 @@ class Decoder:
         return self._pos
 
     @property
-    def pending_bytes(self) -> int:
-        return len(self._buf)
-
-    @property
     def waiting_for(self) -> str:
         """Human description of what the decoder expects next (for errors)."""
         if self.header is None:

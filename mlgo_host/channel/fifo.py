@@ -17,15 +17,10 @@ import select
 import shutil
 import signal
 import tempfile
-import threading
 import time
-import weakref
 from typing import Callable
 
 from mlgo_host.errors import ChannelTimeout
-
-_LIVE: "weakref.WeakSet[Channel]" = weakref.WeakSet()
-_LOCK = threading.Lock()
 
 
 class Channel:
@@ -53,8 +48,6 @@ class Channel:
         except BaseException:
             self.close()
             raise
-        with _LOCK:
-            _LIVE.add(self)
 
     # -- opening ---------------------------------------------------------
     def open(self, alive: Callable[[], bool], deadline: float, max_delay: float = 0.02) -> bool:
@@ -154,22 +147,12 @@ class Channel:
                 pass
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
-        with _LOCK:
-            _LIVE.discard(self)
 
     def __enter__(self) -> "Channel":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def close_all_channels() -> None:
-    """Remove every live channel of this process (signal/atexit path)."""
-    with _LOCK:
-        chans = list(_LIVE)
-    for c in chans:
-        c.close()
 
 
 class SignalExit(SystemExit):

@@ -24,11 +24,8 @@ import shutil
 import signal
 import subprocess
 import time
-import weakref
 
 from mlgo_host.errors import CompilerError
-
-_LIVE: "weakref.WeakSet[CompilerProcess]" = weakref.WeakSet()
 
 #: compilers of this process that died of a SIGKILL the host did not send (the OOM killer, a user, or Ray,
 #: which kills an actor's children just before the actor): a caller compares it before and after its work
@@ -108,7 +105,6 @@ class CompilerProcess:
         except BaseException:
             self._log.close()
             raise
-        _LIVE.add(self)
         try:
             self._pidfd = os.pidfd_open(self.proc.pid)
         except (AttributeError, OSError):
@@ -207,7 +203,6 @@ class CompilerProcess:
         if self.proc.returncode is None:
             self._reap()  # SIGKILLs the group first
         self.remove_temp_outputs()
-        _LIVE.discard(self)
 
     def remove_temp_outputs(self) -> list[str]:
         """Remove the ``<stem>-XXXXXXXX<ext>.tmp`` files of a killed compile
@@ -253,13 +248,7 @@ class CompilerProcess:
             else:
                 self.kill()
         self._close_pidfd()
-        _LIVE.discard(self)
         try:
             self._log.close()
         except OSError:
             pass
-
-
-def kill_all_compilers() -> None:
-    for p in list(_LIVE):
-        p.kill()

@@ -36,7 +36,7 @@ import os
 import sys
 
 from mlgo_host.channel.problems import PROBLEMS
-from mlgo_host.commands.help import LLVM_SIZE_HELP
+from mlgo_host.commands.help import LLVM_SIZE_HELP, hidden_alias
 from mlgo_host.errors import ConfigError
 
 
@@ -56,10 +56,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="share of modules held out by --split (training's is 0.2)")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, metavar="N",
                    help="worker processes (default: the number of CPUs)")
-    p.add_argument("--worker_backend", "--worker-backend", dest="worker_backend", choices=("local", "ray"),
+    p.add_argument("--worker-backend", dest="worker_backend", choices=("local", "ray"),
                    default="local", help="where the worker processes run: this machine, or a Ray cluster")
-    p.add_argument("--ray_address", "--ray-address", dest="ray_address", default=None, metavar="ADDRESS",
-                   help="with --worker_backend ray: the cluster to join (default: start a local Ray)")
+    hidden_alias(p, "--worker_backend", "worker_backend", choices=("local", "ray"))
+    p.add_argument("--ray-address", dest="ray_address", default=None, metavar="ADDRESS",
+                   help="with --worker-backend ray: the cluster to join (default: start a local Ray)")
+    hidden_alias(p, "--ray_address", "ray_address")
     p.add_argument("--clang", default="clang-19", metavar="PATH", help="clang binary compiling the modules")
     p.add_argument("--llvm-size", default=None, metavar="PATH",
                    help=LLVM_SIZE_HELP)

@@ -22,6 +22,16 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+def hidden_alias(p: argparse.ArgumentParser, old: str, dest: str, **kw) -> None:
+    """Accept ``old``, an earlier spelling of the option that stores
+    ``dest`` (e.g. ``--no_progress`` for ``--no-progress``), without listing
+    it.  mlgo-host's own options are spelt with hyphens; the ones taken from
+    ml-compiler-opt (``--gin_files``, ``--gin_bindings``, ``--root_dir``,
+    ``--data_path``) keep its spelling.  ``kw``: the option's ``type``,
+    ``choices`` or ``action``."""
+    p.add_argument(old, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kw)
+
+
 #: the --llvm-size option's help, the same wherever a command measures objects
 LLVM_SIZE_HELP = ("llvm-size binary (default: the one of --clang's LLVM: llvm-size-N for clang-N, "
                   "else the llvm-size beside the clang binary)")

@@ -11,7 +11,7 @@ statistics (state.json), policy/<iteration>/ and saved_policy/ at the end.
 Re-running the same command after an interruption resumes after the last
 completed iteration.  Watch it with: tensorboard --logdir ROOT_DIR
 
-Without a corpus: --collected DIR --baseline_stats FILE makes one PPO
+Without a corpus: --collected DIR --baseline-stats FILE makes one PPO
 iteration from the episodes `mlgo-host serve --collect DIR` kept since the
 last such run (rewards against FILE, the stats of a --policy default build
 of the same tree) and writes ROOT_DIR/saved_policy for the next build to
@@ -25,6 +25,7 @@ import logging
 import os
 import warnings
 
+from mlgo_host.commands.help import hidden_alias
 from mlgo_host.errors import ConfigError
 
 
@@ -34,15 +35,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="corpus directory (corpus_description.json + .bc/.cmd files); or --collected")
     p.add_argument("--collected", metavar="DIR",
                    help="train one iteration on the episodes `serve --collect DIR` kept since the last run "
-                        "(instead of --corpus; needs --baseline_stats)")
-    p.add_argument("--baseline_stats", "--baseline-stats", metavar="FILE",
+                        "(instead of --corpus; needs --baseline-stats)")
+    p.add_argument("--baseline-stats", dest="baseline_stats", metavar="FILE",
                    help="with --collected: the --stats file of a `serve --policy default` build of the same "
                         "tree (the rewards' baseline sizes)")
+    hidden_alias(p, "--baseline_stats", "baseline_stats")
     p.add_argument("--gin_files", nargs="+", action="extend", default=[], required=True, metavar="FILE",
                    help="gin configuration files")
     p.add_argument("--gin_bindings", nargs="+", action="extend", default=[], metavar="BINDING",
                    help="gin bindings overriding the files, e.g. num_iterations=5")
-    p.add_argument("--no_progress", action="store_true", help="no progress bars")
+    p.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bars")
+    hidden_alias(p, "--no_progress", "no_progress", action="store_true")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,9 +55,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give exactly one of --corpus DIR (train over a corpus) and --collected DIR "
                           "(one iteration on episodes collected by serve --collect)")
     if args.collected is not None and args.baseline_stats is None:
-        raise ConfigError("--collected needs --baseline_stats FILE (the stats of a --policy default build)")
+        raise ConfigError("--collected needs --baseline-stats FILE (the stats of a --policy default build)")
     if args.corpus is not None and args.baseline_stats is not None:
-        raise ConfigError("--baseline_stats goes with --collected, not --corpus")
+        raise ConfigError("--baseline-stats goes with --collected, not --corpus")
 
     install_signal_cleanup()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -2,36 +2,29 @@
 them as replays your build applies (`serve --replay T`).
 
 Each module is searched from the base policy (--policy; default: the
-compiler's own decisions): flip one decision, keep the flip when llvm-size
-.text shrinks, go on from the new best.  The likeliest winners are tried
-first (measured winner patterns, then a flip-gain model fitted on the flips
-tried so far; after a flip pays, the same callee's other call sites), a
-module's first pass stops after --patience (at least sqrt(decisions)) flips
-in a row that did not pay, and what is left of the budget goes first to the
-modules that paid.  The default is always a candidate: no module gets bigger
-than -Oz.
-
-By default the search is batched: one channel compile names each decision's
-call site (from the inliner's optimization record), then decision sets are
-compiled by the compiler's own inline replay, dozens of flips per compile,
-each flip's gain read from the functions it touches and checked (a batch
-whose attribution does not hold is split).  Before its first flip, each
-module compiles at inline thresholds 50, 150 and 450 and starts from the
-smallest of those and -Oz (the threshold then goes into its build flags;
---no-thresholds: always from -Oz).  --search channel is the earlier
-one-flip-per-compile search.
+compiler's own decisions) by batches: one channel compile names each
+decision's call site (from the inliner's optimization record), then decision
+sets are compiled by the compiler's own inline replay, dozens of flips per
+compile, each flip's gain read from the functions it touches and checked (a
+batch whose attribution does not hold is split).  The likeliest winners are
+measured first (--prior), winners are kept and the search goes on from the
+new best; the compiles go where the prior and the bytes paid so far point.
+Before its first flip, each module compiles at inline thresholds 50, 150 and
+450 and with the shipped policy's decisions, and starts from the smallest of
+those and -Oz (a threshold then goes into its build flags; --no-thresholds,
+--start-policy none: from -Oz).  No module gets bigger than -Oz.
 
 T/ holds per module its best decisions: replays/<module>.inline.txt, the
 compiler's replay file (a build applies it with plain compiler flags:
-MLGO_REPLAY=T with mlgo-clang, or --print-flags T FILE), or for --search
-channel a fingerprinted JSON replay; the flips tried (data/, training data
-for search.gin: --gin_bindings "search_data='T'"), tune.json (the manifest)
-and report.csv, report.png (gain against module size), summary.json.
+MLGO_REPLAY=T with mlgo-clang, or --print-flags T FILE); the flips measured
+(data/, training data for search.gin: --gin_bindings "search_data='T'"),
+tune.json (the manifest) and report.csv, report.png (gain against module
+size), summary.json.
 
 Budget: --compiles-per-module K (default 30; counting what T holds already:
 rerunning a killed tune with the same K finishes it, a bigger K improves on
 it) or --budget-minutes N (this run's wall time).  A second run always
-continues each module from its best without trying the same decisions again.
+continues each module from its best without measuring the same flips again.
 
 example:
   mlgo-host corpus build --compile-commands build/compile_commands.json --output corpus/
@@ -58,23 +51,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--print-flags", nargs=2, metavar=("T", "FILE"), default=None,
                    help="print the compiler flags that apply T's tuned decisions to source FILE (for build systems "
                         "that add flags per file) and exit; nothing is printed for a file T did not improve")
-    p.add_argument("--search", choices=("batched", "channel"), default="batched",
-                   help="batched (default): many flips per compile through the compiler's inline replay, each "
-                        "flip's gain read from the functions it touches; channel: one flip per compile over the "
-                        "channel (the earlier search, for comparison)")
     p.add_argument("--prior", default="pretrained-oz", choices=("pretrained-oz", "patterns"),
-                   help="batched search: what orders each module's flips: pretrained-oz (default), the shipped "
+                   help="what orders each module's flips: pretrained-oz (default), the shipped "
                         "policy's probability of the other action; patterns, the measured winner patterns only")
     p.add_argument("--no-copies", action="store_true",
-                   help="batched search: measure each flip in place only (by default the flips of one function are "
+                   help="measure each flip in place only (by default the flips of one function are "
                         "measured in copies of it, many per compile, and a flip whose code lands in several "
                         "functions in copies of all of them, each copy checked against a control copy)")
     p.add_argument("--no-thresholds", action="store_true",
-                   help="batched search from the compiler's decisions: start every module from -Oz's own (by "
+                   help="a search from the compiler's decisions: start every module from -Oz's own (by "
                         "default a module also compiles at inline thresholds 50, 150 and 450, one compile each, and "
                         "its search starts from the smallest; a build then gets that threshold among its flags)")
     p.add_argument("--start-policy", default="pretrained-oz", choices=("pretrained-oz", "none"),
-                   help="batched search from the compiler's decisions: also compile every C++ module with this shipped "
+                   help="a search from the compiler's decisions: also compile every C++ module with this shipped "
                         "policy's decisions (one channel compile) and start its search from them when that "
                         "object is the smallest start; none: -Oz and the thresholds only")
     p.add_argument("--policy", default=None,
@@ -89,12 +78,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="worker processes (default: the number of CPUs)")
     p.add_argument("--backend", choices=("local", "ray"), default="local", help="worker pool")
     p.add_argument("--ray-address", default=None, metavar="ADDR", help="with --backend ray: the cluster to join")
-    p.add_argument("--patience", type=int, default=6, metavar="N",
-                   help="stop a module's first pass after N flips in a row that did not shrink it")
     p.add_argument("--clang", default="clang-19", metavar="PATH", help="clang binary compiling the modules")
     p.add_argument("--llvm-size", default=None, metavar="PATH", help=LLVM_SIZE_HELP)
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="time one compile may take")
-    p.add_argument("--seed", type=int, default=0, help="seed of stochastic base policies")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (default: one on a terminal)")
 
 
@@ -124,16 +110,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.corpus or not args.output:
         raise ConfigError("give --corpus DIR and --output T (or --print-flags T FILE)")
-    if args.patience < 1:
-        raise ConfigError(f"--patience must be >= 1, got {args.patience}")
     if args.timeout <= 0:
         raise ConfigError(f"--timeout must be positive, got {args.timeout:g}")
     signal.signal(signal.SIGTERM, _stop)
     s = tune(args.corpus, args.output, policy=args.policy, budget_minutes=args.budget_minutes,
              compiles_per_module=args.compiles_per_module, jobs=args.jobs, backend=args.backend,
              ray_address=args.ray_address, clang=args.clang, llvm_size=args.llvm_size, module_timeout=args.timeout,
-             patience=args.patience, seed=args.seed, modules=args.modules, search=args.search,
-             prior=None if args.prior == "patterns" else args.prior, copies=not args.no_copies,
+             modules=args.modules, prior=None if args.prior == "patterns" else args.prior, copies=not args.no_copies,
              thresholds=not args.no_thresholds,
              start_policy=None if args.start_policy == "none" else args.start_policy,
              progress=progress_default() and not args.no_progress)

@@ -2,9 +2,9 @@
 
 Reads the training logs of a trace directory (made by `mlgo-host trace`) and
 writes one <feature>.buckets file per feature into --output: the
---num_buckets quantiles (default 1,000) of the feature's observed values,
+--num-buckets quantiles (default 1,000) of the feature's observed values,
 one per line, as ml-compiler-opt's generate_vocab does.  The advice taken is
-not a feature and gets no file.  With --sampling_fraction F < 1 a seeded
+not a feature and gets no file.  With --sampling-fraction F < 1 a seeded
 random fraction F of the observations is used (less memory on big traces).
 The output directory is written atomically (replaced as a whole).
 
@@ -16,15 +16,19 @@ from __future__ import annotations
 import argparse
 import json
 
+from mlgo_host.commands.help import hidden_alias
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, metavar="DIR", help="trace directory (with trace.json)")
     p.add_argument("--output", required=True, metavar="DIR", help="vocab directory to write")
-    p.add_argument("--sampling_fraction", "--sampling-fraction", dest="sampling_fraction", type=float, default=1.0,
+    p.add_argument("--sampling-fraction", dest="sampling_fraction", type=float, default=1.0,
                    metavar="F", help="fraction of the observations to use, in (0, 1]")
-    p.add_argument("--num_buckets", "--num-buckets", dest="num_buckets", type=int, default=1000, metavar="N",
+    hidden_alias(p, "--sampling_fraction", "sampling_fraction", type=float)
+    p.add_argument("--num-buckets", dest="num_buckets", type=int, default=1000, metavar="N",
                    help="quantiles per feature, 1..1000")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampling (with --sampling_fraction < 1)")
+    hidden_alias(p, "--num_buckets", "num_buckets", type=int)
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampling (with --sampling-fraction < 1)")
 
 
 def run(args: argparse.Namespace) -> int:

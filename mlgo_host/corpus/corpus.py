@@ -262,9 +262,6 @@ class Corpus:
         """A :class:`Sampler` over ``modules`` (default: all usable modules)."""
         return Sampler(self.modules if modules is None else modules, strategy=strategy, seed=seed, buckets=buckets)
 
-    def total_bc_bytes(self) -> int:
-        return sum(m.size for m in self.modules)
-
 
 def load_corpus(path: str | os.PathLike, strict: bool = False) -> Corpus:
     """Shorthand for :meth:`Corpus.load`."""

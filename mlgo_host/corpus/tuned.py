@@ -74,10 +74,9 @@ def inline_replay_flags(path: str, changed: bool = False) -> list[str]:
     the tuned object, byte for byte.  For a source edited since tuning
     (``changed``) the fallback is ``Original``: sites whose key still
     matches are inlined, the compiler decides the others, so a function
-    whose calls moved gets -Oz's decisions instead of none (measured on
-    three benchmark modules with three functions edited: +0.2 % to -6.9 %
-    against -Oz, where ``NeverInline`` gave up to +6.5 %); only the tuned
-    "do not inline" decisions are lost."""
+    whose calls moved gets -Oz's decisions instead of none (``NeverInline``
+    would leave its moved calls out, which can make the object much bigger
+    than -Oz's); only the tuned "do not inline" decisions are lost."""
     # a source compile needs location tracking on (the corpus bitcode has it built in)
     return [*LOCATION_TRACKING, *replay_flags(path, "Original" if changed else "NeverInline")]
 
@@ -86,10 +85,6 @@ def shell_flags(flags: list[str]) -> str:
     import shlex
 
     return " ".join(shlex.quote(f) for f in flags)
-
-
-def is_tune_dir(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, MANIFEST))
 
 
 def read_manifest(path: str) -> dict:

@@ -381,11 +381,40 @@ def evaluate(
         outcomes = map_with_progress(pool, "evaluate", [(m.to_task(),) for m in order],
                                      desc=f"eval {os.path.basename(str(policy).rstrip('/'))}", progress=progress,
                                      leave=True)
+    report = _report(str(policy), selected, order, outcomes, lambda name, row: row)
+    if guard:
+        return EvalReport(policy=report.policy, rows=[apply_guard(r) for r in report.rows], guard=True)
+    return report
+
+
+def evaluate_on_pool(pool, modules: Sequence[Module], *, desc: str, progress: bool = True, task_of=None,
+                     policy: str = "policy") -> EvalReport:
+    """The greedy policy the workers of ``pool`` hold (collection workers,
+    :class:`~mlgo_host.workers.worker.CollectWorker`: the training loops'
+    pools) on ``modules``, as :func:`evaluate` reports it; ``task_of``: a
+    module's task (default :meth:`Module.to_task`)."""
+    task_of = task_of or Module.to_task
+    tasks = [(task_of(m), 0, True, False) for m in modules]
+    outcomes = map_with_progress(pool, "collect", tasks, desc=desc, progress=progress)
+    return _report(policy, modules, modules, outcomes, _collected_row)
+
+
+def _collected_row(name: str, r: dict | None) -> EvalRow:
+    """The row of a :meth:`~mlgo_host.workers.worker.CollectWorker.collect` answer."""
+    if r is None or r["status"] != "ok":
+        return EvalRow(name, (r or {}).get("baseline_size"), None, None, 0, "failed",
+                       (r or {}).get("reason") or "no answer")
+    return EvalRow(name, r["baseline_size"], r["policy_size"], reward(r["policy_size"], r["baseline_size"]),
+                   r["observations"], "ok", "", r.get("wall_s", 0.0))
+
+
+def _report(policy: str, modules: Sequence[Module], order: Sequence[Module], outcomes, row_of) -> EvalReport:
+    """The report of ``modules`` from the pool's ``outcomes`` of their tasks
+    in ``order`` (``row_of(name, value)``: a worker's answer as a row; a
+    task the worker failed is a failed row)."""
     rows: dict[str, EvalRow] = {}
     for o in outcomes:
         name = order[o.index].name
-        rows[name] = o.value if o.ok else EvalRow(name, None, None, None, 0, "failed", f"worker: {o.error}")
-    out = [rows[m.name] for m in selected]
-    if guard:
-        return EvalReport(policy=str(policy), rows=[apply_guard(r) for r in out], guard=True)
-    return EvalReport(policy=str(policy), rows=out)
+        rows[name] = row_of(name, o.value) if o.ok else EvalRow(name, None, None, None, 0, "failed",
+                                                                 f"worker: {o.error}")
+    return EvalReport(policy=policy, rows=[rows[m.name] for m in modules])

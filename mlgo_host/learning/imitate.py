@@ -1,6 +1,7 @@
 """Imitate the searched decisions: weighted behavioural cloning, then a gate.
 
-The examples come from the search (:mod:`mlgo_host.search.flips`):
+The examples come from the search (:mod:`mlgo_host.search.batched`: ``tune``
+and the search loop):
 
 * every decision of each module's best trajectory, labelled with the action
   the best trajectory took, weight ``untried_weight`` (bytes-equivalent);
@@ -76,12 +77,6 @@ def examples_from_search(results: Sequence[dict], *, untried_weight: float = 1.0
     return Examples(header, np.concatenate(recs), np.concatenate(labels), np.concatenate(weights))
 
 
-def build_vocab(examples: Examples, num_buckets: int = 1000) -> Vocab:
-    vb = VocabBuilder()
-    vb.add(examples.records)
-    return vb.build(num_buckets)
-
-
 @gin.configurable(module="imitate")
 def train_imitation(
     examples: Examples,
@@ -126,10 +121,10 @@ def fit_actor(header: Header, records: np.ndarray, targets: np.ndarray, weights:
               extra: dict | None = None):
     """The actor network (the compiler's default decision an input) fitted
     to ``loss_fn(logits [N, 2], targets, weights)`` (weights scaled to mean
-    1) by Adam, saved as a policy directory; shared by the imitation
-    (cross-entropy on labels) and the effect model (a regression on the
-    logit difference, :mod:`mlgo_host.learning.effects`).  Returns the
-    saved policy and the last epoch's mean loss."""
+    1) by Adam, saved as a policy directory: the imitation's cross-entropy
+    on labels, or another loss on the logits (e.g. a regression on their
+    difference).  Returns the saved policy and the last epoch's mean
+    loss."""
     import tensorflow as tf
 
     from mlgo_host.learning.export import save_policy

@@ -1,10 +1,12 @@
-"""TensorBoard summaries of training, under ``root_dir`` (the learner only).
+"""TensorBoard summaries of training, under ``root_dir/train`` (the
+learner's side only): every trainer's scalars through one writer.
 
-Tags follow ml-compiler-opt where it has them: ``reward_distribution/p10`` …
-``p90`` and ``reward_distribution/mean`` (module rewards against the default
-heuristic), plus ``heldout/size_change_pct``, ``loss/*`` (policy gradient
-loss, entropy, KL, ...), ``perf/*`` (modules per minute, decisions per second,
-collection and training seconds) and ``failures/modules``.
+PPO's tags follow ml-compiler-opt where it has them:
+``reward_distribution/p10`` … ``p90`` and ``reward_distribution/mean``
+(module rewards against the default heuristic), plus
+``heldout/size_change_pct``, ``loss/*`` (policy gradient loss, entropy, KL,
+...), ``perf/*`` (modules per minute, decisions per second, collection and
+training seconds) and ``failures/modules`` (:meth:`Summaries.write_iteration`).
 """
 
 from __future__ import annotations
@@ -23,23 +25,26 @@ class Summaries:
     def __init__(self, root_dir: str):
         self.writer = tf.summary.create_file_writer(os.path.join(root_dir, "train"))
 
+    def scalars(self, step: int, values: dict[str, Any]) -> None:
+        """Each of ``values`` (tag -> value) that is not None, at ``step``."""
+        with self.writer.as_default(step=step):
+            for tag, v in values.items():
+                if v is not None:
+                    tf.summary.scalar(tag, v)
+        self.writer.flush()
+
     def write_iteration(self, step: int, reward_dist: dict[str, float], row: dict[str, Any],
                         eval_row: dict[str, Any] | None) -> None:
-        with self.writer.as_default(step=step):
-            for k, v in reward_dist.items():
-                tf.summary.scalar(f"reward_distribution/{k}", v)
-            for k in LOSS_KEYS:
-                if k in row and row[k] is not None:
-                    tf.summary.scalar(f"loss/{k}", row[k])
-            for k in PERF_KEYS:
-                if k in row:
-                    tf.summary.scalar(f"perf/{k}", row[k])
-            tf.summary.scalar("failures/modules", row.get("failures", 0))
-            if eval_row is not None:
-                tf.summary.scalar("heldout/size_change_pct", eval_row["size_change_pct"])
-                tf.summary.scalar("heldout/modules_bigger", eval_row["bigger"])
-                tf.summary.scalar("heldout/modules_smaller", eval_row["smaller"])
-        self.writer.flush()
+        """A PPO iteration's scalars."""
+        values = {f"reward_distribution/{k}": v for k, v in reward_dist.items()}
+        values.update({f"loss/{k}": row.get(k) for k in LOSS_KEYS})
+        values.update({f"perf/{k}": row[k] for k in PERF_KEYS if k in row})
+        values["failures/modules"] = row.get("failures", 0)
+        if eval_row is not None:
+            values.update({"heldout/size_change_pct": eval_row["size_change_pct"],
+                           "heldout/modules_bigger": eval_row["bigger"],
+                           "heldout/modules_smaller": eval_row["smaller"]})
+        self.scalars(step, values)
 
     def close(self) -> None:
         self.writer.close()

@@ -1,22 +1,15 @@
 """``mlgo-host tune``: the best inlining decisions found for each module of
-your corpus, kept as replays a build applies (``serve --replay T``).
+your corpus, kept as the compiler's replay files a build applies
+(``serve --replay T``, ``MLGO_REPLAY=T``, ``tune --print-flags``).
 
-Each module is searched (:func:`mlgo_host.search.flips.search_module`:
-flip one decision, keep it when ``.text`` shrinks, go on from the new best)
-from the base policy's trajectory (the compiler's default unless
-``--policy``).  Smarter than one greedy pass over every decision:
-
-* **prior-ordered flips**: the likeliest winners first (the measured winner
-  patterns; once enough flips are tried, the flip-gain model fitted on them,
-  refitted before each pass; a saved policy's uncertainty);
-* **early stop**: a module's search stops after ``patience`` flips in a row
-  that did not pay;
-* **more budget where it pays**: a probe compiles each module once (its
-  decisions; a module without any is done), the first pass spends
-  ``first_share`` of the budget shared by decisions; later passes give what
-  is left first to the modules that paid, in proportion to the bytes they
-  gained, the rest to the others by their decisions left, each continuing
-  from its best; modules exhausted are skipped.
+Each module is searched by batches of flips
+(:func:`mlgo_host.search.batched.search_module_batched`) from the base
+policy's decisions (the compiler's default unless ``--policy``), after a
+probe (its decisions and call-site keys) and its other starts (inline
+thresholds, the shipped policy's decisions: :mod:`.starts`).  Passes share
+the compiles: by the flips the prior expects to pay, and after the first
+pass also by the bytes each module paid per compile (:func:`shares`); each
+module goes on from its best.
 
 Budget: ``compiles_per_module`` (the run's target, counting what ``T``
 holds already: a second run with the same figure only finishes what a
@@ -24,8 +17,8 @@ killed run left, a bigger one improves on it) or ``budget_minutes`` (this
 run's wall time; no compile starts after it).  Every module's result is
 written to ``T`` as it arrives (atomically), so a killed run loses only
 the searches in flight; a second run continues each module from its best
-(``start_forced``) without trying the same decisions again (``exclude``).
-See :mod:`mlgo_host.corpus.tuned` for the layout of ``T``.
+without measuring the same flips again.  See :mod:`mlgo_host.corpus.tuned`
+for the layout of ``T``.
 """
 
 from __future__ import annotations
@@ -42,7 +35,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from mlgo_host.channel.codec import Header
 from mlgo_host.channel.default_probe import default_slot
 from mlgo_host.corpus.corpus import Module, load_corpus
 from mlgo_host.corpus.identity import project_root, read_sources, relative_identity
@@ -51,35 +43,34 @@ from mlgo_host.corpus.tuned import (DATA, FORMAT, INLINE_REPLAY_EXT, MANIFEST, P
 from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes, atomic_write_json
 from mlgo_host.policies import HEURISTICS, check_meanings, load_policy
-from mlgo_host.policies.replay import Replay, stream_fingerprint, write_replay
 from mlgo_host.search.starts import START_THRESHOLDS, STARTS_BY_LANGUAGE, Starts, starts_pending
 from mlgo_host.workers.pool import make_pool
 from mlgo_host.search.evaluate import replay_text
-from mlgo_host.search.flips import continued, fit_flip_model, paid_budgets, run_searches
+from mlgo_host.search.flips import fit_flip_model
 from mlgo_host.search.sites import site_of_line
 from mlgo_host.shipped import shipped_policy_dir
+from mlgo_host.search.worker import run_searches
 from mlgo_host.workers.worker import policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.tune")
 
 DEFAULT_COMPILES_PER_MODULE = 30
-#: passes after the first (each gives what is left to the modules that paid first)
+#: passes over the modules at most (each shares the compiles left again)
 MAX_PASSES = 6
 
 
 def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minutes: float | None = None,
          compiles_per_module: float | None = None, jobs: int = 2, backend: str = "local",
          ray_address: str | None = None, clang: str = "clang-19", llvm_size: str | None = None,
-         module_timeout: float = 300.0, patience: int = 6, first_share: float = 0.6, seed: int = 0,
-         modules: Sequence[str] | None = None, progress: bool = True, search: str = "batched",
+         module_timeout: float = 300.0, modules: Sequence[str] | None = None, progress: bool = True,
          prior: str | None = None, copies: bool = True, thresholds: bool = True,
          start_policy: str | None = None,
          starts_by_language: dict[str, Sequence[str]] | None = None) -> dict[str, Any]:
     """Tune every module of ``corpus_dir`` (or the named ``modules``) into
     ``output``; returns the summary (also in ``output/summary.json``).
-    ``prior`` (batched search): a shipped policy whose P(inline) orders
-    each module's flips (None: the measured patterns); ``copies``: measure
-    the flips of one function in copies of it (:mod:`.clones`);
+    ``prior``: a shipped policy whose P(inline) orders each module's flips
+    (None: the measured patterns); ``copies``: measure the flips of one
+    function in copies of it (:mod:`.clones`);
     ``thresholds``: a search from the compiler's own decisions (no
     ``policy``) may start from another inline threshold (:mod:`.starts`);
     ``start_policy``: ... or from a shipped policy's decisions;
@@ -95,7 +86,7 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
     store = TuneStore.open(output, corpus_dir, policy, clang, mods)
     deadline = time.time() + 60.0 * budget_minutes if budget_minutes is not None else None
     pool_opts = {"ray_address": ray_address} if backend == "ray" else {}
-    from_default = search == "batched" and store.manifest["base"] == "default"
+    from_default = store.manifest["base"] == "default"
     by_language = tuple((k, tuple(v)) for k, v in (starts_by_language or STARTS_BY_LANGUAGE).items())
     starts = Starts(START_THRESHOLDS if thresholds and from_default else (), start_policy if from_default else None,
                     by_language)
@@ -108,23 +99,12 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
     try:
         pool.broadcast("set_policy", store.policy_blob())
         spent0 = store.compiles(mods)
-        spent: dict[str, dict] = {}
-        if search == "batched":
-            passes = BatchedPasses(pool, store, mods, budget, deadline, progress, prior=prior, starts=starts)
-            spent = passes.spent
-            passes.run()
-        elif search == "channel":
-            run = Passes(pool, store, mods, budget, deadline, patience, first_share, seed, progress)
-            run.probe()
-            run.first()
-            run.more()
-        else:
-            raise ConfigError(f"--search must be 'batched' or 'channel', got {search!r}")
+        passes = Passes(pool, store, mods, budget, deadline, progress, prior=prior, starts=starts)
+        passes.run()
     finally:
         pool.close()
     minutes = (time.monotonic() - t0) / 60.0
-    summary = store.report(mods, run_minutes=minutes, run_compiles=store.compiles(mods) - spent0, spent=spent)
-    return summary
+    return store.report(mods, run_minutes=minutes, run_compiles=store.compiles(mods) - spent0, spent=passes.spent)
 
 
 def _budget(minutes: float | None, per_module: float | None) -> dict:
@@ -155,17 +135,33 @@ def _select(corpus, names: Sequence[str] | None, corpus_dir: str) -> list[Module
 # -- the passes -------------------------------------------------------------------
 
 
-class _Budget:
-    """What both searches' passes share: the pool, the store, the modules
-    and the budget (compiles of the run's target, or a deadline)."""
+class Passes:
+    """The search of the modules: a probe of every module not searched yet
+    (its decisions and keys: two compiles, one without decisions), its
+    threshold starts (:meth:`starts`), then passes, each module going on
+    from its best; modules that measured every flip are done.  With a
+    compile budget, each pass shares what is left (the first
+    :data:`FIRST_SHARE` of it) by :func:`shares`: by the flips the prior
+    expects to pay (or the flips left, without a prior), and after the first
+    pass also by the bytes each module paid per compile."""
+
+    #: the probe's compiles: the channel compile and the always-inline remarks
+    PROBE = 2
+    #: of the compiles left after the probe, what the first pass shares
+    FIRST_SHARE = 0.5
 
     def __init__(self, pool, store: "TuneStore", mods: list[Module], budget: dict, deadline: float | None,
-                 progress: bool):
+                 progress: bool, *, prior: str | None = None, starts: Starts = Starts()):
         self.pool, self.store, self.mods = pool, store, mods
         self.by_name = {m.name: m for m in mods}
         self.per_module = budget["per_module"]
         self.deadline = deadline
         self.progress = progress
+        self.prior = prior
+        #: stage (probe, starts, passes) -> its wall seconds and compiles, for the summary
+        self.spent: dict[str, dict] = {}
+        #: what starts each module tries besides -Oz's own
+        self.starts_of = starts
 
     def left(self) -> int:
         """Compiles still to spend (time mode: as many as the time allows)."""
@@ -178,117 +174,8 @@ class _Budget:
         m = fit_flip_model(self.store.all_results())
         return m.to_json() if m is not None else None
 
-
-class Passes(_Budget):
-    """A probe (the base's trajectory: how many decisions each module has),
-    the first pass (the budget shared by decisions, early stop), then passes
-    giving what is left to the modules that paid (see the module docstring).
-    Every pass after the probe goes on from each module's best trajectory
-    without compiling it again."""
-
-    def __init__(self, pool, store: "TuneStore", mods: list[Module], budget: dict, deadline: float | None,
-                 patience: int, first_share: float, seed: int, progress: bool):
-        super().__init__(pool, store, mods, budget, deadline, progress)
-        self.patience = patience
-        self.first_share = first_share
-        self.seed = seed
-
-    def _open(self) -> list[dict]:
-        return [r for n, r in self.store.results.items() if n in self.by_name and not _exhausted(r)]
-
-    def _run(self, tasks: list[tuple], desc: str, stage: str | None = None) -> None:
-        run_searches(self.pool, tasks, desc, self.progress, on_result=lambda r: self.store.add(r, stage))
-
-    def _task(self, m: Module, budget: int, model, patience: int | None) -> tuple:
-        old = self.store.results.get(m.name)
-        # the flips that paid travel along (the search tries their families first)
-        resume = dict(old, flips=[f for f in old["flips"] if f["accepted"]]) if old and old["status"] == "ok" else None
-        tried = old["tried"] if resume else ()
-        # task, budget, model, start_forced, seed, patience, exclude, from_default, deadline, in_order, resume
-        return (m.to_task(), int(budget), model, None, self.seed, patience, tried, False, self.deadline, False, resume)
-
-    def probe(self) -> None:
-        """One compile of each module never seen: its decisions (a module
-        without any is done) and the start of its search."""
-        new = [m for m in self.mods if m.name not in self.store.results]
-        if new and self.left() > 0:
-            self._run([self._task(m, 1, None, None) for m in new], "tune: probe")
-
-    def first(self) -> None:
-        """The modules not searched yet: ``first_share`` of what is left,
-        shared by their decisions, each stopping after ``patience`` flips in
-        a row that did not pay."""
-        todo = [r for r in self._open() if "first" not in r.get("stages", ())]
-        left = self.left()
-        if not todo or left <= 0:
-            return
-        d = np.array([_untried(r) for r in todo], dtype=np.float64)
-        if self.per_module is None:
-            caps = np.maximum(2, d // 2)
-        else:
-            caps = np.floor(self.first_share * left * d / d.sum())
-        caps = _within(np.minimum(np.maximum(caps, 1), d).astype(int), d, left)
-        model = self._model()
-        # a big module's winners are as sparse: its patience grows with sqrt(decisions)
-        self._run([self._task(self.by_name[r["name"]], b, model, max(self.patience, int(np.sqrt(n))))
-                   for r, b, n in zip(todo, caps, d) if b > 0], "tune: 1st pass", stage="first")
-
-    def more(self) -> None:
-        """Passes with what is left: the modules that paid get shares by the
-        bytes they gained (the first such pass with patience), the rest goes
-        to every other module not done, by its decisions left."""
-        for k in range(2, 2 + MAX_PASSES):
-            left = self.left()
-            open_ = self._open()
-            if left <= 0 or not open_:
-                return
-            # paid_budgets counts a start compile in each share: going on from the best costs none
-            paid = {r["name"]: b - 1 for r, b in paid_budgets(open_, left)}
-            caps = np.array([min(paid.get(r["name"], 0), _untried(r)) for r in open_])
-            rest = np.array([0 if r["name"] in paid else _untried(r) for r in open_], dtype=np.float64)
-            spare = left - int(caps.sum())
-            if spare > 0 and rest.sum() > 0:
-                caps += np.minimum(np.ceil(spare * rest / rest.sum()), rest).astype(int)
-            d = np.array([_untried(r) for r in open_])
-            caps = _within(np.maximum(caps, 0), d, left)
-            model = self._model()
-            tasks = [self._task(self.by_name[r["name"]], b, model,
-                                self.patience if k == 2 and r["name"] in paid else None)
-                     for r, b in zip(open_, caps) if b > 0]
-            if not tasks:
-                return
-            before = self.store.compiles(self.mods)
-            self._run(tasks, f"tune: pass {k}")
-            if self.store.compiles(self.mods) == before:
-                return
-
-
-class BatchedPasses(_Budget):
-    """Batched search (:mod:`mlgo_host.search.batched`): a probe of every
-    module not searched yet (its decisions and keys: two compiles, one
-    without decisions), its threshold starts (:meth:`starts`), then
-    passes, each module going on from its best;
-    modules that measured every flip are done.  With a compile budget, each
-    pass shares what is left (the first :data:`FIRST_SHARE` of it) by
-    :func:`shares`: by the flips the prior expects to pay (or the flips
-    left, without a prior), and after the first pass also by the bytes each
-    module paid per compile."""
-
-    #: the probe's compiles: the channel compile and the always-inline remarks
-    PROBE = 2
-    #: of the compiles left after the probe, what the first pass shares
-    FIRST_SHARE = 0.5
-
-    def __init__(self, *args, prior: str | None = None, starts: Starts = Starts(), **kw):
-        super().__init__(*args, **kw)
-        self.prior = prior
-        #: stage (probe, starts, passes) -> its wall seconds and compiles, for the summary
-        self.spent: dict[str, dict] = {}
-        #: what starts each module tries besides -Oz's own
-        self.starts_of = starts
-
     def _run(self, tasks: list[tuple], desc: str) -> None:
-        run_searches(self.pool, tasks, desc, self.progress, on_result=self.store.add, method="search_batched")
+        run_searches(self.pool, tasks, desc, self.progress, on_result=self.store.add)
 
     def _open(self) -> list[dict]:
         return [r for n, r in self.store.results.items() if n in self.by_name and r["status"] == "ok"
@@ -439,25 +326,6 @@ def shares(rows: list[dict], total: int, paid: bool) -> list[int]:
     return out
 
 
-def _within(caps: np.ndarray, weight: np.ndarray, left: int) -> np.ndarray:
-    """``caps`` cut so that they add up to at most ``left``: the modules
-    with the least ``weight`` (decisions) lose theirs first."""
-    caps = np.array(caps, dtype=int)
-    for i in np.argsort(weight, kind="stable"):
-        if caps.sum() <= left:
-            break
-        caps[i] = max(0, caps[i] - (caps.sum() - left))
-    return caps
-
-
-def _untried(r: dict) -> int:
-    return max(0, len(r["actions"]) - len(r["tried"]))
-
-
-def _exhausted(r: dict) -> bool:
-    return r["status"] != "ok" or _untried(r) == 0
-
-
 # -- the tune directory -------------------------------------------------------------
 
 
@@ -512,26 +380,20 @@ class TuneStore:
     def all_results(self) -> list[dict]:
         return [r for r in self.results.values() if r["status"] == "ok"]
 
-    def add(self, res: dict, stage: str | None = None) -> None:
-        """Merge one search result into the module's and write it out
-        (``stage``: the pass it completes for the module)."""
+    def add(self, res: dict) -> None:
+        """Keep one module's search result (it carries its earlier flips and
+        compiles) and write it out."""
         name = res["name"]
         if res["status"] == "skipped":  # started after the time was up
             return
-        old = self.results.get(name)
-        if res["status"] != "ok" and old is None:
+        if res["status"] != "ok" and name not in self.results:
             log.warning("tune: %s: %s", name, res.get("reason") or "failed")
-        batched = res.get("search") == "batched"  # a batched result carries its earlier flips and compiles
-        merged = continued(old, res) if old is not None and old["status"] == "ok" and not batched else res
-        merged["stages"] = sorted(set(old.get("stages", ()) if old else ()) | ({stage} if stage else set()))
-        self.results[name] = merged
+        self.results[name] = res
         with atomic_path(os.path.join(self.path, DATA, module_file(name, ".pkl"))) as tmp, open(tmp, "wb") as f:
-            pickle.dump(merged, f, protocol=pickle.HIGHEST_PROTOCOL)
-        if merged["status"] == "ok" and batched:
-            self._write_inline_replay(merged)
-        elif merged["status"] == "ok":
-            write_replay(os.path.join(self.path, REPLAYS, module_file(name, ".json")), self._replay(merged))
-        self.manifest["modules"][name] = self._entry(merged)
+            pickle.dump(res, f, protocol=pickle.HIGHEST_PROTOCOL)
+        if res["status"] == "ok":
+            self._write_inline_replay(res)
+        self.manifest["modules"][name] = self._entry(res)
         atomic_write_json(os.path.join(self.path, MANIFEST), self.manifest)
 
     def _write_inline_replay(self, r: dict) -> None:
@@ -544,38 +406,24 @@ class TuneStore:
             return
         atomic_write_bytes(path, replay_text([site_of_line(ln) for ln in r["inline"]], r["scope"]).encode())
 
-    def _replay(self, r: dict) -> Replay:
-        forced = {int(k): int(v) for k, v in r["forced"].items()}
-        nbytes = Header.from_json(r["header"]).observation_nbytes
-        base = "default" if r["base"] == "default" else self.manifest["base"]
-        return Replay(forced=forced, base=base, module=r["name"], observations=len(r["actions"]),
-                      fingerprint=stream_fingerprint(r["raw"], nbytes, forced))
-
     def _entry(self, r: dict) -> dict:
-        if r.get("search") == "batched":
-            has = r["status"] == "ok" and r.get("inline") is not None
-            return {"replay": None, "inline_replay": f"{REPLAYS}/{module_file(r['name'], INLINE_REPLAY_EXT)}" if has
-                    else None, "identity": self.identities.get(r["name"]),
-                    "source_sha256": _source_digest(self.identities.get(r["name"]), self.manifest.get("root")),
-                    "status": r["status"], "reason": r.get("reason", ""), "default_size": r["default_size"],
-                    "policy_size": r.get("policy_size"), "best_size": r.get("best_size"), "compiles": r["compiles"],
-                    "decisions": r.get("decisions", 0), "tried": len(r.get("tried", ())),
-                    "flips_measured": r.get("flips_measured", 0), "flips_in_copies": r.get("flips_in_copies", 0),
-                    "batches": r.get("batches", 0),
-                    "flips_accepted": sum(1 for f in r.get("flips", ()) if f["accepted"]),
-                    "replay_matches": r.get("replay_matches"), "stopped": r.get("stopped"),
-                    # the starts measured: the object at each inline threshold, and with the start policy's decisions
-                    "threshold_sizes": r.get("thresholds"), "policy_start_size": r.get("policy_start"),
-                    "start": r.get("start"),
-                    # the flags the module's search was compiled with (an inline threshold): a build adds them
-                    "base_flags": list(r.get("base_flags") or ()) if r["status"] == "ok"
-                    and r.get("best_size") is not None and r["best_size"] < r["default_size"] else []}
-        return {"replay": f"{REPLAYS}/{module_file(r['name'], '.json')}" if r["status"] == "ok" else None,
-                "identity": self.identities.get(r["name"]), "status": r["status"], "reason": r.get("reason", ""),
-                "default_size": r["default_size"], "policy_size": r.get("policy_size"),
-                "best_size": r.get("best_size"), "compiles": r["compiles"], "decisions": len(r["actions"]),
-                "tried": len(r["tried"]), "flips_accepted": sum(1 for f in r["flips"] if f["accepted"]),
-                "forced": len(r["forced"]), "stopped": r.get("stopped")}
+        has = r["status"] == "ok" and r.get("inline") is not None
+        return {"replay": None, "inline_replay": f"{REPLAYS}/{module_file(r['name'], INLINE_REPLAY_EXT)}" if has
+                else None, "identity": self.identities.get(r["name"]),
+                "source_sha256": _source_digest(self.identities.get(r["name"]), self.manifest.get("root")),
+                "status": r["status"], "reason": r.get("reason", ""), "default_size": r["default_size"],
+                "policy_size": r.get("policy_size"), "best_size": r.get("best_size"), "compiles": r["compiles"],
+                "decisions": r.get("decisions", 0), "tried": len(r.get("tried", ())),
+                "flips_measured": r.get("flips_measured", 0), "flips_in_copies": r.get("flips_in_copies", 0),
+                "batches": r.get("batches", 0),
+                "flips_accepted": sum(1 for f in r.get("flips", ()) if f["accepted"]),
+                "replay_matches": r.get("replay_matches"), "stopped": r.get("stopped"),
+                # the starts measured: the object at each inline threshold, and with the start policy's decisions
+                "threshold_sizes": r.get("thresholds"), "policy_start_size": r.get("policy_start"),
+                "start": r.get("start"),
+                # the flags the module's search was compiled with (an inline threshold): a build adds them
+                "base_flags": list(r.get("base_flags") or ()) if r["status"] == "ok"
+                and r.get("best_size") is not None and r["best_size"] < r["default_size"] else []}
 
     # -- the report ---------------------------------------------------------
     def report(self, mods: Sequence[Module], run_minutes: float, run_compiles: int,

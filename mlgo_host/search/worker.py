@@ -1,10 +1,12 @@
 """The search's pool worker: one module's search per task, on the shared
 pool (:func:`mlgo_host.workers.pool.make_pool`, local or Ray), with numpy
-policies only (never TensorFlow)."""
+policies only (never TensorFlow); and :func:`run_searches`, the driver's
+side: many modules' searches over such a pool."""
 
 from __future__ import annotations
 
 import functools
+import logging
 import time
 
 import numpy as np
@@ -13,34 +15,19 @@ from mlgo_host.channel.default_probe import default_slot
 from mlgo_host.corpus.compile import baseline_size
 from mlgo_host.policies import load_policy
 from mlgo_host.policies.base import Policy
+from mlgo_host.progress import progress_bar
 from mlgo_host.search.batched import search_module_batched
-from mlgo_host.search.flips import FlipGainModel, search_module
+from mlgo_host.search.flips import FlipGainModel
 from mlgo_host.search.starts import Starts
 from mlgo_host.shipped import shipped_policy_dir
 from mlgo_host.workers.worker import CollectWorker
 
+log = logging.getLogger("mlgo_host.search")
+
 
 class SearchWorker(CollectWorker):
-    """A pool worker: :meth:`search` runs :func:`search_module` on one task
-    with the policy set by :meth:`set_policy` (a heuristic or a saved policy)."""
-
-    def search(self, task: dict, budget: int, model: dict | None, start_forced: dict | None, seed: int,
-               patience: int | None = None, exclude=(), from_default: bool = False, deadline: float | None = None,
-               in_order: bool = False, resume: dict | None = None) -> dict:
-        if deadline is not None and time.time() >= deadline:  # a task dispatched after the time was up
-            return {"name": task["name"], "status": "skipped", "compiles": 0}
-        mod = self._module(task)
-        c = self.config
-        default = load_policy("default")
-        base = default if from_default else self._policy(True, seed)
-        slot = default_slot(c.clang, c.module_timeout)
-        probs = _probs_of(base, slot)
-        cfg = {**self._compile_cfg(), "baseline_cache": c.baseline_cache, "default_slot": slot}
-        fm = FlipGainModel.from_json(model) if model else None
-        forced = {int(k): int(v) for k, v in (start_forced or {}).items()}
-        return search_module(mod, base, budget, cfg, default=default, model=fm, start_forced=forced,
-                             policy_probs=probs, patience=patience, exclude=exclude, deadline=deadline,
-                             in_order=in_order, resume=resume)
+    """A pool worker: :meth:`search_batched` searches one module from the
+    policy set by :meth:`set_policy` (a heuristic or a saved policy)."""
 
     def search_batched(self, task: dict, budget: int, model: dict | None, deadline: float | None = None,
                        resume: dict | None = None, prior: str | None = None, starts_only: bool = False) -> dict:
@@ -49,41 +36,22 @@ class SearchWorker(CollectWorker):
         earlier result of the module to go on from; ``prior``: a shipped
         policy's name, whose P(inline) orders the flips; ``starts_only``:
         measure the module's threshold starts, no flip)."""
-        if deadline is not None and time.time() >= deadline:
+        if deadline is not None and time.time() >= deadline:  # a task dispatched after the time was up
             return {"name": task["name"], "status": "skipped", "compiles": 0}
         mod = self._module(task)
         c = self.config
         slot = default_slot(c.clang, c.module_timeout)
         thresholds, start_policy = Starts(tuple(c.thresholds), c.start_policy,
                                           tuple(c.starts_by_language)).of(mod.language)
-        cfg = {**self._compile_cfg(), "default_slot": slot, "copies": c.copies, "thresholds": thresholds,
-               "starts_only": starts_only, "start_policy": _shipped_policy(start_policy) if start_policy else None}
+        cfg = {"clang": c.clang, "llvm_size": c.llvm_size, "module_timeout": c.module_timeout,
+               "default_slot": slot, "copies": c.copies, "thresholds": thresholds, "starts_only": starts_only,
+               "start_policy": _shipped_policy(start_policy) if start_policy else None}
         default = baseline_size(mod, clang=c.clang, llvm_size=c.llvm_size, cache_dir=c.baseline_cache,
                                 timeout=c.module_timeout)
         fm = FlipGainModel.from_json(model) if model else None
         return search_module_batched(mod, self._policy(True, 0), cfg, budget=budget, default_size=default, model=fm,
                                      deadline=deadline, resume=resume,
                                      prior=_shipped_prior(prior, slot) if prior is not None else None)
-
-    def ceiling(self, task: dict, result: dict, max_sites: int, pairs_of: int) -> dict:
-        """What lies past one module's tuned best set
-        (:func:`~mlgo_host.search.ceiling.ceiling_of`)."""
-        from mlgo_host.search.ceiling import ceiling_of
-
-        return ceiling_of(self._module(task), result, self._compile_cfg(), max_sites=max_sites, pairs_of=pairs_of)
-
-    def effects(self, task: dict, root: str, cap: int, seed: int, split: str) -> dict:
-        """One module of the flip-effect table (:mod:`mlgo_host.search.effects`),
-        measured from the compiler's default and written to ``root``; returns
-        its summary."""
-        from mlgo_host.search.effects import measure_and_store
-
-        return measure_and_store(self._module(task), root, self._compile_cfg(), cap=cap, seed=seed, split=split)
-
-    def _compile_cfg(self) -> dict:
-        """How this worker compiles: its clang, llvm-size and per-module timeout."""
-        c = self.config
-        return {"clang": c.clang, "llvm_size": c.llvm_size, "module_timeout": c.module_timeout}
 
 
 @functools.lru_cache(maxsize=None)
@@ -113,3 +81,23 @@ def _probs_of(policy: Policy, compiler_slot: str | None):
         return 1.0 / (1.0 + np.exp(-d))
 
     return p1
+
+
+def run_searches(pool, tasks: list[tuple], desc: str, progress: bool, on_result=None) -> dict[str, dict]:
+    """:meth:`SearchWorker.search_batched` of every task over ``pool``,
+    under a progress bar; name -> result of the searches that answered (the
+    others are logged).  ``on_result(result)`` sees each result as it comes."""
+    with progress_bar(total=len(tasks), desc=desc, enabled=progress, leave=False) as bar:
+        def got(o) -> None:
+            bar.update(1)
+            if on_result is not None and o.ok and o.value is not None:
+                on_result(o.value)
+
+        outcomes = pool.map_unordered("search_batched", tasks, None, on_result=got)
+    out = {}
+    for o in sorted(outcomes, key=lambda o: o.index):
+        if o.ok and o.value is not None:
+            out[o.value["name"]] = o.value
+        else:
+            log.warning("%s: search of %s failed: %s", desc, tasks[o.index][0]["name"], o.error)
+    return out

@@ -12,7 +12,6 @@ PPO then starts from it with ``warmstart_policy='<root_dir>/saved_policy'``.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -23,6 +22,7 @@ from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.bc import train_bc
 from mlgo_host.evaluation.traces import INDEX, record_trace, vocab_from_trace
+from mlgo_host.training.workers import Workers
 
 
 @gin.configurable(module="bc_loop")
@@ -30,20 +30,18 @@ def train_bc_from_corpus(
     root_dir: str,
     corpus_dir: str,
     *,
-    clang_path: str = "clang-19",
-    llvm_size_path: str | None = None,
+    workers: Workers | None = None,
     advisor: str = "inline",
-    num_workers: int = 2,
-    worker_backend: str = "local",
-    ray_address: str | None = None,
     heldout_fraction: float = 0.2,
     seed: int = 0,
-    module_timeout: float = 300.0,
     max_trace_modules: int | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Trace → vocab → behavioural cloning → ``root_dir/saved_policy``.
-    Returns the BC result (accuracy against the default decisions)."""
+    """Trace → vocab → behavioural cloning → ``root_dir/saved_policy``
+    (``workers``: the compiler and the worker pool, default: gin's
+    ``workers``).  Returns the BC result (accuracy against the default
+    decisions)."""
+    workers = workers or Workers()
     os.makedirs(root_dir, exist_ok=True)
     corpus = load_corpus(corpus_dir)
     train_mods, _ = corpus.split(heldout_fraction, seed=seed)
@@ -51,11 +49,12 @@ def train_bc_from_corpus(
         raise ConfigError(f"corpus {corpus_dir} has no training modules")
     trace_dir = os.path.join(root_dir, "trace")
     if not os.path.exists(os.path.join(trace_dir, INDEX)):
-        index = record_trace(corpus_dir, trace_dir, policy="default", advisor=advisor, jobs=max(1, num_workers),
-                             clang=clang_path, llvm_size=llvm_size_path, timeout=module_timeout,
+        index = record_trace(corpus_dir, trace_dir, policy="default", advisor=advisor,
+                             jobs=max(1, workers.num_workers), clang=workers.clang_path,
+                             llvm_size=workers.llvm_size_path, timeout=workers.module_timeout,
                              names=[m.name for m in train_mods], max_modules=max_trace_modules, seed=seed,
-                             progress=progress, worker_backend=worker_backend,
-                             pool_options={"ray_address": ray_address})
+                             progress=progress, worker_backend=workers.worker_backend,
+                             pool_options={"ray_address": workers.ray_address})
         totals = index["totals"]
         if totals["ok"] == 0:
             raise ConfigError(f"tracing the default policy failed on every training module of {corpus_dir}")
@@ -67,11 +66,3 @@ def train_bc_from_corpus(
     out = result.as_dict()
     atomic_write_json(os.path.join(root_dir, "bc_result.json"), out)
     return out
-
-
-def read_result(root_dir: str) -> dict[str, Any] | None:
-    path = os.path.join(root_dir, "bc_result.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)

@@ -61,16 +61,6 @@ def _write_operative_config(root_dir: str) -> None:
 
 
 # -- parsing ------------------------------------------------------------------
-#: the modules of the former ``mlgo_host/trainers/``, split into floors
-MOVED_MODULES = {
-    **{m: f"mlgo_host.evaluation.{m}" for m in ("traces", "plots")},
-    "evaluation": "mlgo_host.evaluation.evaluate",
-    **{m: f"mlgo_host.learning.{m}" for m in ("learner", "export", "summaries", "bc", "imitate")},
-    "tf_agent": "mlgo_host.learning.ppo, .networks, .weights, .tensor_specs and .trajectories",
-    "tf_features": "mlgo_host.learning.preprocessing",
-    **{m: f"mlgo_host.training.{m}" for m in ("train_loop", "search_loop", "iteration", "online", "entry", "bc_loop")},
-}
-_OLD_NAME = re.compile(r"\bmlgo_host\.trainers\.(\w+)|(?<![\w./])search\.train_search\b")
 _NO_PARAMETER = re.compile(r"Configurable '([\w./]+)' doesn't have a parameter named '(\w+)'")
 _MACRO_REF = re.compile(r"%([\w./]+)")
 _BOUND_PARAM = re.compile(r"^([\w./]+)\.(\w+) = ", re.MULTILINE)
@@ -84,7 +74,6 @@ def parse_gin(gin_files: list[str], gin_bindings: list[str]) -> None:
     for f in gin_files:
         if not os.path.exists(f):
             raise ConfigError(f"gin file not found: {f}")
-    _refuse_old_names(gin_files, gin_bindings)
     # Includes are spelled from the repository root ('configs/inlining/common.gin',
     # as in ml-compiler-opt); resolve them from the root of each file's tree too,
     # so the command works from any directory.
@@ -107,43 +96,11 @@ def parse_gin(gin_files: list[str], gin_bindings: list[str]) -> None:
     except Exception as e:  # gin raises ValueError, SyntaxError, ImportError, ...
         first, *where = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         where_text = f" [{': '.join(where)}]" if where else ""  # gin's "In file ..., line N" and the line
-        old = _old_name_hint(str(e))  # e.g. in an included file
-        hint = f" ({old})" if old else _parameter_hint(first)
-        raise ConfigError(f"bad gin configuration: {first}{hint}{where_text}") from None
+        raise ConfigError(f"bad gin configuration: {first}{_parameter_hint(first)}{where_text}") from None
     finally:
         os.chdir(cwd)
         root_logger.setLevel(level)
     _refuse_unread_macros(gin_bindings)
-
-
-def _old_name_hint(text: str) -> str:
-    """Where a name of an older layout in ``text`` went, or ""."""
-    m = _OLD_NAME.search(text)
-    if m is None:
-        return ""
-    if m.group(1) is None:
-        return "the search loop's gin module is now 'search_loop' (search_loop.train_search)"
-    new = MOVED_MODULES.get(m.group(1))
-    if new is None:
-        return "mlgo_host/trainers/ was split into mlgo_host/evaluation, mlgo_host/learning and mlgo_host/training"
-    return f"mlgo_host.trainers.{m.group(1)} is now {new}"
-
-
-def _refuse_old_names(gin_files: list[str], gin_bindings: list[str]) -> None:
-    """A configuration written for an older layout is one line naming the
-    new module, before gin imports anything (the old names would otherwise
-    fail deep in gin, or not at all where an old copy is still importable)."""
-    lines = [(f"--gin_bindings {line.strip()}", line) for b in gin_bindings for line in b.splitlines()]
-    for f in gin_files:
-        try:
-            with open(f, encoding="utf-8", errors="replace") as text:
-                lines += [(f"{f} line {i}: {line.strip()}", line) for i, line in enumerate(text, 1)]
-        except OSError as e:
-            raise ConfigError(f"cannot read gin file {f}: {e.strerror}") from None
-    for where, line in lines:
-        hint = _old_name_hint(line.split("#", 1)[0])
-        if hint:
-            raise ConfigError(f"{where}: {hint}")
 
 
 def _configs_root(path: str) -> str | None:

@@ -4,7 +4,7 @@ The online loop, with no corpus::
 
     serve --policy default --stats base.jsonl          # once: the default sizes
     serve --policy P --collect CDIR                    # a build, P stochastic
-    train --root_dir R --collected CDIR --baseline_stats base.jsonl --gin_files ppo.gin
+    train --root_dir R --collected CDIR --baseline-stats base.jsonl --gin_files ppo.gin
     serve --policy R/saved_policy --collect CDIR       # the next build ...
     train ...                                          # ... the next iteration
 

@@ -3,8 +3,9 @@
 Per round:
 
 1. **search** every training module around the current policy (the first
-   round: the compiler's default) on the worker pool, the compile budget
-   shared by module size (:mod:`mlgo_host.search.flips`);
+   round: the compiler's default) on the worker pool, by batches of flips
+   (:mod:`mlgo_host.search.batched`), the compile budget shared by module
+   size;
 2. keep each module's best trajectory across rounds and every flip tried;
    fit the flip-gain model (the next round's prior);
 3. **imitate**: train the actor on all best trajectories and flips so far
@@ -29,11 +30,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import pickle
 import sys
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import gin
 import numpy as np
@@ -41,18 +43,28 @@ import numpy as np
 from mlgo_host.corpus.corpus import Module, load_corpus, split_three
 from mlgo_host.corpus.sizes import compiler_version
 from mlgo_host.errors import ConfigError
+from mlgo_host.evaluation.evaluate import EvalReport, evaluate_on_pool
 from mlgo_host.fsutil import atomic_path, atomic_write_json
 from mlgo_host.policies.saved import METADATA, set_gate
 from mlgo_host.training.iteration import STATE, publish_policy, read_state
 from mlgo_host.learning.imitate import choose_gate, examples_from_search, train_imitation
-from mlgo_host.workers.pool import make_pool, map_with_progress
-from mlgo_host.search.flips import (budgets, continued, fit_flip_model, paid_budgets,
-                                      run_searches, total_gain_pct)
+from mlgo_host.learning.summaries import Summaries
+from mlgo_host.training.workers import Workers
+from mlgo_host.search.flips import fit_flip_model
+from mlgo_host.search.worker import run_searches
 from mlgo_host.workers.worker import policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.search")
 
 GATE_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+#: a round's row key -> its TensorBoard tag
+SCALARS = {"headroom_pct": "search/headroom_pct", "round_search_pct": "search/round_pct",
+           "flips_tried": "search/flips_tried", "flips_accepted": "search/flips_accepted",
+           "compiles_per_minute": "perf/compiles_per_minute", "flips_per_compile": "search/flips_per_compile",
+           "compiles": "search/compiles", "search_minutes": "search/minutes",
+           "train_policy_pct": "policy/train_size_change_pct", "validation_pct": "policy/validation_size_change_pct",
+           "heldout_pct": "heldout/size_change_pct", "gate": "policy/gate_threshold",
+           "imitation_loss": "loss/imitation"}
 
 
 @gin.configurable(module="search_loop")
@@ -60,11 +72,7 @@ def train_search(
     root_dir: str,
     corpus_dir: str,
     *,
-    clang_path: str = "clang-19",
-    llvm_size_path: str | None = None,
-    num_workers: int = 2,
-    worker_backend: str = "local",
-    ray_address: str | None = None,
+    workers: Workers | None = None,
     time_budget_minutes: float = 60.0,
     max_rounds: int = 100,
     compiles_per_round: int = 3000,
@@ -73,20 +81,16 @@ def train_search(
     max_module_growth_pct: float = 1.0,
     gate_thresholds: tuple = GATE_THRESHOLDS,
     evaluate_heldout: bool = True,
-    module_timeout: float = 300.0,
     seed: int = 0,
     progress: bool = True,
     search_data: str | None = None,
-    search: str = "batched",
 ) -> dict[str, Any]:
     """Run rounds of search and imitation; returns the state (also in state.json).
-    ``search_data``: a tune directory (``mlgo-host tune --output T``) whose
-    tried flips and best trajectories are imitated too (as round 0);
-    ``search``: ``batched`` (many flips per compile through the compiler's
-    inline replay, :mod:`mlgo_host.search.batched`) or ``channel`` (one flip
-    per compile)."""
-    if search not in ("batched", "channel"):
-        raise ConfigError(f"search must be 'batched' or 'channel', got {search!r}")
+    ``workers``: the compiler and the worker pool (default: gin's
+    ``workers``); ``search_data``: a tune directory (``mlgo-host tune
+    --output T``) whose tried flips and best trajectories are imitated too
+    (as round 0)."""
+    workers = workers or Workers()
     t_start = time.monotonic()
     root_dir = os.path.abspath(root_dir)
     os.makedirs(os.path.join(root_dir, "search"), exist_ok=True)
@@ -98,40 +102,36 @@ def train_search(
     state = _load_state(root_dir)
     if search_data:
         _merge_round(root_dir, 0, _tune_results(search_data, val_mods, held_mods))
-    cfg = {"clang": clang_path, "llvm_size": llvm_size_path, "module_timeout": module_timeout,
-           "baseline_cache": os.path.join(root_dir, "baselines"), "search": search}
-    pool_opts = {"ray_address": ray_address} if worker_backend == "ray" else {}
-    pool = make_pool(worker_backend, num_workers, "mlgo_host.search.worker:SearchWorker",
-                     {"clang": clang_path, "llvm_size": llvm_size_path, "advisor": "inline",
-                      "module_timeout": module_timeout, "baseline_cache": cfg["baseline_cache"]}, **pool_opts)
-    summaries = _summaries(root_dir)
+    pool = workers.pool("mlgo_host.search.worker:SearchWorker", advisor="inline",
+                        baseline_cache=os.path.join(root_dir, "baselines"))
+    summaries = Summaries(root_dir)
     try:
         while state["round"] < max_rounds and _time_left(state, t_start, time_budget_minutes):
             t0 = time.monotonic()
             r = state["round"] + 1
-            row = _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, cfg, compiles_per_round,
+            row = _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, workers, compiles_per_round,
                              gate_thresholds, max_module_growth_pct, evaluate_heldout, seed, progress)
             row["round_s"] = round(time.monotonic() - t0, 1)
             state["history"].append(row)
             state["round"] = r
-            summaries(row)
+            summaries.scalars(r, {tag: row.get(k) for k, tag in SCALARS.items()})
             atomic_write_json(os.path.join(root_dir, STATE), state)
             print(_summary_line(row), file=sys.stderr, flush=True)
         _ensure_saved_policy(state, root_dir)
         return state
     finally:
+        summaries.close()
         pool.close()
 
 
 # -- one round ------------------------------------------------------------------
 
 
-def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, cfg, compiles, thresholds,
+def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, workers, compiles, thresholds,
                max_growth, heldout, seed, progress) -> dict[str, Any]:
     base_dir = state.get("best_policy")
     t0 = time.monotonic()
-    results = _cached_search_round(root_dir, pool, r, cfg["search"], base_dir, train_mods, state, compiles, seed,
-                                   progress)
+    results = _cached_search_round(root_dir, pool, r, base_dir, train_mods, state, compiles, progress)
     t_search = time.monotonic() - t0
     _note_modules(state, results)
     data = _merge_round(root_dir, r, results)
@@ -141,7 +141,8 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, cfg, c
     t1 = time.monotonic()
     policy_dir = os.path.join(root_dir, "policy", str(r))
     fit = train_imitation(examples_from_search(seen), policy_dir, default_slot=state["default_slot"],
-                          compiler=compiler_version(cfg["clang"]).splitlines()[0], seed=seed + r, extra={"round": r})
+                          compiler=compiler_version(workers.clang_path).splitlines()[0], seed=seed + r,
+                          extra={"round": r})
     t_train = time.monotonic() - t1
     t2 = time.monotonic()
     gate, table, val = _choose_gate(pool, policy_dir, val_mods, thresholds, max_growth, progress, r)
@@ -159,25 +160,22 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, cfg, c
     return row
 
 
-def _cached_search_round(root_dir, pool, r, search, base_dir, mods, state, compiles, seed, progress) -> list[dict]:
+def _cached_search_round(root_dir, pool, r, base_dir, mods, state, compiles, progress) -> list[dict]:
     """The round's search results, computed once: a run killed after the
     search (the longest step) resumes with its results."""
     path = os.path.join(root_dir, "search", f"round-{r}.pkl")
     if os.path.exists(path):
         with open(path, "rb") as f:
             return pickle.load(f)
-    if search == "batched":
-        results = _batched_round(pool, r, base_dir, mods, state, compiles, progress)
-    else:
-        results = _search_round(pool, r, base_dir, mods, state, compiles, seed, progress)
+    results = _search_round(pool, r, base_dir, mods, state, compiles, progress)
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         pickle.dump(results, f, protocol=pickle.HIGHEST_PROTOCOL)
     return results
 
 
-def _batched_round(pool, r, base_dir, mods: list[Module], state, compiles, progress) -> list[dict]:
-    """Search every training module around the current policy by batches
-    (:mod:`mlgo_host.search.batched`): the compiles shared by module size;
+def _search_round(pool, r, base_dir, mods: list[Module], state, compiles, progress) -> list[dict]:
+    """Search every training module around the current policy: the
+    compiles shared by module size (:func:`budgets`);
     what the modules that ran out of flips did not use goes to those that
     did not, each continuing from its best."""
     pool.broadcast("set_policy", policy_blob_from_dir(base_dir) if base_dir else {"heuristic": "default"})
@@ -186,57 +184,28 @@ def _batched_round(pool, r, base_dir, mods: list[Module], state, compiles, progr
     model = state.get("flip_model")
     budget = budgets(sizes, decisions, compiles, floor=4)
     tasks = [(m.to_task(), b, model, None, None) for m, b in zip(mods, budget)]
-    found = run_searches(pool, tasks, f"round {r}: search", progress, method="search_batched")
+    found = run_searches(pool, tasks, f"round {r}: search", progress)
     left = compiles - _used(found)
     more = [x for x in found.values() if x["status"] == "ok" and x.get("stopped") in ("budget", "sweep")]
     if left > 0 and more:
         by_name = {m.name: m for m in mods}
         share = max(2, left // len(more))
         tasks = [(by_name[x["name"]].to_task(), x["compiles"] + share, model, None, x) for x in more]
-        found.update(run_searches(pool, tasks, f"round {r}: search, further", progress, method="search_batched"))
+        found.update(run_searches(pool, tasks, f"round {r}: search, further", progress))
     return [found[m.name] for m in mods if m.name in found]
 
 
-def _search_round(pool, r, base_dir, mods: list[Module], state, compiles, seed, progress,
-                  first_share: float = 0.6, patience: int = 6) -> list[dict]:
-    """Search every training module around the current policy, in passes:
-    ``first_share`` of the compiles shared by module size, each module
-    stopping after ``patience`` flips in a row that did not pay; then half
-    of what is left to the modules that paid, in proportion to the bytes
-    they gained, and the rest to the modules the patience stopped (by
-    size), each continuing from its best and skipping what it tried."""
-    pool.broadcast("set_policy", policy_blob_from_dir(base_dir) if base_dir else {"heuristic": "default"})
-    sizes = [state["sizes"].get(m.name, m.size) for m in mods]
-    decisions = [state["decisions"].get(m.name, 10_000) for m in mods]
-    model = state.get("flip_model")
-    budget = budgets(sizes, decisions, int(first_share * compiles))
-    tasks = [(m.to_task(), b, model, None, seed + r, patience) for m, b in zip(mods, budget)]
-    found = run_searches(pool, tasks, f"round {r}: search", progress)
-    by_name = {m.name: m for m in mods}
-    _continue(pool, found, paid_budgets(list(found.values()), (compiles - _used(found)) // 2), by_name, model,
-              seed + r, 3 * patience, f"round {r}: search, modules that paid", progress)
-    stopped = [x for x in found.values() if x["status"] == "ok" and x.get("stopped") == "patience"]
-    left = compiles - _used(found)
-    if left > 0 and stopped:
-        weights = np.sqrt([max(x["default_size"], 1) for x in stopped])
-        extra = np.floor(left * weights / weights.sum()).astype(int)
-        _continue(pool, found, [(x, int(e) + 1) for x, e in zip(stopped, extra) if e > 0], by_name, model,
-                  seed + r, 2 * patience, f"round {r}: search, further", progress)
-    return [found[m.name] for m in mods if m.name in found]
+def budgets(sizes: Sequence[int], decisions: Sequence[int], total: int, *, floor: int = 2) -> list[int]:
+    """Compiles per module, ``total`` in all, shared in proportion to the
+    square root of each module's ``.text`` bytes (where the bytes are), at
+    least ``floor`` and at most one per decision."""
+    w = np.sqrt(np.maximum(np.asarray(sizes, dtype=np.float64), 1.0))
+    raw = total * w / w.sum() if w.sum() > 0 else np.zeros(len(w))
+    return [int(min(max(floor, round(r)), max(d, 0))) for r, d in zip(raw, decisions)]
 
 
 def _used(found: dict) -> int:
     return sum(x["compiles"] for x in found.values())
-
-
-def _continue(pool, found, pairs, by_name, model, seed, patience, desc, progress) -> None:
-    """More compiles for some modules ((result, extra compiles) pairs), each
-    from its best, skipping what it tried."""
-    tasks = [(by_name[x["name"]].to_task(), extra, model, x["forced"], seed, patience, x["tried"],
-              x["base"] == "default") for x, extra in pairs]
-    if tasks:
-        for res in run_searches(pool, tasks, desc, progress).values():
-            found[res["name"]] = continued(found[res["name"]], res)
 
 
 def _note_modules(state: dict, results: list[dict]) -> None:
@@ -313,24 +282,26 @@ def _gated_blob(policy_dir: str, threshold: float) -> dict:
     return blob
 
 
-def _sizes_under(pool, policy_dir, threshold, mods, progress, desc) -> dict[str, tuple[int, int]]:
-    """name -> (policy size, default size) of the greedy gated policy."""
+def _report(pool, policy_dir, threshold, mods, progress, desc) -> EvalReport:
+    """The greedy policy of ``policy_dir`` (gated at ``threshold``, or as
+    saved when None) on ``mods``."""
     pool.broadcast("set_policy", _gated_blob(policy_dir, threshold) if threshold is not None
                    else policy_blob_from_dir(policy_dir))
-    tasks = [(m.to_task(), 0, True, False) for m in mods]
-    outcomes = map_with_progress(pool, "collect", tasks, desc=desc, progress=progress)
-    return {o.value["name"]: (o.value["policy_size"], o.value["baseline_size"]) for o in outcomes
-            if o.ok and o.value and o.value["status"] == "ok"}
+    return evaluate_on_pool(pool, mods, desc=desc, progress=progress)
+
+
+def _sizes_under(pool, policy_dir, threshold, mods, progress, desc) -> dict[str, tuple[int, int]]:
+    """name -> (policy size, default size) of the greedy gated policy."""
+    report = _report(pool, policy_dir, threshold, mods, progress, desc)
+    return {r.module: (r.policy_text, r.baseline_text) for r in report.rows if r.ok}
 
 
 def _evaluate(pool, policy_dir, mods, progress, desc) -> tuple[float, int]:
     """Total size change vs -Oz (%) and modules more than 1 % bigger, with the
     policy as saved (its gate)."""
-    got = _sizes_under(pool, policy_dir, None, mods, progress, desc)
-    d = sum(v[1] for v in got.values())
-    p = sum(v[0] for v in got.values())
-    bigger = sum(v[0] > 1.01 * v[1] for v in got.values())
-    return (100.0 * (p - d) / d if d else 0.0), int(bigger)
+    report = _report(pool, policy_dir, None, mods, progress, desc)
+    bigger = sum(r.policy_text > 1.01 * r.baseline_text for r in report.rows if r.ok)
+    return report.summary().change_percent or 0.0, int(bigger)
 
 
 # -- bookkeeping -----------------------------------------------------------------
@@ -365,6 +336,14 @@ def _policy_train_pct(results: list[dict]) -> float | None:
     return 100.0 * (sum(x["policy_size"] for x in ok) - d) / d if d else None
 
 
+def total_gain_pct(results: Sequence[dict]) -> float:
+    """The best sizes of ``results`` against -Oz, in % of -Oz's total."""
+    ok = [r for r in results if r.get("status") == "ok" and r.get("best_size") is not None]
+    d = sum(r["default_size"] for r in ok)
+    b = sum(r["best_size"] for r in ok)
+    return 100.0 * (b - d) / d if d else math.nan
+
+
 def _round_row(r, results, data, fit, gate, val, t_search, t_train, t_gate) -> dict[str, Any]:
     flips = [f for x in results for f in x["flips"]]
     compiles = sum(x["compiles"] for x in results)
@@ -380,28 +359,6 @@ def _round_row(r, results, data, fit, gate, val, t_search, t_train, t_gate) -> d
         "gate": gate, "validation_pct": val["size_change_pct"], "validation_worst_pct": val["worst_module_pct"],
         "search_s": round(t_search, 1), "train_s": round(t_train, 1), "gate_s": round(t_gate, 1),
     }
-
-
-def _summaries(root_dir: str):
-    """TensorBoard scalars per round (the learner imports TensorFlow anyway)."""
-    import tensorflow as tf
-
-    writer = tf.summary.create_file_writer(os.path.join(root_dir, "train"))
-    tags = {"headroom_pct": "search/headroom_pct", "round_search_pct": "search/round_pct",
-            "flips_tried": "search/flips_tried", "flips_accepted": "search/flips_accepted",
-            "compiles_per_minute": "perf/compiles_per_minute", "flips_per_compile": "search/flips_per_compile",
-            "compiles": "search/compiles", "search_minutes": "search/minutes", "train_policy_pct": "policy/train_size_change_pct",
-            "validation_pct": "policy/validation_size_change_pct", "heldout_pct": "heldout/size_change_pct",
-            "gate": "policy/gate_threshold", "imitation_loss": "loss/imitation"}
-
-    def write(row: dict) -> None:
-        with writer.as_default(step=row["round"]):
-            for k, tag in tags.items():
-                if row.get(k) is not None:
-                    tf.summary.scalar(tag, row[k])
-        writer.flush()
-
-    return write
 
 
 def _summary_line(row: dict) -> str:

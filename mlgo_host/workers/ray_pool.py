@@ -8,16 +8,11 @@ actors, so they can live on any machine of a Ray cluster.
 
 Structure
 ---------
-* A :class:`NestingWorker` actor (one per worker slot, ``num_cpus=1``) holds
-  several *inner* workers keyed by experiment id -- each is ``factory(**kwargs)``
-  (the same TF-free ``CollectWorker`` the local backend uses).  Every call names
-  its experiment; an unknown id raises :class:`UnknownExperimentError` with the
-  id and the ids the actor holds.
-* A :class:`RayCluster` owns the actors and hands out one :class:`RayPool` per
-  experiment (``cluster.pool("train", factory, kwargs)``); pools of one cluster
-  share the same worker processes, so e.g. a held-out evaluation (or a second
-  training run) uses workers that would otherwise idle while a learner trains.
-  ``RayPool(n, factory, kwargs)`` alone makes a private cluster of ``n`` actors.
+* A :class:`RayWorker` actor (one per worker slot, ``num_cpus=1``) holds the
+  pool's *inner* worker, ``factory(**kwargs)`` (the same TF-free
+  ``CollectWorker`` the local backend uses), and runs its calls.
+* The pool's :class:`RayCluster` owns the actors: it starts them, replaces
+  the dead ones and stops them when the pool closes.
 * ``broadcast(method, *args)`` puts each argument in the object store once and
   passes the same reference to every actor (the policy blob travels once per
   iteration, not once per module).  The last broadcast of each method is
@@ -29,7 +24,7 @@ An actor that dies (killed, OOM, node lost) makes its task fail with
 ``RayActorError``: the task is queued again -- at most ``max_retries`` times
 (default once) -- and runs on another actor; :attr:`RayPool.retries` counts
 the retries (also per call in :attr:`RayPool.last_retried`).  The dead actor is
-replaced by a new one (holding every experiment and the last broadcasts).  Ray
+replaced by a new one (holding the inner worker and the last broadcasts).  Ray
 kills an actor's children just before the actor, so a task may still answer
 after its compiler was killed: a call whose compiler died of a SIGKILL the
 actor did not send answers ``lost``, and the pool retries the task the same way
@@ -41,7 +36,7 @@ Cancellation and compiler processes
 -----------------------------------
 ``ray.cancel`` does not interrupt a running task of a synchronous actor, and a
 signal cannot reach the actor's task thread.  So the actor has a second
-concurrency group ("control") whose ``cancel(experiment, tag)`` marks the
+concurrency group ("control") whose ``cancel(tag)`` marks the
 running call cancelled and kills the compiler process groups the actor started
 (its session-leader children) until the call returns; the call then reports
 ``cancelled`` like the local pool's SIGUSR1 path.  Each actor also starts a tiny
@@ -80,10 +75,10 @@ from typing import Any, Callable, Sequence
 import mlgo_host
 from mlgo_host import procs
 from mlgo_host.channel.process import killed_from_outside
-from mlgo_host.errors import ConfigError, MlgoHostError, UnknownExperimentError, WorkerPoolError
+from mlgo_host.errors import ConfigError, MlgoHostError, WorkerPoolError
 from mlgo_host.workers.tasks import Cancelled, EarlyExit, TaskOutcome, new_worker
 
-__all__ = ["NestingWorker", "RayCluster", "RayPool", "ensure_ray"]
+__all__ = ["RayWorker", "RayCluster", "RayPool", "ensure_ray"]
 
 _CANCEL_WAIT_S = 30.0  # how long a cancelled straggler may take to answer (as the local pool)
 _ASYNC_CANCEL_AFTER_S = 0.5  # still running this long after its compilers were killed: raise Cancelled in it
@@ -96,73 +91,56 @@ def _async_raise(thread_id: int, exc: type | None) -> None:
                                                ctypes.py_object(exc) if exc is not None else None)
 
 
-# -- the nesting worker (the body of each Ray actor) --------------------------
+# -- the body of each Ray actor -------------------------------------------------
 
 
-class NestingWorker:
-    """Holds several inner workers keyed by experiment id; runs one call at a
-    time (``call``) and can be cancelled from the control group (``cancel``).
+class RayWorker:
+    """Holds the pool's inner worker; runs one call at a time (``call``) and
+    can be cancelled from the control group (``cancel``).
 
     Plain class: :func:`_actor_class` wraps it with ``ray.remote``.  It never
-    imports TensorFlow (nor do the inner workers it is meant for)."""
+    imports TensorFlow (nor does the inner worker it is meant for)."""
 
     def __init__(self, watchdog: bool = True):
-        # A private temporary directory for everything the inner workers and
-        # their compilers create: the watchdog recognises orphans by it.
+        # A private temporary directory for everything the inner worker and
+        # its compilers create: the watchdog recognises orphans by it.
         self.tmp = tempfile.mkdtemp(prefix=f"mlgo-actor-{os.getpid()}-")
         tempfile.tempdir = self.tmp
         os.environ["TMPDIR"] = self.tmp
-        self._inner: dict[str, Any] = {}
+        self._inner: Any = None
         self._lock = threading.Lock()
-        self._running: tuple[str, str] | None = None  # (experiment, tag) of the call in progress
+        self._running: str | None = None  # the tag of the call in progress
         self._thread: int | None = None  # the thread running it
         self._cancel_requested = False
         self._watchdog: subprocess.Popen | None = None
         if watchdog and sys.platform.startswith("linux"):
             self._watchdog = _start_watchdog(self.tmp)
 
-    # -- experiments
-    def add(self, experiment_id: str, factory: str, kwargs: dict | None = None) -> int:
-        """Create the inner worker of ``experiment_id`` (replacing none: an id
-        already held is an error). Returns this actor's pid."""
-        if experiment_id in self._inner:
-            raise ConfigError(f"experiment id {experiment_id!r} is already held by this worker")
-        self._inner[experiment_id] = new_worker(factory, kwargs or {})
+    def start(self, factory: str, kwargs: dict | None = None) -> int:
+        """Create the inner worker ``factory(**kwargs)``. Returns this actor's pid."""
+        if self._inner is not None:
+            raise ConfigError("this Ray worker holds its inner worker already")
+        self._inner = new_worker(factory, kwargs or {})
         return os.getpid()
 
-    def remove(self, experiment_id: str) -> bool:
-        w = self._inner.pop(experiment_id, None)
-        if w is not None and hasattr(w, "close"):
-            w.close()
-        return w is not None
-
-    def experiments(self) -> list[str]:
-        return sorted(self._inner)
-
-    def _get(self, experiment_id: str):
-        try:
-            return self._inner[experiment_id]
-        except KeyError:
-            raise UnknownExperimentError(experiment_id, list(self._inner)) from None
-
     # -- work
-    def call(self, experiment_id: str, method: str, tag: Any, *args) -> tuple[str, Any, Any]:
-        """``method(*args)`` on the experiment's inner worker. Returns
-        ``(status, tag, value)`` with status ``ok``, ``error`` (value: the
-        message) or ``cancelled``, as the local pool's workers answer, or
-        ``lost`` when a compiler of the call died of a SIGKILL this actor did
-        not send (the pool then runs the task again).  An
-        unknown experiment id raises :class:`UnknownExperimentError`."""
-        worker = self._get(experiment_id)
+    def call(self, method: str, tag: Any, *args) -> tuple[str, Any, Any]:
+        """``method(*args)`` on the inner worker. Returns ``(status, tag,
+        value)`` with status ``ok``, ``error`` (value: the message) or
+        ``cancelled``, as the local pool's workers answer, or ``lost`` when a
+        compiler of the call died of a SIGKILL this actor did not send (the
+        pool then runs the task again)."""
+        if self._inner is None:
+            raise WorkerPoolError("this Ray worker was not started")
         try:
-            return self._call(worker, experiment_id, method, tag, args)
+            return self._call(self._inner, method, tag, args)
         except Cancelled:  # delivered just after the method returned
             self._finish()
             return "cancelled", tag, None
 
-    def _call(self, worker, experiment_id: str, method: str, tag: Any, args: tuple) -> tuple[str, Any, Any]:
+    def _call(self, worker, method: str, tag: Any, args: tuple) -> tuple[str, Any, Any]:
         with self._lock:
-            self._running = (experiment_id, str(tag))
+            self._running = str(tag)
             self._thread = threading.get_ident()
             self._cancel_requested = False
         killed_before = killed_from_outside()
@@ -193,13 +171,13 @@ class NestingWorker:
             self._cancel_requested = False
         return cancelled
 
-    def cancel(self, experiment_id: str, tag: Any, wait_s: float = _CANCEL_WAIT_S) -> bool:
-        """(control group) Cancel the call ``(experiment_id, tag)`` if it is the
-        one running: kill the compilers this actor started until it returns
-        and, if it is still busy in Python after a moment, raise
-        :class:`Cancelled` in its thread (as SIGUSR1 does in a local worker).
-        Returns False when that call is not running (finished or not started)."""
-        key = (experiment_id, str(tag))
+    def cancel(self, tag: Any, wait_s: float = _CANCEL_WAIT_S) -> bool:
+        """(control group) Cancel the call ``tag`` if it is the one running:
+        kill the compilers this actor started until it returns and, if it is
+        still busy in Python after a moment, raise :class:`Cancelled` in its
+        thread (as SIGUSR1 does in a local worker).  Returns False when that
+        call is not running (finished or not started)."""
+        key = str(tag)
         with self._lock:
             if self._running != key:
                 return False
@@ -225,12 +203,13 @@ class NestingWorker:
 
     def ping(self) -> dict:
         return {"pid": os.getpid(), "host": os.uname().nodename, "tmp": self.tmp,
-                "experiments": sorted(self._inner), "tensorflow": "tensorflow" in sys.modules}
+                "tensorflow": "tensorflow" in sys.modules}
 
     def shutdown(self) -> bool:
-        for k in list(self._inner):
+        inner, self._inner = self._inner, None
+        if inner is not None and hasattr(inner, "close"):
             try:
-                self.remove(k)
+                inner.close()
             except Exception:  # pragma: no cover - best effort on the way out
                 pass
         if self._watchdog is not None:
@@ -276,19 +255,19 @@ def _ray():
 
 
 def _actor_class():
-    """``NestingWorker`` as a Ray actor class: ``cancel`` in its own
+    """``RayWorker`` as a Ray actor class: ``cancel`` in its own
     concurrency group ("control"), everything else one call at a time."""
     global _ACTOR_CLS
     if _ACTOR_CLS is None:
         ray = _ray()
 
         @ray.remote(concurrency_groups={"control": 1})
-        class NestingWorkerActor(NestingWorker):
+        class RayWorkerActor(RayWorker):
             @ray.method(concurrency_group="control")
-            def cancel(self, experiment_id: str, tag: Any, wait_s: float = _CANCEL_WAIT_S) -> bool:
-                return NestingWorker.cancel(self, experiment_id, tag, wait_s)
+            def cancel(self, tag: Any, wait_s: float = _CANCEL_WAIT_S) -> bool:
+                return RayWorker.cancel(self, tag, wait_s)
 
-        _ACTOR_CLS = NestingWorkerActor
+        _ACTOR_CLS = RayWorkerActor
     return _ACTOR_CLS
 
 
@@ -373,10 +352,9 @@ def _ray_driver_log(ctx) -> str:
 
 
 class RayCluster:
-    """``num_workers`` nesting-worker actors shared by several experiments.
-
-    ``pool(experiment_id, factory, kwargs)`` gives the pool of one
-    experiment; all pools use the same actors."""
+    """The ``num_workers`` actors of one :class:`RayPool`, each holding the
+    pool's inner worker (:meth:`start`); a dead one is replaced
+    (:meth:`replace`) with the inner worker and the last broadcasts."""
 
     def __init__(self, num_workers: int, ray_address: str | None = None, *, num_cpus_per_worker: float = 1.0,
                  max_replacements: int = 3, replace_timeout_s: float = 120.0, watchdog: bool = True,
@@ -390,8 +368,8 @@ class RayCluster:
         self.replace_timeout_s = replace_timeout_s
         self.watchdog = watchdog
         self._lock = threading.RLock()
-        self._experiments: dict[str, tuple[str, dict]] = {}
-        self._replay: dict[str, "collections.OrderedDict[str, tuple]"] = {}
+        self._inner: tuple[str, dict] | None = None  # (factory, kwargs) of the inner worker
+        self._replay: "collections.OrderedDict[str, tuple]" = collections.OrderedDict()  # method -> broadcast refs
         self.replacements = 0
         self._deaths = [0] * num_workers
         self.actors: list[Any] = [self._new_actor() for _ in range(num_workers)]
@@ -408,48 +386,28 @@ class RayCluster:
     def num_workers(self) -> int:
         return sum(a is not None for a in self.actors)
 
-    def pool(self, experiment_id: str, factory: str, kwargs: dict | None = None, **opts) -> "RayPool":
-        return RayPool.shared(self, experiment_id, factory, kwargs, **opts)
-
-    # -- experiments (all actors, including future replacements)
-    def add_experiment(self, experiment_id: str, factory: str, kwargs: dict | None) -> None:
+    def start(self, factory: str, kwargs: dict | None) -> None:
+        """The inner worker ``factory(**kwargs)`` in every actor (and in
+        every replacement to come)."""
         with self._lock:
-            if experiment_id in self._experiments:
-                raise ConfigError(f"experiment id {experiment_id!r} is already in use on this cluster")
-            self._experiments[experiment_id] = (factory, dict(kwargs or {}))
-            self._replay[experiment_id] = collections.OrderedDict()
+            self._inner = (factory, dict(kwargs or {}))
             actors = [(i, a) for i, a in enumerate(self.actors) if a is not None]
-        refs = [a.add.remote(experiment_id, factory, kwargs or {}) for _, a in actors]
+        refs = [a.start.remote(factory, kwargs or {}) for _, a in actors]
         errors = []
         for (i, a), r in zip(actors, refs):
             try:
                 self._ray.get(r)
             except self._ray.exceptions.RayActorError:
-                self.replace(i, a)  # the replacement gets the experiment too
+                self.replace(i, a)  # the replacement gets the inner worker too
             except self._ray.exceptions.RayTaskError as e:
                 errors.append(_cause(e))
         if errors:
-            self.remove_experiment(experiment_id)
-            raise WorkerPoolError(f"experiment {experiment_id!r}: the worker failed to start:\n{errors[0]}")
+            raise WorkerPoolError(f"the worker failed to start:\n{errors[0]}")
 
-    def remove_experiment(self, experiment_id: str) -> None:
+    def remember_broadcast(self, method: str, refs: tuple) -> None:
         with self._lock:
-            self._experiments.pop(experiment_id, None)
-            self._replay.pop(experiment_id, None)
-            actors = [a for a in self.actors if a is not None]
-        refs = [a.remove.remote(experiment_id) for a in actors]
-        for r in refs:
-            try:
-                self._ray.get(r, timeout=30)
-            except Exception:
-                pass
-
-    def remember_broadcast(self, experiment_id: str, method: str, refs: tuple) -> None:
-        with self._lock:
-            rep = self._replay.get(experiment_id)
-            if rep is not None:
-                rep.pop(method, None)
-                rep[method] = refs
+            self._replay.pop(method, None)
+            self._replay[method] = refs
 
     # -- replacement of dead actors
     def replace(self, slot: int, dead) -> Any:
@@ -467,12 +425,12 @@ class RayCluster:
                 self.actors[slot] = None
                 return None
             new = self._new_actor()
-            # Calls from one handle run in submission order: the experiments and
-            # their last broadcasts are in place before any task reaches it.
-            for exp, (factory, kwargs) in self._experiments.items():
-                new.add.remote(exp, factory, kwargs)
-                for method, refs in self._replay[exp].items():
-                    new.call.remote(exp, method, -1, *refs)
+            # Calls from one handle run in submission order: the inner worker and
+            # the last broadcasts are in place before any task reaches it.
+            if self._inner is not None:
+                new.start.remote(*self._inner)
+                for method, refs in self._replay.items():
+                    new.call.remote(method, -1, *refs)
             self.actors[slot] = new
             self.replacements += 1
             return new
@@ -490,7 +448,7 @@ class RayCluster:
         with self._lock:
             actors = [a for a in self.actors if a is not None]
             self.actors = [None] * len(self.actors)
-            self._experiments.clear()
+            self._inner = None
             self._replay.clear()
         refs = [a.shutdown.remote() for a in actors]
         try:
@@ -517,27 +475,20 @@ def _cause(e: BaseException) -> BaseException:
 
 
 class RayPool:
-    """A worker pool whose workers are Ray actors (see the module docstring).
-
-    ``RayPool(num_workers, factory, kwargs, ray_address=None)`` makes and owns
-    its actors; ``RayPool.shared(cluster, experiment_id, factory, kwargs)`` (or
-    ``cluster.pool(...)``) uses the actors of a :class:`RayCluster`."""
+    """A worker pool whose workers are Ray actors (see the module docstring):
+    ``RayPool(num_workers, factory, kwargs, ray_address=None)`` makes and
+    owns its actors."""
 
     backend = "ray"
 
     def __init__(self, num_workers: int, factory: str, kwargs: dict | None = None, ray_address: str | None = None,
-                 *, experiment_id: str = "default", max_retries: int = 1, num_cpus_per_worker: float = 1.0,
-                 replace_timeout_s: float = 120.0, watchdog: bool = True, ray_init_kwargs: dict | None = None,
-                 pin_cpus: bool = False, _cluster: RayCluster | None = None):
+                 *, max_retries: int = 1, num_cpus_per_worker: float = 1.0, replace_timeout_s: float = 120.0,
+                 watchdog: bool = True, ray_init_kwargs: dict | None = None, pin_cpus: bool = False):
         # pin_cpus is accepted for make_pool compatibility; Ray places the actors.
-        self._owns_cluster = _cluster is None
-        if _cluster is None:
-            _cluster = RayCluster(num_workers, ray_address, num_cpus_per_worker=num_cpus_per_worker,
+        self.cluster = RayCluster(num_workers, ray_address, num_cpus_per_worker=num_cpus_per_worker,
                                   replace_timeout_s=replace_timeout_s, watchdog=watchdog,
                                   ray_init_kwargs=ray_init_kwargs)
-        self.cluster = _cluster
         self._ray = _ray()
-        self.experiment_id = experiment_id
         self.max_retries = max_retries
         self.replace_timeout_s = replace_timeout_s
         #: tasks re-run after their actor died (cumulative); indices of the last map_unordered
@@ -546,17 +497,10 @@ class RayPool:
         self._token = uuid.uuid4().hex[:8]
         self._closed = False
         try:
-            self.cluster.add_experiment(experiment_id, factory, kwargs)
+            self.cluster.start(factory, kwargs)
         except BaseException:
-            if self._owns_cluster:
-                self.cluster.close()
+            self.cluster.close()
             raise
-
-    @classmethod
-    def shared(cls, cluster: RayCluster, experiment_id: str, factory: str, kwargs: dict | None = None,
-               **opts) -> "RayPool":
-        """The pool of ``experiment_id`` on the actors of ``cluster``."""
-        return cls(cluster.num_workers, factory, kwargs, experiment_id=experiment_id, _cluster=cluster, **opts)
 
     @property
     def num_workers(self) -> int:
@@ -572,15 +516,15 @@ class RayPool:
         return c
 
     def broadcast(self, method: str, *args) -> list[Any]:
-        """``method(*args)`` on every worker of this experiment; each argument
-        goes to the object store once. Returns the results (actor order)."""
+        """``method(*args)`` on every worker; each argument goes to the object
+        store once. Returns the results (actor order)."""
         ray = self._ray
         refs = tuple(ray.put(a) for a in args)
-        self.cluster.remember_broadcast(self.experiment_id, method, refs)
+        self.cluster.remember_broadcast(method, refs)
         results: dict[int, Any] = {}
         todo = self._live()
         for _attempt in range(self.cluster.max_replacements + 2):
-            calls = {a.call.remote(self.experiment_id, method, -1, *refs): (i, a) for i, a in todo}
+            calls = {a.call.remote(method, -1, *refs): (i, a) for i, a in todo}
             todo = []
             for ref, (i, a) in calls.items():
                 try:
@@ -629,17 +573,14 @@ class RayPool:
         return run.out
 
     def workers_info(self) -> list[dict]:
-        """``ping`` of every actor: pid, host, private tmp dir, experiments, whether TF is loaded."""
+        """``ping`` of every actor: pid, host, private tmp dir, whether TF is loaded."""
         return self._ray.get([a.ping.remote() for _, a in self._live()])
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        if self._owns_cluster:
-            self.cluster.close()
-        else:
-            self.cluster.remove_experiment(self.experiment_id)
+        self.cluster.close()
 
     def __enter__(self) -> "RayPool":
         return self
@@ -685,7 +626,7 @@ class _MapRun:
                     continue
             t = self.pending.popleft()
             tag = f"{self.pool._token}:{t}:{self.attempts[t]}"
-            ref = actor.call.remote(self.pool.experiment_id, self.method, tag, *self.tasks[t])
+            ref = actor.call.remote(self.method, tag, *self.tasks[t])
             self.busy[ref] = (slot, actor, t, tag)
 
     def running(self) -> bool:
@@ -779,14 +720,14 @@ class _MapRun:
         """Cancel the tasks still running (their compilers killed) or queued
         on an actor, and report each: its result if it finished after all,
         else cancelled (an actor that does not answer the cancel is replaced)."""
-        ray, exc, exp = self.ray, self.ray.exceptions, self.pool.experiment_id
-        cancels = {ref: actor.cancel.remote(exp, tag) for ref, (slot, actor, t, tag) in self.busy.items()}
+        ray, exc = self.ray, self.ray.exceptions
+        cancels = {ref: actor.cancel.remote(tag) for ref, (slot, actor, t, tag) in self.busy.items()}
         for ref, c in cancels.items():
             try:
                 running = ray.get(c, timeout=_CANCEL_WAIT_S + 5.0)
             except (exc.RayActorError, exc.RayTaskError, exc.GetTimeoutError):
                 running = True
-            if not running:  # still queued (behind another experiment's call) or just finished
+            if not running:  # still queued or just finished
                 ray.cancel(ref)
         deadline = time.monotonic() + _CANCEL_WAIT_S + 5.0
         for ref, (slot, actor, t, tag) in list(self.busy.items()):

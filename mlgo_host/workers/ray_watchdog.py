@@ -2,7 +2,7 @@
 cleaning up itself (``ray.kill``, SIGKILL, the OOM killer).
 
 Run as ``python -m mlgo_host.workers.ray_watchdog ACTOR_PID ROOT`` by
-:class:`mlgo_host.workers.ray_pool.NestingWorker`, with a pipe as its stdin.
+:class:`mlgo_host.workers.ray_pool.RayWorker`, with a pipe as its stdin.
 It detaches (double fork: Ray kills an actor's direct children with it), then
 records the actor's children (the compilers it starts, each in its own
 session) every 50 ms until its stdin reaches end-of-file -- the actor closed

@@ -79,3 +79,37 @@ def read_manifest(t: Path) -> dict:
 
 def env_without_mlgo() -> dict:
     return {k: v for k, v in os.environ.items() if not k.startswith("MLGO_")}
+
+
+def json_replay_tune(corpus: Path, t: Path, clang: str = "clang-19") -> None:
+    """A tune directory of fingerprinted JSON replays (forced decision
+    indices over the default), the layout `serve --replay T` and `eval
+    --replay T` read besides the compiler's replay files: per module, the
+    best of a greedy pass of single flips from the default."""
+    from mlgo_host.corpus.compile import baseline_size, compile_module
+    from mlgo_host.corpus.corpus import load_corpus
+    from mlgo_host.corpus.identity import project_root, read_sources, relative_identity
+    from mlgo_host.corpus.tuned import FORMAT, MANIFEST, REPLAYS, module_file
+    from mlgo_host.policies import load_policy
+    from mlgo_host.policies.replay import Replay, ReplayPolicy, stream_fingerprint, write_replay
+
+    default = load_policy("default")
+    idents = read_sources(corpus)
+    root = project_root(idents.values())
+    modules = {}
+    for m in load_corpus(corpus).modules:
+        best = compile_module(m, default, clang=clang, record=True)
+        forced: dict[int, int] = {}
+        for i in range(best.episode.n):
+            flipped = {**forced, i: 1 - int(best.episode.actions[i])}
+            got = compile_module(m, ReplayPolicy(Replay(forced=flipped), default), clang=clang, record=True)
+            if got.status == "ok" and got.text_size < best.text_size:
+                best, forced = got, flipped
+        ep = best.episode
+        rel = f"{REPLAYS}/{module_file(m.name, '.json')}"
+        write_replay(t / rel, Replay(forced=forced, base="default", module=m.name, observations=ep.n,
+                                     fingerprint=stream_fingerprint(ep.raw, ep.header.observation_nbytes, forced)))
+        modules[m.name] = {"replay": rel, "identity": relative_identity(idents[m.name], root), "status": "ok",
+                           "default_size": baseline_size(m, clang=clang), "best_size": int(best.text_size)}
+    (t / MANIFEST).write_text(json.dumps({"format": FORMAT, "corpus": str(corpus), "root": root, "base": "default",
+                                          "policy_source": "default", "clang": clang, "modules": modules}))

@@ -1,4 +1,6 @@
-"""Search, imitation and the gate, with the real clang-19 on generated modules.
+"""The flip prior (patterns, the flip-gain model), the search loop's
+budgets and splits, and imitation with its gate on what the search found,
+with the real clang-19 on generated modules.
 
 ``k.c`` is the textbook case the search must find: a static helper called
 with constant arguments from two places, which the default inliner refuses
@@ -16,10 +18,11 @@ import pytest
 
 from mlgo_host.channel.default_probe import default_slot
 from mlgo_host.corpus.build import build_corpus, load_compile_commands
-from mlgo_host.corpus.compile import compile_module
+from mlgo_host.corpus.compile import baseline_size, compile_module
 from mlgo_host.corpus.corpus import load_corpus, split_three
 from mlgo_host.policies import load_policy
-from mlgo_host.search.flips import FlipGainModel, budgets, pattern_scores, search_module
+from mlgo_host.search.batched import search_module_batched
+from mlgo_host.search.flips import FlipGainModel, pattern_scores
 
 from _tune_helpers import HELPER_C, TINY_C
 
@@ -49,38 +52,9 @@ def _cfg(root):
             "baseline_cache": str(root / "baselines"), "default_slot": default_slot("clang-19")}
 
 
-@needs_clang
-def test_search_finds_the_flip_that_shrinks_a_module_and_records_every_try(corpus):
-    c, root = corpus
-    d = load_policy("default")
-    res = search_module(c["k.c"], d, 20, _cfg(root), default=d)
-    assert res["status"] == "ok"
-    assert res["best_size"] < res["default_size"], res
-    assert res["forced"], "the improvement must come from forced flips"
-    assert res["compiles"] == 1 + len(res["flips"]) <= 20
-    accepted = [f for f in res["flips"] if f["accepted"]]
-    assert accepted and all(f["delta"] < 0 for f in accepted)
-    assert sum(f["delta"] for f in accepted) == res["best_size"] - res["default_size"]
-    # the best trajectory is what the forced flips give: replaying it gives the same size
-    from mlgo_host.policies.replay import Replay, ReplayPolicy
-
-    forced = {int(k): v for k, v in res["forced"].items()}
-    again = compile_module(c["k.c"], ReplayPolicy(Replay(forced=forced), d), clang="clang-19")
-    assert again.text_size == res["best_size"]
-
-
-@needs_clang
-def test_search_never_ends_worse_than_the_default(corpus):
-    c, root = corpus
-    d = load_policy("default")
-    never = load_policy("never")  # a base far worse than -Oz: the default takes over as the start
-    res = search_module(c["t.c"], never, 6, _cfg(root), default=d)
-    assert res["policy_size"] > res["default_size"]
-    assert res["best_size"] <= res["default_size"]
-    assert res["base"] == "default"
-
-
 def test_budgets_follow_the_bytes_and_respect_bounds():
+    from mlgo_host.training.search_loop import budgets
+
     b = budgets([100, 10_000, 1_000_000], [50, 50, 5], 120, floor=2)
     assert b[0] < b[1]
     assert b[2] == 5  # never more than one per decision
@@ -133,7 +107,7 @@ def test_imitation_and_gate_reproduce_the_searched_gain(corpus, tmp_path):
 
     c, root = corpus
     d = load_policy("default")
-    res = [search_module(c[n], d, 30, _cfg(root), default=d) for n in ("k.c", "t.c")]
+    res = [search_module_batched(c[n], d, _cfg(root), budget=30, default_size=baseline_size(c[n])) for n in ("k.c", "t.c")]
     pol_dir = str(tmp_path / "pol")
     fit = train_imitation(examples_from_search(res), pol_dir, default_slot=default_slot("clang-19"), epochs=300,
                           saved_model=False, seed=1)

@@ -1,8 +1,8 @@
-"""`mlgo-host tune --search channel` (one flip per compile over the channel,
-the earlier search) with the real clang-19: a gain on a small project, the
-fingerprinted replays and report it writes, a bigger budget or a killed run
-continued, one-line errors, and its flips as training data.  The batched
-search (the default) is tests/search/test_tune_batched.py's."""
+"""`mlgo-host tune` with the real clang-19: a gain on a small project, the
+report it writes and the module identities a build is matched by, a bigger
+budget or a killed run continued, a time budget, one-line errors, and its
+flips as training data.  The compiler replays it writes, and builds that
+apply them, are tests/search/test_tune_batched.py's."""
 
 from __future__ import annotations
 
@@ -33,19 +33,18 @@ def corpus(tmp_path_factory):
 
 
 def _tune(corpus, t, *extra) -> int:
-    return main(["tune", "--corpus", str(corpus), "--output", str(t), "--jobs", "2", "--no-progress", "--search",
-                 "channel", *extra])
+    return main(["tune", "--corpus", str(corpus), "--output", str(t), "--jobs", "2", "--no-progress", *extra])
 
 
 @needs_clang
-def test_tune_finds_a_gain_and_keeps_a_replay_that_reproduces_it(corpus, tmp_path, capsys):
+def test_tune_finds_a_gain_reports_it_and_identifies_its_modules(corpus, tmp_path, capsys):
     t = tmp_path / "T"
     assert _tune(corpus, t, "--compiles-per-module", "12") == 0
     line = capsys.readouterr().out
     assert "smaller" in line and str(t) in line
     man = read_manifest(t)
     k = man["modules"]["k"]
-    assert k["best_size"] < k["default_size"] and k["forced"] > 0
+    assert k["best_size"] < k["default_size"]
     assert all(m["best_size"] <= m["default_size"] for m in man["modules"].values())
     assert sum(m["compiles"] for m in man["modules"].values()) <= 12 * 3
     s = json.loads((t / "summary.json").read_text())
@@ -54,31 +53,11 @@ def test_tune_finds_a_gain_and_keeps_a_replay_that_reproduces_it(corpus, tmp_pat
     rows = list(csv.DictReader(open(t / "report.csv")))
     assert sorted(r["module"] for r in rows) == ["g", "k", "t"]
     assert (t / "report.png").stat().st_size > 1000
-    # the replay, fingerprinted, reproduces the tuned size from the source (run --replay FILE and DIR)
-    proj = corpus.parent / "project"
-    (proj / "obj").mkdir(exist_ok=True)
-    for replay in (t / "replays" / "k.json", t):  # a directory: matched by source, object and flags
-        r = mlgo_host("run", "--replay", str(replay), "--", "clang-19", "-Oz", "-Isrc", "-c", "src/k.c", "-o",
-                      "obj/k.o", cwd=proj)
-        assert r.returncode == 0, r.stderr
-        out = json.loads(r.stdout)
-        assert out["text_size"] == k["best_size"] and out["replay"]["stale"] is False, out
     # the module of a compile is found by its identity
+    proj = corpus.parent / "project"
     td = TunedDir(str(t))
     assert td.match(["cc", "-Oz", "-Isrc", "-c", "src/k.c", "-o", "obj/k.o"], str(proj), "src/k.c", "obj/k.o") == "k"
     assert td.match(["cc", "-O2", "-Isrc", "-c", "src/k.c", "-o", "obj/k.o"], str(proj), "src/k.c", "obj/k.o") is None
-
-
-@needs_clang
-def test_eval_replay_dir_reports_the_tuned_sizes(corpus, tmp_path, capsys):
-    t = tmp_path / "T"
-    assert _tune(corpus, t, "--compiles-per-module", "12") == 0
-    capsys.readouterr()
-    assert main(["eval", "--corpus", str(corpus), "--replay", str(t), "--jobs", "1", "--no-progress", "--json",
-                 "--baseline-cache", str(tmp_path / "b")]) == 0
-    s = json.loads(capsys.readouterr().out)
-    man = read_manifest(t)
-    assert s["policy_total"] == sum(m["best_size"] for m in man["modules"].values()), s
 
 
 @needs_clang
@@ -104,7 +83,7 @@ def test_a_bigger_budget_continues_from_what_T_holds(corpus, tmp_path):
 def test_a_killed_tune_resumes(corpus, tmp_path):
     t = tmp_path / "T"
     cmd = [sys.executable, "-m", "mlgo_host", "tune", "--corpus", str(corpus), "--output", str(t), "--jobs", "1",
-           "--compiles-per-module", "12", "--no-progress", "--search", "channel"]
+           "--compiles-per-module", "12", "--no-progress"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     end = time.monotonic() + 120
     while not (t / "tune.json").exists() and p.poll() is None and time.monotonic() < end:
@@ -128,10 +107,12 @@ def test_a_killed_tune_resumes(corpus, tmp_path):
 def test_a_time_budget_stops_the_search(corpus, tmp_path):
     t = tmp_path / "T"
     t0 = time.monotonic()
-    assert _tune(corpus, t, "--budget-minutes", "0.05") == 0  # 3 s: the searches in flight finish their compile
+    assert _tune(corpus, t, "--budget-minutes", "0.05") == 0  # 3 s: no compile starts after them
     assert time.monotonic() - t0 < 60
-    man = read_manifest(t)["modules"]
-    assert man and all(m["best_size"] <= m["default_size"] for m in man.values())
+    # a module whose probe the deadline cut keeps nothing (a later run probes it again): on a busy machine
+    # no module may be stored at all
+    man = read_manifest(t)["modules"] if (t / "tune.json").exists() else {}
+    assert all(m["best_size"] <= m["default_size"] for m in man.values())
 
 
 @needs_clang
@@ -140,7 +121,8 @@ def test_tuned_flips_are_imitation_examples(corpus, tmp_path):
     assert _tune(corpus, t, "--compiles-per-module", "5") == 0
     res = load_tune_results(str(t))
     ex = examples_from_search(res)
-    assert len(ex.labels) == sum(len(r["actions"]) + len(r["flips"]) for r in res) > 0
+    # every decision of each best trajectory, and every flip of a decision (a site a flip exposed has no features)
+    assert len(ex.labels) == sum(len(r["actions"]) + sum(1 for f in r["flips"] if f["raw"]) for r in res) > 0
 
 
 @pytest.mark.parametrize("args,msg", [

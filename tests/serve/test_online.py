@@ -130,7 +130,7 @@ def test_train_cli_needs_exactly_one_source(tmp_path, capsys):
     assert main(common + ["--corpus", "c", "--collected", "d", "--baseline_stats", "b"]) == 2
     assert "exactly one of --corpus DIR" in capsys.readouterr().err
     assert main(common + ["--collected", "d"]) == 2
-    assert "--collected needs --baseline_stats" in capsys.readouterr().err
+    assert "--collected needs --baseline-stats" in capsys.readouterr().err
     assert main(common + ["--corpus", "c", "--baseline_stats", "b"]) == 2
-    assert "--baseline_stats goes with --collected" in capsys.readouterr().err
+    assert "--baseline-stats goes with --collected" in capsys.readouterr().err
     assert not os.path.exists(root)

@@ -1,7 +1,9 @@
 """Builds with tuned decisions (`serve --replay T`), with the real clang-19:
-a served `make -j2` of a moved checkout gets exactly the tuned object sizes,
-an edited module is detected stale and falls back with a valid object, the
-guard still keeps every object at most -Oz's, and `stats` counts it all."""
+a served `make -j2` of a moved checkout gets exactly the tuned object sizes
+(a T of fingerprinted JSON replays, and one of compiler replays as `tune`
+writes), an edited module is detected stale and falls back with a valid
+object, the guard still keeps every object at most -Oz's, and `stats` counts
+it all."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import subprocess
 import pytest
 
 from _serve_util import BIN, ServerProc, needs_clang, plain_object, read_stats
-from _tune_helpers import build_project_corpus, env_without_mlgo, mlgo_host, read_manifest
+from _tune_helpers import build_project_corpus, env_without_mlgo, json_replay_tune, mlgo_host, read_manifest
 from mlgo_host.corpus.sizes import text_size
 from mlgo_host.serve.stats import aggregate
 
@@ -27,9 +29,7 @@ def tuned(tmp_path_factory):
     root = tmp_path_factory.mktemp("tuneserve")
     corpus = build_project_corpus(root)
     t = root / "T"
-    r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--compiles-per-module", "12", "--jobs", "2",
-                  "--search", "channel")
-    assert r.returncode == 0, r.stderr
+    json_replay_tune(corpus, t)
     man = read_manifest(t)
     assert man["modules"]["k"]["best_size"] < man["modules"]["k"]["default_size"], man["modules"]["k"]
     return root, t, man

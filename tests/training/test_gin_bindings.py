@@ -1,8 +1,6 @@
 """`mlgo-host train` refuses what it would otherwise ignore or crash on: a
 binding nothing reads (a typo) names the closest known macro or parameter;
-a mistyped worker backend is one line, exit status 2; a configuration of the
-older layout (mlgo_host.trainers, the gin module ``search``) names the new
-module."""
+a mistyped worker backend is one line, exit status 2."""
 
 from __future__ import annotations
 
@@ -69,22 +67,14 @@ def test_the_configs_parse_from_any_directory_with_the_repository_on_the_path(tm
     assert os.getcwd() == str(tmp_path)
 
 
-@pytest.mark.parametrize("line, new", [
-    ("import mlgo_host.trainers.tf_agent", "mlgo_host.trainers.tf_agent is now mlgo_host.learning.ppo"),
-    ("import mlgo_host.trainers.train_loop", "mlgo_host.trainers.train_loop is now mlgo_host.training.train_loop"),
-    ("search.train_search.seed = 1", "the search loop's gin module is now 'search_loop'"),
-])
-def test_a_configuration_of_the_older_layout_names_the_new_module(tmp_path, capsys, line, new):
-    old = tmp_path / "configs" / "old.gin"
-    old.parent.mkdir()
-    old.write_text(f"# written for mlgo_host/trainers/\n{line}\n")
-    rc, err = _train(tmp_path, capsys, "seed=1", gin_file=str(old))
-    assert rc == 2 and len(err.splitlines()) == 1, err
-    assert err.startswith(f"mlgo-host train: error: {old} line 2: {line}: ") and new in err, err
+@pytest.mark.parametrize("gin_file", sorted(os.path.relpath(os.path.join(d, f), REPO)
+                                            for d, _, fs in os.walk(os.path.join(REPO, "configs"))
+                                            for f in fs if f.endswith(".gin")))
+def test_every_configuration_parses_and_binds_the_workers(gin_file, monkeypatch):
+    from mlgo_host.training.entry import parse_gin
+    from mlgo_host.training.workers import Workers
 
-
-def test_an_old_binding_names_the_new_gin_module(tmp_path, capsys):
-    rc, err = _train(tmp_path, capsys, "search.train_search.max_rounds=1")
-    assert rc == 2, err
-    assert err == ("mlgo-host train: error: --gin_bindings search.train_search.max_rounds=1: the search loop's gin "
-                   "module is now 'search_loop' (search_loop.train_search)")
+    monkeypatch.chdir(REPO)
+    parse_gin([gin_file], ["clang_path='clang-x'", "num_workers=3"])
+    w = Workers()  # what every trainer's pool is made with
+    assert (w.clang_path, w.num_workers, w.module_timeout) == ("clang-x", 3, 300.0)

@@ -1,10 +1,9 @@
 """The Ray backend of the worker pool, on one local Ray instance (2 CPUs),
 with the real compiler: parity with the local pool, shipped bitcode, a killed
-actor, straggler cancellation and several experiments on the same actors."""
+actor and straggler cancellation."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 import time
@@ -14,10 +13,9 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from _corpus_helpers import build_generated_corpus  # noqa: E402
-from mlgo_host.errors import UnknownExperimentError  # noqa: E402
 from mlgo_host.workers.pool import EarlyExit, WorkerPool, make_pool  # noqa: E402
 from mlgo_host import procs  # noqa: E402
-from mlgo_host.workers.ray_pool import RayCluster, RayPool  # noqa: E402
+from mlgo_host.workers.ray_pool import RayPool  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -88,10 +86,18 @@ def local_sizes(corpus, worker_kwargs):
 
 
 @pytest.fixture
-def cluster(ray_instance):
-    # half a CPU per actor: a private pool (make_pool) can start beside it
-    with RayCluster(2, num_cpus_per_worker=0.5) as c:
-        yield c
+def ray_pool(ray_instance):
+    """``ray_pool(factory, kwargs)``: a pool of two actors, closed after the test."""
+    pools = []
+
+    def make(factory: str, kwargs: dict) -> RayPool:
+        # half a CPU per actor: a second pool (make_pool) can start beside it
+        pools.append(RayPool(2, factory, kwargs, num_cpus_per_worker=0.5))
+        return pools[-1]
+
+    yield make
+    for p in pools:
+        p.close()
 
 
 def test_ray_pool_gives_the_local_pools_sizes(ray_instance, corpus, worker_kwargs, local_sizes):
@@ -112,14 +118,14 @@ def test_ray_pool_gives_the_local_pools_sizes(ray_instance, corpus, worker_kwarg
         assert pool.retries == 0
 
 
-def test_shipped_bitcode_needs_no_shared_filesystem(cluster, corpus, worker_kwargs, local_sizes):
+def test_shipped_bitcode_needs_no_shared_filesystem(ray_pool, corpus, worker_kwargs, local_sizes):
     tasks = []
     for task, seed, greedy, record in _small_tasks(corpus, ship_bitcode=True):
         assert task["bc_bytes"]
         # the path does not exist on the worker: only the shipped bytes can be compiled
         task = dict(task, bc_path=os.path.join(HERE, "no-such-dir", task["name"] + ".bc"))
         tasks.append((task, seed, greedy, record))
-    pool = cluster.pool("shipped", FACTORY, worker_kwargs)
+    pool = ray_pool(FACTORY, worker_kwargs)
     pool.broadcast("set_policy", {"heuristic": "random"})
     assert _sizes(pool.map_unordered("collect", tasks)) == local_sizes["random"]
     # without the bytes, the missing path is a reported task failure, not a hang
@@ -159,8 +165,8 @@ def _slow_tasks(corpus):
     return [(slow.to_task(), 0, True, True)] + [(t, 0, True, True) for t, *_ in _small_tasks(corpus)]
 
 
-def test_a_killed_actor_mid_module_is_retried_once_and_replaced(cluster, corpus, worker_kwargs, local_sizes):
-    pool = cluster.pool("kill", FACTORY, worker_kwargs)
+def test_a_killed_actor_mid_module_is_retried_once_and_replaced(ray_pool, corpus, worker_kwargs, local_sizes):
+    pool = ray_pool(FACTORY, worker_kwargs)
     pool.broadcast("set_policy", {"heuristic": "default"})
     slots = pool.workers_info()  # in slot order
     killed: dict = {}
@@ -169,7 +175,7 @@ def test_a_killed_actor_mid_module_is_retried_once_and_replaced(cluster, corpus,
         # kill the actor that runs the slow module's channel compile, mid-module
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not killed:
-            for slot, actor in enumerate(cluster.actors):
+            for slot, actor in enumerate(pool.cluster.actors):
                 for c in _compiler_children(slots[slot]["pid"]):
                     try:
                         with open(f"/proc/{c}/cmdline", "rb") as f:
@@ -193,7 +199,6 @@ def test_a_killed_actor_mid_module_is_retried_once_and_replaced(cluster, corpus,
     # the dead actor was replaced: still two workers, the killed pid is not among them
     info = pool.workers_info()
     assert len(info) == 2 and killed["pid"] not in {i["pid"] for i in info}
-    assert all(i["experiments"] == ["kill"] for i in info)
     # the orphaned compiler was killed by the actor's watchdog, and its directory removed
     assert _gone(killed["compiler"])
     deadline = time.monotonic() + 20
@@ -205,22 +210,22 @@ def test_a_killed_actor_mid_module_is_retried_once_and_replaced(cluster, corpus,
     assert all(o.ok and o.value["policy_size"] == local_sizes["default"][o.value["name"]] for o in again)
 
 
-def test_a_task_whose_compiler_is_killed_from_outside_is_retried_and_its_live_actor_kept(cluster, tmp_path):
+def test_a_task_whose_compiler_is_killed_from_outside_is_retried_and_its_live_actor_kept(ray_pool, tmp_path):
     # Ray kills an actor's compilers just before the actor, so a task can answer first: it answers "lost" and
     # is retried. Here the actor lives on (as after the OOM killer): its ping answers and it is not replaced.
     src = tmp_path / "tiny.c"
     src.write_text("int f(int x) { return x + 1; }\n")
-    pool = cluster.pool("lost", "_toy_worker:ToyWorker", {})
+    pool = ray_pool("_toy_worker:ToyWorker", {})
     pids = sorted(i["pid"] for i in pool.workers_info())
     out = pool.map_unordered("compile_killed_once", [(str(src), str(tmp_path / "marker"))])
     assert len(out) == 1 and out[0].ok, out
     assert out[0].value["rc"] == -9  # the second run: killed by its own supervisor, which is not "lost"
     assert pool.retries == 1 and pool.last_retried == [0]
-    assert sorted(i["pid"] for i in pool.workers_info()) == pids and cluster.replacements == 0
+    assert sorted(i["pid"] for i in pool.workers_info()) == pids and pool.cluster.replacements == 0
 
 
-def test_stragglers_are_cancelled_and_their_compilers_killed(cluster, corpus, worker_kwargs):
-    pool = cluster.pool("straggle", FACTORY, worker_kwargs)
+def test_stragglers_are_cancelled_and_their_compilers_killed(ray_pool, corpus, worker_kwargs):
+    pool = ray_pool(FACTORY, worker_kwargs)
     pool.broadcast("set_policy", {"heuristic": "default"})
     tasks = _slow_tasks(corpus)[:5]  # the slow module and four small ones
     early = EarlyExit(fraction=0.8, grace_s=0.1, grace_factor=0.05, timeout_s=600)
@@ -234,46 +239,6 @@ def test_stragglers_are_cancelled_and_their_compilers_killed(cluster, corpus, wo
         assert _compiler_children(i["pid"]) == []
     again = pool.map_unordered("collect", tasks[1:3])
     assert all(o.ok for o in again) and pool.retries == 0
-
-
-def test_two_experiments_share_the_actors_with_their_own_policies(cluster, corpus, worker_kwargs, local_sizes):
-    a = RayPool.shared(cluster, "train", FACTORY, worker_kwargs)
-    b = cluster.pool("heldout", FACTORY, worker_kwargs)
-    a.broadcast("set_policy", {"heuristic": "random"})
-    b.broadcast("set_policy", {"heuristic": "default"})
-    # the same processes hold both experiments
-    pids = [i["pid"] for i in a.workers_info()]
-    assert pids == [i["pid"] for i in b.workers_info()]
-    assert all(i["experiments"] == ["heldout", "train"] for i in a.workers_info())
-    tasks = _small_tasks(corpus)
-    results = {}
-
-    def run(name, pool):
-        results[name] = pool.map_unordered("collect", tasks)
-
-    threads = [threading.Thread(target=run, args=("a", a)), threading.Thread(target=run, args=("b", b))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert _sizes(results["a"]) == local_sizes["random"]
-    assert _sizes(results["b"]) == {k: v for k, v in local_sizes["default"].items() if k in SMALL}
-    # an unknown experiment id is a typed error naming the id and the known ids
-    with pytest.raises(UnknownExperimentError) as ei:
-        ray.get(cluster.actors[0].call.remote("nope", "collect", 0, *tasks[0]))
-    err = ei.value if isinstance(ei.value, UnknownExperimentError) else ei.value.cause
-    assert err.experiment_id == "nope" and err.known == ["heldout", "train"]
-    assert "'nope'" in str(ei.value) and "'heldout', 'train'" in str(ei.value)
-    # ... also through a pool whose experiment was removed from the actors
-    b.close()
-    stale = RayPool.__new__(RayPool)
-    stale.__dict__.update(a.__dict__, experiment_id="heldout")
-    with pytest.raises(UnknownExperimentError, match="unknown experiment id 'heldout'.*'train'"):
-        stale.map_unordered("collect", tasks[:1])
-    with pytest.raises(UnknownExperimentError):
-        stale.broadcast("set_policy", {"heuristic": "default"})
-    # the remaining experiment is unaffected
-    assert _sizes(a.map_unordered("collect", tasks[:2])) == {k: local_sizes["random"][k] for k in ("s0", "s1")}
 
 
 @pytest.fixture(scope="module")
@@ -293,10 +258,11 @@ def small_corpus_dir(corpus, tmp_path_factory):
 
 def _one_iteration(root, corpus_dir, backend):
     from mlgo_host.training.train_loop import train
+    from mlgo_host.training.workers import Workers
 
-    train(str(root), str(corpus_dir), num_iterations=1, modules_per_iteration=4, num_workers=2,
-          worker_backend=backend, eval_every=0, heldout_fraction=0.0, seed=3, progress=False,
-          early_exit_fraction=1.0, trace_modules=3)
+    train(str(root), str(corpus_dir), num_iterations=1, modules_per_iteration=4,
+          workers=Workers(num_workers=2, worker_backend=backend), eval_every=0, heldout_fraction=0.0, seed=3,
+          progress=False, early_exit_fraction=1.0, trace_modules=3)
     import json
 
     with open(os.path.join(root, "state.json")) as f:

@@ -1,4 +1,4 @@
-"""The effect model: a regression of the bytes inlining saves, exported as
+"""The effect model (bench/research/effect_models.py): a regression of the bytes inlining saves, exported as
 a numpy policy whose gate is a byte threshold."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from mlgo_host.errors import ConfigError
-from mlgo_host.learning import effects as fx
 from mlgo_host.policies import load_policy
 
+import _research  # noqa: F401  (bench/research on sys.path)
+import effect_models as fx
 from _policy_helpers import observations
 
 

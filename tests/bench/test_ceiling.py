@@ -1,4 +1,4 @@
-"""What lies past a search's optimum, measured with the real clang-19."""
+"""What lies past a search's optimum (bench/research/ceiling.py), measured with the real clang-19."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from mlgo_host.corpus.build import build_corpus, load_compile_commands
 from mlgo_host.corpus.corpus import load_corpus
 from mlgo_host.policies import load_policy
 from mlgo_host.search.batched import BatchedSearch, result_of
-from mlgo_host.search.ceiling import ceiling_of, neighbourhoods, rounds_of
 from mlgo_host.search.evaluate import ReplayEvaluator, probe_module
+
+import _research  # noqa: F401  (bench/research on sys.path)
+from ceiling import ceiling_of, landing, neighbourhoods, rounds_of
 
 CFG = {"clang": "clang-19", "module_timeout": 300.0}
 
@@ -43,7 +45,7 @@ def _result(m, budget: int | None) -> tuple[BatchedSearch, dict]:
 def test_the_neighbourhood_of_a_start_holds_the_calls_that_pay_only_together(accessor):
     # -Oz leaves every call of the accessor out; no single flip pays, two or three of f's together do
     s, res = _result(accessor, budget=None)
-    hoods = neighbourhoods(s.inline, s.sites, s._final(), set(s.base.sizes.functions), {})
+    hoods = neighbourhoods(s.inline, s.sites, landing(s), set(s.base.sizes.functions), {})
     (f,) = [h for h in hoods if h.functions == frozenset({"f"})]
     assert f.kind == "all" and len(f.sites) == 3 and len(f.states) == 4  # (2**3 states, less now and 3 singles)
     assert all(sum(a != b for a, b in zip(st, (False,) * 3)) >= 2 for st in f.states)

@@ -1,4 +1,4 @@
-"""The flip-effect table with the real clang-19: an entry measured in a
+"""The flip-effect table (bench/research/effects.py) with the real clang-19: an entry measured in a
 shared compile is the flip's change alone; the cache resumes without
 measuring again; held-out modules are refused."""
 
@@ -14,9 +14,11 @@ from mlgo_host.corpus.corpus import load_corpus
 from mlgo_host.corpus.synth import inline_module
 from mlgo_host.errors import ConfigError
 from mlgo_host.policies import load_policy
-from mlgo_host.search import effects
 from mlgo_host.search.batched import EH_FRAME_PADDING
 from mlgo_host.search.evaluate import ReplayEvaluator, probe_module
+
+import _research  # noqa: F401  (bench/research on sys.path)
+import effects
 
 CFG = {"clang": "clang-19"}
 

@@ -7,7 +7,7 @@ default decisions.  Unlike the search (:mod:`.batched`), no winner is ever
 applied: every flip is measured against the same reference (the default's
 decision set, replayed), so an entry is the effect of that flip in the
 default's context, the quantity an effect model
-(:mod:`mlgo_host.learning.effects`) learns.
+(``effect_models.py`` beside this file) learns.
 
 Measuring reuses :class:`~mlgo_host.search.batched.BatchedSearch` as it is
 (the probe, the replay, the packing of flips with disjoint footprints into
@@ -23,28 +23,43 @@ by the worker that measured it; a run that was killed goes on with the
 modules that have no file yet (a module is the unit of work: one killed
 mid-way is measured again).  ``<root>/manifest.json`` fixes the cap and the
 seed: a resumed run with other ones is refused rather than mixing samples.
+
+Run as a script, it builds the table on the training and validation splits
+of a corpus and reports its size and cost (``bench/results/effects.json``);
+a second run measures only the modules that have no entry yet.
+
+usage: .venv/bin/python bench/research/effects.py --corpus pretrain_out/training_corpus [--root effects_out]
+       [--cap 100]
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import json
 import logging
 import os
 import pickle
+import sys
 import time
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from mlgo_host.corpus.corpus import Module, split_three
-from mlgo_host.errors import ConfigError, MlgoHostError
-from mlgo_host.formats import read_format_json
-from mlgo_host.fsutil import atomic_path, atomic_write_json
-from mlgo_host.search.batched import BatchedSearch, Outcome, search_of
-from mlgo_host.search.evaluate import Probe, probe_module
-from mlgo_host.search.sites import unique_decisions
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.dirname(HERE)
+sys.path.insert(0, os.path.dirname(BENCH))
 
-log = logging.getLogger("mlgo_host.search")
+from mlgo_host.corpus.corpus import Module, load_corpus, split_three  # noqa: E402
+from mlgo_host.errors import ConfigError, MlgoHostError  # noqa: E402
+from mlgo_host.formats import read_format_json  # noqa: E402
+from mlgo_host.fsutil import atomic_path, atomic_write_json  # noqa: E402
+from mlgo_host.search.batched import BatchedSearch, Outcome, search_of  # noqa: E402
+from mlgo_host.search.evaluate import Probe, probe_module  # noqa: E402
+from mlgo_host.search.sites import unique_decisions  # noqa: E402
+from mlgo_host.workers.pool import make_pool, map_with_progress  # noqa: E402
+
+log = logging.getLogger("bench.effects")
 
 FORMAT = "mlgo_host.effect_table/1"
 MANIFEST = "manifest.json"
@@ -149,14 +164,6 @@ def write_entry(root: str, entry: dict) -> str:
     return path
 
 
-def read_entry(root: str, name: str) -> dict | None:
-    path = entry_path(root, name)
-    if not os.path.exists(path):
-        return None
-    with open(path, "rb") as f:
-        return pickle.load(f)
-
-
 def measure_and_store(module: Module, root: str, cfg: dict, *, cap: int, seed: int, split: str) -> dict:
     """:func:`measure_effects`, written to the cache; returns the entry's
     summary (what the driver reports, not the flips)."""
@@ -201,8 +208,8 @@ def build_table(root: str, mods: Sequence[tuple[Module, str]], cfg: dict, *, cap
                 seed: int = 0, corpus: str = "", pool=None, progress: bool = True,
                 smallest_first: bool = False) -> list[dict]:
     """Measure every module of ``mods`` that has no entry yet: on ``pool``
-    (a :class:`~mlgo_host.search.worker.SearchWorker` pool, each worker
-    writing its module's file) or in this process.  Returns the summaries of
+    (a ``research_worker.ResearchWorker`` pool, each worker writing its
+    module's file) or in this process.  Returns the summaries of
     the modules measured now."""
     if any(sp not in TABLE_SPLITS for _, sp in mods):
         raise ConfigError("the effect table measures training and validation modules only")
@@ -210,8 +217,6 @@ def build_table(root: str, mods: Sequence[tuple[Module, str]], cfg: dict, *, cap
     todo = pending(root, mods, smallest_first)
     if pool is None:
         return [measure_and_store(m, root, cfg, cap=cap, seed=seed, split=sp) for m, sp in todo]
-    from mlgo_host.workers.pool import map_with_progress
-
     tasks = [(m.to_task(), root, cap, seed, sp) for m, sp in todo]
     outs = map_with_progress(pool, "effects", tasks, desc="effect table", progress=progress)
     for o in outs:
@@ -263,3 +268,47 @@ def _disk_bytes(root: str) -> int:
     for dp, _, fns in os.walk(root):
         total += sum(os.path.getsize(os.path.join(dp, fn)) for fn in fns)
     return total
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", required=True)
+    ap.add_argument("--root", default="effects_out")
+    ap.add_argument("--cap", type=int, default=MAX_DECISIONS, help="decisions measured per module at most")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--splits", default="train,validation", help="which splits to measure (never heldout)")
+    ap.add_argument("--smallest-first", action="store_true",
+                    help="for a run cut by time: the most decisions per minute first")
+    ap.add_argument("--report-only", action="store_true", help="measure nothing: report the table as it is")
+    ap.add_argument("--output", default=os.path.join(BENCH, "results", "effects.json"))
+    args = ap.parse_args()
+    t0 = time.monotonic()
+    corpus = load_corpus(args.corpus)
+    mods = [(m, sp) for m, sp in table_modules(corpus.modules, 0.2, 0.2, args.seed) if sp in args.splits.split(",")]
+    root = os.path.abspath(args.root)
+    cfg = {"clang": "clang-19", "module_timeout": 300.0}
+    done = []
+    pool = None if args.report_only else make_pool("local", args.workers, "research_worker:ResearchWorker",
+                                                   {"clang": cfg["clang"], "module_timeout": cfg["module_timeout"]})
+    if pool is not None:
+        try:
+            done = build_table(root, mods, cfg, cap=args.cap, seed=args.seed, corpus=args.corpus, pool=pool,
+                               smallest_first=args.smallest_first)
+        finally:
+            pool.close()
+    rep = table_report(root)
+    rep.update({"cap": args.cap, "seed": args.seed, "modules_in_splits": len(mods),
+                "measured_this_run": len(done), "this_run_minutes": round((time.monotonic() - t0) / 60.0, 2),
+                "splits": args.splits,
+                "command": "bench/research/effects.py --cap %d --workers %d --splits %s%s" % (
+                    args.cap, args.workers, args.splits, " --smallest-first" if args.smallest_first else "")})
+    os.makedirs(os.path.dirname(args.output), exist_ok=True)
+    with open(args.output, "w") as f:
+        json.dump(rep, f, indent=1, sort_keys=True)
+    print(json.dumps(rep, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

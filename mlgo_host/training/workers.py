@@ -1,0 +1,36 @@
+"""How every trainer compiles: the compiler, llvm-size, the time one module
+may take, and the worker pool that runs the compiles (its size, backend and
+Ray cluster).  One gin configurable, ``workers``, which
+``configs/inlining/common.gin`` binds to the macros a user overrides
+(``clang_path``, ``llvm_size_path``, ``num_workers``, ``worker_backend``,
+``ray_address``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gin
+
+from mlgo_host.workers.pool import make_pool
+
+
+@gin.configurable("workers")
+@dataclasses.dataclass(frozen=True)
+class Workers:
+    clang_path: str = "clang-19"
+    #: None: the llvm-size of clang_path's LLVM
+    llvm_size_path: str | None = None
+    num_workers: int = 2
+    #: 'local' (processes on this machine) or 'ray'
+    worker_backend: str = "local"
+    #: with 'ray': the cluster to join (None: a local Ray instance)
+    ray_address: str | None = None
+    #: seconds one module's compile may take
+    module_timeout: float = 300.0
+
+    def pool(self, factory: str, **worker_kwargs):
+        """A pool of ``factory`` workers (``"module:Class"``) that compile with
+        these settings; ``worker_kwargs``: the worker's other settings."""
+        kwargs = {"clang": self.clang_path, "llvm_size": self.llvm_size_path, "module_timeout": self.module_timeout,
+                  **worker_kwargs}
+        return make_pool(self.worker_backend, self.num_workers, factory, kwargs, ray_address=self.ray_address)
