@@ -75,7 +75,7 @@ Copies (*worlds*).  Footprints bound the flips per compile by the flips of
 the busiest function: on real modules most flips land in one or two hub
 functions.  A flip whose footprint is one function ``F`` (it deletes no
 callee) is measured instead in a copy of ``F`` and of the functions
-inlined only into it (:mod:`.clones`), with the decision set plus that
+inlined only into it (:mod:`.copytext`), with the decision set plus that
 flip; the copy's size less a control copy's (the set alone) is its gain.
 A flip that leaves out a call of a callee whose body is gone (every call
 of it inlined) brings that body back: in a copy as in place, so the body
@@ -121,7 +121,7 @@ from mlgo_host.corpus.corpus import Module
 from mlgo_host.corpus.objsizes import ObjectSizes
 from mlgo_host.errors import CompilerError, MlgoHostError
 from mlgo_host.corpus.sizes import llvm_tool
-from mlgo_host.search.clones import ModuleText, World, roots_of, world_name
+from mlgo_host.search.copytext import ModuleText, Roots as World, copy_name as world_name, roots_of
 from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator, probe_module
 from mlgo_host.search.flips import FlipGainModel, flip_scores
 from mlgo_host.search.starts import (REPROBE, best_start, measure_thresholds, starts_pending, threshold_flags,
@@ -166,7 +166,7 @@ class Candidate:
     kind: str = "single"  # single, exposed, group, outline, retry, undo, answered, again
     #: functions whose code it copies (an inlined callee): no flip of the batch may change them
     reads: frozenset[str] = frozenset()
-    #: set while packed into a batch: the function it is measured in a copy of (see mlgo_host.search.clones),
+    #: set while packed into a batch: the function it is measured in a copy of (see mlgo_host.search.copytext),
     #: or the functions, sorted, when its code lands in several (:func:`roots_of`)
     world: World | None = None
     #: functions left to the compiler's own heuristic in its compile (an *answered* flip, see
@@ -265,7 +265,7 @@ class BatchedSearch:
         self.default_slot: str | None = None  # what the probe's policy read the default from (imitation)
         self.start_text: int | None = None
         self._first = first
-        #: measure flips of one function in copies of it (:mod:`.clones`); functions where a copy failed are left out
+        #: measure flips of one function in copies of it (:mod:`.copytext`); functions where a copy failed are left out
         self.worlds = worlds
         self.no_worlds: set[World] = set()  # (a root, or a world's roots)
         #: flips whose copy came out with other sites changed too: measured in place from then on
@@ -695,7 +695,7 @@ class BatchedSearch:
             out.append(self._candidate((s,), True, final, kind="exposed"))
         return out
 
-    # -- worlds: flips of one function measured in copies of it (mlgo_host.search.clones) --
+    # -- worlds: flips of one function measured in copies of it (mlgo_host.search.copytext) --
     def _module_text(self) -> ModuleText:
         if self._text is None:
             self._text = ModuleText.of_bitcode(str(self.module.bc_path), llvm_tool(self.ev.clang, "llvm-dis"),
@@ -808,7 +808,7 @@ class BatchedSearch:
             members = self._set_with([c]) if c is not None else list(self.inline.values())
             sites += [self._in_world(x, t, names, k) for x in members if x.caller in t]
             scope |= {world_name(fn, k) for fn in t if fn in self.ev.scope}
-        ir = self._module_text().with_worlds({k: (root, self.tree(root)) for k, root, _ in plan})
+        ir = self._module_text().with_copies({k: (root, self.tree(root)) for k, root, _ in plan})
         try:
             m = self.ev.measure(sites, ir=ir, scope=scope)
         except CompilerError as e:  # the copies' text did not compile: the flips go without copies
