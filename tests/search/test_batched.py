@@ -4,6 +4,7 @@ set, and whole searches of a module, cut and resumed."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from _search_helpers import search
 from mlgo_host.policies import load_policy
 from mlgo_host.search.batched import result_of, search_module_batched
 from mlgo_host.search.evaluate import ReplayEvaluator, probe_module
+from mlgo_host.search.result import SearchResult, search_result
 from mlgo_host.search.scheduling import Scheduler
 
 
@@ -184,3 +186,17 @@ def test_flips_a_budget_cuts_off_are_measured_by_the_resumed_search(batched_corp
     answered = {" + ".join(p["keys"]) + " (answered)" for p in r1["pending"] if p.get("release")}
     assert plain and plain <= set(again)
     assert {k for k in again if k.endswith(" (answered)")} <= answered
+
+
+def test_the_stored_result_is_the_search_results_fields_under_the_keys_tune_reads(batched_corpus):
+    s = search(batched_corpus, "accessor", budget=10)
+    r = result_of(s, s.state.probe.text, 0.5)
+    assert list(r) == [f.name for f in dataclasses.fields(SearchResult)] == [
+        "name", "module_key", "status", "reason", "search", "default_size", "policy_size", "start_size",
+        "replay_start_size", "replay_matches", "best_size", "compiles", "batches", "splits", "flips_measured",
+        "flips_in_copies", "flips", "pending", "grouped", "wins", "sweep_mark", "interacting", "broken_keys",
+        "broken", "decisions", "wall_s", "tried", "promise", "stopped", "reference", "inline", "scope",
+        "inline_all", "probe", "header", "raw", "probe_actions", "actions", "default_slot"]
+    typed = search_result(s, s.state.probe.text, 0.5)
+    assert typed.probe is r["probe"] is s.state.probe and typed.wall_s == r["wall_s"] == 0.5
+    assert typed.inline_all == r["inline_all"] and list(typed.actions) == list(r["actions"])
