@@ -36,13 +36,14 @@ from mlgo_host.errors import MlgoHostError
 from mlgo_host.search.attribution import Attribution
 from mlgo_host.search.candidates import Candidates
 from mlgo_host.search.copies import Copies
+from mlgo_host.search.copytext import Roots
 from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator, probe_module
 from mlgo_host.search.flips import FlipGainModel
 from mlgo_host.search.measure import Measurer
 from mlgo_host.search.reference import Reference
 from mlgo_host.search.result import result_of
 from mlgo_host.search.scheduling import MAX_BATCH, Scheduler
-from mlgo_host.search.sites import site_of_line
+from mlgo_host.search.sites import Site, site_of_line
 from mlgo_host.search.starts import (REPROBE, best_start, measure_thresholds, starts_pending, threshold_flags,
                                      with_flags, within_deadline)
 from mlgo_host.search.state import Candidate, Outcome, SearchState
@@ -87,8 +88,6 @@ class BatchedSearch:
     splits = _of_state("splits", "Why batches were split: reason -> count.")
     batches = _of_state("batches", "Compiles that measured flips.")
     provisional = _of_state("provisional", "The reference is the probe's plain compile, not yet checked.")
-    world_flips = _of_state("flips_in_copies", "Flips measured in copies (the former name, for "
-                                               "tests/test_clang_versions.py).")
 
     @property
     def base(self) -> Measured | None:
@@ -115,10 +114,6 @@ class BatchedSearch:
         """Each flip of ``batch`` measured (:meth:`.Measurer.measure`)."""
         return self.measurer.measure(batch)
 
-    def world_root(self, c: Candidate):
-        """:meth:`.Copies.root` (the former name, for tests/test_clang_versions.py)."""
-        return self.copies.root(c)
-
     def begin(self) -> Measured:
         """The start and the reference (:meth:`.Reference.begin`)."""
         return self.reference.begin()
@@ -130,6 +125,21 @@ class BatchedSearch:
     def promise(self) -> float | None:
         """The flips the prior expects to pay, not measured yet (:meth:`.Candidates.promise`)."""
         return self.cands.promise()
+
+    # -- former names, which tests/test_clang_versions.py still reads (bench/tune.py: ``worlds=``) --
+    world_flips = _of_state("flips_in_copies", "Flips measured in copies.")
+
+    def world_root(self, c: Candidate) -> Roots | None:
+        """:meth:`.Copies.root`."""
+        return self.copies.root(c)
+
+    def brought_back(self, c: Candidate) -> str | None:
+        """:meth:`.Copies.brought_back`."""
+        return self.copies.brought_back(c)
+
+    def _set_with(self, batch: list[Candidate]) -> list[Site]:
+        """:meth:`.SearchState.set_with`."""
+        return self.state.set_with(batch)
 
     # -- resuming -----------------------------------------------------------------
     def resume_from(self, res: dict) -> None:
