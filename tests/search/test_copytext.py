@@ -1,11 +1,11 @@
-"""Copies of a function tree in a module's text (mlgo_host.search.clones),
+"""Copies of a function tree in a module's text (mlgo_host.search.copytext),
 checked by the real llvm-as-19."""
 
 from __future__ import annotations
 
 import subprocess
 
-from mlgo_host.search.clones import ModuleText, world_name
+from mlgo_host.search.copytext import ModuleText, copy_name
 
 # a lambda's operator() is named with '$' (llvm-dis quotes such names)
 CPP = r"""
@@ -25,9 +25,9 @@ def test_a_function_with_a_quoted_name_is_copied_under_a_new_name(tmp_path):
     mt = ModuleText(ll)
     lam = next(n for n in mt.functions if "$_0" in n)
     assert f'@"{lam}"(' in ll  # quoted in the text
-    out = mt.with_worlds({0: (lam, [lam]), 1: (lam, [lam])})
+    out = mt.with_copies({0: (lam, [lam]), 1: (lam, [lam])})
     for k in (0, 1):
-        assert f'@"{world_name(lam, k)}"(' in out
+        assert f'@"{copy_name(lam, k)}"(' in out
     # the module with its copies is valid IR: no function defined twice
     r = subprocess.run(["llvm-as-19", "-o", "/dev/null", "-"], input=out, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -44,5 +44,5 @@ def test_a_static_function_is_told_from_an_inline_one_and_every_copy_is_static(t
     twice, thrice, both = (next(n for n in mt.functions if w in n) for w in ("twice", "thrice", "both"))
     assert mt.is_local(twice) and not mt.is_local(thrice) and not mt.is_local(both)
     # a copy is static whatever its function: one brought back is only measured where its function is too
-    copied = ModuleText(mt.with_worlds({0: (thrice, [thrice])}))
-    assert copied.is_local(world_name(thrice, 0)) and not copied.is_local(thrice)
+    copied = ModuleText(mt.with_copies({0: (thrice, [thrice])}))
+    assert copied.is_local(copy_name(thrice, 0)) and not copied.is_local(thrice)

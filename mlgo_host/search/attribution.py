@@ -1,0 +1,166 @@
+"""Reading one compile of a batch into each flip's gain, and the checks
+that tell a batch cannot be read so (it is then split: :mod:`.measure`).
+
+The flips of a batch have disjoint footprints (:mod:`.scheduling`); each
+gets the change of its own functions from the reference.  The attribution
+is checked, never assumed (:meth:`Attribution.read`): every function that
+changed must lie in exactly one flip's footprint, the bytes no function
+owns must not move, and the sites the compiler reports inlined must be the
+set's, flip for flip.  Against a compiled reference two exceptions are
+read, not guessed: a function that appeared or went outside every footprint
+(a template instance a new call brought, ``__clang_call_terminate`` when
+its last user went) and a piece of the bytes no function owns that appeared
+or went (a string, a constant) belong to the flip whose functions alone
+refer to them in the object that has them (:attr:`ObjectSizes.referrers`,
+:attr:`ObjectSizes.shared`).  The object's total may differ from the sum of
+the flips' gains by .eh_frame's last-FDE padding
+(:data:`EH_FRAME_PADDING`), which follows the total, not any one flip.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from mlgo_host.corpus.objsizes import ObjectSizes
+from mlgo_host.search.evaluate import Measured
+from mlgo_host.search.sites import Site, site_of_key
+from mlgo_host.search.state import Candidate, Outcome, SearchState, released
+
+#: The assembler pads .eh_frame's last FDE to a multiple of 8 bytes: a flip
+#: that changes the parity of the FDEs' total moves these 4 bytes, whichever
+#: flip of a batch did it (objsizes counts them in ``other``).
+EH_FRAME_PADDING = 4
+
+#: failures a compiled reference may read (:func:`made_or_dropped`, :func:`pieces_moved`), a derived one not
+TRACED = ("bytes no function owns moved", "a function outside every footprint changed")
+
+
+class Attribution:
+    """Reads a batch's compile against the state's reference."""
+
+    def __init__(self, state: SearchState):
+        self.state = state
+
+    def read(self, batch: Sequence[Candidate], m: Measured) -> tuple[list[Outcome] | None, str]:
+        """Each flip's change from its own functions, or None when the batch
+        cannot be read that way (see the module docstring), and why."""
+        base = self.state.base.sizes
+        traced = base.shared is not None and m.sizes.shared is not None  # (both compiled: pieces and referrers)
+        if not traced and not only_padding_moved(base, m.sizes):
+            return None, "bytes no function owns moved"
+        owner: dict[str, Candidate] = {}
+        for c in batch:
+            for f in c.footprint:
+                if f in owner:
+                    return None, "footprints overlap"
+                owner[f] = c
+        delta = {c: 0 for c in batch}
+        outside: dict[str, int] = {}
+        for f in set(base.functions) | set(m.sizes.functions):
+            d = m.sizes.functions.get(f, 0) - base.functions.get(f, 0)
+            if d and f in owner:
+                delta[owner[f]] += d
+            elif d:
+                outside[f] = d
+        extra: dict[Candidate, set[str]] = {c: set() for c in batch}
+        if outside:
+            made = made_or_dropped(outside, base, m.sizes, owner) if traced else None
+            if made is None:
+                return None, "a function outside every footprint changed"
+            for f, c in made.items():
+                delta[c] += outside[f]
+                extra[c].add(f)
+        other: dict[Candidate, dict[str, int]] = {c: {} for c in batch}
+        if not only_padding_moved(base, m.sizes):
+            pieces = pieces_moved(base, m.sizes, owner)
+            if pieces is None:
+                return None, "bytes no function owns moved"
+            for (section, n), c in pieces:
+                delta[c] += n
+                other[c][section] = other[c].get(section, 0) + n
+        flipped = [s for c in batch for s in c.sites]
+        out = released(batch)  # (there the compiler's heuristic decides: its answer is the flip's)
+        moved = (m.inlined ^ self.state.base.inlined) - {s.key for s in flipped}
+        if any(not is_under_any(k, flipped) and outermost(k) not in out for k in moved):
+            return None, "the compiler changed sites nobody flipped"
+        return [Outcome(c, delta[c], applied(c, m), m, extra=frozenset(extra[c]), other=other[c])
+                for c in batch], ""
+
+
+def only_padding_moved(base, now, explained: dict[str, int] | None = None) -> bool:
+    """True when the bytes no function owns are the same but for
+    .eh_frame's last-FDE padding (flips' own changes are exact; the padding
+    follows their total, so it is nobody's) and the bytes ``explained``
+    (section -> bytes of pieces traced to a flip, :func:`pieces_moved`)."""
+    explained = explained or {}
+    if not explained and now.other == base.other:
+        return True
+    keys = set(base.other_sections) | set(now.other_sections)
+    moved = {k: d for k in keys
+             if (d := now.other_sections.get(k, 0) - base.other_sections.get(k, 0) - explained.get(k, 0))}
+    if not moved:
+        return bool(explained)
+    return set(moved) == {".eh_frame"} and abs(moved[".eh_frame"]) <= EH_FRAME_PADDING
+
+
+def made_or_dropped(outside: dict[str, int], base: ObjectSizes, now: ObjectSizes,
+                    owner: dict[str, Candidate]) -> dict[str, Candidate] | None:
+    """The flip that made or dropped each function that changed outside
+    every footprint (None when one cannot be told): a function that
+    appeared (or went) whose every referrer in the object that has it lies
+    in one flip's footprint, or is such a function itself (a template
+    instance a new call brought, and what it calls)."""
+    if any(f in base.functions and f in now.functions for f in outside):
+        return None  # (a function that changed size: the compiler's interprocedural work, nobody's)
+    made: dict[str, Candidate] = {}
+    grew = True
+    while grew and len(made) < len(outside):
+        grew = False
+        for f in outside:
+            if f in made:
+                continue
+            refs = (now.referrers if f in now.functions else base.referrers).get(f)
+            who = {owner.get(g) or made.get(g) for g in refs or ()}
+            if len(who) == 1 and None not in who:
+                made[f] = who.pop()
+                grew = True
+    return made if len(made) == len(outside) else None
+
+
+def pieces_moved(base: ObjectSizes, now: ObjectSizes, owner: dict[str, Candidate]
+                 ) -> list[tuple[tuple[str, int], Candidate]] | None:
+    """The pieces of ``other`` (strings, constants) that appeared or went,
+    each with the flip whose functions alone refer to it, and ``other``
+    moved by nothing else but .eh_frame's padding (else None)."""
+    out = []
+    explained: dict[str, int] = {}
+    for key in set(base.shared) | set(now.shared):
+        n0, refs0 = base.shared.get(key, (0, frozenset()))
+        n1, refs1 = now.shared.get(key, (0, frozenset()))
+        if n0 == n1:
+            continue
+        who = {owner.get(g) for g in refs0 | refs1}
+        if len(who) != 1 or None in who:
+            return None
+        out.append(((key[0], n1 - n0), who.pop()))
+        explained[key[0]] = explained.get(key[0], 0) + n1 - n0
+    return out if only_padding_moved(base, now, explained) else None
+
+
+def adds_or_removes(c: Candidate, base: ObjectSizes, now: ObjectSizes) -> bool:
+    """Did a function of the flip's footprint appear or disappear?"""
+    return any((f in base.functions) != (f in now.functions) for f in c.footprint)
+
+
+def applied(c: Candidate, m: Measured) -> bool:
+    """Did the compiler do what the flip asked?"""
+    return all((s.key in m.inlined) == c.inline for s in c.sites)
+
+
+def is_under_any(key: str, sites: Sequence[Site]) -> bool:
+    return any(key.endswith(" @ " + s.callsite) for s in sites)
+
+
+def outermost(key: str) -> str:
+    """The function whose body holds a key's call now (its chain's last entry)."""
+    return site_of_key(key).caller

@@ -1,0 +1,388 @@
+"""Flips measured in copies of the function they change, many per compile.
+
+Footprints bound the flips per compile by the flips of the busiest
+function: on real modules most flips land in one or two hub functions.  A
+flip whose footprint is one function ``F`` (it deletes no callee) is
+measured instead in a copy of ``F`` and of the functions inlined only into
+it (its *tree*, :meth:`Copies.tree`; the text is written by
+:mod:`.copytext`), with the decision set plus that flip; the copy's size
+less a *control* copy's (the set alone) is its gain.  A flip whose code
+lands in several functions (up to :data:`MAX_ROOTS`) is measured in a copy
+of all of them, with the functions whose code lands in those alone: its
+gain is the sum of each copy's change from its control.
+
+A flip that leaves out a call of a callee whose body is gone brings that
+body back, in a copy as in place: the body (the copy's own one when the
+callee is of the copied tree, else the module's one, emitted once for all
+the copies that call it), what only brought-back bodies call and the
+strings only they refer to are added to its gain (:meth:`Copies.read`).
+
+Each control must equal ``F`` exactly (size without alignment padding, and
+sites inlined); a function whose control does not gets no copies again, and
+its flips are measured in place.  The originals are read as in any batch
+(:mod:`.attribution`), so ordinary flips share the compile.  When copies
+alone move the originals, they are still read against a compiled
+reference, each against its control, which must equal its function in that
+compile; a flip whose copy changed sites nobody flipped is measured in
+place from then on (:attr:`Copies.not_in_copies`).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Iterable, Sequence
+
+from mlgo_host.corpus.objsizes import ObjectSizes
+from mlgo_host.corpus.sizes import llvm_tool
+from mlgo_host.errors import CompilerError, MlgoHostError
+from mlgo_host.search.attribution import Attribution, applied, is_under_any, outermost
+from mlgo_host.search.copytext import ModuleText, Roots, copy_name, roots_of
+from mlgo_host.search.evaluate import Measured
+from mlgo_host.search.sites import Site
+from mlgo_host.search.state import Candidate, Outcome, SearchState
+
+log = logging.getLogger("mlgo_host.search")
+
+#: flips measured in copies of their function per compile at most (each copy adds its function's
+#: compile time: 30 copies of zstd's hub took 5.8 s against 0.4 s for one compile of the module)
+MAX_COPIES = 24
+#: the functions one copy may copy as its roots at most: a flip whose code lands in several functions (a
+#: helper's call, the helper inlined into two to seven hubs on zstd_double_fast) is measured in a copy of
+#: all of them, read from the sum of their copies against their controls.  Chosen on the validation split:
+#: at 12 compiles per module 18,286 B with 8 (and with 16) against 18,078 with 4; at 60, 24,715 against 24,771
+MAX_ROOTS = 8
+
+#: one entry of a compile's plan: (copy k, its roots, the flip measured in it; None for a control copy)
+Plan = list[tuple[int, Roots, Candidate | None]]
+
+
+class Copies:
+    """Measuring flips of one module's search in copies (see the module docstring)."""
+
+    def __init__(self, state: SearchState, attribution: Attribution, enabled: bool = True):
+        self.state = state
+        self.attribution = attribution
+        #: measure flips of one function in copies of it; functions where a copy failed are left out
+        self.enabled = enabled
+        self.no_copies: set[Roots] = set()  # (a root, or a copy's roots)
+        #: flips whose copy came out with other sites changed too: measured in place from then on
+        self.not_in_copies: set[str] = set()
+        self._text: ModuleText | None = None
+        self._trees: dict[Roots, frozenset[str] | None] = {}
+
+    def forget(self) -> None:
+        """Drop the trees (the reference changed: they are formed again)."""
+        self._trees.clear()
+
+    def text(self) -> ModuleText:
+        if self._text is None:
+            ev = self.state.ev
+            self._text = ModuleText.of_bitcode(str(self.state.module.bc_path), llvm_tool(ev.clang, "llvm-dis"),
+                                               ev.timeout)
+        return self._text
+
+    def _debug_names(self, tree: Iterable[str]) -> set[str]:
+        text = self.text()
+        return {text.debug_name(fn) for fn in tree}
+
+    def tree(self, root: Roots) -> frozenset[str] | None:
+        """What a copy of ``root`` copies with it: ``root`` and, down the
+        calls the current set inlines that lie in copied bodies, every
+        function holding decisions whose code ends up in ``root`` alone
+        (None when the module's text cannot copy them).  For several roots,
+        all of them and every such function whose code ends up in them
+        only."""
+        if root in self._trees:
+            return self._trees[root]
+        st = self.state
+        defined = st.defined()
+        final = st.final()
+        callers = {x.caller for x in st.sites.values()}
+        roots = frozenset(roots_of(root))
+        out = set(roots)
+        grew = True
+        while grew:
+            grew = False
+            names = self._debug_names(out)
+            for x in st.inline.values():
+                c = x.callee
+                if (c not in out and x.caller in out and c in callers and c not in defined
+                        and final.get(c) and final[c] <= roots and _copied_chain(x, names)[0]):
+                    out.add(c)
+                    grew = True
+        t = frozenset(out) if self.text().can_copy(out) else None
+        self._trees[root] = t
+        return t
+
+    def brought_back(self, c: Candidate) -> str | None:
+        """The callee an ``out`` flip brings back: every call of it was
+        inlined and its body is gone, so leaving one out makes the compiler
+        emit it again (None for any other flip)."""
+        callees = {s.callee for s in c.sites}
+        if c.inline or c.release or len(callees) != 1:
+            return None
+        (x,) = callees
+        return x if x not in self.state.base.sizes.functions else None  # (gone since the flip was formed, too)
+
+    def root(self, c: Candidate) -> Roots | None:
+        """The function ``c`` can be measured in a copy of: the one function
+        of its footprint (besides the callee it brings back), or its
+        functions (up to :data:`MAX_ROOTS`, sorted), when every site it
+        flips is a call their tree holds and it inlines no function of the
+        tree (else None)."""
+        if not self.enabled or c.key in self.not_in_copies or c.release:
+            return None
+        # (an out flip's callee counts only while the flip would bring it back: it may have come back since)
+        own = c.footprint - {x.callee for x in c.sites} if not c.inline else c.footprint
+        if not 1 <= len(own) <= MAX_ROOTS:
+            return None
+        root: Roots = next(iter(own)) if len(own) == 1 else tuple(sorted(own))
+        if root in self.no_copies or any(r in self.no_copies or r not in self.state.base.sizes.functions
+                                         for r in roots_of(root)):
+            return None
+        try:
+            t = self.tree(root)
+        except MlgoHostError as e:  # no text to copy: measure as before
+            log.info("%s: no copies (%s)", self.state.module.name, e)
+            self.enabled = False
+            return None
+        if t is None or c.reads & t or any(s.caller not in t for s in c.sites):
+            return None
+        back = self.brought_back(c)
+        if back in t and not self.text().is_local(back):
+            return None  # (its copy would come back as a static function, which it is not in place)
+        return root
+
+    def _in_copy(self, s: Site, tree: frozenset[str], names: set[str], k: int) -> Site:
+        """``s`` as copy ``k`` names it: the functions whose bodies the copy
+        renamed (the caller, and inward while the inlined function is one
+        of the tree) carry the copy's suffix, and so does the callee when
+        the call lies in a renamed body and the callee is of the tree."""
+        inner, renamed = _copied_chain(s, names)
+        chain = tuple((copy_name(f, k) if r else f, line, col) for (f, line, col), r in zip(s.chain, renamed))
+        callee = copy_name(s.callee, k) if inner and s.callee in tree else s.callee
+        return Site(callee, copy_name(s.caller, k), chain)
+
+    def plan(self, batch: Sequence[Candidate]) -> Plan:
+        """(copy, roots, flip) for a batch: a control copy (no flip) per
+        root (or roots), then a copy per flip measured in a copy."""
+        roots = sorted({c.in_copy for c in batch if c.in_copy is not None}, key=roots_of)
+        plan: Plan = [(k, r, None) for k, r in enumerate(roots)]
+        plan += [(len(plan) + i, c.in_copy, c) for i, c in enumerate(c for c in batch if c.in_copy is not None)]
+        return plan
+
+    def measure(self, batch: list[Candidate]) -> tuple[list[Outcome] | None, str]:
+        """One compile: the batch's ordinary flips in place, and each flip
+        packed into a copy in its own copy of its function; their outcomes
+        (:meth:`read`), or None and why ("the compile failed": the copies'
+        text did not compile)."""
+        st = self.state
+        plan = self.plan(batch)
+        normal = [c for c in batch if c.in_copy is None]
+        sites = st.set_with(normal)
+        scope: set[str] = set()
+        for k, root, c in plan:
+            t = self.tree(root)
+            names = self._debug_names(t)
+            members = st.set_with([c]) if c is not None else list(st.inline.values())
+            sites += [self._in_copy(x, t, names, k) for x in members if x.caller in t]
+            scope |= {copy_name(fn, k) for fn in t if fn in st.ev.scope}
+        ir = self.text().with_copies({k: (root, self.tree(root)) for k, root, _ in plan})
+        try:
+            m = st.ev.measure(sites, ir=ir, scope=scope)
+        except CompilerError as e:  # the copies' text did not compile: the flips go without copies
+            log.warning("%s: a compile with copies failed (%s); measuring %s without copies",
+                        st.module.name, str(e).splitlines()[0],
+                        ", ".join(sorted({r for _, w, _ in plan for r in roots_of(w)})))
+            return None, "the compile failed"
+        st.batches += 1
+        return self.read(normal, plan, m)
+
+    def _brought_back_in(self, plan: Plan) -> dict[int, tuple[str, str]]:
+        """copy -> (the function its flip brings back, as this compile names
+        it; the callee): a callee of the copied tree comes back as the
+        copy's own copy of it, any other is the module's one, emitted once
+        for every copy that calls it."""
+        out = {}
+        for k, root, c in plan:
+            x = self.brought_back(c) if c is not None else None
+            if x is not None:
+                out[k] = (copy_name(x, k) if x in self.tree(root) else x, x)
+        return out
+
+    def read(self, normal: list[Candidate], plan: Plan, m: Measured) -> tuple[list[Outcome] | None, str]:
+        """The ordinary flips read as :meth:`.Attribution.read` reads them from the
+        object without the copies (None when that fails); each control copy
+        must come out as large as its original, with the same sites inlined
+        (a function whose control does not gets no copies again, and its
+        flips of this batch are left out); a flip's gain is its copy's
+        change from the control (code, unwind, tables and constant entries;
+        alignment padding, which depends on where a copy lies, left out).
+        A copy whose inlined sites are not the set's and its flip's is left
+        out too: the flips left out are measured again in place."""
+        st = self.state
+        copies = {copy_name(r, k) for k, root, _ in plan for r in roots_of(root)}
+        back = self._brought_back_in(plan)
+        sizes = m.sizes
+        # (what appeared where an in-place flip may change code is that flip's: an answered flip leaves
+        # functions to the heuristic, which may stop inlining a wrapper there; zstd_double_fast's extDict_4..7)
+        theirs = frozenset().union(*(c.footprint for c in normal))
+        owners = bodies_brought({name for name, _ in back.values()}, copies, st.base.sizes, sizes, theirs)
+        if owners is None:
+            return None, "copies: a body came back that no copy brought"
+        functions = {f: n for f, n in sizes.functions.items() if f not in copies and f not in owners}
+        pieces, came = pieces_of(owners, st.base.sizes, sizes)
+        other_sections = {k: n - came.get(k, 0) for k, n in sizes.other_sections.items()}
+        other = sizes.other - sum(came.values())
+        originals = ObjectSizes(sum(functions.values()) + other, functions, other,
+                                other_sections=other_sections, padding=sizes.padding, pools=sizes.pools)
+        plain, by_copy = split_copies(m.inlined)
+        out, why = self.attribution.read(normal, Measured(originals, plain, m.wall_s))
+        originals_moved = out is None
+        if originals_moved and (normal or not st.compiled or st.provisional):
+            return None, why
+        if originals_moved:
+            # copies alone, against a compiled reference: the copies' calls alone changed the originals (more
+            # callers of a static callee change what the compiler does with it; zstd_v01's FSE_initDStream).
+            # A copy is read against its control in this compile, which must still equal the reference's function
+            out = []
+        base = st.base
+        control: dict[Roots, dict[str, int]] = {}
+        for k, root, c in plan:
+            if any(copy_name(r, k) not in sizes.functions for r in roots_of(root)):
+                return None, "copies: a copy is missing from the object"
+            if root in self.no_copies:  # its control failed: its flips go back, measured in place later
+                continue
+            t = self.tree(root)
+            names = self._debug_names(t)
+            # (by debug name, which two functions may share: a key known to be another function's is not)
+            ref_keys = {key for key in base.inlined if outermost(key) in names
+                        and (key not in st.sites or st.sites[key].caller in t)}
+            got = by_copy.get(k, set())
+            own = {r: own_size(sizes, copy_name(r, k)) for r in roots_of(root)}
+            if c is None:
+                if any(n != own_size(originals, r) for r, n in own.items()) or got != ref_keys:
+                    # compiled apart it is other code (a short jump to a neighbour, a pass that saw its
+                    # callers): no copies of it from now on
+                    st.note_split("copies: a control copy differs from its function")
+                    self.no_copies.add(root)
+                elif originals_moved and any(n != own_size(base.sizes, r) for r, n in own.items()):
+                    # the copies' calls changed the function itself, as they changed its copies (capstone's
+                    # SystemZ printer: 4 bytes of 4,457): its flips are read against the control, which is
+                    # the same code in the same compile; a winner's size, derived from the reference's,
+                    # is checked by the next compile like any derived one
+                    st.note_split("copies: the function moved with its copies")
+                control[root] = own
+                continue
+            flipped = list(c.sites)
+            moved = (got ^ ref_keys) - {s.key for s in flipped}
+            if any(not is_under_any(key, flipped) for key in moved):
+                st.note_split("copies: the compiler changed sites nobody flipped")
+                self.not_in_copies.add(c.key)  # (a copy of it will not read again: measured in place)
+                continue  # this copy cannot be read: the flip goes back
+            # (each root's copy against its control; the originals' sizes, unless they moved)
+            gains = {r: n - control[root][r] for r, n in own.items()}
+            changed = {r: base.sizes.functions[r] + d for r, d in gains.items()}
+            delta = sum(gains.values())
+            extra: frozenset[str] = frozenset()
+            other: dict[str, int] = {}
+            if k in back:
+                # the bodies it brought back (the callee's, and those only brought-back bodies call) are its cost,
+                # as in place: the same code wherever they are called from
+                name, callee = back[k]
+                for f in (f for f, who in owners.items() if name in who):
+                    cost = own_size(sizes, f)
+                    delta += cost
+                    changed[callee if f == name else f] = cost
+                other = pieces.get(name, {})
+                delta += sum(other.values())
+                extra = frozenset(changed) - c.footprint  # (what came back, and the callee when gone only since)
+            view = Measured(ObjectSizes(0, changed, 0), got, m.wall_s)
+            out.append(Outcome(c, delta, applied(c, view), view, extra=extra, other=dict(other)))
+        return out, ""
+
+
+def bodies_brought(brought: set[str], copies: set[str], base: ObjectSizes, now: ObjectSizes,
+                   theirs: frozenset[str] = frozenset()) -> dict[str, frozenset[str]] | None:
+    """Every function of ``now`` that came back with the bodies ``brought``
+    back (the copies' callees), with the bodies it came with: each body
+    itself, and a function ``base`` does not have that only such functions
+    refer to (a callee inlined only where the body was inlined before).
+    None when another function appeared besides the copies, outside
+    ``theirs`` (the footprints of the flips measured in place: what appears
+    there, and all that appeared when nothing was brought back, is left to
+    the originals' reading)."""
+    owners = {f: frozenset({f}) for f in brought if f in now.functions}
+    if not brought:
+        return owners
+    appeared = {f for f in now.functions
+                if f not in base.functions and f not in copies and f not in brought and f not in theirs}
+    if appeared and now.referrers is None:
+        return None
+    grew = True
+    while grew:
+        grew = False
+        for f in appeared - owners.keys():
+            refs = now.referrers.get(f) or ()
+            if refs and all(g in owners for g in refs):
+                owners[f] = frozenset().union(*(owners[g] for g in refs))
+                grew = True
+    return owners if appeared <= owners.keys() else None
+
+
+def pieces_of(owners: dict[str, frozenset[str]], base: ObjectSizes, now: ObjectSizes
+              ) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """The pieces of ``other`` (strings, constants) that came with the
+    bodies brought back: per body, {section: bytes} of each piece new since
+    ``base`` that only functions that came back with it refer to, and all of
+    them once per section (none when either object was not read piece by
+    piece)."""
+    out: dict[str, dict[str, int]] = {}
+    came: dict[str, int] = {}
+    if not owners or base.shared is None or now.shared is None:
+        return out, came
+    for key, (n, refs) in now.shared.items():
+        grew = n - base.shared.get(key, (0, frozenset()))[0]
+        if grew > 0 and refs and all(g in owners for g in refs):
+            came[key[0]] = came.get(key[0], 0) + grew
+            for body in frozenset().union(*(owners[g] for g in refs)):
+                mine = out.setdefault(body, {})
+                mine[key[0]] = mine.get(key[0], 0) + grew
+    return out, came
+
+
+def _copied_chain(s: Site, names: set[str]) -> tuple[bool, list[bool]]:
+    """Which of ``s``'s chain lies in renamed (copied) bodies, outermost in:
+    the caller's own body is copied when it is of the tree (debug
+    ``names``), and an inlined body when it is of the tree and the call
+    that brought it lay in a copied body.  Returns (the call itself lies in
+    a copied body, per chain entry)."""
+    renamed = [False] * len(s.chain)
+    inside = True
+    for i in range(len(s.chain) - 1, -1, -1):
+        inside = inside and s.chain[i][0] in names
+        renamed[i] = inside
+    return (renamed[0] if renamed else False), renamed
+
+
+_COPY = re.compile(r"\.mlgo(\d+)(?=[:\s;]|$)")
+
+
+def split_copies(keys: Iterable[str]) -> tuple[set[str], dict[int, set[str]]]:
+    """The compiler's inlined keys: those of the originals, and per copy its
+    keys named as the originals."""
+    plain: set[str] = set()
+    by_copy: dict[int, set[str]] = {}
+    for key in keys:
+        m = _COPY.search(key)
+        if m is None:
+            plain.add(key)
+        else:
+            by_copy.setdefault(int(m.group(1)), set()).add(_COPY.sub("", key))
+    return plain, by_copy
+
+
+def own_size(sizes: ObjectSizes, fn: str) -> int:
+    """``fn``'s bytes wherever it lies: its number without trailing padding."""
+    return sizes.unpadded(fn)

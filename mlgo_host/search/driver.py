@@ -1,0 +1,429 @@
+"""The batched search of one module, start to end: :class:`BatchedSearch`
+runs the passes, :func:`search_module_batched` probes the module, picks its
+start and runs or resumes a search.
+
+A module's decisions get call-site keys from one channel compile (the
+*probe*, :func:`~mlgo_host.search.evaluate.probe_module`); from then on a
+decision set is compiled by the compiler's own replay
+(:class:`~mlgo_host.search.evaluate.ReplayEvaluator`).  The search is made
+of parts that share one :class:`~.state.SearchState`: the flips to try
+(:mod:`.candidates`), the batches and budgets (:mod:`.scheduling`), the
+measurement of a batch (:mod:`.measure`, reading by :mod:`.attribution`
+and :mod:`.copies`) and the reference it is measured against
+(:mod:`.reference`).
+
+A pass measures its queue batch by batch, applying each batch's winners
+(footprints disjoint, best first; the others measured again from the new
+reference) and queueing the sites they expose; then, while a pass found
+winners, the flips whose functions a winner changed; the groups after every
+pass that measured all it queued; the answered flips once; and a sweep of
+every flip from the new best when the compiles afford it.  A search cut by
+its budget or time keeps the flips it queued and did not measure
+(``pending``): a resumed search starts with them.  Before the first flip a
+module may start over from a smaller start (an inline threshold's, or the
+start policy's decisions: :mod:`.starts`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Sequence
+
+from mlgo_host.corpus.corpus import Module
+from mlgo_host.errors import MlgoHostError
+from mlgo_host.search.attribution import Attribution
+from mlgo_host.search.candidates import Candidates
+from mlgo_host.search.copies import Copies
+from mlgo_host.search.copytext import Roots
+from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator, probe_module
+from mlgo_host.search.flips import FlipGainModel
+from mlgo_host.search.measure import Measurer
+from mlgo_host.search.reference import Reference
+from mlgo_host.search.result import result_of
+from mlgo_host.search.scheduling import MAX_BATCH, Scheduler
+from mlgo_host.search.sites import Site, site_of_line
+from mlgo_host.search.starts import (best_start, measure_thresholds, starts_cost, starts_pending,
+                                     threshold_flags, with_flags, within_deadline)
+from mlgo_host.search.state import Candidate, Outcome, SearchState
+
+log = logging.getLogger("mlgo_host.search")
+
+
+def _of_state(name: str, doc: str) -> property:
+    return property(lambda self: getattr(self.state, name), doc=doc)
+
+
+class BatchedSearch:
+    """The search of one module (see the module docstring).  ``copies``:
+    measure the flips of one function in copies of it (:mod:`.copies`)."""
+
+    def __init__(self, module: Module, probe: Probe, evaluator: ReplayEvaluator, *, budget: int,
+                 model: FlipGainModel | None = None, deadline: float | None = None, max_batch: int = MAX_BATCH,
+                 prior=None, copies: bool = True, worlds: bool | None = None):
+        if worlds is not None:  # (the former name of ``copies``, which bench/tune.py still passes)
+            copies = worlds
+        self.state = SearchState(module, probe, evaluator, budget=budget, deadline=deadline)
+        self.cands = Candidates(self.state, model=model, prior=prior)
+        self.attribution = Attribution(self.state)
+        self.copies = Copies(self.state, self.attribution, enabled=copies)
+        self.reference = Reference(self.state, self.cands, self.copies)
+        self.scheduler = Scheduler(self.state, self.cands, self.copies, self.reference, max_batch=max_batch)
+        self.measurer = Measurer(self.state, self.attribution, self.copies, self.reference)
+        #: flips queued but not measured when the budget or the time ran out (kept for a resumed search)
+        self.pending: list[Candidate] = []
+        self.exhausted = False
+        #: the search ended with a sweep to measure (left pending for a resumed search)
+        self.sweep_left = False
+
+    # -- what callers outside the engine read (search/effects.py, search/ceiling.py, bench/tune.py) --
+    module = _of_state("module", "The module searched.")
+    probe = _of_state("probe", "The probe the search started from.")
+    ev = _of_state("ev", "The replay evaluator (its compiles count the search's).")
+    inline = _of_state("inline", "The current best set: site key -> site.")
+    sites = _of_state("sites", "Every site known: site key -> site.")
+    broken = _of_state("broken", "Keys the compiler did not match.")
+    outcomes = _of_state("outcomes", "Every flip measured, in order.")
+    splits = _of_state("splits", "Why batches were split: reason -> count.")
+    batches = _of_state("batches", "Compiles that measured flips.")
+    provisional = _of_state("provisional", "The reference is the probe's plain compile, not yet checked.")
+
+    @property
+    def base(self) -> Measured | None:
+        """The reference: the current best set's sizes and inlined keys."""
+        return self.state.base
+
+    @base.setter
+    def base(self, m: Measured | None) -> None:
+        self.state.base = m
+
+    def _final(self) -> dict[str, frozenset[str]]:
+        """Where each function's code ends up under the current set (:meth:`.SearchState.final`; ceiling.py)."""
+        return self.state.final()
+
+    def candidates(self) -> list[Candidate]:
+        """Every single flip, best prior first (:meth:`.Candidates.singles`)."""
+        return self.cands.singles()
+
+    def batches_of(self, cands: list[Candidate]) -> list[list[Candidate]]:
+        """``cands`` packed into batches (:meth:`.Scheduler.batches_of`)."""
+        return self.scheduler.batches_of(cands)
+
+    def measure(self, batch: list[Candidate]) -> list[Outcome]:
+        """Each flip of ``batch`` measured (:meth:`.Measurer.measure`)."""
+        return self.measurer.measure(batch)
+
+    def begin(self) -> Measured:
+        """The start and the reference (:meth:`.Reference.begin`)."""
+        return self.reference.begin()
+
+    def finish(self) -> None:
+        """The best set compiled (:meth:`.Reference.finish`)."""
+        self.reference.finish()
+
+    def promise(self) -> float | None:
+        """The flips the prior expects to pay, not measured yet (:meth:`.Candidates.promise`)."""
+        return self.cands.promise()
+
+    # -- former names, which tests/test_clang_versions.py still reads (bench/tune.py: ``worlds=``) --
+    world_flips = _of_state("flips_in_copies", "Flips measured in copies.")
+
+    def world_root(self, c: Candidate) -> Roots | None:
+        """:meth:`.Copies.root`."""
+        return self.copies.root(c)
+
+    def brought_back(self, c: Candidate) -> str | None:
+        """:meth:`.Copies.brought_back`."""
+        return self.copies.brought_back(c)
+
+    def _set_with(self, batch: list[Candidate]) -> list[Site]:
+        """:meth:`.SearchState.set_with`."""
+        return self.state.set_with(batch)
+
+    # -- resuming -----------------------------------------------------------------
+    def resume_from(self, res: dict) -> None:
+        """Go on from an earlier result: its best set, its compile of it (or
+        one compile) and the flips it tried."""
+        st = self.state
+        st.inline = {k: st.sites.get(k) or site_of_line(ln) for k, ln in res["inline_all"].items()}
+        st.tried = set(res["tried"])
+        st.broken = set(res.get("broken", ()))
+        st.start_text = res.get("replay_start_size")
+        st.earlier = list(res["flips"])
+        st.flips_measured = res.get("flips_measured", 0)
+        st.flips_in_copies = res.get("flips_in_copies", 0)
+        st.batches = res.get("batches", 0)
+        st.grouped = res.get("grouped", False)
+        st.wins = res.get("wins", 0)
+        st.sweep_mark = res.get("sweep_mark", 0)
+        st.interacting = {(k, bool(inline)) for k, inline in res.get("interacting", ())}
+        ref = res.get("reference")
+        if ref is None and not res["tried"]:  # a probe only: its decisions' compile is the start
+            self.begin()
+        else:
+            st.base = st.start = ref if ref is not None else st.ev.measure(st.inline.values())
+        self.pending = self.cands.stored(res.get("pending", ()))
+
+    # -- the whole search --------------------------------------------------------
+    def run(self) -> None:
+        """Passes until the budget or the flips run out: every candidate
+        once; then, while a pass found winners, again the flips whose
+        functions a winner changed (their context is new); the groups after
+        every pass that measured all it queued, formed from the best as it
+        is then, each measured once (on validation at 60 compiles per module
+        24,776 bytes against 24,679 when formed only after the first such
+        pass; equal at 12), and the answered flips once.  A resumed search
+        starts with the flips the earlier one left :attr:`pending`."""
+        st = self.state
+        if st.base is None:
+            self.begin()
+        keys = {c.key for c in self.pending}
+        self.scheduler.early = [c for c in self.cands.early_outlines() if c.key not in keys]
+        self._passes(self.pending + [c for c in self.cands.singles() if c.key not in st.tried and c.key not in keys])
+        self.finish()
+
+    @property
+    def stopped(self) -> str:
+        """Why the search ended: every flip measured, a sweep left for the
+        next pass (:meth:`.Scheduler.resweep`), or the budget or the time ran out."""
+        if self.exhausted:
+            return "exhausted"
+        if self.sweep_left:
+            return "sweep"
+        deadline = self.state.deadline
+        return "time" if deadline is not None and time.time() >= deadline else "budget"
+
+    def _passes(self, queue: list[Candidate]) -> None:
+        """Passes over ``queue``; what the budget or the time left unmeasured
+        stays :attr:`pending` (a resumed search starts with it)."""
+        st, sched = self.state, self.scheduler
+        queue = queue or sched.resweep()
+        self.exhausted = not queue
+        while queue and st.left():
+            touched, lost, rest = self.one_pass(queue)
+            # (an answered flip is not retried: its functions left to the heuristic may hold winners now)
+            queue = rest + [dataclasses.replace(o.candidate, kind="retry") for o in lost
+                            if o.applied and o.candidate.footprint & touched and not st.in_set(o.candidate)
+                            and not o.candidate.release]
+            if not rest:  # every flip of the pass measured: the groups (again, from the new best), the answered flips
+                keys = {c.key for c in queue}
+                queue += [c for c in self.cands.groups() if c.key not in st.tried and c.key not in keys]
+                if not st.grouped:
+                    queue += self.cands.answered_flips()
+                    st.grouped = True
+            if not queue:
+                queue = sched.resweep()
+                if queue and not sched.affords(queue):  # (it waits for tune's next pass: see resweep)
+                    self.sweep_left = True
+                    break
+            self.exhausted = not queue and st.left()
+        self.pending = queue
+
+    def sweep(self, queue: list[Candidate]) -> list[Outcome]:
+        """Every flip of ``queue`` measured by batches against the reference
+        as it is, winners never applied (the reference stays put): each
+        flip's change alone from the same decision set, what the flip-effect
+        table (:mod:`mlgo_host.search.effects`) records."""
+        st = self.state
+        outs: list[Outcome] = []
+        queue = list(queue)
+        while queue and st.left():
+            batch, queue = self.scheduler.next_batch(queue)
+            got = self.measurer.measure(batch)
+            st.outcomes.extend(got)  # per batch: a compile that fails later keeps these
+            outs += got
+            queue += self.scheduler.unmeasured(batch, got)
+        return outs
+
+    def one_pass(self, queue: list[Candidate]) -> tuple[set[str], list[Outcome], list[Candidate]]:
+        """Measure every flip of ``queue`` (and the sites winners expose) by
+        batches, applying each batch's winners; returns the functions the
+        winners changed, the flips that did not pay and the flips the budget
+        or the time left unmeasured."""
+        st, sched = self.state, self.scheduler
+        touched: set[str] = set()
+        lost: list[Outcome] = []
+        queue = list(queue)
+        while (queue or st.suspects) and st.left():
+            if st.suspects:  # (their footprints were disjoint when they won together)
+                batch, st.suspects = st.suspects, []
+            else:
+                batch, queue = sched.next_batch(queue)
+            outs = self.measurer.measure(batch)
+            st.outcomes.extend(outs)
+            queue += sched.unmeasured(batch, outs)
+            won, later = _disjoint_best([o for o in outs if o.applied and o.delta < 0])
+            queue += [dataclasses.replace(o.candidate, kind="retry", in_copy=None) for o in later]
+            losers = [o for o in outs if not (o.applied and o.delta < 0)]
+            lost += losers
+            queue += [t for t in map(self.cands.trimmed, losers) if t is not None]
+            for c in self.reference.accept(won):
+                if c.kind == "undo":
+                    st.interacting.add((c.key, not c.inline))
+                touched |= c.footprint
+                queue += [x for x in self.cands.exposed(c) if x.key not in st.tried]
+                queue += self.cands.reinlined(c)
+        return touched, lost, queue
+
+
+def _disjoint_best(won: list[Outcome]) -> tuple[list[Outcome], list[Outcome]]:
+    """Winners to apply together (best first, footprints disjoint; winners
+    measured in copies of one function share it) and the rest, to measure
+    again from the new reference."""
+    keep: list[Outcome] = []
+    later: list[Outcome] = []
+    taken: set[str] = set()
+    for o in sorted(won, key=lambda o: o.delta):
+        if o.candidate.footprint & taken:
+            later.append(o)
+        else:
+            keep.append(o)
+            taken |= o.candidate.footprint
+    return keep, later
+
+
+def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, default_size: int,
+                          model: FlipGainModel | None = None, deadline: float | None = None,
+                          max_batch: int = MAX_BATCH, resume: dict | None = None, prior=None) -> dict:
+    """Probe ``module`` with ``policy`` (the compiler's default for tune),
+    then search by batches until ``budget`` compiles in all (the probe
+    counts two: its channel compile and the plain compile naming
+    always-inline sites; one for a module without decisions).  ``resume``: an
+    earlier result of this module to go on from (its probe, best set and
+    tries; its compiles count).  ``prior``: a trained policy's P(inline)
+    over feature records, to order the flips (:func:`flip_scores`).
+    ``deadline`` bounds the probe as well as the search: a probe it cuts
+    gives status ``skipped`` (nothing is stored; a later run probes again).
+    Returns the result ``tune`` stores (see :func:`result_of`)."""
+    t0 = time.monotonic()
+    original = module
+    flags = list(resume.get("base_flags") or ()) if resume is not None else []
+    thresholds = resume.get("thresholds") if resume is not None else None
+    module = with_flags(module, flags)
+    if resume is not None:
+        probe = resume["probe"]
+    else:
+        # the user's deadline bounds the probe too: one cut by it is no failure, the module waits for a later run
+        try:
+            probe = _probe_within(module, policy, cfg, deadline)
+        except MlgoHostError as e:
+            if deadline is not None and time.time() >= deadline:
+                return {"name": module.name, "status": "skipped", "compiles": 0}
+            return {"name": module.name, "module_key": module.key, "status": "failed", "reason": str(e),
+                    "default_size": default_size, "compiles": 2, "search": "batched"}
+    spent = resume["compiles"] if resume is not None else None
+    # (starts_only on a module never probed: its starts right after its probe, in the same task)
+    probed = resume if resume is not None else {"probe": probe, "compiles": probe.compiles, "tried": [],
+                                                 "decisions": probe.episode.n} if cfg.get("starts_only") else None
+    due = _starts_due(probed, cfg, budget, deadline)
+    if cfg.get("starts_only") and not due and resume is not None:  # (nothing to measure: it stays as it was)
+        return resume
+    policy_start = resume.get("policy_start") if resume is not None else None
+    start_kind = (resume.get("start") or "base") if resume is not None else "base"
+    if due:
+        thresholds, policy_start, start, cost = _best_start(original, policy, probed, default_size, cfg, deadline)
+        spent = probed["compiles"] + cost
+        if start is not None:  # the search starts over from that start's decisions
+            module, flags, probe, start_kind = start
+            resume = None
+    if cfg.get("starts_only"):  # (tune's starts stage: the result is a probe's, the next search goes on from it)
+        resume, budget = None, spent if spent is not None else probe.compiles
+    s = search_of(module, probe, cfg, budget=budget, spent=spent,
+                  model=model, deadline=deadline, max_batch=max_batch, prior=prior, copies=cfg.get("copies", True))
+    s.state.default_slot = cfg.get("default_slot")
+    if resume is not None:
+        s.resume_from(resume)
+    try:
+        if probe.episode.n and (resume is not None or budget > s.ev.compiles):  # else: a probe only
+            s.run()
+    except MlgoHostError as e:
+        log.warning("%s: batched search stopped: %s", module.name, e)
+        try:
+            s.finish()
+        except MlgoHostError:
+            s.base = s.state.start  # the last size known for sure
+    res = result_of(s, default_size, time.monotonic() - t0)
+    # (the flags are part of how the module is compiled, not of which module it is: a T keeps the corpus's key)
+    res.update(module_key=original.key, base_flags=flags, thresholds=thresholds, policy_start=policy_start,
+               start=start_kind)
+    if flags and res["status"] == "ok" and (s.base is None or s.provisional) and probe.plain is not None \
+            and probe.plain.text < default_size:
+        # the best is the threshold's own object, never compiled as a replay: a build gets the threshold
+        # alone, which compiles that very object (no replay file)
+        res.update(best_size=int(probe.plain.text), inline=None, scope=None)
+    return res
+
+
+def _starts_due(resume: dict | None, cfg: dict, budget: int, deadline: float | None) -> bool:
+    """Measure the threshold starts (:mod:`.starts`) now?  Once per module,
+    after its probe and before any flip (:func:`starts_pending`), when its
+    compiles cover the thresholds and a second probe (its channel compile:
+    its plain one is the threshold's)."""
+    cost = starts_cost(cfg.get("thresholds") or (), cfg.get("start_policy") is not None)
+    return bool(cost) and resume is not None and starts_pending(resume) and budget - resume["compiles"] >= cost \
+        and (deadline is None or time.time() < deadline)
+
+
+def _best_start(module: Module, policy, resume: dict, default_size: int, cfg: dict, deadline: float | None
+                ) -> tuple[dict[int, int | None], int | None, tuple[Module, list[str], Probe, str] | None, int]:
+    """Measure the module's other starts and pick the smallest: the sizes
+    at each threshold of ``cfg["thresholds"]`` (one plain compile each) and
+    the size with ``cfg["start_policy"]``'s decisions (a probe with that
+    policy: its channel compile, the plain one is the first probe's).  When one is smaller than
+    -Oz's object, the search starts over from it: returns the module with
+    its flags, the flags and its probe (a threshold's: a second probe with
+    ``policy``, the compiler's default, at that threshold); None keeps
+    -Oz's start (the tuple ends with the start's name: "policy" or
+    "threshold T").  Returns the threshold sizes, the start policy's size (None:
+    no start policy, or its probe failed), that start and the compiles spent.
+    The user's ``deadline`` bounds every compile."""
+    plains: dict = {}
+    sizes = measure_thresholds(module, cfg["thresholds"], clang=cfg["clang"], timeout=cfg.get("module_timeout", 300.0),
+                               deadline=deadline, plains=plains) if cfg.get("thresholds") else {}
+    cost = len(sizes)
+    oz = min(default_size, int(resume["probe"].text))
+    by_policy = None
+    if cfg.get("start_policy") is not None:
+        try:
+            by_policy = _probe_within(module, cfg["start_policy"], cfg, deadline, like=resume["probe"])
+            cost += by_policy.compiles
+        except MlgoHostError as e:
+            log.warning("%s: the probe with the start policy failed (%s): it is not a start", module.name, e)
+            cost += 1
+    t = best_start(sizes, oz)
+    if by_policy is not None and by_policy.episode.n and by_policy.text < min([oz] + ([sizes[t]] if t else [])):
+        return sizes, int(by_policy.text), (module, [], by_policy, "policy"), cost
+    policy_size = int(by_policy.text) if by_policy is not None else None
+    if t is None:
+        return sizes, policy_size, None, cost
+    flags = threshold_flags(t)
+    flagged = with_flags(module, flags)
+    try:
+        # (its plain compile is the threshold's, made above: the probe costs its channel compile only)
+        probe = _probe_within(flagged, policy, cfg, deadline, plain=plains.get(t))
+    except MlgoHostError as e:
+        log.warning("%s: the probe at inline threshold %d failed (%s): the search starts from -Oz", module.name, t, e)
+        return sizes, policy_size, None, cost
+    return sizes, policy_size, (flagged, flags, probe, f"threshold {t}"), cost + probe.compiles
+
+
+def _probe_within(module: Module, policy, cfg: dict, deadline: float | None, plain=None, like=None) -> Probe:
+    """:func:`probe_module` with the module's timeout cut at the user's
+    ``deadline`` (an error, no compile, once it has passed)."""
+    timeout = within_deadline(cfg.get("module_timeout", 300.0), deadline)
+    if timeout <= 0:
+        raise MlgoHostError("the deadline passed before the probe")
+    return probe_module(module, policy, clang=cfg["clang"], llvm_size=cfg.get("llvm_size"), timeout=timeout,
+                        plain=plain, like=like)
+
+
+def search_of(module: Module, probe: Probe, cfg: dict, *, budget: int, spent: int | None = None,
+              **kw) -> BatchedSearch:
+    """A search of ``module`` from ``probe``: its replay evaluator (every
+    function with a decision in scope) with the compiles already ``spent``
+    counted (default: the probe's own)."""
+    ev = ReplayEvaluator(module, {d.site.caller for d in probe.decisions}, clang=cfg["clang"],
+                         timeout=cfg.get("module_timeout", 300.0))
+    ev.compiles = probe.compiles if spent is None else spent
+    return BatchedSearch(module, probe, ev, budget=budget, **kw)

@@ -1,0 +1,113 @@
+"""Measuring one batch: its compile, read by :mod:`.attribution` (flips in
+place) and :mod:`.copies` (flips in copies), and what a reading that fails
+does.
+
+A batch that cannot be read is split: the flips that added or removed a
+function (the usual owners of a moved constant) apart from the rest, else
+in halves, each measured again; a single flip needs no attribution (its
+gain is the object's).  A failure that may be the reference's (a derived
+one, or the probe's plain compile standing in for the start) compiles the
+reference first and measures again.  When the flips measured in place
+beside copies fail, the copies are measured again without them; when the
+copies cannot be read, their flips go back to be measured in place.
+"""
+
+from __future__ import annotations
+
+from mlgo_host.search.attribution import TRACED, Attribution, adds_or_removes, applied
+from mlgo_host.search.copies import Copies
+from mlgo_host.search.reference import Reference
+from mlgo_host.search.state import Candidate, Outcome, SearchState, released
+
+
+class Measurer:
+    """Measures the batches of one module's search (see the module docstring)."""
+
+    def __init__(self, state: SearchState, attribution: Attribution, copies: Copies, reference: Reference):
+        self.state = state
+        self.attribution = attribution
+        self.copies = copies
+        self.reference = reference
+
+    def measure(self, batch: list[Candidate]) -> list[Outcome]:
+        """Each flip of ``batch``'s change from the reference: one compile
+        when the attribution holds; when it does not, the flips that added or
+        removed a function (the usual owners of a moved constant) apart from
+        the rest, else halves, each measured again.  A single flip's change
+        is its functions' when that reads cleanly, else the object's.  A
+        failure that may come from a reference not compiled yet compiles it
+        first (:meth:`~.reference.Reference.accept`)."""
+        st = self.state
+        if not batch or not st.left():
+            return []
+        if any(c.in_copy is not None for c in batch):
+            return self._in_copies(batch)
+        m = st.ev.measure(st.set_with(batch), release=released(batch))
+        st.batches += 1
+        out, why = self.attribution.read(batch, m)
+        if self.reference.check_start(out is not None, why):
+            return self.measure(batch)
+        if out is None and why != "footprints overlap" and (st.unverified or (not st.compiled and why in TRACED)):
+            # (perhaps the derived reference; or one with no pieces to trace what moved by: compile it, then again)
+            self.reference.compile()
+            return self.measure(batch)
+        if out is None and len(batch) == 1:
+            c = batch[0]
+            out = [Outcome(c, m.text - st.base.text, applied(c, m), m)]
+        elif out is None:
+            st.note_split(why)
+            suspects = [c for c in batch if adds_or_removes(c, st.base.sizes, m.sizes)]
+            if why == "bytes no function owns moved" and 0 < len(suspects) < len(batch):
+                rest = [c for c in batch if c not in suspects]
+                return self.measure(rest) + self.measure(suspects)
+            half = len(batch) // 2
+            return self.measure(batch[:half]) + self.measure(batch[half:])
+        st.unverified.clear()  # every function outside the batch's footprints matched the reference
+        st.flips_measured += len(out)
+        if len(batch) == 1:
+            out[0].alone = True
+        return out
+
+    def _in_copies(self, batch: list[Candidate]) -> list[Outcome]:
+        """One compile: the batch's ordinary flips as :meth:`measure` does,
+        and each flip packed into a copy in its own copy of its function
+        (:meth:`.Copies.measure`).  When the copies cannot be read, the
+        ordinary flips are measured alone and the others are returned
+        unmeasured (the search measures them without copies)."""
+        st = self.state
+        normal = [c for c in batch if c.in_copy is None]
+        backs = [c for c in batch if c.in_copy is not None and self.copies.brought_back(c)]
+        out, why = self.copies.measure(batch)
+        if why != "the compile failed":
+            if self.reference.check_start(out is not None, why):
+                return self._in_copies(batch)
+            # (a derived reference has no pieces or referrers to read what moved by; measure() compiles it too)
+            untraced = why in TRACED and (not st.compiled or (backs and st.base.sizes.shared is None))
+            if out is None and (st.unverified or untraced):
+                # perhaps the derived reference, or one with no pieces to read a body brought back by: compile it,
+                # then again (else a failure that was the derived reference's costs the function its copies for
+                # good: leveldb's env_test measured 3 of its 265 flips in copies, 45 of 274 with this)
+                self.reference.compile()
+                return self._in_copies(batch)
+        if out is None and normal and why != "the compile failed" and not why.startswith("copies"):
+            # the flips measured in place failed, not the copies: those go on in copies, without them
+            st.note_split(why)
+            copied = [c for c in batch if c.in_copy is not None]
+            return self._in_copies(copied) + self.measure(normal)
+        if out is None and backs and why != "the compile failed":
+            # (perhaps a body they brought back moved what the originals are read by: they go in place from then
+            # on, the rest again)
+            st.note_split(why if why.startswith("copies") else "copies: " + why)
+            self.copies.not_in_copies |= {c.key for c in backs}
+            rest = [c for c in batch if c not in backs]
+            return self.measure(rest) if rest else []
+        if out is None:
+            st.note_split(why if why.startswith("copies") else "copies: " + why)
+            self.copies.no_copies |= {c.in_copy for c in batch if c.in_copy is not None}
+            for c in batch:
+                c.in_copy = None
+            return self.measure(normal) if normal else []
+        st.unverified.clear()
+        st.flips_measured += len(out)
+        st.flips_in_copies += len(out) - len(normal)
+        return out

@@ -1,0 +1,218 @@
+"""Which flips share a compile, which batch goes next, and what the
+module's compiles afford.
+
+Flips go into one compile when what they may change is disjoint
+(:class:`Batch`): no function another flip may change is one a flip may
+change or copies, and the flips inlining calls of one callee leave at least
+one of its calls out.  Flips measured in copies (:mod:`.copies`) may share
+a function, :data:`~.copies.MAX_COPIES` copies at most per compile.  A flip
+whose undo paid is measured alone (:attr:`SearchState.interacting`).
+
+The next batch is the packed batch with the most expected winners (the
+prior's probabilities, :data:`UNKNOWN_P` where it has none); the outline
+groups measured first (:meth:`~.candidates.Candidates.early_outlines`) lead
+the batches within :data:`EARLY_OUTLINE_SHARE` of the compiles.  A sweep
+from the new best (:meth:`Scheduler.resweep`) goes only when the compiles
+left afford it (:meth:`Scheduler.affords`), else a resumed search measures
+it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from mlgo_host.search.candidates import Candidates
+from mlgo_host.search.copies import MAX_COPIES, Copies
+from mlgo_host.search.copytext import Roots, roots_of
+from mlgo_host.search.reference import Reference
+from mlgo_host.search.state import Candidate, Outcome, SearchState
+
+#: flips per compile at most: more risks more failed attributions (each a split)
+MAX_BATCH = 48
+#: the share of a search's compiles the outline groups measured first may take at most (see
+#: :meth:`~.candidates.Candidates.early_outlines`; chosen on the validation split at 12 compiles per module:
+#: 0 found 11,622 B, 0.25 12,336, 0.5 12,894, all of them 9,672)
+EARLY_OUTLINE_SHARE = 0.5
+#: a flip's chance to pay when the prior says nothing of it (the share of paying flips in the
+#: flip-effect table: 785 of 9,912 measured)
+UNKNOWN_P = 0.08
+
+
+class Batch:
+    """Flips packed into one compile, and what they change and copy.
+
+    A flip measured in a copy changes only its copy, so any number of them
+    may share a function (:data:`~.copies.MAX_COPIES` in all); but the
+    copies must start from the reference: no ordinary flip of the batch may
+    change their function or what they copy, and none may delete or bring
+    back a callee (the copies keep their own calls of it)."""
+
+    def __init__(self):
+        self.flips: list[Candidate] = []
+        self.writes: set[str] = set()
+        self.reads: set[str] = set()
+        self.inlining: dict[str, int] = {}  # callee -> calls the batch inlines
+        self.roots: set[str] = set()  # the functions flips are measured in copies of
+        self.back: set[str] = set()  # the callees flips measured in copies bring back
+        self.copies = 0
+        self.closed = False  # holds a flip measured alone (:attr:`SearchState.interacting`)
+
+    def admits(self, c: Candidate, state: SearchState, root: Roots | None = None, back: str | None = None
+               ) -> bool:
+        """``root``: the function ``c`` would be measured in a copy of;
+        ``back``: the callee it brings back there (see :meth:`.Copies.brought_back`)."""
+        if root is not None:
+            # (an unverified root is fine: its copies' gains are read against a control in the same
+            # compile, and the original is checked against the derived reference like any other function)
+            return (not set(roots_of(root)) & self.writes and not c.reads & self.writes
+                    and back not in self.writes | self.reads and self.copies + len(roots_of(root)) <= MAX_COPIES
+                    and all(plain(x) for x in self.flips if x.in_copy is None))
+        if (c.footprint & (self.writes | self.reads | state.unverified | self.roots | self.back)
+                or c.reads & self.writes):
+            return False
+        if self.roots and not plain(c):
+            return False
+        if not self.flips:  # alone, a flip's change is the object's
+            return True
+        for s in (c.sites if c.inline else ()):
+            if s.callee not in c.footprint and self.inlining.get(s.callee, 0) + 1 >= state.left_out(s.callee):
+                return False
+        return True
+
+    def add(self, c: Candidate, root: Roots | None = None, back: str | None = None) -> None:
+        self.flips.append(c)
+        self.reads |= c.reads
+        if root is not None:
+            c.in_copy = root
+            self.roots |= set(roots_of(root))
+            if back is not None:
+                self.back.add(back)
+            self.copies += len(roots_of(root))  # (a copy per root)
+            return
+        self.writes |= c.footprint
+        if c.inline:
+            for s in c.sites:
+                self.inlining[s.callee] = self.inlining.get(s.callee, 0) + 1
+
+
+def plain(c: Candidate) -> bool:
+    """The flip changes only where its callers' code lies (it deletes or
+    brings back no callee)."""
+    return not any(s.callee in c.footprint for s in c.sites)
+
+
+class Scheduler:
+    """Batches and budgets of one module's search (see the module docstring)."""
+
+    def __init__(self, state: SearchState, candidates: Candidates, copies: Copies, reference: Reference,
+                 max_batch: int = MAX_BATCH):
+        self.state = state
+        self.candidates = candidates
+        self.copies = copies
+        self.reference = reference
+        self.max_batch = max_batch
+        #: outline groups measured before the single flips (see :meth:`.Candidates.early_outlines`)
+        self.early: list[Candidate] = []
+
+    def batches_of(self, cands: list[Candidate]) -> list[list[Candidate]]:
+        """Greedy packing: candidates in order, each into the first batch it
+        does not interfere with: no function another flip may change is one
+        it may change or copies, and the flips inlining calls of one callee
+        leave at least one of its calls out (else together they may delete
+        it, which none of them predicts); a flip whose undo paid alone
+        (:attr:`SearchState.interacting`)."""
+        out: list[Batch] = []
+        roots = {id(c): self.copies.root(c) for c in cands if (c.key, c.inline) not in self.state.interacting}
+        many = Counter(roots.values())
+        for c in cands:
+            c.in_copy = None
+            alone = id(c) not in roots  # (its change is then the object's: exact)
+            # (a root's one flip goes in place: that costs nothing more)
+            root = roots[id(c)] if not alone and many[roots[id(c)]] >= 2 else None
+            back = self.copies.brought_back(c) if root is not None else None
+            for b in ([] if alone else out):
+                if not b.closed and len(b.flips) < self.max_batch and b.admits(c, self.state, root, back):
+                    b.add(c, root, back)
+                    break
+            else:
+                b = Batch()
+                if b.admits(c, self.state, root, back):  # (a flip on functions whose reference is not verified waits)
+                    b.add(c, root, back)
+                    b.closed = alone
+                    out.append(b)
+        if not out and cands:  # every flip waits for the reference: compile it
+            self.reference.compile()
+            return self.batches_of(cands)
+        return [b.flips for b in out]
+
+    def expected_winners(self, batch: list[Candidate]) -> float:
+        """How many of ``batch``'s flips the prior expects to pay (its
+        probabilities; without a prior, or for a flip it has none for, a
+        flip counts as :data:`UNKNOWN_P`)."""
+        return sum(self.candidates.flip_p.get(c.key, UNKNOWN_P) for c in batch)
+
+    def early_left(self) -> bool:
+        """Outline groups to measure first, within their share of the compiles."""
+        return bool(self.early) and self.state.ev.compiles < self.state.budget * EARLY_OUTLINE_SHARE
+
+    def next_batch(self, queue: list[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
+        """The batch :meth:`batches_of` packs from ``queue`` with the most
+        expected winners (marked tried), and the candidates left: the
+        prior's best flip leads the first batch, but a batch of many flips
+        measured in copies may be worth more than it.  While outline groups
+        are measured first (:meth:`.Candidates.early_outlines`), the next one leads the
+        batch and the flips it leaves room for fill it."""
+        queue = [self.candidates.fresh(c) for c in queue]
+        if self.early_left():
+            lead = self.candidates.fresh(self.early.pop(0))
+            batch = self.batches_of([lead] + queue)[0]
+            if lead not in batch:  # (it waits for the reference: measured alone once that is compiled)
+                batch = [lead]
+        else:
+            self.early = []
+            batch = max(self.batches_of(queue), key=self.expected_winners)  # (the first of equals)
+        chosen = {id(c) for c in batch}
+        self.state.tried.update(c.key for c in batch)
+        return batch, [c for c in queue if id(c) not in chosen]
+
+    def unmeasured(self, batch: list[Candidate], outs: list[Outcome]) -> list[Candidate]:
+        """The flips of ``batch`` left unmeasured (a failed copy, or the
+        budget or time spent in the middle of a split), untried again: the
+        search measures them later without copies, or a resumed search does
+        (a flip stored as tried is never measured again)."""
+        done = {id(o.candidate) for o in outs}
+        back = [c for c in batch if id(c) not in done]
+        for c in back:
+            c.in_copy = None
+            self.state.tried.discard(c.key)
+        return back
+
+    def resweep(self) -> list[Candidate]:
+        """Once every flip was measured (the groups and answered flips too),
+        every probe decision's site flipped again from the current best, when
+        winners were applied since the last such sweep began: a flip that
+        lost beside the old set may pay beside the new one, which the
+        retries (only flips whose functions a winner changed) miss.  A sweep
+        the search's compiles left do not afford (at its flips per compile
+        so far) is left pending, measured when the search is
+        resumed: ``tune`` gives its next pass's compiles to the modules whose
+        flips were not all measured first.  Measured on the validation split:
+        at 12 compiles per module sweeping at once found 13,514 bytes and
+        leaving every sweep to the next pass 13,960; at 60, 22,909 and 22,134
+        (each resumed sweep got a few compiles, one of them its final compile).
+        Not with a deadline: there each module searches until it, in turn,
+        and a sweep takes the time of the modules not searched yet (measured
+        in ``make demo``: two of its held-out modules got no search, 515
+        bytes lost)."""
+        st = self.state
+        if not st.grouped or st.wins <= st.sweep_mark or st.deadline is not None:
+            return []
+        st.sweep_mark = st.wins
+        return self.candidates.again()
+
+    def affords(self, sweep: list[Candidate]) -> bool:
+        """Are this search's compiles left enough for ``sweep`` at the
+        flips per compile it measured so far?"""
+        st = self.state
+        per_compile = st.flips_measured / max(1, st.ev.compiles)
+        return st.budget - 1 - st.ev.compiles >= len(sweep) / max(per_compile, 1.0)

@@ -1,0 +1,213 @@
+"""What every part of one module's batched search shares: the flip
+(:class:`Candidate`), its measurement (:class:`Outcome`) and the
+:class:`SearchState`.
+
+The state holds the module, its probe and its replay evaluator, the
+compiles and time the search may spend, the decision set (the sites known
+and the ones inlined), the *reference* (the current set's sizes, which
+every flip is measured against) and what the search stores of itself (the
+flips tried and measured, the counts a result reports).  It also derives
+what is read off the current set: where each function's code ends up
+(:meth:`SearchState.final`) and the calls of a callee the set leaves out
+(:meth:`SearchState.left_out`), each computed once per set.  The parts
+(:mod:`.candidates`, :mod:`.attribution`, :mod:`.copies`,
+:mod:`.reference`, :mod:`.scheduling`, :mod:`.measure`) each get this state
+and read or change it; the driver (:mod:`.driver`) makes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Iterable, Sequence
+
+from mlgo_host.corpus.corpus import Module
+from mlgo_host.search.copytext import Roots
+from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator
+from mlgo_host.search.sites import Site, final_functions_of, unique_decisions
+
+
+@dataclasses.dataclass(eq=False)
+class Candidate:
+    """One flip: ``sites`` (one, or a callee's group) all set to ``inline``."""
+
+    sites: tuple[Site, ...]
+    inline: bool
+    footprint: frozenset[str]  # the functions it may change (its gain is read from them)
+    score: float = 0.0
+    index: int | None = None  # the probe decision it flips (its features), None for exposed sites
+    kind: str = "single"  # single, exposed, group, outline, retry, undo, answered, again
+    #: functions whose code it copies (an inlined callee): no flip of the batch may change them
+    reads: frozenset[str] = frozenset()
+    #: set while packed into a batch: the function it is measured in a copy of (see :mod:`.copies`),
+    #: or the functions, sorted, when its code lands in several (:func:`~.copytext.roots_of`)
+    in_copy: Roots | None = None
+    #: functions left to the compiler's own heuristic in its compile (an *answered* flip, see
+    #: :meth:`~.candidates.Candidates.answered`): their sites are what the compiler then inlines
+    release: frozenset[str] = frozenset()
+    #: the state's :attr:`SearchState.version` its footprint was formed at (formed again when stale)
+    formed: int = -1
+
+    @property
+    def key(self) -> str:
+        k = " + ".join(s.key for s in self.sites)
+        return k + " (answered)" if self.release else k
+
+    @property
+    def world(self) -> Roots | None:
+        """:attr:`in_copy` under its former name (tests/test_clang_versions.py reads it)."""
+        return self.in_copy
+
+
+@dataclasses.dataclass
+class Outcome:
+    candidate: Candidate
+    delta: int
+    applied: bool
+    #: the compile it was measured in (the winners' sizes in the next reference come from it)
+    measured: Measured | None = dataclasses.field(default=None, repr=False)
+    #: the search applied it (a winner of its batch; an equal flip that lost to a disjoint one was not)
+    accepted: bool = False
+    #: measured alone, in place: its compile is the reference with this flip, the next reference when it wins
+    alone: bool = False
+    #: functions outside its footprint its change made or dropped (read from who refers to them)
+    extra: frozenset[str] = frozenset()
+    #: section -> bytes no function owns that its change made (+) or dropped (-) (strings, constants)
+    other: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+def released(batch: Iterable[Candidate]) -> frozenset[str]:
+    """The functions a batch's answered flips leave to the compiler's heuristic."""
+    return frozenset().union(*(c.release for c in batch))
+
+
+class SearchState:
+    """The shared state of one module's search (see the module docstring)."""
+
+    def __init__(self, module: Module, probe: Probe, evaluator: ReplayEvaluator, *, budget: int,
+                 deadline: float | None = None):
+        self.module = module
+        self.probe = probe
+        self.ev = evaluator
+        self.budget = budget
+        self.deadline = deadline
+        #: the probe's decisions, one per site key
+        self.first = list(unique_decisions(probe.decisions))
+        self.sites = {d.site.key: d.site for d in self.first}
+        self.inline: dict[str, Site] = {d.site.key: d.site for d in self.first if d.inlined}
+        #: the start's inlined keys per function holding them (a function whose keys are these is untouched)
+        self.start_keys: dict[str, set[str]] = {}
+        for k, x in self.inline.items():
+            self.start_keys.setdefault(x.caller, set()).add(k)
+        #: bumped whenever the reference or the set changes: what footprints are formed against
+        self.version = 0
+        self._base: Measured | None = None
+        #: what is read off the current set, per set (see :meth:`per_set`): name -> (its key, the value)
+        self._set_views: dict[str, tuple[tuple[int, int], object]] = {}
+        self.start: Measured | None = None
+        self.start_text: int | None = None
+        #: the reference is the probe's plain compile, not yet checked against a replay
+        #: (see :meth:`~.reference.Reference.begin`)
+        self.provisional = False
+        #: the reference is a compile's (its total exact), not derived
+        self.compiled = True
+        #: functions whose size in the reference is derived from a batch, not compiled
+        #: (see :meth:`~.reference.Reference.accept`)
+        self.unverified: set[str] = set()
+        self.outcomes: list[Outcome] = []
+        self.tried: set[str] = set()
+        self.broken: set[str] = set()  # keys the compiler did not match
+        self.earlier: list[dict] = []  # the flips of the searches this one resumes
+        self.flips_measured = 0
+        self.flips_in_copies = 0  # flips measured in copies
+        self.batches = 0
+        #: why batches were split: reason -> count (reported)
+        self.splits: dict[str, int] = {}
+        #: winners applied, in this search and the ones it resumes; and their number when the last sweep began
+        self.wins = 0
+        self.sweep_mark = 0
+        #: the groups and the answered flips were first formed (after a pass measured every flip)
+        self.grouped = False
+        #: flips to undo, measured first: applied together, they came out larger than measured apart
+        self.suspects: list[Candidate] = []
+        #: (key, inline) of flips whose undoing paid: measured beside others they read wrong, so from then on
+        #: they are measured alone (a sweep proposing one again would apply it, undo it, and sweep again:
+        #: validation's utf8_string spent 700 compiles on one such flip)
+        self.interacting: set[tuple[str, bool]] = set()
+        self.default_slot: str | None = None  # what the probe's policy read the default from (imitation)
+
+    @property
+    def base(self) -> Measured | None:
+        """The reference: the current best set's sizes and inlined keys."""
+        return self._base
+
+    @base.setter
+    def base(self, m: Measured | None) -> None:
+        self._base = m
+        self.version += 1  # (every change of the set comes with a new reference)
+
+    def left(self) -> bool:
+        """Compiles and time left (one compile kept for :meth:`~.reference.Reference.finish`)."""
+        return self.ev.compiles < self.budget - 1 and (self.deadline is None or time.time() < self.deadline)
+
+    def note_split(self, why: str) -> None:
+        self.splits[why] = self.splits.get(why, 0) + 1
+
+    def defined(self) -> set[str]:
+        return set(self.base.sizes.functions)
+
+    def final(self) -> dict[str, frozenset[str]]:
+        """Where each function's code ends up under the current set (see
+        :func:`~mlgo_host.search.sites.final_functions`): the set's inline
+        tree, not the probe's, which a winner may have changed since (a
+        helper left out of one hub; a call inlined that the probe left
+        out)."""
+        def build() -> dict[str, frozenset[str]]:
+            names = {x.caller for x in self.sites.values()} | {x.callee for x in self.sites.values()}
+            return final_functions_of(self.inline.values(), names, self.defined())
+
+        return self.per_set("final", build)
+
+    def per_set(self, name: str, build):
+        """``build()``, computed once per set and reference (:attr:`version`)
+        and per number of known sites (sites only grow: exposed ones join)."""
+        now = (self.version, len(self.sites))
+        view = self._set_views.get(name)
+        if view is None or view[0] != now:
+            view = self._set_views[name] = (now, build())
+        return view[1]
+
+    def left_out(self, callee: str, besides: set[str] = frozenset()) -> int:
+        """Known calls of ``callee`` the current set does not inline (but
+        ``besides``), in functions the object still has (a call in a
+        function inlined everywhere and gone lives on in its copies)."""
+        def build() -> dict[str, set[str]]:
+            defined = self.base.sizes.functions
+            left: dict[str, set[str]] = {}
+            for k, x in self.sites.items():
+                if x.caller in defined and k not in self.inline:
+                    left.setdefault(x.callee, set()).add(k)
+            return left
+
+        return len(self.per_set("left out", build).get(callee, set()) - set(besides))
+
+    def set_with(self, batch: Sequence[Candidate]) -> list[Site]:
+        """The current set with ``batch``'s flips applied (the sites of the
+        functions its answered flips release left to the compiler)."""
+        inline = dict(self.inline)
+        for c in batch:
+            for s in c.sites:
+                if c.inline:
+                    inline[s.key] = s
+                else:
+                    inline.pop(s.key, None)
+        out = released(batch)
+        return [x for x in inline.values() if x.caller not in out]
+
+    def in_set(self, c: Candidate) -> bool:
+        """Is ``c`` already what the current set does (a group applied it)?"""
+        return all((s.key in self.inline) == c.inline for s in c.sites)
+
+    def untouched(self, fn: str) -> bool:
+        """Does the current set inline in ``fn`` exactly what the start did?"""
+        return {k for k, x in self.inline.items() if x.caller == fn} == self.start_keys.get(fn, set())
