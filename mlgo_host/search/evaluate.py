@@ -89,7 +89,7 @@ class ReplayEvaluator:
         """Compile with exactly ``inline`` inlined (in the scope's functions,
         and ``scope``'s) into object ``out``; returns the compiler's remarks
         (stderr).  ``ir``: the module's text to compile instead of its
-        bitcode (with copies of functions, :mod:`.clones`); ``release``:
+        bitcode (with copies of functions, :mod:`.copies`); ``release``:
         functions of the scope left to the compiler's own heuristic (named
         nowhere in the file)."""
         rf = out + ".replay.txt"

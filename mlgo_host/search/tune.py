@@ -70,7 +70,7 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
     ``output``; returns the summary (also in ``output/summary.json``).
     ``prior``: a shipped policy whose P(inline) orders each module's flips
     (None: the measured patterns); ``copies``: measure the flips of one
-    function in copies of it (:mod:`.clones`);
+    function in copies of it (:mod:`.copies`);
     ``thresholds``: a search from the compiler's own decisions (no
     ``policy``) may start from another inline threshold (:mod:`.starts`);
     ``start_policy``: ... or from a shipped policy's decisions;
