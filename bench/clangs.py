@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -32,17 +31,9 @@ CPP_SUFFIXES = (".cc", ".cpp", ".cxx", ".c++", ".C")
 
 def installed_clangs() -> list[int]:
     """Major versions N >= 17 with both clang-N and llvm-size-N on PATH."""
-    found = set()
-    for d in os.environ.get("PATH", "").split(os.pathsep):
-        try:
-            names = os.listdir(d or ".")
-        except OSError:
-            continue
-        for n in names:
-            m = re.fullmatch(r"clang-(\d+)", n)
-            if m and int(m.group(1)) >= 17 and shutil.which(f"llvm-size-{m.group(1)}"):
-                found.add(int(m.group(1)))
-    return sorted(found)
+    from mlgo_host.corpus.sizes import installed_clang_versions
+
+    return [v for v in installed_clang_versions() if shutil.which(f"llvm-size-{v}")]
 
 
 def languages(corpus_dir: str) -> dict[str, str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import shutil
 import sys
 
@@ -33,17 +32,9 @@ MATRIX_CLANGS = (19, 22)
 
 def installed_clang_versions() -> list[int]:
     """Major versions N >= MIN_CLANG with a ``clang-N`` on PATH."""
-    found = set()
-    for d in os.environ.get("PATH", "").split(os.pathsep):
-        try:
-            names = os.listdir(d or ".")
-        except OSError:
-            continue
-        for n in names:
-            m = re.fullmatch(r"clang-(\d+)", n)
-            if m and int(m.group(1)) >= MIN_CLANG and os.access(os.path.join(d, n), os.X_OK):
-                found.add(int(m.group(1)))
-    return sorted(found)
+    from mlgo_host.corpus.sizes import installed_clang_versions as installed
+
+    return installed(MIN_CLANG)
 
 
 @dataclasses.dataclass(frozen=True)

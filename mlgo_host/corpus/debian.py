@@ -72,6 +72,7 @@ from typing import Callable, Iterable, Sequence
 
 from mlgo_host.corpus.build import (CXX_EXTS, BuildReport, CompileEntry, build_corpus, load_compile_commands)
 from mlgo_host.corpus.corpus import write_description
+from mlgo_host.formats import read_format_json
 from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.fsutil import atomic_write_bytes
 from mlgo_host.progress import progress_bar
@@ -351,15 +352,11 @@ def cxx_driver(clang: str) -> str:
 
 def load_report(path: str | os.PathLike) -> dict[str, dict]:
     """Package name -> its entry; empty when there is no report yet."""
-    p = Path(path)
-    if not p.exists():
+    if not Path(path).exists():
         return {}
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise CorpusError(f"{p}: unreadable package report: {e}") from None
-    if not isinstance(doc, dict) or doc.get("format") != REPORT_FORMAT or not isinstance(doc.get("packages"), dict):
-        raise CorpusError(f"{p}: not a {REPORT_FORMAT} report")
+    doc = read_format_json(path, REPORT_FORMAT, "package report")
+    if not isinstance(doc.get("packages"), dict):
+        raise CorpusError(f"{path}: not a {REPORT_FORMAT} report (no packages)")
     return doc["packages"]
 
 

@@ -18,6 +18,22 @@ from mlgo_host.errors import CompilerError, ConfigError
 _VERSIONED_DRIVER = re.compile(r"clang(?:\+\+)?(-\d+)")
 
 
+def installed_clang_versions(oldest: int = 17) -> list[int]:
+    """Major versions N >= ``oldest`` with an executable ``clang-N`` on PATH
+    (Debian's names; 17 is the first clang with the interactive channel)."""
+    found = set()
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        try:
+            names = os.listdir(d or ".")
+        except OSError:
+            continue
+        for n in names:
+            m = re.fullmatch(r"clang-(\d+)", n)
+            if m and int(m.group(1)) >= oldest and os.access(os.path.join(d, n), os.X_OK):
+                found.add(int(m.group(1)))
+    return sorted(found)
+
+
 def llvm_tool_candidates(clang: str, tool: str = "llvm-size") -> list[str]:
     """Where the LLVM tool ``tool`` of ``clang``'s own LLVM is, best first:
     ``clang-N`` -> ``tool-N`` beside it, then on PATH; the ``tool`` beside

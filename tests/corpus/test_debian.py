@@ -270,7 +270,7 @@ def test_report_round_trip_and_needs_work(tmp_path):
     assert debian.needs_work({"status": "ok", "modules": []}, tmp_path)
     assert debian.corpus_modules(report) == ["a/x", "a/y"]
     path.write_text(json.dumps({"format": "other"}))
-    with pytest.raises(CorpusError, match="not a mlgo_host.debian_packages/1 report"):
+    with pytest.raises(ConfigError, match="not a package report .format .other., expected .mlgo_host.debian_packages/1."):
         debian.load_report(path)
 
 

@@ -65,3 +65,29 @@ def write_saved_policy(path, actor, compiler: str | None = None) -> str:
     with open(os.path.join(path, METADATA), "w") as f:
         json.dump(md, f)
     return path
+
+
+#: libstdc++ code where the shipped policy leaves the compiler's default at
+#: some sites, and its object is smaller than -Oz's
+LIBSTDCXX_MODULE = r"""
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+std::string join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string r;
+  for (size_t i = 0; i < v.size(); ++i) { if (i) r += sep; r += v[i]; }
+  return r;
+}
+std::map<std::string, int> count(const std::vector<std::string>& v) {
+  std::map<std::string, int> m;
+  for (auto& s : v) m[s]++;
+  return m;
+}
+std::vector<int> sorted_lengths(const std::vector<std::string>& v) {
+  std::vector<int> r;
+  for (auto& s : v) r.push_back((int)s.size());
+  std::sort(r.begin(), r.end());
+  return r;
+}
+"""

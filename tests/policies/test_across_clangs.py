@@ -24,38 +24,13 @@ from mlgo_host.policies.vocab import NormConfig, VocabBuilder
 from mlgo_host.search.worker import _probs_of
 from mlgo_host.shipped import shipped_policy_dir
 
-from _policy_helpers import random_weights
+from _policy_helpers import LIBSTDCXX_MODULE, random_weights
 
 CLANGS = ("clang-19", "clang-22")
 pytestmark = pytest.mark.skipif(any(shutil.which(c) is None for c in CLANGS),
                                 reason="needs clang-19 and clang-22 (`make setup` installs both where the archive has "
                                        "clang-22)")
 SLOTS = (BUGGY_SLOT, FIXED_SLOT)
-
-
-#: C++ where the shipped policy leaves the compiler's default at some sites
-MODULE_CPP = r"""
-#include <algorithm>
-#include <map>
-#include <string>
-#include <vector>
-std::string join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string r;
-  for (size_t i = 0; i < v.size(); ++i) { if (i) r += sep; r += v[i]; }
-  return r;
-}
-std::map<std::string, int> count(const std::vector<std::string>& v) {
-  std::map<std::string, int> m;
-  for (auto& s : v) m[s]++;
-  return m;
-}
-std::vector<int> sorted_lengths(const std::vector<std::string>& v) {
-  std::vector<int> r;
-  for (auto& s : v) r.push_back((int)s.size());
-  std::sort(r.begin(), r.end());
-  return r;
-}
-"""
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +43,7 @@ def module_c(tmp_path_factory):
 @pytest.fixture(scope="module")
 def module_cpp(tmp_path_factory):
     src = tmp_path_factory.mktemp("across") / "m.cpp"
-    src.write_text(MODULE_CPP)
+    src.write_text(LIBSTDCXX_MODULE)
     return src
 
 

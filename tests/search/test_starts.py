@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from _policy_helpers import LIBSTDCXX_MODULE
 from _tune_helpers import mlgo_host, read_manifest
 from mlgo_host.corpus.build import build_corpus, load_compile_commands
 from mlgo_host.corpus.compile import compile_plain
@@ -149,29 +150,6 @@ def test_the_users_deadline_bounds_the_threshold_compiles(tmp_path, monkeypatch)
     assert later[50] == compile_plain(mod, extra_args=threshold_flags(50)).text_size
 
 
-# libstdc++ code where the shipped policy's decisions compile smaller than -Oz's own
-POLICY_CPP = r"""
-#include <algorithm>
-#include <map>
-#include <string>
-#include <vector>
-std::string join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string r;
-  for (size_t i = 0; i < v.size(); ++i) { if (i) r += sep; r += v[i]; }
-  return r;
-}
-std::map<std::string, int> count(const std::vector<std::string>& v) {
-  std::map<std::string, int> m;
-  for (auto& s : v) m[s]++;
-  return m;
-}
-std::vector<int> sorted_lengths(const std::vector<std::string>& v) {
-  std::vector<int> r;
-  for (auto& s : v) r.push_back((int)s.size());
-  std::sort(r.begin(), r.end());
-  return r;
-}
-"""
 
 
 def test_a_search_starts_from_the_shipped_policy_when_its_object_is_the_smallest(tmp_path):
@@ -181,7 +159,7 @@ def test_a_search_starts_from_the_shipped_policy_when_its_object_is_the_smallest
     -Oz's start and measures no policy."""
     proj = tmp_path / "project"
     (proj / "src").mkdir(parents=True)
-    (proj / "src" / "s.cpp").write_text(POLICY_CPP)
+    (proj / "src" / "s.cpp").write_text(LIBSTDCXX_MODULE)
     db = [{"directory": str(proj), "file": "src/s.cpp",
            "arguments": ["c++", "-Oz", "-c", "src/s.cpp", "-o", "s.o"]}]
     (proj / "compile_commands.json").write_text(json.dumps(db))
