@@ -63,8 +63,9 @@ def _shipped_policy(name: str) -> Policy:
 @functools.lru_cache(maxsize=None)
 def _shipped_prior(name: str, compiler_slot: str):
     """The P(inline) of the shipped policy ``name`` on a compiler whose
-    default decision is in ``compiler_slot``, loaded once per worker."""
-    return _probs_of(load_policy(shipped_policy_dir(name)), compiler_slot)
+    default decision is in ``compiler_slot``: the start policy's own weights
+    (:func:`_shipped_policy`), not a second load of them."""
+    return _probs_of(_shipped_policy(name), compiler_slot)
 
 
 def _probs_of(policy: Policy, compiler_slot: str | None):
