@@ -283,7 +283,7 @@ def _disjoint_best(won: list[Outcome]) -> tuple[list[Outcome], list[Outcome]]:
     return keep, later
 
 
-def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, default_size: int,
+def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, default_size: int | None,
                           model: FlipGainModel | None = None, deadline: float | None = None,
                           max_batch: int = MAX_BATCH, resume: dict | None = None, prior=None) -> dict:
     """Probe ``module`` with ``policy`` (the compiler's default for tune),
@@ -295,6 +295,8 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
     over feature records, to order the flips (:func:`flip_scores`).
     ``deadline`` bounds the probe as well as the search: a probe it cuts
     gives status ``skipped`` (nothing is stored; a later run probes again).
+    ``default_size``: -Oz's object, or None to read it from the probe's
+    plain compile (the same command: no compile of its own).
     Returns the result ``tune`` stores (see :func:`result_of`)."""
     t0 = time.monotonic()
     original = module
@@ -312,6 +314,8 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
                 return {"name": module.name, "status": "skipped", "compiles": 0}
             return {"name": module.name, "module_key": module.key, "status": "failed", "reason": str(e),
                     "default_size": default_size, "compiles": 2, "search": "batched"}
+    if default_size is None:
+        default_size = oz_size_of(probe)
     spent = resume["compiles"] if resume is not None else None
     # (starts_only on a module never probed: its starts right after its probe, in the same task)
     probed = resume if resume is not None else {"probe": probe, "compiles": probe.compiles, "tried": [],
@@ -334,6 +338,8 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
     s.state.default_slot = cfg.get("default_slot")
     if resume is not None:
         s.resume_from(resume)
+    elif cfg.get("starts_only") and start_kind == "policy":
+        _compile_policy_start(s, deadline)
     try:
         if probe.episode.n and (resume is not None or budget > s.ev.compiles):  # else: a probe only
             s.run()
@@ -353,6 +359,25 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
         # alone, which compiles that very object (no replay file)
         res.update(best_size=int(probe.plain.text), inline=None, scope=None)
     return res
+
+
+def oz_size_of(probe: Probe) -> int:
+    """-Oz's object from a probe: its plain compile's (the module's own
+    command), or, for a module without decisions, its channel compile's
+    (nothing was decided: the compiler's own object)."""
+    return int(probe.plain.text) if probe.plain is not None else int(probe.text)
+
+
+def _compile_policy_start(s: BatchedSearch, deadline: float | None) -> None:
+    """Compile the start policy's decisions by replay, in the task that
+    chose them: a build applies replay lines, so only that compile makes the
+    start a result (a run whose time ends before any flip keeps it)."""
+    if deadline is not None and time.time() >= deadline:
+        return
+    try:
+        s.begin()
+    except MlgoHostError as e:
+        log.warning("%s: the replay of the start policy's decisions failed: %s", s.module.name, e)
 
 
 def _starts_due(resume: dict | None, cfg: dict, budget: int, deadline: float | None) -> bool:

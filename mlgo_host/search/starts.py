@@ -42,6 +42,9 @@ START_MARGIN = 0.0
 #: the compiles of a second probe, at the threshold a search starts from: its channel compile (the plain
 #: compile a probe also makes is that threshold's own, measured before: :func:`measure_thresholds`)
 REPROBE = 1
+#: the compiles of the start policy's start: its probe's channel compile (the plain compile is the first
+#: probe's, same command) and the replay of its decisions (what a build applies)
+POLICY_START = 2
 
 
 #: the starts a module's search may take besides -Oz's own, per language: "thresholds" (each of
@@ -73,9 +76,9 @@ class Starts:
 
 def starts_cost(thresholds: Sequence[int], policy: bool) -> int:
     """The compiles a module's starts take at most: one per threshold and a
-    second probe's channel compile, and the start policy's probe (its
-    channel compile: the plain one is the first probe's, same command)."""
-    return (len(thresholds) + REPROBE if thresholds else 0) + (1 if policy else 0)
+    second probe's channel compile, and the start policy's
+    (:data:`POLICY_START`)."""
+    return (len(thresholds) + REPROBE if thresholds else 0) + (POLICY_START if policy else 0)
 
 
 def starts_pending(result: dict) -> bool:

@@ -12,7 +12,8 @@ import time
 import numpy as np
 
 from mlgo_host.channel.default_probe import default_slot
-from mlgo_host.corpus.compile import baseline_size
+from mlgo_host.corpus.compile import BaselineCache, baseline_size
+from mlgo_host.errors import MlgoHostError
 from mlgo_host.policies import load_policy
 from mlgo_host.policies.base import Policy
 from mlgo_host.progress import progress_bar
@@ -46,12 +47,22 @@ class SearchWorker(CollectWorker):
         cfg = {"clang": c.clang, "llvm_size": c.llvm_size, "module_timeout": c.module_timeout,
                "default_slot": slot, "copies": c.copies, "thresholds": thresholds, "starts_only": starts_only,
                "start_policy": _shipped_policy(start_policy) if start_policy else None}
-        default = baseline_size(mod, clang=c.clang, llvm_size=c.llvm_size, cache_dir=c.baseline_cache,
-                                timeout=c.module_timeout)
+        # -Oz's object: cached, or (a module not probed yet) its probe's plain compile, the same command
+        cache = BaselineCache(c.baseline_cache)
+        default = cache.get(mod, c.clang) if resume is None else resume["default_size"]
         fm = FlipGainModel.from_json(model) if model else None
-        return search_module_batched(mod, self._policy(True, 0), cfg, budget=budget, default_size=default, model=fm,
-                                     deadline=deadline, resume=resume,
-                                     prior=_shipped_prior(prior, slot) if prior is not None else None)
+        res = search_module_batched(mod, self._policy(True, 0), cfg, budget=budget, default_size=default, model=fm,
+                                    deadline=deadline, resume=resume,
+                                    prior=_shipped_prior(prior, slot) if prior is not None else None)
+        if default is None and res.get("default_size") is not None:
+            cache.put(mod, c.clang, int(res["default_size"]))
+        elif res.get("default_size") is None and res["status"] == "failed":  # (its report row still says -Oz's)
+            try:
+                res["default_size"] = baseline_size(mod, clang=c.clang, llvm_size=c.llvm_size,
+                                                    cache_dir=c.baseline_cache, timeout=c.module_timeout)
+            except MlgoHostError:
+                pass
+        return res
 
 
 @functools.lru_cache(maxsize=None)

@@ -179,3 +179,30 @@ def test_a_search_starts_from_the_shipped_policy_when_its_object_is_the_smallest
     assert by_policy["best_size"] <= by_policy["policy_start_size"]
     assert by_oz["policy_start_size"] is None and by_oz["start"] == "base"
     assert by_oz["policy_size"] == by_oz["default_size"]
+
+
+def test_a_policy_start_not_searched_further_is_its_replayed_object(tmp_path):
+    """tune's starts in the probe's task with the time up after them (no
+    flip): the start policy's decisions are compiled by replay in that task,
+    so the result is that object with its replay lines (what a build
+    applies), not -Oz's.  -Oz's own size is read from the probe's plain
+    compile (no compile of its own)."""
+    from mlgo_host.search.worker import _shipped_policy
+
+    proj = tmp_path / "project"
+    (proj / "src").mkdir(parents=True)
+    (proj / "src" / "s.cpp").write_text(LIBSTDCXX_MODULE)
+    db = [{"directory": str(proj), "file": "src/s.cpp", "arguments": ["c++", "-Oz", "-c", "src/s.cpp", "-o", "s.o"]}]
+    (proj / "compile_commands.json").write_text(json.dumps(db))
+    rep = build_corpus(load_compile_commands(proj / "compile_commands.json"), tmp_path / "corpus", clang="clang-19",
+                       jobs=1, progress=False)
+    assert not rep.failures, rep.failures
+    (mod,) = load_corpus(tmp_path / "corpus").modules
+    cfg = {"clang": "clang-19", "starts_only": True, "start_policy": _shipped_policy("pretrained-oz")}
+    res = search_module_batched(mod, load_policy("default"), cfg, budget=10, default_size=None)
+    assert res["default_size"] == compile_plain(mod, "clang-19").text_size
+    assert res["start"] == "policy" and res["tried"] == []
+    assert res["policy_start"] < res["default_size"]
+    # the probe (channel and plain compiles), the policy's channel compile and the replay of its decisions
+    assert res["compiles"] == 2 + 2 and res["reference"] is not None
+    assert res["best_size"] == res["replay_start_size"] < res["default_size"] and res["inline"]
