@@ -299,6 +299,7 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
     plain compile (the same command: no compile of its own).
     Returns the result ``tune`` stores (see :func:`result_of`)."""
     t0 = time.monotonic()
+    earlier_seconds = float(resume.get("seconds") or 0.0) if resume is not None else 0.0
     original = module
     flags = list(resume.get("base_flags") or ()) if resume is not None else []
     thresholds = resume.get("thresholds") if resume is not None else None
@@ -352,7 +353,7 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
     res = result_of(s, default_size, time.monotonic() - t0)
     # (the flags are part of how the module is compiled, not of which module it is: a T keeps the corpus's key)
     res.update(module_key=original.key, base_flags=flags, thresholds=thresholds, policy_start=policy_start,
-               start=start_kind)
+               start=start_kind, seconds=round(earlier_seconds + time.monotonic() - t0, 3))
     if flags and res["status"] == "ok" and (s.base is None or s.provisional) and probe.plain is not None \
             and probe.plain.text < default_size:
         # the best is the threshold's own object, never compiled as a replay: a build gets the threshold

@@ -202,17 +202,19 @@ class Passes:
             if not open_ or left <= 0:
                 return
             first = not any(_gain(r) for r in open_) and k == 1
-            if self.per_module is None:
-                total = self._compiles_for_pass(len(open_))
+            timed = self.per_module is None
+            if timed:
+                total = self._seconds_for_pass()
             else:
                 total = int(np.ceil(self.FIRST_SHARE * left)) if first else left
-            budget = shares(open_, total, paid=not first)
+            budget = shares(open_, total, paid=not first, timed=timed)
             model = self._model()
             before = self.store.compiles(self.mods)
-            # the biggest shares first: the pass's last task then ends close to the others (its
+            # the longest shares first: the pass's last task then ends close to the others (its
             # workers wait for it before the next pass shares again)
             tasks = sorted(((self.by_name[r["name"]].to_task(), r["compiles"] + int(b), model, self.deadline, r,
-                             self.prior) for r, b in zip(open_, budget) if b > 0), key=lambda t: t[1] - t[4]["compiles"],
+                             self.prior) for r, b in zip(open_, budget) if b > 0),
+                           key=lambda t: (t[1] - t[4]["compiles"]) * (seconds_per_compile(t[4]) if timed else 1.0),
                            reverse=True)
             self._timed("passes", lambda: self._run(tasks, f"tune: pass {k} ({self._past_start()}/{len(self.mods)} "
                                                            f"files searched past their start)"))
@@ -225,18 +227,14 @@ class Passes:
     #: ... once the time left is under this share of the run's whole time
     LAST_PASS = 0.2
 
-    def _compiles_for_pass(self, n_open: int) -> int:
-        """With a deadline: the compiles this pass shares, from the pool's
-        throughput so far (compiles per second since the run started) and
-        the time left: a share of them (:data:`PASS_SHARE`), or all of them
-        near the deadline; at least one batch per module still open."""
+    def _seconds_for_pass(self) -> float:
+        """With a deadline: the worker-seconds this pass shares: the
+        workers' time left, a share of it (:data:`PASS_SHARE`), or all of it
+        near the deadline."""
         now = time.time()
-        done, elapsed = self.store.compiles(self.mods) - self.spent0, max(1e-3, now - self.t0)
-        rate = done / elapsed if done else self.pool.num_workers / 2.0  # (before any: a guess, 2 s a compile)
-        allowed = rate * max(0.0, self.deadline - now)
         whole = max(1e-3, self.deadline - self.t0)
         share = 1.0 if (self.deadline - now) < self.LAST_PASS * whole else self.PASS_SHARE
-        return max(int(share * allowed), 2 * n_open)
+        return share * self.pool.num_workers * max(0.0, self.deadline - now)
 
     def _past_start(self) -> int:
         """Modules whose search measured a flip."""
@@ -295,35 +293,46 @@ FLOOR_P = 0.001
 PAID_PRIOR_BYTES = 8.0
 
 
-def shares(rows: list[dict], total: int, paid: bool) -> list[int]:
-    """``total`` compiles shared among the modules ``rows``.  The weight of
-    a module: the flips the prior expects to pay among those it has not
+def shares(rows: list[dict], total: float, paid: bool, timed: bool = False) -> list[int]:
+    """``total`` compiles (``timed``: worker-seconds) shared among the
+    modules ``rows``; returns each module's compiles.  The weight of a
+    module: the flips the prior expects to pay among those it has not
     measured (its ``promise``, plus :data:`FLOOR_P` per flip left), or
-    without a prior its flips left; with
-    ``paid``, times the bytes it gained per compile so far (plus
+    without a prior its flips left; with ``paid``, times the bytes it gained
+    per compile (``timed``: per second) so far (plus
     :data:`PAID_PRIOR_BYTES`): where compiles found bytes, the next ones are
-    likelier to.  The heaviest modules are served first, each at least the
+    likelier to.  Under ``timed`` a module's compiles are its seconds over
+    its own seconds per compile (:func:`seconds_per_compile`): a module
+    whose compile takes a minute gets a share of the time, not of the
+    compiles.  The heaviest modules are served first, each at least the
     compiles one batch needs (its reference first when it has none), so a
     small ``total`` goes where it pays instead of a compile to everyone; none
     gets more than two compiles per flip left."""
     w = np.array([r["promise"] + FLOOR_P * _flips_left(r) if r.get("promise") is not None else _flips_left(r)
                   for r in rows], dtype=np.float64)
+    cost = np.array([seconds_per_compile(r) if timed else 1.0 for r in rows])
     if paid:
-        w *= np.array([(_gain(r) + PAID_PRIOR_BYTES) / max(1, r["compiles"]) for r in rows])
+        w *= np.array([(_gain(r) + PAID_PRIOR_BYTES) / max(1, r["compiles"]) for r in rows]) / cost
     out = [0] * len(rows)
-    rest, w_rest = total, float(w.sum())
+    rest, w_rest = float(total), float(w.sum())
     for i in np.argsort(-w, kind="stable"):
-        r = rows[i]
+        r, c = rows[i], cost[i]
         need = 2 if known_start(r) is not None else 3  # (a batch and the final compile, and the start's)
-        if w[i] <= 0 or rest < need or w_rest <= 0:
+        if w[i] <= 0 or rest < need * c or w_rest <= 0:
             break
         cap = 2 * _flips_left(r) + need
-        out[i] = int(min(max(need, np.floor(rest * w[i] / w_rest)), cap, rest))
-        if rest - out[i] < 2:  # too few for anyone else's batch: this module's
-            out[i] = int(min(cap, rest))
-        rest -= out[i]
+        out[i] = int(min(max(need, np.floor(rest * w[i] / w_rest / c)), cap, np.floor(rest / c)))
+        if rest - out[i] * c < 2 * float(np.min(cost)):  # too little for anyone else's batch: this module's
+            out[i] = int(min(cap, np.floor(rest / c)))
+        rest -= out[i] * c
         w_rest -= w[i]
     return out
+
+
+def seconds_per_compile(r: dict) -> float:
+    """A stored result's wall seconds per compile so far (its tasks' time
+    over its compiles; a result without it counts one second)."""
+    return max(0.05, float(r.get("seconds") or r["compiles"]) / max(1, r["compiles"]))
 
 
 # -- the tune directory -------------------------------------------------------------

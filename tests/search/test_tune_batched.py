@@ -172,6 +172,23 @@ def test_the_compiles_go_where_the_prior_and_the_paid_bytes_point():
     assert shares([_row("e", None, decisions=30), _row("f", None, decisions=10)], 40, paid=False) == [30, 10]
 
 
+def test_a_deadline_shares_the_time_not_the_compiles():
+    """Under a deadline a module gets a share of the workers' seconds: one
+    whose compile takes ten times longer gets a tenth of the compiles for
+    the same promise; and bytes paid weigh per second, not per compile."""
+    from mlgo_host.search.tune import seconds_per_compile, shares
+
+    slow, fast = dict(_row("slow", 4.0), seconds=20.0), dict(_row("fast", 4.0), seconds=2.0)
+    assert seconds_per_compile(slow) == 10.0 and seconds_per_compile(fast) == 1.0
+    assert shares([slow, fast], 110.0, paid=False, timed=True) == [5, 60]  # (what 5 leave goes to the other)
+    assert shares([slow, fast], 110, paid=False) == [55, 55]  # (counted in compiles: an even split)
+    # the same bytes per compile are ten times fewer per second in the slow module
+    slow, fast = (dict(_row(n, 4.0, gain=100, compiles=10, decisions=400, reference=object()), seconds=s)
+                  for n, s in (("slow", 100.0), ("fast", 10.0)))
+    a, b = shares([slow, fast], 400.0, paid=True, timed=True)
+    assert 0 < a * 10.0 < b * 1.0 and a * 10.0 + b <= 400
+
+
 def test_tune_starts_from_the_shipped_policy_in_a_new_T(tmp_path):
     # the base policy is copied into T and named relative to T/replays,
     # which a new T does not have yet: the workers must still get it whole
