@@ -7,8 +7,9 @@ warm start's gain when it does not?
 2. ``mlgo-host train`` with ``configs/inlining/ppo.gin`` and
    ``warmstart_policy='pretrained-oz'``: the warm start is evaluated on the
    validation split before any update and is ``saved_policy`` until a PPO
-   policy has a strictly smaller validation total (held-out is not evaluated
-   in the loop: nothing may be chosen there);
+   policy's validation saving over it is significant (a paired bootstrap over
+   the validation modules; held-out is not evaluated in the loop: nothing may
+   be chosen there);
 3. ``saved_policy`` against ``-Oz`` on the held-out split and the external
    corpus, per project, with bench/pretrain.py's evaluation, next to the
    shipped policy's own figures (its ``recipe.json``);

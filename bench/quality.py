@@ -1,5 +1,5 @@
-"""The full quality run of search-then-imitate training (issue: training that
-beats -Oz).
+"""The full quality run of search-then-imitate training (the goal: a policy
+that beats -Oz on code it was not trained on).
 
 1. ``mlgo-host train`` with ``configs/inlining/search.gin`` on the benchmark
    corpus, ``--minutes`` of budget (60), ``--workers`` (2);

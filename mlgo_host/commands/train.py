@@ -15,7 +15,7 @@ Without a corpus: --collected DIR --baseline-stats FILE makes one PPO
 iteration from the episodes `mlgo-host serve --collect DIR` kept since the
 last such run (rewards against FILE, the stats of a --policy default build
 of the same tree) and writes ROOT_DIR/saved_policy for the next build to
-serve and collect with (see the README, "Collecting episodes").
+serve and collect with (see docs/training.md, "Training from real builds").
 """
 
 from __future__ import annotations

@@ -3,14 +3,21 @@
 Layout (written by :mod:`mlgo_host.search.tune`)::
 
     T/tune.json                 the manifest (format mlgo_host.tune/1): the corpus,
-                                the base policy, per module its replay file, its
+                                the base policy, per module its compiler replay
+                                file and base flags (an inline threshold), its
                                 identity (mlgo_host.corpus.identity, relative to
-                                the project root), default / policy / best .text
-                                sizes, compiles spent, decisions tried
-    T/replays/<module>.json     the module's best replay, fingerprinted
+                                the project root) and source sha256, default /
+                                policy / best .text sizes, compiles spent,
+                                decisions tried
+    T/replays/<module>.inline.txt   the compiler's replay file of the module's best
+                                set (-cgscc-inline-replay; none when the best is
+                                -Oz's object or a threshold's alone)
+    T/replays/<module>.json     a fingerprinted JSON replay (mlgo_host.replay/1),
+                                which builds serve when the manifest names one
     T/data/<module>.pkl         every flip tried and the best trajectory
                                 (training data for search.gin: search_data='T')
     T/policy/                   a copy of the base policy when it is a saved one
+    T/baselines/                -Oz sizes of the modules (cache)
     T/report.csv, report.png, summary.json
 
 :class:`TunedDir` finds the module of a compile (by its identity, or by

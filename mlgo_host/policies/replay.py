@@ -120,7 +120,7 @@ class Replay:
 
     def with_fingerprint(self, policy: "ReplayPolicy") -> "Replay":
         """This replay with the fingerprint and observation count that
-        ``policy`` saw in its last session (made from this replay)."""
+        ``policy`` saw in its most recent session (made from this replay)."""
         return dataclasses.replace(self, fingerprint=policy.observed_fingerprint(),
                                    observations=policy.seen)
 
@@ -295,13 +295,13 @@ class ReplayPolicy(Policy):
         return len(self.replay.forced) - self.applied
 
     def observed_fingerprint(self) -> dict:
-        """The fingerprint of the last session's stream (to save with a
+        """The fingerprint of the most recent session's stream (to save with a
         replay made from it)."""
         return {"hash": HASH, "at": {str(i): d.hex() for i, d in sorted(self._at.items())},
                 "end": self._hash.hexdigest()}
 
     def report(self) -> dict:
-        """What the last session did with the replay (for JSON outputs)."""
+        """What the most recent session did with the replay (for JSON outputs)."""
         out = {"forced": len(self.replay.forced), "applied": self.applied, "missed": self.missed,
                "decisions": self.seen, "stale": self.stale}
         if self.stale:

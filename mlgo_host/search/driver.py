@@ -62,7 +62,7 @@ class BatchedSearch:
     def __init__(self, module: Module, probe: Probe, evaluator: ReplayEvaluator, *, budget: int,
                  model: FlipGainModel | None = None, deadline: float | None = None, max_batch: int = MAX_BATCH,
                  prior=None, copies: bool = True, worlds: bool | None = None):
-        if worlds is not None:  # (the former name of ``copies``, which bench/tune.py still passes)
+        if worlds is not None:  # (another name for ``copies``, which bench/tune.py passes)
             copies = worlds
         self.state = SearchState(module, probe, evaluator, budget=budget, deadline=deadline)
         self.cands = Candidates(self.state, model=model, prior=prior)
@@ -126,7 +126,7 @@ class BatchedSearch:
         """The flips the prior expects to pay, not measured yet (:meth:`.Candidates.promise`)."""
         return self.cands.promise()
 
-    # -- former names, which tests/test_clang_versions.py still reads (bench/tune.py: ``worlds=``) --
+    # -- other names, which tests/test_clang_versions.py reads (bench/tune.py: ``worlds=``) --
     world_flips = _of_state("flips_in_copies", "Flips measured in copies.")
 
     def world_root(self, c: Candidate) -> Roots | None:

@@ -200,10 +200,9 @@ class Scheduler:
         at 12 compiles per module sweeping at once found 13,514 bytes and
         leaving every sweep to the next pass 13,960; at 60, 22,909 and 22,134
         (each resumed sweep got a few compiles, one of them its final compile).
-        Not with a deadline: there each module searches until it, in turn,
-        and a sweep takes the time of the modules not searched yet (measured
-        in ``make demo``: two of its held-out modules got no search, 515
-        bytes lost)."""
+        Not with a deadline: there a sweep takes time from the modules not
+        searched yet (measured in ``make demo``: two of its held-out modules
+        got no search, 515 bytes lost)."""
         st = self.state
         if not st.grouped or st.wins <= st.sweep_mark or st.deadline is not None:
             return []

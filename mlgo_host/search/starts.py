@@ -49,7 +49,7 @@ POLICY_START = 2
 
 #: the starts a module's search may take besides -Oz's own, per language: "thresholds" (each of
 #: START_THRESHOLDS) and "policy" (the shipped policy's decisions).  Chosen on validation projects
-#: (bench/tune_starts.py); see README "Where each search starts".
+#: (bench/tune_starts.py); see docs/search.md, "Starts".
 STARTS_BY_LANGUAGE: dict[str, tuple[str, ...]] = {"C": (), "C++": ("thresholds", "policy")}
 
 

@@ -55,7 +55,7 @@ class Candidate:
 
     @property
     def world(self) -> Roots | None:
-        """:attr:`in_copy` under its former name (tests/test_clang_versions.py reads it)."""
+        """:attr:`in_copy` under another name (tests/test_clang_versions.py reads it)."""
         return self.in_copy
 
 
