@@ -16,7 +16,7 @@ import pytest
 
 from mlgo_host.cli import main
 from mlgo_host.corpus import build as corpus_build
-from mlgo_host.corpus import debian
+from mlgo_host.corpus import apt, debian
 from mlgo_host.corpus.build import CompileEntry, build_module, load_compile_commands
 from mlgo_host.errors import ConfigError, CorpusError
 
@@ -214,23 +214,23 @@ def test_deb_src_stanza_is_added_once(tmp_path):
     (tmp_path / "sources.list.d").mkdir()
     (tmp_path / "sources.list.d/debian.sources").write_text(DEBIAN_SOURCES)
     (tmp_path / "sources.list.d/other.list.disabled").write_text("deb-src http://x bookworm main\n")
-    added = debian.ensure_deb_src(tmp_path)
-    assert added == tmp_path / "sources.list.d" / debian.DEB_SRC_FILE
-    stanza = debian._deb822_stanzas(added.read_text())
+    added = apt.ensure_deb_src(tmp_path)
+    assert added == tmp_path / "sources.list.d" / apt.DEB_SRC_FILE
+    stanza = apt._deb822_stanzas(added.read_text())
     assert stanza == [{"types": "deb-src", "uris": "http://deb.debian.org/debian", "suites": "bookworm",
                        "components": "main", "signed-by": "/usr/share/keyrings/debian-archive-keyring.gpg"}]
-    assert debian.ensure_deb_src(tmp_path) is None
+    assert apt.ensure_deb_src(tmp_path) is None
 
 
 def test_deb_src_one_line_forms_and_disabled_stanzas(tmp_path):
     (tmp_path / "sources.list.d").mkdir()
     (tmp_path / "sources.list").write_text("deb-src [arch=amd64] http://deb.debian.org/debian bookworm main\n")
-    assert debian.ensure_deb_src(tmp_path) is None
+    assert apt.ensure_deb_src(tmp_path) is None
     (tmp_path / "sources.list").write_text("# deb-src http://deb.debian.org/debian bookworm main\n"
                                            "deb http://ftp.de.debian.org/debian bookworm main contrib\n")
     (tmp_path / "sources.list.d/src.sources").write_text(
         "Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\nEnabled: no\n")
-    added = debian.ensure_deb_src(tmp_path)
+    added = apt.ensure_deb_src(tmp_path)
     assert "URIs: http://ftp.de.debian.org/debian" in added.read_text()
     assert "Signed-By" not in added.read_text()
 
@@ -238,7 +238,7 @@ def test_deb_src_one_line_forms_and_disabled_stanzas(tmp_path):
 def test_deb_src_without_a_bookworm_entry_is_a_config_error(tmp_path):
     (tmp_path / "sources.list").write_text("deb http://deb.debian.org/debian trixie main\n")
     with pytest.raises(ConfigError, match="no 'bookworm main' deb entry"):
-        debian.ensure_deb_src(tmp_path)
+        apt.ensure_deb_src(tmp_path)
 
 
 # -- report and resume -------------------------------------------------------------------------------

@@ -1,0 +1,213 @@
+"""The machine side of ``corpus debian``: apt's sources and tools
+(:func:`ensure_deb_src`, :func:`ensure_tools`) and build steps run with
+their output in a log (:func:`run_logged`: a step that fails, or runs past
+its time, raises :class:`StepFailed` with the log's last lines, and takes
+its whole process group with it)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from mlgo_host.errors import ConfigError
+from mlgo_host.fsutil import atomic_write_bytes
+
+SUITE = "bookworm"
+COMPONENT = "main"
+#: the file in sources.list.d that makes apt know the suite's sources, when nothing else does
+DEB_SRC_FILE = "mlgo-host-deb-src.sources"
+#: the tools a package build needs -> the Debian packages that bring them
+TOOL_PACKAGES = {"bear": ("bear",), "autoreconf": ("autoconf", "automake", "libtool"), "cmake": ("cmake",),
+                 "meson": ("meson",), "ninja": ("ninja-build",), "dpkg-source": ("dpkg-dev",)}
+
+
+# -- apt ---------------------------------------------------------------------------
+
+APT_OPTS = ("-q", "-o", "DPkg::Lock::Timeout=600")
+
+
+def _privileged(argv: Sequence[str]) -> list[str]:
+    """``argv`` as root: as is when root, else through sudo."""
+    if os.geteuid() == 0:
+        return list(argv)
+    if shutil.which("sudo"):
+        return ["sudo", "-n", *argv]
+    raise ConfigError(f"{argv[0]} needs root (run as root or install sudo)")
+
+
+def _deb822_stanzas(text: str) -> list[dict[str, str]]:
+    stanzas: list[dict[str, str]] = []
+    cur: dict[str, str] = {}
+    last = None
+    for line in text.splitlines():
+        if not line.strip():
+            if cur:
+                stanzas.append(cur)
+            cur, last = {}, None
+        elif line.lstrip().startswith("#"):
+            continue
+        elif line[0] in " \t" and last:
+            cur[last] += " " + line.strip()
+        elif ":" in line:
+            k, _, v = line.partition(":")
+            last = k.strip().lower()
+            cur[last] = v.strip()
+    if cur:
+        stanzas.append(cur)
+    return stanzas
+
+
+def _one_line_entries(text: str) -> list[dict[str, str]]:
+    """One-line ``deb[-src] [opts] URI SUITE COMPONENT...`` entries as stanzas."""
+    out = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        line = re.sub(r"\[[^]]*\]", " ", line)  # [signed-by=... arch=...]
+        f = line.split()
+        if len(f) >= 4 and f[0] in ("deb", "deb-src"):
+            out.append({"types": f[0], "uris": f[1], "suites": f[2], "components": " ".join(f[3:])})
+    return out
+
+
+def apt_entries(etc_apt: str | os.PathLike = "/etc/apt") -> list[tuple[Path, dict[str, str]]]:
+    """(file, stanza) of every apt source, deb822 or one-line, enabled or not."""
+    etc = Path(etc_apt)
+    files = [etc / "sources.list"] + sorted((etc / "sources.list.d").glob("*.list")) \
+        + sorted((etc / "sources.list.d").glob("*.sources"))
+    out = []
+    for f in files:
+        try:
+            text = f.read_text(errors="replace")
+        except OSError:
+            continue
+        stanzas = _deb822_stanzas(text) if f.suffix == ".sources" else _one_line_entries(text)
+        out += [(f, s) for s in stanzas]
+    return out
+
+
+def _serves(stanza: dict[str, str], kind: str, suite: str, component: str) -> bool:
+    return (kind in stanza.get("types", "").split() and suite in stanza.get("suites", "").split()
+            and component in stanza.get("components", "").split()
+            and stanza.get("enabled", "yes").lower() != "no")
+
+
+def ensure_deb_src(etc_apt: str | os.PathLike = "/etc/apt", suite: str = SUITE,
+                   component: str = COMPONENT) -> Path | None:
+    """Make apt know ``suite``'s ``component`` sources: when no enabled
+    deb-src entry has them, write :data:`DEB_SRC_FILE` in sources.list.d, a
+    ``Types: deb-src`` stanza with the URIs (and Signed-By) of the
+    deb.debian.org ``deb`` entry for the suite, and return its path (the
+    caller runs ``apt-get update``); None when nothing was needed."""
+    entries = apt_entries(etc_apt)
+    if any(_serves(s, "deb-src", suite, component) for _, s in entries):
+        return None
+    mirror = [(f, s) for f, s in entries if _serves(s, "deb", suite, component)]
+    # the Debian archive proper, not the security one nor a third party's
+    mirror.sort(key=lambda fs: ("deb.debian.org" not in fs[1].get("uris", ""), "security" in fs[1].get("uris", "")))
+    if not mirror:
+        raise ConfigError(f"apt has no '{suite} {component}' deb entry to mirror for sources; add a deb-src "
+                          f"line for {suite} {component} to /etc/apt/sources.list.d/")
+    f, s = mirror[0]
+    lines = [f"# Added by mlgo-host corpus debian: the sources of {suite} {component}, mirroring {f}.",
+             "Types: deb-src", f"URIs: {s['uris']}", f"Suites: {suite}", f"Components: {component}"]
+    if s.get("signed-by"):
+        lines.append(f"Signed-By: {s['signed-by']}")
+    path = Path(etc_apt) / "sources.list.d" / DEB_SRC_FILE
+    text = "\n".join(lines) + "\n"
+    try:
+        atomic_write_bytes(str(path), text.encode())
+        os.chmod(path, 0o644)
+    except PermissionError:
+        raise ConfigError(f"apt has no {suite} {component} sources and {path} needs root; write it as root: "
+                          + " / ".join(lines[1:])) from None
+    return path
+
+
+def run_apt(argv: Sequence[str], log, timeout: float) -> None:
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    action = next((a for a in argv[1:] if not a.startswith("-") and not a.startswith("DPkg")), "")
+    run_logged(_privileged(argv), cwd=None, env=env, log=log, timeout=timeout, what=f"{argv[0]} {action}")
+
+
+def ensure_tools(tools: Iterable[str], log, timeout: float) -> list[str]:
+    """Install the Debian packages of the tools that are missing; their names."""
+    missing = [t for t in tools if shutil.which(t) is None]
+    pkgs = sorted({p for t in missing for p in TOOL_PACKAGES[t]})
+    if pkgs:
+        run_apt(["apt-get", *APT_OPTS, "install", "-y", "--no-install-recommends", *pkgs], log, timeout)
+    return pkgs
+
+
+# -- running a step ------------------------------------------------------------------
+
+class StepFailed(Exception):
+    pass
+
+
+def run_logged(argv: Sequence[str], *, cwd: Path | None, env: dict[str, str] | None, log, timeout: float,
+               what: str | None = None) -> None:
+    """Run ``argv`` in its own session with its output appended to ``log``;
+    StepFailed when it fails or outlives ``timeout``.  On a timeout or an
+    interrupt its whole process group is killed (make and the compilers it
+    started), not only the child.  ``what`` names the step in messages."""
+    what = what or " ".join(argv[:3])
+    log.write(f"\n$ {' '.join(argv)}\n")
+    log.flush()
+    try:
+        proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as e:
+        raise StepFailed(f"{argv[0]}: {e.strerror or e}") from None
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise StepFailed(f"{what} did not finish within {timeout:g} s") from None
+    except BaseException:
+        _kill_group(proc)
+        raise
+    if rc != 0:
+        raise StepFailed(f"{what} exited with {rc}")
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def log_size(log) -> int:
+    log.flush()
+    return os.path.getsize(log.name)
+
+
+def log_tail(log, since: int = 0, n: int = 2) -> str:
+    """Why a step failed, in one line, from what it logged after byte
+    ``since``: its first compiler error (the cause; what make says after it
+    follows from it), else its last error-looking lines, else its last lines."""
+    log.flush()
+    try:
+        with open(log.name, "rb") as f:
+            f.seek(since)
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("$ ")]
+    diag = [ln for ln in lines if re.search(r":\d+:(\d+:)? (fatal )?error: ", ln)]
+    if diag:
+        return re.sub(r"^\S*/", "", diag[0])  # the file's name, not its path in the cache
+    errs = [ln for ln in lines if re.search(r"\berror\b|^E: |not found|No such", ln, re.I)]
+    return " | ".join((errs or lines)[-n:])
