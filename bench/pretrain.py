@@ -114,11 +114,14 @@ def main() -> int:
     with open(os.path.join(root, "recipe.json"), "w") as f:
         json.dump(recipe, f, indent=1)
     if not args.no_install:
+        from mlgo_host.policies.saved import say_no_saved_model
+
         shutil.rmtree(INSTALL, ignore_errors=True)
         os.makedirs(INSTALL)
         for name in SHIPPED_FILES:
             src = os.path.join(policy, name)
             (shutil.copytree if os.path.isdir(src) else shutil.copy2)(src, os.path.join(INSTALL, name))
+        say_no_saved_model(INSTALL)  # its metadata names only files it ships
         with open(os.path.join(INSTALL, "recipe.json"), "w") as f:
             json.dump(recipe, f, indent=1)
     for k in ("heldout", "external"):

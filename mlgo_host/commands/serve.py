@@ -21,6 +21,9 @@ project root, as recorded when the corpus was built) and gets the module's
 replay; the replay's fingerprint checks the module is still the one tuned:
 a module changed since falls back to --policy (stats: "tuned": "stale").
 Compiles that are no tuned module are served by --policy ("default").
+A module tuned into compiler replays (what `mlgo-host tune` writes) needs no
+slot: its client compiles it with the module's flags and reports the compile,
+which --stats records like the others ("by": "flags").
 `mlgo-host stats` counts tuned / stale / default compiles and the bytes the
 tuned ones saved against -Oz.
 
@@ -59,7 +62,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "or a saved policy directory")
     p.add_argument("--advisor", choices=sorted(PROBLEMS), default="inline",
                    help="which of the compiler's decisions the policy makes")
-    p.add_argument("--stats", metavar="FILE", help="append one JSON line per compile (read it with mlgo-host stats)")
+    p.add_argument("--stats", metavar="FILE",
+                   help="append one JSON line per compile (read it with mlgo-host stats), the compiles clients make "
+                        "with a tune directory's flags included; created at start, so it exists even when no "
+                        "compile came")
     p.add_argument("--collect", metavar="DIR",
                    help="keep each compile's episode (.npz) for training; saved policies sample instead of "
                         "taking their greedy choice")

@@ -50,7 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", metavar="T", help="tune directory to create or continue")
     p.add_argument("--print-flags", nargs=2, metavar=("T", "FILE"), default=None,
                    help="print the compiler flags that apply T's tuned decisions to source FILE (for build systems "
-                        "that add flags per file) and exit; nothing is printed for a file T did not improve")
+                        "that add flags per file) and exit 0; nothing is printed for a file T did not improve, nor "
+                        "for a file T never saw (a file added since the tune: the compiler decides, one note on "
+                        "stderr); a T that is no tune directory is an error (exit 2)")
     p.add_argument("--prior", default="pretrained-oz", choices=("pretrained-oz", "patterns"),
                    help="what orders each module's flips: pretrained-oz (default), the shipped "
                         "policy's probability of the other action; patterns, the measured winner patterns only")
@@ -100,6 +102,12 @@ def run(args: argparse.Namespace) -> int:
         t, source = args.print_flags
         tuned = TunedDir(t)
         name = tuned.module_of_source(source)
+        if name is None:
+            # a file added since the tune: it compiles as it is, a build adding flags to every file goes on
+            gone = "" if os.path.exists(source) else " (no such file)"
+            print(f"mlgo-host tune: note: {source}{gone}: {tuned.path} has no tuned flags for it (not one of its "
+                  f"{len(tuned)} modules): nothing to add, the compiler decides", file=sys.stderr)
+            return 0
         changed = tuned.changed(name, source)
         if changed:
             print(f"mlgo-host tune: note: {source} changed since it was tuned: its flags keep the tuned sites that "

@@ -148,10 +148,10 @@ class TunedDir:
         path = self.inline_replay(name)
         return [*base, *inline_replay_flags(path, changed)] if path else base
 
-    def module_of_source(self, source: str) -> str:
+    def module_of_source(self, source: str) -> str | None:
         """The tuned module compiled from ``source`` (a path, absolute or
         relative to the current directory, or relative to the project root
-        the tune recorded); ConfigError when there is none."""
+        the tune recorded); None for a file the tune never saw."""
         want = os.path.realpath(source)
         root = self.manifest.get("root") or ""
         for name, m in self.modules.items():
@@ -159,7 +159,7 @@ class TunedDir:
             if ident and (os.path.realpath(os.path.join(root, ident["source"])) == want
                           or ident["source"] == os.path.normpath(source)):
                 return name
-        raise ConfigError(f"{self.path}: no tuned module is compiled from {source}")
+        return None
 
     def changed(self, name: str, source: str) -> bool:
         """True when ``source`` is no longer the file module ``name`` was tuned on."""

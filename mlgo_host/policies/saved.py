@@ -18,7 +18,9 @@ Layout::
                              policy (signature ``action``), with
       saved_model/output_spec.json   the output spec LLVM reads next to a
                              model: [{"logging_name", "tensor_spec": {"name",
-                             "port", "type", "shape"}}]
+                             "port", "type", "shape"}}]; metadata.json's
+                             "saved_model" names it, null when the directory
+                             has none (the shipped policy, tune's T/policy)
 
 :func:`mlgo_host.learning.export.save_policy` writes it (with TensorFlow);
 :func:`load_saved_policy` reads ``metadata.json``, ``actor.npz`` and
@@ -28,6 +30,7 @@ Layout::
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 
 from mlgo_host.errors import ConfigError
@@ -42,6 +45,9 @@ WEIGHTS = "actor.npz"
 VOCAB_DIR = "vocab"
 SAVED_MODEL_DIR = "saved_model"
 OUTPUT_SPEC = "output_spec.json"
+#: metadata fields that name a file or directory of the policy directory
+#: (None: the directory has none, e.g. a copy made for numpy readers only)
+FILE_FIELDS = ("saved_model",)
 
 
 class SavedPolicy:
@@ -124,6 +130,30 @@ def gate_of(metadata: dict, path: str = "") -> float | None:
         return float(gate["threshold"])
     except (KeyError, TypeError, ValueError):
         raise ConfigError(f"{os.path.join(path, METADATA)}: bad gate {gate!r} (expected {{\"threshold\": p}})") from None
+
+
+def named_files(metadata: dict) -> list[str]:
+    """The files and directories (relative paths) a policy's metadata names."""
+    return [str(metadata[k]) for k in FILE_FIELDS if metadata.get(k)]
+
+
+def copy_without_saved_model(src: str, dest: str) -> None:
+    """Copy saved policy ``src`` to ``dest`` (which must not exist) without
+    its SavedModel, which only TensorFlow reads: numpy readers (workers,
+    tune, the shipped policy) need none."""
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns(SAVED_MODEL_DIR))
+    say_no_saved_model(dest)
+
+
+def say_no_saved_model(path: str) -> None:
+    """Write in the metadata of ``path``, a copy of a saved policy made
+    without its SavedModel, that it has none: every file it names is there."""
+    from mlgo_host.fsutil import atomic_write_json
+
+    md = read_metadata(path)
+    if md.get("saved_model") is not None:
+        md["saved_model"] = None
+        atomic_write_json(os.path.join(path, METADATA), md)
 
 
 def set_gate(path: str, threshold: float | None, **info) -> None:

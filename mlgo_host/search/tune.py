@@ -43,6 +43,7 @@ from mlgo_host.corpus.tuned import (DATA, FORMAT, INLINE_REPLAY_EXT, MANIFEST, P
 from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes, atomic_write_json
 from mlgo_host.policies import HEURISTICS, check_meanings, load_policy
+from mlgo_host.policies.saved import copy_without_saved_model
 from mlgo_host.search.starts import START_THRESHOLDS, STARTS_BY_LANGUAGE, Starts, starts_pending
 from mlgo_host.workers.pool import make_pool
 from mlgo_host.search.evaluate import replay_text
@@ -498,7 +499,7 @@ def _install_policy(path: str, policy: str) -> str:
         return policy
     dest = os.path.join(path, POLICY)
     shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(policy, dest, ignore=shutil.ignore_patterns("saved_model"))
+    copy_without_saved_model(policy, dest)
     return os.path.join("..", POLICY)
 
 

@@ -24,7 +24,11 @@ Environment:
                   match (keys are relative to their function, so edits
                   elsewhere keep them) are inlined and the compiler decides
                   the rest; one note line (MLGO_QUIET=1: none).
-                  ``serve --replay T`` tells its clients the same T.  T and
+                  ``serve --replay T`` tells its clients the same T.  A
+                  live server in MLGO_CHANNELS that keeps --stats gets a
+                  report of each such compile (it records it: "by":
+                  "flags"); the compiler then runs as a child of
+                  mlgo-clang instead of replacing it.  T and
                   T/replays must be your own and writable by no one else
                   (else: the fallback, with the reason).
   MLGO_CLANG      real C compiler (default clang-19); MLGO_CLANGXX for
@@ -157,27 +161,79 @@ def _say(kind: str, msg: str) -> None:
         pass
 
 
-def _tuned_flags(tuned: str, plain: list[str], plan: dict, quiet: bool) -> tuple[list[str], str]:
+def _tuned_flags(tuned: str, plain: list[str], plan: dict, quiet: bool) -> tuple[list[str], str, dict]:
     """(flags applying the tuned decisions of this compile's module, or [];
-    a reason when ``tuned`` is unusable)."""
+    a reason when ``tuned`` is unusable; what a report of the compile says
+    of its tuned module)."""
     from mlgo_host.corpus.tuned import TunedDir
     from mlgo_host.errors import MlgoHostError
     from mlgo_host.serve.trust import untrusted_tune_dir
 
     why = untrusted_tune_dir(tuned)
     if why:
-        return [], f"MLGO_REPLAY: {why}"
+        return [], f"MLGO_REPLAY: {why}", {}
     try:
         t = TunedDir(tuned)
     except MlgoHostError as e:
-        return [], f"MLGO_REPLAY: {e}"
+        return [], f"MLGO_REPLAY: {e}", {}
     name = t.match(plain, os.getcwd(), plan["source"], plan["output"])
     changed = name is not None and t.changed(name, plan["source"])
     flags = t.flags_for(name, changed)
     if flags and changed and not quiet:
         _say("note", f"{plan['source']} changed since it was tuned ({t.path}): its tuned sites that still match "
                      "are inlined, the compiler decides the rest (tune it again to refresh them)")
-    return flags, ""
+    m = t.modules.get(name or "", {})
+    return flags, "", {"tune_dir": t.path, "module": name, "changed": changed,
+                       "default_size": m.get("default_size"), "best_size": m.get("best_size")}
+
+
+def _by_flags(cmd: list[str], plan: dict, tuned: dict, root: str | None, info: dict | None) -> int:
+    """Compile ``cmd`` (the command with a tune directory's flags): without
+    a live server that records its compiles, the compiler replaces us;
+    else it runs as our child and the compile is reported to the server
+    (``DIR/reports``), which has no slot of it to record."""
+    if root is None or not (info or {}).get("reports"):
+        return _exec(cmd)
+    t0 = time.time()
+    try:
+        proc = _Spawned(cmd)
+    except FileNotFoundError as e:
+        _say("error", f"{e} (set MLGO_CLANG / MLGO_CLANGXX)")
+        return 127
+    try:
+        rc = proc.wait(None)  # plain flags, no FIFO to block on; the compiler dies with us (PDEATHSIG)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            S.remove_temp_outputs(plan["output"], t0)
+    _report(root, {"time": t0, "client_pid": os.getpid(), "cwd": os.getcwd(), "source": plan["source"],
+                   "output": plan["output"], "compiler": _which(cmd[0]) or cmd[0],
+                   "build": os.environ.get("MLGO_BUILD") or None, "returncode": rc,
+                   "wall_s": round(time.time() - t0, 4), **tuned})
+    return rc if rc >= 0 else 128 - rc
+
+
+def _report(root: str, doc: dict) -> None:
+    """Hand the server the record of a compile it did not serve (never
+    fails the compile: a server that stopped meanwhile just misses it)."""
+    d = os.path.join(root, S.REPORTS)
+    if untrusted(d):
+        return
+    try:
+        S.write_atomic(os.path.join(d, f"{os.getpid()}-{time.monotonic_ns()}.json"), json.dumps(doc).encode())
+    except OSError:
+        pass
+
+
+def _live_server(root: str | None, stale_s: float) -> tuple[str | None, dict | None]:
+    """(MLGO_CHANNELS' directory, its live server's server.json), or (None, None)."""
+    if not root:
+        return None, None
+    root = os.path.abspath(root)
+    if untrusted(root):
+        return None, None
+    info, _ = S.server_status(root, stale_s)
+    return (root, info) if info is not None else (None, None)
 
 
 def _exec(cmd: list[str]) -> int:
@@ -392,11 +448,12 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
         return _exec(plain)
     tuned = os.environ.get("MLGO_REPLAY")
     if tuned:
-        flags, why = _tuned_flags(tuned, plain, plan, quiet)
+        flags, why, module = _tuned_flags(tuned, plain, plan, quiet)
         if why:
             return fallback(why, "the tuned flags")
-        if flags:
-            return _exec(plain + flags)
+        if flags:  # a server in MLGO_CHANNELS serves none of it, but it records the build's compiles
+            return _by_flags(plain + flags, plan, module,
+                             *_live_server(os.environ.get("MLGO_CHANNELS"), _env_float("MLGO_STALE", 10.0)))
     root = os.environ.get("MLGO_CHANNELS")
     if not root:
         if mode == "fail" and not tuned:
@@ -411,9 +468,9 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
     if info is None:
         return fallback(why)
     if info.get("replay") and not tuned:  # serve --replay T: T's compiler replays need no slot
-        flags, _ = _tuned_flags(info["replay"], plain, plan, quiet)
+        flags, _, module = _tuned_flags(info["replay"], plain, plan, quiet)
         if flags:
-            return _exec(plain + flags)
+            return _by_flags(plain + flags, plan, module, root, info)
     k, lock_fd, gen = _acquire(root, info, _env_float("MLGO_WAIT", 600.0), stale_s)
     if k is None:
         return fallback(gen)

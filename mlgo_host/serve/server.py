@@ -381,7 +381,8 @@ class Recorder(threading.Thread):
             finally:
                 os.close(fd)
         if srv.verbose:
-            srv.log(f"slot {rec['slot']}: {rec['status']} {out} obs={rec['observations']} "
+            where = f"slot {rec['slot']}" if rec.get("slot") is not None else f"by {rec.get('by')}"
+            srv.log(f"{where}: {rec['status']} {out} obs={rec['observations']} "
                     f"text={rec['text_size']} {rec['duration_s']}s")
 
 
@@ -417,6 +418,8 @@ class Server:
         self.guard = guard
         #: a tune directory (mlgo-host tune): its modules get their replays
         self.replay_dir = os.path.abspath(replay_dir) if replay_dir else None
+        #: clients report the compiles they make with a tune directory's flags (no slot) to be recorded
+        self.reports = bool(self.stats_path or verbose)
         self._check_trusted()
         self.tuned_dir = None
         self.id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -471,6 +474,44 @@ class Server:
     def record(self, rec: dict, episode) -> None:
         self.recorder.q.put((rec, episode))
 
+    def collect_reports(self) -> int:
+        """Record the compiles clients reported (``DIR/reports``: made with a
+        tune directory's flags, without a slot); returns how many."""
+        d = os.path.join(self.root, S.REPORTS)
+        try:
+            names = sorted(os.listdir(d))
+        except OSError:
+            return 0
+        n = 0
+        for fn in names:
+            if not fn.endswith(".json"):  # a report being written (write_atomic's temp file)
+                continue
+            p = os.path.join(d, fn)
+            doc = S.read_json(p)
+            S.unlink_quiet(p)
+            if isinstance(doc, dict):
+                self.record(self.flags_record(doc), None)
+                n += 1
+        return n
+
+    def flags_record(self, doc: dict) -> dict:
+        """The stats line of a compile a client made with a tune directory's
+        flags: no channel (no observations); its tuned module as a served
+        replay's (changed since tuning: stale)."""
+        rc = doc.get("returncode")
+        return {
+            "time": doc.get("time"), "server": self.id, "slot": None, "gen": None, "by": "flags",
+            "build": doc.get("build"), "output": doc.get("output"), "source": doc.get("source"),
+            "cwd": doc.get("cwd"), "compiler": doc.get("compiler"), "client_pid": doc.get("client_pid"),
+            "advisor": self.advisor_name, "policy": self.policy_name,
+            "status": "ok" if rc == 0 else "compile_error", "returncode": rc,
+            "observations": 0, "contexts": 0, "decisions": {}, "duration_s": doc.get("wall_s"), "session_s": 0.0,
+            "text_size": None, "error": None,
+            "tuned": "stale" if doc.get("changed") else "tuned", "tuned_module": doc.get("module"),
+            "tuned_applied": None, "tuned_default_text": doc.get("default_size"),
+            "tuned_best_text": doc.get("best_size"), "tune_dir": doc.get("tune_dir"),
+        }
+
     # -- lifecycle -----------------------------------------------------------
     def start(self) -> None:
         parent = os.path.dirname(self.root)
@@ -510,7 +551,14 @@ class Server:
             if self.collect_dir:
                 os.makedirs(self.collect_dir, exist_ok=True)
             if self.stats_path:
-                os.makedirs(os.path.dirname(self.stats_path), exist_ok=True)
+                # there from the start: a build whose compiles all bypass the slots still has a stats file
+                try:
+                    os.makedirs(os.path.dirname(self.stats_path), exist_ok=True)
+                    os.close(os.open(self.stats_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644))
+                except OSError as e:
+                    raise ConfigError(f"--stats: cannot write {self.stats_path}: {e.strerror}") from None
+            if self.reports:
+                os.makedirs(os.path.join(self.root, S.REPORTS), 0o700, exist_ok=True)
             self.recorder.start()
             for k in range(self.nslots):
                 self.slots.append(Slot(self, k))
@@ -525,7 +573,7 @@ class Server:
                 "id": self.id, "pid": os.getpid(), "slots": self.nslots, "advisor": self.advisor_name,
                 "policy": self.policy_name, "flags": flags, "started": time.time(),
                 "pin": {str(s.k): self.pin_cpu(s.k) for s in self.slots} if self.pin else None,
-                "guard": self.guard, "replay": self.replay_dir,
+                "guard": self.guard, "replay": self.replay_dir, "reports": self.reports,
             }).encode())
         except BaseException:
             self.shutdown()
@@ -540,7 +588,7 @@ class Server:
         removed = []
         for e in sorted(os.listdir(self.root)):
             p = os.path.join(self.root, e)
-            if e.startswith(S.SLOT_PREFIX) and os.path.isdir(p) and not os.path.islink(p):
+            if (e.startswith(S.SLOT_PREFIX) or e == S.REPORTS) and os.path.isdir(p) and not os.path.islink(p):
                 shutil.rmtree(p, ignore_errors=True)
                 removed.append(p)
             elif e in (S.SERVER_JSON, S.HEARTBEAT) or e.endswith(".tmp"):
@@ -566,6 +614,7 @@ class Server:
     def serve_forever(self) -> int:
         while not self.stopping.wait(1.0):
             self.heartbeat()
+            self.collect_reports()
             for i, s in enumerate(self.slots):
                 if not s.is_alive() and not self.stopping.is_set():
                     self.log(f"slot {s.k} died; restarting it")
@@ -600,6 +649,7 @@ class Server:
         for s in self.slots:
             if s.is_alive():
                 s.join(timeout=15)
+        self.collect_reports()  # those that came in since the last second
         if self.recorder.is_alive():
             self.recorder.q.put(None)
             self.recorder.join(timeout=60)

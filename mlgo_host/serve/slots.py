@@ -19,6 +19,13 @@ stopped)::
     DIR/slot-K/aborted   the generation whose session the server ended (host
                          side error or shutdown): the client then falls back
     DIR/slot-K/ch.in, ch.out  the channel FIFOs of the current generation
+    DIR/reports/<pid>-<ns>.json  a compile mlgo-clang ran with a tune
+                         directory's flags, without a slot (its source,
+                         object, exit status, tuned module), written
+                         atomically; the server records it in its --stats
+                         and removes it (present while server.json says
+                         "reports": true; a compile still running when
+                         the server stops finds no server to report to)
 
 Liveness (:func:`server_status`): the server is alive when ``server.lock`` is
 locked, ``server.json`` names the same server id as before, and the
@@ -51,6 +58,7 @@ READY = "ready"
 REQUEST = "request.json"
 ABORTED = "aborted"
 CHANNEL_NAME = "ch"
+REPORTS = "reports"
 #: placeholder for the FIFO base in server.json's "flags"
 BASE_PLACEHOLDER = "{base}"
 

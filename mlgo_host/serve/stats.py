@@ -17,7 +17,11 @@ One line per compile (appended with one ``write``)::
      "missed", "decisions", "stale"[, "stale_reason"]},
      with --replay T: "tuned": "tuned" | "stale" | "default", "tuned_module",
      "tuned_applied" (forced decisions applied), "tuned_default_text" and
-     "tuned_best_text" (the module's -Oz and tuned sizes when it was tuned)}
+     "tuned_best_text" (the module's -Oz and tuned sizes when it was tuned),
+     a compile mlgo-clang made with a tune directory's flags (no slot; it
+     reported it to the server): "by": "flags", "slot" null, no
+     observations, "tuned": "tuned" | "stale" (the source changed since
+     tuning), "tuned_applied" null, "tune_dir"}
 
 A build is the ``MLGO_BUILD`` label the clients ran with, else the server
 run (its id).  Within a build the last record of each output file counts
@@ -154,8 +158,8 @@ def format_build(b: dict, top: int | None = None) -> str:
                      f"plain compiles {g['guard_s']:.2f} s")
     t = b.get("tuned")
     if t:
-        lines.append(f"  tuned replays: {t['tuned']} tuned, {t['stale']} stale (changed since tuning: served by the "
-                     f"policy), {t['default']} default (no tuned module); {t['saved_bytes']} bytes saved vs -Oz "
+        lines.append(f"  tuned replays: {t['tuned']} tuned, {t['stale']} stale (changed since tuning), "
+                     f"{t['default']} default (no tuned module); {t['saved_bytes']} bytes saved vs -Oz "
                      "by the tuned ones")
     cmp = b.get("compare")
     if cmp:

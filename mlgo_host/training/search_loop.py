@@ -19,8 +19,14 @@ Per round:
 The held-out split is evaluated after each round for the learning curve
 only: no choice reads it.  Rounds go on until ``time_budget_minutes`` is
 spent (a round is not started when the last one would not fit) or
-``max_rounds``.  ``state.json`` is written last, atomically, after each
-round; a killed run resumes after its last completed round and
+``max_rounds``.  The time bounds each round's search too: it stops
+dispatching compiles when the run's time is up, less what the last round
+needed after its search (its imitation, gate and held-out evaluation), or
+``round_search_minutes`` after the round started, whichever comes first;
+what it measured until then is kept, and the next round's search begins
+with the modules searched longest ago.  ``state.json`` is written last,
+atomically, after each round; a killed run resumes after its last
+completed round and
 ``saved_policy/`` is always the best policy so far.  Round data (search
 results: trajectories and flips) are pickled under ``search/``: the
 learner's own cache, read only by this module.
@@ -76,6 +82,7 @@ def train_search(
     time_budget_minutes: float = 60.0,
     max_rounds: int = 100,
     compiles_per_round: int = 3000,
+    round_search_minutes: float | None = None,
     heldout_fraction: float = 0.2,
     validation_fraction: float = 0.2,
     max_module_growth_pct: float = 1.0,
@@ -89,9 +96,12 @@ def train_search(
     ``workers``: the compiler and the worker pool (default: gin's
     ``workers``); ``search_data``: a tune directory (``mlgo-host tune
     --output T``) whose tried flips and best trajectories are imitated too
-    (as round 0)."""
+    (as round 0); ``round_search_minutes``: the longest a round's search
+    dispatches compiles (None: until the run's time is up)."""
     workers = workers or Workers()
     t_start = time.monotonic()
+    # wall clock: the searches' deadline is checked in the workers (processes, or other machines with Ray)
+    run_end = time.time() + 60.0 * time_budget_minutes
     root_dir = os.path.abspath(root_dir)
     os.makedirs(os.path.join(root_dir, "search"), exist_ok=True)
     corpus = load_corpus(corpus_dir)
@@ -109,8 +119,9 @@ def train_search(
         while state["round"] < max_rounds and _time_left(state, t_start, time_budget_minutes):
             t0 = time.monotonic()
             r = state["round"] + 1
+            deadline = search_deadline(state, run_end, time.time(), round_search_minutes)
             row = _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, workers, compiles_per_round,
-                             gate_thresholds, max_module_growth_pct, evaluate_heldout, seed, progress)
+                             gate_thresholds, max_module_growth_pct, evaluate_heldout, seed, progress, deadline)
             row["round_s"] = round(time.monotonic() - t0, 1)
             state["history"].append(row)
             state["round"] = r
@@ -128,14 +139,17 @@ def train_search(
 
 
 def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, workers, compiles, thresholds,
-               max_growth, heldout, seed, progress) -> dict[str, Any]:
+               max_growth, heldout, seed, progress, deadline=None) -> dict[str, Any]:
     base_dir = state.get("best_policy")
     t0 = time.monotonic()
-    results = _cached_search_round(root_dir, pool, r, base_dir, train_mods, state, compiles, progress)
+    results = _cached_search_round(root_dir, pool, r, base_dir, train_mods, state, compiles, progress, deadline)
     t_search = time.monotonic() - t0
-    _note_modules(state, results)
+    _note_modules(state, results, r)
     data = _merge_round(root_dir, r, results)
     seen = list(data["best"].values()) + data["flip_only"]  # every trajectory and flip so far
+    if not seen:
+        raise ConfigError(f"round {r}: the time was up before the search measured any module "
+                          "(raise time_budget_minutes or round_search_minutes)")
     model = fit_flip_model(seen)
     state["flip_model"] = model.to_json() if model is not None else None
     t1 = time.monotonic()
@@ -160,39 +174,61 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, worker
     return row
 
 
-def _cached_search_round(root_dir, pool, r, base_dir, mods, state, compiles, progress) -> list[dict]:
+def _cached_search_round(root_dir, pool, r, base_dir, mods, state, compiles, progress, deadline=None) -> list[dict]:
     """The round's search results, computed once: a run killed after the
     search (the longest step) resumes with its results."""
     path = os.path.join(root_dir, "search", f"round-{r}.pkl")
     if os.path.exists(path):
         with open(path, "rb") as f:
             return pickle.load(f)
-    results = _search_round(pool, r, base_dir, mods, state, compiles, progress)
+    results = _search_round(pool, r, base_dir, mods, state, compiles, progress, deadline)
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         pickle.dump(results, f, protocol=pickle.HIGHEST_PROTOCOL)
     return results
 
 
-def _search_round(pool, r, base_dir, mods: list[Module], state, compiles, progress) -> list[dict]:
+def _search_round(pool, r, base_dir, mods: list[Module], state, compiles, progress,
+                  deadline: float | None = None) -> list[dict]:
     """Search every training module around the current policy: the
     compiles shared by module size (:func:`budgets`);
     what the modules that ran out of flips did not use goes to those that
-    did not, each continuing from its best."""
+    did not, each continuing from its best.  ``deadline`` (a
+    ``time.time()``): no compile starts after it (a module not started by
+    then comes back ``skipped``); the modules searched longest ago go first."""
     pool.broadcast("set_policy", policy_blob_from_dir(base_dir) if base_dir else {"heuristic": "default"})
+    searched = state.get("searched") or {}
+    order = list(mods)  # the results' order (what the imitation reads), whatever order they ran in
+    mods = sorted(mods, key=lambda m: searched.get(m.name, 0))  # stable: the corpus order among equals
     sizes = [state["sizes"].get(m.name, m.size) for m in mods]
     decisions = [state["decisions"].get(m.name, 10_000) for m in mods]
     model = state.get("flip_model")
     budget = budgets(sizes, decisions, compiles, floor=4)
-    tasks = [(m.to_task(), b, model, None, None) for m, b in zip(mods, budget)]
+    tasks = [(m.to_task(), b, model, deadline, None) for m, b in zip(mods, budget)]
     found = run_searches(pool, tasks, f"round {r}: search", progress)
     left = compiles - _used(found)
     more = [x for x in found.values() if x["status"] == "ok" and x.get("stopped") in ("budget", "sweep")]
-    if left > 0 and more:
+    if left > 0 and more and (deadline is None or time.time() < deadline):
         by_name = {m.name: m for m in mods}
         share = max(2, left // len(more))
-        tasks = [(by_name[x["name"]].to_task(), x["compiles"] + share, model, None, x) for x in more]
+        tasks = [(by_name[x["name"]].to_task(), x["compiles"] + share, model, deadline, x) for x in more]
         found.update(run_searches(pool, tasks, f"round {r}: search, further", progress))
-    return [found[m.name] for m in mods if m.name in found]
+    planned = {m.name: b for m, b in zip(mods, budget)}
+    for x in found.values():
+        x["planned"] = planned.get(x["name"], 0)
+    return [found[m.name] for m in order if m.name in found]
+
+
+def search_deadline(state: dict, run_end: float, now: float, round_search_minutes: float | None) -> float:
+    """When the next round's search stops dispatching compiles (a
+    ``time.time()``): the run's end less what the last round needed after
+    its search (its imitation, gate and held-out evaluation; nothing before
+    the first round), and at most ``round_search_minutes`` from ``now``."""
+    last = state["history"][-1] if state["history"] else None
+    reserve = max(0.0, float(last["round_s"]) - float(last["search_s"])) if last else 0.0
+    end = run_end - reserve
+    if round_search_minutes is not None:
+        end = min(end, now + 60.0 * round_search_minutes)
+    return end
 
 
 def budgets(sizes: Sequence[int], decisions: Sequence[int], total: int, *, floor: int = 2) -> list[int]:
@@ -208,10 +244,12 @@ def _used(found: dict) -> int:
     return sum(x["compiles"] for x in found.values())
 
 
-def _note_modules(state: dict, results: list[dict]) -> None:
-    """What the next rounds' budgets and the imitation need to know."""
+def _note_modules(state: dict, results: list[dict], r: int) -> None:
+    """What the next rounds' budgets, order and the imitation need to know."""
+    searched = state.setdefault("searched", {})  # module -> the last round that searched it
     for res in results:
         if res["status"] == "ok":
+            searched[res["name"]] = r
             state["sizes"][res["name"]] = res["default_size"]
             state["decisions"][res["name"]] = len(res["actions"])
             state["default_slot"] = state.get("default_slot") or res.get("default_slot")
@@ -313,7 +351,8 @@ def _load_state(root_dir: str) -> dict:
         log.info("resuming %s after round %d", root_dir, state["round"])
         return state
     return {"format": "mlgo_host.search_state/1", "round": 0, "history": [], "sizes": {}, "decisions": {},
-            "best_val": None, "best_round": None, "best_policy": None, "flip_model": None, "default_slot": None}
+            "best_val": None, "best_round": None, "best_policy": None, "flip_model": None, "default_slot": None,
+            "searched": {}}
 
 
 def _time_left(state: dict, t_start: float, budget_min: float) -> bool:
@@ -345,10 +384,14 @@ def total_gain_pct(results: Sequence[dict]) -> float:
 
 
 def _round_row(r, results, data, fit, gate, val, t_search, t_train, t_gate) -> dict[str, Any]:
-    flips = [f for x in results for f in x["flips"]]
+    flips = [f for x in results for f in x.get("flips", ())]
     compiles = sum(x["compiles"] for x in results)
     return {
-        "round": r, "modules": len(results), "compiles": compiles,
+        "round": r, "modules": sum(x["status"] == "ok" for x in results), "compiles": compiles,
+        # the compiles the budgets gave the round's modules, and the modules the time stopped or never started
+        "compiles_planned": sum(int(x.get("planned", 0)) for x in results),
+        "modules_skipped": sum(x["status"] == "skipped" for x in results),
+        "modules_stopped_by_time": sum(x.get("stopped") == "time" for x in results),
         "flips_tried": len(flips), "flips_accepted": sum(f["accepted"] for f in flips),
         "round_search_pct": total_gain_pct(results), "headroom_pct": total_gain_pct(list(data["best"].values())),
         "compiles_per_minute": round(60.0 * compiles / max(t_search, 1e-9), 1),
@@ -372,5 +415,8 @@ def _summary_line(row: dict) -> str:
              f"(gate {row['gate']:g})"]
     if "heldout_pct" in row:
         parts.append(f"held-out {pct(row['heldout_pct'])}")
+    if row.get("modules_skipped") or row.get("modules_stopped_by_time"):
+        parts.append(f"(time up: search stopped in {row.get('modules_stopped_by_time', 0)} modules, "
+                     f"{row.get('modules_skipped', 0)} not started)")
     parts.append(f"{row['round_s'] if 'round_s' in row else 0:.0f}s")
     return " ".join(parts)

@@ -95,3 +95,24 @@ def test_a_damaged_file_is_one_line_naming_it(case, good_policy, tmp_path, capsy
     assert len(lines) == 1 and lines[0].startswith("mlgo-host run: error: "), err
     named = str(target) if case != "missing vocab file" else str(d / VOCAB_DIR)
     assert named in lines[0] and words in lines[0], lines[0]
+
+
+def test_a_copy_without_the_saved_model_says_it_has_none(good_policy, tmp_path):
+    # tune's T/policy and the shipped policy are such copies: their metadata names only files they have
+    from mlgo_host.policies import load_policy
+    from mlgo_host.policies.saved import SAVED_MODEL_DIR, copy_without_saved_model, named_files, read_metadata
+
+    src = tmp_path / "src"
+    shutil.copytree(good_policy, src)
+    (src / SAVED_MODEL_DIR).mkdir()
+    (src / SAVED_MODEL_DIR / "saved_model.pb").write_bytes(b"x")
+    md = json.loads((src / METADATA).read_text())
+    (src / METADATA).write_text(json.dumps(dict(md, saved_model=SAVED_MODEL_DIR)))
+    assert named_files(read_metadata(str(src))) == [SAVED_MODEL_DIR]
+    dst = tmp_path / "dst"
+    copy_without_saved_model(str(src), str(dst))
+    assert sorted(os.listdir(dst)) == sorted([METADATA, VOCAB_DIR, WEIGHTS])
+    got = read_metadata(str(dst))
+    assert got["saved_model"] is None and named_files(got) == []
+    assert {k: v for k, v in got.items() if k != "saved_model"} == md
+    assert load_policy(str(dst)).name

@@ -14,7 +14,7 @@ import sys
 from mlgo_host.corpus import synth
 from mlgo_host.policies import load_policy
 from mlgo_host.shipped import SHIPPED, shipped_policy_dir
-from mlgo_host.policies.saved import set_gate
+from mlgo_host.policies.saved import VOCAB_DIR, WEIGHTS, named_files, read_metadata, set_gate
 
 
 def _run(args, tmp_path) -> dict:
@@ -36,6 +36,15 @@ def test_the_shipped_policy_loads_by_name_with_its_metadata():
     assert not os.path.exists(os.path.join(d, "saved_model"))  # numpy weights only
     pol = load_policy("pretrained-oz")
     assert pol.name and not pol.stochastic
+
+
+def test_every_file_a_shipped_policys_metadata_names_is_shipped():
+    for name in SHIPPED:
+        d = shipped_policy_dir(name)
+        md = read_metadata(d)
+        assert md.get("saved_model") is None  # numpy weights only: the metadata says so
+        for rel in (WEIGHTS, VOCAB_DIR, *named_files(md)):
+            assert os.path.exists(os.path.join(d, rel)), f"{name}: {rel}"
 
 
 def test_it_runs_on_every_clang_and_with_its_gate_closed_is_exactly_oz(toolchain, tmp_path):

@@ -74,8 +74,35 @@ def test_print_flags_compiles_a_file_to_exactly_its_tuned_size(tuned, tmp_path):
     out = tmp_path / "k.o"
     subprocess.run(["clang-19", "-Oz", "-Isrc", "-c", "src/k.c", "-o", str(out), *flags], cwd=proj, check=True)
     assert text_size(out) == man["modules"]["k"]["best_size"]
-    r = mlgo_host("tune", "--print-flags", str(t), "src/nope.c", cwd=proj)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no tuned module" in r.stderr
+    r = mlgo_host("tune", "--print-flags", str(t), "src/nope.c", cwd=proj)  # a typo: no flags, said once
+    assert r.returncode == 0 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
+    assert "src/nope.c (no such file)" in r.stderr and "has no tuned flags for it" in r.stderr
+
+
+def test_print_flags_of_a_file_T_never_saw_prints_nothing_and_mlgo_clang_compiles_it_untouched(tuned, tmp_path):
+    # a build that adds T's flags to every file goes on when a file was added since the tune
+    root, _, t, _ = tuned
+    proj = tmp_path / "checkout"
+    shutil.copytree(root / "project", proj)
+    shutil.rmtree(proj / "obj", ignore_errors=True)
+    (proj / "obj").mkdir()
+    (proj / "src" / "new.c").write_text("static int sq(int x) { return x * x + 1; }\n"
+                                        "int na(int x) { return sq(x) + sq(x + 2); }\n")
+    r = mlgo_host("tune", "--print-flags", str(t), "src/new.c", cwd=proj)
+    assert r.returncode == 0 and r.stdout == "", r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("mlgo-host tune: note: src/new.c: "), r.stderr
+    assert f"{t} has no tuned flags for it" in r.stderr
+    # mlgo-clang with the same T: the compiler's own object, not a word
+    cmd = [os.path.join(BIN, "mlgo-clang"), "-Oz", "-Isrc", "-c", "src/new.c", "-o", "obj/new.o"]
+    r = subprocess.run(cmd, cwd=proj, env=dict(env_without_mlgo(), MLGO_REPLAY=str(t), MLGO_FALLBACK="fail"),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    subprocess.run(["clang-19", "-Oz", "-Isrc", "-c", "src/new.c", "-o", "obj/plain.o"], cwd=proj, check=True)
+    assert (proj / "obj" / "new.o").read_bytes() == (proj / "obj" / "plain.o").read_bytes()
+    # a T that is no tune directory is still an error: one line, exit 2
+    r = mlgo_host("tune", "--print-flags", str(proj), "src/new.c", cwd=proj)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("mlgo-host tune: error: ") and "tune directory" in r.stderr, r.stderr
 
 
 def test_a_build_with_only_the_flags_gets_tunes_sizes_and_an_edit_still_compiles(tuned):

@@ -127,11 +127,57 @@ def test_served_make_of_a_batched_T_applies_its_compiler_replays(batched, tmp_pa
     # tune's default search keeps compiler replays: the server's clients apply them with plain flags
     root, t, man = batched
     proj = _checkout(root, "checkout")
-    with ServerProc(str(tmp_path / "ch"), slots=2, stats=str(tmp_path / "s.jsonl"), extra=("--replay", str(t))) as srv:
+    stats = str(tmp_path / "s.jsonl")
+    with ServerProc(str(tmp_path / "ch"), slots=2, stats=stats, extra=("--replay", str(t))) as srv:
+        assert os.path.getsize(stats) == 0  # there from the start
         _make(proj, srv.channels)
         assert srv.terminate() == 0
+    mods = man["modules"]
     for n in OBJS:
-        assert text_size(proj / "obj" / f"{n}.o") == man["modules"][n]["best_size"], n
+        assert text_size(proj / "obj" / f"{n}.o") == mods[n]["best_size"], n
+    # the compiles by flags bypass the slots, and the stats still have them: every compile of the build
+    by_flags = {n for n in OBJS if mods[n].get("inline_replay") or mods[n].get("base_flags")}
+    assert by_flags, mods
+    recs = {os.path.basename(r["output"]): r for r in read_stats(stats)}
+    assert sorted(recs) == sorted(f"{n}.o" for n in OBJS)
+    for n in OBJS:
+        r = recs[f"{n}.o"]
+        assert r["status"] == "ok" and r["text_size"] == mods[n]["best_size"], r
+        if n in by_flags:
+            assert r["by"] == "flags" and r["tuned"] == "tuned" and r["tuned_module"] == n and r["slot"] is None, r
+        else:
+            assert "by" not in r and r["tuned"] == "default", r
+    b = aggregate(read_stats(stats))[0]
+    assert b["tuned"]["tuned"] == len(by_flags)
+    assert b["tuned"]["saved_bytes"] == sum(mods[n]["default_size"] - mods[n]["best_size"] for n in by_flags) > 0
+    out = mlgo_host("stats", stats)
+    assert out.returncode == 0 and f"{len(by_flags)} tuned, 0 stale" in out.stdout, out.stdout
+
+
+def test_a_server_records_the_compiles_mlgo_replay_gives_flags_and_an_empty_build_leaves_valid_stats(batched,
+                                                                                                    tmp_path):
+    root, t, man = batched
+    proj = _checkout(root, "checkout-report")
+    (proj / "obj").mkdir()
+    empty = str(tmp_path / "empty.jsonl")
+    with ServerProc(str(tmp_path / "ch0"), slots=1, stats=empty, extra=("--replay", str(t))) as srv:
+        assert srv.terminate() == 0
+    r = mlgo_host("stats", empty)
+    assert r.returncode == 0 and "no records" in r.stdout, r.stdout + r.stderr
+    # MLGO_REPLAY=T next to a server of MLGO_CHANNELS without --replay: the tuned compile is in its stats too
+    stats = str(tmp_path / "s.jsonl")
+    with ServerProc(str(tmp_path / "ch"), slots=1, stats=stats) as srv:
+        env = dict(env_without_mlgo(), MLGO_REPLAY=str(t), MLGO_CHANNELS=srv.channels, MLGO_FALLBACK="fail",
+                   MLGO_BUILD="b1")
+        r = subprocess.run([os.path.join(BIN, "mlgo-clang"), "-Oz", "-Isrc", "-c", "src/k.c", "-o", "obj/k.o"],
+                           cwd=proj, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        assert srv.terminate() == 0
+    (rec,) = read_stats(stats)
+    assert rec["by"] == "flags" and rec["tuned_module"] == "k" and rec["build"] == "b1" and rec["status"] == "ok"
+    assert rec["text_size"] == text_size(proj / "obj" / "k.o") == man["modules"]["k"]["best_size"]
+    assert rec["output"] == str(proj / "obj" / "k.o") and rec["tune_dir"] == str(t)
+    assert not os.path.exists(tmp_path / "ch" / "reports")  # the server removed what it made
 
 
 def test_serve_replay_of_a_missing_dir_is_one_line(tmp_path):

@@ -128,3 +128,53 @@ def test_training_never_compiles_a_held_out_module(corpus, tmp_path):
     compiled = log.read_text()
     assert "t3.bc" in compiled and "t0.bc" in compiled  # validation and training modules were compiled
     assert "t7.bc" not in compiled  # the held-out one never
+
+
+def test_a_rounds_search_stops_when_the_run_leaves_no_time_for_the_rest_of_the_round():
+    from mlgo_host.training.search_loop import search_deadline
+
+    # (time.time() values) the run ends at 1000; the last round took 60 s after its search
+    first = {"history": []}
+    assert search_deadline(first, 1000.0, 100.0, None) == 1000.0
+    assert search_deadline(first, 1000.0, 100.0, 1.0) == 160.0
+    later = {"history": [{"round_s": 90.0, "search_s": 30.0}]}
+    assert search_deadline(later, 1000.0, 100.0, None) == 940.0
+    assert search_deadline(later, 1000.0, 100.0, 0.5) == 130.0
+    assert search_deadline(later, 1000.0, 930.0, 0.5) == 940.0
+
+
+def test_a_round_stops_at_its_time_budget_keeps_what_it_measured_and_the_next_goes_on_elsewhere(corpus, tmp_path):
+    # compiles of a second or more (a shim in front of the real clang-19) and no compile budget to speak of:
+    # only the time ends each round's search
+    shim_dir = tmp_path / "bin"
+    shim_dir.mkdir()
+    shim = shim_dir / "clang-19"
+    shim.write_text(f'#!/bin/sh\nsleep 1\nexec "{shutil.which("clang-19")}" "$@"\n')
+    shim.chmod(0o755)
+    root = tmp_path / "root"
+    extra = ("clang_path='" + str(shim) + "'", "compiles_per_round=100000", "round_search_minutes=0.25",
+             "search_loop.train_search.evaluate_heldout=False", "search_loop.train_search.gate_thresholds=(0.5,)")
+    r = subprocess.run(_cmd(root, corpus, extra), env=run_env(tmp_path / "tmp"), capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    st = read_state(root)
+    assert [h["round"] for h in st["history"]] == [1, 2]  # max_rounds=2 of a 30-minute budget
+    for h in st["history"]:
+        assert h["modules_skipped"] + h["modules_stopped_by_time"] >= 1, h  # the time ended the search
+        assert 0 < h["compiles"] < h["compiles_planned"], h
+        assert h["modules"] >= 1 and h["flips_tried"] >= 0
+    assert "time up: search stopped in" in r.stderr
+    import pickle
+
+    def searched(k):
+        with open(root / "search" / f"round-{k}.pkl", "rb") as f:
+            return [x["name"] for x in pickle.load(f) if x["status"] == "ok"]
+
+    one, two = searched(1), searched(2)
+    left = [n for n in ("t0", "t1", "t2", "t4", "t5", "t6", "t9") if n not in one]
+    if left:  # the next round begins with the modules the last one did not reach
+        assert set(two) & set(left), (one, two)
+    with open(root / "search" / "data.pkl", "rb") as f:
+        kept = set(pickle.load(f)["best"])
+    assert set(one) | set(two) <= kept  # what each round measured is imitated
+    assert os.path.isfile(root / "saved_policy" / "metadata.json")
