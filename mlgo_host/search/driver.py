@@ -300,6 +300,7 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
     Returns the result ``tune`` stores (see :func:`result_of`)."""
     t0 = time.monotonic()
     earlier_seconds = float(resume.get("seconds") or 0.0) if resume is not None else 0.0
+    start_compiles = resume.get("start_compiles") if resume is not None else None
     original = module
     flags = list(resume.get("base_flags") or ()) if resume is not None else []
     thresholds = resume.get("thresholds") if resume is not None else None
@@ -354,6 +355,10 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
     # (the flags are part of how the module is compiled, not of which module it is: a T keeps the corpus's key)
     res.update(module_key=original.key, base_flags=flags, thresholds=thresholds, policy_start=policy_start,
                start=start_kind, seconds=round(earlier_seconds + time.monotonic() - t0, 3))
+    # (the compiles spent before the first flip: the probe's and the starts'; what tune's shares don't
+    # count as the search's)
+    res["start_compiles"] = res["compiles"] if not res.get("tried") else \
+        start_compiles if start_compiles is not None else spent if spent is not None else probe.compiles
     if flags and res["status"] == "ok" and (s.base is None or s.provisional) and probe.plain is not None \
             and probe.plain.text < default_size:
         # the best is the threshold's own object, never compiled as a replay: a build gets the threshold

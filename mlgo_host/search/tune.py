@@ -202,7 +202,7 @@ class Passes:
             open_, left = self._open(), self.left()
             if not open_ or left <= 0:
                 return
-            first = not any(_gain(r) for r in open_) and k == 1
+            first = not any(_paid(r) for r in open_) and k == 1
             timed = self.per_module is None
             if timed:
                 total = self._seconds_for_pass()
@@ -283,8 +283,17 @@ def known_start(r: dict):
     return r.get("reference") or getattr(r.get("probe"), "plain", None)
 
 
-def _gain(r: dict) -> int:
-    return max(0, r["default_size"] - r["best_size"])
+def _paid(r: dict) -> int:
+    """The bytes a module's flips found: its best below its start's object
+    (the start's own gain, a threshold's or the start policy's, is no
+    flip's: it says nothing of what the next compiles will find)."""
+    start = min(r["default_size"], r.get("replay_start_size") or r.get("start_size") or r["default_size"])
+    return max(0, start - r["best_size"])
+
+
+def _search_compiles(r: dict) -> int:
+    """The compiles a module's flips took (its probe's and starts' not counted)."""
+    return max(1, r["compiles"] - (r.get("start_compiles") or 0))
 
 
 #: the chance every flip not measured yet is given on top of the prior's: when the promising flips
@@ -299,10 +308,10 @@ def shares(rows: list[dict], total: float, paid: bool, timed: bool = False) -> l
     modules ``rows``; returns each module's compiles.  The weight of a
     module: the flips the prior expects to pay among those it has not
     measured (its ``promise``, plus :data:`FLOOR_P` per flip left), or
-    without a prior its flips left; with ``paid``, times the bytes it gained
-    per compile (``timed``: per second) so far (plus
-    :data:`PAID_PRIOR_BYTES`): where compiles found bytes, the next ones are
-    likelier to.  Under ``timed`` a module's compiles are its seconds over
+    without a prior its flips left; with ``paid``, times the bytes its flips
+    found per compile of theirs (``timed``: per second) so far (plus
+    :data:`PAID_PRIOR_BYTES`; :func:`_paid`): where compiles found bytes, the
+    next ones are likelier to.  Under ``timed`` a module's compiles are its seconds over
     its own seconds per compile (:func:`seconds_per_compile`): a module
     whose compile takes a minute gets a share of the time, not of the
     compiles.  The heaviest modules are served first, each at least the
@@ -313,7 +322,7 @@ def shares(rows: list[dict], total: float, paid: bool, timed: bool = False) -> l
                   for r in rows], dtype=np.float64)
     cost = np.array([seconds_per_compile(r) if timed else 1.0 for r in rows])
     if paid:
-        w *= np.array([(_gain(r) + PAID_PRIOR_BYTES) / max(1, r["compiles"]) for r in rows]) / cost
+        w *= np.array([(_paid(r) + PAID_PRIOR_BYTES) / _search_compiles(r) for r in rows]) / cost
     out = [0] * len(rows)
     rest, w_rest = float(total), float(w.sum())
     for i in np.argsort(-w, kind="stable"):

@@ -216,6 +216,23 @@ def test_a_deadline_shares_the_time_not_the_compiles():
     assert 0 < a * 10.0 < b * 1.0 and a * 10.0 + b <= 400
 
 
+def test_what_a_start_gained_is_no_flips_pay():
+    """A module whose start (the shipped policy's decisions, a threshold)
+    is far below -Oz but whose flips found nothing weighs as one that found
+    nothing: the start says nothing of what the next compiles find; the
+    compiles of the probe and the starts are not the flips'."""
+    from mlgo_host.search.tune import shares
+
+    started = dict(_row("started", 4.0, gain=500, compiles=10, reference=object()), start_size=500,
+                   start_compiles=8)
+    searched = dict(_row("searched", 4.0, gain=40, compiles=10, reference=object()), start_compiles=2)
+    a, b = shares([started, searched], 60, paid=True)
+    assert a < b
+    flips = dict(started, best_size=460)  # its flips found 40 bytes in its 2 compiles past the start
+    a, b = shares([flips, searched], 60, paid=True)
+    assert a > b
+
+
 def test_tune_starts_from_the_shipped_policy_in_a_new_T(tmp_path):
     # the base policy is copied into T and named relative to T/replays,
     # which a new T does not have yet: the workers must still get it whole
