@@ -109,7 +109,9 @@ def main() -> int:
                          "cpu_median_s": round(cpus[len(cpus) // 2], 3)}
         res = {
             "sources": kind, "files": len(entries), "jobs": args.jobs, "slots": args.slots, "repeat": args.repeat,
-            "policy": args.policy if args.policy in ("never", "always") else os.path.join(*args.policy.rstrip("/").split("/")[-2:]), "cpus": os.cpu_count(),
+            # (a heuristic's name, or the policy directory's last two parts: no path of this machine)
+            "policy": args.policy if os.sep not in args.policy else os.path.join(*args.policy.rstrip("/").split("/")[-2:]),
+            "cpus": os.cpu_count(),
             "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
             "builds": fig, "plain_text_total": sum(plain_sizes),
             "served": compare(got["served"], plain_sizes), "guarded": compare(got["guarded"], plain_sizes),
