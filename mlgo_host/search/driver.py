@@ -342,15 +342,8 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
         s.resume_from(resume)
     elif cfg.get("starts_only") and start_kind == "policy":
         _compile_policy_start(s, deadline)
-    try:
-        if probe.episode.n and (resume is not None or budget > s.ev.compiles):  # else: a probe only
-            s.run()
-    except MlgoHostError as e:
-        log.warning("%s: batched search stopped: %s", module.name, e)
-        try:
-            s.finish()
-        except MlgoHostError:
-            s.base = s.state.start  # the last size known for sure
+    if probe.episode.n and (resume is not None or budget > s.ev.compiles):  # else: a probe only
+        _run(s)
     res = result_of(s, default_size, time.monotonic() - t0)
     # (the flags are part of how the module is compiled, not of which module it is: a T keeps the corpus's key)
     res.update(module_key=original.key, base_flags=flags, thresholds=thresholds, policy_start=policy_start,
@@ -365,6 +358,19 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
         # alone, which compiles that very object (no replay file)
         res.update(best_size=int(probe.plain.text), inline=None, scope=None)
     return res
+
+
+def _run(s: BatchedSearch) -> None:
+    """The search's passes; a compiler failure on the way ends it with what
+    it measured (the best set compiled, else the last size known for sure)."""
+    try:
+        s.run()
+    except MlgoHostError as e:
+        log.warning("%s: batched search stopped: %s", s.module.name, e)
+        try:
+            s.finish()
+        except MlgoHostError:
+            s.base = s.state.start
 
 
 def oz_size_of(probe: Probe) -> int:

@@ -212,10 +212,12 @@ class Passes:
             model = self._model()
             before = self.store.compiles(self.mods)
             # the longest shares first: the pass's last task then ends close to the others (its
-            # workers wait for it before the next pass shares again)
+            # workers wait for it before the next pass shares again); under a deadline the modules not
+            # searched yet before them (short tasks: the deadline never finds them still queued)
             tasks = sorted(((self.by_name[r["name"]].to_task(), r["compiles"] + int(b), model, self.deadline, r,
                              self.prior) for r, b in zip(open_, budget) if b > 0),
-                           key=lambda t: (t[1] - t[4]["compiles"]) * (seconds_per_compile(t[4]) if timed else 1.0),
+                           key=lambda t: (not t[4]["tried"] if timed else 0,
+                                          (t[1] - t[4]["compiles"]) * (seconds_per_compile(t[4]) if timed else 1.0)),
                            reverse=True)
             self._timed("passes", lambda: self._run(tasks, f"tune: pass {k} ({self._past_start()}/{len(self.mods)} "
                                                            f"files searched past their start)"))
@@ -314,7 +316,8 @@ def shares(rows: list[dict], total: float, paid: bool, timed: bool = False) -> l
     next ones are likelier to.  Under ``timed`` a module's compiles are its seconds over
     its own seconds per compile (:func:`seconds_per_compile`): a module
     whose compile takes a minute gets a share of the time, not of the
-    compiles.  The heaviest modules are served first, each at least the
+    compiles.  The heaviest modules are served first (``timed``: after the
+    ones not searched yet, heaviest first too), each at least the
     compiles one batch needs (its reference first when it has none), so a
     small ``total`` goes where it pays instead of a compile to everyone; none
     gets more than two compiles per flip left."""
@@ -325,11 +328,17 @@ def shares(rows: list[dict], total: float, paid: bool, timed: bool = False) -> l
         w *= np.array([(_paid(r) + PAID_PRIOR_BYTES) / _search_compiles(r) for r in rows]) / cost
     out = [0] * len(rows)
     rest, w_rest = float(total), float(w.sum())
-    for i in np.argsort(-w, kind="stable"):
+    # (under a deadline the modules no flip was measured in yet come first: none is left at its start
+    # while another is searched to exhaustion)
+    order = np.lexsort((-w, [bool(r["tried"]) for r in rows])) if timed else np.argsort(-w, kind="stable")
+    for i in order:
         r, c = rows[i], cost[i]
         need = 2 if known_start(r) is not None else 3  # (a batch and the final compile, and the start's)
-        if w[i] <= 0 or rest < need * c or w_rest <= 0:
+        if w_rest <= 0:
             break
+        if w[i] <= 0 or rest < need * c:  # (a cheaper module may still afford its batch)
+            w_rest -= w[i]
+            continue
         cap = 2 * _flips_left(r) + need
         out[i] = int(min(max(need, np.floor(rest * w[i] / w_rest / c)), cap, np.floor(rest / c)))
         if rest - out[i] * c < 2 * float(np.min(cost)):  # too little for anyone else's batch: this module's

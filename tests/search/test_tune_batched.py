@@ -214,6 +214,12 @@ def test_a_deadline_shares_the_time_not_the_compiles():
                   for n, s in (("slow", 100.0), ("fast", 10.0)))
     a, b = shares([slow, fast], 400.0, paid=True, timed=True)
     assert 0 < a * 10.0 < b * 1.0 and a * 10.0 + b <= 400
+    # a module not searched yet gets its batch before a searched one gets more, whatever its promise
+    done = dict(_row("done", 50.0, gain=100, compiles=20, decisions=400, reference=object(), tried=30), seconds=20.0)
+    new = dict(_row("new", 0.01, decisions=3), seconds=2.0)
+    got = shares([done, new], 40.0, paid=True, timed=True)
+    assert got[1] >= 3 and got[0] > 0
+    assert shares([done, new], 40, paid=True)[1] == 0  # (counted in compiles: by weight alone)
 
 
 def test_what_a_start_gained_is_no_flips_pay():
