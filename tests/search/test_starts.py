@@ -39,11 +39,12 @@ int c(int x) { return pick(x, 2); }
 """
 
 
-def _project(root, clang: str = "clang-19"):
+def _project(root, clang: str = "clang-19", source: str = "s.c"):
     proj = root / "project"
     (proj / "src").mkdir(parents=True)
-    (proj / "src" / "s.c").write_text(PICK_C)
-    db = [{"directory": str(proj), "file": "src/s.c", "arguments": ["cc", "-Oz", "-c", "src/s.c", "-o", "s.o"]}]
+    (proj / "src" / source).write_text(PICK_C)
+    cc = "c++" if source.endswith(".cpp") else "cc"
+    db = [{"directory": str(proj), "file": f"src/{source}", "arguments": [cc, "-Oz", "-c", f"src/{source}", "-o", "s.o"]}]
     (proj / "compile_commands.json").write_text(json.dumps(db))
     rep = build_corpus(load_compile_commands(proj / "compile_commands.json"), root / "corpus", clang=clang, jobs=1,
                        progress=False)
@@ -63,10 +64,11 @@ def test_the_best_start_is_the_smallest_threshold_below_Oz():
 
 
 def test_tune_starts_from_a_smaller_threshold_and_a_build_gets_it_with_its_flags(tmp_path):
-    proj, corpus = _project(tmp_path)
+    # (C++: the language whose files try the thresholds; the start policy left out, it could be smaller still)
+    proj, corpus = _project(tmp_path, source="s.cpp")
     t = tmp_path / "T"
     r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--compiles-per-module", "12", "--jobs", "1",
-                  "--no-progress")
+                  "--no-progress", "--start-policy", "none")
     assert r.returncode == 0, r.stderr
     m = read_manifest(t)["modules"]["s"]
     (mod,) = load_corpus(corpus).modules
@@ -74,20 +76,20 @@ def test_tune_starts_from_a_smaller_threshold_and_a_build_gets_it_with_its_flags
     assert m["base_flags"] == threshold_flags(50)
     assert m["best_size"] <= at_50 < m["default_size"]
     # the flags tune prints compile the source to exactly the tuned size, the threshold among them
-    pr = mlgo_host("tune", "--print-flags", str(t), str(proj / "src" / "s.c"))
+    pr = mlgo_host("tune", "--print-flags", str(t), str(proj / "src" / "s.cpp"))
     assert pr.returncode == 0, pr.stderr
     flags = shlex.split(pr.stdout)
     assert flags[:2] == threshold_flags(50)
-    subprocess.run(["clang-19", "-Oz", "-c", "src/s.c", "-o", "tuned.o", *flags], cwd=proj, check=True)
+    subprocess.run(["clang++-19", "-Oz", "-c", "src/s.cpp", "-o", "tuned.o", *flags], cwd=proj, check=True)
     assert text_size(proj / "tuned.o") == m["best_size"]
     # without thresholds the search starts from -Oz and a build gets no threshold
     t2 = tmp_path / "T2"
     r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t2), "--compiles-per-module", "12", "--jobs", "1",
-                  "--no-progress", "--no-thresholds")
+                  "--no-progress", "--no-thresholds", "--start-policy", "none")
     assert r.returncode == 0, r.stderr
     m2 = read_manifest(t2)["modules"]["s"]
     assert m2["base_flags"] == []
-    pr = mlgo_host("tune", "--print-flags", str(t2), str(proj / "src" / "s.c"))
+    pr = mlgo_host("tune", "--print-flags", str(t2), str(proj / "src" / "s.cpp"))
     assert "-inline-threshold" not in pr.stdout
 
 
@@ -206,3 +208,16 @@ def test_a_policy_start_not_searched_further_is_its_replayed_object(tmp_path):
     # the probe (channel and plain compiles), the policy's channel compile and the replay of its decisions
     assert res["compiles"] == 2 + 2 and res["reference"] is not None
     assert res["best_size"] == res["replay_start_size"] < res["default_size"] and res["inline"]
+
+
+def test_a_c_file_starts_from_Oz_alone(tmp_path):
+    """C files try no other start (STARTS_BY_LANGUAGE): no threshold, no
+    start policy is measured, though a threshold would be smaller here."""
+    _, corpus = _project(tmp_path)
+    t = tmp_path / "T"
+    r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--compiles-per-module", "8", "--jobs", "1",
+                  "--no-progress")
+    assert r.returncode == 0, r.stderr
+    m = read_manifest(t)["modules"]["s"]
+    assert m["threshold_sizes"] is None and m["policy_start_size"] is None and m["start"] == "base"
+    assert m["base_flags"] == []
