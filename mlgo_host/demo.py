@@ -62,6 +62,34 @@ def _configs() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The demo's five steps (see the module docstring), then its table and timings."""
+    args = _parser().parse_args(argv)
+    t0 = time.monotonic()
+    out = os.path.abspath(args.output)
+    os.makedirs(out, exist_ok=True)
+    configs = _configs()
+    timings: dict[str, float] = {}
+    corpus = _build_corpus(args, out, timings)
+    common = [f"num_workers={args.workers}"]
+    bc_root = _clone_default(corpus, out, configs, common, timings)
+    search_root = _search_then_imitate(args, corpus, out, configs, common, timings)
+    tuned = _tune_heldout(args, corpus, out, timings)
+    table = _evaluate_heldout(args, corpus, out, bc_root, search_root, tuned, timings)
+    from mlgo_host.evaluation.plots import plot_search
+
+    curve = plot_search(os.path.join(search_root, "state.json"), os.path.join(out, "search_curve.png"))
+    timings["total"] = time.monotonic() - t0
+    with open(os.path.join(out, "demo_result.json"), "w") as f:
+        json.dump({"table": table, "timings_s": {k: round(v, 1) for k, v in timings.items()}}, f, indent=1)
+    print(format_table(table))
+    print()
+    print("minutes: " + ", ".join(f"{k} {v / 60:.1f}" for k, v in timings.items()))
+    print(f"per-module CSVs: {out}/heldout_*.csv; learning curve: {curve or '(no round yet)'}")
+    print(f"TensorBoard:     tensorboard --logdir {search_root}   (then open http://localhost:6006)")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mlgo_host.demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output", default="demo_out", help="where everything goes (default: demo_out)")
@@ -83,14 +111,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="collection worker processes (default: the number of CPUs)")
     p.add_argument("--gin_bindings", nargs="+", action="extend", default=[], metavar="BINDING",
                    help="extra gin bindings for the search-then-imitate run")
-    args = p.parse_args(argv)
+    return p
 
-    t0 = time.monotonic()
-    out = os.path.abspath(args.output)
-    os.makedirs(out, exist_ok=True)
-    configs = _configs()
-    timings: dict[str, float] = {}
 
+def _build_corpus(args: argparse.Namespace, out: str, timings: dict[str, float]) -> str:
+    """Step 1: the corpus (``--corpus``, or the benchmark corpus built into OUTPUT/corpus once)."""
     corpus = args.corpus or os.path.join(out, "corpus")
     _step(f"1/5 corpus: {corpus}")
     t = time.monotonic()
@@ -101,8 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("already built", file=sys.stderr)
     timings["corpus"] = time.monotonic() - t
+    return corpus
 
-    common = [f"num_workers={args.workers}"]
+
+def _clone_default(corpus: str, out: str, configs: str, common: list[str], timings: dict[str, float]) -> str:
+    """Step 2: behavioural cloning of the default heuristic (once); returns its run's root."""
     bc_root = os.path.join(out, "bc")
     _step("2/5 behavioural cloning of the default heuristic (trace, vocab, cloning): imitation without search")
     t = time.monotonic()
@@ -112,7 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("already trained", file=sys.stderr)
     timings["bc"] = time.monotonic() - t
+    return bc_root
 
+
+def _search_then_imitate(args: argparse.Namespace, corpus: str, out: str, configs: str, common: list[str],
+                         timings: dict[str, float]) -> str:
+    """Step 3: search, then imitate, for ``--minutes`` (resumed); returns its run's root."""
     search_root = os.path.join(out, "search")
     _step(f"3/5 search, then imitate: {args.minutes:g} minutes of rounds, searches of {args.round_minutes:g}")
     t = time.monotonic()
@@ -124,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
            "search_loop.train_search.gate_thresholds=(0.5, 0.9)",
            *args.gin_bindings])
     timings["search"] = time.monotonic() - t
+    return search_root
 
+
+def _tune_heldout(args: argparse.Namespace, corpus: str, out: str, timings: dict[str, float]) -> str:
+    """Step 4: tune on the held-out modules; returns the tune directory."""
     tuned = os.path.join(out, "tune")
     _step(f"4/5 tune the held-out modules: {args.tune_minutes:g} minutes of batched search")
     t = time.monotonic()
@@ -133,7 +170,13 @@ def main(argv: list[str] | None = None) -> int:
                  "--jobs", str(args.workers), "--modules"]
     _mlgo(tune_args + held, shown=tune_args + [f"<the {len(held)} held-out modules>"])
     timings["tune"] = time.monotonic() - t
+    return tuned
 
+
+def _evaluate_heldout(args: argparse.Namespace, corpus: str, out: str, bc_root: str, search_root: str, tuned: str,
+                      timings: dict[str, float]) -> dict:
+    """Step 5: the held-out table (:func:`heldout_table`) of both runs'
+    policies, the shipped one and tune's replays."""
     _step("5/5 held-out evaluation against clang -Oz")
     t = time.monotonic()
     policies = {"behavioural cloning": os.path.join(bc_root, "saved_policy"),
@@ -145,18 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     table = heldout_table(corpus, policies, out, jobs=args.workers, guard_row="search + imitate",
                           replays={"tune (searched there)": tuned})
     timings["eval"] = time.monotonic() - t
-    from mlgo_host.evaluation.plots import plot_search
-
-    curve = plot_search(os.path.join(search_root, "state.json"), os.path.join(out, "search_curve.png"))
-    timings["total"] = time.monotonic() - t0
-    with open(os.path.join(out, "demo_result.json"), "w") as f:
-        json.dump({"table": table, "timings_s": {k: round(v, 1) for k, v in timings.items()}}, f, indent=1)
-    print(format_table(table))
-    print()
-    print("minutes: " + ", ".join(f"{k} {v / 60:.1f}" for k, v in timings.items()))
-    print(f"per-module CSVs: {out}/heldout_*.csv; learning curve: {curve or '(no round yet)'}")
-    print(f"TensorBoard:     tensorboard --logdir {search_root}   (then open http://localhost:6006)")
-    return 0
+    return table
 
 
 def heldout_names(corpus: str, heldout_fraction: float = 0.2, seed: int = 0) -> list[str]:

@@ -515,24 +515,10 @@ def run_session(
     which ``timeout`` counts (default: now), when work done for the same
     compile came first (the default-slot probe).
     """
-    adv = get_advisor(advisor)
-    if not cmd:
-        raise CompilerError("empty compiler command")
-    if isinstance(adv, InlineAdvisor) and adv.default_slot is None:
-        # guessing would turn the default policy into never-inline on clang-19
-        raise ValueError("the inliner's default-decision slot is not set: get the advisor from "
-                         "problems.ready_advisor, or run with problems.probe_then_run")
+    adv = _session_advisor(cmd, advisor)
     t0 = time.monotonic()
     deadline = (t0 if start is None else start) + timeout
-    old_affinity = None
-    if pin_cpu is not None:
-        cpu = procs.current_cpu() if pin_cpu < 0 else pin_cpu
-        try:
-            old_affinity = os.sched_getaffinity(0)
-            os.sched_setaffinity(0, {cpu})  # the compiler inherits it
-        except OSError as e:
-            old_affinity = None
-            raise ConfigError(f"cannot pin to CPU {cpu}: {e.strerror}") from None
+    old_affinity = _pin(pin_cpu)
     chan = None
     log = None
     proc = None
@@ -550,18 +536,7 @@ def run_session(
             if rc is None:
                 raise ChannelTimeout(f"the compiler did not exit within the {timeout:g} s timeout after the channel closed")
         except MlgoHostError as e:
-            if isinstance(e, CompilerError):
-                # the stream broke because the compiler is exiting: get its status
-                proc.wait(min(2.0, max(deadline - time.monotonic(), 0.0)))
-            proc.kill()
-            if isinstance(e, ChannelTimeout):
-                e.args = (f"{e} [timeout {timeout:g} s; compiler killed]",)
-            if isinstance(e, CompilerError) and e.returncode is None:
-                e.returncode = proc.returncode
-                e.args = (f"{e} (compiler exit status {proc.returncode})",)
-            tail = proc.stderr_tail()
-            if tail.strip() and "compiler stderr" not in str(e):
-                e.args = (str(e) + "; compiler stderr ends with: " + tail.strip().replace("\n", " | ")[-400:],)
+            _stop_after_failure(proc, e, deadline, timeout)
             raise
         except BaseException:
             proc.kill()
@@ -583,10 +558,61 @@ def run_session(
         if chan is not None:
             chan.close()
         if old_affinity is not None:
-            try:
-                os.sched_setaffinity(0, old_affinity)
-            except OSError:
-                pass
+            _unpin(old_affinity)
+
+
+def _session_advisor(cmd: list[str], advisor: Advisor | str) -> Advisor:
+    """The session's advisor, once the command and the advisor can run a
+    session (checked before anything is started)."""
+    adv = get_advisor(advisor)
+    if not cmd:
+        raise CompilerError("empty compiler command")
+    if isinstance(adv, InlineAdvisor) and adv.default_slot is None:
+        # guessing would turn the default policy into never-inline on clang-19
+        raise ValueError("the inliner's default-decision slot is not set: get the advisor from "
+                         "problems.ready_advisor, or run with problems.probe_then_run")
+    return adv
+
+
+def _pin(pin_cpu: int | None) -> set[int] | None:
+    """Run this thread on CPU ``pin_cpu`` (-1: the current one); the
+    compiler started next inherits it.  Returns the affinity to restore
+    (None: not pinned)."""
+    if pin_cpu is None:
+        return None
+    cpu = procs.current_cpu() if pin_cpu < 0 else pin_cpu
+    try:
+        old_affinity = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {cpu})  # the compiler inherits it
+    except OSError as e:
+        raise ConfigError(f"cannot pin to CPU {cpu}: {e.strerror}") from None
+    return old_affinity
+
+
+def _unpin(old_affinity: set[int]) -> None:
+    """Give this thread back the affinity :func:`_pin` replaced."""
+    try:
+        os.sched_setaffinity(0, old_affinity)
+    except OSError:
+        pass
+
+
+def _stop_after_failure(proc: CompilerProcess, e: MlgoHostError, deadline: float, timeout: float) -> None:
+    """Kill the compiler after a host-side failure ``e`` and complete its
+    message with what the caller needs: the timeout, the compiler's exit
+    status, the end of its stderr."""
+    if isinstance(e, CompilerError):
+        # the stream broke because the compiler is exiting: get its status
+        proc.wait(min(2.0, max(deadline - time.monotonic(), 0.0)))
+    proc.kill()
+    if isinstance(e, ChannelTimeout):
+        e.args = (f"{e} [timeout {timeout:g} s; compiler killed]",)
+    if isinstance(e, CompilerError) and e.returncode is None:
+        e.returncode = proc.returncode
+        e.args = (f"{e} (compiler exit status {proc.returncode})",)
+    tail = proc.stderr_tail()
+    if tail.strip() and "compiler stderr" not in str(e):
+        e.args = (str(e) + "; compiler stderr ends with: " + tail.strip().replace("\n", " | ")[-400:],)
 
 
 def plain_compile(cmd: list[str], *, timeout: float = 300.0, cwd: str | None = None, env: dict | None = None) -> tuple[int, str]:

@@ -222,21 +222,11 @@ class Copies:
         A copy whose inlined sites are not the set's and its flip's is left
         out too: the flips left out are measured again in place."""
         st = self.state
-        copies = {copy_name(r, k) for k, root, _ in plan for r in roots_of(root)}
         back = self._brought_back_in(plan)
-        sizes = m.sizes
-        # (what appeared where an in-place flip may change code is that flip's: an answered flip leaves
-        # functions to the heuristic, which may stop inlining a wrapper there; zstd_double_fast's extDict_4..7)
-        theirs = frozenset().union(*(c.footprint for c in normal))
-        owners = bodies_brought({name for name, _ in back.values()}, copies, st.base.sizes, sizes, theirs)
-        if owners is None:
+        apart = self._originals(normal, plan, back, m.sizes)
+        if apart is None:
             return None, "copies: a body came back that no copy brought"
-        functions = {f: n for f, n in sizes.functions.items() if f not in copies and f not in owners}
-        pieces, came = pieces_of(owners, st.base.sizes, sizes)
-        other_sections = {k: n - came.get(k, 0) for k, n in sizes.other_sections.items()}
-        other = sizes.other - sum(came.values())
-        originals = ObjectSizes(sum(functions.values()) + other, functions, other,
-                                other_sections=other_sections, padding=sizes.padding, pools=sizes.pools)
+        originals, owners, pieces = apart
         plain, by_copy = split_copies(m.inlined)
         out, why = self.attribution.read(normal, Measured(originals, plain, m.wall_s))
         originals_moved = out is None
@@ -247,60 +237,110 @@ class Copies:
             # callers of a static callee change what the compiler does with it; zstd_v01's FSE_initDStream).
             # A copy is read against its control in this compile, which must still equal the reference's function
             out = []
-        base = st.base
         control: dict[Roots, dict[str, int]] = {}
         for k, root, c in plan:
-            if any(copy_name(r, k) not in sizes.functions for r in roots_of(root)):
+            if any(copy_name(r, k) not in m.sizes.functions for r in roots_of(root)):
                 return None, "copies: a copy is missing from the object"
             if root in self.no_copies:  # its control failed: its flips go back, measured in place later
                 continue
-            t = self.tree(root)
-            names = self._debug_names(t)
-            # (by debug name, which two functions may share: a key known to be another function's is not)
-            ref_keys = {key for key in base.inlined if outermost(key) in names
-                        and (key not in st.sites or st.sites[key].caller in t)}
-            got = by_copy.get(k, set())
-            own = {r: own_size(sizes, copy_name(r, k)) for r in roots_of(root)}
+            got, ref_keys, own = self._compiled_copy(k, root, by_copy, m.sizes)
             if c is None:
-                if any(n != own_size(originals, r) for r, n in own.items()) or got != ref_keys:
-                    # compiled apart it is other code (a short jump to a neighbour, a pass that saw its
-                    # callers): no copies of it from now on
-                    st.note_split("copies: a control copy differs from its function")
-                    self.no_copies.add(root)
-                elif originals_moved and any(n != own_size(base.sizes, r) for r, n in own.items()):
-                    # the copies' calls changed the function itself, as they changed its copies (capstone's
-                    # SystemZ printer: 4 bytes of 4,457): its flips are read against the control, which is
-                    # the same code in the same compile; a winner's size, derived from the reference's,
-                    # is checked by the next compile like any derived one
-                    st.note_split("copies: the function moved with its copies")
+                self._check_control(root, own, got, ref_keys, originals, originals_moved)
                 control[root] = own
                 continue
-            flipped = list(c.sites)
-            moved = (got ^ ref_keys) - {s.key for s in flipped}
-            if any(not is_under_any(key, flipped) for key in moved):
-                st.note_split("copies: the compiler changed sites nobody flipped")
-                self.not_in_copies.add(c.key)  # (a copy of it will not read again: measured in place)
-                continue  # this copy cannot be read: the flip goes back
-            # (each root's copy against its control; the originals' sizes, unless they moved)
-            gains = {r: n - control[root][r] for r, n in own.items()}
-            changed = {r: base.sizes.functions[r] + d for r, d in gains.items()}
-            delta = sum(gains.values())
-            extra: frozenset[str] = frozenset()
-            other: dict[str, int] = {}
-            if k in back:
-                # the bodies it brought back (the callee's, and those only brought-back bodies call) are its cost,
-                # as in place: the same code wherever they are called from
-                name, callee = back[k]
-                for f in (f for f, who in owners.items() if name in who):
-                    cost = own_size(sizes, f)
-                    delta += cost
-                    changed[callee if f == name else f] = cost
-                other = pieces.get(name, {})
-                delta += sum(other.values())
-                extra = frozenset(changed) - c.footprint  # (what came back, and the callee when gone only since)
-            view = Measured(ObjectSizes(0, changed, 0), got, m.wall_s)
-            out.append(Outcome(c, delta, applied(c, view), view, extra=extra, other=dict(other)))
+            o = self._flip_outcome(c, k, own, control[root], got, ref_keys, back, owners, pieces, m)
+            if o is not None:
+                out.append(o)
         return out, ""
+
+    def _originals(self, normal: list[Candidate], plan: Plan, back: dict[int, tuple[str, str]], sizes: ObjectSizes
+                   ) -> tuple[ObjectSizes, dict[str, frozenset[str]], dict[str, dict[str, int]]] | None:
+        """The compile's object less the copies and what only they brought
+        back (the originals, as an in-place compile would measure them); the
+        bodies brought back (:func:`bodies_brought`) and their pieces of
+        ``other`` (:func:`pieces_of`).  None when a body came back that no
+        copy brought."""
+        st = self.state
+        copies = {copy_name(r, k) for k, root, _ in plan for r in roots_of(root)}
+        # (what appeared where an in-place flip may change code is that flip's: an answered flip leaves
+        # functions to the heuristic, which may stop inlining a wrapper there; zstd_double_fast's extDict_4..7)
+        theirs = frozenset().union(*(c.footprint for c in normal))
+        owners = bodies_brought({name for name, _ in back.values()}, copies, st.base.sizes, sizes, theirs)
+        if owners is None:
+            return None
+        functions = {f: n for f, n in sizes.functions.items() if f not in copies and f not in owners}
+        pieces, came = pieces_of(owners, st.base.sizes, sizes)
+        other_sections = {k: n - came.get(k, 0) for k, n in sizes.other_sections.items()}
+        other = sizes.other - sum(came.values())
+        originals = ObjectSizes(sum(functions.values()) + other, functions, other,
+                                other_sections=other_sections, padding=sizes.padding, pools=sizes.pools)
+        return originals, owners, pieces
+
+    def _compiled_copy(self, k: int, root: Roots, by_copy: dict[int, set[str]], sizes: ObjectSizes
+                       ) -> tuple[set[str], set[str], dict[str, int]]:
+        """Copy ``k`` of ``root`` as compiled: the keys it inlined (named as
+        the originals), the keys the reference inlined in its tree, and
+        each root's copy's own size."""
+        st = self.state
+        t = self.tree(root)
+        names = self._debug_names(t)
+        # (by debug name, which two functions may share: a key known to be another function's is not)
+        ref_keys = {key for key in st.base.inlined if outermost(key) in names
+                    and (key not in st.sites or st.sites[key].caller in t)}
+        got = by_copy.get(k, set())
+        own = {r: own_size(sizes, copy_name(r, k)) for r in roots_of(root)}
+        return got, ref_keys, own
+
+    def _check_control(self, root: Roots, own: dict[str, int], got: set[str], ref_keys: set[str],
+                       originals: ObjectSizes, originals_moved: bool) -> None:
+        """A control copy must be its function: the same size, the same
+        sites inlined (else ``root`` gets no copies from now on)."""
+        st = self.state
+        if any(n != own_size(originals, r) for r, n in own.items()) or got != ref_keys:
+            # compiled apart it is other code (a short jump to a neighbour, a pass that saw its
+            # callers): no copies of it from now on
+            st.note_split("copies: a control copy differs from its function")
+            self.no_copies.add(root)
+        elif originals_moved and any(n != own_size(st.base.sizes, r) for r, n in own.items()):
+            # the copies' calls changed the function itself, as they changed its copies (capstone's
+            # SystemZ printer: 4 bytes of 4,457): its flips are read against the control, which is
+            # the same code in the same compile; a winner's size, derived from the reference's,
+            # is checked by the next compile like any derived one
+            st.note_split("copies: the function moved with its copies")
+
+    def _flip_outcome(self, c: Candidate, k: int, own: dict[str, int], control: dict[str, int], got: set[str],
+                      ref_keys: set[str], back: dict[int, tuple[str, str]], owners: dict[str, frozenset[str]],
+                      pieces: dict[str, dict[str, int]], m: Measured) -> Outcome | None:
+        """The outcome of flip ``c`` measured in copy ``k`` (whose roots'
+        sizes are ``own``, their control's ``control``); None when the
+        compiler changed sites nobody flipped in it (the flip goes back,
+        measured in place from then on)."""
+        st = self.state
+        flipped = list(c.sites)
+        moved = (got ^ ref_keys) - {s.key for s in flipped}
+        if any(not is_under_any(key, flipped) for key in moved):
+            st.note_split("copies: the compiler changed sites nobody flipped")
+            self.not_in_copies.add(c.key)  # (a copy of it will not read again: measured in place)
+            return None  # this copy cannot be read: the flip goes back
+        # (each root's copy against its control; the originals' sizes, unless they moved)
+        gains = {r: n - control[r] for r, n in own.items()}
+        changed = {r: st.base.sizes.functions[r] + d for r, d in gains.items()}
+        delta = sum(gains.values())
+        extra: frozenset[str] = frozenset()
+        other: dict[str, int] = {}
+        if k in back:
+            # the bodies it brought back (the callee's, and those only brought-back bodies call) are its cost,
+            # as in place: the same code wherever they are called from
+            name, callee = back[k]
+            for f in (f for f, who in owners.items() if name in who):
+                cost = own_size(m.sizes, f)
+                delta += cost
+                changed[callee if f == name else f] = cost
+            other = pieces.get(name, {})
+            delta += sum(other.values())
+            extra = frozenset(changed) - c.footprint  # (what came back, and the callee when gone only since)
+        view = Measured(ObjectSizes(0, changed, 0), got, m.wall_s)
+        return Outcome(c, delta, applied(c, view), view, extra=extra, other=dict(other))
 
 
 def bodies_brought(brought: set[str], copies: set[str], base: ObjectSizes, now: ObjectSizes,

@@ -64,6 +64,7 @@ import select
 import signal
 import sys
 import time
+from collections.abc import Callable
 
 from mlgo_host.serve import slots as S
 from mlgo_host.serve.trust import untrusted
@@ -423,6 +424,10 @@ def _acquire(root: str, info: dict, wait_s: float, stale_s: float):
 
 
 def main(kind: str = "c", argv: list[str] | None = None) -> int:
+    """Compile ``argv`` as the real compiler would: served by the server of
+    MLGO_CHANNELS when the command compiles to an object, with a tune
+    directory's flags when MLGO_REPLAY (or the server) tuned its module,
+    else plainly.  Returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if kind == "cxx":
         real = os.environ.get("MLGO_CLANGXX") or "clang++-19"
@@ -434,15 +439,7 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
         _say("error", f"MLGO_FALLBACK={mode!r}: must be 'plain' or 'fail'")
         return 2
     quiet = os.environ.get("MLGO_QUIET", "") not in ("", "0")
-
-    def fallback(reason: str, without: str = "the server") -> int:
-        if mode == "fail":
-            _say("error", f"{reason}; not compiling (MLGO_FALLBACK=fail; set MLGO_FALLBACK=plain to compile without {without})")
-            return 2
-        if not quiet:
-            _say("warning", f"{reason}; compiling without {without}")
-        return _exec(plain)
-
+    fallback = _fallback_to(mode, quiet, plain)
     plan = classify(argv)
     if not plan["compile"]:
         return _exec(plain)
@@ -474,82 +471,147 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
     k, lock_fd, gen = _acquire(root, info, _env_float("MLGO_WAIT", 600.0), stale_s)
     if k is None:
         return fallback(gen)
-    sdir = S.slot_dir(root, k)
-    sid = info["id"]
-    proc = None
-    ctl = -1
-    t0 = time.time()
-    try:
-        S.unlink_quiet(os.path.join(sdir, S.READY))  # the slot is ours now
+    return _SlotCompile(plain, plan, root, info, k, lock_fd, gen, stale_s).run(fallback)
+
+
+def _fallback_to(mode: str, quiet: bool, plain: list[str]) -> Callable[..., int]:
+    """What a compile does when it cannot be served as asked: with
+    MLGO_FALLBACK=fail, say why and return 2; else warn (unless quiet) and
+    run the plain command."""
+
+    def fallback(reason: str, without: str = "the server") -> int:
+        if mode == "fail":
+            _say("error", f"{reason}; not compiling (MLGO_FALLBACK=fail; set MLGO_FALLBACK=plain to compile without {without})")
+            return 2
+        if not quiet:
+            _say("warning", f"{reason}; compiling without {without}")
+        return _exec(plain)
+
+    return fallback
+
+
+class _SlotCompile:
+    """The compile served by slot ``k`` of the server in ``root`` (held by
+    ``lock_fd``, offered as generation ``gen``): the real compiler runs with
+    the slot's channel flags while the server answers it; the server learns
+    the outcome on the slot's control FIFO."""
+
+    def __init__(self, plain: list[str], plan: dict, root: str, info: dict, k: int, lock_fd: int, gen: str,
+                 stale_s: float):
+        self.plain, self.plan, self.root, self.info, self.k = plain, plan, root, info, k
+        self.lock_fd, self.gen, self.stale_s = lock_fd, gen, stale_s
+        self.sdir = S.slot_dir(root, k)
+        self.sid = info["id"]
+        self.proc: _Spawned | None = None
+        self.ctl = -1
+        self.t0 = time.time()
+
+    def run(self, fallback: Callable[..., int]) -> int:
+        """The compile's exit status (or the fallback's).  Every way out
+        kills a compiler still running (removing its temp outputs), closes
+        the control FIFO and releases the slot."""
+        k, root = self.k, self.root
         try:
-            ctl = os.open(os.path.join(sdir, S.CTL), os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as e:
-            return fallback(f"slot {k} of {root} does not answer ({e.strerror})")
-        base = S.channel_base(root, k)
-        flags = [f.replace(S.BASE_PLACEHOLDER, base) for f in info.get("flags", [])]
-        compiler = _which(real) or real
-        try:
-            cpu = (info.get("pin") or {}).get(str(k))
-            proc = _Spawned(plain + flags, cpu if isinstance(cpu, int) else None)
-        except FileNotFoundError as e:
-            _say("error", f"{e} (set MLGO_CLANG / MLGO_CLANGXX)")
-            return 127
-        S.write_atomic(os.path.join(sdir, S.REQUEST), json.dumps({
-            "gen": gen, "client_pid": os.getpid(), "compiler_pid": proc.pid, "argv": plain,
+            S.unlink_quiet(os.path.join(self.sdir, S.READY))  # the slot is ours now
+            try:
+                self.ctl = os.open(os.path.join(self.sdir, S.CTL), os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError as e:
+                return fallback(f"slot {k} of {root} does not answer ({e.strerror})")
+            compiler = _which(self.plain[0]) or self.plain[0]
+            try:
+                self.proc = self._spawn()
+            except FileNotFoundError as e:
+                _say("error", f"{e} (set MLGO_CLANG / MLGO_CLANGXX)")
+                return 127
+            self._write_request(compiler)
+            try:
+                os.write(self.ctl, (json.dumps({"op": "start", "gen": self.gen}) + "\n").encode())
+            except OSError as e:
+                self._kill()
+                return fallback(f"slot {k} of {root} stopped answering ({e.strerror})")
+            rc, why = self._wait()
+            if rc is None:
+                return fallback(why)
+            self._send_done(rc)
+            if rc != 0:
+                why = self._given_up()
+                if why is not None:
+                    return fallback(why)
+            return rc if rc >= 0 else 128 - rc
+        finally:
+            if self.proc is not None and self.proc.returncode is None:
+                self._kill()
+            if self.ctl >= 0:
+                os.close(self.ctl)
+            S.unlock(self.lock_fd)
+
+    def _spawn(self) -> _Spawned:
+        """The real compiler with the slot's channel flags, on the slot's CPU when the server pins it."""
+        base = S.channel_base(self.root, self.k)
+        flags = [f.replace(S.BASE_PLACEHOLDER, base) for f in self.info.get("flags", [])]
+        cpu = (self.info.get("pin") or {}).get(str(self.k))
+        return _Spawned(self.plain + flags, cpu if isinstance(cpu, int) else None)
+
+    def _write_request(self, compiler: str) -> None:
+        """What the server records of this compile (read once "start" arrives)."""
+        plan = self.plan
+        S.write_atomic(os.path.join(self.sdir, S.REQUEST), json.dumps({
+            "gen": self.gen, "client_pid": os.getpid(), "compiler_pid": self.proc.pid, "argv": self.plain,
             "cwd": os.getcwd(), "source": plan["source"], "output": plan["output"], "compiler": compiler,
-            "build": os.environ.get("MLGO_BUILD") or None, "time": t0,
+            "build": os.environ.get("MLGO_BUILD") or None, "time": self.t0,
         }).encode())
-        try:
-            os.write(ctl, (json.dumps({"op": "start", "gen": gen}) + "\n").encode())
-        except OSError as e:
-            proc.kill()
-            S.remove_temp_outputs(plan["output"], t0)
-            return fallback(f"slot {k} of {root} stopped answering ({e.strerror})")
+
+    def _kill(self) -> None:
+        self.proc.kill()
+        S.remove_temp_outputs(self.plan["output"], self.t0)
+
+    def _wait(self) -> tuple[int | None, str]:
+        """(the compiler's exit status, ""); or (None, why) with the
+        compiler killed, when the server went away during the compile."""
         while True:
-            rc = proc.wait(0.5)
+            rc = self.proc.wait(0.5)
             if rc is not None:
-                break
-            live, why = S.server_status(root, stale_s, sid, in_flight=True)
-            nxt = S.read_text(os.path.join(sdir, S.READY))
-            if live is None or (nxt and nxt != gen):
+                return rc, ""
+            live, why = S.server_status(self.root, self.stale_s, self.sid, in_flight=True)
+            nxt = S.read_text(os.path.join(self.sdir, S.READY))
+            if live is None or (nxt and nxt != self.gen):
                 # the server is gone, or it moved on without our compiler
                 # (which may block in open() forever): kill it
-                proc.kill()
-                S.remove_temp_outputs(plan["output"], t0)
-                return fallback(f"{why} during the compile" if live is None else
-                                f"slot {k} of {root} gave up on this compile")
-        done = {"op": "done", "gen": gen, "returncode": rc, "wall_s": round(time.time() - t0, 4)}
+                self._kill()
+                return None, (f"{why} during the compile" if live is None else
+                              f"slot {self.k} of {self.root} gave up on this compile")
+
+    def _send_done(self, rc: int) -> None:
+        """Tell the server how the compile ended (and the guard's outcome, when it runs one)."""
+        done = {"op": "done", "gen": self.gen, "returncode": rc, "wall_s": round(time.time() - self.t0, 4)}
         if rc == 0:
             from mlgo_host.serve.guard import wanted
 
-            if wanted(info):
-                done["guard"] = _guard(plain, plan["output"])
+            if wanted(self.info):
+                done["guard"] = _guard(self.plain, self.plan["output"])
         try:
-            os.write(ctl, (json.dumps(done) + "\n").encode())
+            os.write(self.ctl, (json.dumps(done) + "\n").encode())
         except OSError:
             pass
-        if rc != 0:
-            aborted = S.read_text(os.path.join(sdir, S.ABORTED)) == gen
-            live, why = S.server_status(root, stale_s, sid, in_flight=True)
-            if aborted or live is None:
-                S.remove_temp_outputs(plan["output"], t0)
-                S.unlock(lock_fd)
-                lock_fd = None
-                return fallback("the server aborted the session (see its log)" if aborted else f"{why} during the compile")
-        return rc if rc >= 0 else 128 - rc
-    finally:
-        if proc is not None and proc.returncode is None:
-            proc.kill()
-            S.remove_temp_outputs(plan["output"], t0)
-        if ctl >= 0:
-            os.close(ctl)
-        S.unlock(lock_fd)
+
+    def _given_up(self) -> str | None:
+        """Why a failed compile falls back (the slot released, the outputs
+        removed): the server aborted the session or went away; None when
+        the failure is the compile's own."""
+        aborted = S.read_text(os.path.join(self.sdir, S.ABORTED)) == self.gen
+        live, why = S.server_status(self.root, self.stale_s, self.sid, in_flight=True)
+        if aborted or live is None:
+            S.remove_temp_outputs(self.plan["output"], self.t0)
+            S.unlock(self.lock_fd)
+            self.lock_fd = None
+            return "the server aborted the session (see its log)" if aborted else f"{why} during the compile"
+        return None
 
 
 def _main(kind: str) -> int:
     try:
         return main(kind)
-    except KeyboardInterrupt:  # the compiler was killed in main's finally
+    except KeyboardInterrupt:  # the compiler was killed in _SlotCompile.run's finally
         return 130
 
 

@@ -218,13 +218,14 @@ class Slot(threading.Thread):
         return None
 
     def _session(self, gen: str) -> None:
-        srv = self.server
+        """Serve the compile of generation ``gen`` (its client sent
+        "start"): the policy answers its channel, then the client's "done"
+        gives its exit status, and the recorder gets its stats line."""
         t_start = time.time()
         req = S.read_json(self._p(S.REQUEST)) or {}
         if req.get("gen") != gen:
             req = {"gen": gen}
         compiler_pid = req.get("compiler_pid")
-        client_pid = req.get("client_pid")
         chan = self.chan
         done: list[dict] = []
 
@@ -239,12 +240,29 @@ class Slot(threading.Thread):
             poll_done()
             return not done and procs.alive(compiler_pid)
 
-        deadline = time.monotonic() + srv.timeout
+        deadline = time.monotonic() + self.server.timeout
+        policy, tuned = self._policy_for(req)
+        tally, opened, error, session_s = self._answer_channel(chan, req, policy, alive, deadline)
+        aborted = error is not None or self.abort.is_set()
+        if aborted:
+            error = self._abort_session(gen, error)
+        chan.close()  # FIFOs removed: the next generation gets fresh ones
+        self.chan = None
+        aborted, error = self._await_done(gen, req.get("client_pid"), done, poll_done, aborted, error)
+        status = _status(aborted, done, opened)
+        if status == "client_died":
+            self.kill_compilers()
+            S.remove_temp_outputs(req.get("output"), t_start)
+        self._hand_record(gen, req, t_start, status, done, tally, session_s, error, policy, tuned)
+
+    def _answer_channel(self, chan: Channel, req: dict, policy, alive, deadline: float):
+        """(tally or None, whether the channel opened, the host-side error
+        or None, seconds from the channel's opening to its end)."""
+        srv = self.server
         tally = None
         opened = False
         error = None
         t_open = None
-        policy, tuned = self._policy_for(req)
         try:
             advisor = srv.make_advisor(req.get("compiler") or srv.compiler, deadline - time.monotonic())
             opened = chan.open(alive, deadline, max_delay=OPEN_MAX_DELAY_S)
@@ -255,17 +273,24 @@ class Slot(threading.Thread):
         except (MlgoHostError, OSError, ValueError) as e:
             error = f"{type(e).__name__}: {e}"
         session_s = time.monotonic() - t_open if t_open is not None else 0.0
-        aborted = error is not None or self.abort.is_set()
-        if aborted:
-            # The compiler may be waiting for advice (it would spin forever
-            # once we close our end) or blocked in open(): kill it.
-            self.mark_aborted(gen)  # before the kill: the client looks right after its compiler died
-            self.kill_compilers()
-            if error is None:
-                error = "server shutting down"
-            srv.log(f"slot {self.k}: session {gen} aborted: {error}")
-        chan.close()  # FIFOs removed: the next generation gets fresh ones
-        self.chan = None
+        return tally, opened, error, session_s
+
+    def _abort_session(self, gen: str, error: str | None) -> str:
+        """End a session the host side gave up on; returns why."""
+        # The compiler may be waiting for advice (it would spin forever
+        # once we close our end) or blocked in open(): kill it.
+        self.mark_aborted(gen)  # before the kill: the client looks right after its compiler died
+        self.kill_compilers()
+        if error is None:
+            error = "server shutting down"
+        self.server.log(f"slot {self.k}: session {gen} aborted: {error}")
+        return error
+
+    def _await_done(self, gen: str, client_pid, done: list[dict], poll_done, aborted: bool,
+                    error: str | None) -> tuple[bool, str | None]:
+        """Wait for the client's "done" message (into ``done``) while the
+        client lives; a shutdown meanwhile aborts the session.  Returns
+        (aborted, error)."""
         # The compiler's exit status: it finishes codegen after the channel
         # closed. Its client is bounded by it, so wait as long as the client
         # lives (on shutdown, its compiler is killed and it reports at once).
@@ -283,23 +308,16 @@ class Slot(threading.Thread):
                     self.kill_compilers()
                 elif time.monotonic() - abort_seen > 10:
                     break
-        if aborted:
-            status = "aborted"
-        elif not done:
-            status = "client_died"
-        elif done[0].get("returncode") != 0:
-            status = "compile_error"
-        elif not opened:
-            status = "no_channel"
-        else:
-            status = "ok"
-        if status == "client_died":
-            self.kill_compilers()
-            S.remove_temp_outputs(req.get("output"), t_start)
+        return aborted, error
+
+    def _hand_record(self, gen: str, req: dict, t_start: float, status: str, done: list[dict], tally,
+                     session_s: float, error: str | None, policy, tuned) -> None:
+        """The session's stats line (and episode) to the recorder thread."""
+        srv = self.server
         rec = {
             "time": round(t_start, 3), "server": srv.id, "slot": self.k, "gen": gen,
             "build": req.get("build"), "output": req.get("output"), "source": req.get("source"),
-            "cwd": req.get("cwd"), "compiler": req.get("compiler"), "client_pid": client_pid,
+            "cwd": req.get("cwd"), "compiler": req.get("compiler"), "client_pid": req.get("client_pid"),
             "advisor": srv.advisor_name, "policy": srv.policy_name, "status": status,
             "returncode": done[0].get("returncode") if done else None,
             "observations": tally.observations if tally else 0,
@@ -326,6 +344,19 @@ class Slot(threading.Thread):
         except (MlgoHostError, OSError) as e:
             self.server.log(f"slot {self.k}: {req.get('output')}: tuned replay unusable, served by the policy: {e}")
             return self.policy, None
+
+
+def _status(aborted: bool, done: list[dict], opened: bool) -> str:
+    """A session's status in its stats line."""
+    if aborted:
+        return "aborted"
+    if not done:
+        return "client_died"
+    if done[0].get("returncode") != 0:
+        return "compile_error"
+    if not opened:
+        return "no_channel"
+    return "ok"
 
 
 #: what a guarding client reports in its "done" message (see mlgo_host.serve.guard)

@@ -114,11 +114,9 @@ def train(
         return m.to_task(ship_bitcode=ship_bitcode)
 
     with workers.pool(COLLECT_WORKER, advisor=advisor, baseline_cache=os.path.join(root_dir, "baselines")) as pool:
-        vocab_path = _ensure_vocab(pool, root_dir, vocab_path, warmstart_policy,
-                                   train_mods[:trace_modules] if trace_modules else train_mods, task_of, progress)
-        header_json = _ensure_header(pool, root_dir, train_mods, task_of)
-        learner = open_learner(root_dir, header_json, advisor=advisor, vocab_dir=vocab_path, seed=seed,
-                               clang=workers.clang_path, done=done, warmstart_policy=warmstart_policy)
+        learner = _open_run_learner(pool, root_dir, train_mods, task_of, workers=workers, advisor=advisor,
+                                    vocab_path=vocab_path, warmstart_policy=warmstart_policy,
+                                    trace_modules=trace_modules, seed=seed, done=done, progress=progress)
         moving_average = (MovingAverageBaseline.from_state(state["moving_average"]) if state
                  else MovingAverageBaseline(decay=moving_average_decay))
         run_config = {"advisor": advisor, "corpus_dir": os.path.abspath(corpus_dir), "seed": seed,
@@ -128,50 +126,114 @@ def train(
                                         run_config)
         sampler = corpus.sampler(train_mods, seed=seed, strategy=sampling_strategy)
         sampler.skip(done * modules_per_iteration)
-        early = EarlyExit(fraction=early_exit_fraction, grace_s=early_exit_grace_s, timeout_s=collection_timeout_s)
-        history, last_eval = state.get("history", []), state.get("last_eval")
-        summaries = Summaries(root_dir)
+        loop = _Loop(
+            root_dir=root_dir, pool=pool, learner=learner, task_of=task_of, sampler=sampler,
+            moving_average=moving_average, use_moving_average=use_moving_average_baseline,
+            early=EarlyExit(fraction=early_exit_fraction, grace_s=early_exit_grace_s, timeout_s=collection_timeout_s),
+            state=state, history=state.get("history", []), last_eval=state.get("last_eval"),
+            summaries=Summaries(root_dir), run_config=run_config, val_mods=val_mods,
+            reported=heldout_mods if report_heldout else [], num_iterations=num_iterations,
+            modules_per_iteration=modules_per_iteration, eval_every=eval_every,
+            saved_model_every_iteration=saved_model_every_iteration, seed=seed, progress=progress)
         # the current policy's TF-free files, shipped to the workers
         blob = learner.policy_blob() if done < num_iterations else None
         for it in range(done, num_iterations):
-            iteration = it + 1
-            tasks = [(task_of(m), seed * 1_000_003 + it * 10_007 + i, False, True)
-                     for i, m in enumerate(sampler.take(modules_per_iteration))]
-            batch, t_collect = _collect(pool, blob, tasks, moving_average, use_moving_average_baseline, early,
-                                        f"iteration {iteration}/{num_iterations}", progress)
-            reported = heldout_mods if report_heldout else []
-            evaluating = bool((reported or val_mods) and eval_every
-                              and (iteration % eval_every == 0 or iteration == num_iterations))
-            # policy/<iteration> is the workers' next policy; its SavedModel
-            # (seconds of TF work) only where someone will look at it
-            update = train_and_save(learner, root_dir, iteration, batch.episodes, batch.rewards,
-                                    saved_model=saved_model_every_iteration or evaluating
-                                    or iteration == num_iterations)
-            blob = policy_blob_from_dir(update.policy_dir)
-            eval_row = (_evaluate(pool, blob, reported, task_of, progress, f"held-out eval {iteration}")
-                        if evaluating and reported else None)
-            val_row = (_evaluate(pool, blob, val_mods, task_of, progress, f"validation {iteration}")
-                       if evaluating and val_mods else None)
-            last_eval = eval_row or last_eval
-            row = _history_row(iteration, len(tasks), batch, t_collect, update, eval_row)
-            if val_row is not None:
-                row["validation_size_change_pct"] = val_row["size_change_pct"]
-                row["validation_bigger"] = val_row["bigger"]
-                if _better(val_row, state.get("best"), state.get("warmstart_validation")):
-                    state["best"] = {"iteration": iteration, "size_change_pct": val_row["size_change_pct"]}
-                    publish_policy(update.policy_dir, os.path.join(root_dir, "saved_policy"))
-                row["saved_policy_iteration"] = state["best"]["iteration"]
-            history.append(row)
-            commit_iteration(root_dir, summaries, iteration, percentile_summary(batch.ok_rewards), row, eval_row, {
-                "iteration": iteration, "moving_average": moving_average.state(), "history": history,
-                "last_eval": last_eval, "failures_last_iteration": batch.failures, "best": state.get("best"),
-                "warmstart_validation": state.get("warmstart_validation"), "config": run_config,
-            })
-            print(_summary_line(row, num_iterations), file=sys.stderr, flush=True)
+            blob = loop.iteration(it, blob)
         if not val_mods or state.get("best") is None:  # nothing to choose by (or nothing evaluated): the last policy
             learner.save_policy(os.path.join(root_dir, "saved_policy"), step=max(num_iterations, done))
-        summaries.close()
-    return {"history": history, "last_eval": last_eval}
+        loop.summaries.close()
+    return {"history": loop.history, "last_eval": loop.last_eval}
+
+
+def _open_run_learner(pool, root_dir: str, train_mods: list[Module], task_of, *, workers: Workers, advisor: str,
+                      vocab_path: str | None, warmstart_policy: str | None, trace_modules: int, seed: int,
+                      done: int, progress: bool):
+    """The run's learner after ``done`` iterations, on the run's vocab
+    (traced over the first ``trace_modules`` training modules the first
+    time, see :func:`_ensure_vocab`) and channel header (probed the first
+    time)."""
+    vocab_path = _ensure_vocab(pool, root_dir, vocab_path, warmstart_policy,
+                               train_mods[:trace_modules] if trace_modules else train_mods, task_of, progress)
+    header_json = _ensure_header(pool, root_dir, train_mods, task_of)
+    return open_learner(root_dir, header_json, advisor=advisor, vocab_dir=vocab_path, seed=seed,
+                        clang=workers.clang_path, done=done, warmstart_policy=warmstart_policy)
+
+
+@dataclasses.dataclass
+class _Loop:
+    """The iterations of a run: what they share, and what they add to the
+    run's state (the history, the last held-out evaluation, the best
+    validation)."""
+
+    root_dir: str
+    pool: Any
+    learner: Any
+    task_of: Callable[[Module], dict]
+    sampler: Any
+    moving_average: MovingAverageBaseline
+    use_moving_average: bool
+    early: EarlyExit
+    state: dict[str, Any]
+    history: list[dict]
+    last_eval: dict | None
+    summaries: Summaries
+    run_config: dict
+    val_mods: list[Module]
+    reported: list[Module]  # the held-out modules evaluated in the loop
+    num_iterations: int
+    modules_per_iteration: int
+    eval_every: int
+    saved_model_every_iteration: bool
+    seed: int
+    progress: bool
+
+    def iteration(self, it: int, blob: dict) -> dict:
+        """Iteration ``it + 1``: collect with the policy ``blob``, train,
+        save, evaluate when due, commit the iteration.  Returns the new
+        policy's blob."""
+        iteration, num_iterations = it + 1, self.num_iterations
+        tasks = [(self.task_of(m), self.seed * 1_000_003 + it * 10_007 + i, False, True)
+                 for i, m in enumerate(self.sampler.take(self.modules_per_iteration))]
+        batch, t_collect = _collect(self.pool, blob, tasks, self.moving_average, self.use_moving_average, self.early,
+                                    f"iteration {iteration}/{num_iterations}", self.progress)
+        evaluating = bool((self.reported or self.val_mods) and self.eval_every
+                          and (iteration % self.eval_every == 0 or iteration == num_iterations))
+        # policy/<iteration> is the workers' next policy; its SavedModel
+        # (seconds of TF work) only where someone will look at it
+        update = train_and_save(self.learner, self.root_dir, iteration, batch.episodes, batch.rewards,
+                                saved_model=self.saved_model_every_iteration or evaluating
+                                or iteration == num_iterations)
+        blob = policy_blob_from_dir(update.policy_dir)
+        eval_row = (_evaluate(self.pool, blob, self.reported, self.task_of, self.progress,
+                              f"held-out eval {iteration}") if evaluating and self.reported else None)
+        val_row = (_evaluate(self.pool, blob, self.val_mods, self.task_of, self.progress,
+                             f"validation {iteration}") if evaluating and self.val_mods else None)
+        self.last_eval = eval_row or self.last_eval
+        row = _history_row(iteration, len(tasks), batch, t_collect, update, eval_row)
+        if val_row is not None:
+            self._choose_saved_policy(iteration, update.policy_dir, val_row, row)
+        self.history.append(row)
+        run_state = {
+            "iteration": iteration, "moving_average": self.moving_average.state(), "history": self.history,
+            "last_eval": self.last_eval, "failures_last_iteration": batch.failures, "best": self.state.get("best"),
+            "warmstart_validation": self.state.get("warmstart_validation"), "config": self.run_config,
+        }
+        commit_iteration(self.root_dir, self.summaries, iteration, percentile_summary(batch.ok_rewards), row, eval_row,
+                         run_state)
+        print(_summary_line(row, num_iterations), file=sys.stderr, flush=True)
+        return blob
+
+    def _choose_saved_policy(self, iteration: int, policy_dir: str, val_row: dict, row: dict) -> None:
+        """Publish the iteration's policy as ``saved_policy`` when its
+        validation total is the best so far; its history ``row`` notes the
+        validation and which iteration ``saved_policy`` is."""
+        state = self.state
+        row["validation_size_change_pct"] = val_row["size_change_pct"]
+        row["validation_bigger"] = val_row["bigger"]
+        if _better(val_row, state.get("best"), state.get("warmstart_validation")):
+            state["best"] = {"iteration": iteration, "size_change_pct": val_row["size_change_pct"]}
+            publish_policy(policy_dir, os.path.join(self.root_dir, "saved_policy"))
+        row["saved_policy_iteration"] = state["best"]["iteration"]
 
 
 def _split(corpus, corpus_dir: str, heldout_fraction: float, validation_fraction: float, heldout_modules: int,
