@@ -145,8 +145,8 @@ def test_replay_of_the_channels_decisions_is_the_oz_object_and_a_batch_reads_cle
                                                                                   tmp_path):
     from mlgo_host.corpus.corpus import load_corpus
     from mlgo_host.policies import load_policy
-    from mlgo_host.search.batched import BatchedSearch
-    from mlgo_host.search.clones import roots_of
+    from mlgo_host.search.copytext import roots_of
+    from mlgo_host.search.driver import BatchedSearch
     from mlgo_host.search.evaluate import ReplayEvaluator, probe_module
 
     corpus = build_small_corpus(tmp_path_factory.mktemp(f"replay{toolchain.version}"), clang=toolchain.clang)
@@ -167,16 +167,16 @@ def test_replay_of_the_channels_decisions_is_the_oz_object_and_a_batch_reads_cle
         s.begin()
         by_root: dict[str, list] = {}
         for c in s.candidates():
-            if s.world_root(c) is not None:
-                by_root.setdefault(s.world_root(c), []).append(c)
+            if s.copies.root(c) is not None:
+                by_root.setdefault(s.copies.root(c), []).append(c)
         flips = max(by_root.values(), key=len, default=[])[:4]
         if len(flips) >= 2:
             outs = s.measure(s.batches_of(flips)[0])
-            assert s.world_flips == len(outs) == len(flips), s.splits
+            assert s.state.flips_in_copies == len(outs) == len(flips), s.splits
             for o in outs:
-                alone = s.ev.measure(s._set_with([o.candidate]))
-                roots = roots_of(o.candidate.world) if o.candidate.world else tuple(o.candidate.footprint)[:1]
-                back = s.brought_back(o.candidate)  # (a callee inlined everywhere else: its body comes back too)
+                alone = s.ev.measure(s.state.set_with([o.candidate]))
+                roots = roots_of(o.candidate.in_copy) if o.candidate.in_copy else tuple(o.candidate.footprint)[:1]
+                back = s.copies.brought_back(o.candidate)  # (a callee inlined everywhere else: its body comes back too)
                 assert (sum(alone.sizes.unpadded(r) - s.base.sizes.unpadded(r) for r in roots)
                         + (alone.sizes.unpadded(back) if back else 0)) == o.delta, (m.name, o.candidate.key)
             copied += 1

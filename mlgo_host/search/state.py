@@ -53,11 +53,6 @@ class Candidate:
         k = " + ".join(s.key for s in self.sites)
         return k + " (answered)" if self.release else k
 
-    @property
-    def world(self) -> Roots | None:
-        """:attr:`in_copy` under its former name (tests/test_clang_versions.py reads it)."""
-        return self.in_copy
-
 
 @dataclasses.dataclass
 class Outcome:

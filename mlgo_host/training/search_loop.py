@@ -4,7 +4,7 @@ Per round:
 
 1. **search** every training module around the current policy (the first
    round: the compiler's default) on the worker pool, by batches of flips
-   (:mod:`mlgo_host.search.batched`), the compile budget shared by module
+   (:mod:`mlgo_host.search.driver`), the compile budget shared by module
    size;
 2. keep each module's best trajectory across rounds and every flip tried;
    fit the flip-gain model (the next round's prior);

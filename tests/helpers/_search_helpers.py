@@ -16,7 +16,7 @@ from mlgo_host.corpus.corpus import load_corpus
 from mlgo_host.corpus.objsizes import ObjectSizes
 from mlgo_host.corpus.synth import inline_module
 from mlgo_host.policies import load_policy
-from mlgo_host.search.batched import BatchedSearch
+from mlgo_host.search.driver import BatchedSearch
 from mlgo_host.search.evaluate import ReplayEvaluator, probe_module
 
 CPP = r"""

@@ -1,4 +1,4 @@
-"""The batched search end to end (mlgo_host.search.batched, mlgo_host.search.driver)
+"""The batched search end to end (mlgo_host.search.driver)
 with the real clang-19: call-site keys, the compiler's replay of a decision
 set, and whole searches of a module, cut and resumed."""
 
@@ -12,9 +12,9 @@ import pytest
 
 from _search_helpers import search
 from mlgo_host.policies import load_policy
-from mlgo_host.search.batched import result_of, search_module_batched
+from mlgo_host.search.driver import search_module_batched
 from mlgo_host.search.evaluate import ReplayEvaluator, probe_module
-from mlgo_host.search.result import SearchResult, search_result
+from mlgo_host.search.result import SearchResult, result_of, search_result
 from mlgo_host.search.scheduling import Scheduler
 
 

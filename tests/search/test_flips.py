@@ -21,7 +21,7 @@ from mlgo_host.corpus.build import build_corpus, load_compile_commands
 from mlgo_host.corpus.compile import baseline_size, compile_module
 from mlgo_host.corpus.corpus import load_corpus, split_three
 from mlgo_host.policies import load_policy
-from mlgo_host.search.batched import search_module_batched
+from mlgo_host.search.driver import search_module_batched
 from mlgo_host.search.flips import FlipGainModel, pattern_scores
 
 from _tune_helpers import HELPER_C, TINY_C

@@ -19,7 +19,7 @@ from mlgo_host.corpus.compile import compile_plain
 from mlgo_host.corpus.corpus import load_corpus
 from mlgo_host.corpus.sizes import text_size
 from mlgo_host.policies import load_policy
-from mlgo_host.search.batched import search_module_batched
+from mlgo_host.search.driver import search_module_batched
 from mlgo_host.search.evaluate import probe_module
 from mlgo_host.search.starts import best_start, measure_thresholds, threshold_flags, with_flags
 
