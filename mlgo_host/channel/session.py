@@ -589,7 +589,7 @@ def run_session(
                 pass
 
 
-def plain_compile(cmd: list[str], *, timeout: float = 300.0, cwd: str | None = None, env: dict | None = None) -> tuple[int, str]:
+def run_without_channel(cmd: list[str], *, timeout: float = 300.0, cwd: str | None = None, env: dict | None = None) -> tuple[int, str]:
     """Run the compiler without the channel (the default heuristic).
     Returns (returncode, stderr tail); kills the group on timeout."""
     d = tempfile.mkdtemp(prefix="mlgo-plain-")

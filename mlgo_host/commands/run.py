@@ -150,10 +150,10 @@ def _run(args: argparse.Namespace) -> int:
 
 def _run_with_flags(cmd: list[str], flags: list[str], name: str, timeout: float) -> int:
     """The compile with a tuned module's compiler replay flags (no channel)."""
-    from mlgo_host.channel.session import plain_compile
+    from mlgo_host.channel.session import run_without_channel
     from mlgo_host.serve.client import classify
 
-    rc, tail = plain_compile(cmd + flags, timeout=timeout)
+    rc, tail = run_without_channel(cmd + flags, timeout=timeout)
     plan = classify(cmd[1:])
     out = {"advisor": "inline", "returncode": rc, "output": plan.get("output"), "policy": f"tuned:{name}",
            "tuned": {"tuned": "tuned", "tuned_module": name, "flags": flags}, "text_size": None}

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from mlgo_host.channel.problems import probe_then_run
-from mlgo_host.channel.session import plain_compile
+from mlgo_host.channel.session import run_without_channel
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.corpus.sizes import compiler_version, find_llvm_size, text_size  # noqa: F401 (re-exported)
 from mlgo_host.episode import Episode, EpisodeRecorder
@@ -203,7 +203,7 @@ def compile_plain(module: "Module", clang: str = "clang-19", llvm_size: str | No
     try:
         out = os.path.join(tmp, "module.o")
         try:
-            rc, tail = plain_compile(module.compile_command(clang, out) + list(extra_args), timeout=timeout)
+            rc, tail = run_without_channel(module.compile_command(clang, out) + list(extra_args), timeout=timeout)
             if rc != 0:
                 return _failed(module.name, f"compiler exited with status {rc}: {_one_line(tail)}", t0)
             if not os.path.exists(out):

@@ -152,7 +152,7 @@ class Probe:
     mandatory: tuple[Site, ...] | None = None
 
 
-def plain_compile(module: Module, clang: str, timeout: float) -> tuple[str, Measured]:
+def compile_with_remarks(module: Module, clang: str, timeout: float) -> tuple[str, Measured]:
     """The module's plain compile with ``-Rpass=inline``: its remarks (they
     name the ``always_inline`` sites, which the channel never sees) and its
     object's sizes with the keys it inlined (what a replay of the
@@ -184,7 +184,7 @@ def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str
     """Compile ``module`` over the channel with ``policy`` (the compiler's
     default for the search's start), recording the trajectory and the
     optimization record, and name every decision's call site.  ``plain``:
-    :func:`plain_compile`'s result for this very command, when a caller
+    :func:`compile_with_remarks`' result for this very command, when a caller
     made it already (the threshold starts), or ``like``: an earlier probe of
     this very command (another policy's start) that kept it; the probe then
     costs its channel compile only."""
@@ -212,7 +212,7 @@ def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str
         compiles, plain, mandatory = 1, like.plain, list(like.mandatory)
     else:
         compiles = 2 if plain is None else 1
-        plain_text, plain = plain if plain is not None else plain_compile(module, clang, timeout)
+        plain_text, plain = plain if plain is not None else compile_with_remarks(module, clang, timeout)
         mandatory = mandatory_sites(plain_text)
     # (the plain compile's inlined keys tell apart copies of one body; they are the probe's own when
     # the probe takes the compiler's decisions, as tune's does, else only a hint)
