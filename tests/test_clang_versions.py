@@ -147,7 +147,8 @@ def test_replay_of_the_channels_decisions_is_the_oz_object_and_a_batch_reads_cle
     from mlgo_host.policies import load_policy
     from mlgo_host.search.copytext import roots_of
     from mlgo_host.search.driver import BatchedSearch
-    from mlgo_host.search.evaluate import ReplayEvaluator, probe_module
+    from mlgo_host.search.probe import probe_module
+    from mlgo_host.search.replay import ReplayEvaluator
 
     corpus = build_small_corpus(tmp_path_factory.mktemp(f"replay{toolchain.version}"), clang=toolchain.clang)
     copied = 0

@@ -55,7 +55,7 @@ from mlgo_host.errors import ConfigError, MlgoHostError  # noqa: E402
 from mlgo_host.formats import read_format_json  # noqa: E402
 from mlgo_host.fsutil import atomic_path, atomic_write_json  # noqa: E402
 from mlgo_host.search.driver import BatchedSearch, search_of  # noqa: E402
-from mlgo_host.search.evaluate import Probe, probe_module  # noqa: E402
+from mlgo_host.search.probe import Probe, probe_module  # noqa: E402
 from mlgo_host.search.sites import unique_decisions  # noqa: E402
 from mlgo_host.search.state import Outcome  # noqa: E402
 from mlgo_host.workers.pool import make_pool, map_with_progress  # noqa: E402

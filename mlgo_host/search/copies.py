@@ -38,7 +38,7 @@ from mlgo_host.corpus.sizes import llvm_tool
 from mlgo_host.errors import CompilerError, MlgoHostError
 from mlgo_host.search.attribution import Attribution, applied, is_under_any, outermost
 from mlgo_host.search.copytext import ModuleText, Roots, copy_name, roots_of
-from mlgo_host.search.evaluate import Measured
+from mlgo_host.search.replay import Measured
 from mlgo_host.search.sites import Site
 from mlgo_host.search.state import Candidate, Outcome, SearchState
 

@@ -3,9 +3,9 @@ runs the passes, :func:`search_module_batched` probes the module, picks its
 start and runs or resumes a search.
 
 A module's decisions get call-site keys from one channel compile (the
-*probe*, :func:`~mlgo_host.search.evaluate.probe_module`); from then on a
+*probe*, :func:`~mlgo_host.search.probe.probe_module`); from then on a
 decision set is compiled by the compiler's own replay
-(:class:`~mlgo_host.search.evaluate.ReplayEvaluator`).  The search is made
+(:class:`~mlgo_host.search.replay.ReplayEvaluator`).  The search is made
 of parts that share one :class:`~.state.SearchState`: the flips to try
 (:mod:`.candidates`), the batches and budgets (:mod:`.scheduling`), the
 measurement of a batch (:mod:`.measure`, reading by :mod:`.attribution`
@@ -35,10 +35,11 @@ from mlgo_host.errors import MlgoHostError
 from mlgo_host.search.attribution import Attribution
 from mlgo_host.search.candidates import Candidates
 from mlgo_host.search.copies import Copies
-from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator, probe_module
 from mlgo_host.search.flips import FlipGainModel
 from mlgo_host.search.measure import Measurer
+from mlgo_host.search.probe import Probe, probe_module
 from mlgo_host.search.reference import Reference
+from mlgo_host.search.replay import Measured, ReplayEvaluator
 from mlgo_host.search.result import result_of
 from mlgo_host.search.scheduling import MAX_BATCH, Scheduler
 from mlgo_host.search.sites import site_of_line

@@ -29,8 +29,8 @@ from typing import Sequence
 
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.errors import CompilerError
-from mlgo_host.search.evaluate import Measured
-from mlgo_host.search.evaluate import compile_with_remarks as plain_compile
+from mlgo_host.search.probe import compile_with_remarks as plain_compile
+from mlgo_host.search.replay import Measured
 
 #: the inline thresholds a search may start from besides -Oz's own (see the module docstring)
 START_THRESHOLDS: tuple[int, ...] = (50, 150, 450)

@@ -23,7 +23,8 @@ from typing import Iterable, Sequence
 
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.search.copytext import Roots
-from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator
+from mlgo_host.search.probe import Probe
+from mlgo_host.search.replay import Measured, ReplayEvaluator
 from mlgo_host.search.sites import Site, final_functions_of, unique_decisions
 
 

@@ -45,7 +45,7 @@ from mlgo_host.fsutil import atomic_path, atomic_write_bytes, atomic_write_json
 from mlgo_host.policies import HEURISTICS, check_meanings, load_policy
 from mlgo_host.search.starts import START_THRESHOLDS, STARTS_BY_LANGUAGE, Starts, starts_pending
 from mlgo_host.workers.pool import make_pool
-from mlgo_host.search.evaluate import replay_text
+from mlgo_host.search.replay import replay_text
 from mlgo_host.search.flips import fit_flip_model
 from mlgo_host.search.sites import site_of_line
 from mlgo_host.shipped import shipped_policy_dir

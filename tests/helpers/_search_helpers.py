@@ -17,7 +17,8 @@ from mlgo_host.corpus.objsizes import ObjectSizes
 from mlgo_host.corpus.synth import inline_module
 from mlgo_host.policies import load_policy
 from mlgo_host.search.driver import BatchedSearch
-from mlgo_host.search.evaluate import ReplayEvaluator, probe_module
+from mlgo_host.search.probe import probe_module
+from mlgo_host.search.replay import ReplayEvaluator
 
 CPP = r"""
 #include <vector>

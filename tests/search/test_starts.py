@@ -20,7 +20,7 @@ from mlgo_host.corpus.corpus import load_corpus
 from mlgo_host.corpus.sizes import text_size
 from mlgo_host.policies import load_policy
 from mlgo_host.search.driver import search_module_batched
-from mlgo_host.search.evaluate import probe_module
+from mlgo_host.search.probe import probe_module
 from mlgo_host.search.starts import best_start, measure_thresholds, threshold_flags, with_flags
 
 # a helper with a constant mode at each of its three calls: -Oz keeps it out of line (174 bytes of .text
