@@ -59,7 +59,7 @@ class Toolchain:
     def default_slot(self) -> str:
         """Where this version sends the inliner's default decision: the
         include-default bug was fixed in LLVM 21 (docs/channel.md)."""
-        from mlgo_host.channel.default_probe import BUGGY_SLOT, FIXED_SLOT
+        from mlgo_host.channel.default_slot import BUGGY_SLOT, FIXED_SLOT
 
         return BUGGY_SLOT if self.version <= 20 else FIXED_SLOT
 

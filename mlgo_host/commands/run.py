@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     import resource
 
-    from mlgo_host.channel.problems import probe_then_run
+    from mlgo_host.channel.problems import ready_and_run
 
     cmd = list(args.compiler_args)
     if cmd and cmd[0] == "--":
@@ -120,7 +120,7 @@ def _run(args: argparse.Namespace) -> int:
         from mlgo_host.policies import load_policy
 
         policy = load_policy(args.policy, seed=args.seed, greedy=not args.sample)
-    res = probe_then_run(cmd, args.advisor, policy, timeout=args.timeout, log_path=args.log, pin_cpu=args.pin)
+    res = ready_and_run(cmd, args.advisor, policy, timeout=args.timeout, log_path=args.log, pin_cpu=args.pin)
     out = res.summary()
     out["policy"] = args.policy or "default"
     if tuned is not None:

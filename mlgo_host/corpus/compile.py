@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from mlgo_host.channel.problems import probe_then_run
+from mlgo_host.channel.problems import ready_and_run
 from mlgo_host.channel.session import run_without_channel
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.corpus.sizes import compiler_version, find_llvm_size, text_size  # noqa: F401 (re-exported)
@@ -129,7 +129,7 @@ def compile_module(
         out = os.path.join(tmp, "module.o")
         try:
             cmd = module.compile_command(clang, out) + list(extra_args)
-            res = probe_then_run(cmd, advisor, policy, timeout=timeout, recorder=EpisodeRecorder() if record else None,
+            res = ready_and_run(cmd, advisor, policy, timeout=timeout, recorder=EpisodeRecorder() if record else None,
                               log_path=log_path, tmpdir=tmp)
         except MlgoHostError as e:
             return _failed(module.name, f"{type(e).__name__}: {e}", t0)

@@ -35,7 +35,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from mlgo_host.channel.default_probe import default_slot
+from mlgo_host.channel.default_slot import default_slot
 from mlgo_host.corpus.corpus import Module, load_corpus
 from mlgo_host.corpus.identity import project_root, read_sources, relative_identity
 from mlgo_host.corpus.tuned import (DATA, FORMAT, INLINE_REPLAY_EXT, MANIFEST, POLICY, REPLAYS, file_sha256, module_file,

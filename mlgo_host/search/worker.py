@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from mlgo_host.channel.default_probe import default_slot
+from mlgo_host.channel.default_slot import default_slot
 from mlgo_host.corpus.compile import BaselineCache, baseline_size
 from mlgo_host.errors import MlgoHostError
 from mlgo_host.policies import load_policy

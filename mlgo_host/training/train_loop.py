@@ -344,15 +344,15 @@ def _ensure_vocab(pool, root_dir: str, vocab_path: str | None, warmstart_policy:
 
 def _ensure_header(pool, root_dir: str, modules, task_of) -> dict:
     """The channel header the run trains on (``root_dir/header.json``,
-    probed with the default policy the first time)."""
+    read from a compile with the default policy the first time)."""
     header_path = os.path.join(root_dir, "header.json")
     if not os.path.exists(header_path):
-        _probe_header(pool, modules, header_path, task_of)
+        _first_header(pool, modules, header_path, task_of)
     with open(header_path) as f:
         return json.load(f)
 
 
-def _probe_header(pool, modules, header_path: str, task_of) -> None:
+def _first_header(pool, modules, header_path: str, task_of) -> None:
     """Compile modules with the default policy until one yields a header."""
     pool.broadcast("set_policy", {"heuristic": "default"})
     for m in modules[:20]:

@@ -115,7 +115,7 @@ def test_never_inline_changes_the_size_and_record_gives_the_episode(corpus, priv
 
 
 def test_failures_are_results_with_a_reason(corpus, tmp_path, private_tmp, monkeypatch):
-    # The fake compilers never reach the channel: skip the default-slot probe.
+    # The fake compilers never reach the channel: skip the default-slot detection.
     monkeypatch.setenv("MLGO_INLINE_DEFAULT_SLOT", "callee_basic_block_count")
     m = corpus["mathx"]
     failing = _script(tmp_path / "clang-fails", f'case "$1" in --version) exec {CLANG} --version;; esac\n'

@@ -16,7 +16,7 @@ import shutil
 import numpy as np
 import pytest
 
-from mlgo_host.channel.default_probe import default_slot
+from mlgo_host.channel.default_slot import default_slot
 from mlgo_host.corpus.build import build_corpus, load_compile_commands
 from mlgo_host.corpus.compile import baseline_size, compile_module
 from mlgo_host.corpus.corpus import load_corpus, split_three
