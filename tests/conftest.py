@@ -32,7 +32,7 @@ MATRIX_CLANGS = (19, 22)
 
 def installed_clang_versions() -> list[int]:
     """Major versions N >= MIN_CLANG with a ``clang-N`` on PATH."""
-    from mlgo_host.corpus.sizes import installed_clang_versions as installed
+    from mlgo_host.measure.sizes import installed_clang_versions as installed
 
     return installed(MIN_CLANG)
 

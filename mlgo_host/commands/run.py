@@ -196,8 +196,8 @@ def _tuned(args: argparse.Namespace, cmd: list[str]):
 
 
 def _text_size(path: str, compiler: str) -> int | None:
-    from mlgo_host.corpus.sizes import text_size
     from mlgo_host.errors import MlgoHostError
+    from mlgo_host.measure.sizes import text_size
 
     try:
         return text_size(path, clang=compiler)

@@ -20,12 +20,12 @@ import subprocess
 import tempfile
 import time
 
-from mlgo_host.corpus.compile import compile_module
 from mlgo_host.corpus.corpus import Module
-from mlgo_host.corpus.objsizes import object_sizes
-from mlgo_host.corpus.sizes import llvm_tool
 from mlgo_host.episode import Episode
 from mlgo_host.errors import CompilerError
+from mlgo_host.measure.compile import compile_module
+from mlgo_host.measure.objsizes import object_sizes
+from mlgo_host.measure.sizes import llvm_tool
 from mlgo_host.search.replay import Measured
 from mlgo_host.search.sites import (DebugInfo, Decision, Site, debug_info, identify, inlined_keys, mandatory_sites,
                                    read_remarks)

@@ -20,7 +20,7 @@ once per module, then replays.
 
 The object is measured as the rest of the project does (``llvm-size``'s
 text column) and per function
-(:func:`~mlgo_host.corpus.objsizes.object_sizes`).
+(:func:`~mlgo_host.measure.objsizes.object_sizes`).
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Iterable
 
 from mlgo_host.corpus.corpus import Module
-from mlgo_host.corpus.objsizes import ObjectSizes, object_sizes
 from mlgo_host.corpus.tuned import replay_flags
 from mlgo_host.errors import CompilerError
+from mlgo_host.measure.objsizes import ObjectSizes, object_sizes
 from mlgo_host.search.sites import Site, inlined_keys
 
 #: a callee no module has: its line puts a function in the replay's scope with nothing inlined

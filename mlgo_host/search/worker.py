@@ -12,8 +12,8 @@ import time
 import numpy as np
 
 from mlgo_host.channel.default_slot import default_slot
-from mlgo_host.corpus.compile import BaselineCache, baseline_size
 from mlgo_host.errors import MlgoHostError
+from mlgo_host.measure.compile import BaselineCache, baseline_size
 from mlgo_host.policies import load_policy
 from mlgo_host.policies.base import Policy
 from mlgo_host.progress import progress_bar

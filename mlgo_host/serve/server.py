@@ -40,9 +40,9 @@ from mlgo_host.channel.problems import get_problem, ready_advisor
 from mlgo_host.channel.fifo import Channel
 from mlgo_host.channel.session import serve_channel
 from mlgo_host.collected import save_episode
-from mlgo_host.corpus.sizes import text_size
 from mlgo_host.episode import EpisodeRecorder
 from mlgo_host.errors import ConfigError, MlgoHostError
+from mlgo_host.measure.sizes import text_size
 from mlgo_host.policies import check_meanings, load_policy
 from mlgo_host.serve import slots as S
 from mlgo_host.serve.trust import untrusted, untrusted_tune_dir

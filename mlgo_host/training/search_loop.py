@@ -41,17 +41,17 @@ import gin
 import numpy as np
 
 from mlgo_host.corpus.corpus import Module, load_corpus, split_three
-from mlgo_host.corpus.sizes import compiler_version
 from mlgo_host.errors import ConfigError
 from mlgo_host.evaluation.evaluate import EvalReport, evaluate_on_pool
 from mlgo_host.fsutil import atomic_path, atomic_write_json
-from mlgo_host.policies.saved import METADATA, set_gate
-from mlgo_host.training.iteration import STATE, publish_policy, read_state
 from mlgo_host.learning.imitate import choose_gate, examples_from_search, train_imitation
 from mlgo_host.learning.summaries import Summaries
-from mlgo_host.training.workers import Workers
+from mlgo_host.measure.sizes import compiler_version
+from mlgo_host.policies.saved import METADATA, set_gate
 from mlgo_host.search.flips import fit_flip_model
 from mlgo_host.search.worker import run_searches
+from mlgo_host.training.iteration import STATE, publish_policy, read_state
+from mlgo_host.training.workers import Workers
 from mlgo_host.workers.worker import policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.search")

@@ -19,10 +19,10 @@ import shutil
 import tempfile
 from typing import Any
 
-from mlgo_host.corpus.compile import baseline_size, compile_module
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_path
+from mlgo_host.measure.compile import baseline_size, compile_module
 from mlgo_host.policies import load_policy
 from mlgo_host.policies.base import Policy
 

@@ -241,8 +241,8 @@ def test_stale_fingerprint_falls_back_to_the_base(csrc, tmp_path):
 
 @needs_clang
 def test_compile_replay_on_a_corpus_module(small_corpus):
-    from mlgo_host.corpus.compile import compile_module, compile_replay
     from mlgo_host.corpus.corpus import load_corpus
+    from mlgo_host.measure.compile import compile_module, compile_replay
 
     mod = load_corpus(small_corpus).modules[0]
     ref = compile_module(mod, load_policy("default"), record=True)

@@ -55,7 +55,7 @@ def test_every_key_of_a_c_module_is_one_the_compiler_matches(batched_corpus):
 
 def test_the_batched_search_measures_many_flips_per_compile_and_never_ends_bigger(batched_corpus):
     m = batched_corpus["gen"]
-    from mlgo_host.corpus.compile import baseline_size
+    from mlgo_host.measure.compile import baseline_size
 
     d = baseline_size(m, cache_dir=None)
     r = search_module_batched(m, load_policy("default"), {"clang": "clang-19"}, budget=20, default_size=d)
@@ -113,7 +113,7 @@ def test_the_users_deadline_bounds_the_probe(batched_corpus, tmp_path, monkeypat
 
 
 def test_a_module_without_decisions_costs_one_compile(batched_corpus):
-    from mlgo_host.corpus.compile import baseline_size
+    from mlgo_host.measure.compile import baseline_size
 
     m = batched_corpus["leaf"]
     r = search_module_batched(m, load_policy("default"), {"clang": "clang-19"}, budget=20,
@@ -142,7 +142,7 @@ def test_the_groups_are_formed_again_from_each_new_best_and_none_is_measured_twi
 def test_a_sweep_the_compiles_left_do_not_afford_is_left_to_the_resumed_search(batched_corpus, monkeypatch):
     # (every sweep unaffordable: tune's next pass gives the module its compiles)
     monkeypatch.setattr(Scheduler, "affords", lambda self, sweep: False)
-    from mlgo_host.corpus.compile import baseline_size
+    from mlgo_host.measure.compile import baseline_size
 
     m = batched_corpus["gen"]
     d = baseline_size(m, cache_dir=None)
@@ -171,7 +171,7 @@ def test_flips_a_budget_cuts_off_are_measured_by_the_resumed_search(batched_corp
     assert [c.key for c in rest] == [b.key] and b.key not in st.tried  # kept, not lost as tried
     monkeypatch.undo()
     # end to end: a search cut by its budget keeps what it queued, and the resumed one measures it
-    from mlgo_host.corpus.compile import baseline_size
+    from mlgo_host.measure.compile import baseline_size
     m = batched_corpus["gen"]
     d = baseline_size(m, cache_dir=None)
     r1 = search_module_batched(m, load_policy("default"), {"clang": "clang-19"}, budget=8, default_size=d)

@@ -15,9 +15,9 @@ import pytest
 from _policy_helpers import LIBSTDCXX_MODULE
 from _tune_helpers import mlgo_host, read_manifest
 from mlgo_host.corpus.build import build_corpus, load_compile_commands
-from mlgo_host.corpus.compile import compile_plain
 from mlgo_host.corpus.corpus import load_corpus
-from mlgo_host.corpus.sizes import text_size
+from mlgo_host.measure.compile import compile_plain
+from mlgo_host.measure.sizes import text_size
 from mlgo_host.policies import load_policy
 from mlgo_host.search.driver import search_module_batched
 from mlgo_host.search.probe import probe_module

@@ -1,6 +1,6 @@
 """Compiling one corpus module with a policy, and object sizes.
 
-Sizes are :mod:`mlgo_host.corpus.sizes`' (``llvm-size``'s text column).
+Sizes are :mod:`mlgo_host.measure.sizes`' (``llvm-size``'s text column).
 * :func:`baseline_size`: the module compiled without the channel (the
   compiler's default heuristic), cached on disk by :class:`BaselineCache`
   under a key of module name, command, bitcode digest and compiler version.
@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Sequence
 from mlgo_host.channel.problems import ready_and_run
 from mlgo_host.channel.session import run_without_channel
 from mlgo_host.corpus.corpus import Module
-from mlgo_host.corpus.sizes import compiler_version, find_llvm_size, text_size  # noqa: F401 (re-exported)
 from mlgo_host.episode import Episode, EpisodeRecorder
 from mlgo_host.errors import CompilerError, MlgoHostError
 from mlgo_host.fsutil import atomic_write_bytes
+from mlgo_host.measure.sizes import compiler_version, text_size
 
 if TYPE_CHECKING:  # pragma: no cover
     from mlgo_host.policies.base import Policy

@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from _corpus_helpers import CLANG, build_small_corpus
-from mlgo_host.errors import CompilerError, ConfigError
-from mlgo_host.policies import load_policy
 from mlgo_host.corpus.corpus import load_corpus
-from mlgo_host.corpus.compile import BaselineCache, baseline_size, compile_module, plain_size, text_size
-from mlgo_host.corpus.reward import MovingAverageBaseline, reward
-from mlgo_host.corpus.sizes import llvm_tool_candidates
+from mlgo_host.errors import CompilerError, ConfigError
+from mlgo_host.measure.compile import BaselineCache, baseline_size, compile_module, plain_size
+from mlgo_host.measure.reward import MovingAverageBaseline, reward
+from mlgo_host.measure.sizes import text_size
+from mlgo_host.measure.sizes import llvm_tool_candidates
+from mlgo_host.policies import load_policy
 
 
 @pytest.fixture(scope="module")
