@@ -224,7 +224,7 @@ def main() -> int:
         variants = ["plain", "ref", "ours", "ref-pinned", "ours-pinned"]
         if args.c_floor:
             variants += ["c-floor", "c-floor-pinned"]
-        # warm-up (page cache, the default-slot probe cache) + byte identity
+        # warm-up (page cache, the default-slot cache) + byte identity
         for k in SIZES:
             for v in variants:
                 run_one(argv(v, k), env)

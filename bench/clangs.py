@@ -31,7 +31,7 @@ CPP_SUFFIXES = (".cc", ".cpp", ".cxx", ".c++", ".C")
 
 def installed_clangs() -> list[int]:
     """Major versions N >= 17 with both clang-N and llvm-size-N on PATH."""
-    from mlgo_host.corpus.sizes import installed_clang_versions
+    from mlgo_host.measure.sizes import installed_clang_versions
 
     return [v for v in installed_clang_versions() if shutil.which(f"llvm-size-{v}")]
 

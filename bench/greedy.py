@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-from mlgo_host.corpus.compile import baseline_size, compile_module
+from mlgo_host.measure.compile import baseline_size, compile_module
 from mlgo_host.policies import load_policy
 from mlgo_host.policies.replay import Replay, ReplayPolicy
 from mlgo_host.workers.pool import make_pool, map_with_progress

@@ -28,8 +28,8 @@ sys.path.insert(0, HERE)
 
 from serve import BIN, build_entries, make, write_makefile  # noqa: E402
 
-from mlgo_host.corpus.sizes import text_size  # noqa: E402
 from mlgo_host.fsutil import atomic_write_json  # noqa: E402
+from mlgo_host.measure.sizes import text_size  # noqa: E402
 from mlgo_host.serve.stats import aggregate  # noqa: E402
 
 

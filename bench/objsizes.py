@@ -1,4 +1,4 @@
-"""Per-function object sizes (mlgo_host.corpus.objsizes) under single inlining flips.
+"""Per-function object sizes (mlgo_host.measure.objsizes) under single inlining flips.
 
 For each of --modules modules of the corpus (seeded sample, bitcode at most
 --max-bc-kb): compile with the default policy (recording its actions and the
@@ -43,10 +43,10 @@ from collections import Counter
 
 from mlgo_host.channel.session import run_session
 from mlgo_host.corpus.corpus import load_corpus
-from mlgo_host.corpus.objsizes import object_sizes
-from mlgo_host.corpus.sizes import text_size
 from mlgo_host.episode import EpisodeRecorder
 from mlgo_host.fsutil import atomic_write_json
+from mlgo_host.measure.objsizes import object_sizes
+from mlgo_host.measure.sizes import text_size
 from mlgo_host.policies import load_policy
 from mlgo_host.policies.replay import Replay, replay_policy
 

@@ -45,7 +45,7 @@ from collections import Counter
 
 from mlgo_host.corpus.corpus import load_corpus
 from mlgo_host.fsutil import atomic_write_json
-from mlgo_host.search.batched import BatchedSearch
+from mlgo_host.search.driver import BatchedSearch
 from mlgo_host.search.tune import _load_results, known_start, tune
 
 from greedy import greedy_pass
@@ -125,7 +125,7 @@ def packing_bound(out: str, mods: dict, names: set[str]) -> dict:
         ref = known_start(r)
         if name not in names or ref is None:
             continue
-        s = BatchedSearch(mods[name], r["probe"], None, budget=0, worlds=False)  # (in place: copies lift it)
+        s = BatchedSearch(mods[name], r["probe"], None, budget=0, copies=False)  # (in place: copies lift it)
         s.base = ref
         cands = s.candidates()
         n = len(s.batches_of(cands))

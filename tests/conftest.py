@@ -32,7 +32,7 @@ MATRIX_CLANGS = (19, 22)
 
 def installed_clang_versions() -> list[int]:
     """Major versions N >= MIN_CLANG with a ``clang-N`` on PATH."""
-    from mlgo_host.corpus.sizes import installed_clang_versions as installed
+    from mlgo_host.measure.sizes import installed_clang_versions as installed
 
     return installed(MIN_CLANG)
 
@@ -59,7 +59,7 @@ class Toolchain:
     def default_slot(self) -> str:
         """Where this version sends the inliner's default decision: the
         include-default bug was fixed in LLVM 21 (docs/channel.md)."""
-        from mlgo_host.channel.default_probe import BUGGY_SLOT, FIXED_SLOT
+        from mlgo_host.channel.default_slot import BUGGY_SLOT, FIXED_SLOT
 
         return BUGGY_SLOT if self.version <= 20 else FIXED_SLOT
 

@@ -2,7 +2,7 @@
 >= 17 (the ``toolchain`` fixture of conftest.py; clang-19 and clang-22 are
 always listed and skipped, with how to install them, when absent).
 
-Per version: the channel (header, default-decision slot found by the probe
+Per version: the channel (header, default-decision slot detected by a compile
 and cached, what the compiler-dependent features carry), ``run`` for every
 advisor, the default inliner reproducing plain ``-Oz`` byte for byte,
 ``eval``, ``serve`` with ``mlgo-clang``, and (slow; for clang-19 the trainer
@@ -27,7 +27,7 @@ from _corpus_helpers import build_generated_corpus, build_small_corpus
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve"))  # the serve tests' helpers
 from _serve_util import ServerProc, mlgo_clang, write_sources  # noqa: E402
-from mlgo_host.channel import default_probe  # noqa: E402
+from mlgo_host.channel import default_slot as slots  # noqa: E402
 from mlgo_host.channel.problems import ready_advisor
 from mlgo_host.channel.session import run_session
 from mlgo_host.cli import main
@@ -50,8 +50,8 @@ def sources(tmp_path_factory):
 def fresh_slot_cache(tmp_path, monkeypatch):
     """An empty default-slot cache (memory and disk) for this test."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.delenv(default_probe.ENV_OVERRIDE, raising=False)
-    monkeypatch.setattr(default_probe, "_MEMO", {})
+    monkeypatch.delenv(slots.ENV_OVERRIDE, raising=False)
+    monkeypatch.setattr(slots, "_MEMO", {})
     return tmp_path / "cache" / "mlgo_host" / "default_slot.json"
 
 
@@ -63,23 +63,23 @@ def _cli_json(args: list[str], tmp_path) -> dict:
 
 
 # -- channel ---------------------------------------------------------------
-def test_default_slot_is_probed_once_and_cached(toolchain, fresh_slot_cache, monkeypatch):
-    slot = default_probe.default_slot(toolchain.clang)
+def test_default_slot_is_detected_once_and_cached(toolchain, fresh_slot_cache, monkeypatch):
+    slot = slots.default_slot(toolchain.clang)
     assert slot == toolchain.default_slot
     assert slot in json.loads(fresh_slot_cache.read_text()).values()
 
-    def no_probe(clang, timeout=60.0):
-        raise AssertionError(f"probed {clang} again")
+    def no_detection(clang, timeout=60.0):
+        raise AssertionError(f"detected {clang}'s slot again")
 
-    monkeypatch.setattr(default_probe, "probe", no_probe)
-    assert default_probe.default_slot(toolchain.clang) == slot  # memory
-    monkeypatch.setattr(default_probe, "_MEMO", {})
-    assert default_probe.default_slot(toolchain.clang) == slot  # disk
+    monkeypatch.setattr(slots, "detect_slot", no_detection)
+    assert slots.default_slot(toolchain.clang) == slot  # memory
+    monkeypatch.setattr(slots, "_MEMO", {})
+    assert slots.default_slot(toolchain.clang) == slot  # disk
 
 
 def test_channel_header_and_what_the_slots_carry(toolchain, sources, tmp_path):
     """Same inliner features everywhere; the default decision is in the
-    probed slot (answering with it reproduces -Oz, below), the other slot
+    detected slot (answering with it reproduces -Oz, below), the other slot
     carries 0 (clang-19's inlining_default) or the real block count."""
     rec = EpisodeRecorder()
     res = run_session([toolchain.clang, "-Oz", "-c", str(sources / "mid.c"), "-o", str(tmp_path / "m.o")],
@@ -89,16 +89,16 @@ def test_channel_header_and_what_the_slots_carry(toolchain, sources, tmp_path):
     names = [f.name for f in res.header.features]
     # 39 features + the advice: the 40 tensors of clang-19's inliner
     assert len(names) == 39 and res.header.advice.name == "inlining_decision"
-    assert default_probe.FIXED_SLOT in names and default_probe.BUGGY_SLOT in names
+    assert slots.FIXED_SLOT in names and slots.BUGGY_SLOT in names
     feats = res.episode.features()
     decision = feats[toolchain.default_slot].reshape(-1)
     assert set(np.unique(decision)) == {0, 1}
     assert (res.episode.actions == decision).all()  # the default policy answered from that slot
-    blocks = feats[default_probe.BUGGY_SLOT].reshape(-1)
-    if toolchain.default_slot == default_probe.FIXED_SLOT:
+    blocks = feats[slots.BUGGY_SLOT].reshape(-1)
+    if toolchain.default_slot == slots.FIXED_SLOT:
         assert blocks.max() > 1  # a real count
     else:
-        assert (feats[default_probe.FIXED_SLOT] == 0).all()
+        assert (feats[slots.FIXED_SLOT] == 0).all()
 
 
 # -- run, every advisor ------------------------------------------------------
@@ -145,9 +145,10 @@ def test_replay_of_the_channels_decisions_is_the_oz_object_and_a_batch_reads_cle
                                                                                   tmp_path):
     from mlgo_host.corpus.corpus import load_corpus
     from mlgo_host.policies import load_policy
-    from mlgo_host.search.batched import BatchedSearch
-    from mlgo_host.search.clones import roots_of
-    from mlgo_host.search.evaluate import ReplayEvaluator, probe_module
+    from mlgo_host.search.copytext import roots_of
+    from mlgo_host.search.driver import BatchedSearch
+    from mlgo_host.search.probe import probe_module
+    from mlgo_host.search.replay import ReplayEvaluator
 
     corpus = build_small_corpus(tmp_path_factory.mktemp(f"replay{toolchain.version}"), clang=toolchain.clang)
     copied = 0
@@ -167,16 +168,16 @@ def test_replay_of_the_channels_decisions_is_the_oz_object_and_a_batch_reads_cle
         s.begin()
         by_root: dict[str, list] = {}
         for c in s.candidates():
-            if s.world_root(c) is not None:
-                by_root.setdefault(s.world_root(c), []).append(c)
+            if s.copies.root(c) is not None:
+                by_root.setdefault(s.copies.root(c), []).append(c)
         flips = max(by_root.values(), key=len, default=[])[:4]
         if len(flips) >= 2:
             outs = s.measure(s.batches_of(flips)[0])
-            assert s.world_flips == len(outs) == len(flips), s.splits
+            assert s.state.flips_in_copies == len(outs) == len(flips), s.splits
             for o in outs:
-                alone = s.ev.measure(s._set_with([o.candidate]))
-                roots = roots_of(o.candidate.world) if o.candidate.world else tuple(o.candidate.footprint)[:1]
-                back = s.brought_back(o.candidate)  # (a callee inlined everywhere else: its body comes back too)
+                alone = s.ev.measure(s.state.set_with([o.candidate]))
+                roots = roots_of(o.candidate.in_copy) if o.candidate.in_copy else tuple(o.candidate.footprint)[:1]
+                back = s.copies.brought_back(o.candidate)  # (a callee inlined everywhere else: its body comes back too)
                 assert (sum(alone.sizes.unpadded(r) - s.base.sizes.unpadded(r) for r in roots)
                         + (alone.sizes.unpadded(back) if back else 0)) == o.delta, (m.name, o.candidate.key)
             copied += 1
@@ -266,9 +267,9 @@ def _check_recorded_compiler(md: dict, toolchain) -> None:
     slot = toolchain.default_slot
     assert f"clang version {toolchain.version}." in md["compiler"]
     assert md["default_slot"] == slot == md["spec"]["default_slot"]
-    assert md["feature_meanings"] == default_probe.feature_meanings(slot)
+    assert md["feature_meanings"] == slots.feature_meanings(slot)
     # a fixed compiler's real block count is an input; clang-19's slot never is
-    assert (default_probe.BUGGY_SLOT in md["input_features"]) == (slot == default_probe.FIXED_SLOT)
+    assert (slots.BUGGY_SLOT in md["input_features"]) == (slot == slots.FIXED_SLOT)
 
 
 @pytest.mark.slow

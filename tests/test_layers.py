@@ -24,7 +24,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
     2: ("channel",),
     3: ("episode", "collected"),
     4: ("policies",),
-    5: ("corpus",),
+    5: ("corpus", "measure"),
     6: ("workers",),
     7: ("evaluation",),
     8: ("search",),

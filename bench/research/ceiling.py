@@ -42,8 +42,8 @@ sys.path.insert(0, os.path.dirname(BENCH))
 
 from mlgo_host.corpus.corpus import Module, load_corpus  # noqa: E402
 from mlgo_host.fsutil import atomic_write_json  # noqa: E402
-from mlgo_host.search.batched import search_of  # noqa: E402
-from mlgo_host.search.evaluate import Measured  # noqa: E402
+from mlgo_host.search.driver import search_of  # noqa: E402
+from mlgo_host.search.replay import Measured  # noqa: E402
 from mlgo_host.search.sites import Site, final_functions_of  # noqa: E402
 from mlgo_host.search.starts import with_flags  # noqa: E402
 from mlgo_host.search.tune import load_tune_results  # noqa: E402

@@ -350,7 +350,7 @@ def main() -> int:
     ap.add_argument("--final", action="store_true", help="measure the chosen one on held-out and external")
     ap.add_argument("--output", default=os.path.join(BENCH, "results", "effect_models.json"))
     args = ap.parse_args()
-    from mlgo_host.channel.default_probe import default_slot
+    from mlgo_host.channel.default_slot import default_slot
     from mlgo_host.evaluation.evaluate import evaluate
 
     root = os.path.abspath(args.root)

@@ -9,10 +9,10 @@ decision set, replayed), so an entry is the effect of that flip in the
 default's context, the quantity an effect model
 (``effect_models.py`` beside this file) learns.
 
-Measuring reuses :class:`~mlgo_host.search.batched.BatchedSearch` as it is
+Measuring reuses :class:`~mlgo_host.search.driver.BatchedSearch` as it is
 (the probe, the replay, the packing of flips with disjoint footprints into
 one compile, the checked attribution and the splitting of failed batches)
-through :meth:`~mlgo_host.search.batched.BatchedSearch.sweep`.
+through :meth:`~mlgo_host.search.driver.BatchedSearch.sweep`.
 
 All decisions of the training corpus would cost tens of thousands of
 compiles, so each module measures a seeded sample of at most ``cap`` of its
@@ -54,9 +54,10 @@ from mlgo_host.corpus.corpus import Module, load_corpus, split_three  # noqa: E4
 from mlgo_host.errors import ConfigError, MlgoHostError  # noqa: E402
 from mlgo_host.formats import read_format_json  # noqa: E402
 from mlgo_host.fsutil import atomic_path, atomic_write_json  # noqa: E402
-from mlgo_host.search.batched import BatchedSearch, Outcome, search_of  # noqa: E402
-from mlgo_host.search.evaluate import Probe, probe_module  # noqa: E402
+from mlgo_host.search.driver import BatchedSearch, search_of  # noqa: E402
+from mlgo_host.search.probe import Probe, probe_module  # noqa: E402
 from mlgo_host.search.sites import unique_decisions  # noqa: E402
+from mlgo_host.search.state import Outcome  # noqa: E402
 from mlgo_host.workers.pool import make_pool, map_with_progress  # noqa: E402
 
 log = logging.getLogger("bench.effects")

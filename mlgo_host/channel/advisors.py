@@ -88,7 +88,7 @@ class InlineAdvisor(Advisor):
     The default decision comes through ``-inliner-interactive-include-default``.
     clang-19 writes it into the ``callee_basic_block_count`` slot and leaves
     ``inlining_default`` at 0 (fixed upstream later): which slot holds it is
-    detected per compiler by :mod:`mlgo_host.channel.default_probe`, and set
+    detected per compiler by :mod:`mlgo_host.channel.default_slot`, and set
     with :meth:`set_default_slot` before the session starts.
     """
 

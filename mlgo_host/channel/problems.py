@@ -11,8 +11,8 @@ A problem has:
   which features it never takes as inputs (``discard``), read by
   :mod:`mlgo_host.policies.specs`;
 * whether the compiler sends its own decision in a slot that depends on the
-  compiler (``probes_default_slot``: the inliner's include-default, probed by
-  :mod:`~mlgo_host.channel.default_probe`), and so what a session of a
+  compiler (``detects_default_slot``: the inliner's include-default, detected by
+  :mod:`~mlgo_host.channel.default_slot`), and so what a session of a
   compiler needs before it starts (:func:`ready_advisor`).
 
 Other modules ask a problem (``get_problem(name).learnable``, ...) instead of
@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from mlgo_host.channel.advisors import ADVISORS, Advisor, get_advisor
-from mlgo_host.channel.default_probe import default_slot as probe_default_slot
+from mlgo_host.channel.default_slot import default_slot as compiler_default_slot
 from mlgo_host.channel.session import SessionResult, run_session
 from mlgo_host.errors import ConfigError
 
@@ -43,7 +43,7 @@ class Problem:
     name: str  #: the advisor's name, as ``--advisor`` takes it
     action_kind: str | None  #: BINARY, MASKED_CHOICE, or None (no learned policy)
     discard: tuple[str, ...] = ()  #: features a learned policy never takes (ml-compiler-opt drops them too)
-    probes_default_slot: bool = False  #: the compiler's own decision comes in a per-compiler slot
+    detects_default_slot: bool = False  #: the compiler's own decision comes in a per-compiler slot
 
     @property
     def advisor_class(self) -> type[Advisor]:
@@ -59,12 +59,12 @@ class Problem:
         return self.action_kind is not None
 
     def default_slot(self, compiler: str, timeout: float = 60.0) -> str | None:
-        """Where ``compiler`` sends its own decision (probed once per binary,
+        """Where ``compiler`` sends its own decision (detected once per binary,
         within ``timeout``); None for a problem without one."""
-        return probe_default_slot(compiler, timeout) if self.probes_default_slot else None
+        return compiler_default_slot(compiler, timeout) if self.detects_default_slot else None
 
 
-INLINE = Problem("inline", BINARY, discard=("inlining_default",), probes_default_slot=True)
+INLINE = Problem("inline", BINARY, discard=("inlining_default",), detects_default_slot=True)
 REGALLOC_EVICT = Problem("regalloc-evict", MASKED_CHOICE)
 #: a continuous advice: served by heuristics only
 REGALLOC_PRIORITY = Problem("regalloc-priority", None)
@@ -90,15 +90,15 @@ def ready_advisor(advisor: Advisor | str, compiler: str, timeout: float = 60.0) 
     user's deadline)."""
     adv = get_advisor(advisor)
     problem = get_problem(adv)
-    if problem.probes_default_slot and getattr(adv, "default_slot", None) is None:
+    if problem.detects_default_slot and getattr(adv, "default_slot", None) is None:
         adv.set_default_slot(problem.default_slot(compiler, timeout))  # type: ignore[attr-defined]
     return adv
 
 
-def probe_then_run(cmd: list[str], advisor: Advisor | str, policy, *, timeout: float = 300.0,
+def ready_and_run(cmd: list[str], advisor: Advisor | str, policy, *, timeout: float = 300.0,
                    **session_options) -> SessionResult:
     """:func:`~mlgo_host.channel.session.run_session` of ``cmd`` with the
-    advisor readied for its compiler: a first compile's probe and the compile
+    advisor readied for its compiler: a first compile's slot detection and the compile
     itself share ``timeout`` (every deadline a user gives bounds all that is
     done on their behalf)."""
     t0 = time.monotonic()

@@ -503,7 +503,7 @@ def run_session(
     (``policy`` None: the advisor's default answers, see :func:`serve_channel`).
     An inliner advisor comes with its default-decision slot set
     (:func:`~mlgo_host.channel.problems.ready_advisor`; this module never
-    probes: the probe is itself a session).
+    detects it: the detecting compile is itself a session).
 
     Host-side failures raise :class:`MlgoHostError` subclasses after the
     compiler's process group was killed (and its temp outputs removed); a
@@ -513,7 +513,7 @@ def run_session(
     wake-ups); the thread's affinity is restored afterwards. -1 = the CPU
     this process is running on.  ``start``: the ``time.monotonic()`` from
     which ``timeout`` counts (default: now), when work done for the same
-    compile came first (the default-slot probe).
+    compile came first (the default slot's detection).
     """
     adv = _session_advisor(cmd, advisor)
     t0 = time.monotonic()
@@ -570,7 +570,7 @@ def _session_advisor(cmd: list[str], advisor: Advisor | str) -> Advisor:
     if isinstance(adv, InlineAdvisor) and adv.default_slot is None:
         # guessing would turn the default policy into never-inline on clang-19
         raise ValueError("the inliner's default-decision slot is not set: get the advisor from "
-                         "problems.ready_advisor, or run with problems.probe_then_run")
+                         "problems.ready_advisor, or run with problems.ready_and_run")
     return adv
 
 
@@ -615,7 +615,7 @@ def _stop_after_failure(proc: CompilerProcess, e: MlgoHostError, deadline: float
         e.args = (str(e) + "; compiler stderr ends with: " + tail.strip().replace("\n", " | ")[-400:],)
 
 
-def plain_compile(cmd: list[str], *, timeout: float = 300.0, cwd: str | None = None, env: dict | None = None) -> tuple[int, str]:
+def run_without_channel(cmd: list[str], *, timeout: float = 300.0, cwd: str | None = None, env: dict | None = None) -> tuple[int, str]:
     """Run the compiler without the channel (the default heuristic).
     Returns (returncode, stderr tail); kills the group on timeout."""
     d = tempfile.mkdtemp(prefix="mlgo-plain-")

@@ -11,7 +11,7 @@ compiler's; 2 with a one-line message on stderr when the host side fails
 after SIGINT/SIGTERM/SIGHUP (the compiler's process group is killed, FIFOs
 and temp files removed).
 
---replay FILE forces the actions of a replay file at its decision indices
+--actions FILE forces the actions of a replay file at its decision indices
 (0-based over every decision of the compile) and lets its base policy
 answer the rest; --policy P given with it replaces the file's base.  The
 JSON then has "replay": {forced, applied, missed, decisions, stale}: stale
@@ -25,10 +25,11 @@ replay gives the same object, byte for byte.  Format:
 --replay T (a tune directory, mlgo-host tune --output T): the replay of the
 tuned module this command compiles (matched by source, object and flags, as
 `serve --replay` does), --policy (default: default) when it is none; the
-JSON adds "tuned": {"tuned": "tuned" | "stale" | "default", ...}.
+JSON adds "tuned": {"tuned": "tuned" | "stale" | "default", ...}.  (--replay
+with a file is --actions FILE, with a warning.)
 
 example: mlgo-host run --policy default -- clang-19 -Oz -c x.c -o x.o
-         mlgo-host run --replay x.replay.json -- clang-19 -Oz -c x.c -o x.o
+         mlgo-host run --actions x.replay.json -- clang-19 -Oz -c x.c -o x.o
 """
 
 from __future__ import annotations
@@ -50,13 +51,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="which of the compiler's decisions the policy makes (a replay's must match)")
     p.add_argument("--policy", default=None,
                    help="who answers: a heuristic (default = the compiler's own decision, never, always, random) "
-                        "or a saved policy directory (default: default); with --replay, the base policy "
+                        "or a saved policy directory (default: default); with --actions, the base policy "
                         "replacing the replay file's")
-    p.add_argument("--replay", metavar="FILE",
+    p.add_argument("--actions", metavar="FILE",
                    help="a replay file (JSON): force its actions at its decision indices, its base policy "
                         "(or --policy) elsewhere; stops forcing if its fingerprint shows the module changed")
+    p.add_argument("--replay", metavar="T",
+                   help="a tune directory (mlgo-host tune --output T): the tuned decisions of the module this "
+                        "command compiles, --policy elsewhere")
     p.add_argument("--save-replay", metavar="OUT",
-                   help="with --replay: write the replay to OUT with this compile's fingerprint and decision "
+                   help="with --actions: write the replay to OUT with this compile's fingerprint and decision "
                         "count, so later compiles of a changed module are detected as stale")
     p.add_argument("--seed", type=int, default=0, help="seed of stochastic policies (random, --sample)")
     p.add_argument("--sample", action="store_true", help="sample from a saved policy instead of its greedy choice")
@@ -86,31 +90,37 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     import resource
 
-    from mlgo_host.channel.problems import probe_then_run
+    from mlgo_host.channel.problems import ready_and_run
 
     cmd = list(args.compiler_args)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
         raise ConfigError("no compiler command given (mlgo-host run [options] -- COMPILER ARGS...)")
-    if args.save_replay and not args.replay:
-        raise ConfigError("--save-replay needs --replay FILE (the forced actions to fingerprint)")
+    if args.replay and not os.path.isdir(args.replay):
+        # --replay is a tune directory, as for serve and eval; a file is what --actions takes
+        if args.actions:
+            raise ConfigError(f"--replay {args.replay}: not a tune directory")
+        print("mlgo-host run: warning: --replay FILE is deprecated: use --actions FILE", file=sys.stderr)
+        args.actions, args.replay = args.replay, None
+    if args.actions and args.replay:
+        raise ConfigError("--actions and --replay T: give one of them")
+    if args.save_replay and not args.actions:
+        raise ConfigError("--save-replay needs --actions FILE (the forced actions to fingerprint)")
     if args.timeout <= 0:
         raise ConfigError(f"--timeout must be positive, got {args.timeout:g}")
     tuned = None
-    if args.replay and os.path.isdir(args.replay):
-        if args.save_replay:
-            raise ConfigError("--save-replay needs a replay file, not a tune directory")
+    if args.replay:
         policy, tuned, matched = _tuned(args, cmd)
         flags = tuned[0].tuned.flags_for(matched)
         if flags:  # tuned into a compiler replay: plain compiler flags, no channel
             return _run_with_flags(cmd, flags, matched, args.timeout)
-    elif args.replay:
+    elif args.actions:
         from mlgo_host.policies.replay import load_replay
 
-        policy = load_replay(args.replay, base=args.policy, seed=args.seed, greedy=not args.sample)
+        policy = load_replay(args.actions, base=args.policy, seed=args.seed, greedy=not args.sample)
         if args.advisor != policy.replay.advisor:
-            raise ConfigError(f"replay file {args.replay} is for the {policy.replay.advisor} advisor, "
+            raise ConfigError(f"replay file {args.actions} is for the {policy.replay.advisor} advisor, "
                               f"not {args.advisor} (use --advisor {policy.replay.advisor})")
     elif args.policy in (None, "default"):
         # The compiler's own decision: the session answers it itself (policy
@@ -120,7 +130,7 @@ def _run(args: argparse.Namespace) -> int:
         from mlgo_host.policies import load_policy
 
         policy = load_policy(args.policy, seed=args.seed, greedy=not args.sample)
-    res = probe_then_run(cmd, args.advisor, policy, timeout=args.timeout, log_path=args.log, pin_cpu=args.pin)
+    res = ready_and_run(cmd, args.advisor, policy, timeout=args.timeout, log_path=args.log, pin_cpu=args.pin)
     out = res.summary()
     out["policy"] = args.policy or "default"
     if tuned is not None:
@@ -129,7 +139,7 @@ def _run(args: argparse.Namespace) -> int:
         if name is not None:
             out["policy"] = policy.name  # type: ignore[union-attr]
             out["replay"] = policy.report()  # type: ignore[union-attr]
-    elif args.replay:
+    elif args.actions:
         out["policy"] = policy.name  # type: ignore[union-attr]
         out["replay"] = policy.report()  # type: ignore[union-attr]
         if args.save_replay and res.returncode == 0:
@@ -150,10 +160,10 @@ def _run(args: argparse.Namespace) -> int:
 
 def _run_with_flags(cmd: list[str], flags: list[str], name: str, timeout: float) -> int:
     """The compile with a tuned module's compiler replay flags (no channel)."""
-    from mlgo_host.channel.session import plain_compile
+    from mlgo_host.channel.session import run_without_channel
     from mlgo_host.serve.client import classify
 
-    rc, tail = plain_compile(cmd + flags, timeout=timeout)
+    rc, tail = run_without_channel(cmd + flags, timeout=timeout)
     plan = classify(cmd[1:])
     out = {"advisor": "inline", "returncode": rc, "output": plan.get("output"), "policy": f"tuned:{name}",
            "tuned": {"tuned": "tuned", "tuned_module": name, "flags": flags}, "text_size": None}
@@ -186,8 +196,8 @@ def _tuned(args: argparse.Namespace, cmd: list[str]):
 
 
 def _text_size(path: str, compiler: str) -> int | None:
-    from mlgo_host.corpus.sizes import text_size
     from mlgo_host.errors import MlgoHostError
+    from mlgo_host.measure.sizes import text_size
 
     try:
         return text_size(path, clang=compiler)

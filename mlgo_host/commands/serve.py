@@ -76,8 +76,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, time in-flight compiles get before they are aborted")
     p.add_argument("--compiler", default=None, metavar="PATH",
-                   help="compiler probed at start for the inliner's default-decision slot "
-                        "(default: $MLGO_CLANG or clang-19; each client's compiler is probed too)")
+                   help="compiler whose inliner default-decision slot is detected at start "
+                        "(default: $MLGO_CLANG or clang-19; each client's compiler's is detected too)")
     p.add_argument("--pin", action="store_true",
                    help="pin slot K's thread and its compilers to one CPU (K mod CPUs); helps when slots <= CPUs "
                         "and the machine is otherwise idle")

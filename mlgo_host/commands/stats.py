@@ -29,7 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mlgo_host.errors import ConfigError
-    from mlgo_host.serve.stats import aggregate, compare, format_build, read_records
+    from mlgo_host.collected import read_records
+    from mlgo_host.serve.stats import aggregate, compare, format_build
 
     builds = aggregate(read_records(args.file))
     if args.build is not None:

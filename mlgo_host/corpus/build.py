@@ -175,8 +175,8 @@ def module_names(entries: Sequence[CompileEntry]) -> list[str]:
 def cc1_command(clang: str, entry: CompileEntry, flags: Sequence[str], timeout: float = 120.0) -> list[str]:
     """The cc1 job of the object compile (``clang -###``), without the program,
     ``-o`` and the input: the form of mlgo-utils' ``.cmd`` files."""
-    probe_out = "mlgo-host-probe.o"
-    r = subprocess.run([clang, "-###", *flags, "-c", entry.source, "-o", probe_out], cwd=entry.directory,
+    dry_run_out = "mlgo-host-probe.o"
+    r = subprocess.run([clang, "-###", *flags, "-c", entry.source, "-o", dry_run_out], cwd=entry.directory,
                        capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         raise CorpusError(_tail(r.stderr) or f"clang -### exited with {r.returncode}")

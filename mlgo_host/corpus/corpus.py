@@ -373,7 +373,7 @@ class Sampler:
         n = len(self._by_size)
         return (b * n) // self.buckets, ((b + 1) * n) // self.buckets
 
-    def sample(self, k: int) -> list[Module]:
+    def take(self, k: int) -> list[Module]:
         """``k`` modules (k may exceed the corpus size with round_robin)."""
         if k < 0:
             raise CorpusError(f"sample size must be >= 0, got {k}")
@@ -393,11 +393,7 @@ class Sampler:
             out.append(self._perm.pop())
         return out
 
-    def take(self, k: int) -> list[Module]:
-        """Alias of :meth:`sample` (the training loop's name)."""
-        return self.sample(k)
-
     def skip(self, n: int) -> None:
         """Advance as if ``n`` modules had been drawn (resuming a run gives the
         same later samples as an uninterrupted one)."""
-        self.sample(n)
+        self.take(n)

@@ -17,7 +17,7 @@ For each package :func:`build_debian`
    to), then configures and builds it as upstream does, not as
    ``dpkg-buildpackage`` does (:func:`detect_build_system`, :func:`build_steps`),
    with ``CC=clang-19 CXX=clang++-19 CFLAGS=CXXFLAGS=-Oz`` and the build
-   proper (not the configure step, whose probe compiles are no code of the
+   proper (not the configure step, whose test compiles are no code of the
    package) under ``bear``;
 3. feeds the recorded compiles to :func:`mlgo_host.corpus.build.build_corpus`
    at ``-Oz``, module names prefixed with the package name

@@ -2,7 +2,7 @@
 
 Each module is compiled twice in a pool worker (:class:`EvalWorker`, local
 processes or Ray): without the channel (the default heuristic; cached by
-:class:`~mlgo_host.corpus.compile.BaselineCache`) and with the policy
+:class:`~mlgo_host.measure.compile.BaselineCache`) and with the policy
 answering the channel.  Workers load the policy once with
 :func:`mlgo_host.policies.load_policy` (numpy only: they never import
 TensorFlow).  A module that fails in any way is a ``failed`` row with its
@@ -30,12 +30,13 @@ import os
 from typing import Any, Sequence
 
 from mlgo_host.channel.problems import get_problem
-from mlgo_host.corpus.compile import baseline_size_info, compile_module, compile_plain, find_llvm_size
 from mlgo_host.corpus.corpus import Module, is_heldout, load_corpus
-from mlgo_host.corpus.reward import reward
 from mlgo_host.corpus.tuned import TunedDir, TunedPolicies
 from mlgo_host.errors import ConfigError, CorpusError, MlgoHostError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes
+from mlgo_host.measure.compile import baseline_size_info, compile_module, compile_plain
+from mlgo_host.measure.reward import reward
+from mlgo_host.measure.sizes import find_llvm_size
 from mlgo_host.policies import load_policy, check_meanings
 from mlgo_host.workers.pool import make_pool, map_with_progress
 
@@ -193,7 +194,7 @@ def apply_guard(row: EvalRow) -> EvalRow:
     policy's and the default's (the policy's on a tie).  A module whose
     policy compile failed gets the default's object; one without a default
     size is left as it is (nothing to compare with)."""
-    from mlgo_host.corpus.reward import reward
+    from mlgo_host.measure.reward import reward
 
     if row.baseline_text is None:
         return row

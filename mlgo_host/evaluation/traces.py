@@ -43,10 +43,11 @@ import numpy as np
 from mlgo_host.channel import codec
 from mlgo_host.channel.codec import Header, Observation
 from mlgo_host.channel.problems import PROBLEMS, get_problem
-from mlgo_host.corpus.compile import compile_module, compiler_version
 from mlgo_host.corpus.corpus import Module, load_corpus
 from mlgo_host.errors import ConfigError, CorpusError, ProtocolError
 from mlgo_host.fsutil import atomic_write_json, replace_dir
+from mlgo_host.measure.compile import compile_module
+from mlgo_host.measure.sizes import compiler_version
 from mlgo_host.policies import load_policy, check_meanings
 from mlgo_host.policies.vocab import VocabBuilder
 from mlgo_host.workers.pool import make_pool, map_with_progress

@@ -1,6 +1,6 @@
 """Imitate the searched decisions: weighted behavioural cloning, then a gate.
 
-The examples come from the search (:mod:`mlgo_host.search.batched`: ``tune``
+The examples come from the search (:mod:`mlgo_host.search.driver`: ``tune``
 and the search loop):
 
 * every decision of each module's best trajectory, labelled with the action

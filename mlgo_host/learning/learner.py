@@ -19,7 +19,6 @@ import tensorflow as tf
 
 from mlgo_host.channel.codec import Header
 from mlgo_host.channel.problems import get_problem
-from mlgo_host.corpus.sizes import compiler_version
 from mlgo_host.errors import ConfigError
 from mlgo_host.learning.export import save_policy
 from mlgo_host.learning.networks import tf_logits
@@ -27,6 +26,7 @@ from mlgo_host.learning.ppo import create_ppo_agent, train_function
 from mlgo_host.learning.preprocessing import GinNormConfig
 from mlgo_host.learning.trajectories import episodes_to_steps, episodes_to_trajectories
 from mlgo_host.learning.weights import import_actor_weights
+from mlgo_host.measure.sizes import compiler_version
 from mlgo_host.policies.saved import read_saved_policy, set_gate
 from mlgo_host.policies.specs import SAME_NAMES, InputBinding, PolicySpec
 from mlgo_host.policies.vocab import Vocab

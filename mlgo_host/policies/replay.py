@@ -206,11 +206,6 @@ def stream_fingerprint(raw: bytes, nbytes: int, forced) -> dict:
     return {"hash": HASH, "at": at, "end": h.hexdigest()}
 
 
-def is_replay_file(path: str) -> bool:
-    """True for an existing regular file (policies are directories or names)."""
-    return os.path.isfile(path)
-
-
 class ReplayPolicy(Policy):
     """Forces ``replay.forced`` and defers to ``base`` elsewhere (see the
     module's docstring for the fingerprint check).  After a session:

@@ -21,7 +21,7 @@ missing or changed type or shape is a :class:`ConfigError`.
 A name does not fix a feature's *meaning*: clang-19 sends the inliner's
 default decision in ``callee_basic_block_count``, clang-21+ the real block
 count, and the decision in ``inlining_default``
-(:mod:`mlgo_host.channel.default_probe`).  An inliner spec records the slot
+(:mod:`mlgo_host.channel.default_slot`).  An inliner spec records the slot
 that carried the default when it was made (``default_slot``), hence the
 meaning of each such feature (:meth:`PolicySpec.feature_meanings`).  Served
 by a compiler of the other kind, the inputs are bound by meaning
@@ -54,7 +54,7 @@ import os
 from typing import Any, Iterable, Mapping
 
 from mlgo_host.channel.codec import Header
-from mlgo_host.channel.default_probe import BUGGY_SLOT, FIXED_SLOT, SLOTS, feature_meanings
+from mlgo_host.channel.default_slot import BUGGY_SLOT, FIXED_SLOT, SLOTS, feature_meanings
 from mlgo_host.channel.problems import BINARY, LEARNABLE, MASKED_CHOICE, PROBLEMS, get_problem
 from mlgo_host.channel.spec import C_TYPES
 from mlgo_host.errors import ConfigError
@@ -232,7 +232,7 @@ class PolicySpec:
         for specs saved before it was recorded, inferred from the roles (a
         discarded include-default slot: clang-19; a used block count: a
         fixed compiler).  None for regalloc or when nothing tells."""
-        if not PROBLEMS[self.advisor].probes_default_slot:
+        if not PROBLEMS[self.advisor].detects_default_slot:
             return None
         if self.default_slot:
             return self.default_slot
@@ -252,7 +252,7 @@ class PolicySpec:
         """``(feature, meaning when trained, meaning on this compiler)`` for
         every used feature whose meaning differs on a compiler whose default
         decision is in ``compiler_slot``."""
-        if not PROBLEMS[self.advisor].probes_default_slot or not compiler_slot:
+        if not PROBLEMS[self.advisor].detects_default_slot or not compiler_slot:
             return []
         was, now = self.feature_meanings(), feature_meanings(compiler_slot)
         return [(n, was[n], now[n]) for n in self.input_names if n in was and n in now and was[n] != now[n]]
@@ -308,7 +308,7 @@ class PolicySpec:
         drop: dict[str, str] = {}
         for f in problem.discard:
             drop[f] = "the compiler's own decision"
-        slotted = problem.probes_default_slot and default_slot
+        slotted = problem.detects_default_slot and default_slot
         keep = default_slot if (keep_default and slotted) else None
         if keep:
             drop.pop(keep, None)
@@ -348,7 +348,7 @@ class PolicySpec:
                 reasons[s.name] = why
         num = 2 if kind == BINARY else int(width)  # type: ignore[arg-type]
         spec = cls(name, tuple(feats), ActionSpec(advice_name, adv_spec.ctype, kind, num), width, reasons,
-                   default_slot=default_slot if problem.probes_default_slot else None)
+                   default_slot=default_slot if problem.detects_default_slot else None)
         if not spec.inputs:
             raise ConfigError(f"{name}: no usable input feature in the header (discarded: {sorted(reasons)})")
         return spec

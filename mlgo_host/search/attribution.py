@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from mlgo_host.corpus.objsizes import ObjectSizes
-from mlgo_host.search.evaluate import Measured
+from mlgo_host.measure.objsizes import ObjectSizes
+from mlgo_host.search.replay import Measured
 from mlgo_host.search.sites import Site, site_of_key
 from mlgo_host.search.state import Candidate, Outcome, SearchState, released
 

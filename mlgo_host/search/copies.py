@@ -33,12 +33,12 @@ import logging
 import re
 from typing import Iterable, Sequence
 
-from mlgo_host.corpus.objsizes import ObjectSizes
-from mlgo_host.corpus.sizes import llvm_tool
 from mlgo_host.errors import CompilerError, MlgoHostError
+from mlgo_host.measure.objsizes import ObjectSizes
+from mlgo_host.measure.sizes import llvm_tool
 from mlgo_host.search.attribution import Attribution, applied, is_under_any, outermost
 from mlgo_host.search.copytext import ModuleText, Roots, copy_name, roots_of
-from mlgo_host.search.evaluate import Measured
+from mlgo_host.search.replay import Measured
 from mlgo_host.search.sites import Site
 from mlgo_host.search.state import Candidate, Outcome, SearchState
 

@@ -3,9 +3,9 @@ runs the passes, :func:`search_module_batched` probes the module, picks its
 start and runs or resumes a search.
 
 A module's decisions get call-site keys from one channel compile (the
-*probe*, :func:`~mlgo_host.search.evaluate.probe_module`); from then on a
+*probe*, :func:`~mlgo_host.search.probe.probe_module`); from then on a
 decision set is compiled by the compiler's own replay
-(:class:`~mlgo_host.search.evaluate.ReplayEvaluator`).  The search is made
+(:class:`~mlgo_host.search.replay.ReplayEvaluator`).  The search is made
 of parts that share one :class:`~.state.SearchState`: the flips to try
 (:mod:`.candidates`), the batches and budgets (:mod:`.scheduling`), the
 measurement of a batch (:mod:`.measure`, reading by :mod:`.attribution`
@@ -29,21 +29,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Sequence
 
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.errors import MlgoHostError
 from mlgo_host.search.attribution import Attribution
 from mlgo_host.search.candidates import Candidates
 from mlgo_host.search.copies import Copies
-from mlgo_host.search.copytext import Roots
-from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator, probe_module
 from mlgo_host.search.flips import FlipGainModel
 from mlgo_host.search.measure import Measurer
+from mlgo_host.search.probe import Probe, probe_module
 from mlgo_host.search.reference import Reference
+from mlgo_host.search.replay import Measured, ReplayEvaluator
 from mlgo_host.search.result import result_of
 from mlgo_host.search.scheduling import MAX_BATCH, Scheduler
-from mlgo_host.search.sites import Site, site_of_line
+from mlgo_host.search.sites import site_of_line
 from mlgo_host.search.starts import (best_start, measure_thresholds, starts_cost, starts_pending,
                                      threshold_flags, with_flags, within_deadline)
 from mlgo_host.search.state import Candidate, Outcome, SearchState
@@ -61,9 +60,7 @@ class BatchedSearch:
 
     def __init__(self, module: Module, probe: Probe, evaluator: ReplayEvaluator, *, budget: int,
                  model: FlipGainModel | None = None, deadline: float | None = None, max_batch: int = MAX_BATCH,
-                 prior=None, copies: bool = True, worlds: bool | None = None):
-        if worlds is not None:  # (another name for ``copies``, which bench/tune.py passes)
-            copies = worlds
+                 prior=None, copies: bool = True):
         self.state = SearchState(module, probe, evaluator, budget=budget, deadline=deadline)
         self.cands = Candidates(self.state, model=model, prior=prior)
         self.attribution = Attribution(self.state)
@@ -77,7 +74,7 @@ class BatchedSearch:
         #: the search ended with a sweep to measure (left pending for a resumed search)
         self.sweep_left = False
 
-    # -- what callers outside the engine read (search/effects.py, search/ceiling.py, bench/tune.py) --
+    # -- what callers outside the engine read (bench/research/effects.py, bench/research/ceiling.py, bench/tune.py) --
     module = _of_state("module", "The module searched.")
     probe = _of_state("probe", "The probe the search started from.")
     ev = _of_state("ev", "The replay evaluator (its compiles count the search's).")
@@ -125,21 +122,6 @@ class BatchedSearch:
     def promise(self) -> float | None:
         """The flips the prior expects to pay, not measured yet (:meth:`.Candidates.promise`)."""
         return self.cands.promise()
-
-    # -- other names, which tests/test_clang_versions.py reads (bench/tune.py: ``worlds=``) --
-    world_flips = _of_state("flips_in_copies", "Flips measured in copies.")
-
-    def world_root(self, c: Candidate) -> Roots | None:
-        """:meth:`.Copies.root`."""
-        return self.copies.root(c)
-
-    def brought_back(self, c: Candidate) -> str | None:
-        """:meth:`.Copies.brought_back`."""
-        return self.copies.brought_back(c)
-
-    def _set_with(self, batch: list[Candidate]) -> list[Site]:
-        """:meth:`.SearchState.set_with`."""
-        return self.state.set_with(batch)
 
     # -- resuming -----------------------------------------------------------------
     def resume_from(self, res: dict) -> None:

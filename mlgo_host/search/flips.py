@@ -2,7 +2,7 @@
 
 A *flip* forces the other action at one decision of a module's trajectory
 (inline a call the base left out, or leave out one it inlined).  The
-batched search (:mod:`mlgo_host.search.batched`) orders its candidates by
+batched search (:mod:`mlgo_host.search.driver`) orders its candidates by
 :func:`flip_scores`:
 
 * the winner patterns measured on real code (:func:`pattern_scores`):

@@ -20,11 +20,11 @@ for the best set's own (:meth:`Reference.finish`).
 
 from __future__ import annotations
 
-from mlgo_host.corpus.objsizes import ObjectSizes
+from mlgo_host.measure.objsizes import ObjectSizes
 from mlgo_host.search.attribution import EH_FRAME_PADDING, is_under_any, outermost
 from mlgo_host.search.candidates import Candidates
 from mlgo_host.search.copies import Copies
-from mlgo_host.search.evaluate import Measured
+from mlgo_host.search.replay import Measured
 from mlgo_host.search.sites import site_of_key
 from mlgo_host.search.state import Candidate, Outcome, SearchState
 

@@ -16,7 +16,8 @@ import numpy as np
 
 if TYPE_CHECKING:
     from mlgo_host.search.driver import BatchedSearch
-    from mlgo_host.search.evaluate import Measured, Probe
+    from mlgo_host.search.probe import Probe
+    from mlgo_host.search.replay import Measured
 
 
 @dataclasses.dataclass

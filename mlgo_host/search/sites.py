@@ -11,7 +11,7 @@ its code was inlined through, innermost first::
 
 A :class:`Site` is that key.  Keys do not depend on decision order nor on
 absolute line numbers, so an edit that shifts a file's lines leaves them
-valid, and the compiler applies a set of them by itself (:mod:`.evaluate`).
+valid, and the compiler applies a set of them by itself (:mod:`.replay`).
 
 How a channel compile's decisions get their keys (:func:`identify`): with
 ``-opt-record-file`` the ML advisor writes one remark per decision, in

@@ -29,7 +29,8 @@ from typing import Sequence
 
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.errors import CompilerError
-from mlgo_host.search.evaluate import Measured, plain_compile
+from mlgo_host.search.probe import compile_with_remarks
+from mlgo_host.search.replay import Measured
 
 #: the inline thresholds a search may start from besides -Oz's own (see the module docstring)
 START_THRESHOLDS: tuple[int, ...] = (50, 150, 450)
@@ -114,7 +115,7 @@ def measure_thresholds(module: Module, thresholds: Sequence[int], *, clang: str,
     that compile failed, or the user's ``deadline`` (a ``time.time()``)
     cut it or came before it, so the threshold is not a start).  Each is
     the compile a probe at that threshold makes besides its channel compile
-    (:func:`~mlgo_host.search.evaluate.plain_compile`): kept in ``plains``
+    (:func:`~mlgo_host.search.probe.compile_with_remarks`): kept in ``plains``
     (threshold -> its remarks and sizes), the winner's probe does not
     compile it again."""
     out: dict[int, int | None] = {}
@@ -124,7 +125,7 @@ def measure_thresholds(module: Module, thresholds: Sequence[int], *, clang: str,
             out[int(t)] = None
             continue
         try:
-            remarks, m = plain_compile(with_flags(module, threshold_flags(t)), clang, left)
+            remarks, m = compile_with_remarks(with_flags(module, threshold_flags(t)), clang, left)
         except CompilerError:
             out[int(t)] = None
             continue

@@ -23,7 +23,8 @@ from typing import Iterable, Sequence
 
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.search.copytext import Roots
-from mlgo_host.search.evaluate import Measured, Probe, ReplayEvaluator
+from mlgo_host.search.probe import Probe
+from mlgo_host.search.replay import Measured, ReplayEvaluator
 from mlgo_host.search.sites import Site, final_functions_of, unique_decisions
 
 
@@ -52,11 +53,6 @@ class Candidate:
     def key(self) -> str:
         k = " + ".join(s.key for s in self.sites)
         return k + " (answered)" if self.release else k
-
-    @property
-    def world(self) -> Roots | None:
-        """:attr:`in_copy` under another name (tests/test_clang_versions.py reads it)."""
-        return self.in_copy
 
 
 @dataclasses.dataclass

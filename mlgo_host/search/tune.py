@@ -3,7 +3,7 @@ your corpus, kept as the compiler's replay files a build applies
 (``serve --replay T``, ``MLGO_REPLAY=T``, ``tune --print-flags``).
 
 Each module is searched by batches of flips
-(:func:`mlgo_host.search.batched.search_module_batched`) from the base
+(:func:`mlgo_host.search.driver.search_module_batched`) from the base
 policy's decisions (the compiler's default unless ``--policy``), after a
 probe (its decisions and call-site keys) and its other starts (inline
 thresholds, the shipped policy's decisions: :mod:`.starts`).  Passes share
@@ -35,7 +35,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from mlgo_host.channel.default_probe import default_slot
+from mlgo_host.channel.default_slot import default_slot
 from mlgo_host.corpus.corpus import Module, load_corpus
 from mlgo_host.corpus.identity import project_root, read_sources, relative_identity
 from mlgo_host.corpus.tuned import (DATA, FORMAT, INLINE_REPLAY_EXT, MANIFEST, POLICY, REPLAYS, file_sha256, module_file,
@@ -46,7 +46,7 @@ from mlgo_host.policies import HEURISTICS, check_meanings, load_policy
 from mlgo_host.policies.saved import copy_without_saved_model
 from mlgo_host.search.starts import START_THRESHOLDS, STARTS_BY_LANGUAGE, Starts, starts_pending
 from mlgo_host.workers.pool import make_pool
-from mlgo_host.search.evaluate import replay_text
+from mlgo_host.search.replay import replay_text
 from mlgo_host.search.flips import fit_flip_model
 from mlgo_host.search.sites import site_of_line
 from mlgo_host.shipped import shipped_policy_dir
@@ -280,7 +280,7 @@ def _flips_left(r: dict) -> int:
 
 def known_start(r: dict):
     """A stored batched result's compiled reference, or the probe's plain
-    compile standing in for it (:meth:`~mlgo_host.search.batched.BatchedSearch.begin`);
+    compile standing in for it (:meth:`~mlgo_host.search.driver.BatchedSearch.begin`);
     None when the next search must compile its start."""
     return r.get("reference") or getattr(r.get("probe"), "plain", None)
 

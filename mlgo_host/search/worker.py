@@ -11,13 +11,13 @@ import time
 
 import numpy as np
 
-from mlgo_host.channel.default_probe import default_slot
-from mlgo_host.corpus.compile import BaselineCache, baseline_size
+from mlgo_host.channel.default_slot import default_slot
 from mlgo_host.errors import MlgoHostError
+from mlgo_host.measure.compile import BaselineCache, baseline_size
 from mlgo_host.policies import load_policy
 from mlgo_host.policies.base import Policy
 from mlgo_host.progress import progress_bar
-from mlgo_host.search.batched import search_module_batched
+from mlgo_host.search.driver import search_module_batched
 from mlgo_host.search.flips import FlipGainModel
 from mlgo_host.search.starts import Starts
 from mlgo_host.shipped import shipped_policy_dir
@@ -32,7 +32,7 @@ class SearchWorker(CollectWorker):
 
     def search_batched(self, task: dict, budget: int, model: dict | None, deadline: float | None = None,
                        resume: dict | None = None, prior: str | None = None, starts_only: bool = False) -> dict:
-        """:func:`~mlgo_host.search.batched.search_module_batched` on one
+        """:func:`~mlgo_host.search.driver.search_module_batched` on one
         task, from the policy set by :meth:`set_policy` (``resume``: an
         earlier result of the module to go on from; ``prior``: a shipped
         policy's name, whose P(inline) orders the flips; ``starts_only``:

@@ -87,7 +87,7 @@ def guard_command(argv: list[str], tmp_out: str) -> tuple[list[str] | None, str]
 
 
 def _size(path: str, compiler: str) -> int | None:
-    from mlgo_host.corpus.sizes import text_size
+    from mlgo_host.measure.sizes import text_size
 
     try:
         return text_size(path, clang=compiler)

@@ -40,9 +40,9 @@ from mlgo_host.channel.problems import get_problem, ready_advisor
 from mlgo_host.channel.fifo import Channel
 from mlgo_host.channel.session import serve_channel
 from mlgo_host.collected import save_episode
-from mlgo_host.corpus.sizes import text_size
 from mlgo_host.episode import EpisodeRecorder
 from mlgo_host.errors import ConfigError, MlgoHostError
+from mlgo_host.measure.sizes import text_size
 from mlgo_host.policies import check_meanings, load_policy
 from mlgo_host.serve import slots as S
 from mlgo_host.serve.trust import untrusted, untrusted_tune_dir
@@ -458,7 +458,7 @@ class Server:
         self.slots: list[Slot] = []
         self.recorder = Recorder(self)
         self._lock_fd: int | None = None
-        self._probe_lock = threading.Lock()
+        self._slot_lock = threading.Lock()
 
     def _check_trusted(self) -> None:
         """ConfigError unless the channels directory (when it exists) and
@@ -484,10 +484,10 @@ class Server:
         return TunedPolicies(self.tuned_dir, fallback, seed=self.seed + k, greedy=not self.sample)
 
     def make_advisor(self, compiler: str, timeout: float):
-        """The session's advisor; a first compile of ``compiler`` probes what
+        """The session's advisor; a first compile of ``compiler`` detects what
         its problem needs (the inliner's default slot) within ``timeout``
-        (what is left of the session's), one probe at a time (then cached)."""
-        with self._probe_lock:
+        (what is left of the session's), one detection at a time (then cached)."""
+        with self._slot_lock:
             return ready_advisor(self.advisor_name, compiler, timeout)
 
     def pin_cpu(self, k: int) -> int | None:
@@ -555,7 +555,7 @@ class Server:
             raise ConfigError(f"--channels: cannot create {self.root}: {e.strerror}") from None
         self._check_trusted()  # again: it may have appeared since __init__
         try:
-            self._lock_fd = S.lock_server(self.root, 5.0)  # clients probe the lock for microseconds
+            self._lock_fd = S.lock_server(self.root, 5.0)  # clients test the lock for microseconds
         except OSError as e:
             raise ConfigError(f"--channels: cannot lock {os.path.join(self.root, S.SERVER_LOCK)}: {e.strerror}") from None
         if self._lock_fd is None:
@@ -576,7 +576,7 @@ class Server:
                 self.log(f"--collect with the deterministic policy {self.policy_name!r}: episodes carry "
                          "log-probability 0 (usable for behavioural cloning, not for PPO)")
             flags = self._flags()
-            adv = self.make_advisor(self.compiler, self.timeout)  # probe at start, within one session's timeout
+            adv = self.make_advisor(self.compiler, self.timeout)  # its slot detected at start, within one session's timeout
             # a policy input this compiler cannot supply: one error now, not one per compile of the build
             check_meanings(pol, getattr(adv, "default_slot", None))
             if self.collect_dir:

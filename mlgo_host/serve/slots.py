@@ -169,7 +169,7 @@ def unlock(fd: int | None) -> None:
 
 
 def server_lock_held(root: str) -> bool:
-    """True when a process holds ``server.lock`` (probe with a shared lock;
+    """True when a process holds ``server.lock`` (tested with a shared lock;
     never creates the file)."""
     path = os.path.join(root, SERVER_LOCK)
     try:
@@ -183,7 +183,7 @@ def server_lock_held(root: str) -> bool:
             return True
         raise
     finally:
-        os.close(fd)  # releases our probe lock, if we got it
+        os.close(fd)  # releases our test lock, if we got it
     return False
 
 

@@ -33,8 +33,8 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable
 
+from mlgo_host.collected import STATUSES
 from mlgo_host.corpus.identity import common_dir
-from mlgo_host.collected import STATUSES, StatsError, read_records  # noqa: F401 (re-exported)
 
 
 def build_key(rec: dict) -> str:

@@ -41,13 +41,13 @@ import gin
 import numpy as np
 
 from mlgo_host.collected import load_episode, read_meta, read_records
-from mlgo_host.corpus.reward import reward
 from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.fsutil import atomic_write_json, replace_dir
+from mlgo_host.learning.summaries import Summaries
+from mlgo_host.measure.reward import reward
 from mlgo_host.policies.vocab import VocabBuilder
 from mlgo_host.training.iteration import (Update, commit_iteration, numeric_metrics, open_learner,
                                           percentile_summary, read_state, resolve_warmstart, train_and_save)
-from mlgo_host.learning.summaries import Summaries
 
 log = logging.getLogger("mlgo_host.train.online")
 

@@ -4,7 +4,7 @@ Per round:
 
 1. **search** every training module around the current policy (the first
    round: the compiler's default) on the worker pool, by batches of flips
-   (:mod:`mlgo_host.search.batched`), the compile budget shared by module
+   (:mod:`mlgo_host.search.driver`), the compile budget shared by module
    size;
 2. keep each module's best trajectory across rounds and every flip tried;
    fit the flip-gain model (the next round's prior);
@@ -47,17 +47,17 @@ import gin
 import numpy as np
 
 from mlgo_host.corpus.corpus import Module, load_corpus, split_three
-from mlgo_host.corpus.sizes import compiler_version
 from mlgo_host.errors import ConfigError
 from mlgo_host.evaluation.evaluate import EvalReport, evaluate_on_pool
 from mlgo_host.fsutil import atomic_path, atomic_write_json
-from mlgo_host.policies.saved import METADATA, set_gate
-from mlgo_host.training.iteration import STATE, publish_policy, read_state
 from mlgo_host.learning.imitate import choose_gate, examples_from_search, train_imitation
 from mlgo_host.learning.summaries import Summaries
-from mlgo_host.training.workers import Workers
+from mlgo_host.measure.sizes import compiler_version
+from mlgo_host.policies.saved import METADATA, set_gate
 from mlgo_host.search.flips import fit_flip_model
 from mlgo_host.search.worker import run_searches
+from mlgo_host.training.iteration import STATE, publish_policy, read_state
+from mlgo_host.training.workers import Workers
 from mlgo_host.workers.worker import policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.search")

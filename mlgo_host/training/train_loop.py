@@ -44,18 +44,18 @@ from typing import Any, Callable
 import gin
 
 from mlgo_host.corpus.corpus import Module, load_corpus, split_three
-from mlgo_host.corpus.reward import MovingAverageBaseline, reward
 from mlgo_host.episode import Episode
 from mlgo_host.errors import ConfigError
 from mlgo_host.evaluation.compare import significantly_smaller
 from mlgo_host.evaluation.evaluate import evaluate_on_pool
 from mlgo_host.fsutil import atomic_write_json
+from mlgo_host.learning.summaries import Summaries
+from mlgo_host.measure.reward import MovingAverageBaseline, reward
 from mlgo_host.policies.vocab import VocabBuilder
 from mlgo_host.training.iteration import (STATE, commit_iteration, publish_policy, numeric_metrics, open_learner,
                                           percentile_summary, read_state, resolve_warmstart, train_and_save)
 from mlgo_host.training.workers import Workers
 from mlgo_host.workers.pool import EarlyExit, TaskOutcome, map_with_progress
-from mlgo_host.learning.summaries import Summaries
 from mlgo_host.workers.worker import policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.train")
@@ -406,15 +406,15 @@ def _ensure_vocab(pool, root_dir: str, vocab_path: str | None, warmstart_policy:
 
 def _ensure_header(pool, root_dir: str, modules, task_of) -> dict:
     """The channel header the run trains on (``root_dir/header.json``,
-    probed with the default policy the first time)."""
+    read from a compile with the default policy the first time)."""
     header_path = os.path.join(root_dir, "header.json")
     if not os.path.exists(header_path):
-        _probe_header(pool, modules, header_path, task_of)
+        _first_header(pool, modules, header_path, task_of)
     with open(header_path) as f:
         return json.load(f)
 
 
-def _probe_header(pool, modules, header_path: str, task_of) -> None:
+def _first_header(pool, modules, header_path: str, task_of) -> None:
     """Compile modules with the default policy until one yields a header."""
     pool.broadcast("set_policy", {"heuristic": "default"})
     for m in modules[:20]:

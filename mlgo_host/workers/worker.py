@@ -19,10 +19,10 @@ import shutil
 import tempfile
 from typing import Any
 
-from mlgo_host.corpus.compile import baseline_size, compile_module
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_path
+from mlgo_host.measure.compile import baseline_size, compile_module
 from mlgo_host.policies import load_policy
 from mlgo_host.policies.base import Policy
 
@@ -69,7 +69,7 @@ class WorkerConfig:
     copies: bool = True  # the batched search measures flips of one function in copies of it
     #: the inline thresholds a batched search may start from besides -Oz (mlgo_host.search.starts); () for none
     thresholds: tuple[int, ...] = ()
-    #: a shipped policy whose decisions a batched search may start from (mlgo_host.search.batched)
+    #: a shipped policy whose decisions a batched search may start from (mlgo_host.search.driver)
     start_policy: str | None = None
     #: (language, starts it tries) pairs: mlgo_host.search.starts.Starts.by_language
     starts_by_language: tuple = ()

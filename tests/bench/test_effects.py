@@ -14,8 +14,9 @@ from mlgo_host.corpus.corpus import load_corpus
 from mlgo_host.corpus.synth import inline_module
 from mlgo_host.errors import ConfigError
 from mlgo_host.policies import load_policy
-from mlgo_host.search.batched import EH_FRAME_PADDING
-from mlgo_host.search.evaluate import ReplayEvaluator, probe_module
+from mlgo_host.search.attribution import EH_FRAME_PADDING
+from mlgo_host.search.probe import probe_module
+from mlgo_host.search.replay import ReplayEvaluator
 
 import _research  # noqa: F401  (bench/research on sys.path)
 import effects

@@ -8,7 +8,7 @@ import pytest
 
 from mlgo_host.channel import problems
 from mlgo_host.channel.advisors import ADVISORS
-from mlgo_host.channel.default_probe import BUGGY_SLOT
+from mlgo_host.channel.default_slot import BUGGY_SLOT
 from mlgo_host.channel.problems import BINARY, MASKED_CHOICE, PROBLEMS, get_problem, ready_advisor
 from mlgo_host.errors import ConfigError
 from mlgo_host.policies.specs import DISCARD, PolicySpec
@@ -23,8 +23,8 @@ def test_every_advisor_has_its_problem():
         get_problem("nope")
 
 
-def test_only_the_inliner_probes_its_compilers_default_slot():
-    # clang-19: the include-default bug's slot; eviction has no such slot (no probe compile)
+def test_only_the_inliner_detects_its_compilers_default_slot():
+    # clang-19: the include-default bug's slot; eviction has no such slot (no detecting compile)
     assert ready_advisor("inline", "clang-19").default_slot == BUGGY_SLOT
     assert get_problem("regalloc-evict").default_slot("clang-19") is None
     assert not hasattr(ready_advisor("regalloc-evict", "clang-19"), "default_slot")
@@ -38,9 +38,9 @@ def test_a_spec_acts_and_discards_as_its_problem_says(request, session, kind):
     assert spec.action.kind == problem.action_kind == kind and spec.action.name == problem.advice_name
     for f in problem.discard:
         assert spec.feature(f).role == DISCARD
-    # the probed slot is discarded too, and recorded, only where the problem has one
-    assert (spec.default_slot == BUGGY_SLOT) == problem.probes_default_slot
-    assert (BUGGY_SLOT not in spec.input_names) or not problem.probes_default_slot
+    # the detected slot is discarded too, and recorded, only where the problem has one
+    assert (spec.default_slot == BUGGY_SLOT) == problem.detects_default_slot
+    assert (BUGGY_SLOT not in spec.input_names) or not problem.detects_default_slot
 
 
 def test_no_learned_policy_for_a_problem_without_an_action_kind(evict_session):

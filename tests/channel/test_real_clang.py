@@ -180,13 +180,13 @@ def test_host_error_kills_compile_and_removes_temp_output(cdir, tmp_path):
     assert leftovers(tmp_path) == []
 
 
-def test_default_slot_probe_detects_clang19_bug(tmp_path, monkeypatch):
-    from mlgo_host.channel import default_probe
+def test_default_slot_detection_finds_clang19_bug(tmp_path, monkeypatch):
+    from mlgo_host.channel import default_slot as slots
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("MLGO_INLINE_DEFAULT_SLOT", raising=False)
-    default_probe._MEMO.clear()
-    assert default_probe.default_slot("clang-19") == default_probe.BUGGY_SLOT
+    slots._MEMO.clear()
+    assert slots.default_slot("clang-19") == slots.BUGGY_SLOT
     assert (tmp_path / "mlgo_host" / "default_slot.json").exists()
 
 
@@ -204,11 +204,11 @@ def test_run_never_imports_tensorflow(cdir, tmp_path):
 def test_run_default_starts_without_numpy(cdir, tmp_path):
     """`run --policy default` is answered by the session's default path: no
     policies package, no numpy (~0.15 s of start-up CPU), same object. (The
-    one-off default-slot probe of a new compiler binary may import them: warm
+    one-off default-slot detection of a new compiler binary may import them: warm
     its cache first.)"""
-    from mlgo_host.channel import default_probe
+    from mlgo_host.channel import default_slot as slots
 
-    default_probe.default_slot("clang-19")
+    slots.default_slot("clang-19")
     code = ("import sys; sys.argv = ['mlgo-host', 'run', '--policy', 'default', '--', 'clang-19', '-Oz', '-c', "
             "sys.argv[1], '-o', sys.argv[2]]\nfrom mlgo_host.cli import main\nrc = main(sys.argv[1:])\n"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'numpy' or m.startswith('mlgo_host.policies'))\n"

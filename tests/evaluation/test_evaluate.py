@@ -16,7 +16,7 @@ from _corpus_helpers import build_small_corpus
 from mlgo_host.cli import main
 from mlgo_host.corpus.corpus import DESCRIPTION, is_heldout, load_corpus
 from mlgo_host.evaluation.evaluate import CSV_FIELDS, evaluate, select_modules
-from mlgo_host.corpus.compile import plain_size
+from mlgo_host.measure.compile import plain_size
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from mlgo_host.policies.vocab import Vocab
 
 def test_default_trace_index_and_logs(default_trace, small_corpus):
     from mlgo_host.corpus.corpus import load_corpus
-    from mlgo_host.corpus.compile import plain_size
+    from mlgo_host.measure.compile import plain_size
 
     out, index = default_trace
     assert json.loads((out / "trace.json").read_text()) == index

@@ -13,11 +13,12 @@ from pathlib import Path
 from _corpus_helpers import ACCESSOR
 from mlgo_host.corpus.build import build_corpus, load_compile_commands
 from mlgo_host.corpus.corpus import load_corpus
-from mlgo_host.corpus.objsizes import ObjectSizes
 from mlgo_host.corpus.synth import inline_module
+from mlgo_host.measure.objsizes import ObjectSizes
 from mlgo_host.policies import load_policy
-from mlgo_host.search.batched import BatchedSearch
-from mlgo_host.search.evaluate import ReplayEvaluator, probe_module
+from mlgo_host.search.driver import BatchedSearch
+from mlgo_host.search.probe import probe_module
+from mlgo_host.search.replay import ReplayEvaluator
 
 CPP = r"""
 #include <vector>

@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 import pytest
 
-from mlgo_host.channel.default_probe import BUGGY_SLOT, FIXED_SLOT, default_slot
+from mlgo_host.channel.default_slot import BUGGY_SLOT, FIXED_SLOT, default_slot
 from mlgo_host.channel.problems import ready_advisor
 from mlgo_host.channel.session import run_session
 from mlgo_host.corpus import synth

@@ -21,7 +21,7 @@ import pytest
 
 from mlgo_host.channel.advisors import InlineAdvisor
 from mlgo_host.channel.codec import Header
-from mlgo_host.channel.default_probe import BLOCK_COUNT, BUGGY_SLOT, DEFAULT_DECISION, FIXED_SLOT
+from mlgo_host.channel.default_slot import BLOCK_COUNT, BUGGY_SLOT, DEFAULT_DECISION, FIXED_SLOT
 from mlgo_host.errors import ConfigError
 from mlgo_host.policies import actor as actor_mod
 from mlgo_host.policies.actor import NumpyActor, NumpyPolicy

@@ -76,14 +76,20 @@ def test_bad_base_and_missing_file(tmp_path):
 
 def test_cli_errors_are_one_line(tmp_path):
     bad = _write(tmp_path / "bad.json", {"format": FORMAT, "forced": {"1": 7}})
-    r = _cli(["run", "--replay", bad, "--", "clang-19", "-Oz", "-c", "x.c"], tmp_path)
+    r = _cli(["run", "--actions", bad, "--", "clang-19", "-Oz", "-c", "x.c"], tmp_path)
     assert r.returncode == 2
     assert r.stderr.startswith(f"mlgo-host run: error: {bad}: forced[1]: ")
     assert len(r.stderr.strip().splitlines()) == 1
+    # --replay with a file: --actions, after one warning line (--replay takes a tune directory)
+    r = _cli(["run", "--replay", bad, "--", "clang-19", "-Oz", "-c", "x.c"], tmp_path)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 2, r.stderr
+    assert lines[0] == "mlgo-host run: warning: --replay FILE is deprecated: use --actions FILE"
+    assert lines[1].startswith(f"mlgo-host run: error: {bad}: forced[1]: ")
     r = _cli(["run", "--save-replay", "o.json", "--", "clang-19", "-Oz", "-c", "x.c"], tmp_path)
-    assert r.returncode == 2 and "--save-replay needs --replay" in r.stderr
+    assert r.returncode == 2 and "--save-replay needs --actions" in r.stderr
     evict = _write(tmp_path / "evict.json", {"format": FORMAT, "advisor": "regalloc-evict", "forced": {"1": 0}})
-    r = _cli(["run", "--replay", evict, "--", "clang-19", "-O2", "-c", "x.c"], tmp_path)
+    r = _cli(["run", "--actions", evict, "--", "clang-19", "-O2", "-c", "x.c"], tmp_path)
     assert r.returncode == 2 and "is for the regalloc-evict advisor, not inline (use --advisor regalloc-evict)" in r.stderr
 
 
@@ -194,7 +200,7 @@ def test_replay_reproduces_its_object(csrc, tmp_path):
     outs = []
     for k in range(2):
         log = tmp_path / f"r{k}.log"
-        out = _run(tmp_path, ["--replay", rfile, "--log", str(log)], csrc / "x.c", tmp_path / f"r{k}.o")
+        out = _run(tmp_path, ["--actions", rfile, "--log", str(log)], csrc / "x.c", tmp_path / f"r{k}.o")
         assert out["replay"] == {"forced": 4, "applied": 4, "missed": 0, "decisions": out["observations"],
                                  "stale": False}
         taken = _taken(log)
@@ -211,15 +217,15 @@ def test_stale_fingerprint_falls_back_to_the_base(csrc, tmp_path):
     default = _taken(tmp_path / "d.log")
     rfile = _write(tmp_path / "r.json", Replay({i: 1 - default[i] for i in (4, 12)}).to_json())
     fp = str(tmp_path / "fp.json")
-    made = _run(tmp_path, ["--replay", rfile, "--save-replay", fp], csrc / "x.c", tmp_path / "m.o")
+    made = _run(tmp_path, ["--actions", rfile, "--save-replay", fp], csrc / "x.c", tmp_path / "m.o")
     saved = read_replay(fp)
     assert saved.observations == made["observations"] and set(saved.fingerprint["at"]) == {"4", "12"}
     # the fingerprinted replay on its own module: applied, same object
-    same = _run(tmp_path, ["--replay", fp], csrc / "x.c", tmp_path / "s.o")
+    same = _run(tmp_path, ["--actions", fp], csrc / "x.c", tmp_path / "s.o")
     assert same["replay"]["applied"] == 2 and not same["replay"]["stale"]
     assert (tmp_path / "s.o").read_bytes() == (tmp_path / "m.o").read_bytes()
     # another module (what an edited source looks like): stale, the base's object
-    other = _run(tmp_path, ["--replay", fp], csrc / "y.c", tmp_path / "o.o")
+    other = _run(tmp_path, ["--actions", fp], csrc / "y.c", tmp_path / "o.o")
     assert other["replay"]["stale"] and other["replay"]["applied"] == 0
     subprocess.run(["clang-19", "-Oz", "-c", str(csrc / "y.c"), "-o", str(tmp_path / "plain_y.o")], check=True)
     assert (tmp_path / "o.o").read_bytes() == (tmp_path / "plain_y.o").read_bytes()
@@ -227,7 +233,7 @@ def test_stale_fingerprint_falls_back_to_the_base(csrc, tmp_path):
     d = json.loads(open(fp).read())
     d["fingerprint"]["at"]["4"] = "0" * 16
     wrong = _write(tmp_path / "wrong.json", d)
-    w = _run(tmp_path, ["--replay", wrong], csrc / "x.c", tmp_path / "w.o")
+    w = _run(tmp_path, ["--actions", wrong], csrc / "x.c", tmp_path / "w.o")
     assert w["replay"]["stale"] and w["replay"]["applied"] == 0
     assert (tmp_path / "w.o").read_bytes() == (tmp_path / "d.o").read_bytes()
     assert base["text_size"] == w["text_size"]
@@ -235,8 +241,8 @@ def test_stale_fingerprint_falls_back_to_the_base(csrc, tmp_path):
 
 @needs_clang
 def test_compile_replay_on_a_corpus_module(small_corpus):
-    from mlgo_host.corpus.compile import compile_module, compile_replay
     from mlgo_host.corpus.corpus import load_corpus
+    from mlgo_host.measure.compile import compile_module, compile_replay
 
     mod = load_corpus(small_corpus).modules[0]
     ref = compile_module(mod, load_policy("default"), record=True)

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from _policy_helpers import random_weights
-from mlgo_host.channel.default_probe import default_slot
+from mlgo_host.channel.default_slot import default_slot
 from mlgo_host.cli import main
 from mlgo_host.policies.actor import NumpyActor
 from mlgo_host.policies.saved import FORMAT, METADATA, VOCAB_DIR, WEIGHTS

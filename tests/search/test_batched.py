@@ -1,4 +1,4 @@
-"""The batched search end to end (mlgo_host.search.batched, mlgo_host.search.driver)
+"""The batched search end to end (mlgo_host.search.driver)
 with the real clang-19: call-site keys, the compiler's replay of a decision
 set, and whole searches of a module, cut and resumed."""
 
@@ -12,9 +12,10 @@ import pytest
 
 from _search_helpers import search
 from mlgo_host.policies import load_policy
-from mlgo_host.search.batched import result_of, search_module_batched
-from mlgo_host.search.evaluate import ReplayEvaluator, probe_module
-from mlgo_host.search.result import SearchResult, search_result
+from mlgo_host.search.driver import search_module_batched
+from mlgo_host.search.probe import probe_module
+from mlgo_host.search.replay import ReplayEvaluator
+from mlgo_host.search.result import SearchResult, result_of, search_result
 from mlgo_host.search.scheduling import Scheduler
 
 
@@ -54,7 +55,7 @@ def test_every_key_of_a_c_module_is_one_the_compiler_matches(batched_corpus):
 
 def test_the_batched_search_measures_many_flips_per_compile_and_never_ends_bigger(batched_corpus):
     m = batched_corpus["gen"]
-    from mlgo_host.corpus.compile import baseline_size
+    from mlgo_host.measure.compile import baseline_size
 
     d = baseline_size(m, cache_dir=None)
     r = search_module_batched(m, load_policy("default"), {"clang": "clang-19"}, budget=20, default_size=d)
@@ -112,7 +113,7 @@ def test_the_users_deadline_bounds_the_probe(batched_corpus, tmp_path, monkeypat
 
 
 def test_a_module_without_decisions_costs_one_compile(batched_corpus):
-    from mlgo_host.corpus.compile import baseline_size
+    from mlgo_host.measure.compile import baseline_size
 
     m = batched_corpus["leaf"]
     r = search_module_batched(m, load_policy("default"), {"clang": "clang-19"}, budget=20,
@@ -141,7 +142,7 @@ def test_the_groups_are_formed_again_from_each_new_best_and_none_is_measured_twi
 def test_a_sweep_the_compiles_left_do_not_afford_is_left_to_the_resumed_search(batched_corpus, monkeypatch):
     # (every sweep unaffordable: tune's next pass gives the module its compiles)
     monkeypatch.setattr(Scheduler, "affords", lambda self, sweep: False)
-    from mlgo_host.corpus.compile import baseline_size
+    from mlgo_host.measure.compile import baseline_size
 
     m = batched_corpus["gen"]
     d = baseline_size(m, cache_dir=None)
@@ -170,7 +171,7 @@ def test_flips_a_budget_cuts_off_are_measured_by_the_resumed_search(batched_corp
     assert [c.key for c in rest] == [b.key] and b.key not in st.tried  # kept, not lost as tried
     monkeypatch.undo()
     # end to end: a search cut by its budget keeps what it queued, and the resumed one measures it
-    from mlgo_host.corpus.compile import baseline_size
+    from mlgo_host.measure.compile import baseline_size
     m = batched_corpus["gen"]
     d = baseline_size(m, cache_dir=None)
     r1 = search_module_batched(m, load_policy("default"), {"clang": "clang-19"}, budget=8, default_size=d)

@@ -9,8 +9,10 @@ import numpy as np
 
 from _search_helpers import changes, search
 from mlgo_host.policies import load_policy
-from mlgo_host.search.batched import BatchedSearch, result_of
-from mlgo_host.search.evaluate import ReplayEvaluator, probe_module
+from mlgo_host.search.driver import BatchedSearch
+from mlgo_host.search.probe import probe_module
+from mlgo_host.search.replay import ReplayEvaluator
+from mlgo_host.search.result import result_of
 from mlgo_host.search.sites import final_functions, unique_decisions
 
 

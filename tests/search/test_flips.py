@@ -16,12 +16,12 @@ import shutil
 import numpy as np
 import pytest
 
-from mlgo_host.channel.default_probe import default_slot
+from mlgo_host.channel.default_slot import default_slot
 from mlgo_host.corpus.build import build_corpus, load_compile_commands
-from mlgo_host.corpus.compile import baseline_size, compile_module
 from mlgo_host.corpus.corpus import load_corpus, split_three
+from mlgo_host.measure.compile import baseline_size, compile_module
 from mlgo_host.policies import load_policy
-from mlgo_host.search.batched import search_module_batched
+from mlgo_host.search.driver import search_module_batched
 from mlgo_host.search.flips import FlipGainModel, pattern_scores
 
 from _tune_helpers import HELPER_C, TINY_C
@@ -102,8 +102,8 @@ def test_three_way_split_is_deterministic_and_disjoint(corpus):
 def test_imitation_and_gate_reproduce_the_searched_gain(corpus, tmp_path):
     """The gated policy trained on the search's data makes the module as
     small as the search did; with the gate closed it is the default."""
-    from mlgo_host.policies.saved import set_gate
     from mlgo_host.learning.imitate import examples_from_search, train_imitation
+    from mlgo_host.policies.saved import set_gate
 
     c, root = corpus
     d = load_policy("default")

@@ -15,12 +15,12 @@ import pytest
 from _policy_helpers import LIBSTDCXX_MODULE
 from _tune_helpers import mlgo_host, read_manifest
 from mlgo_host.corpus.build import build_corpus, load_compile_commands
-from mlgo_host.corpus.compile import compile_plain
 from mlgo_host.corpus.corpus import load_corpus
-from mlgo_host.corpus.sizes import text_size
+from mlgo_host.measure.compile import compile_plain
+from mlgo_host.measure.sizes import text_size
 from mlgo_host.policies import load_policy
-from mlgo_host.search.batched import search_module_batched
-from mlgo_host.search.evaluate import probe_module
+from mlgo_host.search.driver import search_module_batched
+from mlgo_host.search.probe import probe_module
 from mlgo_host.search.starts import best_start, measure_thresholds, threshold_flags, with_flags
 
 # a helper with a constant mode at each of its three calls: -Oz keeps it out of line (174 bytes of .text
@@ -135,13 +135,13 @@ def test_the_users_deadline_bounds_the_threshold_compiles(tmp_path, monkeypatch)
     (mod,) = load_corpus(corpus).modules
     timeouts = []
 
-    real = starts.plain_compile
+    real = starts.compile_with_remarks
 
     def counted(*args, **kw):
         timeouts.append(args[2])
         return real(*args, **kw)
 
-    monkeypatch.setattr(starts, "plain_compile", counted)
+    monkeypatch.setattr(starts, "compile_with_remarks", counted)
     passed = measure_thresholds(mod, (50, 150), clang="clang-19", timeout=60.0, deadline=time.time() - 1.0)
     assert passed == {50: None, 150: None} and timeouts == []
     measure_thresholds(mod, (50,), clang="clang-19", timeout=60.0, deadline=time.time() + 30.0)

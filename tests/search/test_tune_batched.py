@@ -18,7 +18,7 @@ import pytest
 
 from _tune_helpers import build_project_corpus, env_without_mlgo, mlgo_host, read_manifest
 from mlgo_host.corpus.build import build_corpus, load_compile_commands
-from mlgo_host.corpus.sizes import text_size
+from mlgo_host.measure.sizes import text_size
 
 BIN = os.path.dirname(shutil.which("mlgo-clang") or os.path.join(os.path.dirname(sys.executable), "x"))
 pytestmark = [pytest.mark.skipif(shutil.which("clang-19") is None, reason="clang-19 not installed"),

@@ -7,9 +7,10 @@ import os
 
 import pytest
 
+from mlgo_host.collected import read_records
 from mlgo_host.errors import MlgoHostError
 from mlgo_host.serve.client import classify
-from mlgo_host.serve.stats import aggregate, compare, format_build, read_records
+from mlgo_host.serve.stats import aggregate, compare, format_build
 
 
 @pytest.mark.parametrize("argv", [

@@ -10,9 +10,9 @@ import pytest
 
 from _serve_util import ServerProc, c_source, mlgo_clang, needs_clang, plain_object, read_stats, wait_for
 from mlgo_host.cli import main
-from mlgo_host.corpus.sizes import text_size
-from mlgo_host.serve.stats import aggregate
+from mlgo_host.measure.sizes import text_size
 from mlgo_host.serve import guard as G
+from mlgo_host.serve.stats import aggregate
 
 
 @pytest.mark.parametrize("argv,want", [

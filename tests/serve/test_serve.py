@@ -16,8 +16,8 @@ import pytest
 
 from _serve_util import (CLANG, MLGO_CLANG, ServerProc, big_source, compiler_on_channel, mlgo_clang, needs_clang,
                          pid_alive, plain_object, read_stats, wait_for, write_sources)
+from mlgo_host.measure.sizes import text_size
 from mlgo_host.serve import slots as S
-from mlgo_host.corpus.compile import text_size
 
 pytestmark = needs_clang
 

@@ -16,7 +16,7 @@ import pytest
 
 from _serve_util import BIN, ServerProc, needs_clang, plain_object, read_stats
 from _tune_helpers import build_project_corpus, env_without_mlgo, json_replay_tune, mlgo_host, read_manifest
-from mlgo_host.corpus.sizes import text_size
+from mlgo_host.measure.sizes import text_size
 from mlgo_host.serve.stats import aggregate
 
 pytestmark = [needs_clang, pytest.mark.skipif(shutil.which("make") is None, reason="needs make")]

@@ -1,6 +1,6 @@
 """Compiling one corpus module with a policy, and object sizes.
 
-Sizes are :mod:`mlgo_host.corpus.sizes`' (``llvm-size``'s text column).
+Sizes are :mod:`mlgo_host.measure.sizes`' (``llvm-size``'s text column).
 * :func:`baseline_size`: the module compiled without the channel (the
   compiler's default heuristic), cached on disk by :class:`BaselineCache`
   under a key of module name, command, bitcode digest and compiler version.
@@ -25,13 +25,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from mlgo_host.channel.problems import probe_then_run
-from mlgo_host.channel.session import plain_compile
+from mlgo_host.channel.problems import ready_and_run
+from mlgo_host.channel.session import run_without_channel
 from mlgo_host.corpus.corpus import Module
-from mlgo_host.corpus.sizes import compiler_version, find_llvm_size, text_size  # noqa: F401 (re-exported)
 from mlgo_host.episode import Episode, EpisodeRecorder
 from mlgo_host.errors import CompilerError, MlgoHostError
 from mlgo_host.fsutil import atomic_write_bytes
+from mlgo_host.measure.sizes import compiler_version, text_size
 
 if TYPE_CHECKING:  # pragma: no cover
     from mlgo_host.policies.base import Policy
@@ -129,7 +129,7 @@ def compile_module(
         out = os.path.join(tmp, "module.o")
         try:
             cmd = module.compile_command(clang, out) + list(extra_args)
-            res = probe_then_run(cmd, advisor, policy, timeout=timeout, recorder=EpisodeRecorder() if record else None,
+            res = ready_and_run(cmd, advisor, policy, timeout=timeout, recorder=EpisodeRecorder() if record else None,
                               log_path=log_path, tmpdir=tmp)
         except MlgoHostError as e:
             return _failed(module.name, f"{type(e).__name__}: {e}", t0)
@@ -203,7 +203,7 @@ def compile_plain(module: "Module", clang: str = "clang-19", llvm_size: str | No
     try:
         out = os.path.join(tmp, "module.o")
         try:
-            rc, tail = plain_compile(module.compile_command(clang, out) + list(extra_args), timeout=timeout)
+            rc, tail = run_without_channel(module.compile_command(clang, out) + list(extra_args), timeout=timeout)
             if rc != 0:
                 return _failed(module.name, f"compiler exited with status {rc}: {_one_line(tail)}", t0)
             if not os.path.exists(out):

@@ -4,16 +4,16 @@ With ``-inliner-interactive-include-default`` clang-19 writes the default
 heuristic's decision into the ``callee_basic_block_count`` slot and leaves
 ``inlining_default`` at 0; LLVM 21 fixed it (clang-22 sends the decision in
 ``inlining_default`` and the real block count).  Rather than assume it from
-the version, compile a probe module whose only call site is a static callee
+the version, compile a module whose only call site is a static callee
 with several basic blocks and a single caller (every heuristic inlines it at
 ``-Oz``) and look at the two slots (:func:`classify`).
 
 The answer is cached per compiler binary (path, size, mtime), in memory and
-on disk.  A compiler whose slot cannot be determined (missing, the probe
+on disk.  A compiler whose slot cannot be determined (missing, the detecting
 compile fails, the values fit neither layout) is a :class:`ConfigError`
 naming the compiler and why: a wrong guess would silently turn the default
 policy into never-inline code.  ``MLGO_INLINE_DEFAULT_SLOT`` overrides the
-probe (for compilers the probe cannot run, e.g. an ``opt`` without a clang
+detection (for compilers it cannot run with, e.g. an ``opt`` without a clang
 next to it).
 """
 
@@ -37,13 +37,13 @@ ENV_OVERRIDE = "MLGO_INLINE_DEFAULT_SLOT"
 #: what a compiler-dependent inliner feature carries
 DEFAULT_DECISION, ALWAYS_ZERO, BLOCK_COUNT = "default decision", "always 0", "basic block count"
 
-PROBE_C = r"""
-static int probe_callee(int x) {
+DETECT_C = r"""
+static int slot_callee(int x) {
   if (x > 3) x = x * 7 + 1; else x = x - 2;
   for (int i = 0; i < x; i++) { if (i & 1) x ^= i; else x += i; }
   return x;
 }
-int probe_caller(int y) { return probe_callee(y) + 1; }
+int slot_caller(int y) { return slot_callee(y) + 1; }
 """
 
 _MEMO: dict[str, str] = {}
@@ -69,8 +69,8 @@ def _key(path: str) -> str:
     return hashlib.sha1(f"{path}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
 
 
-def _probe_clang(compiler: str) -> str | None:
-    """The clang driver to probe with: the compiler itself, or the clang next
+def _detecting_clang(compiler: str) -> str | None:
+    """The clang driver to detect the slot with: the compiler itself, or the clang next
     to an ``opt``/``llc`` binary."""
     if is_clang_driver(compiler):
         return shutil.which(compiler) or compiler
@@ -80,7 +80,7 @@ def _probe_clang(compiler: str) -> str | None:
 
 
 class _Never:
-    """Answers every probe decision with 0 (a policy by shape only: the
+    """Answers every decision of the detecting compile with 0 (a policy by shape only: the
     channel floor does not import the policies above it)."""
 
     name = "never"
@@ -96,7 +96,7 @@ class _Never:
 
 
 class _SlotRecorder:
-    """Keeps the two candidate slots' values of each probe decision."""
+    """Keeps the two candidate slots' values of each decision of the detecting compile."""
 
     def __init__(self) -> None:
         self.values: list[dict[str, int]] = []
@@ -110,11 +110,11 @@ class _SlotRecorder:
 
 def classify(values: list[dict[str, int]]) -> str:
     """The slot carrying the default decision, from the two slots' values at
-    the probe's call sites (whose callee has several blocks and is inlined
+    the detecting module's call sites (whose callee has several blocks and is inlined
     by the default heuristic).  Raises :class:`ValueError` saying why when
     the values fit neither layout."""
     if not values:
-        raise ValueError("the probe module gave no inlining decision")
+        raise ValueError("the detecting module gave no inlining decision")
     missing = [n for n in SLOTS if any(n not in v for v in values)]
     if missing:
         raise ValueError(f"the inliner header has no {' / '.join(missing)} feature")
@@ -133,28 +133,28 @@ def _cannot_tell(compiler: str, why: str) -> ConfigError:
     """The one-line error of a compiler whose slot is unknown, with what the
     user can do about it."""
     return ConfigError(f"cannot determine the inliner's default-decision slot of {compiler}: {why}; check that "
-                       f"`{compiler} -Oz -c FILE.c` compiles, or skip the probe with {ENV_OVERRIDE}={BUGGY_SLOT} "
+                       f"`{compiler} -Oz -c FILE.c` compiles, or skip the detection with {ENV_OVERRIDE}={BUGGY_SLOT} "
                        f"(clang <= 20) or {ENV_OVERRIDE}={FIXED_SLOT} (clang >= 21)")
 
 
-def probe(clang: str, timeout: float = 60.0) -> str:
-    """Run the probe compile with ``clang`` within ``timeout`` seconds (what
+def detect_slot(clang: str, timeout: float = 60.0) -> str:
+    """Run the detecting compile with ``clang`` within ``timeout`` seconds (what
     is left of the caller's deadline); returns the feature name holding the
     default decision.  Raises :class:`ConfigError` when it cannot tell."""
-    d = tempfile.mkdtemp(prefix="mlgo-probe-")
+    d = tempfile.mkdtemp(prefix="mlgo-slot-")
     try:
-        src = os.path.join(d, "probe.c")
+        src = os.path.join(d, "slot.c")
         with open(src, "w") as f:
-            f.write(PROBE_C)
+            f.write(DETECT_C)
         rec = _SlotRecorder()
         try:
-            res = run_session([clang, "-Oz", "-c", src, "-o", os.path.join(d, "probe.o")],
+            res = run_session([clang, "-Oz", "-c", src, "-o", os.path.join(d, "slot.o")],
                               InlineAdvisor(default_slot=FIXED_SLOT), _Never(), timeout=timeout, recorder=rec)
         except MlgoHostError as e:
-            raise _cannot_tell(clang, f"the probe compile failed: {e}") from None
+            raise _cannot_tell(clang, f"the detecting compile failed: {e}") from None
         if res.returncode != 0:
             tail = res.stderr_tail.strip().splitlines()[-1:] or [""]
-            raise _cannot_tell(clang, f"the probe compile exited {res.returncode} {tail[0][:200]!r}")
+            raise _cannot_tell(clang, f"the detecting compile exited {res.returncode} {tail[0][:200]!r}")
         try:
             return classify(rec.values)
         except ValueError as e:
@@ -173,7 +173,7 @@ def _read_cache(cache: str) -> dict:
 
 
 def _write_cache(cache: str, data: dict) -> None:
-    """Best effort (a read-only home only costs a probe per process)."""
+    """Best effort (a read-only home only costs a detecting compile per process)."""
     try:
         os.makedirs(os.path.dirname(cache), exist_ok=True)
         tmp = f"{cache}.{os.getpid()}.tmp"
@@ -186,9 +186,9 @@ def _write_cache(cache: str, data: dict) -> None:
 
 def default_slot(compiler: str, timeout: float = 60.0) -> str:
     """Feature that carries the inliner's default decision for ``compiler``
-    (probed once per binary, cached; the probe compile gets ``timeout``
+    (detected once per binary, cached; the detecting compile gets ``timeout``
     seconds: pass what is left of the user's deadline).
-    ``MLGO_INLINE_DEFAULT_SLOT`` overrides the probe.  :class:`ConfigError`
+    ``MLGO_INLINE_DEFAULT_SLOT`` overrides the detection.  :class:`ConfigError`
     when it cannot be determined."""
     env = os.environ.get(ENV_OVERRIDE)
     if env:
@@ -206,11 +206,11 @@ def default_slot(compiler: str, timeout: float = 60.0) -> str:
     data = _read_cache(cache)
     slot = data.get(key)
     if slot not in SLOTS:
-        clang = _probe_clang(compiler)
+        clang = _detecting_clang(compiler)
         if clang is None:
             raise ConfigError(f"cannot determine the inliner's default-decision slot of {compiler}: no clang next to "
-                              f"it to probe with; set {ENV_OVERRIDE} to {' or '.join(SLOTS)}")
-        slot = probe(clang, timeout)
+                              f"it to detect the slot with; set {ENV_OVERRIDE} to {' or '.join(SLOTS)}")
+        slot = detect_slot(clang, timeout)
         data[key] = slot
         _write_cache(cache, data)
     _MEMO[path] = slot

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from _corpus_helpers import CLANG
-from mlgo_host.corpus.objsizes import object_sizes
-from mlgo_host.corpus.sizes import text_size
 from mlgo_host.errors import CompilerError
+from mlgo_host.measure.objsizes import object_sizes
+from mlgo_host.measure.sizes import text_size
 
 # What the corpus compiles with: -Oz, position-independent.
 FLAGS = ["-Oz", "-fPIC", "-c"]

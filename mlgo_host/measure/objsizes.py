@@ -1,5 +1,5 @@
 """Per-function sizes of one relocatable object, adding up to ``llvm-size``'s
-``text`` column (:func:`mlgo_host.corpus.sizes.text_size`), so that a batched
+``text`` column (:func:`mlgo_host.measure.sizes.text_size`), so that a batched
 search can read each inlining flip's effect from the functions it touches.
 
 ``text`` is the Berkeley column: every allocated section that is executable or

@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from _corpus_helpers import CLANG, build_small_corpus
-from mlgo_host.errors import CompilerError, ConfigError
-from mlgo_host.policies import load_policy
 from mlgo_host.corpus.corpus import load_corpus
-from mlgo_host.corpus.compile import BaselineCache, baseline_size, compile_module, plain_size, text_size
-from mlgo_host.corpus.reward import MovingAverageBaseline, reward
-from mlgo_host.corpus.sizes import llvm_tool_candidates
+from mlgo_host.errors import CompilerError, ConfigError
+from mlgo_host.measure.compile import BaselineCache, baseline_size, compile_module, plain_size
+from mlgo_host.measure.reward import MovingAverageBaseline, reward
+from mlgo_host.measure.sizes import text_size
+from mlgo_host.measure.sizes import llvm_tool_candidates
+from mlgo_host.policies import load_policy
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +116,7 @@ def test_never_inline_changes_the_size_and_record_gives_the_episode(corpus, priv
 
 
 def test_failures_are_results_with_a_reason(corpus, tmp_path, private_tmp, monkeypatch):
-    # The fake compilers never reach the channel: skip the default-slot probe.
+    # The fake compilers never reach the channel: skip the default-slot detection.
     monkeypatch.setenv("MLGO_INLINE_DEFAULT_SLOT", "callee_basic_block_count")
     m = corpus["mathx"]
     failing = _script(tmp_path / "clang-fails", f'case "$1" in --version) exec {CLANG} --version;; esac\n'

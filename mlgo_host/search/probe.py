@@ -1,0 +1,122 @@
+"""The probe: a module compiled once over the channel, which names each
+decision's call site.
+
+The ML advisor asks, a policy answers (the compiler's default for tune),
+and the optimization record names each decision's call site
+(:mod:`.sites`).  It is what gives the features of each decision and the
+trajectory a policy takes; it decides by decision index, so a flip changes
+every later decision's index: the search probes a module once, then
+compiles its decision sets by the compiler's replay (:mod:`.replay`).  A
+plain compile with ``-Rpass=inline`` (:func:`compile_with_remarks`) names
+the ``always_inline`` sites the channel never sees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+from mlgo_host.corpus.corpus import Module
+from mlgo_host.episode import Episode
+from mlgo_host.errors import CompilerError
+from mlgo_host.measure.compile import compile_module
+from mlgo_host.measure.objsizes import object_sizes
+from mlgo_host.measure.sizes import llvm_tool
+from mlgo_host.search.replay import Measured
+from mlgo_host.search.sites import (DebugInfo, Decision, Site, debug_info, identify, inlined_keys, mandatory_sites,
+                                   read_remarks)
+
+
+@dataclasses.dataclass
+class Probe:
+    """A module's decisions as a channel compile took them: the episode
+    (features, actions) and each decision's call site."""
+
+    episode: Episode
+    decisions: list[Decision]
+    text: int
+    wall_s: float
+    #: compiles it took: the channel's, and the plain one naming always-inline sites (none without decisions)
+    compiles: int = 2
+    #: the plain compile (the compiler's own decisions): its sizes and the keys it inlined
+    plain: Measured | None = None
+    #: the ``always_inline`` sites its remarks named: with ``plain``, what a second probe of the same
+    #: command (another policy's decisions) needs instead of a plain compile of its own
+    mandatory: tuple[Site, ...] | None = None
+
+
+def compile_with_remarks(module: Module, clang: str, timeout: float) -> tuple[str, Measured]:
+    """The module's plain compile with ``-Rpass=inline``: its remarks (they
+    name the ``always_inline`` sites, which the channel never sees) and its
+    object's sizes with the keys it inlined (what a replay of the
+    compiler's own decisions should give)."""
+    t0 = time.monotonic()
+    tmp = tempfile.mkdtemp(prefix="mlgo-plain-")
+    try:
+        out = os.path.join(tmp, "module.o")
+        cmd = module.compile_command(clang, out) + ["-Rpass=inline"]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise CompilerError(f"module {module.name!r}: the plain compile did not finish within {timeout:g} s") from None
+        if r.returncode != 0:
+            raise CompilerError(f"module {module.name!r}: the plain compile failed", r.returncode, r.stderr[-2000:])
+        return r.stderr, Measured(object_sizes(out), inlined_keys(r.stderr), time.monotonic() - t0)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def record_flags(path: str) -> list[str]:
+    """cc1 flags writing the inliner's optimization record (YAML) to ``path``."""
+    return ["-opt-record-file", path, "-opt-record-passes", "inline", "-opt-record-format", "yaml"]
+
+
+def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str | None = None,
+                 timeout: float = 300.0, debug: DebugInfo | None = None,
+                 plain: tuple[str, Measured] | None = None, like: Probe | None = None) -> Probe:
+    """Compile ``module`` over the channel with ``policy`` (the compiler's
+    default for the search's start), recording the trajectory and the
+    optimization record, and name every decision's call site.  ``plain``:
+    :func:`compile_with_remarks`' result for this very command, when a caller
+    made it already (the threshold starts), or ``like``: an earlier probe of
+    this very command (another policy's start) that kept it; the probe then
+    costs its channel compile only."""
+    t0 = time.monotonic()
+    tmp = tempfile.mkdtemp(prefix="mlgo-probe-")
+    try:
+        rec = os.path.join(tmp, "record.yaml")
+        res = compile_module(module, policy, clang=clang, llvm_size=llvm_size, timeout=timeout, record=True,
+                             extra_args=record_flags(rec))
+        if not res.ok or res.episode is None:
+            raise CompilerError(f"module {module.name!r}: the probe compile failed: {res.reason}")
+        with open(rec, encoding="utf-8", errors="replace") as f:
+            remarks = read_remarks(f.read())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    ep = res.episode
+    if len(remarks) != ep.n:
+        raise CompilerError(f"module {module.name!r}: {len(remarks)} inliner remarks for {ep.n} channel decisions "
+                            "(the record and the channel disagree)")
+    if ep.n == 0:  # nothing to name: the plain compile would only cost
+        return Probe(ep, [], int(res.text_size), time.monotonic() - t0, compiles=1)
+    if debug is None:
+        debug = debug_info(module.bc_path, llvm_tool(clang, "llvm-dis"), timeout)
+    if like is not None and like.plain is not None and like.mandatory is not None:
+        compiles, plain, mandatory = 1, like.plain, list(like.mandatory)
+    else:
+        compiles = 2 if plain is None else 1
+        plain_text, plain = plain if plain is not None else compile_with_remarks(module, clang, timeout)
+        mandatory = mandatory_sites(plain_text)
+    # (the plain compile's inlined keys tell apart copies of one body; they are the probe's own when
+    # the probe takes the compiler's decisions, as tune's does, else only a hint)
+    decisions = identify(remarks, debug, mandatory, plain.inlined)
+    for d, a in zip(decisions, ep.actions):
+        if bool(a) != d.inlined:
+            raise CompilerError(f"module {module.name!r}: decision {d.index}: the record says "
+                                f"{'inlined' if d.inlined else 'not inlined'}, the channel answered {int(a)}")
+    return Probe(ep, decisions, int(res.text_size), time.monotonic() - t0, compiles=compiles, plain=plain,
+                 mandatory=tuple(mandatory))
