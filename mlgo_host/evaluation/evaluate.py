@@ -39,6 +39,7 @@ from mlgo_host.measure.reward import reward
 from mlgo_host.measure.sizes import find_llvm_size
 from mlgo_host.policies import load_policy, check_meanings
 from mlgo_host.workers.pool import make_pool, map_with_progress
+from mlgo_host.workers.worker import CollectTask
 
 CSV_FIELDS = ("module", "baseline_text", "policy_text", "reward", "observations", "status", "reason")
 #: extra CSV columns with --guard: the policy's own size and which object was kept
@@ -395,7 +396,7 @@ def evaluate_on_pool(pool, modules: Sequence[Module], *, desc: str, progress: bo
     pools) on ``modules``, as :func:`evaluate` reports it; ``task_of``: a
     module's task (default :meth:`Module.to_task`)."""
     task_of = task_of or Module.to_task
-    tasks = [(task_of(m), 0, True, False) for m in modules]
+    tasks = [CollectTask(task_of(m), 0, greedy=True, record=False) for m in modules]
     outcomes = map_with_progress(pool, "collect", tasks, desc=desc, progress=progress)
     return _report(policy, modules, modules, outcomes, _collected_row)
 

@@ -50,7 +50,7 @@ from mlgo_host.search.replay import replay_text
 from mlgo_host.search.flips import fit_flip_model
 from mlgo_host.search.sites import site_of_line
 from mlgo_host.shipped import shipped_policy_dir
-from mlgo_host.search.worker import run_searches
+from mlgo_host.search.worker import SearchTask, run_searches
 from mlgo_host.workers.worker import policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.tune")
@@ -192,11 +192,12 @@ class Passes:
             # can take minutes) does not hold back the others
             order = sorted(new, key=lambda m: (self.starts_of.of(m.language)[1] is None, m.size))
             self._timed("probe and starts", lambda: self._run(
-                [(m.to_task(), self.PROBE + self.starts_of.cost(m.language), None, self.deadline, None, self.prior,
-                  True) for m in order], "tune: probe and starts"))
+                [SearchTask(m.to_task(), self.PROBE + self.starts_of.cost(m.language), deadline=self.deadline,
+                            prior=self.prior, starts_only=True) for m in order], "tune: probe and starts"))
         elif new and self.left() > 0:
             self._timed("probe", lambda: self._run(
-                [(m.to_task(), self.PROBE, None, self.deadline, None, self.prior) for m in new], "tune: probe"))
+                [SearchTask(m.to_task(), self.PROBE, deadline=self.deadline, prior=self.prior) for m in new],
+                "tune: probe"))
         self._timed("starts", self.starts)
         for k in range(1, 1 + MAX_PASSES):
             open_, left = self._open(), self.left()
@@ -214,10 +215,10 @@ class Passes:
             # the longest shares first: the pass's last task then ends close to the others (its
             # workers wait for it before the next pass shares again); under a deadline the modules not
             # searched yet before them (short tasks: the deadline never finds them still queued)
-            tasks = sorted(((self.by_name[r["name"]].to_task(), r["compiles"] + int(b), model, self.deadline, r,
-                             self.prior) for r, b in zip(open_, budget) if b > 0),
-                           key=lambda t: (not t[4]["tried"] if timed else 0,
-                                          (t[1] - t[4]["compiles"]) * (seconds_per_compile(t[4]) if timed else 1.0)),
+            tasks = sorted((SearchTask(self.by_name[r["name"]].to_task(), r["compiles"] + int(b), model, self.deadline,
+                                       r, self.prior) for r, b in zip(open_, budget) if b > 0),
+                           key=lambda t: (not t.resume["tried"] if timed else 0, (t.budget - t.resume["compiles"])
+                                          * (seconds_per_compile(t.resume) if timed else 1.0)),
                            reverse=True)
             self._timed("passes", lambda: self._run(tasks, f"tune: pass {k} ({self._past_start()}/{len(self.mods)} "
                                                            f"files searched past their start)"))
@@ -267,8 +268,9 @@ class Passes:
             spent, left = np.cumsum([cost[r["name"]] for r in due]), self.left()
             due = [r for r, c in zip(due, spent) if c <= left]
         if due:
-            self._run([(self.by_name[r["name"]].to_task(), r["compiles"] + cost[r["name"]], None, self.deadline, r,
-                        self.prior, True) for r in due], "tune: starts")
+            self._run([SearchTask(self.by_name[r["name"]].to_task(), r["compiles"] + cost[r["name"]],
+                                  deadline=self.deadline, resume=r, prior=self.prior, starts_only=True) for r in due],
+                      "tune: starts")
 
 
 def _flips_left(r: dict) -> int:

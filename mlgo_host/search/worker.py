@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -24,6 +25,19 @@ from mlgo_host.shipped import shipped_policy_dir
 from mlgo_host.workers.worker import CollectWorker
 
 log = logging.getLogger("mlgo_host.search")
+
+
+class SearchTask(NamedTuple):
+    """The arguments of :meth:`SearchWorker.search_batched` (a pool task
+    is its method's arguments, in order)."""
+
+    task: dict  # Module.to_task()
+    budget: int  # the module's compiles in all, its earlier ones counted
+    model: dict | None = None  # the flip-gain model (FlipGainModel.to_json)
+    deadline: float | None = None  # a time.time(): no compile starts after it
+    resume: dict | None = None  # the module's stored result to go on from
+    prior: str | None = None  # a shipped policy's name, whose P(inline) orders the flips
+    starts_only: bool = False  # the probe and starts, no flip
 
 
 class SearchWorker(CollectWorker):

@@ -55,7 +55,7 @@ from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.sizes import compiler_version
 from mlgo_host.policies.saved import METADATA, set_gate
 from mlgo_host.search.flips import fit_flip_model
-from mlgo_host.search.worker import run_searches
+from mlgo_host.search.worker import SearchTask, run_searches
 from mlgo_host.training.iteration import STATE, publish_policy, read_state
 from mlgo_host.training.workers import Workers
 from mlgo_host.workers.worker import policy_blob_from_dir
@@ -203,14 +203,14 @@ def _search_round(pool, r, base_dir, mods: list[Module], state, compiles, progre
     decisions = [state["decisions"].get(m.name, 10_000) for m in mods]
     model = state.get("flip_model")
     budget = budgets(sizes, decisions, compiles, floor=4)
-    tasks = [(m.to_task(), b, model, deadline, None) for m, b in zip(mods, budget)]
+    tasks = [SearchTask(m.to_task(), b, model, deadline) for m, b in zip(mods, budget)]
     found = run_searches(pool, tasks, f"round {r}: search", progress)
     left = compiles - _used(found)
     more = [x for x in found.values() if x["status"] == "ok" and x.get("stopped") in ("budget", "sweep")]
     if left > 0 and more and (deadline is None or time.time() < deadline):
         by_name = {m.name: m for m in mods}
         share = max(2, left // len(more))
-        tasks = [(by_name[x["name"]].to_task(), x["compiles"] + share, model, deadline, x) for x in more]
+        tasks = [SearchTask(by_name[x["name"]].to_task(), x["compiles"] + share, model, deadline, x) for x in more]
         found.update(run_searches(pool, tasks, f"round {r}: search, further", progress))
     planned = {m.name: b for m, b in zip(mods, budget)}
     for x in found.values():

@@ -56,7 +56,7 @@ from mlgo_host.training.iteration import (STATE, commit_iteration, publish_polic
                                           percentile_summary, read_state, resolve_warmstart, train_and_save)
 from mlgo_host.training.workers import Workers
 from mlgo_host.workers.pool import EarlyExit, TaskOutcome, map_with_progress
-from mlgo_host.workers.worker import policy_blob_from_dir
+from mlgo_host.workers.worker import CollectTask, policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.train")
 
@@ -192,7 +192,7 @@ class _Loop:
         save, evaluate when due, commit the iteration.  Returns the new
         policy's blob."""
         iteration, num_iterations = it + 1, self.num_iterations
-        tasks = [(self.task_of(m), self.seed * 1_000_003 + it * 10_007 + i, False, True)
+        tasks = [CollectTask(self.task_of(m), self.seed * 1_000_003 + it * 10_007 + i, greedy=False, record=True)
                  for i, m in enumerate(self.sampler.take(self.modules_per_iteration))]
         batch, t_collect = _collect(self.pool, blob, tasks, self.moving_average, self.use_moving_average, self.early,
                                     f"iteration {iteration}/{num_iterations}", self.progress)
@@ -418,7 +418,7 @@ def _first_header(pool, modules, header_path: str, task_of) -> None:
     """Compile modules with the default policy until one yields a header."""
     pool.broadcast("set_policy", {"heuristic": "default"})
     for m in modules[:20]:
-        out = pool.map_unordered("collect", [(task_of(m), 0, True, True)])
+        out = pool.map_unordered("collect", [CollectTask(task_of(m), 0, greedy=True, record=True)])
         r = out[0].value
         if out[0].ok and r and r["episode"] is not None:
             atomic_write_json(header_path, r["episode"]["header"])
@@ -429,7 +429,7 @@ def _first_header(pool, modules, header_path: str, task_of) -> None:
 def _build_vocab(pool, modules, vocab_dir: str, root_dir: str, task_of, progress: bool) -> None:
     """Trace the default policy over ``modules`` and compute quantile vocabularies."""
     pool.broadcast("set_policy", {"heuristic": "default"})
-    tasks = [(task_of(m), 0, True, True) for m in modules]
+    tasks = [CollectTask(task_of(m), 0, greedy=True, record=True) for m in modules]
     outcomes = map_with_progress(pool, "collect", tasks, desc="tracing the default policy for the vocab",
                                  progress=progress)
     builder = VocabBuilder()

@@ -17,7 +17,7 @@ import hashlib
 import os
 import shutil
 import tempfile
-from typing import Any
+from typing import Any, NamedTuple
 
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.errors import ConfigError
@@ -73,6 +73,16 @@ class WorkerConfig:
     start_policy: str | None = None
     #: (language, starts it tries) pairs: mlgo_host.search.starts.Starts.by_language
     starts_by_language: tuple = ()
+
+
+class CollectTask(NamedTuple):
+    """The arguments of :meth:`CollectWorker.collect` (a pool task is
+    its method's arguments, in order)."""
+
+    task: dict  # Module.to_task()
+    seed: int
+    greedy: bool = False
+    record: bool = True
 
 
 class CollectWorker:
