@@ -9,10 +9,11 @@ compile, each flip's gain read from the functions it touches and checked (a
 batch whose attribution does not hold is split).  The likeliest winners are
 measured first (--prior), winners are kept and the search goes on from the
 new best; the compiles go where the prior and the bytes paid so far point.
-Before its first flip, each module compiles at inline thresholds 50, 150 and
-450 and with the shipped policy's decisions, and starts from the smallest of
-those and -Oz (a threshold then goes into its build flags; --no-thresholds,
---start-policy none: from -Oz).  No module gets bigger than -Oz.
+Before its first flip, each C++ module compiles at inline thresholds 50, 150
+and 450 and with the shipped policy's decisions, and starts from the smallest
+of those and -Oz (a threshold then goes into its build flags; --no-thresholds,
+--start-policy none: from -Oz); a C module starts from -Oz.  No module gets
+bigger than -Oz.
 
 T/ holds per module its best decisions: replays/<module>.inline.txt, the
 compiler's replay file (a build applies it with plain compiler flags:
@@ -23,7 +24,9 @@ size), summary.json.
 
 Budget: --compiles-per-module K (default 30; counting what T holds already:
 rerunning a killed tune with the same K finishes it, a bigger K improves on
-it) or --budget-minutes N (this run's wall time).  A second run always
+it) or --budget-minutes N (this run's wall time, shared: every module with
+decisions gets its starts and a first batch, then the time goes where the
+compiles found the most bytes per second).  A second run always
 continues each module from its best without measuring the same flips again.
 
 example:
@@ -62,11 +65,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "functions in copies of all of them, each copy checked against a control copy)")
     p.add_argument("--no-thresholds", action="store_true",
                    help="a search from the compiler's decisions: start every module from -Oz's own (by "
-                        "default a module also compiles at inline thresholds 50, 150 and 450, one compile each, and "
+                        "default a C++ module also compiles at inline thresholds 50, 150 and 450, one compile each, and "
                         "its search starts from the smallest; a build then gets that threshold among its flags)")
     p.add_argument("--start-policy", default="pretrained-oz", choices=("pretrained-oz", "none"),
                    help="a search from the compiler's decisions: also compile every C++ module with this shipped "
-                        "policy's decisions (one channel compile) and start its search from them when that "
+                        "policy's decisions (a channel compile and a replay) and start its search from them when that "
                         "object is the smallest start; none: -Oz and the thresholds only")
     p.add_argument("--policy", default=None,
                    help="base policy the search starts from: a heuristic or a saved policy directory "
