@@ -65,7 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "functions in copies of all of them, each copy checked against a control copy)")
     p.add_argument("--no-thresholds", action="store_true",
                    help="a search from the compiler's decisions: start every module from -Oz's own (by "
-                        "default a C++ module also compiles at inline thresholds 50, 150 and 450, one compile each, and "
+                        "default a C++ module also compiles at inline thresholds 50, 150 and 450, one compile "
+                        "each, and "
                         "its search starts from the smallest; a build then gets that threshold among its flags)")
     p.add_argument("--start-policy", default="pretrained-oz", choices=("pretrained-oz", "none"),
                    help="a search from the compiler's decisions: also compile every C++ module with this shipped "
