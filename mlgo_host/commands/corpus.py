@@ -132,10 +132,6 @@ def run(args: argparse.Namespace) -> int:
                               cache_dir=args.cache_dir, clang=args.clang, jobs=args.jobs,
                               build_deps=not args.no_build_deps, retry_skipped=args.retry_skipped,
                               build_timeout=args.build_timeout, timeout=args.timeout, progress=progress)
-        for src, reason in report.failures:
-            print(f"failed {src}: {reason}", file=sys.stderr)
-        print(f"{args.output}: {report.summary()}")
-        return 0
     else:
         from mlgo_host.corpus.benchmark import build_benchmark
 

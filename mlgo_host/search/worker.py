@@ -20,7 +20,7 @@ from mlgo_host.policies.base import Policy
 from mlgo_host.progress import progress_bar
 from mlgo_host.search.driver import search_module_batched
 from mlgo_host.search.flips import FlipGainModel
-from mlgo_host.search.starts import Starts
+from mlgo_host.search.starts import Starts, within_deadline
 from mlgo_host.shipped import shipped_policy_dir
 from mlgo_host.workers.worker import CollectWorker
 
@@ -71,9 +71,11 @@ class SearchWorker(CollectWorker):
         if default is None and res.get("default_size") is not None:
             cache.put(mod, c.clang, int(res["default_size"]))
         elif res.get("default_size") is None and res["status"] == "failed":  # (its report row still says -Oz's)
+            timeout = within_deadline(c.module_timeout, deadline)  # (the user's deadline bounds this compile too)
             try:
-                res["default_size"] = baseline_size(mod, clang=c.clang, llvm_size=c.llvm_size,
-                                                    cache_dir=c.baseline_cache, timeout=c.module_timeout)
+                if timeout > 0:
+                    res["default_size"] = baseline_size(mod, clang=c.clang, llvm_size=c.llvm_size,
+                                                        cache_dir=c.baseline_cache, timeout=timeout)
             except MlgoHostError:
                 pass
         return res
