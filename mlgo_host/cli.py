@@ -89,9 +89,15 @@ EXIT_BROKEN_PIPE = 141
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand; end quietly, as Unix tools do, when the reader of
     stdout goes away (``mlgo-host stats FILE | head -1``)."""
+    return ends_quietly(lambda: _dispatch(argv))
+
+
+def ends_quietly(run) -> int:
+    """``run()``'s exit status, or :data:`EXIT_BROKEN_PIPE` with no traceback
+    when the reader of stdout went away (bench scripts use it too)."""
     try:
         try:
-            return _dispatch(argv)
+            return run()
         finally:
             sys.stdout.flush()  # a closed pipe shows here (also after --help's exit), not at exit
     except BrokenPipeError:
