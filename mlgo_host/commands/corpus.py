@@ -32,12 +32,18 @@ per module <m>.bc and its NUL-separated cc1 command <m>.cmd).
              not build is skipped with its reason in OUTPUT/packages.json;
              built packages are kept, so a second run builds what is missing.
 
+  combine    one corpus from several (mlgo-utils' combine_training_corpus):
+             each corpus's project folders are linked into OUTPUT and every
+             module listed, so names, and the split by project, stay as they
+             were.  A project in two corpora is an error.
+
 examples:
   mlgo-host corpus build --compile-commands build/compile_commands.json --output corpus/
   mlgo-host corpus benchmark --output bench_corpus/
   mlgo-host corpus benchmark --sources external --output external_corpus/
   mlgo-host corpus benchmark --sources training --output training_corpus/ -j2
   mlgo-host corpus debian --packages iniparser,json-c --output debian_corpus/ -j2
+  mlgo-host corpus combine training_corpus/ debian_corpus/ --output wide/
 """
 
 from __future__ import annotations
@@ -103,6 +109,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="time one step of a package's build (configure, make, build-dep) may take")
 
 
+    c = sub.add_parser("combine", help="combine corpora into one, project by project (links, no copies)",
+                       formatter_class=HelpFormatter,
+                       description="Link the project folders of CORPUS... into OUTPUT and list every module in "
+                                   "its corpus_description.json. The links point at the corpora: move them and "
+                                   "combine again.")
+    c.add_argument("corpora", nargs="+", metavar="CORPUS", help="corpus directories to combine")
+    c.add_argument("--output", required=True, metavar="DIR",
+                   help="the combined corpus: a new or empty directory, or one combined before (remade)")
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", required=True, metavar="DIR", help="corpus directory to create or complete")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, metavar="N",
@@ -117,7 +133,14 @@ def run(args: argparse.Namespace) -> int:
     from mlgo_host.corpus.build import build_corpus, load_compile_commands
 
     if args.corpus_command is None:
-        raise ConfigError("choose an action: mlgo-host corpus build ..., corpus benchmark ... or corpus debian ...")
+        raise ConfigError("choose an action: mlgo-host corpus build ..., benchmark ..., debian ... or combine ...")
+    if args.corpus_command == "combine":
+        from mlgo_host.corpus.combine import combine_corpora
+
+        names = combine_corpora(args.corpora, args.output)
+        projects = len({n.split("/", 1)[0] for n in names})
+        print(f"{args.output}: {len(names)} modules from {projects} projects of {len(args.corpora)} corpora")
+        return 0
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     progress = not args.no_progress

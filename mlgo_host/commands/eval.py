@@ -36,6 +36,7 @@ import os
 import sys
 
 from mlgo_host.channel.problems import PROBLEMS
+from mlgo_host.corpus.corpus import SPLIT_UNITS
 from mlgo_host.commands.help import LLVM_SIZE_HELP, hidden_alias
 from mlgo_host.errors import ConfigError
 
@@ -54,6 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help="evaluate one side of the deterministic train/held-out split")
     p.add_argument("--heldout-fraction", type=float, default=0.1, metavar="F",
                    help="share of modules held out by --split (training's is 0.2)")
+    p.add_argument("--split-by", choices=SPLIT_UNITS, default="project",
+                   help="what --split keeps whole on one side: a project (a module's first path "
+                        "component, as training splits) or a module (default: %(default)s)")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, metavar="N",
                    help="worker processes (default: the number of CPUs)")
     p.add_argument("--worker-backend", dest="worker_backend", choices=("local", "ray"),
@@ -93,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--heldout-fraction must be in [0, 1], got {args.heldout_fraction}")
     report = evaluate(
         args.corpus, args.policy, modules=args.modules, split=args.split, heldout_fraction=args.heldout_fraction,
+        split_by=args.split_by,
         jobs=args.jobs, advisor=args.advisor, clang=args.clang, llvm_size=args.llvm_size, timeout=args.timeout,
         cache_dir=args.baseline_cache, seed=args.seed,
         progress=not args.no_progress, guard=args.guard, replay_dir=args.replay, worker_backend=args.worker_backend,

@@ -23,7 +23,7 @@ COMPONENT = "main"
 #: the file in sources.list.d that makes apt know the suite's sources, when nothing else does
 DEB_SRC_FILE = "mlgo-host-deb-src.sources"
 #: the tools a package build needs -> the Debian packages that bring them
-TOOL_PACKAGES = {"bear": ("bear",), "autoreconf": ("autoconf", "automake", "libtool"), "cmake": ("cmake",),
+TOOL_PACKAGES = {"bear": ("bear",), "autoreconf": ("autoconf", "automake", "autopoint", "libtool"), "cmake": ("cmake",),
                  "meson": ("meson",), "ninja": ("ninja-build",), "dpkg-source": ("dpkg-dev",)}
 
 

@@ -248,13 +248,11 @@ class Corpus:
                 return m
         raise KeyError(name)
 
-    def split(self, heldout_fraction: float = 0.1, seed: int = 0) -> tuple[list[Module], list[Module]]:
-        """Deterministic train / held-out split by a hash of the module name
-        (salted with ``seed``): a module stays on its side whatever else the
-        corpus contains."""
-        train, held = [], []
-        for m in self.modules:
-            (held if is_heldout(m.name, heldout_fraction, seed) else train).append(m)
+    def split(self, heldout_fraction: float = 0.1, seed: int = 0,
+              by: str = "project") -> tuple[list[Module], list[Module]]:
+        """Deterministic train / held-out split, the held-out part of
+        :func:`split_three` with the same fraction, seed and unit."""
+        train, _, held = split_three(self.modules, heldout_fraction, 0.0, seed, by)
         return train, held
 
     def sampler(self, modules: Sequence[Module] | None = None, seed: int = 0, strategy: str = "round_robin",
@@ -268,35 +266,80 @@ def load_corpus(path: str | os.PathLike, strict: bool = False) -> Corpus:
     return Corpus.load(path, strict=strict)
 
 
+#: how a corpus is split: whole projects (a module's first path component),
+#: or single modules (files of one project on both sides)
+SPLIT_UNITS = ("project", "module")
+#: fewer projects than this cannot give training, validation and held-out
+#: their own; such a corpus is split by module
+MIN_PROJECTS = 3
+
+
+def project_of(name: str) -> str:
+    """The project of module ``name``: its first path component (corpora keep
+    one folder per project or package: ``bash/alias``, ``jsonnet-0.22.0/core/vm``);
+    a name without a folder is its own project."""
+    return name.split("/", 1)[0]
+
+
 def split_three(modules: Sequence[Module], heldout_fraction: float, validation_fraction: float,
-                seed: int = 0) -> tuple[list[Module], list[Module], list[Module]]:
-    """Deterministic train / validation / held-out split by hashes of the
-    module names.  The held-out part is the one :meth:`Corpus.split` keeps
-    out with the same fraction and seed (so every trainer reports on the same
-    modules); validation takes ``validation_fraction`` of the corpus from the
-    rest, by a second hash."""
+                seed: int = 0, by: str = "project") -> tuple[list[Module], list[Module], list[Module]]:
+    """Deterministic train / validation / held-out split (see :func:`split_names`)."""
+    part = split_names([m.name for m in modules], heldout_fraction, validation_fraction, seed, by)
+    train, val, held = [], [], []
+    for m in modules:
+        {"train": train, "validation": val, "heldout": held}[part[m.name]].append(m)
+    return train, val, held
+
+
+def split_names(names: Iterable[str], heldout_fraction: float, validation_fraction: float, seed: int = 0,
+                by: str = "project") -> dict[str, str]:
+    """Each name's part: ``train``, ``validation`` or ``heldout``.
+
+    ``by="project"`` keeps each project whole on one side, so that validation
+    and held-out measure code the training never saw (a file shares headers,
+    inline functions and idioms with the rest of its project); a corpus of
+    fewer than :data:`MIN_PROJECTS` projects is split by module.  A unit is
+    held out by a hash of its name (salted with ``seed``), so it stays on its
+    side whatever else the corpus contains; validation takes
+    ``validation_fraction`` of the rest by a second hash.  By project, a
+    non-zero fraction holds at least one project and training keeps at least
+    one."""
     if heldout_fraction < 0 or validation_fraction < 0 or heldout_fraction + validation_fraction >= 1:
         raise CorpusError(f"held-out ({heldout_fraction}) and validation ({validation_fraction}) fractions "
                           "must be >= 0 and leave modules to train on")
+    if by not in SPLIT_UNITS:
+        raise CorpusError(f"unknown split unit {by!r}; choose from {', '.join(SPLIT_UNITS)}")
+    names = list(names)
+    if by == "project" and len({project_of(n) for n in names}) < MIN_PROJECTS:
+        by = "module"
+    unit = project_of if by == "project" else (lambda n: n)
+    units = sorted({unit(n) for n in names})
     rest_fraction = validation_fraction / (1.0 - heldout_fraction) if heldout_fraction < 1 else 0.0
-    train, val, held = [], [], []
-    for m in modules:
-        if is_heldout(m.name, heldout_fraction, seed):
-            held.append(m)
-        elif is_heldout(m.name, rest_fraction, seed + 7919):
-            val.append(m)
-        else:
-            train.append(m)
-    return train, val, held
+    held = _hashed_part(units, heldout_fraction, seed, at_least_one=by == "project")
+    rest = [u for u in units if u not in held]
+    val = _hashed_part(rest, rest_fraction, seed + 7919, at_least_one=by == "project")
+    return {n: "heldout" if unit(n) in held else "validation" if unit(n) in val else "train" for n in names}
+
+
+def _hashed_part(units: Sequence[str], fraction: float, seed: int, at_least_one: bool) -> set[str]:
+    part = {u for u in units if _hash01(u, seed) < fraction}
+    if at_least_one and not part and fraction > 0 and len(units) > 1:
+        part = {min(units, key=lambda u: _hash01(u, seed))}
+    if at_least_one and len(part) == len(units) > 1:
+        part.discard(max(units, key=lambda u: _hash01(u, seed)))
+    return part
 
 
 def is_heldout(name: str, fraction: float, seed: int = 0) -> bool:
     """True when ``name`` falls in the held-out part of a ``fraction`` split."""
     if not 0.0 <= fraction <= 1.0:
         raise CorpusError(f"held-out fraction must be in [0, 1], got {fraction}")
+    return _hash01(name, seed) < fraction
+
+
+def _hash01(name: str, seed: int) -> float:
     salt = f"{seed}:" if seed else ""
-    h = int.from_bytes(hashlib.sha256((salt + name).encode()).digest()[:8], "big")
-    return h / 2**64 < fraction
+    return int.from_bytes(hashlib.sha256((salt + name).encode()).digest()[:8], "big") / 2**64
 
 
 def _load_module(root: Path, name: str, override: tuple[str, ...] | None) -> Module:

@@ -30,7 +30,7 @@ import os
 from typing import Any, Sequence
 
 from mlgo_host.channel.problems import get_problem
-from mlgo_host.corpus.corpus import Module, is_heldout, load_corpus
+from mlgo_host.corpus.corpus import Module, load_corpus, split_names
 from mlgo_host.corpus.tuned import TunedDir, TunedPolicies
 from mlgo_host.errors import ConfigError, CorpusError, MlgoHostError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes
@@ -259,18 +259,19 @@ def _guard_text(g: dict) -> str:
 
 
 def select_modules(corpus, modules: int | None = None, split: str = "all", heldout_fraction: float = 0.1,
-                   seed: int = 0) -> list:
+                   seed: int = 0, split_by: str = "project") -> list:
     """The modules to evaluate (broken ones included, to be reported).
 
-    ``split`` keeps the train or held-out part of the deterministic split;
+    ``split`` keeps the train or held-out part of the deterministic split
+    (:func:`~mlgo_host.corpus.corpus.split_names`, by ``split_by``);
     ``modules=N`` then picks N modules evenly spread over the size order (a
     deterministic, size-representative subset)."""
     if split not in SPLITS:
         raise ConfigError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
     cands = sorted(list(corpus.modules) + list(corpus.broken), key=lambda m: m.name)
     if split != "all":
-        want = split == "heldout"
-        cands = [m for m in cands if is_heldout(m.name, heldout_fraction, seed) == want]
+        part = split_names([m.name for m in cands], heldout_fraction, 0.0, seed, split_by)
+        cands = [m for m in cands if (part[m.name] == "heldout") == (split == "heldout")]
     if modules is not None:
         if modules < 1:
             raise ConfigError(f"--modules must be >= 1, got {modules}")
@@ -340,6 +341,7 @@ def evaluate(
     modules: int | None = None,
     split: str = "all",
     heldout_fraction: float = 0.1,
+    split_by: str = "project",
     jobs: int = 1,
     advisor: str = "inline",
     clang: str = "clang-19",
@@ -368,7 +370,7 @@ def evaluate(
     find_llvm_size(llvm_size, clang)
     check_meanings(pol, get_problem(advisor).default_slot(clang, timeout))
     if selected is None:
-        selected = select_modules(load_corpus(corpus_dir), modules, split, heldout_fraction, seed)
+        selected = select_modules(load_corpus(corpus_dir), modules, split, heldout_fraction, seed, split_by)
     if not selected:
         raise CorpusError(f"{corpus_dir}: no module selected (split {split!r})")
     worker = {"policy": policy, "seed": seed, "advisor": advisor, "clang": clang, "llvm_size": llvm_size,

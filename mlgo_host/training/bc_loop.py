@@ -33,6 +33,7 @@ def train_bc_from_corpus(
     workers: Workers | None = None,
     advisor: str = "inline",
     heldout_fraction: float = 0.2,
+    split_by: str = "project",
     seed: int = 0,
     max_trace_modules: int | None = None,
     progress: bool = True,
@@ -44,7 +45,7 @@ def train_bc_from_corpus(
     workers = workers or Workers()
     os.makedirs(root_dir, exist_ok=True)
     corpus = load_corpus(corpus_dir)
-    train_mods, _ = corpus.split(heldout_fraction, seed=seed)
+    train_mods, _ = corpus.split(heldout_fraction, seed=seed, by=split_by)
     if not train_mods:
         raise ConfigError(f"corpus {corpus_dir} has no training modules")
     trace_dir = os.path.join(root_dir, "trace")

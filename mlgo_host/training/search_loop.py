@@ -85,6 +85,7 @@ def train_search(
     round_search_minutes: float | None = None,
     heldout_fraction: float = 0.2,
     validation_fraction: float = 0.2,
+    split_by: str = "project",
     max_module_growth_pct: float = 1.0,
     gate_thresholds: tuple = GATE_THRESHOLDS,
     evaluate_heldout: bool = True,
@@ -105,7 +106,8 @@ def train_search(
     root_dir = os.path.abspath(root_dir)
     os.makedirs(os.path.join(root_dir, "search"), exist_ok=True)
     corpus = load_corpus(corpus_dir)
-    train_mods, val_mods, held_mods = split_three(corpus.modules, heldout_fraction, validation_fraction, seed)
+    train_mods, val_mods, held_mods = split_three(corpus.modules, heldout_fraction, validation_fraction, seed,
+                                                   split_by)
     if not train_mods or not val_mods:
         raise ConfigError(f"corpus {corpus_dir}: {len(train_mods)} training and {len(val_mods)} validation modules "
                           "(need at least one of each; lower the fractions or add modules)")

@@ -78,6 +78,7 @@ def train(
     eval_every: int = 5,
     heldout_fraction: float = 0.2,
     validation_fraction: float = 0.0,
+    split_by: str = "project",
     heldout_modules: int = 0,
     seed: int = 0,
     use_moving_average_baseline: bool = True,
@@ -103,7 +104,7 @@ def train(
     root_dir = os.path.abspath(root_dir)
     os.makedirs(root_dir, exist_ok=True)
     corpus = load_corpus(corpus_dir)
-    train_mods, val_mods, heldout_mods = _split(corpus, corpus_dir, heldout_fraction, validation_fraction,
+    train_mods, val_mods, heldout_mods = _split(corpus, corpus_dir, heldout_fraction, validation_fraction, split_by,
                                                 heldout_modules, seed)
     state = read_state(root_dir)
     done = int(state.get("iteration", 0))
@@ -236,13 +237,15 @@ class _Loop:
         row["saved_policy_iteration"] = state["best"]["iteration"]
 
 
-def _split(corpus, corpus_dir: str, heldout_fraction: float, validation_fraction: float, heldout_modules: int,
+def _split(corpus, corpus_dir: str, heldout_fraction: float, validation_fraction: float, split_by: str,
+           heldout_modules: int,
            seed: int):
     """(training, validation, held-out modules): the corpus' seeded three-way
     split (no validation when its fraction is 0), the held-out side cut to
     ``heldout_modules`` when set.  Validation chooses ``saved_policy``; the
     held-out split is only reported."""
-    train_mods, val_mods, heldout_mods = split_three(corpus.modules, heldout_fraction, validation_fraction, seed)
+    train_mods, val_mods, heldout_mods = split_three(corpus.modules, heldout_fraction, validation_fraction, seed,
+                                                     split_by)
     if heldout_modules:
         heldout_mods = heldout_mods[:heldout_modules]
     if not train_mods:

@@ -18,6 +18,7 @@ from _corpus_helpers import CLANG, build_small_corpus, write_project
 from mlgo_host.errors import CorpusError
 from mlgo_host.corpus import benchmark
 from mlgo_host.corpus.corpus import (DESCRIPTION, Corpus, Module, Sampler, clean_cc1, is_heldout, load_corpus,
+                                    project_of, split_names, split_three,
                                        write_description)
 from mlgo_host.corpus.build import LOCATION_TRACKING, CompileEntry, build_corpus, compile_flags, load_compile_commands, module_names
 from mlgo_host.corpus.driver_flags import strip_driver_flags
@@ -297,6 +298,41 @@ def test_split_is_deterministic_stable_and_sized():
         is_heldout("x", 1.5)
 
 
+def test_a_project_is_whole_on_one_side_of_every_split():
+    names = [f"proj{p:02d}/src/file_{i}" for p in range(40) for i in range(p % 7 + 1)]
+    part = split_names(names, 0.2, 0.2)
+    sides = {}
+    for n in names:
+        sides.setdefault(project_of(n), set()).add(part[n])
+    assert all(len(s) == 1 for s in sides.values())
+    count = {k: sum(1 for s in sides.values() if s == {k}) for k in ("train", "validation", "heldout")}
+    assert count["heldout"] and count["validation"] and count["train"] > count["heldout"]
+    # the same files split by module put every project with several files on both sides
+    by_module = split_names(names, 0.2, 0.2, by="module")
+    assert any(len({by_module[n] for n in names if project_of(n) == p}) > 1 for p in sides)
+    # a project stays on its side whatever other projects the corpus holds
+    more = split_names(names + [f"other{p}/x" for p in range(30)], 0.2, 0.2)
+    assert all(more[n] == part[n] for n in names)
+    assert project_of("bash/lib/glob/glob") == "bash" and project_of("flat") == "flat"
+
+
+def test_few_projects_still_give_each_part_a_project_or_fall_back_to_modules():
+    mods = [Module(f"p{p}/f{i}", Path("x.bc"), ("-cc1",), size=1) for p in range(4) for i in range(5)]
+    train, val, held = split_three(mods, 0.2, 0.2)
+    projects = [{project_of(m.name) for m in part} for part in (train, val, held)]
+    assert [len(p) for p in projects] == [2, 1, 1]
+    two = [m for m in mods if m.name.startswith(("p0/", "p1/"))]
+    train, val, held = split_three(two, 0.2, 0.2)  # two projects: split by module
+    assert {project_of(m.name) for m in train} == {"p0", "p1"}
+    assert Corpus(Path("."), mods, []).split(0.2)[1] == held_of(mods)
+    with pytest.raises(CorpusError, match="split unit"):
+        split_names(["a/b"], 0.2, 0.2, by="file")
+
+
+def held_of(mods):
+    return split_three(mods, 0.2, 0.0)[2]
+
+
 # -- benchmark download / verify / extract -----------------------------------------
 
 def _tarball(path: Path, top: str, files: dict[str, str], extra: list[tarfile.TarInfo] | None = None) -> str:
@@ -426,3 +462,47 @@ def test_relative_output_with_entries_in_other_directories(tmp_path, monkeypatch
     assert rep.failures == [] and rep.built == 4
     assert len(load_corpus(tmp_path / "out" / "corpus", strict=True)) == 4
     assert not list((tmp_path / "build").rglob("*.bc"))
+
+
+# -- combining corpora ---------------------------------------------------------------
+
+def _renamed_copy(corpus: Path, dest: Path, prefix: str) -> Path:
+    """``corpus`` copied with each project folder (and module name) prefixed."""
+    names = json.loads((corpus / DESCRIPTION).read_text())["modules"]
+    dest.mkdir()
+    for n in names:
+        if "/" in n:
+            top = n.split("/", 1)[0]
+            if not (dest / f"{prefix}{top}").exists():
+                shutil.copytree(corpus / top, dest / f"{prefix}{top}")
+        else:  # a top-level module: its own project
+            for ext in (".bc", ".cmd"):
+                shutil.copy(corpus / f"{n}{ext}", dest / f"{prefix}{n}{ext}")
+    write_description(dest, [f"{prefix}{n}" for n in names])
+    return dest
+
+
+def test_combined_corpora_keep_names_and_projects(corpus_dir, tmp_path, capsys):
+    from mlgo_host.cli import main
+
+    other = _renamed_copy(corpus_dir, tmp_path / "other", "x_")
+    out = tmp_path / "both"
+    assert main(["corpus", "combine", str(corpus_dir), str(other), "--output", str(out)]) == 0
+    one, two, both = load_corpus(corpus_dir), load_corpus(other), load_corpus(out)
+    assert sorted(m.name for m in both) == sorted([m.name for m in one] + [m.name for m in two])
+    same = lambda ms: {m.name: (m.cmd, m.size) for m in ms}  # noqa: E731
+    assert same(both) == {**same(one), **same(two)}
+    assert {project_of(m.name) for m in both} == {project_of(m.name) for m in [*one, *two]}
+    # made again in place: the same corpus
+    assert main(["corpus", "combine", str(corpus_dir), str(other), "--output", str(out)]) == 0
+    assert len(load_corpus(out)) == len(both)
+    capsys.readouterr()
+    # a project in two corpora would put its files on both sides of a split
+    assert main(["corpus", "combine", str(corpus_dir), str(corpus_dir), "--output", str(tmp_path / "dup")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is in both" in err[0]
+    # an output with other files in it is not overwritten
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    assert main(["corpus", "combine", str(other), "--output", str(tmp_path / "busy")]) == 2
+    assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"
