@@ -29,9 +29,12 @@ the package's tree, one module per source file (libtool compiles a file
 twice, with and without ``-fPIC``).  Left out, and counted in the report:
 
 * vendored copies of other projects, under a directory named like
-  :data:`VENDORED_DIRS` (``third_party/``, ``vendor/``, ``deps/``, ...): they
-  are other projects' code, which may be in the external corpus or in another
-  package of the list;
+  :data:`VENDORED_DIRS` (``third_party/``, ``vendor/``, ``deps/``, ...) or
+  like another package of the list (bash's ``lib/readline/``), and gnulib's
+  modules (``lib/``, ``gl/``, ``gnu/`` of a package that imports gnulib):
+  they are other projects' code, which may be in the external corpus or in
+  another package of the list, and would put one file on both sides of a
+  split by project;
 * sources outside the tree (generated into a temporary directory, or system
   files);
 * test programs (under ``test/`` or ``tests/``).  Left out because whether
@@ -67,7 +70,7 @@ import tempfile
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Collection, Iterable, Sequence
 
 from mlgo_host.corpus.apt import (APT_OPTS, COMPONENT, SUITE, TOOL_PACKAGES, StepFailed, ensure_deb_src,
                                   ensure_tools, log_size, log_tail, run_apt, run_logged)
@@ -89,6 +92,11 @@ DATABASE = "compile_commands.json"
 #: directory names that hold other projects' code
 VENDORED_DIRS = frozenset({"third_party", "third-party", "thirdparty", "3rdparty", "vendor", "vendored",
                            "deps", "external", "contrib"})
+#: the version of the rules that choose a package's modules (:func:`select_entries`): a
+#: package chosen by other rules is chosen again
+SELECTION = 2
+#: where gnulib-tool puts its modules in the packages that import gnulib
+GNULIB_DIRS = frozenset({"lib", "gl", "gnu", "gnulib"})
 TEST_DIRS = frozenset({"test", "tests"})
 C_EXTS = (".c",)
 #: C++ by suffix (Objective-C++ is not C++ for this corpus)
@@ -165,22 +173,43 @@ def language(path: str | os.PathLike) -> str | None:
     return None
 
 
-def is_vendored(rel: str | os.PathLike) -> bool:
+def is_vendored(rel: str | os.PathLike, others: Collection[str] = (), gnulib: bool = False) -> bool:
     """Whether a path relative to the package tree lies under a directory
-    named like a vendored copy of another project (``third_party/``, ...)."""
-    return any(part.lower() in VENDORED_DIRS for part in Path(rel).parts[:-1])
+    named like a vendored copy of another project (``third_party/``, ...,
+    or one of ``others``, the other packages' names), or in gnulib's
+    directories when the package imports gnulib."""
+    dirs = [part.lower() for part in Path(rel).parts[:-1]]
+    if gnulib and dirs and dirs[0] in GNULIB_DIRS:
+        return True
+    return any(d in VENDORED_DIRS or d in others for d in dirs)
+
+
+def imports_gnulib(tree: str | os.PathLike) -> bool:
+    """gnulib-tool leaves m4/gnulib-comp.m4 in the packages it copies modules into."""
+    return any((Path(tree) / d / "m4" / "gnulib-comp.m4").is_file() for d in (".", *_subdirs(tree)))
+
+
+def _subdirs(tree: str | os.PathLike) -> list[str]:
+    try:
+        return [e.name for e in os.scandir(tree) if e.is_dir()]
+    except OSError:
+        return []
 
 
 def is_test(rel: str | os.PathLike) -> bool:
     return any(part.lower() in TEST_DIRS for part in Path(rel).parts[:-1])
 
 
-def select_entries(package: str, entries: Iterable[CompileEntry], tree: str | os.PathLike) -> Selection:
+def select_entries(package: str, entries: Iterable[CompileEntry], tree: str | os.PathLike,
+                   others: Iterable[str] = ()) -> Selection:
     """The entries that make modules, one per C/C++ source inside ``tree``,
-    outside vendored and test directories, named after the package and the
-    source's path in the tree (a source whose name without suffix repeats
-    another's gets ``.N``)."""
+    outside vendored (:func:`is_vendored`; ``others``: the other packages'
+    names) and test directories, named after the package and the source's
+    path in the tree (a source whose name without suffix repeats another's
+    gets ``.N``)."""
     root = os.path.realpath(tree)
+    others = frozenset(o.lower() for o in others) - {package.lower()}
+    gnulib = imports_gnulib(tree)
     left_out = {"not C or C++": 0, "outside the tree": 0, "vendored": 0, "tests": 0, "compiled again": 0}
     by_file: dict[str, CompileEntry] = {}
     # sorted: which of a file's several compiles is kept does not depend on
@@ -194,7 +223,7 @@ def select_entries(package: str, entries: Iterable[CompileEntry], tree: str | os
             left_out["outside the tree"] += 1
             continue
         rel = os.path.relpath(real, root)
-        if is_vendored(rel):
+        if is_vendored(rel, others, gnulib):
             left_out["vendored"] += 1
         elif is_test(rel):
             left_out["tests"] += 1
@@ -391,12 +420,14 @@ def modules_present(out_dir: str | os.PathLike, modules: Iterable[str]) -> bool:
 
 def needs_work(entry: dict | None, out_dir: str | os.PathLike, retry_skipped: bool = False) -> bool:
     """Whether a package has to be (re)built: no entry, an ``ok`` entry with
-    a module missing, or a skipped one when ``retry_skipped``."""
+    a module missing or chosen by other rules (:data:`SELECTION`; its built
+    tree is kept, so only the choice is made again), or a skipped one when
+    ``retry_skipped``."""
     if not entry:
         return True
     if entry.get("status") == "ok":
         modules = entry.get("modules") or []
-        return not modules or not modules_present(out_dir, modules)
+        return not modules or not modules_present(out_dir, modules) or entry.get("selection", 1) != SELECTION
     return retry_skipped
 
 
@@ -493,6 +524,7 @@ class Settings:
     build_timeout: float = 3600.0
     timeout: float = 300.0
     progress: bool = True
+    packages: tuple[str, ...] = ()  #: every package of the list: a directory named so is a vendored copy
 
 
 def _build_tree(name: str, st: Settings, log, step: Callable[[str], None]) -> tuple[Path, dict]:
@@ -590,7 +622,7 @@ def build_package(name: str, st: Settings,
                 entries = load_compile_commands(db)
             except CorpusError as e:
                 raise PackageSkipped(f"unusable compile database: {e}") from None
-            sel = select_entries(name, entries, tree)
+            sel = select_entries(name, entries, tree, st.packages)
             entry["compiles"] = len(entries)
             entry["left_out"] = sel.left_out
             if not sel.entries:
@@ -603,7 +635,7 @@ def build_package(name: str, st: Settings,
             except CorpusError as e:
                 raise PackageSkipped(one_line(str(e))) from None
             langs = {n: language(e.file) for e, n in zip(sel.entries, sel.names)}
-            entry.update(status="ok", modules=report.modules,
+            entry.update(status="ok", selection=SELECTION, modules=report.modules,
                          c=sum(1 for m in report.modules if langs[m] == "C"),
                          cxx=sum(1 for m in report.modules if langs[m] == "C++"),
                          failed_modules=len(report.failures))
@@ -640,7 +672,7 @@ def build_debian(
     report = load_report(report_path)
     st = Settings(output=out, cache=Path(os.path.abspath(cache_dir or default_cache_dir())), clang=clang,
                   jobs=max(1, jobs or os.cpu_count() or 1), build_deps=build_deps, build_timeout=build_timeout,
-                  timeout=timeout, progress=progress)
+                  timeout=timeout, progress=progress, packages=tuple(read_packages_file(packages_file)))
     todo = [n for n in chosen if needs_work(report.get(n), out, retry_skipped)]
     kept = [n for n in chosen if n not in todo and (report.get(n) or {}).get("status") != "ok"]
     if kept:

@@ -77,9 +77,24 @@ def test_vendored_and_test_directories():
     assert debian.is_vendored("External/x.c")
     assert not debian.is_vendored("src/vendor.c")  # a file, not a directory
     assert not debian.is_vendored("src/dependencies/x.c")
+    # a copy of another package of the list (bash's readline), not the package's own folder
+    assert debian.is_vendored("lib/readline/bind.c", others={"readline"})
+    assert not debian.is_vendored("lib/readline/bind.c")
+    # gnulib's modules, in the packages that import it
+    assert debian.is_vendored("lib/regex.c", gnulib=True) and not debian.is_vendored("lib/regex.c")
+    assert not debian.is_vendored("src/lib/x.c", gnulib=True)
     assert debian.is_test("tests/t.c") and debian.is_test("src/test/t.cc") and not debian.is_test("src/testing.c")
     assert [debian.language(f) for f in ("a.c", "b.cc", "c.cpp", "d.cxx", "e.S", "f.mm", "g.h")] == \
         ["C", "C++", "C++", "C++", None, None, None]
+
+
+def test_gnulib_and_other_packages_are_left_out_of_a_selection(tmp_path):
+    tree = _tree(tmp_path / "sed-4.9", {"m4/gnulib-comp.m4": "", "lib/regex.c": "", "sed/sed.c": "",
+                                        "lib/readline/bind.c": "", "sed/sed/x.c": ""})
+    entries = [_entry(tree, rel) for rel in ("lib/regex.c", "sed/sed.c", "sed/sed/x.c")]
+    sel = debian.select_entries("sed", entries, tree, others=["sed", "readline", "grep"])
+    assert sel.names == ["sed/sed/sed", "sed/sed/sed/x"] and sel.left_out == {"vendored": 1}
+    assert debian.imports_gnulib(tree) and not debian.imports_gnulib(tmp_path / "none")
 
 
 def test_select_entries_counts_what_it_leaves_out(tmp_path):
@@ -261,7 +276,7 @@ def test_report_round_trip_and_needs_work(tmp_path):
     path = tmp_path / debian.REPORT
     assert debian.load_report(path) == {}
     report = {"b": {"status": "skipped", "reason": "no build system"},
-              "a": {"status": "ok", "modules": ["a/x", "a/y"], "c": 1, "cxx": 1}}
+              "a": {"status": "ok", "selection": debian.SELECTION, "modules": ["a/x", "a/y"], "c": 1, "cxx": 1}}
     debian.save_report(path, report)
     assert debian.load_report(path) == report
     assert list(json.loads(path.read_text())["packages"]) == ["a", "b"]
@@ -274,6 +289,7 @@ def test_report_round_trip_and_needs_work(tmp_path):
     assert debian.needs_work(report["a"], tmp_path)
     _module(tmp_path, "a/y")
     assert not debian.needs_work(report["a"], tmp_path)
+    assert debian.needs_work({**report["a"], "selection": debian.SELECTION - 1}, tmp_path)  # chosen again
     assert debian.needs_work({"status": "ok", "modules": []}, tmp_path)
     assert debian.corpus_modules(report) == ["a/x", "a/y"]
     path.write_text(json.dumps({"format": "other"}))
@@ -301,7 +317,7 @@ def fake_builds(monkeypatch, tmp_path):
             return {"status": "skipped", "reason": "make exited with 2", "seconds": 0.1}, None
         for m in ("src/a", "src/b"):
             _module(st.output, f"{name}/{m}")
-        return {"status": "ok", "modules": [f"{name}/src/a", f"{name}/src/b"], "c": 2, "cxx": 0,
+        return {"status": "ok", "selection": debian.SELECTION, "modules": [f"{name}/src/a", f"{name}/src/b"], "c": 2, "cxx": 0,
                 "build_system": "make", "seconds": 0.1}, None
 
     monkeypatch.setattr(debian, "build_package", fake)
