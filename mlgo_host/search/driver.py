@@ -36,7 +36,7 @@ from mlgo_host.search.attribution import Attribution
 from mlgo_host.search.candidates import Candidates
 from mlgo_host.search.copies import Copies
 from mlgo_host.search.flips import FlipGainModel
-from mlgo_host.search.measure import Measurer
+from mlgo_host.search.batches import Measurer
 from mlgo_host.search.probe import Probe, probe_module
 from mlgo_host.search.reference import Reference
 from mlgo_host.search.replay import Measured, ReplayEvaluator
