@@ -15,6 +15,7 @@ Sizes are :mod:`mlgo_host.measure.sizes`' (``llvm-size``'s text column).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -23,7 +24,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from mlgo_host.channel.problems import ready_and_run
 from mlgo_host.channel.session import run_without_channel
@@ -124,29 +125,43 @@ def compile_module(
     t0 = time.monotonic()
     if module.error is not None:
         return _failed(module.name, module.error, t0)
-    tmp = tempfile.mkdtemp(prefix="mlgo-mod-")
-    try:
-        out = os.path.join(tmp, "module.o")
+    with _scratch("mlgo-mod-") as (tmp, out):
         try:
             cmd = module.compile_command(clang, out) + list(extra_args)
             res = ready_and_run(cmd, advisor, policy, timeout=timeout, recorder=EpisodeRecorder() if record else None,
                               log_path=log_path, tmpdir=tmp)
         except MlgoHostError as e:
             return _failed(module.name, f"{type(e).__name__}: {e}", t0)
-        if res.returncode != 0:
-            return _failed(module.name, f"compiler exited with status {res.returncode}: {_one_line(res.stderr_tail)}",
-                           t0, res.observations)
-        if not os.path.exists(out):
-            return _failed(module.name, "the compiler exited 0 but wrote no object", t0, res.observations)
-        try:
-            size = text_size(out, llvm_size, clang=clang)
-        except MlgoHostError as e:
-            return _failed(module.name, str(e), t0, res.observations)
+        size = _object_size(module.name, res.returncode, res.stderr_tail, out, llvm_size, clang, t0, res.observations)
+        if isinstance(size, ModuleResult):
+            return size
         return ModuleResult(module.name, "ok", text_size=size, observations=res.observations,
                             decisions=dict(res.decisions), wall_s=time.monotonic() - t0, episode=res.episode,
                             compiler_cpu_s=res.compiler_cpu_s)
+
+
+@contextlib.contextmanager
+def _scratch(prefix: str) -> Iterator[tuple[str, str]]:
+    """A temp directory and the object path in it; always removed."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield tmp, os.path.join(tmp, "module.o")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _object_size(name: str, returncode: int, tail: str, out: str, llvm_size: str | None, clang: str, t0: float,
+                 observations: int = 0) -> "int | ModuleResult":
+    """The text size of the compile's object ``out``, or the failed result
+    that says why there is none."""
+    if returncode != 0:
+        return _failed(name, f"compiler exited with status {returncode}: {_one_line(tail)}", t0, observations)
+    if not os.path.exists(out):
+        return _failed(name, "the compiler exited 0 but wrote no object", t0, observations)
+    try:
+        return text_size(out, llvm_size, clang=clang)
+    except MlgoHostError as e:
+        return _failed(name, str(e), t0, observations)
 
 
 @dataclasses.dataclass
@@ -199,21 +214,15 @@ def compile_plain(module: "Module", clang: str = "clang-19", llvm_size: str | No
     t0 = time.monotonic()
     if module.error is not None:
         return _failed(module.name, module.error, t0)
-    tmp = tempfile.mkdtemp(prefix="mlgo-base-")
-    try:
-        out = os.path.join(tmp, "module.o")
+    with _scratch("mlgo-base-") as (_, out):
         try:
             rc, tail = run_without_channel(module.compile_command(clang, out) + list(extra_args), timeout=timeout)
-            if rc != 0:
-                return _failed(module.name, f"compiler exited with status {rc}: {_one_line(tail)}", t0)
-            if not os.path.exists(out):
-                return _failed(module.name, "the compiler exited 0 but wrote no object", t0)
-            size = text_size(out, llvm_size, clang=clang)
         except MlgoHostError as e:
             return _failed(module.name, f"{type(e).__name__}: {e}", t0)
+        size = _object_size(module.name, rc, tail, out, llvm_size, clang, t0)
+        if isinstance(size, ModuleResult):
+            return size
         return ModuleResult(module.name, "ok", text_size=size, wall_s=time.monotonic() - t0)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def plain_size(module: "Module", clang: str = "clang-19", llvm_size: str | None = None,
