@@ -46,6 +46,8 @@ import signal
 import sys
 
 from mlgo_host.commands.help import LLVM_SIZE_HELP
+from mlgo_host.errors import ConfigError
+from mlgo_host.shipped import SHIPPED
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,9 +58,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "that add flags per file) and exit 0; nothing is printed for a file T did not improve, nor "
                         "for a file T never saw (a file added since the tune: the compiler decides, one note on "
                         "stderr); a T that is no tune directory is an error (exit 2)")
-    p.add_argument("--prior", default="pretrained-oz", choices=("pretrained-oz", "patterns"),
+    p.add_argument("--prior", default="pretrained-oz", metavar="{pretrained-oz,patterns,DIR}",
                    help="what orders each module's flips: pretrained-oz (default), the shipped "
-                        "policy's probability of the other action; patterns, the measured winner patterns only")
+                        "policy's probability of the other action; a saved policy directory (e.g. your own "
+                        "train's ROOT/saved_policy), the same with its weights; patterns, the measured winner "
+                        "patterns only")
     p.add_argument("--no-copies", action="store_true",
                    help="measure each flip in place only (by default the flips of one function are "
                         "measured in copies of it, many per compile, and a flip whose code lands in several "
@@ -96,8 +100,20 @@ def _stop(signum, frame):
     raise KeyboardInterrupt
 
 
+def _prior(prior: str) -> str | None:
+    """None for the patterns alone; a shipped policy's name; a saved policy
+    directory, absolute (the workers may run elsewhere)."""
+    if prior == "patterns":
+        return None
+    if prior in SHIPPED:
+        return prior
+    if not os.path.isfile(os.path.join(prior, "metadata.json")):
+        raise ConfigError(f"--prior {prior}: neither pretrained-oz, patterns nor a saved policy directory "
+                          "(no metadata.json)")
+    return os.path.abspath(prior)
+
+
 def run(args: argparse.Namespace) -> int:
-    from mlgo_host.errors import ConfigError
     from mlgo_host.search.tune import progress_default, summary_line, tune
 
     if args.print_flags:
@@ -128,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     s = tune(args.corpus, args.output, policy=args.policy, budget_minutes=args.budget_minutes,
              compiles_per_module=args.compiles_per_module, jobs=args.jobs, backend=args.backend,
              ray_address=args.ray_address, clang=args.clang, llvm_size=args.llvm_size, module_timeout=args.timeout,
-             modules=args.modules, prior=None if args.prior == "patterns" else args.prior, copies=not args.no_copies,
+             modules=args.modules, prior=_prior(args.prior), copies=not args.no_copies,
              thresholds=not args.no_thresholds,
              start_policy=None if args.start_policy == "none" else args.start_policy,
              progress=progress_default() and not args.no_progress)

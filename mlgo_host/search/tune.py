@@ -49,7 +49,7 @@ from mlgo_host.workers.pool import make_pool
 from mlgo_host.search.replay import replay_text
 from mlgo_host.search.flips import fit_flip_model
 from mlgo_host.search.sites import site_of_line
-from mlgo_host.shipped import shipped_policy_dir
+from mlgo_host.shipped import resolve_policy
 from mlgo_host.search.worker import SearchTask, run_searches
 from mlgo_host.workers.worker import policy_blob_from_dir
 
@@ -504,7 +504,7 @@ def _check_meanings(policy: str | None, shipped: Sequence[str | None], clang: st
     slot = default_slot(clang, timeout)
     check_meanings(load_policy(policy or "default"), slot)
     for name in {n for n in shipped if n is not None}:
-        check_meanings(load_policy(shipped_policy_dir(name)), slot)
+        check_meanings(load_policy(resolve_policy(name)), slot)
 
 
 def _policy_key(policy: str) -> str:

@@ -21,7 +21,7 @@ from mlgo_host.progress import progress_bar
 from mlgo_host.search.driver import search_module_batched
 from mlgo_host.search.flips import FlipGainModel
 from mlgo_host.search.starts import Starts, within_deadline
-from mlgo_host.shipped import shipped_policy_dir
+from mlgo_host.shipped import resolve_policy
 from mlgo_host.workers.worker import CollectWorker
 
 log = logging.getLogger("mlgo_host.search")
@@ -84,7 +84,7 @@ class SearchWorker(CollectWorker):
 @functools.lru_cache(maxsize=None)
 def _shipped_policy(name: str) -> Policy:
     """The shipped policy ``name`` (greedy, behind its gate), loaded once per worker."""
-    return load_policy(shipped_policy_dir(name))
+    return load_policy(resolve_policy(name))
 
 
 @functools.lru_cache(maxsize=None)

@@ -125,7 +125,22 @@ def test_tuned_flips_are_imitation_examples(corpus, tmp_path):
     assert len(ex.labels) == sum(len(r["actions"]) + sum(1 for f in r["flips"] if f["raw"]) for r in res) > 0
 
 
+@needs_clang
+def test_a_saved_policy_orders_the_flips_as_its_shipped_twin(corpus, tmp_path):
+    from mlgo_host.shipped import shipped_policy_dir
+
+    mine = tmp_path / "my_policy"
+    __import__("shutil").copytree(shipped_policy_dir("pretrained-oz"), mine)
+    runs = {}
+    for prior in ("pretrained-oz", str(mine)):
+        t = tmp_path / f"T{len(runs)}"
+        assert _tune(corpus, t, "--compiles-per-module", "6", "--prior", prior) == 0
+        runs[prior] = {r["name"]: [f["key"] for f in r["flips"]] for r in load_tune_results(str(t))}
+    assert runs["pretrained-oz"] == runs[str(mine)] and any(runs[str(mine)].values())
+
+
 @pytest.mark.parametrize("args,msg", [
+    (["--prior", "nowhere"], "neither pretrained-oz, patterns nor a saved policy directory"),
     (["--compiles-per-module", "5", "--budget-minutes", "1"], "not allowed with"),
     (["--compiles-per-module", "1"], "at least 2"),
     (["--budget-minutes", "0"], "must be positive"),
