@@ -65,7 +65,9 @@ def main() -> int:
     _seed_baselines(os.path.join(root, "search", "baselines"), os.path.join(run_dir, "baselines"))
     bindings = ["warmstart_policy='pretrained-oz'", f"num_workers={args.workers}",
                 f"num_iterations={args.iterations}", f"modules_per_iteration={args.modules_per_iteration}",
-                f"eval_every={args.eval_every}", "train.report_heldout=False", "seed=0", *args.binding]
+                f"eval_every={args.eval_every}", "train.report_heldout=False", "seed=0",
+                # the split of the shipped policy's recipe (bench/pretrain.py), whose figures are compared
+                "split_by='module'", *args.binding]
     _mlgo(["train", "--root_dir", run_dir, "--corpus", train_corpus,
            "--gin_files", os.path.join(REPO, "configs", "inlining", "ppo.gin"), "--gin_bindings", *bindings])
     t_train = time.monotonic() - t0
@@ -75,7 +77,8 @@ def main() -> int:
 
     from mlgo_host.evaluation.evaluate import evaluate
 
-    held = evaluate(train_corpus, policy, split="heldout", heldout_fraction=0.2, jobs=args.workers, seed=0)
+    held = evaluate(train_corpus, policy, split="heldout", heldout_fraction=0.2, split_by="module", jobs=args.workers,
+                    seed=0)
     ext = evaluate(external, policy, jobs=args.workers, seed=0)
     with open(os.path.join(INSTALL, "recipe.json")) as f:
         shipped = json.load(f)

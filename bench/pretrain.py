@@ -85,8 +85,10 @@ def main() -> int:
     os.makedirs(root, exist_ok=True)
     train_corpus = _corpus(root, "training", args.workers)
     external = _corpus(root, "external", args.workers)
+    # the shipped policy's recipe splits file by file (the training corpus's
+    # validation and held-out files share projects with its training files)
     bindings = [f"num_workers={args.workers}", f"time_budget_minutes={args.minutes}",
-                f"compiles_per_round={args.compiles_per_round}", "seed=0"]
+                f"compiles_per_round={args.compiles_per_round}", "seed=0", "split_by='module'"]
     run_dir = os.path.join(root, "search")
     if not args.measure_only:
         _mlgo(["train", "--root_dir", run_dir, "--corpus", train_corpus,
@@ -95,7 +97,8 @@ def main() -> int:
 
     from mlgo_host.evaluation.evaluate import evaluate
 
-    held = evaluate(train_corpus, policy, split="heldout", heldout_fraction=0.2, jobs=args.workers, seed=0)
+    held = evaluate(train_corpus, policy, split="heldout", heldout_fraction=0.2, split_by="module", jobs=args.workers,
+                    seed=0)
     ext = evaluate(external, policy, jobs=args.workers, seed=0)
     with open(os.path.join(run_dir, "state.json")) as f:
         state = json.load(f)
