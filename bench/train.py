@@ -45,7 +45,7 @@ def collection_scaling(corpus_dir: str, policy: str, modules: int, rounds: int, 
     from mlgo_host.workers.worker import policy_blob_from_dir
 
     corpus = load_corpus(corpus_dir)
-    train_mods, _ = corpus.split(0.2, seed=0)
+    train_mods, _ = corpus.split(0.2, seed=0, by="module")  # the split its recorded figures used
     mods = corpus.sampler(train_mods, seed=1).take(modules)
     blob = policy_blob_from_dir(policy) if os.path.isdir(policy) else {"heuristic": policy}
     kw = {"baseline_cache": cache}

@@ -10,7 +10,7 @@ the one the goals read): with a fifth of the greedy pass's compiles, and
 with as many.  All start from the compiler's default; the default compile
 that measures -Oz (cached) is counted in none.
 
-Modules: the benchmark corpus's held-out split (Corpus.split(0.2, seed=0));
+Modules: the benchmark corpus's held-out split by module (Corpus.split(0.2, seed=0, by="module"));
 by default exactly the modules of the previous results' greedy pass
 (--modules-from, bench/results/tune.json), so figures compare across
 runs; else those with at most --max-bc-kb of bitcode.
@@ -158,7 +158,7 @@ def main() -> int:
                     help="reuse the greedy pass of an earlier run's JSON (same modules; its compiles and gains are "
                          "deterministic, its minutes are that run's)")
     args = ap.parse_args()
-    _, held = load_corpus(args.corpus).split(args.heldout_fraction, seed=0)
+    _, held = load_corpus(args.corpus).split(args.heldout_fraction, seed=0, by="module")
     if args.modules_from and os.path.exists(args.modules_from):
         with open(args.modules_from) as f:
             names = set(json.load(f)["greedy"]["per_module"])
