@@ -213,10 +213,11 @@ def heldout_table(corpus: str, policies: dict[str, str], out: str, *, jobs: int,
     against the default heuristic (-Oz); ``guard_row``: also that policy
     behind the guard (per module, the smaller of its object and -Oz's);
     ``replays``: tune directories, each module compiled with its replay."""
+    from mlgo_host.corpus.corpus import project_of
     from mlgo_host.evaluation.evaluate import EvalReport, apply_guard, evaluate
 
     rows = []
-    projects = sorted({n.split("/", 1)[0] for n in heldout_names(corpus, heldout_fraction, seed)})
+    projects = sorted({project_of(n) for n in heldout_names(corpus, heldout_fraction, seed)})
     runs = [(label, path, None) for label, path in policies.items()]
     runs += [(label, "default", t) for label, t in (replays or {}).items()]
     for label, path, replay in runs:

@@ -136,9 +136,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("choose an action: mlgo-host corpus build ..., benchmark ..., debian ... or combine ...")
     if args.corpus_command == "combine":
         from mlgo_host.corpus.combine import combine_corpora
+        from mlgo_host.corpus.corpus import project_of
 
         names = combine_corpora(args.corpora, args.output)
-        projects = len({n.split("/", 1)[0] for n in names})
+        projects = len({project_of(n) for n in names})
         print(f"{args.output}: {len(names)} modules from {projects} projects of {len(args.corpora)} corpora")
         return 0
     if args.jobs < 1:

@@ -30,7 +30,7 @@ import os
 from typing import Any, Sequence
 
 from mlgo_host.channel.problems import get_problem
-from mlgo_host.corpus.corpus import Module, load_corpus, split_names
+from mlgo_host.corpus.corpus import Module, load_corpus, project_of, split_names
 from mlgo_host.corpus.tuned import TunedDir, TunedPolicies
 from mlgo_host.errors import ConfigError, CorpusError, MlgoHostError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes
@@ -241,7 +241,7 @@ def by_project(rows: Sequence[EvalRow]) -> dict[str, dict[str, Any]]:
     for r in rows:
         if not r.ok:
             continue
-        a = acc.setdefault(r.module.split("/", 1)[0], [0, 0, 0, 0])
+        a = acc.setdefault(project_of(r.module), [0, 0, 0, 0])
         a[0] += r.baseline_text
         a[1] += r.policy_text
         a[2] += r.policy_text > r.baseline_text * 1.01
