@@ -314,13 +314,6 @@ def _autoconf_generated(configure: Path) -> bool:
         return False
 
 
-def _autoreconf_wanted(src: Path) -> bool:
-    """configure is (re)made from configure.ac unless a hand-written one is shipped."""
-    if not any((src / f).is_file() for f in ("configure.ac", "configure.in")):
-        return False
-    return not (src / "configure").is_file() or _autoconf_generated(src / "configure")
-
-
 @dataclasses.dataclass(frozen=True)
 class Step:
     argv: tuple[str, ...]
@@ -334,17 +327,19 @@ def build_steps(system: str, src: Path, *, cc: str, cxx: str, jobs: int, opt: st
     j = f"-j{max(1, jobs)}"
     if system == "autotools":
         steps = []
+        shipped = (src / "configure").is_file()
+        generated = not shipped or _autoconf_generated(src / "configure")  # by autoconf, or about to be
         # Regenerated as debhelper (compat >= 10) does: Debian's patches touch
         # configure.ac and Makefile.am, and the shipped configure then makes
         # `make` rerun an automake of another version, which fails.  A failed
         # autoreconf keeps the shipped configure, when there is one.
-        if _autoreconf_wanted(src):
-            steps.append(Step(("autoreconf", "-fi"), src, optional=(src / "configure").is_file()))
+        if generated and any((src / f).is_file() for f in ("configure.ac", "configure.in")):
+            steps.append(Step(("autoreconf", "-fi"), src, optional=shipped))
         configure = ["./configure"]
-        # Generated or about to be (autoreconf): takes the precious variables
-        # as arguments and --disable-static (libtool otherwise compiles every
-        # file twice); a hand-written one gets them from the environment only.
-        if not (src / "configure").is_file() or _autoconf_generated(src / "configure"):
+        # A generated configure takes the precious variables as arguments and
+        # --disable-static (libtool otherwise compiles every file twice); a
+        # hand-written one gets them from the environment only.
+        if generated:
             configure += [f"CC={cc}", f"CXX={cxx}", f"CFLAGS={c_flags(opt)}", f"CXXFLAGS={opt}", "--disable-static",
                           "--disable-dependency-tracking"]
         steps.append(Step(tuple(configure), src))
@@ -665,14 +660,15 @@ def build_debian(
     say: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
 ) -> DebianReport:
     """Build (or complete) the corpus of the chosen packages in ``output``."""
-    chosen = select_packages(read_packages_file(packages_file), packages)
+    listed = read_packages_file(packages_file)
+    chosen = select_packages(listed, packages)
     out = Path(os.path.abspath(output))
     out.mkdir(parents=True, exist_ok=True)
     report_path = out / REPORT
     report = load_report(report_path)
     st = Settings(output=out, cache=Path(os.path.abspath(cache_dir or default_cache_dir())), clang=clang,
                   jobs=max(1, jobs or os.cpu_count() or 1), build_deps=build_deps, build_timeout=build_timeout,
-                  timeout=timeout, progress=progress, packages=tuple(read_packages_file(packages_file)))
+                  timeout=timeout, progress=progress, packages=tuple(listed))
     todo = [n for n in chosen if needs_work(report.get(n), out, retry_skipped)]
     kept = [n for n in chosen if n not in todo and (report.get(n) or {}).get("status") != "ok"]
     if kept:

@@ -317,7 +317,8 @@ def fake_builds(monkeypatch, tmp_path):
             return {"status": "skipped", "reason": "make exited with 2", "seconds": 0.1}, None
         for m in ("src/a", "src/b"):
             _module(st.output, f"{name}/{m}")
-        return {"status": "ok", "selection": debian.SELECTION, "modules": [f"{name}/src/a", f"{name}/src/b"], "c": 2, "cxx": 0,
+        return {"status": "ok", "selection": debian.SELECTION, "modules": [f"{name}/src/a", f"{name}/src/b"],
+                "c": 2, "cxx": 0,
                 "build_system": "make", "seconds": 0.1}, None
 
     monkeypatch.setattr(debian, "build_package", fake)
