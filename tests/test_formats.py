@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from mlgo_host.corpus import tuned
+from mlgo_host.search import tunedir as tuned
 from mlgo_host.errors import ConfigError
 from mlgo_host.policies import replay, saved
 

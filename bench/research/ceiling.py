@@ -46,7 +46,7 @@ from mlgo_host.search.driver import search_of  # noqa: E402
 from mlgo_host.search.replay import Measured  # noqa: E402
 from mlgo_host.search.sites import Site, final_functions_of  # noqa: E402
 from mlgo_host.search.starts import with_flags  # noqa: E402
-from mlgo_host.search.tune import load_tune_results  # noqa: E402
+from mlgo_host.search.tunedir import load_tune_results  # noqa: E402
 from mlgo_host.workers.pool import make_pool, map_with_progress  # noqa: E402
 
 #: functions with at most this many sites get every combination (2**6 - 1 compiles at most each)

@@ -179,7 +179,7 @@ def _tuned(args: argparse.Namespace, cmd: list[str]):
     """``--replay T`` (a tune directory): the replay of the tuned module this
     command compiles (matched as `serve --replay` matches), else --policy;
     and the name of the module it matched (None: no tuned module)."""
-    from mlgo_host.corpus.tuned import TunedDir, TunedPolicies
+    from mlgo_host.search.tunedir import TunedDir, TunedPolicies
     from mlgo_host.policies import load_policy
     from mlgo_host.serve.client import classify
 

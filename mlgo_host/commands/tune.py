@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     from mlgo_host.search.tune import progress_default, summary_line, tune
 
     if args.print_flags:
-        from mlgo_host.corpus.tuned import TunedDir, shell_flags
+        from mlgo_host.search.tunedir import TunedDir, shell_flags
 
         t, source = args.print_flags
         tuned = TunedDir(t)

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 from mlgo_host.channel.problems import get_problem
 from mlgo_host.corpus.corpus import Module, load_corpus, project_of, split_names
-from mlgo_host.corpus.tuned import TunedDir, TunedPolicies
+from mlgo_host.search.tunedir import TunedDir, TunedPolicies
 from mlgo_host.errors import ConfigError, CorpusError, MlgoHostError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes
 from mlgo_host.measure.compile import baseline_size_info, compile_module, compile_plain

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Iterable
 
 from mlgo_host.corpus.corpus import Module
-from mlgo_host.corpus.tuned import replay_flags
 from mlgo_host.errors import CompilerError
 from mlgo_host.measure.objsizes import ObjectSizes, object_sizes
 from mlgo_host.search.sites import Site, inlined_keys
@@ -53,6 +52,14 @@ def replay_text(inline: Iterable[Site], scope: Iterable[str]) -> str:
     lines = [s.replay_line() for s in inline]
     lines += [Site(NO_CALLEE, fn, ((fn, 0, 0),)).replay_line() for fn in sorted(set(scope) - named)]
     return "".join(ln + "\n" for ln in lines)
+
+
+def replay_flags(path: str, fallback: str = "NeverInline") -> list[str]:
+    """The flags that make clang apply replay file ``path``: in every
+    function the file names, the listed sites are inlined and the others get
+    ``fallback``; every other function gets the compiler's own decisions."""
+    return ["-mllvm", f"-cgscc-inline-replay={path}", "-mllvm", "-cgscc-inline-replay-scope=Function",
+            "-mllvm", f"-cgscc-inline-replay-fallback={fallback}"]
 
 
 @dataclasses.dataclass

@@ -17,18 +17,14 @@ killed run left, a bigger one improves on it) or ``budget_minutes`` (this
 run's wall time; no compile starts after it).  Every module's result is
 written to ``T`` as it arrives (atomically), so a killed run loses only
 the searches in flight; a second run continues each module from its best
-without measuring the same flips again.  See :mod:`mlgo_host.corpus.tuned`
+without measuring the same flips again.  See :mod:`mlgo_host.search.tunedir`
 for the layout of ``T``.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
 import os
-import pickle
-import shutil
 import sys
 import time
 from typing import Any, Sequence
@@ -37,21 +33,14 @@ import numpy as np
 
 from mlgo_host.channel.default_slot import default_slot
 from mlgo_host.corpus.corpus import Module, load_corpus
-from mlgo_host.corpus.identity import project_root, read_sources, relative_identity
-from mlgo_host.corpus.tuned import (DATA, FORMAT, INLINE_REPLAY_EXT, MANIFEST, POLICY, REPLAYS, file_sha256, module_file,
-                                    read_manifest)
 from mlgo_host.errors import ConfigError, CorpusError
-from mlgo_host.fsutil import atomic_path, atomic_write_bytes, atomic_write_json
-from mlgo_host.policies import HEURISTICS, check_meanings, load_policy
-from mlgo_host.policies.saved import copy_without_saved_model
-from mlgo_host.search.starts import START_THRESHOLDS, STARTS_BY_LANGUAGE, Starts, starts_pending
-from mlgo_host.workers.pool import make_pool
-from mlgo_host.search.replay import replay_text
+from mlgo_host.policies import check_meanings, load_policy
 from mlgo_host.search.flips import fit_flip_model
-from mlgo_host.search.sites import site_of_line
-from mlgo_host.shipped import resolve_policy
+from mlgo_host.search.starts import START_THRESHOLDS, STARTS_BY_LANGUAGE, Starts, starts_pending
+from mlgo_host.search.tunedir import TuneStore
 from mlgo_host.search.worker import SearchTask, run_searches
-from mlgo_host.workers.worker import policy_blob_from_dir
+from mlgo_host.shipped import resolve_policy
+from mlgo_host.workers.pool import make_pool
 
 log = logging.getLogger("mlgo_host.tune")
 
@@ -356,147 +345,6 @@ def seconds_per_compile(r: dict) -> float:
     return max(0.05, float(r.get("seconds") or r["compiles"]) / max(1, r["compiles"]))
 
 
-# -- the tune directory -------------------------------------------------------------
-
-
-class TuneStore:
-    """``T``: every module's merged search result (``data/``), its best
-    replay (``replays/``) and the manifest, each written atomically as a
-    result arrives."""
-
-    def __init__(self, path: str, manifest: dict, results: dict[str, dict], identities: dict[str, dict]):
-        self.path = path
-        self.manifest = manifest
-        self.results = results
-        self.identities = identities
-
-    @classmethod
-    def open(cls, path: str, corpus_dir: str, policy: str | None, clang: str, mods: Sequence[Module]) -> "TuneStore":
-        path = os.path.abspath(path)
-        if os.path.exists(path) and not os.path.isdir(path):
-            raise ConfigError(f"--output {path} exists and is not a directory")
-        mf = os.path.join(path, MANIFEST)
-        if os.path.exists(mf):
-            manifest = read_manifest(path)
-            src = manifest.get("policy_source", "default")
-            if policy is not None and _policy_key(policy) != src:
-                raise ConfigError(f"{path} was tuned from {src}; give that --policy (or none) to continue it, "
-                                  "or another --output")
-        else:
-            manifest = {"format": FORMAT, "corpus": os.path.abspath(corpus_dir), "modules": {},
-                        "policy_source": _policy_key(policy or "default"),
-                        "base": _install_policy(path, policy or "default"), "clang": clang}
-        idents = read_sources(corpus_dir)
-        root = project_root(idents.values())
-        manifest["root"] = root
-        rel = {n: relative_identity(i, root) for n, i in idents.items()}
-        results = _load_results(os.path.join(path, DATA))
-        for m in mods:  # a module rebuilt since (other bitcode or command) is searched anew
-            if m.name in results and results[m.name].get("module_key") != m.key:
-                log.warning("tune: %s changed since it was tuned: searching it again", m.name)
-                del results[m.name]
-        return cls(path, manifest, results, rel)
-
-    def policy_blob(self) -> dict:
-        base = self.manifest["base"]
-        if base in HEURISTICS:
-            return {"heuristic": base}
-        # normpath: the base is named relative to replays/, which a new T has not made yet
-        return policy_blob_from_dir(os.path.normpath(os.path.join(self.path, REPLAYS, base)))
-
-    def compiles(self, mods: Sequence[Module]) -> int:
-        return sum(self.results[m.name]["compiles"] for m in mods if m.name in self.results)
-
-    def all_results(self) -> list[dict]:
-        return [r for r in self.results.values() if r["status"] == "ok"]
-
-    def add(self, res: dict) -> None:
-        """Keep one module's search result (it carries its earlier flips and
-        compiles) and write it out."""
-        name = res["name"]
-        if res["status"] == "skipped":  # started after the time was up
-            return
-        if res["status"] != "ok" and name not in self.results:
-            log.warning("tune: %s: %s", name, res.get("reason") or "failed")
-        self.results[name] = res
-        with atomic_path(os.path.join(self.path, DATA, module_file(name, ".pkl"))) as tmp, open(tmp, "wb") as f:
-            pickle.dump(res, f, protocol=pickle.HIGHEST_PROTOCOL)
-        if res["status"] == "ok":
-            self._write_inline_replay(res)
-        self.manifest["modules"][name] = self._entry(res)
-        atomic_write_json(os.path.join(self.path, MANIFEST), self.manifest)
-
-    def _write_inline_replay(self, r: dict) -> None:
-        """The compiler's replay file of the module's best set (none when the
-        best is -Oz's own object: a build then needs no flag)."""
-        path = os.path.join(self.path, REPLAYS, module_file(r["name"], INLINE_REPLAY_EXT))
-        if r.get("inline") is None:
-            if os.path.exists(path):
-                os.unlink(path)
-            return
-        atomic_write_bytes(path, replay_text([site_of_line(ln) for ln in r["inline"]], r["scope"]).encode())
-
-    def _entry(self, r: dict) -> dict:
-        has = r["status"] == "ok" and r.get("inline") is not None
-        return {"replay": None, "inline_replay": f"{REPLAYS}/{module_file(r['name'], INLINE_REPLAY_EXT)}" if has
-                else None, "identity": self.identities.get(r["name"]),
-                "source_sha256": _source_digest(self.identities.get(r["name"]), self.manifest.get("root")),
-                "status": r["status"], "reason": r.get("reason", ""), "default_size": r["default_size"],
-                "policy_size": r.get("policy_size"), "best_size": r.get("best_size"), "compiles": r["compiles"],
-                "decisions": r.get("decisions", 0), "tried": len(r.get("tried", ())),
-                "flips_measured": r.get("flips_measured", 0), "flips_in_copies": r.get("flips_in_copies", 0),
-                "batches": r.get("batches", 0),
-                "flips_accepted": sum(1 for f in r.get("flips", ()) if f["accepted"]),
-                "replay_matches": r.get("replay_matches"), "stopped": r.get("stopped"),
-                # the starts measured: the object at each inline threshold, and with the start policy's decisions
-                "threshold_sizes": r.get("thresholds"), "policy_start_size": r.get("policy_start"),
-                "start": r.get("start"),
-                # the flags the module's search was compiled with (an inline threshold): a build adds them
-                "base_flags": list(r.get("base_flags") or ()) if r["status"] == "ok"
-                and r.get("best_size") is not None and r["best_size"] < r["default_size"] else []}
-
-    # -- the report ---------------------------------------------------------
-    def report(self, mods: Sequence[Module], run_minutes: float, run_compiles: int,
-               spent: dict[str, dict] | None = None) -> dict[str, Any]:
-        """The summary of ``mods`` (also written with report.csv and
-        report.png); ``spent``: this run's seconds and compiles per stage."""
-        rows = [self.manifest["modules"][m.name] | {"module": m.name} for m in mods
-                if m.name in self.manifest["modules"]]
-        ok = [r for r in rows if r["status"] == "ok" and r["best_size"] is not None]
-        d = sum(r["default_size"] for r in ok)
-        b = sum(r["best_size"] for r in ok)
-        p = sum(r["policy_size"] for r in ok if r["policy_size"] is not None)
-        compiles = sum(r["compiles"] for r in rows)
-        s = {"modules": len(mods), "tuned": len(ok), "failed": len(rows) - len(ok),
-             "improved": sum(1 for r in ok if r["best_size"] < r["default_size"]),
-             "default_text": d, "best_text": b, "gain_bytes": d - b,
-             "gain_pct": 100.0 * (d - b) / d if d else 0.0,
-             "policy_pct": 100.0 * (p - d) / d if d and self.manifest["base"] != "default" else None,
-             "compiles": compiles, "compiles_per_module": compiles / len(rows) if rows else 0.0,
-             "run_compiles": run_compiles, "run_minutes": round(run_minutes, 2),
-             "identified": sum(1 for r in rows if r.get("identity")),
-             "searched_past_start": sum(1 for m in mods if (self.results.get(m.name) or {}).get("tried")),
-             "exhausted": sum(1 for m in mods if (self.results.get(m.name) or {}).get("tried")
-                              and self.results[m.name].get("stopped") == "exhausted"),
-             "time_spent": spent or {}}
-        atomic_write_json(os.path.join(self.path, "summary.json"), s)
-        _write_csv(os.path.join(self.path, "report.csv"), rows)
-        _plot(os.path.join(self.path, "report.png"), ok, s)
-        return s
-
-
-def _source_digest(identity: dict | None, root: str | None) -> str | None:
-    """sha256 of a module's source file as tuned (a build compares it to say
-    the module changed since)."""
-    if not identity:
-        return None
-    path = os.path.join(root or "", identity["source"])
-    try:
-        return file_sha256(path)
-    except OSError:
-        return None
-
-
 def _check_meanings(policy: str | None, shipped: Sequence[str | None], clang: str, timeout: float) -> None:
     """The search's policy and the ``shipped`` policies it uses (the prior,
     the start policy) bound by meaning on ``clang`` before any compile: an
@@ -505,86 +353,6 @@ def _check_meanings(policy: str | None, shipped: Sequence[str | None], clang: st
     check_meanings(load_policy(policy or "default"), slot)
     for name in {n for n in shipped if n is not None}:
         check_meanings(load_policy(resolve_policy(name)), slot)
-
-
-def _policy_key(policy: str) -> str:
-    return policy if policy in HEURISTICS else os.path.abspath(policy)
-
-
-def _install_policy(path: str, policy: str) -> str:
-    """The replays' base: a heuristic's name, or the saved policy copied to
-    ``T/policy`` (without its SavedModel), named relative to ``T/replays``."""
-    load_policy(policy)  # a bad name or directory fails here, before any compile
-    if policy in HEURISTICS:
-        return policy
-    dest = os.path.join(path, POLICY)
-    shutil.rmtree(dest, ignore_errors=True)
-    copy_without_saved_model(policy, dest)
-    return os.path.join("..", POLICY)
-
-
-def _load_results(data_dir: str) -> dict[str, dict]:
-    out: dict[str, dict] = {}
-    if not os.path.isdir(data_dir):
-        return out
-    for fn in sorted(os.listdir(data_dir)):
-        if not fn.endswith(".pkl"):
-            continue
-        p = os.path.join(data_dir, fn)
-        try:
-            with open(p, "rb") as f:
-                r = pickle.load(f)
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError) as e:
-            raise ConfigError(f"{p}: unreadable tune data ({e}); remove it to search that module again") from None
-        out[r["name"]] = r
-    return out
-
-
-def load_tune_results(path: str) -> list[dict]:
-    """Every module's search result kept in tune directory ``path`` (the
-    training data ``search_data`` reads): best trajectory and flips tried."""
-    read_manifest(path)
-    return [r for r in _load_results(os.path.join(path, DATA)).values() if r["status"] == "ok"]
-
-
-_CSV_FIELDS = ("module", "decisions", "default_size", "policy_size", "best_size", "gain_bytes", "gain_pct",
-               "compiles", "tried", "flips_accepted", "stopped", "status", "reason")
-
-
-def _write_csv(path: str, rows: list[dict]) -> None:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=_CSV_FIELDS, extrasaction="ignore")
-    w.writeheader()
-    for r in sorted(rows, key=lambda r: r["module"]):
-        gain = (r["default_size"] - r["best_size"]) if r.get("best_size") is not None else None
-        w.writerow(dict(r, gain_bytes=gain, gain_pct=None if gain is None or not r["default_size"]
-                        else round(100.0 * gain / r["default_size"], 3)))
-    atomic_write_bytes(path, buf.getvalue().encode())
-
-
-def _plot(path: str, rows: list[dict], s: dict) -> None:
-    """Gain (% of the module's -Oz .text) against module size."""
-    if not rows:
-        return
-    import matplotlib  # lazily: ~0.5 s to import, only for the report
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    x = np.array([max(r["default_size"], 1) for r in rows], dtype=float)
-    y = np.array([100.0 * (r["default_size"] - r["best_size"]) / max(r["default_size"], 1) for r in rows])
-    ax.scatter(x, y, s=14, alpha=0.7)
-    ax.axhline(0.0, color="grey", lw=0.8)
-    ax.set_xscale("log")
-    ax.set_xlabel("module .text at -Oz (bytes)")
-    ax.set_ylabel("smaller than -Oz (%)")
-    ax.set_title(f"tune: {s['gain_pct']:.2f}% smaller than -Oz in total ({s['gain_bytes']} bytes), "
-                 f"{s['compiles_per_module']:.0f} compiles/module", fontsize=9)
-    fig.tight_layout()
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=110)
-    plt.close(fig)
 
 
 def summary_line(s: dict, output: str) -> str:

@@ -166,7 +166,7 @@ def _tuned_flags(tuned: str, plain: list[str], plan: dict, quiet: bool) -> tuple
     """(flags applying the tuned decisions of this compile's module, or [];
     a reason when ``tuned`` is unusable; what a report of the compile says
     of its tuned module)."""
-    from mlgo_host.corpus.tuned import TunedDir
+    from mlgo_host.search.tunedir import TunedDir
     from mlgo_host.errors import MlgoHostError
     from mlgo_host.serve.trust import untrusted_tune_dir
 

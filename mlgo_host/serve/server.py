@@ -479,7 +479,7 @@ class Server:
         """Slot ``k``'s tuned policies (None without --replay)."""
         if self.tuned_dir is None:
             return None
-        from mlgo_host.corpus.tuned import TunedPolicies
+        from mlgo_host.search.tunedir import TunedPolicies
 
         return TunedPolicies(self.tuned_dir, fallback, seed=self.seed + k, greedy=not self.sample)
 
@@ -566,7 +566,7 @@ class Server:
             # fail early on a bad policy or compiler, before any client comes
             pol = self.make_policy(0)
             if self.replay_dir:
-                from mlgo_host.corpus.tuned import TunedDir
+                from mlgo_host.search.tunedir import TunedDir
 
                 self.tuned_dir = TunedDir(self.replay_dir)
                 if self.advisor_name != "inline":

@@ -49,7 +49,7 @@ def untrusted(path: str) -> str:
 
 def untrusted_tune_dir(path: str) -> str:
     """:func:`untrusted` of a tune directory and of its replay files' directory."""
-    from mlgo_host.corpus.tuned import REPLAYS
+    from mlgo_host.search.tunedir import REPLAYS
 
     for d in (path, os.path.join(path, REPLAYS)):
         why = untrusted(d)

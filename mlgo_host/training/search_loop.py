@@ -287,7 +287,7 @@ def _merge_round(root_dir: str, r: int, results: list[dict]) -> dict:
 def _tune_results(path: str, val_mods: list[Module], held_mods: list[Module]) -> list[dict]:
     """The search results a tune directory keeps, but for the modules of
     the validation and held-out splits (no choice may read them)."""
-    from mlgo_host.search.tune import load_tune_results
+    from mlgo_host.search.tunedir import load_tune_results
 
     keep_out = {m.name for m in val_mods} | {m.name for m in held_mods}
     res = [r for r in load_tune_results(path) if r["name"] not in keep_out]

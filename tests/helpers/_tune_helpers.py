@@ -88,7 +88,7 @@ def json_replay_tune(corpus: Path, t: Path, clang: str = "clang-19") -> None:
     best of a greedy pass of single flips from the default."""
     from mlgo_host.corpus.corpus import load_corpus
     from mlgo_host.corpus.identity import project_root, read_sources, relative_identity
-    from mlgo_host.corpus.tuned import FORMAT, MANIFEST, REPLAYS, module_file
+    from mlgo_host.search.tunedir import FORMAT, MANIFEST, REPLAYS, module_file
     from mlgo_host.measure.compile import baseline_size, compile_module
     from mlgo_host.policies import load_policy
     from mlgo_host.policies.replay import Replay, ReplayPolicy, stream_fingerprint, write_replay

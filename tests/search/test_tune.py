@@ -18,9 +18,9 @@ import pytest
 
 from _tune_helpers import build_project_corpus, mlgo_host, read_manifest
 from mlgo_host.cli import main
-from mlgo_host.corpus.tuned import TunedDir
+from mlgo_host.search.tunedir import TunedDir
 from mlgo_host.learning.imitate import examples_from_search
-from mlgo_host.search.tune import load_tune_results
+from mlgo_host.search.tunedir import load_tune_results
 
 needs_clang = pytest.mark.skipif(__import__("shutil").which("clang-19") is None, reason="clang-19 not installed")
 

@@ -1,0 +1,449 @@
+"""A tune directory (``mlgo-host tune --output T``), as builds read it.
+
+Layout (written by :class:`TuneStore` as :mod:`mlgo_host.search.tune` searches)::
+
+    T/tune.json                 the manifest (format mlgo_host.tune/1): the corpus,
+                                the base policy, per module its compiler replay
+                                file and base flags (an inline threshold), its
+                                identity (mlgo_host.corpus.identity, relative to
+                                the project root) and source sha256, default /
+                                policy / best .text sizes, compiles spent,
+                                decisions tried
+    T/replays/<module>.inline.txt   the compiler's replay file of the module's best
+                                set (-cgscc-inline-replay; none when the best is
+                                -Oz's object or a threshold's alone)
+    T/replays/<module>.json     a fingerprinted JSON replay (mlgo_host.replay/1),
+                                which builds serve when the manifest names one
+    T/data/<module>.pkl         every flip tried and the best trajectory
+                                (training data for search.gin: search_data='T')
+    T/policy/                   a copy of the base policy when it is a saved one
+    T/baselines/                -Oz sizes of the modules (cache)
+    T/report.csv, report.png, summary.json
+
+:class:`TunedDir` finds the module of a compile (by its identity, or by
+module name for a corpus) and :class:`TunedPolicies` gives the policy that
+compiles it: the module's replay over its base policy, or the fallback
+policy for a compile that is no tuned module.  :func:`outcome` then says
+what happened: ``tuned`` (every forced decision applied on the recorded
+stream), ``stale`` (the module changed since tuning: the replay stopped
+forcing at the first difference and the base answered the rest) or
+``default`` (not a tuned module).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import logging
+import os
+import pickle
+import shutil
+import urllib.parse
+from typing import Any, Sequence
+
+import numpy as np
+
+from mlgo_host.corpus.build import LOCATION_TRACKING
+from mlgo_host.corpus.corpus import Module
+from mlgo_host.corpus.identity import IdentityIndex, command_identity, project_root, read_sources, relative_identity
+from mlgo_host.errors import ConfigError
+from mlgo_host.formats import read_format_json
+from mlgo_host.fsutil import atomic_path, atomic_write_bytes, atomic_write_json
+from mlgo_host.policies import HEURISTICS, load_policy
+from mlgo_host.policies.base import Policy
+from mlgo_host.policies.replay import Replay, ReplayPolicy, read_replay
+from mlgo_host.policies.saved import copy_without_saved_model
+from mlgo_host.search.replay import replay_flags, replay_text
+from mlgo_host.search.sites import site_of_line
+from mlgo_host.workers.worker import policy_blob_from_dir
+
+log = logging.getLogger("mlgo_host.tune")
+
+MANIFEST = "tune.json"
+FORMAT = "mlgo_host.tune/1"
+REPLAYS = "replays"
+#: a module's replay file for the compiler (``-cgscc-inline-replay``), beside its JSON replay
+INLINE_REPLAY_EXT = ".inline.txt"
+DATA = "data"
+POLICY = "policy"
+
+
+def module_file(name: str, ext: str) -> str:
+    """A module's file name in a flat directory (its name quoted)."""
+    return urllib.parse.quote(name, safe="") + ext
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def inline_replay_flags(path: str, changed: bool = False) -> list[str]:
+    """Driver flags applying compiler replay file ``path``.  A tuned
+    function inlines exactly its listed sites (fallback ``NeverInline``):
+    the tuned object, byte for byte.  For a source edited since tuning
+    (``changed``) the fallback is ``Original``: sites whose key still
+    matches are inlined, the compiler decides the others, so a function
+    whose calls moved gets -Oz's decisions instead of none (``NeverInline``
+    would leave its moved calls out, which can make the object much bigger
+    than -Oz's); only the tuned "do not inline" decisions are lost."""
+    # a source compile needs location tracking on (the corpus bitcode has it built in)
+    return [*LOCATION_TRACKING, *replay_flags(path, "Original" if changed else "NeverInline")]
+
+
+def shell_flags(flags: list[str]) -> str:
+    import shlex
+
+    return " ".join(shlex.quote(f) for f in flags)
+
+
+def read_manifest(path: str) -> dict:
+    """The manifest of tune directory ``path``; ConfigError naming it."""
+    mf = os.path.join(path, MANIFEST)
+    doc = read_format_json(mf, FORMAT, "tune directory", hint="make one with mlgo-host tune")
+    if not isinstance(doc.get("modules"), dict):
+        raise ConfigError(f"{mf}: a tune directory's manifest without its 'modules' object")
+    return doc
+
+
+class TunedDir:
+    """The tuned modules of ``path``: their replays, found by module name or
+    by the identity of a compile."""
+
+    def __init__(self, path: str):
+        self.path = os.path.abspath(path)
+        self.manifest = read_manifest(self.path)
+        self.modules: dict[str, dict] = self.manifest["modules"]
+        self.index = IdentityIndex({n: m["identity"] for n, m in self.modules.items() if m.get("identity")})
+        self._replays: dict[str, Replay] = {}
+
+    def __len__(self) -> int:
+        return len(self.modules)
+
+    def identified(self) -> int:
+        """Modules a build can be matched to (their identity is known)."""
+        return sum(1 for m in self.modules.values() if m.get("identity"))
+
+    def match(self, argv, cwd: str, source: str, output: str) -> str | None:
+        """The tuned module a compile is (``argv`` compiler first), or None."""
+        try:
+            ident = command_identity(list(argv), cwd, source, output)
+        except (ValueError, TypeError):
+            return None
+        return self.index.match(ident)
+
+    def inline_replay(self, name: str) -> str | None:
+        """Module ``name``'s compiler replay file (absolute), or None."""
+        rel = self.modules.get(name, {}).get("inline_replay")
+        return os.path.join(self.path, rel) if rel else None
+
+    def flags_for(self, name: str | None, changed: bool = False) -> list[str]:
+        """The compiler flags applying module ``name``'s tuned decisions: the
+        inline threshold its search started from, if any, and its compiler
+        replay file, if any ([] for a module tune left at -Oz); ``changed``: the
+        source was edited since tuning (see :func:`inline_replay_flags`)."""
+        if not name or name not in self.modules:
+            return []
+        # the module's search was compiled with these (an inline threshold it started from): the replay's
+        # sizes are theirs, and a function the replay does not name gets the heuristic at that threshold;
+        # alone (no replay file), they compile the threshold's own object, the module's best
+        base = [str(f) for f in self.modules[name].get("base_flags") or ()]
+        path = self.inline_replay(name)
+        return [*base, *inline_replay_flags(path, changed)] if path else base
+
+    def module_of_source(self, source: str) -> str | None:
+        """The tuned module compiled from ``source`` (a path, absolute or
+        relative to the current directory, or relative to the project root
+        the tune recorded); None for a file the tune never saw."""
+        want = os.path.realpath(source)
+        root = self.manifest.get("root") or ""
+        for name, m in self.modules.items():
+            ident = m.get("identity")
+            if ident and (os.path.realpath(os.path.join(root, ident["source"])) == want
+                          or ident["source"] == os.path.normpath(source)):
+                return name
+        return None
+
+    def changed(self, name: str, source: str) -> bool:
+        """True when ``source`` is no longer the file module ``name`` was tuned on."""
+        want = self.modules.get(name, {}).get("source_sha256")
+        if not want:
+            return False
+        try:
+            return file_sha256(source) != want
+        except OSError:
+            return True
+
+    def replay(self, name: str) -> Replay:
+        """Module ``name``'s replay (read once)."""
+        r = self._replays.get(name)
+        if r is None:
+            r = self._replays[name] = read_replay(os.path.join(self.path, self.modules[name]["replay"]))
+        return r
+
+
+class TunedPolicies:
+    """Policies for compiles with a tune directory: one instance per thread
+    (policies keep per-session state).  ``fallback`` answers compiles that
+    are no tuned module; the replays' base policies are loaded once."""
+
+    def __init__(self, tuned: TunedDir, fallback: Policy | None, seed: int = 0, greedy: bool = True):
+        self.tuned = tuned
+        self.fallback = fallback
+        self.seed = seed
+        self.greedy = greedy
+        self._bases: dict[str, Policy] = {}
+
+    def _base(self, replay: Replay) -> Policy:
+        key = replay.base_path()
+        b = self._bases.get(key)
+        if b is None:
+            try:
+                b = self._bases[key] = load_policy(key, seed=self.seed, greedy=self.greedy)
+            except ConfigError as e:
+                raise ConfigError(f"{replay.path}: base policy: {e}") from None
+        return b
+
+    def for_module(self, name: str | None) -> tuple[Policy | None, str | None]:
+        """(policy, tuned module name or None) for module ``name``."""
+        if name is None or not self.tuned.modules.get(name, {}).get("replay"):
+            return self.fallback, None  # not tuned, or tuned into a compiler replay (flags_for)
+        replay = self.tuned.replay(name)
+        return ReplayPolicy(replay, self._base(replay), name=f"tuned:{name}"), name
+
+    def for_compile(self, argv, cwd: str, source: str, output: str) -> tuple[Policy | None, str | None]:
+        return self.for_module(self.tuned.match(argv, cwd, source, output))
+
+    def outcome(self, policy: Any, name: str | None) -> dict:
+        """The stats fields of a finished compile made with ``for_*``'s answer."""
+        if name is None or not isinstance(policy, ReplayPolicy):
+            return {"tuned": "default"}
+        m = self.tuned.modules[name]
+        return {"tuned": "stale" if policy.stale else "tuned", "tuned_module": name,
+                "tuned_applied": policy.applied, "tuned_default_text": m.get("default_size"),
+                "tuned_best_text": m.get("best_size")}
+
+
+# -- the tune directory -------------------------------------------------------------
+
+
+class TuneStore:
+    """``T``: every module's merged search result (``data/``), its best
+    replay (``replays/``) and the manifest, each written atomically as a
+    result arrives."""
+
+    def __init__(self, path: str, manifest: dict, results: dict[str, dict], identities: dict[str, dict]):
+        self.path = path
+        self.manifest = manifest
+        self.results = results
+        self.identities = identities
+
+    @classmethod
+    def open(cls, path: str, corpus_dir: str, policy: str | None, clang: str, mods: Sequence[Module]) -> "TuneStore":
+        path = os.path.abspath(path)
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise ConfigError(f"--output {path} exists and is not a directory")
+        mf = os.path.join(path, MANIFEST)
+        if os.path.exists(mf):
+            manifest = read_manifest(path)
+            src = manifest.get("policy_source", "default")
+            if policy is not None and _policy_key(policy) != src:
+                raise ConfigError(f"{path} was tuned from {src}; give that --policy (or none) to continue it, "
+                                  "or another --output")
+        else:
+            manifest = {"format": FORMAT, "corpus": os.path.abspath(corpus_dir), "modules": {},
+                        "policy_source": _policy_key(policy or "default"),
+                        "base": _install_policy(path, policy or "default"), "clang": clang}
+        idents = read_sources(corpus_dir)
+        root = project_root(idents.values())
+        manifest["root"] = root
+        rel = {n: relative_identity(i, root) for n, i in idents.items()}
+        results = _load_results(os.path.join(path, DATA))
+        for m in mods:  # a module rebuilt since (other bitcode or command) is searched anew
+            if m.name in results and results[m.name].get("module_key") != m.key:
+                log.warning("tune: %s changed since it was tuned: searching it again", m.name)
+                del results[m.name]
+        return cls(path, manifest, results, rel)
+
+    def policy_blob(self) -> dict:
+        base = self.manifest["base"]
+        if base in HEURISTICS:
+            return {"heuristic": base}
+        # normpath: the base is named relative to replays/, which a new T has not made yet
+        return policy_blob_from_dir(os.path.normpath(os.path.join(self.path, REPLAYS, base)))
+
+    def compiles(self, mods: Sequence[Module]) -> int:
+        return sum(self.results[m.name]["compiles"] for m in mods if m.name in self.results)
+
+    def all_results(self) -> list[dict]:
+        return [r for r in self.results.values() if r["status"] == "ok"]
+
+    def add(self, res: dict) -> None:
+        """Keep one module's search result (it carries its earlier flips and
+        compiles) and write it out."""
+        name = res["name"]
+        if res["status"] == "skipped":  # started after the time was up
+            return
+        if res["status"] != "ok" and name not in self.results:
+            log.warning("tune: %s: %s", name, res.get("reason") or "failed")
+        self.results[name] = res
+        with atomic_path(os.path.join(self.path, DATA, module_file(name, ".pkl"))) as tmp, open(tmp, "wb") as f:
+            pickle.dump(res, f, protocol=pickle.HIGHEST_PROTOCOL)
+        if res["status"] == "ok":
+            self._write_inline_replay(res)
+        self.manifest["modules"][name] = self._entry(res)
+        atomic_write_json(os.path.join(self.path, MANIFEST), self.manifest)
+
+    def _write_inline_replay(self, r: dict) -> None:
+        """The compiler's replay file of the module's best set (none when the
+        best is -Oz's own object: a build then needs no flag)."""
+        path = os.path.join(self.path, REPLAYS, module_file(r["name"], INLINE_REPLAY_EXT))
+        if r.get("inline") is None:
+            if os.path.exists(path):
+                os.unlink(path)
+            return
+        atomic_write_bytes(path, replay_text([site_of_line(ln) for ln in r["inline"]], r["scope"]).encode())
+
+    def _entry(self, r: dict) -> dict:
+        has = r["status"] == "ok" and r.get("inline") is not None
+        return {"replay": None, "inline_replay": f"{REPLAYS}/{module_file(r['name'], INLINE_REPLAY_EXT)}" if has
+                else None, "identity": self.identities.get(r["name"]),
+                "source_sha256": _source_digest(self.identities.get(r["name"]), self.manifest.get("root")),
+                "status": r["status"], "reason": r.get("reason", ""), "default_size": r["default_size"],
+                "policy_size": r.get("policy_size"), "best_size": r.get("best_size"), "compiles": r["compiles"],
+                "decisions": r.get("decisions", 0), "tried": len(r.get("tried", ())),
+                "flips_measured": r.get("flips_measured", 0), "flips_in_copies": r.get("flips_in_copies", 0),
+                "batches": r.get("batches", 0),
+                "flips_accepted": sum(1 for f in r.get("flips", ()) if f["accepted"]),
+                "replay_matches": r.get("replay_matches"), "stopped": r.get("stopped"),
+                # the starts measured: the object at each inline threshold, and with the start policy's decisions
+                "threshold_sizes": r.get("thresholds"), "policy_start_size": r.get("policy_start"),
+                "start": r.get("start"),
+                # the flags the module's search was compiled with (an inline threshold): a build adds them
+                "base_flags": list(r.get("base_flags") or ()) if r["status"] == "ok"
+                and r.get("best_size") is not None and r["best_size"] < r["default_size"] else []}
+
+    # -- the report ---------------------------------------------------------
+    def report(self, mods: Sequence[Module], run_minutes: float, run_compiles: int,
+               spent: dict[str, dict] | None = None) -> dict[str, Any]:
+        """The summary of ``mods`` (also written with report.csv and
+        report.png); ``spent``: this run's seconds and compiles per stage."""
+        rows = [self.manifest["modules"][m.name] | {"module": m.name} for m in mods
+                if m.name in self.manifest["modules"]]
+        ok = [r for r in rows if r["status"] == "ok" and r["best_size"] is not None]
+        d = sum(r["default_size"] for r in ok)
+        b = sum(r["best_size"] for r in ok)
+        p = sum(r["policy_size"] for r in ok if r["policy_size"] is not None)
+        compiles = sum(r["compiles"] for r in rows)
+        s = {"modules": len(mods), "tuned": len(ok), "failed": len(rows) - len(ok),
+             "improved": sum(1 for r in ok if r["best_size"] < r["default_size"]),
+             "default_text": d, "best_text": b, "gain_bytes": d - b,
+             "gain_pct": 100.0 * (d - b) / d if d else 0.0,
+             "policy_pct": 100.0 * (p - d) / d if d and self.manifest["base"] != "default" else None,
+             "compiles": compiles, "compiles_per_module": compiles / len(rows) if rows else 0.0,
+             "run_compiles": run_compiles, "run_minutes": round(run_minutes, 2),
+             "identified": sum(1 for r in rows if r.get("identity")),
+             "searched_past_start": sum(1 for m in mods if (self.results.get(m.name) or {}).get("tried")),
+             "exhausted": sum(1 for m in mods if (self.results.get(m.name) or {}).get("tried")
+                              and self.results[m.name].get("stopped") == "exhausted"),
+             "time_spent": spent or {}}
+        atomic_write_json(os.path.join(self.path, "summary.json"), s)
+        _write_csv(os.path.join(self.path, "report.csv"), rows)
+        _plot(os.path.join(self.path, "report.png"), ok, s)
+        return s
+
+
+def _source_digest(identity: dict | None, root: str | None) -> str | None:
+    """sha256 of a module's source file as tuned (a build compares it to say
+    the module changed since)."""
+    if not identity:
+        return None
+    path = os.path.join(root or "", identity["source"])
+    try:
+        return file_sha256(path)
+    except OSError:
+        return None
+
+
+def _policy_key(policy: str) -> str:
+    return policy if policy in HEURISTICS else os.path.abspath(policy)
+
+
+def _install_policy(path: str, policy: str) -> str:
+    """The replays' base: a heuristic's name, or the saved policy copied to
+    ``T/policy`` (without its SavedModel), named relative to ``T/replays``."""
+    load_policy(policy)  # a bad name or directory fails here, before any compile
+    if policy in HEURISTICS:
+        return policy
+    dest = os.path.join(path, POLICY)
+    shutil.rmtree(dest, ignore_errors=True)
+    copy_without_saved_model(policy, dest)
+    return os.path.join("..", POLICY)
+
+
+def _load_results(data_dir: str) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    if not os.path.isdir(data_dir):
+        return out
+    for fn in sorted(os.listdir(data_dir)):
+        if not fn.endswith(".pkl"):
+            continue
+        p = os.path.join(data_dir, fn)
+        try:
+            with open(p, "rb") as f:
+                r = pickle.load(f)
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError) as e:
+            raise ConfigError(f"{p}: unreadable tune data ({e}); remove it to search that module again") from None
+        out[r["name"]] = r
+    return out
+
+
+def load_tune_results(path: str) -> list[dict]:
+    """Every module's search result kept in tune directory ``path`` (the
+    training data ``search_data`` reads): best trajectory and flips tried."""
+    read_manifest(path)
+    return [r for r in _load_results(os.path.join(path, DATA)).values() if r["status"] == "ok"]
+
+
+_CSV_FIELDS = ("module", "decisions", "default_size", "policy_size", "best_size", "gain_bytes", "gain_pct",
+               "compiles", "tried", "flips_accepted", "stopped", "status", "reason")
+
+
+def _write_csv(path: str, rows: list[dict]) -> None:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=_CSV_FIELDS, extrasaction="ignore")
+    w.writeheader()
+    for r in sorted(rows, key=lambda r: r["module"]):
+        gain = (r["default_size"] - r["best_size"]) if r.get("best_size") is not None else None
+        w.writerow(dict(r, gain_bytes=gain, gain_pct=None if gain is None or not r["default_size"]
+                        else round(100.0 * gain / r["default_size"], 3)))
+    atomic_write_bytes(path, buf.getvalue().encode())
+
+
+def _plot(path: str, rows: list[dict], s: dict) -> None:
+    """Gain (% of the module's -Oz .text) against module size."""
+    if not rows:
+        return
+    import matplotlib  # lazily: ~0.5 s to import, only for the report
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    x = np.array([max(r["default_size"], 1) for r in rows], dtype=float)
+    y = np.array([100.0 * (r["default_size"] - r["best_size"]) / max(r["default_size"], 1) for r in rows])
+    ax.scatter(x, y, s=14, alpha=0.7)
+    ax.axhline(0.0, color="grey", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("module .text at -Oz (bytes)")
+    ax.set_ylabel("smaller than -Oz (%)")
+    ax.set_title(f"tune: {s['gain_pct']:.2f}% smaller than -Oz in total ({s['gain_bytes']} bytes), "
+                 f"{s['compiles_per_module']:.0f} compiles/module", fontsize=9)
+    fig.tight_layout()
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=110)
+    plt.close(fig)
