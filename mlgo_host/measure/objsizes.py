@@ -48,10 +48,9 @@ different functions with one name (rare: local symbols) get ``name``,
 ``name#2``, ``name#3``... in section-then-address order.
 
 The ELF reader is a small hand-written ELF64 little-endian one (x86-64
-relocatable objects only): on a 280 KB C++ object (400 functions, 1200
-sections) pyelftools 0.33 took 74 ms for the symbols and relocations and
-85 ms more for ``.eh_frame``, this reader 5 ms for everything, ``llvm-size``'s
-subprocess 12 ms; a 10 KB C object takes 0.1 ms (bench/objsizes.py).
+relocatable objects only): the search reads every compile's object, and
+pyelftools was over ten times slower on the symbols, relocations and
+``.eh_frame`` of one object than this reader (figures: bench/objsizes.py).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ replay gives the same decisions, hence the same object, byte for byte.
 
 **Fingerprint** (staleness).  While it runs, :class:`ReplayPolicy` keeps a
 running 64-bit BLAKE2b over every observation's raw feature bytes
-(``obs.raw``, ~0.2 µs per decision).  The fingerprint recorded with a replay
+(``obs.raw``: cheap beside the compiler's own time per decision).  The fingerprint recorded with a replay
 holds that digest at each forced index (``at``, taken after hashing the
 observation being decided) and after the last observation (``end``)::
 

@@ -36,9 +36,7 @@ from mlgo_host.search.replay import Measured
 START_THRESHOLDS: tuple[int, ...] = (50, 150, 450)
 #: how much smaller than -Oz's object a threshold's must be to become the start (a share of -Oz's).
 #: A start barely below -Oz's may lead the search somewhere poorer than -Oz's own (the shipped prior
-#: that orders the flips learned -Oz's decisions), but on validation a margin did not pay: 0.1 % found
-#: 17,242 bytes at 12 compiles per module and 24,645 at 60, against 17,235 and 24,670 without; 0.5 %
-#: found 16,971 at 12
+#: that orders the flips learned -Oz's decisions), but on validation no margin paid (docs/results.md)
 START_MARGIN = 0.0
 #: the compiles of a second probe, at the threshold a search starts from: its channel compile (the plain
 #: compile a probe also makes is that threshold's own, measured before: :func:`measure_thresholds`)
