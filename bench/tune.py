@@ -46,7 +46,9 @@ from collections import Counter
 from mlgo_host.corpus.corpus import load_corpus
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.search.driver import BatchedSearch
-from mlgo_host.search.tune import _load_results, known_start, tune
+from mlgo_host.search.passes import known_start
+from mlgo_host.search.tune import tune
+from mlgo_host.search.tunedir import _load_results
 
 from greedy import greedy_pass
 

@@ -4,10 +4,10 @@ Per round:
 
 1. **search** every training module around the current policy (the first
    round: the compiler's default) on the worker pool, by batches of flips
-   (:mod:`mlgo_host.search.driver`), the compile budget shared by module
-   size;
+   (:mod:`mlgo_host.search.driver`), the round's compile budget shared by
+   tune's pass scheduler (:mod:`mlgo_host.search.passes`), whose flip-gain
+   model (the prior) learns from every flip measured so far;
 2. keep each module's best trajectory across rounds and every flip tried;
-   fit the flip-gain model (the next round's prior);
 3. **imitate**: train the actor on all best trajectories and flips so far
    (weighted behavioural cloning, :mod:`mlgo_host.learning.imitate`), from
    scratch, as ``policy/<round>/``;
@@ -54,8 +54,7 @@ from mlgo_host.learning.imitate import choose_gate, examples_from_search, train_
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.sizes import compiler_version
 from mlgo_host.policies.saved import METADATA, set_gate
-from mlgo_host.search.flips import fit_flip_model
-from mlgo_host.search.worker import SearchTask, run_searches
+from mlgo_host.search.passes import Passes, RoundResults
 from mlgo_host.training.iteration import STATE, publish_policy, read_state
 from mlgo_host.training.workers import Workers
 from mlgo_host.workers.worker import policy_blob_from_dir
@@ -145,15 +144,14 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, worker
     base_dir = state.get("best_policy")
     t0 = time.monotonic()
     results = _cached_search_round(root_dir, pool, r, base_dir, train_mods, state, compiles, progress, deadline)
+    planned = compiles
     t_search = time.monotonic() - t0
     _note_modules(state, results, r)
     data = _merge_round(root_dir, r, results)
-    seen = list(data["best"].values()) + data["flip_only"]  # every trajectory and flip so far
+    seen = _seen(data)
     if not seen:
         raise ConfigError(f"round {r}: the time was up before the search measured any module "
                           "(raise time_budget_minutes or round_search_minutes)")
-    model = fit_flip_model(seen)
-    state["flip_model"] = model.to_json() if model is not None else None
     t1 = time.monotonic()
     policy_dir = os.path.join(root_dir, "policy", str(r))
     fit = train_imitation(examples_from_search(seen), policy_dir, default_slot=state["default_slot"],
@@ -164,7 +162,7 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, worker
     gate, table, val = _choose_gate(pool, policy_dir, val_mods, thresholds, max_growth, progress, r)
     set_gate(policy_dir, gate, chosen_on="validation", round=r, table={str(k): v for k, v in table.items()})
     t_gate = time.monotonic() - t2
-    row = _round_row(r, results, data, fit, gate, val, t_search, t_train, t_gate)
+    row = _round_row(r, results, data, fit, gate, val, t_search, t_train, t_gate, planned)
     if state.get("best_val") is None or val["size_change_pct"] < state["best_val"]:
         state["best_val"], state["best_round"] = val["size_change_pct"], r
         state["best_policy"] = policy_dir
@@ -183,41 +181,30 @@ def _cached_search_round(root_dir, pool, r, base_dir, mods, state, compiles, pro
     if os.path.exists(path):
         with open(path, "rb") as f:
             return pickle.load(f)
-    results = _search_round(pool, r, base_dir, mods, state, compiles, progress, deadline)
+    results = _search_round(pool, r, base_dir, mods, state, compiles, progress, deadline,
+                            earlier=_seen(_read_data(root_dir)))
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         pickle.dump(results, f, protocol=pickle.HIGHEST_PROTOCOL)
     return results
 
 
 def _search_round(pool, r, base_dir, mods: list[Module], state, compiles, progress,
-                  deadline: float | None = None) -> list[dict]:
-    """Search every training module around the current policy: the
-    compiles shared by module size (:func:`budgets`);
-    what the modules that ran out of flips did not use goes to those that
-    did not, each continuing from its best.  ``deadline`` (a
-    ``time.time()``): no compile starts after it (a module not started by
-    then comes back ``skipped``); the modules searched longest ago go first."""
+                  deadline: float | None = None, earlier: Sequence[dict] = ()) -> list[dict]:
+    """Search every training module around the current policy with tune's
+    pass scheduler (:class:`~mlgo_host.search.passes.Passes`): a probe of
+    each, then passes sharing the round's ``compiles``, each module going
+    on from its best; the prior's flip model learns from this round's flips
+    and the ``earlier`` rounds'.  ``deadline`` (a ``time.time()``): no
+    compile starts after it (a module not started by then comes back
+    ``skipped``); the modules searched longest ago go first."""
     pool.broadcast("set_policy", policy_blob_from_dir(base_dir) if base_dir else {"heuristic": "default"})
     searched = state.get("searched") or {}
     order = list(mods)  # the results' order (what the imitation reads), whatever order they ran in
     mods = sorted(mods, key=lambda m: searched.get(m.name, 0))  # stable: the corpus order among equals
-    sizes = [state["sizes"].get(m.name, m.size) for m in mods]
-    decisions = [state["decisions"].get(m.name, 10_000) for m in mods]
-    model = state.get("flip_model")
-    budget = budgets(sizes, decisions, compiles, floor=4)
-    tasks = [SearchTask(m.to_task(), b, model, deadline) for m, b in zip(mods, budget)]
-    found = run_searches(pool, tasks, f"round {r}: search", progress)
-    left = compiles - _used(found)
-    more = [x for x in found.values() if x["status"] == "ok" and x.get("stopped") in ("budget", "sweep")]
-    if left > 0 and more and (deadline is None or time.time() < deadline):
-        by_name = {m.name: m for m in mods}
-        share = max(2, left // len(more))
-        tasks = [SearchTask(by_name[x["name"]].to_task(), x["compiles"] + share, model, deadline, x) for x in more]
-        found.update(run_searches(pool, tasks, f"round {r}: search, further", progress))
-    planned = {m.name: b for m, b in zip(mods, budget)}
-    for x in found.values():
-        x["planned"] = planned.get(x["name"], 0)
-    return [found[m.name] for m in order if m.name in found]
+    store = RoundResults()
+    Passes(pool, store, mods, {"per_module": compiles / max(1, len(mods))}, deadline, progress,
+           earlier=earlier, label=f"round {r}: search").run()
+    return [store.results[m.name] for m in order if m.name in store.results]
 
 
 def search_deadline(state: dict, run_end: float, now: float, round_search_minutes: float | None) -> float:
@@ -233,38 +220,34 @@ def search_deadline(state: dict, run_end: float, now: float, round_search_minute
     return end
 
 
-def budgets(sizes: Sequence[int], decisions: Sequence[int], total: int, *, floor: int = 2) -> list[int]:
-    """Compiles per module, ``total`` in all, shared in proportion to the
-    square root of each module's ``.text`` bytes (where the bytes are), at
-    least ``floor`` and at most one per decision."""
-    w = np.sqrt(np.maximum(np.asarray(sizes, dtype=np.float64), 1.0))
-    raw = total * w / w.sum() if w.sum() > 0 else np.zeros(len(w))
-    return [int(min(max(floor, round(r)), max(d, 0))) for r, d in zip(raw, decisions)]
-
-
-def _used(found: dict) -> int:
-    return sum(x["compiles"] for x in found.values())
-
-
 def _note_modules(state: dict, results: list[dict], r: int) -> None:
-    """What the next rounds' budgets, order and the imitation need to know."""
+    """What the next rounds' order and the imitation need to know."""
     searched = state.setdefault("searched", {})  # module -> the last round that searched it
     for res in results:
         if res["status"] == "ok":
             searched[res["name"]] = r
-            state["sizes"][res["name"]] = res["default_size"]
-            state["decisions"][res["name"]] = len(res["actions"])
             state["default_slot"] = state.get("default_slot") or res.get("default_slot")
+
+
+def _read_data(root_dir: str) -> dict:
+    """What the rounds so far merged (:func:`_merge_round`)."""
+    path = os.path.join(root_dir, "search", "data.pkl")
+    if not os.path.exists(path):
+        return {"best": {}, "flip_only": [], "merged": []}
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+def _seen(data: dict) -> list[dict]:
+    """Every best trajectory and every flip the merged rounds measured."""
+    return list(data["best"].values()) + data["flip_only"]
 
 
 def _merge_round(root_dir: str, r: int, results: list[dict]) -> dict:
     """Each module's best trajectory over all rounds and every flip tried;
     the round's results are kept under ``search/``."""
     path = os.path.join(root_dir, "search", "data.pkl")
-    data = {"best": {}, "flip_only": [], "merged": []}
-    if os.path.exists(path):
-        with open(path, "rb") as f:
-            data = pickle.load(f)
+    data = _read_data(root_dir)
     if r in data["merged"]:  # a resumed run: this round is in already
         return data
     data["merged"].append(r)
@@ -352,8 +335,8 @@ def _load_state(root_dir: str) -> dict:
     if state:
         log.info("resuming %s after round %d", root_dir, state["round"])
         return state
-    return {"format": "mlgo_host.search_state/1", "round": 0, "history": [], "sizes": {}, "decisions": {},
-            "best_val": None, "best_round": None, "best_policy": None, "flip_model": None, "default_slot": None,
+    return {"format": "mlgo_host.search_state/1", "round": 0, "history": [],
+            "best_val": None, "best_round": None, "best_policy": None, "default_slot": None,
             "searched": {}}
 
 
@@ -385,13 +368,13 @@ def total_gain_pct(results: Sequence[dict]) -> float:
     return 100.0 * (b - d) / d if d else math.nan
 
 
-def _round_row(r, results, data, fit, gate, val, t_search, t_train, t_gate) -> dict[str, Any]:
+def _round_row(r, results, data, fit, gate, val, t_search, t_train, t_gate, planned) -> dict[str, Any]:
     flips = [f for x in results for f in x.get("flips", ())]
     compiles = sum(x["compiles"] for x in results)
     return {
         "round": r, "modules": sum(x["status"] == "ok" for x in results), "compiles": compiles,
-        # the compiles the budgets gave the round's modules, and the modules the time stopped or never started
-        "compiles_planned": sum(int(x.get("planned", 0)) for x in results),
+        # the round's compile budget, and the modules the time stopped or never started
+        "compiles_planned": planned,
         "modules_skipped": sum(x["status"] == "skipped" for x in results),
         "modules_stopped_by_time": sum(x.get("stopped") == "time" for x in results),
         "flips_tried": len(flips), "flips_accepted": sum(f["accepted"] for f in flips),

@@ -52,15 +52,6 @@ def _cfg(root):
             "baseline_cache": str(root / "baselines"), "default_slot": default_slot("clang-19")}
 
 
-def test_budgets_follow_the_bytes_and_respect_bounds():
-    from mlgo_host.training.search_loop import budgets
-
-    b = budgets([100, 10_000, 1_000_000], [50, 50, 5], 120, floor=2)
-    assert b[0] < b[1]
-    assert b[2] == 5  # never more than one per decision
-    assert all(x >= 2 for x in b[:2])
-
-
 def test_flip_gain_model_learns_a_separable_rule():
     rng = np.random.default_rng(0)
     n = 400

@@ -1,0 +1,274 @@
+"""The pass scheduler: how a search's compiles (or its time) are shared
+among the modules, for ``tune`` and for each round of search-then-imitate.
+
+A probe of every module not searched yet (its decisions and keys), its
+other starts (:mod:`.starts`), then passes, each module going on from its
+best; modules that measured every flip are done.  Each pass shares what is
+left (:func:`shares`): by the flips the prior expects to pay (or the flips
+left, without a prior), and after the first pass also by the bytes each
+module's flips found per compile (under a deadline: per second).  The
+results go to a store as they arrive: a tune directory
+(:class:`~mlgo_host.search.tunedir.TuneStore`) or, for a round of
+search-then-imitate, :class:`RoundResults` in memory.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from mlgo_host.corpus.corpus import Module
+from mlgo_host.search.flips import fit_flip_model
+from mlgo_host.search.starts import Starts, starts_pending
+from mlgo_host.search.worker import SearchTask, run_searches
+
+#: passes over the modules at most (each shares the compiles left again)
+MAX_PASSES = 6
+
+
+class RoundResults:
+    """A store of search results in memory (the store :class:`Passes`
+    writes to when nothing is kept on disk): each module's latest result,
+    or ``skipped`` for one the deadline left unstarted."""
+
+    def __init__(self):
+        self.results: dict[str, dict] = {}
+
+    def add(self, res: dict) -> None:
+        if res["status"] == "skipped" and res["name"] in self.results:
+            return  # (a pass the deadline cut: the module keeps what it found)
+        self.results[res["name"]] = res
+
+    def compiles(self, mods: Sequence[Module]) -> int:
+        return sum(self.results[m.name]["compiles"] for m in mods if m.name in self.results)
+
+    def all_results(self) -> list[dict]:
+        return [r for r in self.results.values() if r["status"] == "ok"]
+
+
+class Passes:
+    """The search of the modules: a probe of every module not searched yet
+    (its decisions and keys: two compiles, one without decisions), its
+    threshold starts (:meth:`starts`), then passes, each module going on
+    from its best; modules that measured every flip are done.  With a
+    compile budget, each pass shares what is left (the first
+    :data:`FIRST_SHARE` of it) by :func:`shares`: by the flips the prior
+    expects to pay (or the flips left, without a prior), and after the first
+    pass also by the bytes each module paid per compile.  ``store``: a
+    :class:`~mlgo_host.search.tunedir.TuneStore` or :class:`RoundResults`;
+    ``earlier``: results of earlier searches whose flips the prior's model
+    also learns from; ``label`` begins every progress line."""
+
+    #: the probe's compiles: the channel compile and the always-inline remarks
+    PROBE = 2
+    #: of the compiles left after the probe, what the first pass shares
+    FIRST_SHARE = 0.5
+
+    def __init__(self, pool, store, mods: list[Module], budget: dict, deadline: float | None,
+                 progress: bool, *, prior: str | None = None, starts: Starts = Starts(),
+                 earlier: Sequence[dict] = (), label: str = "tune"):
+        self.pool, self.store, self.mods = pool, store, mods
+        self.by_name = {m.name: m for m in mods}
+        self.per_module = budget["per_module"]
+        self.deadline = deadline
+        self.progress = progress
+        self.prior = prior
+        #: stage (probe, starts, passes) -> its wall seconds and compiles, for the summary
+        self.spent: dict[str, dict] = {}
+        #: what starts each module tries besides -Oz's own
+        self.starts_of = starts
+        self.earlier = list(earlier)
+        self.label = label
+
+    def left(self) -> int:
+        """Compiles still to spend (time mode: as many as the time allows)."""
+        if self.per_module is None:
+            return 10**9 if time.time() < self.deadline else 0
+        return int(self.per_module * len(self.mods)) - self.store.compiles(self.mods)
+
+    def _model(self) -> dict | None:
+        """The flip-gain model fitted on every flip measured so far (with features)."""
+        m = fit_flip_model(self.earlier + self.store.all_results())
+        return m.to_json() if m is not None else None
+
+    def _run(self, tasks: list[tuple], desc: str) -> None:
+        run_searches(self.pool, tasks, desc, self.progress, on_result=self.store.add)
+
+    def _open(self) -> list[dict]:
+        return [r for n, r in self.store.results.items() if n in self.by_name and r["status"] == "ok"
+                and r.get("search") == "batched" and r["stopped"] != "exhausted"]
+
+    def run(self) -> None:
+        self.t0, self.spent0 = time.time(), self.store.compiles(self.mods)
+        new = [m for m in self.mods if m.name not in self.store.results]
+        if new and self.per_module is None:
+            # a deadline: each module's starts in its probe's task (no stage waits for the slowest module).
+            # First the modules that try the start policy (on validation nothing else finds as much per
+            # compile), the smallest first: a very big module (one compile
+            # can take minutes) does not hold back the others
+            order = sorted(new, key=lambda m: (self.starts_of.of(m.language)[1] is None, m.size))
+            self._timed("probe and starts", lambda: self._run(
+                [SearchTask(m.to_task(), self.PROBE + self.starts_of.cost(m.language), deadline=self.deadline,
+                            prior=self.prior, starts_only=True) for m in order], f"{self.label}: probe and starts"))
+        elif new and self.left() > 0:
+            self._timed("probe", lambda: self._run(
+                [SearchTask(m.to_task(), self.PROBE, deadline=self.deadline, prior=self.prior) for m in new],
+                f"{self.label}: probe"))
+        self._timed("starts", self.starts)
+        for k in range(1, 1 + MAX_PASSES):
+            open_, left = self._open(), self.left()
+            if not open_ or left <= 0:
+                return
+            first = not any(_paid(r) for r in open_) and k == 1
+            timed = self.per_module is None
+            if timed:
+                total = self._seconds_for_pass()
+            else:
+                total = int(np.ceil(self.FIRST_SHARE * left)) if first else left
+            budget = shares(open_, total, paid=not first, timed=timed)
+            model = self._model()
+            before = self.store.compiles(self.mods)
+            # the longest shares first: the pass's last task then ends close to the others (its
+            # workers wait for it before the next pass shares again); under a deadline the modules not
+            # searched yet before them (short tasks: the deadline never finds them still queued)
+            tasks = sorted((SearchTask(self.by_name[r["name"]].to_task(), r["compiles"] + int(b), model, self.deadline,
+                                       r, self.prior) for r, b in zip(open_, budget) if b > 0),
+                           key=lambda t: (not t.resume["tried"] if timed else 0, (t.budget - t.resume["compiles"])
+                                          * (seconds_per_compile(t.resume) if timed else 1.0)),
+                           reverse=True)
+            self._timed("passes", lambda: self._run(tasks, f"{self.label}: pass {k} ({self._past_start()}/{len(self.mods)} "
+                                                           f"files searched past their start)"))
+            if self.store.compiles(self.mods) == before:
+                return
+
+    #: a deadline's passes: each gets this share of the compiles the time left allows, so that later
+    #: passes share again by the bytes each module paid per compile; the last one gets all of it
+    PASS_SHARE = 0.5
+    #: ... once the time left is under this share of the run's whole time
+    LAST_PASS = 0.2
+
+    def _seconds_for_pass(self) -> float:
+        """With a deadline: the worker-seconds this pass shares: the
+        workers' time left, a share of it (:data:`PASS_SHARE`), or all of it
+        near the deadline."""
+        now = time.time()
+        whole = max(1e-3, self.deadline - self.t0)
+        share = 1.0 if (self.deadline - now) < self.LAST_PASS * whole else self.PASS_SHARE
+        return share * self.pool.num_workers * max(0.0, self.deadline - now)
+
+    def _past_start(self) -> int:
+        """Modules whose search measured a flip."""
+        return sum(1 for n, r in self.store.results.items() if n in self.by_name and r.get("tried"))
+
+    def _timed(self, stage: str, step) -> None:
+        """Run ``step``, adding its wall time and compiles to the run's
+        account of where the time went (:attr:`spent`)."""
+        t, c = time.time(), self.store.compiles(self.mods)
+        step()
+        if self.store.compiles(self.mods) == c:
+            return  # (a stage with nothing to do)
+        got = self.spent.setdefault(stage, {"seconds": 0.0, "compiles": 0})
+        got["seconds"] = round(got["seconds"] + time.time() - t, 1)
+        got["compiles"] += self.store.compiles(self.mods) - c
+
+    def starts(self) -> None:
+        """The other starts (:mod:`.starts`: inline thresholds, the start
+        policy's decisions) of every probed module with decisions and
+        nothing searched yet, before the passes share the compiles: a few
+        compiles each, and no flip finds what they find.  The most decisions
+        first, while the compiles left cover them."""
+        cost = {n: self.starts_of.cost(m.language) for n, m in self.by_name.items()}
+        due = sorted((r for r in self._open() if starts_pending(r) and cost[r["name"]]),
+                     key=lambda r: -r.get("decisions", 0))
+        if self.per_module is not None:
+            spent, left = np.cumsum([cost[r["name"]] for r in due]), self.left()
+            due = [r for r, c in zip(due, spent) if c <= left]
+        if due:
+            self._run([SearchTask(self.by_name[r["name"]].to_task(), r["compiles"] + cost[r["name"]],
+                                  deadline=self.deadline, resume=r, prior=self.prior, starts_only=True) for r in due],
+                      f"{self.label}: starts")
+
+
+def _flips_left(r: dict) -> int:
+    """The flips a module may still measure: its decisions not tried yet,
+    or the flips its search queued and did not measure (a second pass's
+    retries, the sites winners exposed), whichever is more."""
+    return max(1, r.get("decisions", 1) - len(r["tried"]), len(r.get("pending") or ()))
+
+
+def known_start(r: dict):
+    """A stored batched result's compiled reference, or the probe's plain
+    compile standing in for it (:meth:`~mlgo_host.search.driver.BatchedSearch.begin`);
+    None when the next search must compile its start."""
+    return r.get("reference") or getattr(r.get("probe"), "plain", None)
+
+
+def _paid(r: dict) -> int:
+    """The bytes a module's flips found: its best below its start's object
+    (the start's own gain, a threshold's or the start policy's, is no
+    flip's: it says nothing of what the next compiles will find)."""
+    start = min(r["default_size"], r.get("replay_start_size") or r.get("start_size") or r["default_size"])
+    return max(0, start - r["best_size"])
+
+
+def _search_compiles(r: dict) -> int:
+    """The compiles a module's flips took (its probe's and starts' not counted)."""
+    return max(1, r["compiles"] - (r.get("start_compiles") or 0))
+
+
+#: the chance every flip not measured yet is given on top of the prior's: when the promising flips
+#: are all measured, what is left still goes to the modules with flips left (by their number)
+FLOOR_P = 0.001
+#: bytes a module is credited before it paid (so one that has not yet still gets a share)
+PAID_PRIOR_BYTES = 8.0
+
+
+def shares(rows: list[dict], total: float, paid: bool, timed: bool = False) -> list[int]:
+    """``total`` compiles (``timed``: worker-seconds) shared among the
+    modules ``rows``; returns each module's compiles.  The weight of a
+    module: the flips the prior expects to pay among those it has not
+    measured (its ``promise``, plus :data:`FLOOR_P` per flip left), or
+    without a prior its flips left; with ``paid``, times the bytes its flips
+    found per compile of theirs (``timed``: per second) so far (plus
+    :data:`PAID_PRIOR_BYTES`; :func:`_paid`): where compiles found bytes, the
+    next ones are likelier to.  Under ``timed`` a module's compiles are its seconds over
+    its own seconds per compile (:func:`seconds_per_compile`): a module
+    whose compile takes a minute gets a share of the time, not of the
+    compiles.  The heaviest modules are served first (``timed``: after the
+    ones not searched yet, heaviest first too), each at least the
+    compiles one batch needs (its reference first when it has none), so a
+    small ``total`` goes where it pays instead of a compile to everyone; none
+    gets more than two compiles per flip left."""
+    w = np.array([r["promise"] + FLOOR_P * _flips_left(r) if r.get("promise") is not None else _flips_left(r)
+                  for r in rows], dtype=np.float64)
+    cost = np.array([seconds_per_compile(r) if timed else 1.0 for r in rows])
+    if paid:
+        w *= np.array([(_paid(r) + PAID_PRIOR_BYTES) / _search_compiles(r) for r in rows]) / cost
+    out = [0] * len(rows)
+    rest, w_rest = float(total), float(w.sum())
+    # (under a deadline the modules no flip was measured in yet come first: none is left at its start
+    # while another is searched to exhaustion)
+    order = np.lexsort((-w, [bool(r["tried"]) for r in rows])) if timed else np.argsort(-w, kind="stable")
+    for i in order:
+        r, c = rows[i], cost[i]
+        need = 2 if known_start(r) is not None else 3  # (a batch and the final compile, and the start's)
+        if w_rest <= 0:
+            break
+        if w[i] <= 0 or rest < need * c:  # (a cheaper module may still afford its batch)
+            w_rest -= w[i]
+            continue
+        cap = 2 * _flips_left(r) + need
+        out[i] = int(min(max(need, np.floor(rest * w[i] / w_rest / c)), cap, np.floor(rest / c)))
+        if rest - out[i] * c < 2 * float(np.min(cost)):  # too little for anyone else's batch: this module's
+            out[i] = int(min(cap, np.floor(rest / c)))
+        rest -= out[i] * c
+        w_rest -= w[i]
+    return out
+
+
+def seconds_per_compile(r: dict) -> float:
+    """A stored result's wall seconds per compile so far (its tasks' time
+    over its compiles; a result without it counts one second)."""
+    return max(0.05, float(r.get("seconds") or r["compiles"]) / max(1, r["compiles"]))
