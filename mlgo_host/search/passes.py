@@ -113,8 +113,13 @@ class Passes:
                 [SearchTask(m.to_task(), self.PROBE + self.starts_of.cost(m.language), deadline=self.deadline,
                             prior=self.prior, starts_only=True) for m in order], f"{self.label}: probe and starts"))
         elif new and self.left() > 0:
+            # compiles and a deadline (a round of search-then-imitate): each probe goes on with its part of the
+            # compiles in its own task (by module size: nothing else is known before the probe), so a deadline
+            # that ends the round early finds flips measured, not only probes
+            budgets = self._first_budgets(new) if self.deadline is not None else [self.PROBE] * len(new)
+            model = self._model() if self.deadline is not None else None
             self._timed("probe", lambda: self._run(
-                [SearchTask(m.to_task(), self.PROBE, deadline=self.deadline, prior=self.prior) for m in new],
+                [SearchTask(m.to_task(), b, model, self.deadline, prior=self.prior) for m, b in zip(new, budgets)],
                 f"{self.label}: probe"))
         self._timed("starts", self.starts)
         for k in range(1, 1 + MAX_PASSES):
@@ -142,6 +147,17 @@ class Passes:
                                                            f"files searched past their start)"))
             if self.store.compiles(self.mods) == before:
                 return
+
+    #: the fewest compiles a module's first task gets under compiles and a deadline: its probe, a
+    #: reference, one batch and the final compile
+    FIRST_TASK = PROBE + 3
+
+    def _first_budgets(self, new: list[Module]) -> list[int]:
+        """The compiles left shared among the ``new`` modules in proportion
+        to the square root of their bitcode size, at least
+        :data:`FIRST_TASK` each."""
+        w = np.sqrt(np.maximum([float(m.size) for m in new], 1.0))
+        return [max(self.FIRST_TASK, int(x)) for x in self.left() * w / w.sum()]
 
     #: a deadline's passes: each gets this share of the compiles the time left allows, so that later
     #: passes share again by the bytes each module paid per compile; the last one gets all of it
