@@ -1,0 +1,142 @@
+"""Which outline groups win, and does a model of them carry over to other projects?
+
+An *outline group* is a flip `tune` measures (kind ``outline``): a callee left
+out at every site `-Oz` inlined it.  On C they hold most of what `tune` finds.
+This script reads the groups measured in one or more tune directories (every
+group of a module whose probe is kept), gives each of the group's sites the
+features its decision had in the probe (the channel's record), and fits a
+logistic model of "the group won" on them (each site weighted 1 / the group's
+sites; features log-scaled and standardized).  It reports the model's AUC and
+the bytes the groups it would refuse won and lost, by project-grouped
+cross-validation (5 folds of projects: a project is never in its own fold's
+training), and writes the model fitted on every group.
+
+A policy from it (`-Oz`'s decision, except an inlining of a callee with at least
+two uses, not its last call to a static callee, refused where the model's
+P(win) is over a threshold) is measured in docs/results.md; the package does
+not ship it.
+
+usage: .venv/bin/python bench/research/outline_groups.py --tune T1 [--tune T2 ...] [--output model.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import pickle
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+
+#: the decision features the model reads (the clang-19 slot that carries -Oz's decision is left out)
+FEATURES = ("callee_users", "cost_estimate", "callsite_cost", "is_multiple_blocks",
+            "callee_conditionally_executed_blocks", "node_count", "edge_count", "caller_users", "sroa_savings",
+            "sroa_losses", "nr_ctant_params", "constant_args", "num_loops", "simplified_instructions",
+            "caller_basic_block_count", "caller_conditionally_executed_blocks", "callsite_height",
+            "nested_inlines", "load_elimination", "call_argument_setup", "lowered_call_arg_setup", "threshold",
+            "unsimplified_common_instructions", "dead_blocks")
+#: features kept linear (flags)
+LINEAR = ("is_multiple_blocks",)
+
+
+def outline_groups(tune_dir: str) -> list[dict]:
+    """Every outline group measured in ``tune_dir``: its project, sites'
+    feature records, size change (bytes; negative: smaller) and outcome."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(tune_dir, "data", "*.pkl"))):
+        with open(path, "rb") as f:
+            r = pickle.load(f)
+        probe = r.get("probe")
+        if r.get("status") != "ok" or probe is None or not probe.episode.n:
+            continue
+        records = probe.episode.features()
+        index_of = {d.site.key: d.index for d in probe.decisions}
+        for flip in r.get("flips", ()):
+            if flip["kind"] != "outline" or not flip.get("applied"):
+                continue
+            idx = [index_of[k] for k in flip["key"].split(" + ") if k in index_of]
+            if idx:
+                out.append({"project": r["name"].split("/", 1)[0], "sites": records[idx],
+                            "delta": float(flip["delta"]), "won": bool(flip["accepted"])})
+    return out
+
+
+def site_matrix(groups: list[dict]):
+    """(X, y, weight, group index) with one row per site."""
+    X, y, w, g = [], [], [], []
+    for k, grp in enumerate(groups):
+        for rec in grp["sites"]:
+            X.append([float(np.ravel(rec[f])[0]) for f in FEATURES])  # (each feature is a 1-element tensor)
+            y.append(float(grp["won"]))
+            w.append(1.0 / len(grp["sites"]))
+            g.append(k)
+    X = np.array(X)
+    log = np.array([f not in LINEAR for f in FEATURES])
+    return np.where(log, np.sign(X) * np.log1p(np.abs(X)), X), np.array(y), np.array(w), np.array(g)
+
+
+def fit(X, y, w, l2: float = 1.0, steps: int = 500, rate: float = 0.5):
+    """Weighted logistic regression by gradient descent on standardized X."""
+    mu, sd = X.mean(0), X.std(0) + 1e-9
+    Z = (X - mu) / sd
+    beta, b = np.zeros(Z.shape[1]), 0.0
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-(Z @ beta + b)))
+        beta -= rate * (Z.T @ (w * (p - y)) / w.sum() + l2 * beta / len(Z))
+        b -= rate * float((w * (p - y)).sum() / w.sum())
+    return mu, sd, beta, b
+
+
+def predict(model, X):
+    mu, sd, beta, b = model
+    return 1.0 / (1.0 + np.exp(-(((X - mu) / sd) @ beta + b)))
+
+
+def auc(p, y, w) -> float:
+    o = np.argsort(p)
+    p, y, w = p[o], y[o], w[o]
+    pos, neg = (w * y).sum(), (w * (1 - y)).sum()
+    return float((w * y * np.cumsum(w * (1 - y))).sum() / (pos * neg)) if pos and neg else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tune", action="append", required=True, help="a tune directory; repeat")
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--output", default=None, help="the model fitted on every group (JSON)")
+    args = ap.parse_args()
+    groups = [g for t in args.tune for g in outline_groups(t)]
+    if not groups:
+        raise SystemExit("outline_groups: no outline group in the tune directories")
+    X, y, w, gid = site_matrix(groups)
+    projects = sorted({g["project"] for g in groups})
+    fold = {p: i % args.folds for i, p in enumerate(np.random.default_rng(0).permutation(projects))}
+    site_fold = np.array([fold[groups[k]["project"]] for k in gid])
+    pred = np.zeros(len(X))
+    for k in range(args.folds):
+        te = site_fold == k
+        pred[te] = predict(fit(X[~te], y[~te], w[~te]), X[te])
+    print(f"{len(groups)} groups ({sum(g['won'] for g in groups)} won) from {len(projects)} projects, "
+          f"{len(X)} sites; project-CV AUC {auc(pred, y, w):.3f}")
+    delta = np.array([g["delta"] for g in groups])
+    group_p = np.array([pred[gid == k].mean() for k in range(len(groups))])
+    print(f"all winning groups: {delta[delta < 0].sum():+.0f} B")
+    for t in (0.3, 0.5, 0.7):
+        sel = group_p > t
+        print(f"refused at P > {t}: {sel.sum()} groups, {delta[sel].sum():+.0f} B "
+              f"(won {delta[sel & (delta < 0)].sum():+.0f}, lost {delta[sel & (delta > 0)].sum():+.0f})")
+    if args.output:
+        mu, sd, beta, b = fit(X, y, w)
+        with open(args.output, "w") as f:
+            json.dump({"features": list(FEATURES), "log": [x not in LINEAR for x in FEATURES], "mean": mu.tolist(),
+                       "std": sd.tolist(), "w": beta.tolist(), "b": b}, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
