@@ -106,8 +106,8 @@ class Passes:
         if new and self.per_module is None:
             # a deadline: each module's starts in its probe's task (no stage waits for the slowest module).
             # First the modules that try the start policy (on validation nothing else finds as much per
-            # compile), the smallest first: a very big module (one compile
-            # can take minutes) does not hold back the others
+            # compile), the smallest first: a very big module (one compile can take minutes) does not hold
+            # back the others
             order = sorted(new, key=lambda m: (self.starts_of.of(m.language)[1] is None, m.size))
             self._timed("probe and starts", lambda: self._run(
                 [SearchTask(m.to_task(), self.PROBE + self.starts_of.cost(m.language), deadline=self.deadline,
