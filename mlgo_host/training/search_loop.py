@@ -142,12 +142,13 @@ def train_search(
 def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, workers, compiles, thresholds,
                max_growth, heldout, seed, progress, deadline=None) -> dict[str, Any]:
     base_dir = state.get("best_policy")
+    data = _read_data(root_dir)  # (read once: the search's prior learns from it, then this round joins it)
     t0 = time.monotonic()
-    results = _cached_search_round(root_dir, pool, r, base_dir, train_mods, state, compiles, progress, deadline)
-    planned = compiles
+    results = _cached_search_round(root_dir, pool, r, base_dir, train_mods, state, compiles, progress, deadline,
+                                   earlier=_seen(data))
     t_search = time.monotonic() - t0
     _note_modules(state, results, r)
-    data = _merge_round(root_dir, r, results)
+    data = _merge_round(root_dir, r, results, data)
     seen = _seen(data)
     if not seen:
         raise ConfigError(f"round {r}: the time was up before the search measured any module "
@@ -162,7 +163,7 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, worker
     gate, table, val = _choose_gate(pool, policy_dir, val_mods, thresholds, max_growth, progress, r)
     set_gate(policy_dir, gate, chosen_on="validation", round=r, table={str(k): v for k, v in table.items()})
     t_gate = time.monotonic() - t2
-    row = _round_row(r, results, data, fit, gate, val, t_search, t_train, t_gate, planned)
+    row = _round_row(r, results, data, fit, gate, val, t_search, t_train, t_gate, compiles)
     if state.get("best_val") is None or val["size_change_pct"] < state["best_val"]:
         state["best_val"], state["best_round"] = val["size_change_pct"], r
         state["best_policy"] = policy_dir
@@ -174,15 +175,15 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, worker
     return row
 
 
-def _cached_search_round(root_dir, pool, r, base_dir, mods, state, compiles, progress, deadline=None) -> list[dict]:
+def _cached_search_round(root_dir, pool, r, base_dir, mods, state, compiles, progress, deadline=None,
+                         earlier: Sequence[dict] = ()) -> list[dict]:
     """The round's search results, computed once: a run killed after the
     search (the longest step) resumes with its results."""
     path = os.path.join(root_dir, "search", f"round-{r}.pkl")
     if os.path.exists(path):
         with open(path, "rb") as f:
             return pickle.load(f)
-    results = _search_round(pool, r, base_dir, mods, state, compiles, progress, deadline,
-                            earlier=_seen(_read_data(root_dir)))
+    results = _search_round(pool, r, base_dir, mods, state, compiles, progress, deadline, earlier)
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         pickle.dump(results, f, protocol=pickle.HIGHEST_PROTOCOL)
     return results
@@ -243,11 +244,12 @@ def _seen(data: dict) -> list[dict]:
     return list(data["best"].values()) + data["flip_only"]
 
 
-def _merge_round(root_dir: str, r: int, results: list[dict]) -> dict:
-    """Each module's best trajectory over all rounds and every flip tried;
+def _merge_round(root_dir: str, r: int, results: list[dict], data: dict | None = None) -> dict:
+    """Each module's best trajectory over all rounds and every flip tried
+    (``data``: what :func:`_read_data` gave, when the caller has it);
     the round's results are kept under ``search/``."""
     path = os.path.join(root_dir, "search", "data.pkl")
-    data = _read_data(root_dir)
+    data = _read_data(root_dir) if data is None else data
     if r in data["merged"]:  # a resumed run: this round is in already
         return data
     data["merged"].append(r)
