@@ -39,7 +39,7 @@ from mlgo_host.fsutil import atomic_write_json  # noqa: E402
 _POLICY = None  # the policy of this worker process (loaded once)
 
 
-def _init(policy: str, clang: str) -> None:
+def _init(policy: str) -> None:
     global _POLICY
     from mlgo_host.policies import load_policy
     from mlgo_host.shipped import resolve_policy
@@ -91,7 +91,7 @@ def measure(path: str, heldout: bool, policy: str, args, tmp: str) -> dict:
     for d in ("oz", "pol"):
         os.makedirs(os.path.join(tmp, d), exist_ok=True)
     failed = {}
-    with multiprocessing.Pool(args.jobs, initializer=_init, initargs=(policy, args.clang)) as pool:
+    with multiprocessing.Pool(args.jobs, initializer=_init, initargs=(policy,)) as pool:
         jobs = [(m, args.clang, *obj[m.name], args.timeout) for m in mods]
         for name, err in pool.imap_unordered(_compile_both, jobs):
             if err:
@@ -162,4 +162,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from mlgo_host.cli import ends_quietly
+
+    sys.exit(ends_quietly(main))

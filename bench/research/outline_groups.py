@@ -139,4 +139,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from mlgo_host.cli import ends_quietly
+
+    sys.exit(ends_quietly(main))
