@@ -1,4 +1,5 @@
-"""Atomic file writes: a reader (or a crash) never sees half a file."""
+"""Atomic file writes (a reader or a crash never sees half a file) and
+scratch directories that a signal cannot leave behind."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import tempfile
 import threading
 from typing import Any, Iterator
@@ -68,3 +70,33 @@ def replace_dir(tmp_dir: str, final_dir: str) -> None:
     os.rename(tmp_dir, final_dir)
     if old:
         shutil.rmtree(old, ignore_errors=True)
+
+
+#: the signals a CLI turns into an unwinding exception (:func:`mlgo_host.channel.fifo.install_signal_cleanup`)
+_UNWINDING = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT}
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold the unwinding signals for the block: one that arrives is
+    delivered when the block ends, so its exception cannot fall between a
+    directory's creation and the ``try`` that removes it, or cut a removal
+    short."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _UNWINDING)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str) -> Iterator[str]:
+    """A private temp directory for the block, removed when it ends however
+    it ends, a SIGTERM to the process group included."""
+    with _signals_held():
+        tmp = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield tmp
+    finally:
+        with _signals_held():
+            shutil.rmtree(tmp, ignore_errors=True)

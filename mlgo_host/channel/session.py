@@ -12,8 +12,6 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import os
-import shutil
-import tempfile
 import threading
 import time
 from typing import Any, Callable, Protocol
@@ -25,6 +23,7 @@ from mlgo_host.channel.codec import _OBS_PREFIX, Context, Decoder, Header, Obser
 from mlgo_host.channel.fifo import Channel
 from mlgo_host.channel.process import CompilerProcess, output_of
 from mlgo_host.errors import ChannelTimeout, CompilerError, ConfigError, MlgoHostError, ProtocolError
+from mlgo_host.fsutil import scratch_dir
 
 class Policy(Protocol):
     """Who answers the decisions (structural: the channel floor does not
@@ -618,14 +617,13 @@ def _stop_after_failure(proc: CompilerProcess, e: MlgoHostError, deadline: float
 def run_without_channel(cmd: list[str], *, timeout: float = 300.0, cwd: str | None = None, env: dict | None = None) -> tuple[int, str]:
     """Run the compiler without the channel (the default heuristic).
     Returns (returncode, stderr tail); kills the group on timeout."""
-    d = tempfile.mkdtemp(prefix="mlgo-plain-")
-    proc = CompilerProcess(list(cmd), os.path.join(d, "compiler.log"), cwd=cwd, env=env)
-    try:
-        rc = proc.wait(timeout)
-        if rc is None:
-            proc.kill()
-            raise ChannelTimeout(f"plain compile did not finish within {timeout:g} s")
-        return rc, proc.stderr_tail()
-    finally:
-        proc.close()
-        shutil.rmtree(d, ignore_errors=True)
+    with scratch_dir("mlgo-plain-") as d:
+        proc = CompilerProcess(list(cmd), os.path.join(d, "compiler.log"), cwd=cwd, env=env)
+        try:
+            rc = proc.wait(timeout)
+            if rc is None:
+                proc.kill()
+                raise ChannelTimeout(f"plain compile did not finish within {timeout:g} s")
+            return rc, proc.stderr_tail()
+        finally:
+            proc.close()

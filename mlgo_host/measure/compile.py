@@ -20,8 +20,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Sequence
@@ -31,7 +29,7 @@ from mlgo_host.channel.session import run_without_channel
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.episode import Episode, EpisodeRecorder
 from mlgo_host.errors import CompilerError, MlgoHostError
-from mlgo_host.fsutil import atomic_write_bytes
+from mlgo_host.fsutil import atomic_write_bytes, scratch_dir
 from mlgo_host.measure.sizes import compiler_version, text_size
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -143,11 +141,8 @@ def compile_module(
 @contextlib.contextmanager
 def _scratch(prefix: str) -> Iterator[tuple[str, str]]:
     """A temp directory and the object path in it; always removed."""
-    tmp = tempfile.mkdtemp(prefix=prefix)
-    try:
+    with scratch_dir(prefix) as tmp:
         yield tmp, os.path.join(tmp, "module.o")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _object_size(name: str, returncode: int, tail: str, out: str, llvm_size: str | None, clang: str, t0: float,

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.episode import Episode
 from mlgo_host.errors import CompilerError
+from mlgo_host.fsutil import scratch_dir
 from mlgo_host.measure.compile import compile_module
 from mlgo_host.measure.objsizes import object_sizes
 from mlgo_host.measure.sizes import llvm_tool
@@ -55,8 +54,7 @@ def compile_with_remarks(module: Module, clang: str, timeout: float) -> tuple[st
     object's sizes with the keys it inlined (what a replay of the
     compiler's own decisions should give)."""
     t0 = time.monotonic()
-    tmp = tempfile.mkdtemp(prefix="mlgo-plain-")
-    try:
+    with scratch_dir("mlgo-plain-") as tmp:
         out = os.path.join(tmp, "module.o")
         cmd = module.compile_command(clang, out) + ["-Rpass=inline"]
         try:
@@ -66,8 +64,6 @@ def compile_with_remarks(module: Module, clang: str, timeout: float) -> tuple[st
         if r.returncode != 0:
             raise CompilerError(f"module {module.name!r}: the plain compile failed", r.returncode, r.stderr[-2000:])
         return r.stderr, Measured(object_sizes(out), inlined_keys(r.stderr), time.monotonic() - t0)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def record_flags(path: str) -> list[str]:
@@ -86,8 +82,7 @@ def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str
     this very command (another policy's start) that kept it; the probe then
     costs its channel compile only."""
     t0 = time.monotonic()
-    tmp = tempfile.mkdtemp(prefix="mlgo-probe-")
-    try:
+    with scratch_dir("mlgo-probe-") as tmp:
         rec = os.path.join(tmp, "record.yaml")
         res = compile_module(module, policy, clang=clang, llvm_size=llvm_size, timeout=timeout, record=True,
                              extra_args=record_flags(rec))
@@ -95,8 +90,6 @@ def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str
             raise CompilerError(f"module {module.name!r}: the probe compile failed: {res.reason}")
         with open(rec, encoding="utf-8", errors="replace") as f:
             remarks = read_remarks(f.read())
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     ep = res.episode
     if len(remarks) != ep.n:
         raise CompilerError(f"module {module.name!r}: {len(remarks)} inliner remarks for {ep.n} channel decisions "

@@ -27,15 +27,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Iterable
 
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.errors import CompilerError
+from mlgo_host.fsutil import scratch_dir
 from mlgo_host.measure.objsizes import ObjectSizes, object_sizes
 from mlgo_host.search.sites import Site, inlined_keys
 
@@ -124,10 +123,7 @@ class ReplayEvaluator:
         """:meth:`compile` into a temp directory (always removed): the sizes
         and the keys the compiler inlined."""
         t0 = time.monotonic()
-        tmp = tempfile.mkdtemp(prefix="mlgo-replay-")
-        try:
+        with scratch_dir("mlgo-replay-") as tmp:
             out = os.path.join(tmp, "module.o")
             remarks = self.compile(inline, out, ir, scope, release)
             return Measured(object_sizes(out), inlined_keys(remarks), time.monotonic() - t0)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
