@@ -117,14 +117,20 @@ def main() -> int:
     with open(os.path.join(root, "recipe.json"), "w") as f:
         json.dump(recipe, f, indent=1)
     if not args.no_install:
-        from mlgo_host.policies.saved import say_no_saved_model
+        from mlgo_host.policies.saved import language_parts, say_no_saved_model, set_language_part
 
+        # the parts per language are made apart (bench/outline_model.py): a new network keeps them
+        parts = {lang: p.model for lang, p in language_parts(INSTALL).items()} if os.path.isdir(INSTALL) else {}
         shutil.rmtree(INSTALL, ignore_errors=True)
         os.makedirs(INSTALL)
         for name in SHIPPED_FILES:
             src = os.path.join(policy, name)
             (shutil.copytree if os.path.isdir(src) else shutil.copy2)(src, os.path.join(INSTALL, name))
         say_no_saved_model(INSTALL)  # its metadata names only files it ships
+        for lang, model in parts.items():
+            model_file = os.path.join(root, f"{lang}_outline.json")
+            model.save(model_file)
+            set_language_part(INSTALL, lang, model_file)
         with open(os.path.join(INSTALL, "recipe.json"), "w") as f:
             json.dump(recipe, f, indent=1)
     for k in ("heldout", "external"):

@@ -38,5 +38,10 @@ class Policy:
         policies return log-probability 0."""
         return self.act(obs), 0.0
 
+    def for_language(self, language: str | None) -> "Policy":
+        """The policy that answers a compile of ``language`` ("C", "C++";
+        None: not known): itself, unless it holds one per language."""
+        return self
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"

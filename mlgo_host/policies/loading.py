@@ -16,14 +16,19 @@ from mlgo_host.shipped import SHIPPED, resolve_policy
 def load_base_policy(name_or_path: str, seed: int = 0, greedy: bool = True) -> Policy:
     """A heuristic by name (default, never, always, random), a policy that
     ships in the package by name (:data:`SHIPPED`) or a saved policy
-    directory (loaded with numpy only)."""
+    directory (loaded with numpy only; with its policies per language when
+    its metadata names some)."""
     if name_or_path in HEURISTICS:
         return make_heuristic(name_or_path, seed=seed)
     name_or_path = resolve_policy(name_or_path)
     if os.path.isdir(name_or_path):
-        from mlgo_host.policies.saved import load_saved_policy  # numpy: only when a saved policy is named
+        # (numpy: only when a saved policy is named)
+        from mlgo_host.policies.outline import ByLanguage
+        from mlgo_host.policies.saved import language_parts, load_saved_policy
 
-        return load_saved_policy(name_or_path, greedy=greedy, seed=seed)
+        policy = load_saved_policy(name_or_path, greedy=greedy, seed=seed)
+        parts = language_parts(name_or_path)
+        return ByLanguage(policy, parts) if parts else policy
     raise ConfigError(
         f"policy {name_or_path!r} is neither a heuristic ({', '.join(HEURISTICS)}), a shipped policy "
         f"({', '.join(SHIPPED)}) nor a saved policy directory (nor an existing replay file)")

@@ -36,6 +36,7 @@ import subprocess
 from mlgo_host.errors import ConfigError
 from mlgo_host.formats import read_format_json
 from mlgo_host.policies.actor import ACTIVATIONS, NumpyActor, NumpyPolicy
+from mlgo_host.policies.base import Policy
 from mlgo_host.policies.specs import PolicySpec
 from mlgo_host.policies.vocab import BUCKETS_SUFFIX, NormConfig, Vocab
 
@@ -48,6 +49,10 @@ OUTPUT_SPEC = "output_spec.json"
 #: metadata fields that name a file or directory of the policy directory
 #: (None: the directory has none, e.g. a copy made for numpy readers only)
 FILE_FIELDS = ("saved_model",)
+#: metadata field naming the policies that answer one language's compiles instead
+BY_LANGUAGE = "by_language"
+#: the source languages a compile can be told apart by
+LANGUAGES = ("C", "C++")
 
 
 class SavedPolicy:
@@ -134,7 +139,42 @@ def gate_of(metadata: dict, path: str = "") -> float | None:
 
 def named_files(metadata: dict) -> list[str]:
     """The files and directories (relative paths) a policy's metadata names."""
-    return [str(metadata[k]) for k in FILE_FIELDS if metadata.get(k)]
+    return [str(metadata[k]) for k in FILE_FIELDS if metadata.get(k)] + \
+        [str(f) for f in (metadata.get(BY_LANGUAGE) or {}).values()]
+
+
+def language_parts(path: str, metadata: dict | None = None) -> dict[str, Policy]:
+    """The policies of saved policy ``path`` that answer the compiles of one
+    language in its place (metadata ``by_language``: language -> an
+    :mod:`outline model <mlgo_host.policies.outline>` file of the directory)."""
+    from mlgo_host.policies.outline import OutlineModel, OutlinePolicy
+
+    md = read_metadata(path) if metadata is None else metadata
+    parts = md.get(BY_LANGUAGE) or {}
+    if not isinstance(parts, dict) or not set(parts) <= set(LANGUAGES):
+        raise ConfigError(f"{os.path.join(path, METADATA)}: bad {BY_LANGUAGE} {parts!r} "
+                          f"(expected {{language: file}}, languages {', '.join(LANGUAGES)})")
+    name = os.path.basename(os.path.normpath(path)) or "saved"
+    return {lang: OutlinePolicy(OutlineModel.load(os.path.join(path, str(f))), name=f"{name}[{lang}]")
+            for lang, f in parts.items()}
+
+
+def set_language_part(path: str, language: str, model_file: str) -> None:
+    """Make the outline model ``model_file`` answer saved policy ``path``'s
+    compiles of ``language``: copied into the directory, named in its
+    metadata (atomically)."""
+    from mlgo_host.fsutil import atomic_write_bytes, atomic_write_json
+    from mlgo_host.policies.outline import OutlineModel
+
+    if language not in LANGUAGES:
+        raise ConfigError(f"language {language!r}: expected one of {', '.join(LANGUAGES)}")
+    OutlineModel.load(model_file)  # a bad model fails here, not at its first compile
+    md = read_metadata(path)
+    name = f"{language.lower().replace('+', 'x')}_outline.json"
+    with open(model_file, "rb") as f:
+        atomic_write_bytes(os.path.join(path, name), f.read())
+    md[BY_LANGUAGE] = dict(md.get(BY_LANGUAGE) or {}, **{language: name})
+    atomic_write_json(os.path.join(path, METADATA), md)
 
 
 def copy_without_saved_model(src: str, dest: str) -> None:

@@ -45,7 +45,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from mlgo_host.corpus.build import LOCATION_TRACKING
-from mlgo_host.corpus.corpus import Module
+from mlgo_host.corpus.corpus import Module, command_language
 from mlgo_host.corpus.identity import IdentityIndex, command_identity, project_root, read_sources, relative_identity
 from mlgo_host.errors import ConfigError
 from mlgo_host.formats import read_format_json
@@ -216,7 +216,10 @@ class TunedPolicies:
         return ReplayPolicy(replay, self._base(replay), name=f"tuned:{name}"), name
 
     def for_compile(self, argv, cwd: str, source: str, output: str) -> tuple[Policy | None, str | None]:
-        return self.for_module(self.tuned.match(argv, cwd, source, output))
+        policy, name = self.for_module(self.tuned.match(argv, cwd, source, output))
+        if name is None and policy is not None:  # (the fallback answers as it would without T)
+            policy = policy.for_language(command_language(argv, source))
+        return policy, name
 
     def outcome(self, policy: Any, name: str | None) -> dict:
         """The stats fields of a finished compile made with ``for_*``'s answer."""

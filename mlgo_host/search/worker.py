@@ -98,6 +98,7 @@ def _shipped_prior(name: str, compiler_slot: str):
 def _probs_of(policy: Policy, compiler_slot: str | None):
     """P(inline) of a numpy policy over a batch of records (named as the
     compiler names its features; the inputs read by meaning), or None."""
+    policy = policy.for_language(None)  # (the network of a policy with parts per language)
     check = getattr(policy, "check_meanings", None)
     if check is None:
         return None

@@ -40,6 +40,7 @@ from mlgo_host.channel.problems import get_problem, ready_advisor
 from mlgo_host.channel.fifo import Channel
 from mlgo_host.channel.session import serve_channel
 from mlgo_host.collected import save_episode
+from mlgo_host.corpus.corpus import command_language
 from mlgo_host.episode import EpisodeRecorder
 from mlgo_host.errors import ConfigError, MlgoHostError
 from mlgo_host.measure.sizes import text_size
@@ -337,7 +338,7 @@ class Slot(threading.Thread):
         """(policy, tuned module or None) of a compile: with --replay, its
         tuned module's replay when the compile is one, else the slot's."""
         if self.tuned is None:
-            return self.policy, None
+            return self.policy.for_language(command_language(req.get("argv") or [], req.get("source") or "")), None
         try:
             return self.tuned.for_compile(req.get("argv") or [], req.get("cwd") or "/", req.get("source") or "",
                                           req.get("output") or "")

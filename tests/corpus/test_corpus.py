@@ -506,3 +506,16 @@ def test_combined_corpora_keep_names_and_projects(corpus_dir, tmp_path, capsys):
     (tmp_path / "busy" / "notes.txt").write_text("mine")
     assert main(["corpus", "combine", str(other), "--output", str(tmp_path / "busy")]) == 2
     assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"
+
+
+def test_a_compile_commands_language_is_its_x_else_its_source_else_its_driver():
+    from mlgo_host.corpus.corpus import command_language
+
+    assert command_language(["clang-19", "-Oz", "-c", "a.c", "-o", "a.o"]) == "C"
+    assert command_language(["clang-19", "-c", "src/a.cpp"]) == "C++"
+    assert command_language(["clang-19", "-x", "c++", "-c", "a.c"]) == "C++"
+    assert command_language(["clang-19", "-xc", "-c", "a.cc"]) == "C"
+    assert command_language(["clang-19", "-x", "ir", "-c", "a.bc"]) is None
+    assert command_language(["clang++-19", "-c", "gen"]) == "C++"
+    assert command_language(["clang-19", "-c", "gen"], source="/p/x.cc") == "C++"
+    assert command_language(["clang-19", "-c", "a.s"]) is None

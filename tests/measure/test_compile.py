@@ -115,6 +115,16 @@ def test_never_inline_changes_the_size_and_record_gives_the_episode(corpus, priv
     assert list(private_tmp.iterdir()) == []
 
 
+def test_a_policy_with_parts_per_language_answers_a_module_with_its_languages_part(corpus):
+    from mlgo_host.policies.outline import ByLanguage
+
+    m = corpus["mathx"]
+    assert m.language == "C"
+    by_c = compile_module(m, ByLanguage(load_policy("never"), {"C": load_policy("default")}), clang=CLANG)
+    by_base = compile_module(m, ByLanguage(load_policy("never"), {"C++": load_policy("default")}), clang=CLANG)
+    assert by_c.text_size == plain_size(m, clang=CLANG) and set(by_base.decisions) == {"0"}
+
+
 def test_failures_are_results_with_a_reason(corpus, tmp_path, private_tmp, monkeypatch):
     # The fake compilers never reach the channel: skip the default-slot detection.
     monkeypatch.setenv("MLGO_INLINE_DEFAULT_SLOT", "callee_basic_block_count")

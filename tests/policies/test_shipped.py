@@ -1,7 +1,7 @@
 """The policy that ships in the package (``--policy pretrained-oz``, rebuilt
 by ``make pretrain``): it loads by name with numpy only, says what it was
-trained with, runs on every installed clang, and with its gate closed is
-exactly clang's own -Oz."""
+trained with, runs on every installed clang, and with its gate closed its
+network is exactly clang's own -Oz."""
 
 from __future__ import annotations
 
@@ -48,7 +48,8 @@ def test_every_file_a_shipped_policys_metadata_names_is_shipped():
 
 
 def test_it_runs_on_every_clang_and_with_its_gate_closed_is_exactly_oz(toolchain, tmp_path):
-    src = tmp_path / "m.c"
+    # (a C++ file: the network answers C++; C has its own part, tests/policies/test_outline.py)
+    src = tmp_path / "m.cc"
     src.write_text(synth.inline_module(200, seed=5))
     plain = tmp_path / "plain.o"
     subprocess.run([toolchain.clang, "-Oz", "-c", str(src), "-o", str(plain)], check=True)

@@ -1,4 +1,4 @@
-"""Which outline groups win, and does a model of them carry over to other projects?
+"""Fit the outline model (:mod:`mlgo_host.policies.outline`): which outline groups win.
 
 An *outline group* is a flip `tune` measures (kind ``outline``): a callee left
 out at every site `-Oz` inlined it.  On C they hold most of what `tune` finds.
@@ -9,21 +9,17 @@ logistic model of "the group won" on them (each site weighted 1 / the group's
 sites; features log-scaled and standardized).  It reports the model's AUC and
 the bytes the groups it would refuse won and lost, by project-grouped
 cross-validation (5 folds of projects: a project is never in its own fold's
-training), and writes the model fitted on every group.
+training), and writes the model fitted on every group, with the threshold
+given (chosen on validation projects: docs/results.md), as an outline model
+file.  The shipped policy's C part is one (docs/training.md has its recipe).
 
-A policy from it (`-Oz`'s decision, except an inlining of a callee with at least
-two uses, not its last call to a static callee, refused where the model's
-P(win) is over a threshold) is measured in docs/results.md; the package does
-not ship it.
-
-usage: .venv/bin/python bench/research/outline_groups.py --tune T1 [--tune T2 ...] [--output model.json]
+usage: .venv/bin/python bench/outline_model.py --tune T1 [--tune T2 ...] [--output model.json --threshold 0.5]
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import pickle
 import sys
@@ -31,7 +27,9 @@ import sys
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from mlgo_host.policies.outline import OutlineModel  # noqa: E402
 
 #: the decision features the model reads (the clang-19 slot that carries -Oz's decision is left out)
 FEATURES = ("callee_users", "cost_estimate", "callsite_cost", "is_multiple_blocks",
@@ -108,7 +106,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tune", action="append", required=True, help="a tune directory; repeat")
     ap.add_argument("--folds", type=int, default=5)
-    ap.add_argument("--output", default=None, help="the model fitted on every group (JSON)")
+    ap.add_argument("--output", default=None, help="write the model fitted on every group here (outline model JSON)")
+    ap.add_argument("--threshold", type=float, default=0.5,
+                    help="the model's P(win) over which the policy refuses an inlining")
+    ap.add_argument("--install", metavar="POLICY_DIR", default=None,
+                    help="with --output: make the model answer POLICY_DIR's C compiles (e.g. "
+                         "mlgo_host/data/policies/pretrained-oz)")
     args = ap.parse_args()
     groups = [g for t in args.tune for g in outline_groups(t)]
     if not groups:
@@ -132,9 +135,14 @@ def main() -> int:
               f"(won {delta[sel & (delta < 0)].sum():+.0f}, lost {delta[sel & (delta > 0)].sum():+.0f})")
     if args.output:
         mu, sd, beta, b = fit(X, y, w)
-        with open(args.output, "w") as f:
-            json.dump({"features": list(FEATURES), "log": [x not in LINEAR for x in FEATURES], "mean": mu.tolist(),
-                       "std": sd.tolist(), "w": beta.tolist(), "b": b}, f)
+        OutlineModel(FEATURES, np.array([x not in LINEAR for x in FEATURES]), mu, sd, beta, float(b), args.threshold,
+                     {"groups": len(groups), "won": int(sum(g["won"] for g in groups)), "projects": len(projects),
+                      "sites": len(X), "project_cv_auc": round(auc(pred, y, w), 4)}).save(args.output)
+        if args.install:
+            from mlgo_host.policies.saved import set_language_part
+
+            set_language_part(args.install, "C", args.output)
+            print(f"{args.install}: its C compiles are answered by {args.output}'s outline model")
     return 0
 
 

@@ -1,0 +1,126 @@
+"""The outline rule: ``-Oz``'s inlining decisions, except that an inlining
+of a callee a model expects to be better left out everywhere is refused.
+
+On C, what a search finds over ``-Oz`` is mostly *outline groups*: a callee
+with several uses kept out of line at every site ``-Oz`` inlined it, so one
+body serves all its callers.  Single decisions do not show it, so a policy
+that imitates them does not learn it.  :class:`OutlineModel` is a logistic
+model of "the group won" over a site's decision features (log-scaled, then
+standardized); :class:`OutlinePolicy` refuses an inlining ``-Oz`` makes when
+the model's probability passes its threshold.  It never inlines more than
+``-Oz``, so it cannot start a cascade of inlinings.
+
+File format (JSON, ``mlgo_host.outline/1``): ``features`` (names as the
+compiler sends them), ``log`` (per feature: log-scaled), ``mean``, ``std``,
+``weights``, ``bias``, ``threshold`` and free-form ``trained_on``.
+``bench/outline_model.py`` fits one from tune directories.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+import numpy as np
+
+from mlgo_host.errors import ConfigError
+from mlgo_host.formats import read_format_json
+from mlgo_host.fsutil import atomic_write_json
+from mlgo_host.policies.base import Policy
+
+FORMAT = "mlgo_host.outline/1"
+#: the features that say whether a site may be an outline group's at all
+USERS, LAST_CALL = "callee_users", "last_call_to_static_bonus"
+
+
+@dataclasses.dataclass(frozen=True)
+class OutlineModel:
+    features: tuple[str, ...]
+    log: np.ndarray
+    mean: np.ndarray
+    std: np.ndarray
+    weights: np.ndarray
+    bias: float
+    threshold: float
+    trained_on: dict = dataclasses.field(default_factory=dict)
+
+    def probability(self, x: np.ndarray) -> float:
+        """P(the group of a site with raw features ``x`` wins)."""
+        x = np.where(self.log, np.sign(x) * np.log1p(np.abs(x)), x)
+        z = float(((x - self.mean) / self.std) @ self.weights + self.bias)
+        return 1.0 / (1.0 + math.exp(-z)) if z > -500 else 0.0
+
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "features": list(self.features), "log": self.log.tolist(),
+                "mean": self.mean.tolist(), "std": self.std.tolist(), "weights": self.weights.tolist(),
+                "bias": self.bias, "threshold": self.threshold, "trained_on": self.trained_on}
+
+    def save(self, path: str | os.PathLike) -> None:
+        atomic_write_json(os.fspath(path), self.to_json())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "OutlineModel":
+        doc = read_format_json(path, FORMAT, "outline model")
+        try:
+            feats = tuple(str(f) for f in doc["features"])
+            arrays = [np.asarray(doc[k], dtype=float) for k in ("log", "mean", "std", "weights")]
+            model = cls(feats, arrays[0].astype(bool), *arrays[1:], float(doc["bias"]), float(doc["threshold"]),
+                        dict(doc.get("trained_on") or {}))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"{os.fspath(path)}: bad outline model: {e}") from None
+        if any(a.shape != (len(feats),) for a in (model.log, model.mean, model.std, model.weights)) \
+                or not np.all(model.std > 0):
+            raise ConfigError(f"{os.fspath(path)}: bad outline model: one value per feature, every std > 0")
+        return model
+
+
+class OutlinePolicy(Policy):
+    """``-Oz``'s decision, except an inlining of a callee with at least two
+    uses (not its last call to a static callee) that :class:`OutlineModel`
+    says is better left out. Inliner only."""
+
+    def __init__(self, model: OutlineModel, name: str = "outline"):
+        self.model, self.name = model, name
+
+    def bind(self, header, advisor) -> None:
+        missing = [f for f in (*self.model.features, USERS, LAST_CALL) if header.feature(f) is None]
+        if missing:
+            raise ConfigError(f"outline policy {self.name!r}: the compiler sends no {', '.join(missing)} "
+                              "(an inliner policy on another advisor?)")
+        super().bind(header, advisor)
+        self._default = advisor.default_advice
+
+    def act(self, obs):
+        d = self._default(obs)
+        if d != 1 or _value(obs, USERS) < 2 or _value(obs, LAST_CALL) != 0:
+            return d
+        x = np.array([_value(obs, f) for f in self.model.features])
+        return 0 if self.model.probability(x) > self.model.threshold else d
+
+
+def _value(obs, name: str) -> float:
+    """Feature ``name`` of a decision (a one-element tensor) as a number."""
+    return float(np.ravel(obs[name])[0])
+
+
+class ByLanguage(Policy):
+    """One policy per source language, ``base`` for the others and for a
+    compile whose language is not known (a session's own ``act``)."""
+
+    def __init__(self, base: Policy, parts: dict[str, Policy]):
+        self.base, self.parts = base, dict(parts)
+        self.name = base.name
+        self.stochastic = base.stochastic
+
+    def for_language(self, language: str | None) -> Policy:
+        return self.parts.get(language, self.base) if language else self.base
+
+    def bind(self, header, advisor) -> None:
+        self.base.bind(header, advisor)
+
+    def act(self, obs):
+        return self.base.act(obs)
+
+    def act_logp(self, obs):
+        return self.base.act_logp(obs)
