@@ -20,7 +20,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "mlgo_host"
 
 # floor -> the top-level modules / sub-packages of mlgo_host on it
 FLOORS: dict[int, tuple[str, ...]] = {
-    1: ("errors", "formats", "fsutil", "procs", "progress", "shipped"),
+    1: ("errors", "formats", "fsutil", "languages", "procs", "progress", "shipped"),
     2: ("channel",),
     3: ("episode", "collected"),
     4: ("policies",),

@@ -29,6 +29,7 @@ from mlgo_host.channel.advisors import ADVISORS, Advisor, get_advisor
 from mlgo_host.channel.default_slot import default_slot as compiler_default_slot
 from mlgo_host.channel.session import SessionResult, run_session
 from mlgo_host.errors import ConfigError
+from mlgo_host.languages import command_language
 
 #: how a learned policy acts: one of two actions (inline or not) ...
 BINARY = "binary"
@@ -100,7 +101,11 @@ def ready_and_run(cmd: list[str], advisor: Advisor | str, policy, *, timeout: fl
     """:func:`~mlgo_host.channel.session.run_session` of ``cmd`` with the
     advisor readied for its compiler: a first compile's slot detection and the compile
     itself share ``timeout`` (every deadline a user gives bounds all that is
-    done on their behalf)."""
+    done on their behalf).  A policy with a part per source language answers
+    with the part of ``cmd``'s language."""
     t0 = time.monotonic()
     adv = ready_advisor(advisor, cmd[0], timeout) if cmd else advisor  # no command: run_session says so
+    for_language = getattr(policy, "for_language", None)
+    if for_language is not None:
+        policy = for_language(command_language(cmd))
     return run_session(cmd, adv, policy, timeout=timeout, start=t0, **session_options)

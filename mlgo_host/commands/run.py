@@ -129,9 +129,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         from mlgo_host.policies import load_policy
 
-        from mlgo_host.corpus.corpus import command_language
-
-        policy = load_policy(args.policy, seed=args.seed, greedy=not args.sample).for_language(command_language(cmd))
+        policy = load_policy(args.policy, seed=args.seed, greedy=not args.sample)
     res = ready_and_run(cmd, args.advisor, policy, timeout=args.timeout, log_path=args.log, pin_cpu=args.pin)
     out = res.summary()
     out["policy"] = args.policy or "default"

@@ -31,6 +31,7 @@ from typing import Iterable, Iterator, Sequence
 
 from mlgo_host.corpus.driver_flags import strip_driver_flags
 from mlgo_host.errors import CorpusError
+from mlgo_host.languages import command_language
 
 DESCRIPTION = "corpus_description.json"
 
@@ -87,29 +88,6 @@ def clean_cc1(args: Sequence[str]) -> list[str]:
     return ["-cc1", "-emit-obj", *out]
 
 
-#: source suffixes compiled as C++ (the rest of a corpus is C)
-CXX_SUFFIXES = (".cc", ".cpp", ".cxx", ".c++", ".C", ".mm", ".hpp", ".hh")
-#: ``-x`` languages, as the language a policy can be chosen by
-X_LANGUAGES = {"c": "C", "c-header": "C", "objective-c": "C", "c++": "C++", "c++-header": "C++",
-               "objective-c++": "C++"}
-
-
-def command_language(argv: Sequence[str], source: str = "") -> str | None:
-    """"C", "C++" or None (bitcode, or not known): what a compile command
-    compiles, by its ``-x``, else its ``source`` or the first source file's
-    suffix, else its driver's name (``clang++``)."""
-    args = list(argv)
-    for i, a in enumerate(args):
-        if a == "-x" and i + 1 < len(args):
-            return X_LANGUAGES.get(args[i + 1])
-        if a.startswith("-x") and len(a) > 2:
-            return X_LANGUAGES.get(a[2:])
-    srcs = [source] if source else [a for a in args[1:] if not a.startswith("-") and a.endswith((".c", *CXX_SUFFIXES))]
-    if srcs:
-        return "C++" if srcs[0].endswith(CXX_SUFFIXES) else "C" if srcs[0].endswith(".c") else None
-    return "C++" if args and "++" in os.path.basename(args[0]) else None
-
-
 @dataclasses.dataclass(frozen=True)
 class Module:
     """One module of a corpus.
@@ -151,9 +129,7 @@ class Module:
     def language(self) -> str:
         """"C++" or "C": the source file's suffix, as its cc1 command names it
         (``-main-file-name``)."""
-        cmd = list(self.cmd)
-        main = cmd[cmd.index("-main-file-name") + 1] if "-main-file-name" in cmd[:-1] else ""
-        return "C++" if main.endswith(CXX_SUFFIXES) else "C"
+        return "C++" if command_language(self.cmd) == "C++" else "C"
 
     @property
     def key(self) -> str:

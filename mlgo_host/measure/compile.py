@@ -123,8 +123,6 @@ def compile_module(
     t0 = time.monotonic()
     if module.error is not None:
         return _failed(module.name, module.error, t0)
-    if policy is not None:
-        policy = policy.for_language(module.language)
     with _scratch("mlgo-mod-") as (tmp, out):
         try:
             cmd = module.compile_command(clang, out) + list(extra_args)

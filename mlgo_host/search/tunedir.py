@@ -45,11 +45,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from mlgo_host.corpus.build import LOCATION_TRACKING
-from mlgo_host.corpus.corpus import Module, command_language
+from mlgo_host.corpus.corpus import Module
 from mlgo_host.corpus.identity import IdentityIndex, command_identity, project_root, read_sources, relative_identity
 from mlgo_host.errors import ConfigError
 from mlgo_host.formats import read_format_json
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes, atomic_write_json
+from mlgo_host.languages import command_language
 from mlgo_host.policies import HEURISTICS, load_policy
 from mlgo_host.policies.base import Policy
 from mlgo_host.policies.replay import Replay, ReplayPolicy, read_replay

@@ -40,7 +40,7 @@ from mlgo_host.channel.problems import get_problem, ready_advisor
 from mlgo_host.channel.fifo import Channel
 from mlgo_host.channel.session import serve_channel
 from mlgo_host.collected import save_episode
-from mlgo_host.corpus.corpus import command_language
+from mlgo_host.languages import command_language
 from mlgo_host.episode import EpisodeRecorder
 from mlgo_host.errors import ConfigError, MlgoHostError
 from mlgo_host.measure.sizes import text_size

@@ -509,7 +509,7 @@ def test_combined_corpora_keep_names_and_projects(corpus_dir, tmp_path, capsys):
 
 
 def test_a_compile_commands_language_is_its_x_else_its_source_else_its_driver():
-    from mlgo_host.corpus.corpus import command_language
+    from mlgo_host.languages import command_language
 
     assert command_language(["clang-19", "-Oz", "-c", "a.c", "-o", "a.o"]) == "C"
     assert command_language(["clang-19", "-c", "src/a.cpp"]) == "C++"
@@ -519,3 +519,4 @@ def test_a_compile_commands_language_is_its_x_else_its_source_else_its_driver():
     assert command_language(["clang++-19", "-c", "gen"]) == "C++"
     assert command_language(["clang-19", "-c", "gen"], source="/p/x.cc") == "C++"
     assert command_language(["clang-19", "-c", "a.s"]) is None
+    assert command_language(["clang-19", "-cc1", "-main-file-name", "a.cpp", "-x", "ir", "a.bc"]) == "C++"
