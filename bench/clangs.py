@@ -15,7 +15,6 @@ usage: .venv/bin/python bench/clangs.py [--root bench_out] [--policy pretrained-
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil

@@ -20,7 +20,6 @@ Prints the figures and writes bench/results/eval.json (atomically).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil

@@ -97,7 +97,6 @@ def test_stats_into_head_ends_quietly_with_the_sigpipe_status(tmp_path):
 
 def test_stats_into_a_closed_pipe_ends_quietly(tmp_path):
     # the reader is gone before the first write: deterministic, however short the output
-    import os
     stats = _stats_file(tmp_path / "stats.jsonl", 3)
     r, w = os.pipe()
     os.close(r)

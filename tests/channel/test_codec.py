@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mlgo_host.channel import codec
-from mlgo_host.channel.codec import AdviceEncoder, Context, Decoder, Header, Observation, Outcome
+from mlgo_host.channel.codec import AdviceEncoder, Decoder, Header, Observation, Outcome
 from mlgo_host.channel.spec import C_TYPES, TensorSpec, record_dtype
 from mlgo_host.errors import ProtocolError
 

@@ -16,7 +16,6 @@ import pytest
 
 from conftest import leftovers, needs_clang, run_cli
 from mlgo_host.channel import codec
-from mlgo_host.channel.advisors import EvictAdvisor
 from mlgo_host.channel.problems import ready_advisor
 from mlgo_host.channel.session import run_session
 from mlgo_host.episode import EpisodeRecorder

@@ -7,7 +7,6 @@ chunking must give the same advice, counts, episode and training log."""
 from __future__ import annotations
 
 import json
-import os
 import struct
 import threading
 import time

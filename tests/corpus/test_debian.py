@@ -18,7 +18,7 @@ from mlgo_host.cli import main
 from mlgo_host.corpus import build as corpus_build
 from mlgo_host.corpus import apt, debian
 from mlgo_host.corpus.build import CompileEntry, build_module, load_compile_commands
-from mlgo_host.errors import ConfigError, CorpusError
+from mlgo_host.errors import ConfigError
 
 
 # -- the packages file ------------------------------------------------------------------

@@ -4,7 +4,6 @@ with the real clang-19 and llvm-size-19."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import stat
 import subprocess
 import tempfile

@@ -60,7 +60,7 @@ def _same_decisions_and_features(eps: dict, every_feature: bool = True) -> None:
     On libstdc++ code clang-22's cost analysis differs at a few sites (a
     handful of values of 7 features in 460 decisions), so C++ checks the
     decisions alone."""
-    (h19, a), (h22, b) = eps["clang-19"], eps["clang-22"]
+    (_, a), (_, b) = eps["clang-19"], eps["clang-22"]
     assert a.n == b.n and (a.actions == b.actions).all()
     fa, fb = a.features(), b.features()
     assert (fa[BUGGY_SLOT] == fb[FIXED_SLOT]).all()

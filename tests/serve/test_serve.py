@@ -9,12 +9,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
-from _serve_util import (CLANG, MLGO_CLANG, ServerProc, big_source, compiler_on_channel, mlgo_clang, needs_clang,
+from _serve_util import (MLGO_CLANG, ServerProc, big_source, compiler_on_channel, mlgo_clang, needs_clang,
                          pid_alive, plain_object, read_stats, wait_for, write_sources)
 from mlgo_host.measure.sizes import text_size
 from mlgo_host.serve import slots as S

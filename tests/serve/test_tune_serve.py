@@ -7,7 +7,6 @@ it all."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
