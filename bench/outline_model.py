@@ -106,6 +106,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tune", action="append", required=True, help="a tune directory; repeat")
     ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--exclude-project", action="append", default=[], metavar="PROJECT",
+                    help="leave this project's groups out (a validation project); repeat")
     ap.add_argument("--output", default=None, help="write the model fitted on every group here (outline model JSON)")
     ap.add_argument("--threshold", type=float, default=0.5,
                     help="the model's P(win) over which the policy refuses an inlining")
@@ -113,7 +115,7 @@ def main() -> int:
                     help="with --output: make the model answer POLICY_DIR's C compiles (e.g. "
                          "mlgo_host/data/policies/pretrained-oz)")
     args = ap.parse_args()
-    groups = [g for t in args.tune for g in outline_groups(t)]
+    groups = [g for t in args.tune for g in outline_groups(t) if g["project"] not in args.exclude_project]
     if not groups:
         raise SystemExit("outline_groups: no outline group in the tune directories")
     X, y, w, gid = site_matrix(groups)
