@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import tempfile
 import threading
 from typing import Any, Iterator
@@ -72,31 +71,52 @@ def replace_dir(tmp_dir: str, final_dir: str) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-#: the signals a CLI turns into an unwinding exception (:func:`mlgo_host.channel.fifo.install_signal_cleanup`)
-_UNWINDING = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT}
+class _Critical(threading.local):
+    depth = 0
+    pending: "BaseException | None" = None
+
+
+_critical = _Critical()
+
+
+def defer_raise(exc: BaseException) -> bool:
+    """For a signal handler that unwinds the stack: inside
+    :func:`signals_deferred` (in the thread the handler runs in), keep
+    ``exc`` to be raised when the section ends and return True; elsewhere
+    return False (the handler raises it itself)."""
+    if _critical.depth == 0:
+        return False
+    if _critical.pending is None:
+        _critical.pending = exc
+    return True
 
 
 @contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Hold the unwinding signals for the block: one that arrives is
-    delivered when the block ends, so its exception cannot fall between a
-    directory's creation and the ``try`` that removes it, or cut a removal
-    short."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _UNWINDING)
+def signals_deferred() -> Iterator[None]:
+    """A section no unwinding signal interrupts: one that arrives in it is
+    raised when it ends (handlers that call :func:`defer_raise`)."""
+    _critical.depth += 1
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        _critical.depth -= 1
+    if _critical.depth == 0 and _critical.pending is not None:
+        exc, _critical.pending = _critical.pending, None
+        raise exc
 
 
 @contextlib.contextmanager
 def scratch_dir(prefix: str) -> Iterator[str]:
     """A private temp directory for the block, removed when it ends however
-    it ends, a SIGTERM to the process group included."""
-    with _signals_held():
-        tmp = tempfile.mkdtemp(prefix=prefix)
+    it ends, a SIGTERM to the process group included: it is made and
+    removed in sections no signal interrupts, and one that arrived while it
+    was made is raised inside the ``try`` that removes it."""
+    tmp = None
     try:
+        with signals_deferred():
+            tmp = tempfile.mkdtemp(prefix=prefix)
         yield tmp
     finally:
-        with _signals_held():
-            shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            with signals_deferred():
+                shutil.rmtree(tmp, ignore_errors=True)

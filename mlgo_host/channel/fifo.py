@@ -21,6 +21,7 @@ import time
 from typing import Callable
 
 from mlgo_host.errors import ChannelTimeout
+from mlgo_host.fsutil import defer_raise
 
 
 class Channel:
@@ -185,7 +186,8 @@ def install_signal_cleanup(sigint: bool = False) -> None:
                 signal.signal(s, signal.SIG_IGN)
             except (ValueError, OSError):
                 pass
-        raise SignalExit(signum)
+        if not defer_raise(SignalExit(signum)):  # (in a scratch directory's making: raised when it is made)
+            raise SignalExit(signum)
 
     for sig in sigs:
         try:

@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from mlgo_host.channel.fifo import install_signal_cleanup
 from mlgo_host.errors import ConfigError, WorkerPoolError
+from mlgo_host.fsutil import defer_raise
 from mlgo_host.progress import progress_bar
 from mlgo_host.workers.tasks import Cancelled, EarlyExit, TaskOutcome, new_worker
 
@@ -39,7 +40,7 @@ def _worker_main(conn: Connection, factory: str, kwargs: dict, cpu: int | None) 
     running = [False]
 
     def on_cancel(signum, frame):
-        if running[0]:
+        if running[0] and not defer_raise(Cancelled()):
             raise Cancelled()
 
     signal.signal(signal.SIGUSR1, on_cancel)

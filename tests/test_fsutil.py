@@ -1,0 +1,64 @@
+"""Scratch directories (:func:`mlgo_host.fsutil.scratch_dir`): a signal
+that unwinds the stack (the CLI's handler) never leaves one behind, wherever
+it arrives, in a process with other threads too (a process-directed signal
+then interrupts the main thread at once)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+
+import pytest
+
+from mlgo_host.channel.fifo import SignalExit, install_signal_cleanup
+from mlgo_host.fsutil import scratch_dir
+
+Unwound = SignalExit
+
+
+@pytest.fixture()
+def unwinding_sigterm(tmp_path, monkeypatch):
+    """SIGTERM unwinds as in a CLI (each test gets the handler afresh: the
+    first signal makes the next ones ignored); temp dirs go to a private directory."""
+    old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    install_signal_cleanup()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    yield tmp_path
+    for s, h in old.items():
+        signal.signal(s, h)
+
+
+def test_a_signal_while_the_directory_is_made_or_removed_leaves_nothing(unwinding_sigterm, monkeypatch):
+    real_mkdtemp, real_rmtree = tempfile.mkdtemp, __import__("shutil").rmtree
+
+    def mkdtemp_then_signal(*a, **k):
+        d = real_mkdtemp(*a, **k)
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives after the directory exists, before the block
+        return d
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp_then_signal)
+    with pytest.raises(Unwound):
+        with scratch_dir("x-"):
+            pytest.fail("the block ran after the signal")
+    assert os.listdir(unwinding_sigterm) == []
+    monkeypatch.setattr(tempfile, "mkdtemp", real_mkdtemp)
+    install_signal_cleanup()  # (the first signal left SIGTERM ignored)
+
+    def rmtree_with_signal(path, **k):
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives in the middle of the removal
+        real_rmtree(path, **k)
+
+    monkeypatch.setattr("shutil.rmtree", rmtree_with_signal)
+    with pytest.raises(Unwound):
+        with scratch_dir("y-") as d:
+            open(os.path.join(d, "f"), "w").close()
+    assert os.listdir(unwinding_sigterm) == []
+
+
+def test_the_directory_is_private_and_gone_after_an_error(unwinding_sigterm):
+    with pytest.raises(ValueError):
+        with scratch_dir("z-") as d:
+            assert os.stat(d).st_mode & 0o777 == 0o700
+            raise ValueError()
+    assert not os.path.exists(d)
