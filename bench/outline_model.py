@@ -29,7 +29,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from mlgo_host.policies.outline import OutlineModel  # noqa: E402
+from mlgo_host.policies.outline import OutlineModel, log_scaled  # noqa: E402
 
 #: the decision features the model reads (the clang-19 slot that carries -Oz's decision is left out)
 FEATURES = ("callee_users", "cost_estimate", "callsite_cost", "is_multiple_blocks",
@@ -73,9 +73,8 @@ def site_matrix(groups: list[dict]):
             y.append(float(grp["won"]))
             w.append(1.0 / len(grp["sites"]))
             g.append(k)
-    X = np.array(X)
     log = np.array([f not in LINEAR for f in FEATURES])
-    return np.where(log, np.sign(X) * np.log1p(np.abs(X)), X), np.array(y), np.array(w), np.array(g)
+    return log_scaled(np.array(X), log), np.array(y), np.array(w), np.array(g)
 
 
 def fit(X, y, w, l2: float = 1.0, steps: int = 500, rate: float = 0.5):

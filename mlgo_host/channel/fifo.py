@@ -186,7 +186,7 @@ def install_signal_cleanup(sigint: bool = False) -> None:
                 signal.signal(s, signal.SIG_IGN)
             except (ValueError, OSError):
                 pass
-        if not defer_raise(SignalExit(signum)):  # (in a scratch directory's making: raised when it is made)
+        if not defer_raise(SignalExit(signum)):  # (inside signals_deferred: raised when the section ends)
             raise SignalExit(signum)
 
     for sig in sigs:

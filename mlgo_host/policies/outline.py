@@ -34,6 +34,12 @@ FORMAT = "mlgo_host.outline/1"
 USERS, LAST_CALL = "callee_users", "last_call_to_static_bonus"
 
 
+def log_scaled(x: np.ndarray, log: np.ndarray) -> np.ndarray:
+    """``x`` with the columns ``log`` marks as sign(x)·log(1 + |x|): the
+    model's inputs before standardizing (counts and costs span decades)."""
+    return np.where(log, np.sign(x) * np.log1p(np.abs(x)), x)
+
+
 @dataclasses.dataclass(frozen=True)
 class OutlineModel:
     features: tuple[str, ...]
@@ -47,8 +53,7 @@ class OutlineModel:
 
     def probability(self, x: np.ndarray) -> float:
         """P(the group of a site with raw features ``x`` wins)."""
-        x = np.where(self.log, np.sign(x) * np.log1p(np.abs(x)), x)
-        z = float(((x - self.mean) / self.std) @ self.weights + self.bias)
+        z = float(((log_scaled(x, self.log) - self.mean) / self.std) @ self.weights + self.bias)
         return 1.0 / (1.0 + math.exp(-z)) if z > -500 else 0.0
 
     def to_json(self) -> dict:
@@ -90,18 +95,16 @@ class OutlinePolicy(Policy):
                               "(an inliner policy on another advisor?)")
         super().bind(header, advisor)
         self._default = advisor.default_advice
+        self._read = header.first_values((USERS, LAST_CALL, *self.model.features))
 
     def act(self, obs):
         d = self._default(obs)
-        if d != 1 or _value(obs, USERS) < 2 or _value(obs, LAST_CALL) != 0:
+        if d != 1:
             return d
-        x = np.array([_value(obs, f) for f in self.model.features])
-        return 0 if self.model.probability(x) > self.model.threshold else d
-
-
-def _value(obs, name: str) -> float:
-    """Feature ``name`` of a decision (a one-element tensor) as a number."""
-    return float(np.ravel(obs[name])[0])
+        users, last_call, *x = self._read(obs.raw)
+        if users < 2 or last_call != 0:
+            return d
+        return 0 if self.model.probability(np.array(x, dtype=float)) > self.model.threshold else d
 
 
 class ByLanguage(Policy):

@@ -143,14 +143,13 @@ def named_files(metadata: dict) -> list[str]:
         [str(f) for f in (metadata.get(BY_LANGUAGE) or {}).values()]
 
 
-def language_parts(path: str, metadata: dict | None = None) -> dict[str, Policy]:
+def language_parts(path: str) -> dict[str, Policy]:
     """The policies of saved policy ``path`` that answer the compiles of one
     language in its place (metadata ``by_language``: language -> an
     :mod:`outline model <mlgo_host.policies.outline>` file of the directory)."""
     from mlgo_host.policies.outline import OutlineModel, OutlinePolicy
 
-    md = read_metadata(path) if metadata is None else metadata
-    parts = md.get(BY_LANGUAGE) or {}
+    parts = read_metadata(path).get(BY_LANGUAGE) or {}
     if not isinstance(parts, dict) or not set(parts) <= set(LANGUAGES):
         raise ConfigError(f"{os.path.join(path, METADATA)}: bad {BY_LANGUAGE} {parts!r} "
                           f"(expected {{language: file}}, languages {', '.join(LANGUAGES)})")

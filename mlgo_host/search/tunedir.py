@@ -50,7 +50,6 @@ from mlgo_host.corpus.identity import IdentityIndex, command_identity, project_r
 from mlgo_host.errors import ConfigError
 from mlgo_host.formats import read_format_json
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes, atomic_write_json
-from mlgo_host.languages import command_language
 from mlgo_host.policies import HEURISTICS, load_policy
 from mlgo_host.policies.base import Policy
 from mlgo_host.policies.replay import Replay, ReplayPolicy, read_replay
@@ -217,10 +216,7 @@ class TunedPolicies:
         return ReplayPolicy(replay, self._base(replay), name=f"tuned:{name}"), name
 
     def for_compile(self, argv, cwd: str, source: str, output: str) -> tuple[Policy | None, str | None]:
-        policy, name = self.for_module(self.tuned.match(argv, cwd, source, output))
-        if name is None and policy is not None:  # (the fallback answers as it would without T)
-            policy = policy.for_language(command_language(argv, source))
-        return policy, name
+        return self.for_module(self.tuned.match(argv, cwd, source, output))
 
     def outcome(self, policy: Any, name: str | None) -> dict:
         """The stats fields of a finished compile made with ``for_*``'s answer."""

@@ -336,9 +336,16 @@ class Slot(threading.Thread):
 
     def _policy_for(self, req: dict):
         """(policy, tuned module or None) of a compile: with --replay, its
-        tuned module's replay when the compile is one, else the slot's."""
+        tuned module's replay when the compile is one, else the slot's; a
+        policy with a part per language answers with the compile's."""
+        policy, tuned = self._tuned_or_slot_policy(req)
+        if policy is not None:  # (as ready_and_run does for the compiles it starts)
+            policy = policy.for_language(command_language(req.get("argv") or [], req.get("source") or ""))
+        return policy, tuned
+
+    def _tuned_or_slot_policy(self, req: dict):
         if self.tuned is None:
-            return self.policy.for_language(command_language(req.get("argv") or [], req.get("source") or "")), None
+            return self.policy, None
         try:
             return self.tuned.for_compile(req.get("argv") or [], req.get("cwd") or "/", req.get("source") or "",
                                           req.get("output") or "")

@@ -74,6 +74,17 @@ def _values(hdr, seed):
     return rec
 
 
+def test_first_values_reads_each_named_features_first_element_in_the_order_asked():
+    # every type, tensors of 6 elements among them, names out of offset order and repeated
+    hdr = _header()
+    rec = _values(hdr, seed=3)
+    names = ["f_double", "f_int8_t", "f_int64_t", "f_double", "f_uint8_t", "f_float"]
+    got = hdr.first_values(names)(rec.tobytes())
+    assert got == tuple(rec[n][0].ravel()[0].item() for n in names)
+    with pytest.raises(KeyError):
+        hdr.first_values(["nope"])
+
+
 def test_header_json_roundtrip_with_score():
     h = _header(with_score=True)
     line = codec.encode_header(h)
