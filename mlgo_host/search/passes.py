@@ -129,10 +129,10 @@ class Passes:
             first = not any(_paid(r) for r in open_) and k == 1
             timed = self.per_module is None
             if timed:
-                total = self._seconds_for_pass()
+                budget = first_batches_then_shares(open_, self._seconds_for_pass(), paid=not first)
             else:
                 total = int(np.ceil(self.FIRST_SHARE * left)) if first else left
-            budget = shares(open_, total, paid=not first, timed=timed)
+                budget = shares(open_, total, paid=not first)
             model = self._model()
             before = self.store.compiles(self.mods)
             # the longest shares first: the pass's last task then ends close to the others (its
@@ -269,7 +269,7 @@ def shares(rows: list[dict], total: float, paid: bool, timed: bool = False) -> l
     order = np.lexsort((-w, [bool(r["tried"]) for r in rows])) if timed else np.argsort(-w, kind="stable")
     for i in order:
         r, c = rows[i], cost[i]
-        need = 2 if known_start(r) is not None else 3  # (a batch and the final compile, and the start's)
+        need = batch_compiles(r)
         if w_rest <= 0:
             break
         if w[i] <= 0 or rest < need * c:  # (a cheaper module may still afford its batch)
@@ -282,6 +282,29 @@ def shares(rows: list[dict], total: float, paid: bool, timed: bool = False) -> l
         rest -= out[i] * c
         w_rest -= w[i]
     return out
+
+
+def first_batches_then_shares(rows: list[dict], seconds: float, paid: bool) -> list[int]:
+    """A deadline's pass: each module no flip was measured in yet gets its
+    first batch (:func:`batch_compiles`) and nothing more, the others share
+    what those leave of ``seconds`` (:func:`shares`).  A share by promise
+    alone would give a module whose search compiles cost far more than its
+    probe's (copies of its functions) most of the time before the others
+    had a batch."""
+    fresh = [not r["tried"] for r in rows]
+    out = [batch_compiles(r) if f else 0 for r, f in zip(rows, fresh)]
+    rest = seconds - sum(n * seconds_per_compile(r) for r, n in zip(rows, out))
+    searched = [r for r, f in zip(rows, fresh) if not f]
+    if searched and rest > 0:
+        for i, n in zip([i for i, f in enumerate(fresh) if not f], shares(searched, rest, paid, timed=True)):
+            out[i] = n
+    return out
+
+
+def batch_compiles(r: dict) -> int:
+    """The compiles of one batch of a module's search: the batch and the
+    final compile, and its start's when it has no compiled start."""
+    return 2 if known_start(r) is not None else 3
 
 
 def seconds_per_compile(r: dict) -> float:
