@@ -1,9 +1,5 @@
-"""The ``mlgo-host`` console script: one subcommand per job.
-
-Each subcommand lives in ``mlgo_host/commands/<name>.py`` with
-``add_arguments(parser)`` and ``run(args) -> int``; they are imported lazily
-so that ``mlgo-host run`` starts without TensorFlow.
-"""
+"""The ``mlgo-host`` console script. Each subcommand is ``mlgo_host/commands/<name>.py`` with
+``add_arguments(parser)`` and ``run(args) -> int``, imported lazily so ``run`` starts without TensorFlow."""
 
 from __future__ import annotations
 
@@ -16,7 +12,6 @@ import warnings
 from mlgo_host.commands.help import HelpFormatter
 from mlgo_host.errors import CompatibilityWarning, MlgoHostError
 
-# name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("mlgo_host.commands.run", "compile once with a policy answering the compiler's decisions"),
     "corpus": ("mlgo_host.commands.corpus", "build a corpus from a compile database, the benchmark corpus or Debian source packages"),
@@ -28,7 +23,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stats": ("mlgo_host.commands.stats", "summarize the per-compile statistics written by `serve --stats`"),
     "tune": ("mlgo_host.commands.tune", "search the best inlining decisions of your modules and keep them for builds"),
 }
-
 
 #: commands whose compiles a saved policy answers (its inputs bound by meaning)
 SERVES_POLICIES = ("run", "eval", "trace", "serve", "tune", "train")
@@ -65,9 +59,7 @@ _GIN_CALL_NOTE = "\n  In call to configurable "
 
 
 def say_warnings_once(command: str) -> None:
-    """The package's own warnings (:class:`CompatibilityWarning`) once per
-    command, as one line in the style of its errors:
-    ``mlgo-host CMD: warning: ...``; other warnings as Python prints them."""
+    """Show each :class:`CompatibilityWarning` once, as ``mlgo-host CMD: warning: ...``."""
     python_style = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
@@ -80,38 +72,32 @@ def say_warnings_once(command: str) -> None:
     warnings.filterwarnings("once", category=CompatibilityWarning)
 
 
-#: exit status of a command whose reader went away: what a shell reports for
-#: a Unix tool killed by SIGPIPE (128 + 13), e.g. ``seq 1 100000 | head -1``
-#: under ``set -o pipefail``.  Not 0: the output was cut short, not finished.
+#: exit status when stdout's reader went away: a shell's for a tool killed by SIGPIPE (128 + 13);
+#: not 0, since the output was cut short
 EXIT_BROKEN_PIPE = 141
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one subcommand; end quietly, as Unix tools do, when the reader of
-    stdout goes away (``mlgo-host stats FILE | head -1``)."""
+    """Run one subcommand; end quietly when stdout's reader goes away (``... | head -1``)."""
     return ends_quietly(lambda: _dispatch(argv))
 
 
 def ends_quietly(run) -> int:
-    """``run()``'s exit status, or :data:`EXIT_BROKEN_PIPE` with no traceback
-    when the reader of stdout went away (bench scripts use it too)."""
+    """``run()``'s exit status, or :data:`EXIT_BROKEN_PIPE` without a traceback on a closed stdout."""
     try:
         try:
             return run()
         finally:
             sys.stdout.flush()  # a closed pipe shows here (also after --help's exit), not at exit
     except BrokenPipeError:
-        # Python ignores SIGPIPE, so a write to a closed pipe raises; point
-        # stdout at /dev/null so the interpreter's own flush at exit stays quiet
-        # (the recipe of Python's signal module documentation).
+        # stdout to /dev/null so the interpreter's flush at exit stays quiet (Python's signal docs)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
 
 
 def _resolve_shipped_policy(args) -> None:
-    """``--policy pretrained-oz`` (a policy the package ships) as its directory,
-    for every command that takes a policy."""
+    """``--policy pretrained-oz`` (a shipped policy) as its directory."""
     if isinstance(getattr(args, "policy", None), str):
         from mlgo_host.shipped import resolve_policy  # nothing heavy: `run --policy default` stays light
 
@@ -120,7 +106,6 @@ def _resolve_shipped_policy(args) -> None:
 
 def _dispatch(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # Import only the chosen subcommand (keeps `run` free of TensorFlow).
     only = next((a for a in argv if not a.startswith("-")), None)
     if only not in COMMANDS:
         only = None

@@ -1,23 +1,7 @@
-"""The files a served build leaves for training: its stats records and,
-with ``serve --collect DIR``, one episode file per compile.
-
-Stats records: one JSON line per compile of ``mlgo-host serve --stats FILE``
-(see :mod:`mlgo_host.serve.stats` for the fields and their aggregation).
-
-Episode files (one compile = one file, written atomically)::
-
-    DIR/ep-<server id>-<slot>-<n>.npz
-        raw       uint8[N * record_bytes]  every observation's feature bytes, in order
-        actions   advice dtype [N]         the advice sent (sampled by the policy)
-        logps     float32 [N]              log-probability of that advice under the policy
-        header    str                      the channel header JSON (feature specs, advice spec)
-        contexts  str                      JSON list: the context of each decision
-        meta      str                      JSON: the stats record (output, source, cwd, build,
-                                           policy, text_size of the object, observations, ...)
-    DIR/episodes.jsonl                     one line per episode file (the same meta + "file")
-
-The reward is not known when the object is written: it needs the size the
-default heuristic gives the same module; the trainer pairs them
+"""The files a served build leaves for training: its stats records (``serve --stats``) and, with
+``serve --collect DIR``, one episode per compile: ``DIR/ep-<server id>-<slot>-<n>.npz`` (written
+atomically; its meta is the stats record), listed in ``DIR/episodes.jsonl``. The reward needs the
+default heuristic's size of the same module, so the trainer pairs them
 (:func:`mlgo_host.training.online.load_collected`).
 """
 

@@ -1,30 +1,18 @@
-"""``make demo``: the main job end to end on the benchmark corpus.
+"""``make demo``: the main job end to end on the benchmark corpus, split by project
+(:data:`HELDOUT_FRACTION` of its seven projects held out, then validation).
 
 1. build the benchmark corpus (pinned PyPI sdists, C and C++; cached),
-2. behavioural cloning of clang's own heuristic (configs/inlining/bc.gin:
-   trace the default over the training split, quantile vocab, cloning): the
-   reference point of imitation without search,
-3. search, then imitate (configs/inlining/search.gin) for ``--minutes``:
-   rounds of per-module flip search on the training split (each round's
-   search at most ``--round-minutes``, so that the budget makes several
-   rounds: points of the learning curve), weighted cloning of the best
-   decisions found, the gate chosen on the validation split,
-4. ``mlgo-host tune`` on the held-out split for ``--tune-minutes``: the
-   per-module batched search a user runs on their own code (no learning:
-   it searches the very modules it reports, so it is the headroom the
-   policies aim at, not a generalization figure),
-5. the held-out evaluation table against clang's own -Oz (BC, search +
-   imitate, and the guard: per module the smaller of the policy's and
-   -Oz's object; the policy the package ships, trained by ``make
-   pretrain`` on a wider corpus split by file, so that it saw files of
-   these held-out projects; tune's replays), the learning curve, and
-   where to point TensorBoard.
+2. behavioural cloning of clang's own heuristic (configs/inlining/bc.gin): imitation without search,
+3. search, then imitate (configs/inlining/search.gin) for ``--minutes``: rounds of per-module flip
+   search on the training split (each at most ``--round-minutes``: the points of the learning
+   curve), weighted cloning of the best decisions found, the gate chosen on the validation split,
+4. ``mlgo-host tune`` on the held-out split for ``--tune-minutes``: the headroom the policies aim at
+   (it searches the very modules it reports: not a generalization figure),
+5. the held-out table against clang's own -Oz (both policies, search + imitate behind the guard,
+   the shipped policy, which saw files of these projects, and tune's replays), the learning curve,
+   and where to point TensorBoard.
 
-The splits are by project (:data:`HELDOUT_FRACTION` of the benchmark's
-seven projects held out, then validation).
-
-Every step keeps its output under ``--output`` and is skipped (or resumed)
-when the command runs again.
+Every step keeps its output under ``--output`` and is skipped (or resumed) when run again.
 
     python -m mlgo_host.demo --output demo_out [--minutes M] [--round-minutes R] [--workers N]
 """
@@ -32,6 +20,7 @@ when the command runs again.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -41,14 +30,17 @@ import time
 from mlgo_host.errors import MlgoHostError
 from mlgo_host.shipped import shipped_policy_dir
 
-#: the share of projects held out: the split is by project, and the benchmark corpus has 7
-#: (this holds out lz4, pyzstd and uvloop, 78 modules; Brotli validates)
+#: the share of the benchmark corpus's 7 projects held out (the split is by project)
 HELDOUT_FRACTION = 0.3
 REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
 
-def _step(title: str) -> None:
+@contextlib.contextmanager
+def _step(title: str, timings: dict[str, float], key: str):
     print(f"\n== {title}", file=sys.stderr, flush=True)
+    t = time.monotonic()
+    yield
+    timings[key] = time.monotonic() - t
 
 
 def _mlgo(args: list[str], shown: list[str] | None = None) -> None:
@@ -68,7 +60,6 @@ def _configs() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The demo's five steps (see the module docstring), then its table and timings."""
     args = _parser().parse_args(argv)
     t0 = time.monotonic()
     out = os.path.abspath(args.output)
@@ -101,8 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--output", default="demo_out", help="where everything goes (default: demo_out)")
     p.add_argument("--corpus", default=None,
                    help="use this corpus instead of building the benchmark corpus into OUTPUT/corpus")
-    # 3.5 minutes, searches of 0.3: on 2 CPUs a round's imitation, gate and held-out evaluation take about
-    # 0.7 minutes (1.3 with as much CPU-bound work beside it), so two rounds or more fit the budget
+    # the defaults let two rounds or more (search, imitation, gate, evaluation) fit the budget on 2 CPUs
     p.add_argument("--minutes", type=float, default=3.5,
                    help="time budget of the search-then-imitate training, its rounds' imitation and evaluation "
                         "included (default: 3.5)")
@@ -121,31 +111,28 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _build_corpus(args: argparse.Namespace, out: str, timings: dict[str, float]) -> str:
-    """Step 1: the corpus (``--corpus``, or the benchmark corpus built into OUTPUT/corpus once)."""
+    """Step 1: ``--corpus``, or the benchmark corpus built into OUTPUT/corpus once."""
     corpus = args.corpus or os.path.join(out, "corpus")
-    _step(f"1/5 corpus: {corpus}")
-    t = time.monotonic()
-    if not os.path.exists(os.path.join(corpus, "corpus_description.json")):
-        if args.corpus:
-            raise SystemExit(f"demo: {corpus} is not a corpus (no corpus_description.json)")
-        _mlgo(["corpus", "benchmark", "--output", corpus, "--jobs", str(args.workers)])
-    else:
-        print("already built", file=sys.stderr)
-    timings["corpus"] = time.monotonic() - t
+    with _step(f"1/5 corpus: {corpus}", timings, "corpus"):
+        if not os.path.exists(os.path.join(corpus, "corpus_description.json")):
+            if args.corpus:
+                raise SystemExit(f"demo: {corpus} is not a corpus (no corpus_description.json)")
+            _mlgo(["corpus", "benchmark", "--output", corpus, "--jobs", str(args.workers)])
+        else:
+            print("already built", file=sys.stderr)
     return corpus
 
 
 def _clone_default(corpus: str, out: str, configs: str, common: list[str], timings: dict[str, float]) -> str:
     """Step 2: behavioural cloning of the default heuristic (once); returns its run's root."""
     bc_root = os.path.join(out, "bc")
-    _step("2/5 behavioural cloning of the default heuristic (trace, vocab, cloning): imitation without search")
-    t = time.monotonic()
-    if not os.path.exists(os.path.join(bc_root, "saved_policy", "metadata.json")):
-        _mlgo(["train", "--root_dir", bc_root, "--corpus", corpus,
-               "--gin_files", os.path.join(configs, "inlining", "bc.gin"), "--gin_bindings", *common])
-    else:
-        print("already trained", file=sys.stderr)
-    timings["bc"] = time.monotonic() - t
+    title = "2/5 behavioural cloning of the default heuristic (trace, vocab, cloning): imitation without search"
+    with _step(title, timings, "bc"):
+        if not os.path.exists(os.path.join(bc_root, "saved_policy", "metadata.json")):
+            _mlgo(["train", "--root_dir", bc_root, "--corpus", corpus,
+                   "--gin_files", os.path.join(configs, "inlining", "bc.gin"), "--gin_bindings", *common])
+        else:
+            print("already trained", file=sys.stderr)
     return bc_root
 
 
@@ -153,49 +140,41 @@ def _search_then_imitate(args: argparse.Namespace, corpus: str, out: str, config
                          timings: dict[str, float]) -> str:
     """Step 3: search, then imitate, for ``--minutes`` (resumed); returns its run's root."""
     search_root = os.path.join(out, "search")
-    _step(f"3/5 search, then imitate: {args.minutes:g} minutes of rounds, searches of {args.round_minutes:g}")
-    t = time.monotonic()
-    _mlgo(["train", "--root_dir", search_root, "--corpus", corpus,
-           "--gin_files", os.path.join(configs, "inlining", "search.gin"),
-           "--gin_bindings", *common, f"time_budget_minutes={args.minutes}",
-           f"compiles_per_round={args.compiles_per_round}", f"round_search_minutes={args.round_minutes}",
-           # two gate thresholds: each costs a compile of every validation module per round
-           "search_loop.train_search.gate_thresholds=(0.5, 0.9)",
-           *args.gin_bindings])
-    timings["search"] = time.monotonic() - t
+    title = f"3/5 search, then imitate: {args.minutes:g} minutes of rounds, searches of {args.round_minutes:g}"
+    with _step(title, timings, "search"):
+        _mlgo(["train", "--root_dir", search_root, "--corpus", corpus,
+               "--gin_files", os.path.join(configs, "inlining", "search.gin"),
+               "--gin_bindings", *common, f"time_budget_minutes={args.minutes}",
+               f"compiles_per_round={args.compiles_per_round}", f"round_search_minutes={args.round_minutes}",
+               # two gate thresholds: each costs a compile of every validation module per round
+               "search_loop.train_search.gate_thresholds=(0.5, 0.9)",
+               *args.gin_bindings])
     return search_root
 
 
 def _tune_heldout(args: argparse.Namespace, corpus: str, out: str, timings: dict[str, float]) -> str:
     """Step 4: tune on the held-out modules; returns the tune directory."""
     tuned = os.path.join(out, "tune")
-    _step(f"4/5 tune the held-out modules: {args.tune_minutes:g} minutes of batched search")
-    t = time.monotonic()
-    held = heldout_names(corpus)
-    tune_args = ["tune", "--corpus", corpus, "--output", tuned, "--budget-minutes", str(args.tune_minutes),
-                 "--jobs", str(args.workers), "--modules"]
-    _mlgo(tune_args + held, shown=tune_args + [f"<the {len(held)} held-out modules>"])
-    timings["tune"] = time.monotonic() - t
+    with _step(f"4/5 tune the held-out modules: {args.tune_minutes:g} minutes of batched search", timings, "tune"):
+        held = heldout_names(corpus)
+        tune_args = ["tune", "--corpus", corpus, "--output", tuned, "--budget-minutes", str(args.tune_minutes),
+                     "--jobs", str(args.workers), "--modules"]
+        _mlgo(tune_args + held, shown=tune_args + [f"<the {len(held)} held-out modules>"])
     return tuned
 
 
 def _evaluate_heldout(args: argparse.Namespace, corpus: str, out: str, bc_root: str, search_root: str, tuned: str,
                       timings: dict[str, float]) -> dict:
-    """Step 5: the held-out table (:func:`heldout_table`) of both runs'
-    policies, the shipped one and tune's replays."""
-    _step("5/5 held-out evaluation against clang -Oz")
-    t = time.monotonic()
+    """Step 5: the held-out table of both runs' policies, the shipped one and tune's replays."""
     policies = {"behavioural cloning": os.path.join(bc_root, "saved_policy"),
                 "search + imitate": os.path.join(search_root, "saved_policy")}
-    try:  # the policy the package ships (make pretrain), when this installation has it
-        # trained with a split by file: files of these held-out projects were in its training
-        policies["pretrained-oz (saw them)"] = shipped_policy_dir("pretrained-oz")
-    except MlgoHostError as e:
-        print(f"demo: {e}", file=sys.stderr)
-    table = heldout_table(corpus, policies, out, jobs=args.workers, guard_row="search + imitate",
-                          replays={"tune (searched there)": tuned})
-    timings["eval"] = time.monotonic() - t
-    return table
+    with _step("5/5 held-out evaluation against clang -Oz", timings, "eval"):
+        try:  # the shipped policy, split by file in training: it saw files of these held-out projects
+            policies["pretrained-oz (saw them)"] = shipped_policy_dir("pretrained-oz")
+        except MlgoHostError as e:
+            print(f"demo: {e}", file=sys.stderr)
+        return heldout_table(corpus, policies, out, jobs=args.workers, guard_row="search + imitate",
+                             replays={"tune (searched there)": tuned})
 
 
 def heldout_names(corpus: str, heldout_fraction: float = HELDOUT_FRACTION, seed: int = 0) -> list[str]:
@@ -209,10 +188,8 @@ def heldout_names(corpus: str, heldout_fraction: float = HELDOUT_FRACTION, seed:
 def heldout_table(corpus: str, policies: dict[str, str], out: str, *, jobs: int,
                   heldout_fraction: float = HELDOUT_FRACTION, seed: int = 0, guard_row: str | None = None,
                   replays: dict[str, str] | None = None) -> dict:
-    """Evaluate each policy (greedy) on the training runs' held-out split
-    against the default heuristic (-Oz); ``guard_row``: also that policy
-    behind the guard (per module, the smaller of its object and -Oz's);
-    ``replays``: tune directories, each module compiled with its replay."""
+    """Each policy (greedy) against -Oz on the training runs' held-out split; ``guard_row``: also that
+    policy behind the guard; ``replays``: tune directories, each module compiled with its replay."""
     from mlgo_host.corpus.corpus import project_of
     from mlgo_host.evaluation.evaluate import EvalReport, apply_guard, evaluate
 
@@ -233,7 +210,6 @@ def heldout_table(corpus: str, policies: dict[str, str], out: str, *, jobs: int,
 
 
 def _table_row(label: str, path: str, rep, worst: bool = True) -> dict:
-    """One row of the held-out table: the report's summary and its worst module."""
     ok = [r for r in rep.rows if r.ok]
     w = max(ok, key=lambda r: (r.policy_text - r.baseline_text) / max(r.baseline_text, 1), default=None)
     return {"policy": label, "path": path, **rep.summary().as_dict(),

@@ -1,9 +1,5 @@
-"""An episode: every decision of one compile, as the trainer needs it.
-
-Observations are kept as their raw bytes, concatenated, and decoded in one
-``np.frombuffer`` call when the learner asks for features; the hot loop only
-appends bytes and numbers.
-"""
+"""An episode: every decision of one compile, as the trainer needs it. Observations stay raw bytes,
+decoded in one ``np.frombuffer`` when the learner asks: the hot loop only appends."""
 
 from __future__ import annotations
 

@@ -8,18 +8,12 @@ class MlgoHostError(Exception):
 
 
 class CompatibilityWarning(RuntimeWarning):
-    """A policy runs on a compiler it was not made with and still answers,
-    but an input of it means something else there.  A command says it once,
-    in its own one-line style (cli.py), before its first compile; pool
-    workers leave it to the command that started them."""
+    """A policy answers on a compiler it was not made with, but an input of it means something else
+    there. The command says it once (cli.py); pool workers leave it to that command."""
 
 
 class ProtocolError(MlgoHostError):
-    """The bytes from the compiler do not follow the channel's format.
-
-    ``offset`` is the byte offset in the stream where the problem was found
-    (None when not known), ``context`` the current context name.
-    """
+    """The bytes from the compiler do not follow the channel's format (at stream ``offset``, in ``context``)."""
 
     def __init__(self, message: str, offset: int | None = None, context: str | None = None):
         self.message = message
@@ -38,10 +32,7 @@ class ChannelTimeout(MlgoHostError):
 
 
 class CompilerError(MlgoHostError):
-    """The compiler died or misbehaved during a session.
-
-    Carries the return code and the tail of its stderr.
-    """
+    """The compiler died or misbehaved during a session."""
 
     def __init__(self, message: str, returncode: int | None = None, stderr_tail: str = ""):
         self.returncode = returncode

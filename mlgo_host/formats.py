@@ -1,19 +1,6 @@
-"""The package's versioned JSON files (saved policy metadata, replays, tune
-manifests, ...): one reader and one set of messages for what can be wrong
-with them.
-
-Each such file is a JSON object whose ``"format"`` is ``"mlgo_host.KIND/N"``;
-a reader knows one ``KIND`` and reads version ``N``.  A fault is a
-:class:`ConfigError` naming the file, with the same words whatever the kind
-(``what`` names it for the user: "saved policy", "replay file", ...)::
-
-    FILE: not a WHAT (no such file)[; HINT]
-    FILE: not a WHAT (a directory)
-    FILE: unreadable WHAT: <the system's reason> | not UTF-8 text | not JSON (<where>)
-    FILE: not a WHAT (a JSON <type>, not an object)
-    FILE: not a WHAT (format 'X', expected 'mlgo_host.KIND/N')
-    FILE: a WHAT from a newer mlgo_host (format 'mlgo_host.KIND/M', this one reads N); upgrade mlgo_host
-"""
+"""The reader of the package's versioned JSON files (policy metadata, replays, tune manifests, ...):
+objects whose ``"format"`` is ``"mlgo_host.KIND/N"``. Every fault is a :class:`ConfigError` naming the
+file, in the same words whatever the kind (``what``: "saved policy", "replay file", ...)."""
 
 from __future__ import annotations
 
@@ -33,8 +20,7 @@ def _version(fmt: Any) -> tuple[str, int] | None:
 
 
 def check_format(doc: Any, fmt: str, what: str, where: str) -> dict:
-    """``doc`` (parsed JSON read from ``where``) when it is an object of
-    format ``fmt``; else the :class:`ConfigError` of its fault."""
+    """``doc`` (JSON read from ``where``) when it is an object of format ``fmt``, else ConfigError."""
     if not isinstance(doc, dict):
         raise ConfigError(f"{where}: not a {what} (a JSON {_json_type(doc)}, not an object)")
     got = doc.get("format")
@@ -48,9 +34,7 @@ def check_format(doc: Any, fmt: str, what: str, where: str) -> dict:
 
 
 def read_format_json(path: str | os.PathLike, fmt: str, what: str, hint: str = "") -> dict:
-    """The JSON object of format ``fmt`` in file ``path``; a
-    :class:`ConfigError` naming the file on any fault (``hint``: what to do
-    when it is missing)."""
+    """The JSON object of format ``fmt`` in ``path`` (``hint``: what to do when it is missing)."""
     path = os.fspath(path)
     try:
         with open(path, "rb") as f:

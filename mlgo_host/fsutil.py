@@ -14,12 +14,9 @@ from typing import Any, Iterator
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[str]:
-    """A temporary name beside ``path`` for writers that want a file name
-    (``np.savez``, ``savefig``, a compiler's ``-o``): when the block ends
-    normally the file written there replaces ``path``; when it raises, the
-    file is removed.  The name is hidden (``.<name>.<pid>...<suffix>``) and
-    unique per process and thread; nothing is created before the writer
-    creates it (its mode is the writer's).  No fsync."""
+    """A hidden temporary name beside ``path``, unique per process and thread, for writers that want a
+    file name (``np.savez``, a compiler's ``-o``): it replaces ``path`` when the block ends normally and
+    is removed when it raises. Nothing is created before the writer does (its mode is the writer's)."""
     path = os.fspath(path)
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
@@ -28,10 +25,8 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[str]:
         yield tmp
         os.replace(tmp, path)
     finally:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:
@@ -45,10 +40,8 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
 
 
@@ -57,9 +50,8 @@ def atomic_write_json(path: str, obj: Any, indent: int | None = 1) -> None:
 
 
 def replace_dir(tmp_dir: str, final_dir: str) -> None:
-    """Move a fully written directory into place, replacing an old one.
-    The old one is renamed aside first, so ``final_dir`` is at every moment
-    either the old or the new complete directory (modulo one rename)."""
+    """Move a fully written directory into place; the old one is renamed aside first, so ``final_dir``
+    is always a complete directory (modulo one rename)."""
     old = None
     if os.path.exists(final_dir):
         old = final_dir + f".old-{os.getpid()}"
@@ -80,10 +72,8 @@ _critical = _Critical()
 
 
 def defer_raise(exc: BaseException) -> bool:
-    """For a signal handler that unwinds the stack: inside
-    :func:`signals_deferred` (in the thread the handler runs in), keep
-    ``exc`` to be raised when the section ends and return True; elsewhere
-    return False (the handler raises it itself)."""
+    """For an unwinding signal handler: inside :func:`signals_deferred` (in this thread), keep ``exc``
+    to raise when the section ends and return True; elsewhere False (the handler raises it)."""
     if _critical.depth == 0:
         return False
     if _critical.pending is None:
@@ -93,8 +83,7 @@ def defer_raise(exc: BaseException) -> bool:
 
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
-    """A section no unwinding signal interrupts: one that arrives in it is
-    raised when it ends (handlers that call :func:`defer_raise`)."""
+    """A section no unwinding signal (see :func:`defer_raise`) interrupts: it is raised at the end."""
     _critical.depth += 1
     try:
         yield
@@ -107,10 +96,8 @@ def signals_deferred() -> Iterator[None]:
 
 @contextlib.contextmanager
 def scratch_dir(prefix: str) -> Iterator[str]:
-    """A private temp directory for the block, removed when it ends however
-    it ends, a SIGTERM to the process group included: it is made and
-    removed in sections no signal interrupts, and one that arrived while it
-    was made is raised inside the ``try`` that removes it."""
+    """A private temp directory for the block, removed however it ends (a SIGTERM included): it is
+    made and removed in sections no signal interrupts."""
     tmp = None
     try:
         with signals_deferred():

@@ -19,10 +19,8 @@ def source_language(path: str) -> str | None:
 
 
 def command_language(argv: Sequence[str], source: str = "") -> str | None:
-    """"C", "C++" or None (not known): what a compile command compiles, by
-    its ``-x`` (for bitcode, ``-x ir``: the cc1 ``-main-file-name`` it was
-    made from), else its ``source`` or its first source file's suffix, else
-    its driver's name (``clang++``)."""
+    """"C", "C++" or None: by the cc1 ``-main-file-name`` (bitcode), ``-x``, ``source`` or the first
+    source's suffix, else the driver's name (``clang++``)."""
     args = list(argv)
     for i, a in enumerate(args[:-1]):
         if a == "-main-file-name":

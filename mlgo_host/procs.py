@@ -1,13 +1,6 @@
-"""Process checks through Linux ``/proc`` (the bottom floor: no package imports).
-
-The one place that reads ``/proc/PID/stat``, ``/proc/PID/task/*/children``
-and ``/proc/PID/cmdline``: whether a process is alive (a zombie is not), its
-process group and session, its start time (with the pid, the identity of a
-process: a pid can be reused, the pair cannot), its children, and the
-processes of this user whose command line names a path.  Also imported by the
-``mlgo-clang`` client and by the Ray actors' watchdog process: it must stay
-light (standard library only).
-"""
+"""Process checks through Linux ``/proc``: liveness (a zombie is not alive), group, session, start
+time (``(pid, start)`` names one process: a pid can be reused), children, command lines. Imported by
+the ``mlgo-clang`` client and the Ray watchdog on every start: standard library only."""
 
 from __future__ import annotations
 
@@ -17,15 +10,12 @@ import signal
 from collections.abc import Iterator
 
 # not typing.NamedTuple: typing costs the mlgo-clang client milliseconds per compile
-#: The fields of ``/proc/PID/stat`` this package looks at: ``state`` (R, S,
-#: D, Z, T, ...), process group ``pgid``, session ``sid`` and ``start``, the
-#: start time after boot in clock ticks (``(pid, start)`` names one process).
+#: ``state`` (R, S, D, Z, T, ...), ``pgid``, ``sid`` and ``start`` (clock ticks after boot) of /proc/PID/stat
 ProcStat = collections.namedtuple("ProcStat", "state pgid sid start")
 
 
 def stat(pid: int) -> ProcStat | None:
-    """``pid``'s state, group, session and start time; None if it is gone
-    (or cannot be read)."""
+    """``pid``'s stat; None if it is gone (or cannot be read)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
@@ -41,26 +31,22 @@ def stat(pid: int) -> ProcStat | None:
 
 
 def alive(pid: object) -> bool:
-    """True while ``pid`` (an int > 0; anything else is "no process") runs:
-    it exists and is not a zombie (exited, not yet reaped)."""
+    """True while ``pid`` (an int > 0; anything else is no process) exists and is not a zombie."""
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:
         pass  # another user's process: it exists
-    except OverflowError:
-        return False
     st = stat(pid)
     # unreadable stat (e.g. /proc mounted hidepid) but kill(0) saw it: alive
     return st is None or st.state != "Z"
 
 
 def same_process(pid: int, seen: ProcStat) -> bool:
-    """Whether ``pid`` is still the process ``seen`` was read from (not
-    exited, its pid not reused by another)."""
+    """Whether ``pid`` is still the live process ``seen`` was read from (its pid not reused)."""
     now = stat(pid)
     return now is not None and now.start == seen.start and now.state != "Z"
 
@@ -82,8 +68,7 @@ def children(pid: int) -> list[int]:
 
 
 def own_processes() -> Iterator[tuple[int, bytes]]:
-    """``(pid, command line)`` of every process of this user but this one
-    (the command line's arguments separated by NUL bytes)."""
+    """``(pid, NUL-separated command line)`` of every process of this user but this one."""
     uid, me = os.getuid(), os.getpid()
     try:
         entries = os.listdir("/proc")
@@ -103,9 +88,8 @@ def own_processes() -> Iterator[tuple[int, bytes]]:
 
 
 def kill_group_or_process(pid: int, st: ProcStat | None = None) -> None:
-    """SIGKILL ``pid``'s whole process group when it leads one (a compiler
-    started in its own session, with whatever it started), else ``pid`` alone.
-    ``st``: its stat, if already read. Gone already: nothing to do."""
+    """SIGKILL ``pid``'s process group when it leads one (a compiler in its own session), else ``pid``
+    alone; ``st``: its stat, if already read."""
     st = st or stat(pid)
     if st is None:
         return

@@ -1,7 +1,5 @@
-"""Policies that ship in the package (``--policy pretrained-oz``), by name.
-
-Kept apart from :mod:`mlgo_host.policies` so that resolving a name imports
-nothing heavy (``run --policy default`` starts without numpy)."""
+"""Policies that ship in the package (``--policy pretrained-oz``), by name; apart from
+:mod:`mlgo_host.policies` so that resolving a name imports nothing heavy (no numpy)."""
 
 from __future__ import annotations
 
@@ -14,8 +12,7 @@ SHIPPED = {"pretrained-oz": os.path.join("policies", "pretrained-oz")}
 
 
 def shipped_policy_dir(name: str) -> str:
-    """The directory of a policy that ships in the package; ConfigError when
-    this installation does not have it."""
+    """The directory of a shipped policy; ConfigError when this installation lacks it."""
     d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", SHIPPED[name])
     if not os.path.isfile(os.path.join(d, "metadata.json")):
         raise ConfigError(f"policy {name!r} is not in this installation ({d}); build it with make pretrain")

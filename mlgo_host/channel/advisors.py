@@ -1,11 +1,8 @@
-"""Advisor kinds: the compiler flags, the advice, the default decision and
-the legality check of each advice before it is sent.
+"""Advisor kinds: compiler flags, advice, default decision and the legality check of each advice.
 
-Each check exists because the compiler crashes or silently misbehaves on
-illegal advice (docs/channel.md, "How a compiler hangs or breaks"): an eviction index on a ``mask==0`` slot
-makes clang fail with "ran out of registers", an index out of the width
-segfaults, a priority outside ``[0, 2^32)`` is undefined when converted to
-``unsigned``.
+The checks exist because clang breaks on illegal advice (docs/channel.md): an eviction index on a
+``mask==0`` slot fails with "ran out of registers", one out of the width segfaults, a priority
+outside ``[0, 2^32)`` is undefined as ``unsigned``.
 """
 
 from __future__ import annotations
@@ -22,8 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def is_clang_driver(compiler: str) -> bool:
-    """True when ``compiler`` is a clang driver (flags need ``-mllvm``);
-    ``opt``/``llc`` take LLVM flags bare."""
+    """A clang driver needs ``-mllvm`` before LLVM flags; ``opt``/``llc`` take them bare."""
     base = os.path.basename(compiler)
     return "clang" in base or base.startswith("mlgo-clang")
 
@@ -41,10 +37,7 @@ class Advisor:
     def flags(self, base: str, compiler: str) -> list[str]:
         bare = list(self.enable_flags) + [f"{self.channel_flag}={base}"]
         if is_clang_driver(compiler):
-            out: list[str] = []
-            for f in bare:
-                out += ["-mllvm", f]
-            return out
+            return [x for f in bare for x in ("-mllvm", f)]
         return bare
 
     def bind(self, header: Header) -> None:
@@ -68,46 +61,33 @@ class Advisor:
         raise NotImplementedError
 
     def default_flag_offset(self) -> int | None:
-        """After :meth:`bind`: when the default advice is 1 if an int64 slot
-        of the observation is nonzero and 0 otherwise, that slot's byte offset
-        (the session's default fast path then reads it straight from the
-        received bytes); None when the default needs more than that."""
+        """After :meth:`bind`: the byte offset of the int64 slot whose nonzero-ness is the default
+        advice (the session's fast path reads it from the received bytes); None otherwise."""
         return None
 
     def __repr__(self) -> str:
         return f"<advisor {self.name}>"
 
 
-#: the ML advisor's size-increase stop, raised from 2 (see InlineAdvisor.enable_flags)
+#: the ML advisor's size-increase stop (see InlineAdvisor.enable_flags)
 SIZE_INCREASE_STOP = 10
 
 
 class InlineAdvisor(Advisor):
-    """The ML inliner: advice ``inlining_decision`` int64 [1], nonzero = inline.
-
-    The default decision comes through ``-inliner-interactive-include-default``.
-    clang-19 writes it into the ``callee_basic_block_count`` slot and leaves
-    ``inlining_default`` at 0 (fixed upstream later): which slot holds it is
-    detected per compiler by :mod:`mlgo_host.channel.default_slot`, and set
-    with :meth:`set_default_slot` before the session starts.
-    """
+    """The ML inliner: advice ``inlining_decision`` int64 [1], nonzero = inline.  The slot of the
+    default decision depends on the compiler (:mod:`mlgo_host.channel.default_slot`)."""
 
     name = "inline"
     advice_name = "inlining_decision"
-    # The ML advisor stops inlining (answers "no" without asking) once its
-    # estimate of the module's native size passes this factor of the initial
-    # one (default 2); -Oz's heuristic has no such stop, so on small modules
-    # the channel's "default" was not -Oz (libsass stylesheet: 244 B against
-    # 191, clang-19 and clang-22).  Raised to SIZE_INCREASE_STOP: -Oz's own
-    # decisions stay below it, and a policy that inlines everything is still
-    # stopped (always-inline on a generated module: 4 s and 117 KB at 10x,
-    # 100 s and 2.1 MB without a stop, 1.6 s and 28 KB at 2x).
+    # The ML advisor stops inlining without asking once its size estimate passes this factor of
+    # the initial one (default 2); -Oz has no such stop, so with 2 the channel's "default" is not
+    # -Oz on small modules.  -Oz's decisions stay below 10x; an inline-everything policy is still stopped.
     enable_flags = ("-enable-ml-inliner=release", "-inliner-interactive-include-default",
                     f"-ml-advisor-size-increase-threshold={SIZE_INCREASE_STOP:g}")
     channel_flag = "-inliner-interactive-channel-base"
 
     def __init__(self, default_slot: str | None = None):
-        #: None = not known yet: problems.ready_advisor sets it for a compiler
+        #: None until problems.ready_advisor sets it for a compiler
         self.default_slot = default_slot
         self._off = -1
 
@@ -137,10 +117,8 @@ class InlineAdvisor(Advisor):
 
 
 class EvictAdvisor(Advisor):
-    """Register-allocation eviction: advice ``index_to_evict`` int64 [1], a
-    column of the ``[1, W]`` candidate tensors; W is read from the header. The
-    last column is the live range being allocated ("evict nothing"), legal only
-    when its mask is 1 (the compiler masks it when it must evict)."""
+    """Eviction: advice ``index_to_evict`` int64 [1], a column of the ``[1, W]`` candidates; the last
+    column ("evict nothing") is legal only when its mask is 1."""
 
     name = "regalloc-evict"
     advice_name = "index_to_evict"
@@ -152,7 +130,7 @@ class EvictAdvisor(Advisor):
         mask = header.feature("mask")
         if mask is None or mask.ctype != "int64_t" or len(mask.shape) == 0:
             raise ProtocolError("regalloc-evict: the header has no int64 'mask' feature")
-        import numpy as np  # not at module import: the inliner's default path runs without numpy
+        import numpy as np  # the inliner's default path runs without numpy
 
         self._np = np
         self.width = mask.shape[-1]
@@ -171,8 +149,7 @@ class EvictAdvisor(Advisor):
         return self._np.frombuffer(obs.raw, dtype=self._mask_dt, count=self.width, offset=self._mask_off)
 
     def default_advice(self, obs: Observation) -> int:
-        """Evict nothing when allowed; otherwise the legal candidate with the
-        lowest spill weight (what the greedy allocator's heuristic prefers)."""
+        """Evict nothing when allowed, else the legal candidate with the lowest spill weight (as greedy does)."""
         m = self.mask(obs)
         w = self.width
         if m[w - 1]:
@@ -198,8 +175,7 @@ class EvictAdvisor(Advisor):
 
 
 class PriorityAdvisor(Advisor):
-    """Register-allocation priority: advice ``priority`` float [1]. The compiler
-    converts it to ``unsigned``: it must be finite and in ``[0, 2^32)``."""
+    """Priority: advice ``priority`` float [1], converted to ``unsigned`` (finite, in ``[0, 2^32)``)."""
 
     name = "regalloc-priority"
     advice_name = "priority"
@@ -215,9 +191,7 @@ class PriorityAdvisor(Advisor):
         return 0  # continuous
 
     def default_advice(self, obs: Observation) -> float:
-        """The live range's size (``li_size``), clamped: larger ranges first,
-        like the greedy allocator's size-based order. The compiler does not send
-        its own priority, so this is an approximation of the default."""
+        """The clamped ``li_size`` (the compiler sends no priority of its own: an approximation of greedy's order)."""
         if self._size is None:
             return 0.0
         o = self._size
@@ -233,12 +207,11 @@ class PriorityAdvisor(Advisor):
             raise AdviceError(f"regalloc-priority: priority {v!r} not finite in [0, 2^32) (observation {obs.index})")
 
 
-#: the channel half of each problem (channel/problems.py), by name
 ADVISORS = {c.name: c for c in (InlineAdvisor, EvictAdvisor, PriorityAdvisor)}
 
 
 def get_advisor(name: str | Advisor) -> Advisor:
-    """A fresh advisor by name (``inline``, ``regalloc-evict``, ``regalloc-priority``)."""
+    """A fresh advisor by name."""
     if isinstance(name, Advisor):
         return name
     try:

@@ -1,15 +1,11 @@
-"""Pure codec of the interactive channel and of clang's training logs.
-
-Bytes in, typed records out; no I/O.  The stream is::
+"""Pure codec (no I/O) of the interactive channel and of clang's training logs::
 
     <header JSON>\\n
     {"context":"name"}\\n
     {"observation":n}\\n<feature bytes, header order>\\n
     {"outcome":n}\\n<score bytes>\\n          (training logs only)
 
-Tensor bytes may contain ``\\n``: they are consumed by byte count, never by
-line.  :class:`Decoder` is incremental, so any chunking of the same stream
-gives the same records.
+Tensor bytes may contain ``\\n``: they are consumed by byte count, never by line.
 """
 
 from __future__ import annotations
@@ -26,11 +22,9 @@ from mlgo_host.errors import ProtocolError
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-# numpy is imported where a tensor is decoded into an array (Observation.record,
-# outcomes, array advice), not at import: the default inliner session never
-# needs it.
+# numpy is imported where a tensor becomes an array: the default inliner session never needs it.
 
-#: A header line longer than this is not a header (protects memory on garbage).
+#: a header line longer than this is garbage (protects memory)
 MAX_LINE = 1 << 20
 
 
@@ -58,7 +52,6 @@ class Header:
 
     @property
     def record_dtype(self) -> "np.dtype":
-        """Structured dtype of one observation's feature bytes."""
         dt = self._dtype  # type: ignore[attr-defined]
         if dt is None:
             dt = record_dtype(self.features)
@@ -70,24 +63,18 @@ class Header:
         return self._nbytes  # type: ignore[attr-defined]
 
     def offset(self, name: str) -> int:
-        """Byte offset of feature ``name`` inside an observation."""
         return self._offsets[name]  # type: ignore[attr-defined]
 
     def feature(self, name: str) -> TensorSpec | None:
-        for f in self.features:
-            if f.name == name:
-                return f
-        return None
+        return next((f for f in self.features if f.name == name), None)
 
     @property
     def feature_names(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.features)
 
     def first_values(self, names: Sequence[str]) -> Callable[[bytes], tuple]:
-        """A reader of the first element of each feature in ``names`` (in
-        that order, repeats allowed) from an observation's raw bytes: one
-        ``struct`` call, for a policy that reads a few numbers per decision
-        without numpy's record.  KeyError for a name the header lacks."""
+        """A reader of the first element of each of ``names`` from an observation's raw bytes
+        (one ``struct`` call, no numpy); KeyError for a name the header lacks."""
         fields = sorted({(self.offset(n), n) for n in names})
         fmt, pos = "<", 0
         for off, n in fields:
@@ -98,7 +85,6 @@ class Header:
         order = [at[n] for n in names]
         return lambda raw: tuple(v[i] for v in (unpack(raw),) for i in order)
 
-    # -- JSON ------------------------------------------------------------
     @classmethod
     def from_json(cls, obj: Any) -> "Header":
         if not isinstance(obj, dict):
@@ -124,8 +110,7 @@ class Header:
         return d
 
     def as_training_log(self, with_score: bool = False) -> "Header":
-        """The header of a training log of this session: the advice becomes
-        the last feature (as LLVM's development-mode logger writes it)."""
+        """The header of this session's training log: the advice becomes the last feature (as LLVM logs it)."""
         if self.advice is None:
             raise ProtocolError("header has no advice spec to log")
         score = TensorSpec("reward", "float", (1,)) if with_score else None
@@ -133,12 +118,7 @@ class Header:
 
 
 class Observation:
-    """One observation: its index, context and the raw feature bytes.
-
-    Features are decoded lazily: ``obs["name"]`` is a numpy view of one
-    tensor, ``obs.record`` the whole structured record.  ``raw`` is kept so
-    an episode can store it and decode many observations in one call.
-    """
+    """One observation; features are decoded lazily (``obs["name"]``, ``obs.record``) from ``raw``."""
 
     __slots__ = ("index", "context", "raw", "header", "_rec")
 
@@ -163,10 +143,6 @@ class Observation:
     def __contains__(self, name: str) -> bool:
         return name in self.header.record_dtype.names
 
-    def as_dict(self) -> "dict[str, np.ndarray]":
-        rec = self.record
-        return {n: rec[n][0] for n in self.header.record_dtype.names}
-
     def __repr__(self) -> str:
         return f"Observation(index={self.index}, context={self.context!r}, nbytes={len(self.raw)})"
 
@@ -187,39 +163,27 @@ Record = Union[Header, Context, Observation, Outcome]
 
 _OBS_PREFIX = b'{"observation":'
 _NO_FAST = -(1 << 40)
-_OUT_PREFIX = b'{"outcome":'
 
 
 class Decoder:
-    """Incremental decoder. ``feed(bytes)`` returns the records completed so far.
-
-    The first record is always the :class:`Header`.  Errors are
-    :class:`ProtocolError` with the stream offset and current context.
-    Call :meth:`close` at end of stream to detect a truncated tail.
-    """
+    """Incremental: ``feed(bytes)`` returns the records completed so far (the :class:`Header`
+    first), whatever the chunking; :meth:`close` detects a truncated tail."""
 
     def __init__(self) -> None:
         self.header: Header | None = None
         self.context: str | None = None
         self._buf = b""
         self._pos = 0  # stream offset of self._buf[0]
-        # pending tensor: (kind, index, nbytes) after its JSON line was read
         self._pending: tuple[str, int, int] | None = None
         self.observations = 0
         self._ctx = ""  # self.context or ""
         self._obs_total = -1  # observation_nbytes + 2 once the header is known
         self._fast = _NO_FAST  # _obs_total when nothing is buffered (see feed_one)
 
-    # ---------------------------------------------------------------
     def frame_one(self, data: bytes) -> int:
-        """Fast path of the session loop: when ``data`` is exactly one whole
-        observation in canonical form (``{"observation":N}\\n`` + tensor bytes
-        + ``\\n``, how the compiler writes it and how one read returns it) and
-        nothing is buffered, consume it and return the position of the event
-        line's ``\\n`` (the tensor bytes are ``data[nl + 1 : -1]``, the index
-        ``data[15 : nl - 1]``). Otherwise return -1 *without consuming
-        anything* -- the caller then uses :meth:`feed`, which reads any
-        chunking and raises the typed errors."""
+        """When nothing is buffered and ``data`` is exactly one canonical observation (how the
+        compiler writes it), consume it and return the position ``nl`` of its event line's ``\\n``
+        (tensor bytes ``data[nl + 1 : -1]``, index ``data[15 : nl - 1]``); else -1, consuming nothing."""
         nl = data.find(10)
         # _fast == observation_nbytes + 2 when nothing is buffered, else -1 << 40
         if len(data) == self._fast + nl and 16 < nl < 34 and data[-1] == 10 and data[nl - 1] == 125 \
@@ -233,28 +197,22 @@ class Decoder:
 
     @property
     def frame_base(self) -> int:
-        """``observation_nbytes + 2`` while the decoder is idle (header known,
-        nothing buffered): a chunk with its first ``\\n`` at ``nl`` can only be
-        one whole observation if ``len(chunk) == frame_base + nl``. A large
-        negative number otherwise. For callers that inline :meth:`frame_one`."""
+        """While idle, a chunk with its first ``\\n`` at ``nl`` can only be one whole observation
+        if ``len(chunk) == frame_base + nl`` (for callers that inline :meth:`frame_one`)."""
         return self._fast
 
     def skip(self, nbytes: int, observations: int) -> None:
-        """Account for ``observations`` whole observations (``nbytes`` bytes
-        in all) that the caller framed itself with :meth:`frame_one`'s test
-        while the decoder was idle."""
+        """Account for whole observations the caller framed itself with :meth:`frame_one`'s test."""
         self._pos += nbytes
         self.observations += observations
 
     def feed_one(self, data: bytes) -> Observation | None:
-        """:meth:`frame_one`, returning the :class:`Observation` (or None,
-        nothing consumed)."""
+        """:meth:`frame_one`, returning the :class:`Observation` (None: nothing consumed)."""
         nl = self.frame_one(data)
         if nl < 0:
             return None
         return Observation(int(data[15 : nl - 1]), self._ctx, data[nl + 1 : -1], self.header)  # type: ignore[arg-type]
 
-    # ---------------------------------------------------------------
     def _err(self, msg: str, at: int) -> ProtocolError:
         return ProtocolError(f"{msg} [after {self.observations} observations]", offset=self._pos + at,
                              context=self.context)
@@ -300,13 +258,12 @@ class Decoder:
                 if self.header is None:
                     out.append(self._parse_header(line, start))
                     continue
-                # fast path: the observation line, no json parsing.
+                # the observation line without json parsing; anything odd goes through json
                 if line.startswith(_OBS_PREFIX) and line.endswith(b"}"):
                     num = line[15:-1]
                     if num.isdigit() and (num[0] != 48 or len(num) == 1) and len(num) < 19:
                         self._pending = ("observation", int(num), self.header.observation_nbytes)
                         continue
-                    # anything else (spaces, odd numbers) goes through json
                 rec = self._parse_event(line, start)
                 if rec is not None:
                     out.append(rec)
@@ -320,8 +277,7 @@ class Decoder:
         return out
 
     def _parse_event(self, line: bytes, start: int) -> Record | None:
-        """A non-observation event line: returns a Context, or None after
-        setting up the pending tensor of an outcome (or odd observation)."""
+        """A Context, or None after setting up the pending tensor of an outcome (or odd observation)."""
         try:
             ev = json.loads(line)
         except (ValueError, UnicodeDecodeError, RecursionError):
@@ -366,12 +322,12 @@ class Decoder:
 
     @property
     def offset(self) -> int:
-        """Bytes consumed so far (stream offset of the next unread byte)."""
+        """Stream offset of the next unread byte."""
         return self._pos
 
     @property
     def waiting_for(self) -> str:
-        """Human description of what the decoder expects next (for errors)."""
+        """What the decoder expects next (for errors)."""
         if self.header is None:
             return "the header line"
         if self._pending is not None:
@@ -383,7 +339,6 @@ class Decoder:
 
     @property
     def where(self) -> str:
-        """Position in the stream, for error messages."""
         ctx = "" if self.context is None else f", context {self.context!r}"
         return f"stream byte {self._pos + len(self._buf)}{ctx}, {self.observations} observations decoded"
 
@@ -395,7 +350,7 @@ class Decoder:
 
 
 def decode(data: bytes) -> list[Record]:
-    """Decode a whole stream (e.g. a training log file)."""
+    """Decode a whole stream (e.g. a training log)."""
     d = Decoder()
     out = d.feed(data)
     d.close()
@@ -414,7 +369,6 @@ def iter_log(path: str, chunk: int = 1 << 20) -> Iterator[Record]:
     d.close()
 
 
-# -- encoding -------------------------------------------------------------
 def encode_header(header: Header) -> bytes:
     return json.dumps(header.to_json(), separators=(",", ":")).encode() + b"\n"
 
@@ -459,7 +413,7 @@ class AdviceEncoder:
 
 
 def encode_records(records: Iterable[Record]) -> bytes:
-    """Inverse of :func:`decode` (used by tests and log writers)."""
+    """Inverse of :func:`decode`."""
     parts = []
     for r in records:
         if isinstance(r, Header):

@@ -1,24 +1,15 @@
 """Where the inliner's default decision really is, per compiler.
 
-With ``-inliner-interactive-include-default`` clang-19 writes the default
-heuristic's decision into the ``callee_basic_block_count`` slot and leaves
-``inlining_default`` at 0; LLVM 21 fixed it (clang-22 sends the decision in
-``inlining_default`` and the real block count).  Rather than assume it from
-the version, compile a module whose only call site is a static callee
-with several basic blocks and a single caller (every heuristic inlines it at
-``-Oz``) and look at the two slots (:func:`classify`).
-
-The answer is cached per compiler binary (path, size, mtime), in memory and
-on disk.  A compiler whose slot cannot be determined (missing, the detecting
-compile fails, the values fit neither layout) is a :class:`ConfigError`
-naming the compiler and why: a wrong guess would silently turn the default
-policy into never-inline code.  ``MLGO_INLINE_DEFAULT_SLOT`` overrides the
-detection (for compilers it cannot run with, e.g. an ``opt`` without a clang
-next to it).
+With ``-inliner-interactive-include-default`` clang-19 writes it into ``callee_basic_block_count``
+and leaves ``inlining_default`` at 0; LLVM 21 fixed that.  Rather than trust the version, compile
+a call site every heuristic inlines at ``-Oz`` and look at both slots, once per compiler binary
+(cached).  Not knowing is a :class:`ConfigError`: a wrong guess would silently make the default
+policy never inline.  ``MLGO_INLINE_DEFAULT_SLOT`` overrides the detection.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -50,8 +41,7 @@ _MEMO: dict[str, str] = {}
 
 
 def feature_meanings(slot: str) -> dict[str, str]:
-    """Meaning of each inliner feature whose meaning depends on the compiler,
-    given the slot that carries its default decision."""
+    """Meaning of each compiler-dependent inliner feature, given the slot of the default decision."""
     if slot == BUGGY_SLOT:
         return {FIXED_SLOT: ALWAYS_ZERO, BUGGY_SLOT: DEFAULT_DECISION}
     if slot == FIXED_SLOT:
@@ -70,8 +60,7 @@ def _key(path: str) -> str:
 
 
 def _detecting_clang(compiler: str) -> str | None:
-    """The clang driver to detect the slot with: the compiler itself, or the clang next
-    to an ``opt``/``llc`` binary."""
+    """The compiler itself, or the clang next to an ``opt``/``llc`` binary."""
     if is_clang_driver(compiler):
         return shutil.which(compiler) or compiler
     real = os.path.realpath(shutil.which(compiler) or compiler)
@@ -80,8 +69,7 @@ def _detecting_clang(compiler: str) -> str | None:
 
 
 class _Never:
-    """Answers every decision of the detecting compile with 0 (a policy by shape only: the
-    channel floor does not import the policies above it)."""
+    """Answers 0 (a policy by shape only: the channel floor does not import the policies)."""
 
     name = "never"
 
@@ -96,7 +84,7 @@ class _Never:
 
 
 class _SlotRecorder:
-    """Keeps the two candidate slots' values of each decision of the detecting compile."""
+    """Keeps the two candidate slots' values of each decision."""
 
     def __init__(self) -> None:
         self.values: list[dict[str, int]] = []
@@ -109,10 +97,8 @@ class _SlotRecorder:
 
 
 def classify(values: list[dict[str, int]]) -> str:
-    """The slot carrying the default decision, from the two slots' values at
-    the detecting module's call sites (whose callee has several blocks and is inlined
-    by the default heuristic).  Raises :class:`ValueError` saying why when
-    the values fit neither layout."""
+    """The slot carrying the default decision, from both slots' values at the detecting module's
+    call sites; ValueError saying why when they fit neither layout."""
     if not values:
         raise ValueError("the detecting module gave no inlining decision")
     missing = [n for n in SLOTS if any(n not in v for v in values)]
@@ -130,17 +116,13 @@ def classify(values: list[dict[str, int]]) -> str:
 
 
 def _cannot_tell(compiler: str, why: str) -> ConfigError:
-    """The one-line error of a compiler whose slot is unknown, with what the
-    user can do about it."""
     return ConfigError(f"cannot determine the inliner's default-decision slot of {compiler}: {why}; check that "
                        f"`{compiler} -Oz -c FILE.c` compiles, or skip the detection with {ENV_OVERRIDE}={BUGGY_SLOT} "
                        f"(clang <= 20) or {ENV_OVERRIDE}={FIXED_SLOT} (clang >= 21)")
 
 
 def detect_slot(clang: str, timeout: float = 60.0) -> str:
-    """Run the detecting compile with ``clang`` within ``timeout`` seconds (what
-    is left of the caller's deadline); returns the feature name holding the
-    default decision.  Raises :class:`ConfigError` when it cannot tell."""
+    """The slot of the default decision, from a detecting compile with ``clang`` within ``timeout``."""
     d = tempfile.mkdtemp(prefix="mlgo-slot-")
     try:
         src = os.path.join(d, "slot.c")
@@ -174,22 +156,17 @@ def _read_cache(cache: str) -> dict:
 
 def _write_cache(cache: str, data: dict) -> None:
     """Best effort (a read-only home only costs a detecting compile per process)."""
-    try:
+    with contextlib.suppress(OSError):
         os.makedirs(os.path.dirname(cache), exist_ok=True)
         tmp = f"{cache}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
             json.dump(data, f)
         os.replace(tmp, cache)
-    except OSError:
-        pass
 
 
 def default_slot(compiler: str, timeout: float = 60.0) -> str:
-    """Feature that carries the inliner's default decision for ``compiler``
-    (detected once per binary, cached; the detecting compile gets ``timeout``
-    seconds: pass what is left of the user's deadline).
-    ``MLGO_INLINE_DEFAULT_SLOT`` overrides the detection.  :class:`ConfigError`
-    when it cannot be determined."""
+    """The feature carrying the inliner's default decision for ``compiler`` (detection gets ``timeout``:
+    pass what is left of the user's deadline)."""
     env = os.environ.get(ENV_OVERRIDE)
     if env:
         if env not in SLOTS:
@@ -215,4 +192,3 @@ def default_slot(compiler: str, timeout: float = 60.0) -> str:
         _write_cache(cache, data)
     _MEMO[path] = slot
     return slot
-

@@ -1,15 +1,10 @@
-"""FIFO lifecycle: a private directory per channel, the open order clang
-needs, deadlines on every open and read, removal on every exit path.
-
-Open order (docs/channel.md, "Opening the FIFOs"): the compiler opens ``B.in`` for reading first, then
-``B.out`` for writing.  The host opens ``B.in`` for writing with
-``O_NONBLOCK`` (retrying on ``ENXIO`` until the compiler is there, has exited,
-or the deadline passes), then ``B.out`` for reading, also non-blocking, so a
-compiler that never comes cannot hang the host.
+"""FIFO lifecycle: a private directory per channel, the open order clang needs (``B.in`` then
+``B.out``, docs/channel.md), deadlines on every open and read, removal on every exit path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -25,8 +20,7 @@ from mlgo_host.fsutil import defer_raise
 
 
 class Channel:
-    """One FIFO pair ``<dir>/<name>.in`` / ``.out`` in a fresh private dir
-    (or in ``directory`` when given, e.g. a serve slot)."""
+    """One FIFO pair ``<dir>/<name>.in`` / ``.out`` in a fresh private dir (or in ``directory``)."""
 
     def __init__(self, parent: str | None = None, name: str = "channel", directory: str | None = None):
         if directory is None:
@@ -50,16 +44,9 @@ class Channel:
             self.close()
             raise
 
-    # -- opening ---------------------------------------------------------
     def open(self, alive: Callable[[], bool], deadline: float, max_delay: float = 0.02) -> bool:
-        """Open both ends in the compiler's order. Returns False if the
-        compiler finished without ever opening the channel (``alive()`` went
-        False); raises :class:`ChannelTimeout` at ``deadline``.
-
-        The write end is retried with a back-off up to ``max_delay`` s: a
-        compiler that is already waiting in its blocking ``open`` waits that
-        long at most (a server whose compiles start before it gets there
-        passes a short one: the back-off is compile latency)."""
+        """Open both ends in the compiler's order; False if the compiler exited without opening
+        the channel.  ``max_delay`` caps the retry back-off, which a waiting compiler pays as latency."""
         self.wfd = self._open_write_end(alive, deadline, max_delay)
         if self.wfd < 0:
             return False
@@ -67,10 +54,8 @@ class Channel:
         return True
 
     def _open_write_end(self, alive: Callable[[], bool], deadline: float, max_delay: float) -> int:
-        """``.in`` opened for writing (blocking), or -1 when the compiler went
-        away first. Opened non-blocking, which fails with ENXIO until the
-        compiler has opened its read end, so a compiler that never comes
-        cannot hang the host."""
+        """``.in`` opened for writing, or -1 when the compiler went away first.  Opened non-blocking
+        (ENXIO until the compiler opened its end) so a compiler that never comes cannot hang the host."""
         delay = min(0.0002, max_delay)
         while True:
             try:
@@ -89,15 +74,9 @@ class Channel:
         fcntl.fcntl(fd, fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
         return fd
 
-    # -- reading ---------------------------------------------------------
     def reader(self, alive: Callable[[], bool], deadline_ref: Callable[[], float], describe: Callable[[], str],
                chunk: int = 1 << 16):
-        """A function returning the next chunk of bytes (b"" at end of
-        stream), waiting with ``poll`` until the deadline.
-
-        One ``poll`` and one ``read`` per wake-up; the compiler writes a whole
-        observation before it waits for advice, so one wake-up normally
-        returns one complete observation."""
+        """A function returning the next chunk (b"" at end of stream), polling until the deadline."""
         rfd = self.rfd
         poller = select.poll()
         poller.register(rfd, select.POLLIN | select.POLLHUP | select.POLLERR)
@@ -115,9 +94,7 @@ class Channel:
                         return read(rfd, chunk)
                     except BlockingIOError:
                         continue
-                if not alive():
-                    # The compiler is gone without closing its end (or never
-                    # opened it): end of stream. Drain what is left.
+                if not alive():  # gone without closing its end: drain what is left
                     try:
                         return read(rfd, chunk)
                     except BlockingIOError:
@@ -125,40 +102,26 @@ class Channel:
 
         return next_chunk
 
-    # -- cleanup ---------------------------------------------------------
     def close_fds(self) -> None:
         for attr in ("wfd", "rfd"):
             fd = getattr(self, attr)
             if fd >= 0:
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
                 setattr(self, attr, -1)
 
     def close(self) -> None:
         """Close the ends and remove the FIFOs (and the directory if ours)."""
         self.close_fds()
         for p in (self.in_path, self.out_path):
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(p)
-            except FileNotFoundError:
-                pass
-            except OSError:
-                pass
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> "Channel":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
 
 class SignalExit(SystemExit):
-    """Raised by the handler of :func:`install_signal_cleanup`: unwinds the
-    stack (every ``finally`` runs) and exits with ``128 + signum``."""
+    """Raised by :func:`install_signal_cleanup`'s handler: unwinds the stack, exits with ``128 + signum``."""
 
     def __init__(self, signum: int):
         self.signum = signum
@@ -173,24 +136,17 @@ class SignalExit(SystemExit):
 
 
 def install_signal_cleanup(sigint: bool = False) -> None:
-    """Make SIGTERM and SIGHUP (and SIGINT when ``sigint``) unwind the stack
-    with :class:`SignalExit`, so every ``finally`` runs: compilers are
-    killed, FIFOs and temp files removed. The first signal makes further ones
-    ignored, so a second Ctrl-C cannot cut the cleanup short. Call once in a
-    CLI entry point (main thread only)."""
+    """Make SIGTERM, SIGHUP (and SIGINT) raise :class:`SignalExit` so every ``finally`` cleans up;
+    further signals are then ignored so a second Ctrl-C cannot cut it short.  Main thread only."""
     sigs = [signal.SIGTERM, signal.SIGHUP] + ([signal.SIGINT] if sigint else [])
 
     def handler(signum, frame):
         for s in sigs:
-            try:
+            with contextlib.suppress(ValueError, OSError):
                 signal.signal(s, signal.SIG_IGN)
-            except (ValueError, OSError):
-                pass
         if not defer_raise(SignalExit(signum)):  # (inside signals_deferred: raised when the section ends)
             raise SignalExit(signum)
 
     for sig in sigs:
-        try:
+        with contextlib.suppress(ValueError, OSError):  # not the main thread
             signal.signal(sig, handler)
-        except (ValueError, OSError):  # not the main thread
-            pass

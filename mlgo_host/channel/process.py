@@ -1,22 +1,13 @@
-"""Compiler-process supervision.
+"""Compiler-process supervision: its own process group, dying with the host, output to a file
+(no pipe to drain), the group killed and its temp outputs removed on any host-side failure.
 
-The compiler runs in its own process group (its own session), dies with the
-host even when the host is killed outright (PR_SET_PDEATHSIG, through
-util-linux's ``setpriv``), with stdin closed and its stdout/stderr going to a file in the channel directory (no
-pipe to drain, no deadlock).  On any host-side failure the whole group is
-killed and the ``<output>-XXXXXXXX.<ext>.tmp`` files a killed compile leaves
-behind are removed.
-
-The leader is never reaped behind our back: :meth:`CompilerProcess.alive`
-and :meth:`CompilerProcess.wait` look at its exit with ``WNOWAIT`` (or a
-pidfd), so its pid -- and thus the process-group id -- stays reserved until
-:meth:`_reap`; ``killpg`` can therefore never hit an unrelated group that
-reused the id.  Reaping uses ``wait4``, which gives the compiler's own CPU
-time (:attr:`rusage`), separate from the host's.
+Exits are observed with ``WNOWAIT`` (or a pidfd), so the pid -- the group id -- stays reserved
+until :meth:`CompilerProcess._reap` and ``killpg`` never hits a group that reused it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
@@ -27,18 +18,16 @@ import time
 
 from mlgo_host.errors import CompilerError
 
-#: compilers of this process that died of a SIGKILL the host did not send (the OOM killer, a user, or Ray,
-#: which kills an actor's children just before the actor): a caller compares it before and after its work
+#: compilers that died of a SIGKILL the host did not send (the OOM killer, a user, Ray killing an actor's children)
 _killed_from_outside = 0
 
 
 def killed_from_outside() -> int:
-    """How many compilers of this process died of a SIGKILL the host did not send."""
     return _killed_from_outside
 
 
 def output_of(argv: list[str]) -> str | None:
-    """The ``-o`` file of a compiler command line (None when absent)."""
+    """The ``-o`` file of a compiler command line."""
     out = None
     for i, a in enumerate(argv):
         if a == "-o" and i + 1 < len(argv):
@@ -49,25 +38,19 @@ def output_of(argv: list[str]) -> str | None:
 
 
 def temp_output_pattern(output: str) -> "re.Pattern[str]":
-    """File names of the temporary outputs clang creates for ``output``:
-    ``<stem>-<8 hex digits><ext>.tmp`` (checked by killing a real clang-19
-    mid-compile: ``x.o`` -> ``x-06a5b045.o.tmp``)."""
+    """Names of clang's temporary outputs for ``output`` (``x.o`` -> ``x-06a5b045.o.tmp``)."""
     stem, ext = os.path.splitext(os.path.basename(output))
     return re.compile(re.escape(stem) + r"-[0-9a-f]{8}" + re.escape(ext) + r"\.tmp\Z")
 
 
-#: util-linux's setpriv (Debian: always there), which starts the compiler
-#: with PR_SET_PDEATHSIG: it then dies with the host even when the host is
-#: killed without running any handler (SIGKILL), instead of blocking forever
-#: on a FIFO nobody will open.  Not preexec_fn: that is unsafe in a host with
-#: threads.  Without setpriv the compiler starts directly (the handlers and
-#: the pool still kill it on every other way out).
+#: util-linux's setpriv sets PR_SET_PDEATHSIG: the compiler dies with a SIGKILLed host instead of
+#: blocking forever on a FIFO nobody opens (preexec_fn is unsafe with threads).
 _SETPRIV = shutil.which("setpriv")
 
 
 def _dies_with_host(argv: list[str], cwd: str | None, env: dict | None) -> list[str]:
-    """``argv`` behind setpriv's --pdeathsig, its program resolved first so
-    that a missing compiler still fails to start (not as setpriv's exit 127)."""
+    """``argv`` behind setpriv, its program resolved first so a missing compiler fails to start
+    (not as setpriv's exit 127)."""
     if _SETPRIV is None:
         return argv
     prog = argv[0]
@@ -90,7 +73,7 @@ class CompilerProcess:
         self.cwd = cwd
         self.log_path = log_path
         self.started = time.time()
-        #: ``resource.struct_rusage`` of the compiler (and its reaped children), once reaped
+        #: ``resource.struct_rusage`` of the compiler, once reaped
         self.rusage = None
         self._pidfd = -1
         self._log = open(log_path, "w+b")
@@ -116,17 +99,14 @@ class CompilerProcess:
 
     @property
     def returncode(self) -> int | None:
-        """Exit status once reaped (negative signal number if killed)."""
         return self.proc.returncode
 
     @property
     def cpu_s(self) -> float | None:
-        """User+system CPU seconds of the compiler (None until reaped)."""
         if self.rusage is None:
             return None
         return self.rusage.ru_utime + self.rusage.ru_stime
 
-    # -- exit detection without reaping ----------------------------------
     def _exited(self) -> bool:
         try:
             return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
@@ -140,15 +120,12 @@ class CompilerProcess:
         return not self._exited()
 
     def _reap(self) -> int:
-        """Kill what is left of the process group (the leader is at most a
-        zombie here, so the group id cannot have been reused), then reap the
-        leader with ``wait4``."""
+        """Kill what is left of the group (the leader is at most a zombie: its id is still ours),
+        then reap the leader with ``wait4`` (the compiler's own CPU time)."""
         if self.proc.returncode is None:
             by_host = not self._exited()  # the leader still runs: the SIGKILL below is the host's
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
             try:
                 _, status, ru = os.wait4(self.proc.pid, 0)
                 self.rusage = ru
@@ -164,16 +141,12 @@ class CompilerProcess:
 
     def _close_pidfd(self) -> None:
         if self._pidfd >= 0:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(self._pidfd)
-            except OSError:
-                pass
             self._pidfd = -1
 
     def wait(self, timeout: float | None) -> int | None:
-        """Wait up to ``timeout`` seconds (None = forever) for the exit;
-        returns the exit status (the process is then reaped, and whatever it
-        left in its process group killed) or None."""
+        """The exit status (reaped, its group killed) within ``timeout`` s (None: forever), else None."""
         if self.proc.returncode is not None:
             return self.proc.returncode
         if timeout is None:
@@ -205,8 +178,7 @@ class CompilerProcess:
         self.remove_temp_outputs()
 
     def remove_temp_outputs(self) -> list[str]:
-        """Remove the ``<stem>-XXXXXXXX<ext>.tmp`` files of a killed compile
-        (only those created since this compile started)."""
+        """Remove the temp outputs a killed compile left (only those since it started)."""
         out = output_of(self.argv)
         if not out or out == "-":
             return []
@@ -223,12 +195,10 @@ class CompilerProcess:
             if not pat.match(name):
                 continue
             p = os.path.join(d, name)
-            try:
+            with contextlib.suppress(OSError):
                 if os.stat(p).st_mtime >= self.started - 1:
                     os.unlink(p)
                     removed.append(p)
-            except OSError:
-                pass
         return removed
 
     def stderr_tail(self, nbytes: int = 2000) -> str:
@@ -248,7 +218,5 @@ class CompilerProcess:
             else:
                 self.kill()
         self._close_pidfd()
-        try:
+        with contextlib.suppress(OSError):
             self._log.close()
-        except OSError:
-            pass

@@ -1,14 +1,10 @@
-"""One compile served over the interactive channel.
-
-:func:`serve_channel` is the hot loop (decode, decide, validate, answer) over
-an opened :class:`~mlgo_host.channel.fifo.Channel`; :func:`run_session`
-starts a compiler on a fresh channel, serves it and supervises it.  Every
-exit path kills the compiler's process group on host-side failure and removes
-the FIFOs, the channel directory and the compiler's temp outputs.
+"""One compile served over the interactive channel: :func:`serve_channel` answers an opened
+channel, :func:`run_session` starts, serves and supervises a compiler and cleans up on every exit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import os
@@ -25,10 +21,9 @@ from mlgo_host.channel.process import CompilerProcess, output_of
 from mlgo_host.errors import ChannelTimeout, CompilerError, ConfigError, MlgoHostError, ProtocolError
 from mlgo_host.fsutil import scratch_dir
 
+
 class Policy(Protocol):
-    """Who answers the decisions (structural: the channel floor does not
-    import the policies above it, and `mlgo-host run --policy default` starts
-    without numpy; :class:`mlgo_host.policies.base.Policy` is the usual one)."""
+    """Who answers (structural: the channel floor does not import :mod:`mlgo_host.policies`)."""
 
     def bind(self, header: Header, advisor: Advisor) -> None: ...
 
@@ -38,9 +33,7 @@ class Policy(Protocol):
 
 
 class Recorder(Protocol):
-    """What a session records its decisions into (structural: the channel
-    floor does not import the episode floor above it;
-    :class:`mlgo_host.episode.EpisodeRecorder` is the usual one)."""
+    """What records the decisions (structural, e.g. :class:`mlgo_host.episode.EpisodeRecorder`)."""
 
     def add(self, obs: Observation, action: Any, logp: float) -> None: ...
 
@@ -81,23 +74,19 @@ class StreamTally:
     observations: int = 0
     contexts: int = 0
     decisions: dict = dataclasses.field(default_factory=dict)
-    #: what the session's ``recorder`` made of its decisions (``recorder.finish(header)``)
     episode: Any = None
     #: CPU seconds of the serving thread from the first byte to the end of the stream
     serve_cpu_s: float = 0.0
 
 
 class TrainingLogWriter:
-    """Writes the session in clang's training-log format (the advice taken
-    appended as the last feature), atomically: to ``path.tmp``, then renamed
-    on :meth:`commit`."""
+    """Writes the session as clang's training log (advice as last feature), renamed into place on :meth:`commit`."""
 
     def __init__(self, path: str):
         self.path = path
         self._tmp = path + f".{os.getpid()}.tmp"
         self._f = open(self._tmp, "wb", buffering=1 << 16)
-        #: append already encoded bytes (the session's fast path writes the
-        #: received event line and tensors, then the advice and "\n")
+        #: append already encoded bytes (the fast paths' event line, tensors, advice and "\n")
         self.write = self._f.write
 
     def header(self, header: Header) -> None:
@@ -117,21 +106,16 @@ class TrainingLogWriter:
         try:
             self._f.close()
         finally:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._tmp)
-            except FileNotFoundError:
-                pass
 
 
 _ZERO8 = bytes(8)
 
 
 class _Watchdog:
-    """Enforces the deadline while the session loop sits in a blocking
-    ``read``: at the deadline it sets :attr:`fired` and writes one byte into
-    the channel's ``.out`` FIFO, which wakes the reader; the loop then sees
-    ``fired`` and raises :class:`ChannelTimeout`. Costs nothing per decision
-    (the thread sleeps on an Event)."""
+    """Enforces the deadline of blocking reads: at the deadline it sets :attr:`fired` and writes a byte
+    into ``.out`` to wake the reader (no timer armed per decision)."""
 
     def __init__(self, deadline: float, out_path: str, in_path: str | None = None):
         self.deadline = deadline
@@ -149,18 +133,15 @@ class _Watchdog:
         else:
             return
         self.fired = True
-        try:  # wake a reader blocked on .out
+        with contextlib.suppress(OSError):  # wake a reader blocked on .out
             fd = os.open(self.out_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
                 os.write(fd, b"\0")
             finally:
                 os.close(fd)
-        except OSError:
-            pass
         if not self.in_path:
             return
-        # Unblock a session loop stuck writing to a full .in (a compiler that
-        # stopped reading advice): drain it until the loop cancels us.
+        # unblock a loop stuck writing to a full .in (a compiler that stopped reading): drain it
         try:
             fd = os.open(self.in_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
@@ -193,22 +174,10 @@ def serve_channel(
     log: TrainingLogWriter | None = None,
     count_decisions: bool = True,
 ) -> StreamTally:
-    """Serve one opened channel until the compiler closes it.
+    """Serve an opened channel until the compiler closes it (``policy`` None: the advisor's default).
 
-    ``policy`` None answers every decision with the advisor's default (the
-    compiler's own heuristic, as the ``default`` policy does).
-
-    Raises :class:`ProtocolError` on malformed bytes, :class:`ChannelTimeout`
-    at the deadline, :class:`AdviceError` on illegal advice (never sent),
-    :class:`CompilerError` when the compiler goes away mid-observation.
-
-    The first bytes are awaited with ``poll`` (a FIFO whose writer has not
-    connected yet reads as end-of-file); after that the reads block and a
-    :class:`_Watchdog` thread enforces the deadline, so no timer is armed per
-    decision. Steps: :func:`_read_header` decodes the header, binding it
-    makes a :class:`_Session` (policy, advice check and encoding, the
-    default-flag answers), whose loops answer until end of stream; then
-    :func:`_finish` counts.
+    The first bytes are awaited with ``poll`` (an unconnected FIFO reads as end-of-file); then
+    reads block and a :class:`_Watchdog` keeps the deadline.
     """
     dec = Decoder()
     first_chunk = chan.reader(alive, lambda: deadline, lambda: f"{dec.waiting_for} ({dec.where})")
@@ -216,7 +185,6 @@ def serve_channel(
     cpu0 = time.thread_time()
     session = None
     if data:
-        # from the first byte on: plain blocking reads, the watchdog keeps the deadline
         fl = fcntl.fcntl(chan.rfd, fcntl.F_GETFL)
         fcntl.fcntl(chan.rfd, fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
         wd = _Watchdog(deadline, chan.out_path, chan.in_path)
@@ -236,9 +204,7 @@ def _timed_out(dec: Decoder) -> ChannelTimeout:
 
 
 def _read_header(dec: Decoder, data: bytes, rfd: int, wd: _Watchdog) -> tuple[Header | None, list]:
-    """Feed the stream from its first chunk ``data`` to the decoder until it
-    has decoded the header. Returns the header and the records that followed
-    it in the same chunk; (None, []) when the stream ended before."""
+    """The header and the records after it in its chunk; (None, []) when the stream ended before."""
     while data:
         records = dec.feed(data)
         if records:
@@ -254,9 +220,7 @@ def _read_header(dec: Decoder, data: bytes, rfd: int, wd: _Watchdog) -> tuple[He
 
 
 def _finish(dec: Decoder, session: _Session | None, recorder: Recorder | None, serve_cpu_s: float) -> StreamTally:
-    """The tally of a stream that ended: a record cut short is the
-    compiler's failure; decisions counted per advice value; the recorder's
-    episode."""
+    """The tally of an ended stream (a record cut short is the compiler's failure)."""
     tally = StreamTally(serve_cpu_s=serve_cpu_s)
     try:
         dec.close()
@@ -279,21 +243,9 @@ def _finish(dec: Decoder, session: _Session | None, recorder: Recorder | None, s
 
 
 class _Session:
-    """One channel served once its header is known.
-
-    Binding the header (:meth:`__init__`) fixes how an observation is
-    answered: :attr:`decide` (the policy, the advisor's check, the advice
-    bytes, memoized per value for discrete scalar advice) and, when the
-    answer is the advisor's default and that default is an int64 flag of the
-    observation (the inliner), the two possible answers of the default-flag
-    loop, each checked once here.
-
-    :meth:`run` is the hot loop: one blocking ``read`` (normally one whole
-    observation, framed by :meth:`Decoder.frame_one` without copying it into
-    the decoder), :attr:`decide`, one ``write``. Any other chunking goes
-    through :meth:`Decoder.feed` and :meth:`answer_records`. Once the header
-    chose the default-flag answers, :meth:`flag_loop` takes every chunk it
-    can.
+    """One channel served once its header is known: :attr:`decide` answers an observation; when the
+    answer is the advisor's default and that is an int64 flag (the inliner), :meth:`flag_loop` answers
+    from the raw bytes with the two answers checked once here.
     """
 
     def __init__(self, chan: Channel, dec: Decoder, wd: _Watchdog, header: Header, advisor: Advisor,
@@ -301,8 +253,6 @@ class _Session:
                  count_decisions: bool):
         self.rfd, self.wfd = chan.rfd, chan.wfd
         self.dec, self.wd, self.header, self.log = dec, wd, header, log
-        #: append already encoded bytes to the training log (the loops write
-        #: the received event line and tensors, then the advice and "\n")
         self.log_write = log.write if log is not None else None
         self.n = 0  # observations answered
         self.contexts = 0
@@ -344,8 +294,7 @@ class _Session:
                              f"({self.dec.where})")
 
     def run(self) -> None:
-        """Answer until end of stream (the header and the records after it in
-        its chunk are done)."""
+        """The hot loop: one blocking ``read`` (normally one whole observation), :attr:`decide`, one ``write``."""
         rfd, wfd, dec, wd = self.rfd, self.wfd, self.dec, self.wd
         read, write = os.read, os.write
         frame_one = dec.frame_one
@@ -397,17 +346,9 @@ class _Session:
                                     offset=self.dec.offset, context=self.dec.context)
 
     def flag_loop(self, data: bytes) -> bytes:
-        """The default-flag loop, from chunk ``data`` on, while each chunk is
-        one whole canonical observation (:meth:`Decoder.frame_one`'s test,
-        inlined; the decoder is told how far it got when the loop ends): the
-        answer is picked by looking at the flag's 8 bytes in the chunk, no
-        :class:`Observation`, no policy call. Returns the first chunk it did
-        not take (b"" at end of stream).
-
-        As small as it gets: its cost is mostly cache misses (every bytecode
-        and cache line it touches is cold again after the compiler ran). It
-        reads into one preallocated buffer (no 64 KiB allocation per read).
-        Entered once per stretch of canonical chunks (normally once)."""
+        """Answer from the flag's 8 bytes while each chunk is one canonical observation
+        (:meth:`Decoder.frame_one`'s test, inlined); returns the first chunk it did not take.
+        Kept minimal: after each compile step its code and data are cold in the cache."""
         rfd, wfd, dec, wd = self.rfd, self.wfd, self.dec, self.wd
         write, readv = os.write, os.readv
         flag, yes_b, no_b = self.flag, self.yes, self.no
@@ -436,7 +377,6 @@ class _Session:
                 dec.skip(fb + m, k + 1)
                 raise self.broken(int(cur[15 : nl - 1])) from None
             if log_write is not None:
-                # the log's record: this event line and tensors, then the advice
                 log_write(cur[: m - 1] + (yes_nl if b is yes_b else no_nl))
             k += 1
             fb += m
@@ -458,9 +398,7 @@ def _decider(act: Callable[[Observation], Any], act_logp: Callable[[Observation]
              recorder: Recorder | None, validate: Callable[[Observation, Any], None],
              encode: Callable[[Any], bytes], memo: dict[Any, bytes] | None,
              counts: dict[Any, int] | None) -> Callable[[Observation], bytes]:
-    """The advice bytes for one observation: the policy (recording its
-    decision when there is a recorder), the advisor's check, the encoding
-    (memoized when ``memo``), counted per value when ``counts``."""
+    """The advice bytes of an observation: policy, record, check, encoding (memoized), count."""
 
     def decide(obs: Observation) -> bytes:
         if recorder is not None:
@@ -498,21 +436,13 @@ def run_session(
     pin_cpu: int | None = None,
     start: float | None = None,
 ) -> SessionResult:
-    """Run ``cmd`` (the advisor's flags appended) and serve its channel
-    (``policy`` None: the advisor's default answers, see :func:`serve_channel`).
-    An inliner advisor comes with its default-decision slot set
-    (:func:`~mlgo_host.channel.problems.ready_advisor`; this module never
-    detects it: the detecting compile is itself a session).
+    """Run ``cmd`` with the advisor's flags and serve its channel.  An inliner advisor must come with
+    its default slot set (:func:`~mlgo_host.channel.problems.ready_advisor`).
 
-    Host-side failures raise :class:`MlgoHostError` subclasses after the
-    compiler's process group was killed (and its temp outputs removed); a
-    compiler that exits non-zero on its own returns a result with that code.
-    ``pin_cpu``: run this thread and the compiler on that one CPU for the
-    session (the synchronous ping-pong is much cheaper without cross-CPU
-    wake-ups); the thread's affinity is restored afterwards. -1 = the CPU
-    this process is running on.  ``start``: the ``time.monotonic()`` from
-    which ``timeout`` counts (default: now), when work done for the same
-    compile came first (the default slot's detection).
+    Host-side failures raise :class:`MlgoHostError` after the compiler's group was killed; a compiler
+    exiting non-zero on its own gives a result with that code.  ``pin_cpu``: run this thread and
+    the compiler on one CPU (-1: the current one; the ping-pong avoids cross-CPU wake-ups).
+    ``start``: the ``time.monotonic()`` from which ``timeout`` counts (default: now).
     """
     adv = _session_advisor(cmd, advisor)
     t0 = time.monotonic()
@@ -557,12 +487,12 @@ def run_session(
         if chan is not None:
             chan.close()
         if old_affinity is not None:
-            _unpin(old_affinity)
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, old_affinity)
 
 
 def _session_advisor(cmd: list[str], advisor: Advisor | str) -> Advisor:
-    """The session's advisor, once the command and the advisor can run a
-    session (checked before anything is started)."""
+    """The session's advisor, checked before anything is started."""
     adv = get_advisor(advisor)
     if not cmd:
         raise CompilerError("empty compiler command")
@@ -574,9 +504,7 @@ def _session_advisor(cmd: list[str], advisor: Advisor | str) -> Advisor:
 
 
 def _pin(pin_cpu: int | None) -> set[int] | None:
-    """Run this thread on CPU ``pin_cpu`` (-1: the current one); the
-    compiler started next inherits it.  Returns the affinity to restore
-    (None: not pinned)."""
+    """Pin this thread (and the compiler started next) to a CPU; the affinity to restore, or None."""
     if pin_cpu is None:
         return None
     cpu = procs.current_cpu() if pin_cpu < 0 else pin_cpu
@@ -588,18 +516,8 @@ def _pin(pin_cpu: int | None) -> set[int] | None:
     return old_affinity
 
 
-def _unpin(old_affinity: set[int]) -> None:
-    """Give this thread back the affinity :func:`_pin` replaced."""
-    try:
-        os.sched_setaffinity(0, old_affinity)
-    except OSError:
-        pass
-
-
 def _stop_after_failure(proc: CompilerProcess, e: MlgoHostError, deadline: float, timeout: float) -> None:
-    """Kill the compiler after a host-side failure ``e`` and complete its
-    message with what the caller needs: the timeout, the compiler's exit
-    status, the end of its stderr."""
+    """Kill the compiler after a host-side failure and add its exit status and stderr to ``e``."""
     if isinstance(e, CompilerError):
         # the stream broke because the compiler is exiting: get its status
         proc.wait(min(2.0, max(deadline - time.monotonic(), 0.0)))
@@ -615,8 +533,7 @@ def _stop_after_failure(proc: CompilerProcess, e: MlgoHostError, deadline: float
 
 
 def run_without_channel(cmd: list[str], *, timeout: float = 300.0, cwd: str | None = None, env: dict | None = None) -> tuple[int, str]:
-    """Run the compiler without the channel (the default heuristic).
-    Returns (returncode, stderr tail); kills the group on timeout."""
+    """Run the compiler without the channel: (returncode, stderr tail)."""
     with scratch_dir("mlgo-plain-") as d:
         proc = CompilerProcess(list(cmd), os.path.join(d, "compiler.log"), cwd=cwd, env=env)
         try:

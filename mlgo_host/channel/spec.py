@@ -1,8 +1,5 @@
-"""Tensor specs as clang's interactive channel and training logs describe them.
-
-A spec is ``{"name", "port", "type", "shape"}`` where ``type`` is a C scalar
-name.  The header of a session is the only source of byte counts: nothing in
-the host assumes a feature list, a width or a dtype.
+"""Tensor specs (``{"name", "port", "type", "shape"}``, ``type`` a C scalar name) as clang's
+channel and training logs describe them: the only source of byte counts in the host.
 """
 
 from __future__ import annotations
@@ -16,9 +13,7 @@ from mlgo_host.errors import ProtocolError
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-# numpy is imported on first use only: the default inliner session
-# (`mlgo-host run --policy default`) never needs it, and it costs ~0.15 s of
-# CPU at start-up.
+# numpy is imported on first use only: the default inliner session never needs it.
 
 #: C scalar name -> (size in bytes, little-endian numpy dtype string)
 _CTYPES: Mapping[str, tuple[int, str]] = {
@@ -37,8 +32,7 @@ _DTYPES: "dict[str, np.dtype] | None" = None
 
 
 def c_types() -> "Mapping[str, np.dtype]":
-    """C scalar name -> little-endian numpy dtype (the channel is native LE).
-    Also available as the module attribute ``C_TYPES`` (imports numpy)."""
+    """C scalar name -> little-endian numpy dtype; also the module attribute ``C_TYPES``."""
     global _DTYPES
     if _DTYPES is None:
         import numpy as np
@@ -87,7 +81,6 @@ class TensorSpec:
 
     @property
     def size(self) -> int:
-        """Number of elements."""
         return math.prod(self.shape)
 
     @property
@@ -120,7 +113,7 @@ class TensorSpec:
 
     @classmethod
     def of(cls, name: str, dtype: Any, shape: Sequence[int], port: int = 0) -> "TensorSpec":
-        """Build a spec from a numpy dtype (convenience for tests and logs)."""
+        """A spec from a numpy dtype."""
         import numpy as np
 
         dt = np.dtype(dtype).newbyteorder("<") if np.dtype(dtype).itemsize > 1 else np.dtype(dtype)
@@ -129,14 +122,8 @@ class TensorSpec:
 
 
 def record_dtype(specs: Iterable[TensorSpec]) -> "np.dtype":
-    """A packed structured dtype laying the specs out back to back, in order.
-
-    One ``np.frombuffer`` with this dtype decodes a whole observation; each
-    field is then a zero-copy view of its tensor.
-    """
+    """A packed structured dtype of the specs back to back: one ``np.frombuffer`` decodes an observation."""
     import numpy as np
 
-    fields = []
-    for s in specs:
-        fields.append((s.name, s.dtype, s.shape) if s.shape else (s.name, s.dtype))
+    fields = [(s.name, s.dtype, s.shape) if s.shape else (s.name, s.dtype) for s in specs]
     return np.dtype(fields, align=False)

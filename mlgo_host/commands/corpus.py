@@ -1,41 +1,28 @@
 """Build corpora in the layout of LLVM's mlgo-utils (corpus_description.json,
 per module <m>.bc and its NUL-separated cc1 command <m>.cmd).
 
-  build      from any compile database (compile_commands.json; entries with
-             "command" or "arguments", relative or absolute -o, C and C++).
-             Each module's bitcode is the frontend's output before any LLVM
-             pass (-emit-llvm -Xclang -disable-llvm-passes: never -O0 bitcode,
-             which carries optnone) and its .cmd the cc1 job of the original
-             compile, optimization flags included.  Failures are listed and
-             skipped; modules already built are kept.
+  build      from a compile database (compile_commands.json): each module's
+             bitcode before any LLVM pass (-Xclang -disable-llvm-passes, never
+             -O0 bitcode, which carries optnone) and the cc1 job of the
+             original compile.  Failures are listed and skipped; modules
+             already built are kept.
 
   benchmark  the reproducible benchmark corpus: C and C++ vendored in pinned
-             PyPI source distributions (brotli, pycryptodome, pyzstd's zstd,
-             lz4, ujson's double-conversion, fasttext, uvloop's libuv),
-             downloaded with pip, checked against the sha256 kept in the
-             package, extracted and built at -Oz.  Idempotent: a second run
-             reuses the cache and the built modules.  With --sources external
-             it builds the external corpus instead: projects the benchmark
-             does not contain (zopfli, cmark-gfm, llhttp/http-parser, xxHash,
-             c-ares, libyaml, jsonnet), for measuring generalization.  With
-             --sources training it builds the training corpus: the benchmark's
-             packages (same module names, so the same held-out split) plus 23
-             more sdists (libsodium, capstone, libyara, libsass, leveldb,
-             upb, isa-l, ...), none of them in the external list.
+             PyPI sdists, checked against their sha256, built at -Oz;
+             idempotent.  --sources external builds projects the benchmark
+             does not contain, for measuring generalization; --sources
+             training, the benchmark's packages plus 23 more sdists.
 
-  debian     a corpus from Debian (bookworm main) source packages named in
-             mlgo_host/data/debian_packages.txt (--packages a,b for some of
-             them): apt-get source into a cache, apt-get build-dep, the
-             package's own configure/cmake/meson/make under bear with
-             clang-19 at -Oz, then the recorded compiles (vendored copies and
-             tests left out) as modules PACKAGE/path.  A package that does
-             not build is skipped with its reason in OUTPUT/packages.json;
-             built packages are kept, so a second run builds what is missing.
+  debian     Debian (bookworm main) source packages of
+             mlgo_host/data/debian_packages.txt, each built by its own build
+             system under bear with clang-19 at -Oz; the recorded compiles
+             (vendored copies and tests left out) are modules PACKAGE/path.
+             A package that does not build is skipped with its reason in
+             OUTPUT/packages.json; a second run builds what is missing.
 
   combine    one corpus from several (mlgo-utils' combine_training_corpus):
-             each corpus's project folders are linked into OUTPUT and every
-             module listed, so names, and the split by project, stay as they
-             were.  A project in two corpora is an error.
+             project folders are linked into OUTPUT, so names and the split
+             by project stay as they were.
 
 examples:
   mlgo-host corpus build --compile-commands build/compile_commands.json --output corpus/
@@ -57,7 +44,6 @@ from mlgo_host.errors import ConfigError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-
     sub = p.add_subparsers(dest="corpus_command", metavar="ACTION")
     b = sub.add_parser("build", help="build a corpus from a compile database (compile_commands.json)",
                        formatter_class=HelpFormatter,
@@ -79,12 +65,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where sdists are downloaded and extracted "
                         "(default: $XDG_CACHE_HOME/mlgo_host/benchmark, i.e. ~/.cache/mlgo_host/benchmark)")
     m.add_argument("--sources", metavar="NAME|JSON", default=None,
-                   help="the list of pinned sdists and their sha256: 'benchmark' (the default, "
-                        "mlgo_host/data/benchmark_sources.json: the corpus to train and hold out from), "
-                        "'training' (mlgo_host/data/training_sources.json: the benchmark's packages plus more "
-                        "projects, the same held-out split), "
-                        "'external' (mlgo_host/data/external_sources.json: other projects, to measure "
-                        "generalization beyond the benchmark), or the path of a list in the same format")
+                   help="the pinned sdists and their sha256 (mlgo_host/data/NAME_sources.json): 'benchmark' (the "
+                        "default: the corpus to train and hold out from), 'training' (the benchmark's packages "
+                        "plus more projects, the same held-out split), 'external' (other projects, to measure "
+                        "generalization), or the path of a list in the same format")
     m.add_argument("--package", action="append", metavar="NAME",
                    help="build only this package of the list (repeatable; default: all of them)")
     d = sub.add_parser("debian", help="build a corpus from Debian (bookworm main) source packages",
@@ -94,7 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                    "root (or sudo) for apt and the network.")
     _common(d)
     d.add_argument("--packages", metavar="NAME,NAME", default=None,
-                   help="build only these packages (default: every package of the packages file)")
+                   help="build only these packages (default: every one of the packages file)")
     d.add_argument("--packages-file", metavar="PATH", default=None,
                    help="the source packages that may be built, one a line (default: "
                         "mlgo_host/data/debian_packages.txt, the list the project may train on)")
@@ -107,8 +91,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="try again the packages an earlier run skipped (default: keep them skipped)")
     d.add_argument("--build-timeout", type=float, default=3600.0, metavar="SECONDS",
                    help="time one step of a package's build (configure, make, build-dep) may take")
-
-
     c = sub.add_parser("combine", help="combine corpora into one, project by project (links, no copies)",
                        formatter_class=HelpFormatter,
                        description="Link the project folders of CORPUS... into OUTPUT and list every module in "

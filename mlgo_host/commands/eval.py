@@ -1,29 +1,18 @@
 """Evaluate a policy over a corpus against the compiler's default heuristic.
 
-Every selected module is compiled twice: without the channel (the default
-heuristic; its size is cached on disk, keyed by module, command and compiler
-version) and with the policy answering the channel.  Size = the `text` column
-of llvm-size; reward = 1 - (policy + 0.01) / (baseline + 0.01).  Modules run
-in parallel worker processes (which never import TensorFlow).  A module that
-fails (compiler error, crash, timeout, host error) is a `failed` row with its
-reason and the rest is still evaluated.
-
-Prints a summary (total size vs the default in %, modules smaller / equal /
-bigger, failures); --output writes one CSV row per module (module,
-baseline_text, policy_text, reward, observations, status, reason); --plot
-draws the per-module size change against module size.  Exit status 0, or 1
-when no module could be evaluated.
+Every selected module is compiled without the channel (the default; its size
+cached on disk, keyed by module, command and compiler version) and with the
+policy answering it, in parallel workers that never import TensorFlow.
+Size = the `text` column of llvm-size; reward = 1 - (policy + 0.01) /
+(baseline + 0.01).  A module that fails is a `failed` row with its reason.
+--output writes one CSV row per module (module, baseline_text, policy_text,
+reward, observations, status, reason).  Exit status 0, or 1 when no module
+could be evaluated.
 
 --guard: each module keeps the smaller valid object of the policy's and the
-default's (as `serve --guard` does in a build), so no module is bigger than
-the default; a failed policy compile keeps the default's.  The summary adds
-what the guard kept, its gain in bytes against the unguarded policy and its
-cost (default compiles made in this run and their CPU seconds; cached sizes
-are free here, a guarded build pays one plain compile per module); the CSV
-adds unguarded_text and kept (policy | default).
-
---replay T: the modules of the tune directory T are compiled with their
-replays (the decisions `mlgo-host tune` found), the others with --policy.
+default's, as `serve --guard` does.  The summary adds the guard's gain in
+bytes and its cost (default compiles made in this run, their CPU seconds);
+the CSV adds unguarded_text and kept (policy | default).
 
 example: mlgo-host eval --corpus corpus/ --policy never --jobs 2 --output never.csv --plot never.png
 """
@@ -44,8 +33,7 @@ from mlgo_host.errors import ConfigError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", required=True, metavar="DIR", help="corpus directory (corpus_description.json)")
     p.add_argument("--policy", default="default",
-                   help="who answers: a heuristic (default, never, always, random) or a saved policy directory "
-                        "(greedy)")
+                   help="who answers: a heuristic (default, never, always, random) or a saved policy (greedy)")
     p.add_argument("--advisor", choices=sorted(PROBLEMS), default="inline",
                    help="which of the compiler's decisions the policy makes")
     which = p.add_mutually_exclusive_group()
@@ -67,8 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --worker-backend ray: the cluster to join (default: start a local Ray)")
     hidden_alias(p, "--ray_address", "ray_address")
     p.add_argument("--clang", default="clang-19", metavar="PATH", help="clang binary compiling the modules")
-    p.add_argument("--llvm-size", default=None, metavar="PATH",
-                   help=LLVM_SIZE_HELP)
+    p.add_argument("--llvm-size", default=None, metavar="PATH", help=LLVM_SIZE_HELP)
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="time one module compile may take")
     p.add_argument("--baseline-cache", metavar="DIR", default=None,
                    help="where default-heuristic sizes are cached (default: $MLGO_HOST_CACHE/baselines, "
@@ -90,17 +77,16 @@ def run(args: argparse.Namespace) -> int:
     from mlgo_host.channel.fifo import install_signal_cleanup
     from mlgo_host.evaluation.evaluate import evaluate
 
-    install_signal_cleanup()  # (SIGTERM unwinds: the pool stops its workers, their compiles killed, files removed)
+    install_signal_cleanup()  # SIGTERM unwinds: the pool stops its workers and their compiles
     if args.timeout <= 0:
         raise ConfigError(f"--timeout must be positive, got {args.timeout:g}")
     if not 0.0 <= args.heldout_fraction <= 1.0:
         raise ConfigError(f"--heldout-fraction must be in [0, 1], got {args.heldout_fraction}")
     report = evaluate(
         args.corpus, args.policy, modules=args.modules, split=args.split, heldout_fraction=args.heldout_fraction,
-        split_by=args.split_by,
-        jobs=args.jobs, advisor=args.advisor, clang=args.clang, llvm_size=args.llvm_size, timeout=args.timeout,
-        cache_dir=args.baseline_cache, seed=args.seed,
-        progress=not args.no_progress, guard=args.guard, replay_dir=args.replay, worker_backend=args.worker_backend,
+        split_by=args.split_by, jobs=args.jobs, advisor=args.advisor, clang=args.clang, llvm_size=args.llvm_size,
+        timeout=args.timeout, cache_dir=args.baseline_cache, seed=args.seed, progress=not args.no_progress,
+        guard=args.guard, replay_dir=args.replay, worker_backend=args.worker_backend,
         pool_options={"ray_address": args.ray_address},
     )
     if args.output:

@@ -23,12 +23,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def hidden_alias(p: argparse.ArgumentParser, old: str, dest: str, **kw) -> None:
-    """Accept ``old``, an earlier spelling of the option that stores
-    ``dest`` (e.g. ``--no_progress`` for ``--no-progress``), without listing
-    it.  mlgo-host's own options are spelt with hyphens; the ones taken from
-    ml-compiler-opt (``--gin_files``, ``--gin_bindings``, ``--root_dir``,
-    ``--data_path``) keep its spelling.  ``kw``: the option's ``type``,
-    ``choices`` or ``action``."""
+    """Accept ``old``, an earlier spelling of the option that stores ``dest``
+    (``--no_progress`` for ``--no-progress``), without listing it."""
     p.add_argument(old, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kw)
 
 

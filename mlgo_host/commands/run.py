@@ -3,30 +3,22 @@
 Adds the advisor's flags to COMPILER ARGS (with -mllvm for clang, bare for
 opt/llc), serves the channel, and prints one JSON object on stdout:
 advisor, observations, contexts, decisions (advice -> count), returncode,
-output (the -o file), text_size (llvm-size text of the output object) and
-wall_s, compiler_cpu_s, host_cpu_s (this process) and serve_cpu_s (its
-thread serving the channel, first byte to end of stream).  Exit status: the
-compiler's; 2 with a one-line message on stderr when the host side fails
-(malformed stream, timeout, compiler death, illegal advice); 130/143/129
-after SIGINT/SIGTERM/SIGHUP (the compiler's process group is killed, FIFOs
-and temp files removed).
+output (the -o file), text_size (llvm-size text of the object), wall_s,
+compiler_cpu_s, host_cpu_s and serve_cpu_s.  Exit status: the compiler's; 2
+with a one-line message on stderr when the host side fails; 130/143/129
+after SIGINT/SIGTERM/SIGHUP (the compiler killed, FIFOs and temp files removed).
 
---actions FILE forces the actions of a replay file at its decision indices
-(0-based over every decision of the compile) and lets its base policy
-answer the rest; --policy P given with it replaces the file's base.  The
-JSON then has "replay": {forced, applied, missed, decisions, stale}: stale
-when the file's fingerprint does not match this compile's observation
-stream (the module changed), in which case forcing stopped at the first
-mismatch and the base answered the rest.  The same module with the same
-replay gives the same object, byte for byte.  Format:
+--actions FILE forces a replay file's actions at its decision indices
+(0-based over every decision of the compile), its base policy (or --policy)
+answering the rest.  The JSON adds "replay": {forced, applied, missed,
+decisions, stale}; stale: the file's fingerprint does not match this compile
+(the module changed), so forcing stopped at the first mismatch.  Format:
   {"format": "mlgo_host.replay/1", "advisor": "inline", "base": "default",
    "forced": {"12": 1, "40": 0}, "module": ..., "observations": ..., "fingerprint": ...}
 
---replay T (a tune directory, mlgo-host tune --output T): the replay of the
-tuned module this command compiles (matched by source, object and flags, as
-`serve --replay` does), --policy (default: default) when it is none; the
-JSON adds "tuned": {"tuned": "tuned" | "stale" | "default", ...}.  (--replay
-with a file is --actions FILE, with a warning.)
+--replay T (a tune directory): the replay of the tuned module this command
+compiles (matched as `serve --replay` matches), else --policy; the JSON adds
+"tuned": {"tuned": "tuned" | "stale" | "default", ...}.
 
 example: mlgo-host run --policy default -- clang-19 -Oz -c x.c -o x.o
          mlgo-host run --actions x.replay.json -- clang-19 -Oz -c x.c -o x.o
@@ -39,7 +31,7 @@ import json
 import os
 import sys
 
-# `run` does no BLAS work: a single OpenBLAS thread saves ~0.1 s of CPU at start-up.
+# `run` does no BLAS work: one OpenBLAS thread starts faster
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from mlgo_host.channel.problems import PROBLEMS  # noqa: E402  (imports numpy)
@@ -77,9 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from mlgo_host.channel.fifo import SignalExit, install_signal_cleanup
 
-    # SIGINT/SIGTERM/SIGHUP unwind the session: compiler group killed, FIFOs,
-    # channel directory, partial log and temp outputs removed.
-    install_signal_cleanup(sigint=True)
+    install_signal_cleanup(sigint=True)  # SIGINT/SIGTERM/SIGHUP unwind the session, cleaning up
     try:
         return _run(args)
     except SignalExit as e:
@@ -123,8 +113,7 @@ def _run(args: argparse.Namespace) -> int:
             raise ConfigError(f"replay file {args.actions} is for the {policy.replay.advisor} advisor, "
                               f"not {args.advisor} (use --advisor {policy.replay.advisor})")
     elif args.policy in (None, "default"):
-        # The compiler's own decision: the session answers it itself (policy
-        # None), without importing the policies and numpy (~0.15 s of CPU).
+        # the session answers the compiler's own decision itself, without importing the policies
         policy = None
     else:
         from mlgo_host.policies import load_policy
@@ -176,9 +165,8 @@ def _run_with_flags(cmd: list[str], flags: list[str], name: str, timeout: float)
 
 
 def _tuned(args: argparse.Namespace, cmd: list[str]):
-    """``--replay T`` (a tune directory): the replay of the tuned module this
-    command compiles (matched as `serve --replay` matches), else --policy;
-    and the name of the module it matched (None: no tuned module)."""
+    """The replay of the tuned module of ``--replay T`` this command compiles,
+    else --policy; and the name of the module it matched (None: none)."""
     from mlgo_host.search.tunedir import TunedDir, TunedPolicies
     from mlgo_host.policies import load_policy
     from mlgo_host.serve.client import classify

@@ -2,40 +2,31 @@
 
 Creates N slots (FIFO pairs + a lock file each) in DIR and answers every
 decision of the compiles that `mlgo-clang` / `mlgo-clang++` run on them,
-concurrently, until SIGINT/SIGTERM; each slot gets fresh FIFOs after each
-compile.  Per compile, one JSON line goes to --stats FILE (output, status,
-observations, decisions, duration, llvm-size text of the object); summarize
-them with `mlgo-host stats FILE`.  With --collect DIR each compile's episode
-(observations, sampled advice, log-probabilities) is kept for training.
+concurrently, until SIGINT/SIGTERM.  Per compile, one JSON line goes to
+--stats FILE (output, status, observations, decisions, duration, llvm-size
+text of the object); summarize them with `mlgo-host stats FILE`.  With
+--collect DIR each compile's episode is kept for training.
 
---guard: never an object bigger than the default's.  After a served compile
-succeeds, mlgo-clang compiles the same command plainly (no channel) into a
-temp file beside the output and keeps the smaller valid object (llvm-size
-text) in place; the stats line says which ("guard": "policy" | "default",
-with both sizes).  It costs one plain compile per served compile, run while
-the client holds its slot.  Clients can override it with MLGO_GUARD=0/1.
+--guard: after a served compile succeeds, mlgo-clang compiles the same command
+plainly beside the output and keeps the smaller valid object; the stats line
+says which ("guard": "policy" | "default").  Clients override it with
+MLGO_GUARD=0/1.
 
---replay T: the decisions `mlgo-host tune --output T` found.  A compile is
-matched to its tuned module by its source, object and flags (relative to the
-project root, as recorded when the corpus was built) and gets the module's
-replay; the replay's fingerprint checks the module is still the one tuned:
-a module changed since falls back to --policy (stats: "tuned": "stale").
-Compiles that are no tuned module are served by --policy ("default").
-A module tuned into compiler replays (what `mlgo-host tune` writes) needs no
-slot: its client compiles it with the module's flags and reports the compile,
-which --stats records like the others ("by": "flags").
-`mlgo-host stats` counts tuned / stale / default compiles and the bytes the
-tuned ones saved against -Oz.
+--replay T: a compile matched to a module `mlgo-host tune --output T` tuned
+(by source, object and flags relative to the project root) gets its replay;
+a module changed since falls back to --policy ("tuned": "stale"), other
+compiles get --policy ("default").  A module tuned into compiler replays
+needs no slot: its client compiles it with the module's flags and reports it
+("by": "flags").
 
 On SIGTERM/SIGINT: no new compiles; in-flight ones get --grace seconds, then
-their compilers are killed and their clients fall back to a plain compile;
-everything it made in DIR is removed; exit status 0.  A restart on the same
-DIR removes what a killed server left behind.
+their clients fall back to a plain compile; everything made in DIR is
+removed; exit status 0.  A restart on the same DIR removes what a killed
+server left behind.
 
-DIR (and --replay T) steer every compile of the build, so they must be your
-own: a symbolic link, a directory of another user or one that group or
-others can write to is refused (as ssh refuses a loose ~/.ssh); mlgo-clang
-checks the same before it uses DIR or one of its slots.
+DIR (and T) steer every compile of the build, so they must be your own: a
+symbolic link, another user's directory or one that group or others can
+write to is refused (as ssh refuses a loose ~/.ssh).
 
 example:
   mlgo-host serve --channels /tmp/mlgo --slots 4 --policy default --stats build.jsonl &
@@ -63,12 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--advisor", choices=sorted(PROBLEMS), default="inline",
                    help="which of the compiler's decisions the policy makes")
     p.add_argument("--stats", metavar="FILE",
-                   help="append one JSON line per compile (read it with mlgo-host stats), the compiles clients make "
-                        "with a tune directory's flags included; created at start, so it exists even when no "
-                        "compile came")
+                   help="append one JSON line per compile (read it with mlgo-host stats), those clients make with "
+                        "a tune directory's flags included; created at start, even if no compile comes")
     p.add_argument("--collect", metavar="DIR",
-                   help="keep each compile's episode (.npz) for training; saved policies sample instead of "
-                        "taking their greedy choice")
+                   help="keep each compile's episode (.npz) for training; saved policies sample, not greedy")
     p.add_argument("--seed", type=int, default=0, help="seed of stochastic policies (slot K uses seed+K)")
     p.add_argument("--sample", action="store_true", help="sample from a saved policy (implied by --collect)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
@@ -85,9 +74,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="clients also compile plainly and keep the smaller object: never bigger than the default "
                         "(one extra plain compile per served compile; MLGO_GUARD=0/1 overrides per client)")
     p.add_argument("--replay", metavar="T",
-                   help="a tune directory (mlgo-host tune --output T): each compile that is a tuned module (same "
-                        "source, object and flags below the project root) gets its replay; a module changed since "
-                        "tuning falls back to --policy and is counted stale")
+                   help="a tune directory (mlgo-host tune --output T): a compile of a tuned module (same source, "
+                        "object and flags below the project root) gets its replay, a changed one --policy (stale)")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per compile on stderr")
 
 

@@ -1,11 +1,9 @@
 """Summarize the per-compile JSON lines written by `mlgo-host serve --stats`.
 
-Per build (the MLGO_BUILD label of the clients, else the server run): number
-of compiles and modules by status, total llvm-size text of the objects,
-decisions and inlining rate, compile time, and a per-module table.  With
---baseline FILE2, each module is compared with the same module (same output
-path relative to the build's root) of the last build in FILE2, e.g. a
-`--policy default` build of the same tree.
+Per build (the clients' MLGO_BUILD label, else the server run): compiles and
+modules by status, total llvm-size text, decisions and inlining rate, compile
+time, and a per-module table.  --baseline FILE2 compares each module with the
+same one (same output path below the build's root) of FILE2's last build.
 
 example: mlgo-host stats build.jsonl --baseline default.jsonl
 """

@@ -1,20 +1,17 @@
 """Record a policy's observations and decisions over a corpus.
 
 Compiles every module of --corpus with --policy answering the --advisor's
-decisions (in parallel with --jobs), and writes --output:
+decisions and writes --output, atomically:
 
   trace.json         index: advisor, policy, compiler version, the feature
-                     carrying the compiler's default decision (inliner),
-                     per module status, reason, observations, decisions and
-                     the llvm-size text size of its object, plus totals
+                     carrying the compiler's default decision, per module
+                     status, reason, observations, decisions and text size,
+                     plus totals
   logs/<module>.log  each module's decisions in clang's training-log format
-                     (the advice taken is the header's last feature);
-                     mlgo_host.channel.codec reads them back
+                     (the advice taken is the header's last feature)
 
-A module that fails (compiler error, timeout, host error) is listed as failed
-with its reason; the others are still traced.  The directory is written
-atomically.  The default trace is what `mlgo-host vocab` and behavioural
-cloning read.
+A module that fails is listed with its reason; the others are still traced.
+`mlgo-host vocab` and behavioural cloning read the default's trace.
 
 example: mlgo-host trace --corpus corpus/ --output out/trace --jobs 2
 """

@@ -3,19 +3,15 @@
 Configuration is gin, with ml-compiler-opt's flag spellings: --gin_files
 (configs/inlining/ppo.gin for PPO, configs/inlining/bc.gin for behavioural
 cloning, configs/regalloc/ppo.gin for eviction) and --gin_bindings to
-override macros, e.g. --gin_bindings num_iterations=20
---gin_bindings "warmstart_policy='out/bc/saved_policy'".
+override macros, e.g. --gin_bindings "warmstart_policy='out/bc/saved_policy'".
 
-State lives in --root_dir: TensorBoard events (train/), checkpoints, reward
-statistics (state.json), policy/<iteration>/ and saved_policy/ at the end.
-Re-running the same command after an interruption resumes after the last
-completed iteration.  Watch it with: tensorboard --logdir ROOT_DIR
+State lives in --root_dir (TensorBoard events in train/, checkpoints,
+state.json, policy/<iteration>/, saved_policy/); re-running the same command
+resumes after the last completed iteration.
 
-Without a corpus: --collected DIR --baseline-stats FILE makes one PPO
-iteration from the episodes `mlgo-host serve --collect DIR` kept since the
-last such run (rewards against FILE, the stats of a --policy default build
-of the same tree) and writes ROOT_DIR/saved_policy for the next build to
-serve and collect with (see docs/training.md, "Training from real builds").
+--collected DIR --baseline-stats FILE instead makes one PPO iteration from
+the episodes `serve --collect DIR` kept since the last such run (see
+docs/training.md, "Training from real builds").
 """
 
 from __future__ import annotations
@@ -64,8 +60,7 @@ def run(args: argparse.Namespace) -> int:
     for noisy in ("absl", "tensorflow"):  # SavedModel writing chatter at INFO
         logging.getLogger(noisy).setLevel(logging.WARNING)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    # AutoGraph recompiles tf-agents' network code, whose `state is not ()`
-    # Python 3.8+ flags at every run; not ours to fix, and not the reader's.
+    # tf-agents' `state is not ()`, flagged whenever AutoGraph recompiles it: not ours to fix
     warnings.filterwarnings("ignore", message='"is not" with a literal', category=SyntaxWarning)
     from mlgo_host.training import entry  # TensorFlow and tf-agents: after the logging setup above
 

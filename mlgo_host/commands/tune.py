@@ -2,32 +2,25 @@
 them as replays your build applies (`serve --replay T`).
 
 Each module is searched from the base policy (--policy; default: the
-compiler's own decisions) by batches: one channel compile names each
-decision's call site (from the inliner's optimization record), then decision
-sets are compiled by the compiler's own inline replay, dozens of flips per
-compile, each flip's gain read from the functions it touches and checked (a
-batch whose attribution does not hold is split).  The likeliest winners are
-measured first (--prior), winners are kept and the search goes on from the
-new best; the compiles go where the prior and the bytes paid so far point.
-Before its first flip, each C++ module compiles at inline thresholds 50, 150
-and 450 and with the shipped policy's decisions, and starts from the smallest
-of those and -Oz (a threshold then goes into its build flags; --no-thresholds,
---start-policy none: from -Oz); a C module starts from -Oz.  No module gets
-bigger than -Oz.
+compiler's own decisions): one channel compile names each decision's call
+site, then batches of flips are compiled by the compiler's own inline
+replay, each flip's gain read from the functions it touches and checked.
+The likeliest winners are measured first (--prior); winners are kept and the
+search goes on from the new best.  A C++ module first compiles at inline
+thresholds 50, 150 and 450 and with the shipped policy's decisions and starts
+from the smallest of those and -Oz; a C module starts from -Oz.  No module
+gets bigger than -Oz.
 
-T/ holds per module its best decisions: replays/<module>.inline.txt, the
-compiler's replay file (a build applies it with plain compiler flags:
-MLGO_REPLAY=T with mlgo-clang, or --print-flags T FILE); the flips measured
+T/ holds per module its best decisions as the compiler's replay file
+(replays/<module>.inline.txt: a build applies it with plain compiler flags,
+MLGO_REPLAY=T with mlgo-clang, or --print-flags T FILE), the flips measured
 (data/, training data for search.gin: --gin_bindings "search_data='T'"),
-tune.json (the manifest) and report.csv, report.png (gain against module
-size), summary.json.
+tune.json, report.csv, report.png and summary.json.
 
-Budget: --compiles-per-module K (default 30; counting what T holds already:
-rerunning a killed tune with the same K finishes it, a bigger K improves on
-it) or --budget-minutes N (this run's wall time, shared: every module with
-decisions gets its starts and a first batch, then the time goes where the
-compiles found the most bytes per second).  A second run always
-continues each module from its best without measuring the same flips again.
+Budget: --compiles-per-module K (counting what T holds: rerunning a killed
+tune with the same K finishes it, a bigger K improves on it) or
+--budget-minutes N (this run's wall time, going where the compiles found the
+most bytes per second).  A second run continues each module from its best.
 
 example:
   mlgo-host corpus build --compile-commands build/compile_commands.json --output corpus/
@@ -55,27 +48,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", metavar="T", help="tune directory to create or continue")
     p.add_argument("--print-flags", nargs=2, metavar=("T", "FILE"), default=None,
                    help="print the compiler flags that apply T's tuned decisions to source FILE (for build systems "
-                        "that add flags per file) and exit 0; nothing is printed for a file T did not improve, nor "
-                        "for a file T never saw (a file added since the tune: the compiler decides, one note on "
-                        "stderr); a T that is no tune directory is an error (exit 2)")
+                        "that add flags per file) and exit 0; nothing for a file T did not improve or never saw "
+                        "(a note on stderr); a T that is no tune directory is an error (exit 2)")
     p.add_argument("--prior", default="pretrained-oz", metavar="{pretrained-oz,patterns,DIR}",
-                   help="what orders each module's flips: pretrained-oz (default), the shipped "
-                        "policy's probability of the other action; a saved policy directory (e.g. your own "
-                        "train's ROOT/saved_policy), the same with its weights; patterns, the measured winner "
-                        "patterns only")
+                   help="what orders each module's flips: pretrained-oz (default), the shipped policy's "
+                        "probability of the other action; a saved policy directory (e.g. ROOT/saved_policy), the "
+                        "same with its weights; patterns, the measured winner patterns only")
     p.add_argument("--no-copies", action="store_true",
-                   help="measure each flip in place only (by default the flips of one function are "
-                        "measured in copies of it, many per compile, and a flip whose code lands in several "
-                        "functions in copies of all of them, each copy checked against a control copy)")
+                   help="measure each flip in place only (by default flips are measured in copies of the functions "
+                        "their code lands in, many per compile, each copy checked against a control copy)")
     p.add_argument("--no-thresholds", action="store_true",
-                   help="a search from the compiler's decisions: start every module from -Oz's own (by "
-                        "default a C++ module also compiles at inline thresholds 50, 150 and 450, one compile "
-                        "each, and "
-                        "its search starts from the smallest; a build then gets that threshold among its flags)")
+                   help="a search from the compiler's decisions: start every module from -Oz's own (by default "
+                        "a C++ module also compiles at inline thresholds 50, 150 and 450 and starts from the "
+                        "smallest; a build then gets that threshold among its flags)")
     p.add_argument("--start-policy", default="pretrained-oz", choices=("pretrained-oz", "none"),
                    help="a search from the compiler's decisions: also compile every C++ module with this shipped "
-                        "policy's decisions (a channel compile and a replay) and start its search from them when that "
-                        "object is the smallest start; none: -Oz and the thresholds only")
+                        "policy's decisions, the start when smallest; none: -Oz and the thresholds only")
     p.add_argument("--policy", default=None,
                    help="base policy the search starts from: a heuristic or a saved policy directory "
                         "(default: default, the compiler's own decisions; a continued T keeps its own)")
@@ -95,14 +83,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _stop(signum, frame):
-    # SIGTERM unwinds like Ctrl-C: the pool's workers are stopped, T keeps
-    # every module finished so far (a second run continues)
+    # SIGTERM unwinds like Ctrl-C: T keeps every module finished so far
     raise KeyboardInterrupt
 
 
 def _prior(prior: str) -> str | None:
-    """None for the patterns alone; a shipped policy's name; a saved policy
-    directory, absolute (the workers may run elsewhere)."""
+    """None for the patterns alone, a shipped policy's name, or a saved policy
+    directory made absolute (the workers may run elsewhere)."""
     if prior == "patterns":
         return None
     if prior in SHIPPED:
@@ -123,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         tuned = TunedDir(t)
         name = tuned.module_of_source(source)
         if name is None:
-            # a file added since the tune: it compiles as it is, a build adding flags to every file goes on
+            # a file added since the tune compiles as it is: a build adding flags to every file goes on
             gone = "" if os.path.exists(source) else " (no such file)"
             print(f"mlgo-host tune: note: {source}{gone}: {tuned.path} has no tuned flags for it (not one of its "
                   f"{len(tuned)} modules): nothing to add, the compiler decides", file=sys.stderr)

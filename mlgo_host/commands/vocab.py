@@ -1,12 +1,8 @@
 """Compute per-feature quantile vocabularies from a trace.
 
-Reads the training logs of a trace directory (made by `mlgo-host trace`) and
-writes one <feature>.buckets file per feature into --output: the
---num-buckets quantiles (default 1,000) of the feature's observed values,
-one per line, as ml-compiler-opt's generate_vocab does.  The advice taken is
-not a feature and gets no file.  With --sampling-fraction F < 1 a seeded
-random fraction F of the observations is used (less memory on big traces).
-The output directory is written atomically (replaced as a whole).
+Writes one <feature>.buckets file per feature of the trace's logs into
+--output (replaced as a whole): the --num-buckets quantiles of its observed
+values, one per line, as ml-compiler-opt's generate_vocab does.
 
 example: mlgo-host vocab --trace out/trace --output out/vocab
 """

@@ -1,8 +1,5 @@
-"""The machine side of ``corpus debian``: apt's sources and tools
-(:func:`ensure_deb_src`, :func:`ensure_tools`) and build steps run with
-their output in a log (:func:`run_logged`: a step that fails, or runs past
-its time, raises :class:`StepFailed` with the log's last lines, and takes
-its whole process group with it)."""
+"""The machine side of ``corpus debian``: apt's sources and tools, and build steps run with their
+output in a log."""
 
 from __future__ import annotations
 
@@ -19,20 +16,17 @@ from mlgo_host.fsutil import atomic_write_bytes
 
 SUITE = "bookworm"
 COMPONENT = "main"
-#: the file in sources.list.d that makes apt know the suite's sources, when nothing else does
+#: in sources.list.d: makes apt know the suite's sources when nothing else does
 DEB_SRC_FILE = "mlgo-host-deb-src.sources"
-#: the tools a package build needs -> the Debian packages that bring them
+#: tool -> the Debian packages that bring it
 TOOL_PACKAGES = {"bear": ("bear",), "autoreconf": ("autoconf", "automake", "autopoint", "libtool"), "cmake": ("cmake",),
                  "meson": ("meson",), "ninja": ("ninja-build",), "dpkg-source": ("dpkg-dev",)}
 
-
-# -- apt ---------------------------------------------------------------------------
 
 APT_OPTS = ("-q", "-o", "DPkg::Lock::Timeout=600")
 
 
 def _privileged(argv: Sequence[str]) -> list[str]:
-    """``argv`` as root: as is when root, else through sudo."""
     if os.geteuid() == 0:
         return list(argv)
     if shutil.which("sudo"):
@@ -98,11 +92,9 @@ def _serves(stanza: dict[str, str], kind: str, suite: str, component: str) -> bo
 
 def ensure_deb_src(etc_apt: str | os.PathLike = "/etc/apt", suite: str = SUITE,
                    component: str = COMPONENT) -> Path | None:
-    """Make apt know ``suite``'s ``component`` sources: when no enabled
-    deb-src entry has them, write :data:`DEB_SRC_FILE` in sources.list.d, a
-    ``Types: deb-src`` stanza with the URIs (and Signed-By) of the
-    deb.debian.org ``deb`` entry for the suite, and return its path (the
-    caller runs ``apt-get update``); None when nothing was needed."""
+    """When no enabled deb-src entry serves ``suite``'s ``component``, write :data:`DEB_SRC_FILE`, a deb-src
+    stanza mirroring the suite's deb.debian.org ``deb`` entry, and return its path (the caller runs
+    ``apt-get update``); None when nothing was needed."""
     entries = apt_entries(etc_apt)
     if any(_serves(s, "deb-src", suite, component) for _, s in entries):
         return None
@@ -135,7 +127,7 @@ def run_apt(argv: Sequence[str], log, timeout: float) -> None:
 
 
 def ensure_tools(tools: Iterable[str], log, timeout: float) -> list[str]:
-    """Install the Debian packages of the tools that are missing; their names."""
+    """Install the Debian packages of the missing tools; their names."""
     missing = [t for t in tools if shutil.which(t) is None]
     pkgs = sorted({p for t in missing for p in TOOL_PACKAGES[t]})
     if pkgs:
@@ -151,10 +143,8 @@ class StepFailed(Exception):
 
 def run_logged(argv: Sequence[str], *, cwd: Path | None, env: dict[str, str] | None, log, timeout: float,
                what: str | None = None) -> None:
-    """Run ``argv`` in its own session with its output appended to ``log``;
-    StepFailed when it fails or outlives ``timeout``.  On a timeout or an
-    interrupt its whole process group is killed (make and the compilers it
-    started), not only the child.  ``what`` names the step in messages."""
+    """Run ``argv`` with its output appended to ``log``; StepFailed when it fails or outlives ``timeout``.
+    It runs in its own session so that a timeout or an interrupt kills make's compilers too."""
     what = what or " ".join(argv[:3])
     log.write(f"\n$ {' '.join(argv)}\n")
     log.flush()
@@ -194,9 +184,8 @@ def log_size(log) -> int:
 
 
 def log_tail(log, since: int = 0, n: int = 2) -> str:
-    """Why a step failed, in one line, from what it logged after byte
-    ``since``: its first compiler error (the cause; what make says after it
-    follows from it), else its last error-looking lines, else its last lines."""
+    """Why a step failed, from what it logged after byte ``since``: its first compiler error (what make
+    says after it follows from it), else its last error-looking lines, else its last lines."""
     log.flush()
     try:
         with open(log.name, "rb") as f:

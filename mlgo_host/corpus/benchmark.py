@@ -1,15 +1,8 @@
-"""The benchmark corpus: real open-source C and C++ from PyPI source
-distributions at pinned versions.
+"""The benchmark corpus: the C and C++ vendored in PyPI source distributions at pinned versions.
 
-``mlgo_host/data/benchmark_sources.json`` lists each sdist (name, version,
-file name, sha256) and which of its vendored sources to compile with which
-flags.  :func:`build_benchmark` downloads every sdist with
-``pip download --no-deps --no-binary :all: NAME==VERSION`` into a cache,
-checks its sha256 against the one kept in the repository, extracts it safely,
-writes a compile database of the listed sources and builds the corpus from it
-with :func:`mlgo_host.corpus.build.build_corpus`.  Every step skips
-work already done (cached archives, extracted trees, built modules), so the
-command is idempotent and a second run takes seconds.
+A source list (``mlgo_host/data/benchmark_sources.json``) names each sdist with its sha256 and the
+sources to compile with their flags.  Every step skips work already done (cached and verified archives,
+extracted trees, built modules), so a second run takes seconds.
 """
 
 from __future__ import annotations
@@ -37,8 +30,7 @@ EXTRACTED_STAMP = ".mlgo-extracted"
 
 @dataclasses.dataclass(frozen=True)
 class Unit:
-    """A group of sources of one package compiled with the same flags."""
-
+    """Sources of one package compiled with the same flags."""
     sources: tuple[str, ...]
     flags: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
@@ -51,8 +43,8 @@ class Package:
     filename: str
     sha256: str
     units: tuple[Unit, ...]
-    # The vendored projects the units compile (e.g. "zstd", "xxhash"): what
-    # keeps two lists apart when different packages vendor the same library.
+    # The vendored projects the units compile ("zstd"): what keeps two lists apart when different
+    # packages vendor the same library.
     libraries: tuple[str, ...] = ()
 
     @property
@@ -66,12 +58,9 @@ class BenchmarkSpec:
     opt_level: str = "-Oz"
 
 
-# Source lists shipped in mlgo_host/data, by the short name ``--sources`` takes:
-# "benchmark" is the corpus training and the held-out split come from;
-# "training" is the benchmark's packages (the same module names, so the same
-# held-out split, less xxHash's own sources) plus more projects, for a policy
-# that sees more kinds of code; "external" holds projects neither of them contains, to measure how
-# a policy generalizes beyond them.
+# Source lists shipped in mlgo_host/data, by the short name ``--sources`` takes.  "training" is the
+# benchmark's packages (same module names, so the same held-out split) plus more projects; "external"
+# holds projects neither contains, to measure how a policy generalizes.
 PACKAGED_SPECS = {"benchmark": "benchmark_sources.json", "training": "training_sources.json",
                   "external": "external_sources.json"}
 DEFAULT_SPEC = "benchmark"
@@ -86,9 +75,8 @@ def default_spec_path() -> Path:
 
 
 def resolve_spec_path(spec: str | os.PathLike | None = None) -> Path:
-    """The source list ``spec`` names: None for the default, a packaged list's
-    short name (a name wins over a same-named file; write ./NAME for the file),
-    else a path."""
+    """The default list, a packaged list's short name (it wins over a same-named file: write ./NAME),
+    or a path."""
     if spec is None:
         return default_spec_path()
     if isinstance(spec, str) and spec in PACKAGED_SPECS:
@@ -97,8 +85,7 @@ def resolve_spec_path(spec: str | os.PathLike | None = None) -> Path:
 
 
 def load_spec(path: str | os.PathLike | None = None) -> BenchmarkSpec:
-    """Read and check a benchmark source list: a path or a packaged list's
-    short name (see :data:`PACKAGED_SPECS`); the benchmark list by default."""
+    """Read and check a benchmark source list (see :func:`resolve_spec_path`)."""
     p = resolve_spec_path(path)
     try:
         raw = json.loads(p.read_text(encoding="utf-8"))
@@ -145,7 +132,6 @@ def verify(path: Path, expected: str, what: str) -> None:
 
 
 def pip_download(requirement: str, dest: Path, timeout: float = 600.0) -> None:
-    """``pip download --no-deps --no-binary :all:`` of one requirement."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
            "--disable-pip-version-check", "-q", "-d", str(dest), requirement]
     try:
@@ -196,8 +182,7 @@ def _safe_members(tf: tarfile.TarFile, where: str) -> list[tarfile.TarInfo]:
 
 
 def extract(archive: Path, dest_root: Path) -> Path:
-    """Extract ``archive`` (.tar.gz/.tgz/.zip) under ``dest_root`` and return
-    its single top directory; skipped when already extracted."""
+    """Extract ``archive`` under ``dest_root`` once; its single top directory."""
     stem = archive.name
     for ext in (".tar.gz", ".tgz", ".tar.bz2", ".zip"):
         if stem.endswith(ext):
@@ -234,8 +219,7 @@ def extract(archive: Path, dest_root: Path) -> Path:
 
 
 def compile_entries(pkg: Package, top: Path, clang: str, opt_level: str) -> list[dict[str, Any]]:
-    """Compile-database entries (``arguments`` form, relative ``-o``) for the
-    sources ``pkg`` lists, found under its extracted tree ``top``."""
+    """Compile-database entries for the sources ``pkg`` lists under its extracted tree ``top``."""
     entries = []
     for unit in pkg.units:
         files: set[str] = set()
@@ -263,8 +247,7 @@ def build_benchmark(
     downloader=pip_download,
     packages: Sequence[str] | None = None,
 ) -> BuildReport:
-    """Download, verify, extract and build the benchmark corpus into ``output``
-    (``packages`` restricts it to some package names)."""
+    """Download, verify, extract and build the benchmark corpus (of ``packages`` only) into ``output``."""
     spec = load_spec(spec_path)
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     chosen = [p for p in spec.packages if packages is None or p.name in packages]
@@ -279,6 +262,5 @@ def build_benchmark(
     out.mkdir(parents=True, exist_ok=True)
     db = out / "compile_commands.json"
     write_compile_commands(db, entries)
-    # Module names: <sdist directory>/<source path without extension>.
     names = [f"{Path(e['directory']).name}/{os.path.splitext(e['file'])[0]}" for e in entries]
     return build_corpus(load_compile_commands(db), out, clang=clang, jobs=jobs, progress=progress, names=names)

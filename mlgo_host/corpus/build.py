@@ -1,27 +1,10 @@
-"""Build an mlgo-utils corpus from a compile database.
+"""Build an mlgo-utils corpus from a compile database, with the configured clang.
 
-For every entry of ``compile_commands.json`` (``command`` string or
-``arguments`` list, ``directory``, ``file``, optional ``output``; C or C++):
-
-* the module's ``.bc`` is the frontend's output before any LLVM pass:
-  ``clang <flags> -emit-llvm -c -Xclang -disable-llvm-passes`` (never ``-O0``
-  bitcode, which carries ``optnone``), with *location tracking* on
-  (:data:`LOCATION_TRACKING`): every call keeps its source line and column
-  and inline chain, which the compiler's inline remarks and inline replay
-  key call sites by (:mod:`mlgo_host.search.sites`).  The compile unit says
-  ``emissionKind: NoDebug``, so no debug section is emitted and the object is
-  the one the plain bitcode gives;
-* the module's ``.cmd`` is the cc1 job the driver runs for the original
-  object compile (from ``clang -###``) without its input and ``-o``: the same
-  NUL-separated cc1 form as the ``.llvmcmd`` section mlgo-utils extracts, so
-  the optimization flags (``-Oz`` ...) and target options are kept.
-
-The entry's own compiler is replaced by the configured clang.  Compiles run
-in parallel threads (the work is in the compiler processes) under a tqdm bar;
-failures are listed and skipped.  Modules whose ``.bc`` and ``.cmd`` already
-exist are not rebuilt (both are written atomically), so a build can resume,
-unless the source is newer than the bitcode (an edited tree: only what
-changed is rebuilt, and ``tune`` then searches only those modules again).
+A module's ``.bc`` is the frontend's output before any LLVM pass (never ``-O0`` bitcode, which
+carries ``optnone``), with location tracking on (:data:`LOCATION_TRACKING`); its ``.cmd`` is the cc1
+job of the original object compile without input and ``-o``, the NUL-separated form mlgo-utils
+extracts from ``.llvmcmd``, so optimization and target flags are kept.  Both are written atomically;
+a module already built is not rebuilt unless its source is newer, so a build resumes.
 """
 
 from __future__ import annotations
@@ -41,14 +24,12 @@ from mlgo_host.progress import progress_bar
 from mlgo_host.corpus.corpus import write_description
 from mlgo_host.corpus.driver_flags import strip_driver_flags
 
-SOURCE_EXTS = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".m", ".mm")
 CXX_EXTS = (".cc", ".cpp", ".cxx", ".c++", ".C", ".mm")
 
 
 @dataclasses.dataclass(frozen=True)
 class CompileEntry:
     """One compile-database entry, normalized."""
-
     directory: Path
     file: Path  #: absolute source path
     arguments: tuple[str, ...]  #: the original argv, compiler first
@@ -79,7 +60,7 @@ class BuildReport:
 
 
 def load_compile_commands(path: str | os.PathLike) -> list[CompileEntry]:
-    """Read and normalize a compile database; CorpusError names the entry."""
+    """Read and normalize a compile database; CorpusError names the bad entry."""
     p = Path(path)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
@@ -108,14 +89,10 @@ def load_compile_commands(path: str | os.PathLike) -> list[CompileEntry]:
         directory = Path(e["directory"])
         if not directory.is_absolute():
             directory = (p.parent / directory).resolve()
-        file = Path(e["file"])
-        if not file.is_absolute():
-            file = directory / file
         output = _output_of(args, e.get("output"))
-        if output is not None and not output.is_absolute():
-            output = directory / output
-        entry = CompileEntry(directory, Path(os.path.normpath(file)), tuple(args),
-                             Path(os.path.normpath(output)) if output else None)
+        # an absolute file or output stays as it is (pathlib's / drops ``directory``)
+        entry = CompileEntry(directory, Path(os.path.normpath(directory / e["file"])), tuple(args),
+                             Path(os.path.normpath(directory / output)) if output is not None else None)
         spelled = next((a for a in args[1:] if _is_input(entry, a)), "")
         out.append(dataclasses.replace(entry, source_arg=spelled))
     return out
@@ -139,9 +116,8 @@ def _is_input(entry: CompileEntry, arg: str) -> bool:
 
 
 def compile_flags(entry: CompileEntry, opt_level: str | None = None) -> list[str]:
-    """The entry's flags without compiler, input, output, dependency files,
-    mode and bitcode/LTO options (:func:`~mlgo_host.corpus.driver_flags.strip_driver_flags`);
-    ``opt_level`` (e.g. ``-Oz``) replaces every ``-O``."""
+    """The entry's flags as :func:`~mlgo_host.corpus.driver_flags.strip_driver_flags` leaves them;
+    ``opt_level`` replaces every ``-O``."""
     out = strip_driver_flags(entry.arguments[1:], is_input=lambda a: _is_input(entry, a))
     if opt_level:
         out = [opt_level, *(a for a in out if not a.startswith("-O"))]
@@ -151,21 +127,27 @@ def compile_flags(entry: CompileEntry, opt_level: str | None = None) -> list[str
 
 
 def module_names(entries: Sequence[CompileEntry]) -> list[str]:
-    """Module names as mlgo-utils derives them: the object path (or the source
-    path when there is no ``-o``) relative to the common directory of all
-    objects, without extension; duplicates get a ``.N`` suffix."""
+    """Module names as mlgo-utils derives them: the object path relative to the common directory of all
+    objects, without extension."""
     objs = [e.output if e.output is not None else e.file.with_suffix(".o") for e in entries]
     if not objs:
         return []
     base = os.path.commonpath([str(o.parent) for o in objs])
-    names: list[str] = []
-    seen: dict[str, int] = {}
+    stems = []
     for o in objs:
         rel = os.path.relpath(o, base)
         stem, ext = os.path.splitext(rel)
         if ext not in (".o", ".obj"):
             stem = rel
-        stem = "/".join("__" if part == ".." else part for part in Path(stem).parts)
+        stems.append("/".join("__" if part == ".." else part for part in Path(stem).parts))
+    return numbered(stems)
+
+
+def numbered(stems: Iterable[str]) -> list[str]:
+    """``stems`` with ``.N`` added to the N-th repeat of a stem."""
+    seen: dict[str, int] = {}
+    names = []
+    for stem in stems:
         n = seen.get(stem, 0)
         seen[stem] = n + 1
         names.append(stem if n == 0 else f"{stem}.{n}")
@@ -173,18 +155,14 @@ def module_names(entries: Sequence[CompileEntry]) -> list[str]:
 
 
 def cc1_command(clang: str, entry: CompileEntry, flags: Sequence[str], timeout: float = 120.0) -> list[str]:
-    """The cc1 job of the object compile (``clang -###``), without the program,
-    ``-o`` and the input: the form of mlgo-utils' ``.cmd`` files."""
+    """The cc1 job of the object compile (``clang -###``) without program, ``-o`` and input."""
     dry_run_out = "mlgo-host-probe.o"
     r = subprocess.run([clang, "-###", *flags, "-c", entry.source, "-o", dry_run_out], cwd=entry.directory,
                        capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         raise CorpusError(_tail(r.stderr) or f"clang -### exited with {r.returncode}")
-    jobs = []
-    for line in r.stderr.splitlines():
-        line = line.strip()
-        if line.startswith('"') and '"-cc1"' in line:
-            jobs.append(shlex.split(line))
+    lines = (ln.strip() for ln in r.stderr.splitlines())
+    jobs = [shlex.split(ln) for ln in lines if ln.startswith('"') and '"-cc1"' in ln]
     if len(jobs) != 1:
         raise CorpusError(f"the driver ran {len(jobs)} cc1 jobs for this entry (expected 1: offloading, "
                           "several -arch or driver-level -fembed-bitcode are not supported)")
@@ -212,15 +190,14 @@ def _tail(text: str, n: int = 400) -> str:
     return " | ".join((errs or lines)[-3:])[-n:]
 
 
-#: A remark filter that matches no pass: the frontend then keeps locations
-#: (clang's ``LocTrackingOnly`` debug-info kind, which no other flag selects)
-#: without printing a remark or emitting debug sections.
+#: A remark filter that matches no pass: the frontend keeps every call's location (clang's
+#: ``LocTrackingOnly``, which no other flag selects), which inline remarks and replay key call sites
+#: by, without printing a remark or emitting debug sections.
 LOCATION_TRACKING = ("-Rpass=^mlgo-host-location-tracking$",)
 
 
 def _newer(source: Path, bc: Path) -> bool:
-    """The source was edited after its bitcode was built (as make decides;
-    headers are not followed: ``--force`` rebuilds everything)."""
+    """As make decides, headers not followed (``--force`` rebuilds everything)."""
     try:
         return source.stat().st_mtime > bc.stat().st_mtime
     except OSError:
@@ -229,8 +206,7 @@ def _newer(source: Path, bc: Path) -> bool:
 
 def build_module(clang: str, entry: CompileEntry, name: str, out_dir: Path, opt_level: str | None = None,
                  timeout: float = 300.0, force: bool = False) -> bool:
-    """Build one module's ``.bc`` and ``.cmd``; True when built, False when it
-    was already there. Raises CorpusError with the compiler's message."""
+    """Build one module's ``.bc`` and ``.cmd``; False when they were already there."""
     bc = out_dir / f"{name}.bc"
     cmd_file = out_dir / f"{name}.cmd"
     if not force and bc.exists() and cmd_file.exists() and not _newer(entry.file, bc):
@@ -269,12 +245,11 @@ def build_corpus(
     force: bool = False,
     names: Sequence[str] | None = None,
 ) -> BuildReport:
-    """Build (or complete) the corpus in ``output`` from ``entries`` and write
-    ``corpus_description.json`` listing every module that now exists.
-    ``names`` overrides the module names derived by :func:`module_names`."""
+    """Build (or complete) the corpus in ``output`` and describe every module that now exists;
+    ``names`` overrides :func:`module_names`.  Failed modules are reported and skipped."""
     if not entries:
         raise CorpusError("the compile database has no entries")
-    # Absolute: each entry's frontend runs in the entry's own directory.
+    # absolute: each frontend runs in its entry's directory
     out_dir = Path(os.path.abspath(output))
     out_dir.mkdir(parents=True, exist_ok=True)
     if names is None:
@@ -302,9 +277,7 @@ def build_corpus(
                     failures.append((str(e.file), str(err)))
                 bar.update(1)
         except BaseException:
-            # Ctrl-C: start no more compiles (leaving the block would otherwise
-            # wait for every queued one); those running finish or fail, and
-            # each module's files are written atomically either way.
+            # Ctrl-C: start no more compiles (leaving the block would wait for every queued one)
             ex.shutdown(wait=True, cancel_futures=True)
             raise
         finally:
@@ -321,7 +294,6 @@ def build_corpus(
 
 
 def write_compile_commands(path: str | os.PathLike, entries: Iterable[dict]) -> None:
-    """Write a compile database atomically."""
     atomic_write_bytes(str(path), (json.dumps(list(entries), indent=1) + "\n").encode("utf-8"))
 
 
@@ -333,8 +305,7 @@ SOURCES_FORMAT = "mlgo_host.module_sources/1"
 
 
 def entry_identity(entry: CompileEntry) -> dict:
-    """What identifies an entry's compile in a build: absolute source and
-    object paths and its flags (:func:`compile_flags`)."""
+    """What identifies an entry's compile in a build: absolute source and object paths, and flags."""
     out = entry.output if entry.output is not None else entry.file.with_suffix(".o")
     return {"source": str(entry.file), "output": os.path.normpath(str(out)), "flags": compile_flags(entry)}
 
@@ -352,7 +323,7 @@ def read_sources_file(path: str | os.PathLike) -> dict[str, dict]:
 
 
 def write_sources(corpus_dir: str | os.PathLike, identities: dict[str, dict]) -> None:
-    """Record (merge) module name -> identity in the corpus, atomically."""
+    """Merge module name -> identity into the corpus's record."""
     path = Path(corpus_dir) / SOURCES
     have = read_sources_file(path) if path.exists() else {}
     have.update(identities)

@@ -1,12 +1,6 @@
-"""Combine corpora into one, project by project, as mlgo-utils'
-``combine_training_corpus`` does for per-directory corpora.
-
-Each corpus keeps one folder per project (``bash/alias``,
-``jsonnet-0.22.0/core/vm``).  The combined corpus links those folders (and
-any top-level module's ``.bc`` / ``.cmd``) into one directory and lists
-every module, so that module names and the split by project are those of
-the corpora it came from.  A project found in two corpora is an error:
-their files would be mixed on either side of a split.
+"""Combine corpora into one by linking their project folders, as mlgo-utils'
+``combine_training_corpus`` does: module names and the split by project stay those of the corpora.
+A project found in two corpora is an error (its files could land on both sides of a split).
 """
 
 from __future__ import annotations
@@ -19,7 +13,7 @@ from typing import Sequence
 from mlgo_host.corpus.corpus import DESCRIPTION, project_of, write_description
 from mlgo_host.errors import CorpusError
 
-#: written beside the description: which corpora the links point into
+#: which corpora the links point into
 SOURCES = "combined_from.json"
 
 
@@ -42,8 +36,7 @@ def _description(corpus: Path) -> dict:
 
 
 def _entries(corpus: Path, names: Sequence[str]) -> set[str]:
-    """The top-level entries holding ``names``' files: project folders, or a
-    top-level module's own files."""
+    """The top-level entries holding ``names``' files: project folders, or a top-level module's files."""
     out: set[str] = set()
     for n in names:
         if "/" in n:
@@ -54,9 +47,7 @@ def _entries(corpus: Path, names: Sequence[str]) -> set[str]:
 
 
 def combine_corpora(corpora: Sequence[str | os.PathLike], output: str | os.PathLike) -> list[str]:
-    """Link ``corpora`` project by project into ``output`` and describe it;
-    returns the module names.  ``output`` is new, empty, or a combined
-    corpus made before (its links are replaced)."""
+    """Link ``corpora`` into ``output`` (new, empty, or combined before) and describe it; the module names."""
     if not corpora:
         raise CorpusError("name at least one corpus to combine")
     out = Path(output)

@@ -1,22 +1,10 @@
 """Read corpora in the format of LLVM's mlgo-utils, sample and split them.
 
-A corpus is a directory with ``corpus_description.json``::
-
-    {"modules": ["dir/a", "b", ...], "has_thinlto": false,
-     "global_command_override": ["-cc1", ...]}        # optional
-
-and, per module ``m``, ``m.bc`` (bitcode before any LLVM pass) and ``m.cmd``:
-the cc1 command line that produced it, NUL-separated, as mlgo-utils extracts
-it from the ``.llvmcmd`` section of ``-Xclang -fembed-bitcode=all`` objects
-(``-cc1 -triple ... -Oz ...``).  :meth:`Module.compile_command` rebuilds from
-it a command compiling the bitcode to an object, removing what must not
-survive (input, ``-o``, split-dwarf, ThinLTO index, sample profiles, bitcode
-emission) the way ml-compiler-opt does; with clang-19 this gives an object
-byte-identical to ``clang -Oz -c`` of the same source.
-
-Problems of the description itself raise :class:`CorpusError`; problems of
-one module (missing ``.bc``/``.cmd``, a ``.cmd`` that is not cc1) are kept in
-:attr:`Corpus.broken` with their reason, so the rest stays usable.
+A corpus is a directory with ``corpus_description.json`` (``modules``, ``has_thinlto``, optionally
+``global_command_override``) and, per module, ``m.bc`` (bitcode before any LLVM pass) and ``m.cmd``
+(its NUL-separated cc1 command, as mlgo-utils extracts it from ``.llvmcmd``).  The cleaned command
+compiles the bitcode to an object byte-identical to ``clang -Oz -c`` of the source.  A broken module
+is kept in :attr:`Corpus.broken` with its reason, so the rest stays usable.
 """
 
 from __future__ import annotations
@@ -31,42 +19,23 @@ from typing import Iterable, Iterator, Sequence
 
 from mlgo_host.corpus.driver_flags import strip_driver_flags
 from mlgo_host.errors import CorpusError
+from mlgo_host.fsutil import atomic_write_bytes
 from mlgo_host.languages import command_language
 
 DESCRIPTION = "corpus_description.json"
 
-#: cc1 flags removed together with their value (ml-compiler-opt's
-#: ``delete_flags`` plus what only makes sense when compiling the original
-#: source); driver-form commands: :mod:`mlgo_host.corpus.driver_flags`.
-DELETE_WITH_VALUE = (
-    "-o",
-    "-split-dwarf-file",
-    "-split-dwarf-output",
-    "-fthinlto-index",
-    "-fprofile-sample-use",
-    "-fprofile-remapping-file",
-    "-dependency-file",
-    "-MT",
-    "-MQ",
-    "-x",
-)
-#: cc1 flags removed alone (they change what is emitted, or skip the optimizer).
-DELETE_ALONE = (
-    "-emit-llvm",
-    "-emit-llvm-bc",
-    "-emit-llvm-uselists",
-    "-emit-obj",
-    "-emit-codegen-only",
-    "-disable-llvm-passes",
-    "-disable-llvm-optzns",
-    "-sys-header-deps",
-    "-fembed-bitcode",
-)
+#: cc1 flags removed with their value (ml-compiler-opt's ``delete_flags`` plus what only suits the
+#: source); driver-form commands: :mod:`mlgo_host.corpus.driver_flags`
+DELETE_WITH_VALUE = ("-o", "-split-dwarf-file", "-split-dwarf-output", "-fthinlto-index", "-fprofile-sample-use",
+                     "-fprofile-remapping-file", "-dependency-file", "-MT", "-MQ", "-x")
+#: cc1 flags removed alone (they change what is emitted, or skip the optimizer)
+DELETE_ALONE = ("-emit-llvm", "-emit-llvm-bc", "-emit-llvm-uselists", "-emit-obj", "-emit-codegen-only",
+                "-disable-llvm-passes", "-disable-llvm-optzns", "-sys-header-deps", "-fembed-bitcode")
 
 
 def clean_cc1(args: Sequence[str]) -> list[str]:
-    """Strip a cc1 command line of input, output and the flags that must not
-    survive recompiling its bitcode; the result starts with ``-cc1 -emit-obj``."""
+    """A cc1 command without input, output and what must not survive recompiling its bitcode;
+    it starts with ``-cc1 -emit-obj``."""
     args = [a for a in args if a != ""]
     if not args or args[0] != "-cc1":
         raise CorpusError("command is not in cc1 form (it must start with -cc1)")
@@ -90,22 +59,16 @@ def clean_cc1(args: Sequence[str]) -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class Module:
-    """One module of a corpus.
-
-    ``cmd`` is the cleaned cc1 command (without input and output); ``size`` the
-    size of the ``.bc`` in bytes (the stratification key of the sampler);
-    ``error`` is set for a broken module (then ``cmd`` may be empty).
-    """
+    """One module of a corpus; ``error`` is set for a broken one (then ``cmd`` may be empty)."""
 
     name: str
     bc_path: Path
-    cmd: tuple[str, ...]
-    size: int
+    cmd: tuple[str, ...]  #: the cleaned cc1 command, without input and output
+    size: int  #: of the ``.bc`` in bytes: the sampler's stratification key
     error: str | None = None
 
     def to_task(self, ship_bitcode: bool = False) -> dict:
-        """A picklable dict for worker processes (``from_task`` inverts it);
-        with ``ship_bitcode`` it carries the bitcode bytes (``bc_bytes``) for
+        """A picklable dict for worker processes; ``ship_bitcode``: with the bitcode (``bc_bytes``), for
         workers without a shared filesystem."""
         task = {"name": self.name, "bc_path": str(self.bc_path), "cmd": list(self.cmd), "size": self.size,
                 "error": self.error}
@@ -119,16 +82,14 @@ class Module:
                    size=int(task.get("size", 0)), error=task.get("error"))
 
     def compile_command(self, clang: str, output: str | os.PathLike) -> list[str]:
-        """The command compiling this module's bitcode to the object ``output``
-        with ``clang`` (a clang driver binary; the cc1 form is passed through)."""
+        """The command compiling this module's bitcode to the object ``output`` with ``clang``."""
         if self.error is not None:
             raise CorpusError(f"module {self.name!r}: {self.error}")
         return [clang, *self.cmd, "-x", "ir", str(self.bc_path), "-o", str(output)]
 
     @property
     def language(self) -> str:
-        """"C++" or "C": the source file's suffix, as its cc1 command names it
-        (``-main-file-name``)."""
+        """"C++" or "C", by the source's suffix in ``-main-file-name``."""
         return "C++" if command_language(self.cmd) == "C++" else "C"
 
     @property
@@ -162,23 +123,16 @@ def _is_cc1_override(override: Sequence[str]) -> bool:
 
 
 class Corpus:
-    """The modules of one corpus directory (see the module docstring)."""
+    """The modules of one corpus directory: usable ones in description order, and broken ones."""
 
     def __init__(self, root: Path, modules: list[Module], broken: list[Module]):
         self.root = root
-        #: usable modules, in description order
         self.modules = modules
-        #: modules that cannot be compiled, with ``error`` set
         self.broken = broken
 
-    # -- loading ----------------------------------------------------------
     @classmethod
     def load(cls, path: str | os.PathLike, strict: bool = False) -> "Corpus":
-        """Read ``path/corpus_description.json`` and every module's files.
-
-        Raises CorpusError for a missing or malformed description, a ThinLTO
-        corpus or an unfilled override; with ``strict`` also for the first
-        broken module."""
+        """Read a corpus; CorpusError for a bad description, or with ``strict`` for a broken module."""
         root = Path(path)
         desc_path = root / DESCRIPTION
         try:
@@ -230,7 +184,6 @@ class Corpus:
                 modules.append(m)
         return cls(root, modules, broken)
 
-    # -- views ------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.modules)
 
@@ -245,34 +198,27 @@ class Corpus:
 
     def split(self, heldout_fraction: float = 0.1, seed: int = 0,
               by: str = "project") -> tuple[list[Module], list[Module]]:
-        """Deterministic train / held-out split, the held-out part of
-        :func:`split_three` with the same fraction, seed and unit."""
+        """Deterministic train / held-out split, as :func:`split_three` without validation."""
         train, _, held = split_three(self.modules, heldout_fraction, 0.0, seed, by)
         return train, held
 
     def sampler(self, modules: Sequence[Module] | None = None, seed: int = 0, strategy: str = "round_robin",
                 buckets: int = 20) -> "Sampler":
-        """A :class:`Sampler` over ``modules`` (default: all usable modules)."""
+        """A :class:`Sampler` over ``modules`` (default: all usable ones)."""
         return Sampler(self.modules if modules is None else modules, strategy=strategy, seed=seed, buckets=buckets)
 
 
 def load_corpus(path: str | os.PathLike, strict: bool = False) -> Corpus:
-    """Shorthand for :meth:`Corpus.load`."""
     return Corpus.load(path, strict=strict)
 
 
-#: how a corpus is split: whole projects (a module's first path component),
-#: or single modules (files of one project on both sides)
 SPLIT_UNITS = ("project", "module")
-#: fewer projects than this cannot give training, validation and held-out
-#: their own; such a corpus is split by module
+#: fewer projects cannot give training, validation and held-out their own: split by module
 MIN_PROJECTS = 3
 
 
 def project_of(name: str) -> str:
-    """The project of module ``name``: its first path component (corpora keep
-    one folder per project or package: ``bash/alias``, ``jsonnet-0.22.0/core/vm``);
-    a name without a folder is its own project."""
+    """The first path component (``bash/alias``: ``bash``); a name without a folder is its own project."""
     return name.split("/", 1)[0]
 
 
@@ -290,15 +236,10 @@ def split_names(names: Iterable[str], heldout_fraction: float, validation_fracti
                 by: str = "project") -> dict[str, str]:
     """Each name's part: ``train``, ``validation`` or ``heldout``.
 
-    ``by="project"`` keeps each project whole on one side, so that validation
-    and held-out measure code the training never saw (a file shares headers,
-    inline functions and idioms with the rest of its project); a corpus of
-    fewer than :data:`MIN_PROJECTS` projects is split by module.  A unit is
-    held out by a hash of its name (salted with ``seed``), so it stays on its
-    side whatever else the corpus contains; validation takes
-    ``validation_fraction`` of the rest by a second hash.  By project, a
-    non-zero fraction holds at least one project and training keeps at least
-    one."""
+    ``by="project"`` keeps each project on one side, so that validation and held-out measure code the
+    training never saw (a file shares headers and idioms with its project).  A unit's part is a hash of
+    its name, so it stays on its side whatever else the corpus contains.  By project, a non-zero fraction
+    holds at least one project and training keeps at least one."""
     if heldout_fraction < 0 or validation_fraction < 0 or heldout_fraction + validation_fraction >= 1:
         raise CorpusError(f"held-out ({heldout_fraction}) and validation ({validation_fraction}) fractions "
                           "must be >= 0 and leave modules to train on")
@@ -326,7 +267,7 @@ def _hashed_part(units: Sequence[str], fraction: float, seed: int, at_least_one:
 
 
 def is_heldout(name: str, fraction: float, seed: int = 0) -> bool:
-    """True when ``name`` falls in the held-out part of a ``fraction`` split."""
+    """Whether ``name`` falls in the held-out part of a ``fraction`` split."""
     if not 0.0 <= fraction <= 1.0:
         raise CorpusError(f"held-out fraction must be in [0, 1], got {fraction}")
     return _hash01(name, seed) < fraction
@@ -367,28 +308,17 @@ def _load_module(root: Path, name: str, override: tuple[str, ...] | None) -> Mod
 
 
 def write_description(root: str | os.PathLike, names: Iterable[str]) -> Path:
-    """Write ``corpus_description.json`` atomically (mlgo-utils layout)."""
-    from mlgo_host.fsutil import atomic_write_bytes
-
+    """Write ``corpus_description.json`` atomically."""
     path = Path(root) / DESCRIPTION
     desc = {"modules": sorted(names), "has_thinlto": False}
     atomic_write_bytes(str(path), (json.dumps(desc, indent=2) + "\n").encode())
     return path
 
 
-# -- sampling -------------------------------------------------------------
-
-
 class Sampler:
-    """Seeded module sampling over a list of modules.
-
-    ``round_robin`` (ml-compiler-opt's bucket round robin): modules sorted by
-    size are cut into ``buckets`` runs of about equal count; the i-th module
-    of a sample is drawn uniformly from bucket ``i mod buckets``, so every
-    sample mixes small and large modules.  ``without_replacement``: a seeded
-    permutation is consumed in order and reshuffled when exhausted (each
-    module once per epoch).
-    """
+    """Seeded module sampling.  ``round_robin`` (ml-compiler-opt's): the i-th module of a sample comes
+    from size bucket ``i mod buckets``, so every sample mixes small and large modules.
+    ``without_replacement``: each module once per epoch, in a seeded order."""
 
     STRATEGIES = ("round_robin", "without_replacement")
 
@@ -412,7 +342,7 @@ class Sampler:
         return (b * n) // self.buckets, ((b + 1) * n) // self.buckets
 
     def take(self, k: int) -> list[Module]:
-        """``k`` modules (k may exceed the corpus size with round_robin)."""
+        """``k`` modules (more than the corpus has with round_robin)."""
         if k < 0:
             raise CorpusError(f"sample size must be >= 0, got {k}")
         if self.strategy == "round_robin":
@@ -432,6 +362,5 @@ class Sampler:
         return out
 
     def skip(self, n: int) -> None:
-        """Advance as if ``n`` modules had been drawn (resuming a run gives the
-        same later samples as an uninterrupted one)."""
+        """Advance as if ``n`` modules had been drawn, so that a resumed run samples as an uninterrupted one."""
         self.take(n)

@@ -1,60 +1,15 @@
-"""A corpus from Debian source packages (bookworm, main), each built with its
-own build system.
+"""A corpus from Debian source packages (bookworm main), each built as upstream builds it.
 
-Only packages named in a packages file are built: by default
-``mlgo_host/data/debian_packages.txt``, the list the project may train on
-(held apart from the external corpus's projects so evaluations stay honest).
-For each package :func:`build_debian`
+Only the packages of a packages file are built (by default ``mlgo_host/data/debian_packages.txt``, kept
+apart from the external corpus's projects so that evaluations stay honest).  A source is extracted
+afresh for every build: ``bear`` records only the compiles that run, so a tree left half built would
+give an incomplete compile database.  Only the build proper runs under ``bear`` (configure's test
+compiles are no code of the package).  Module names start with the package's name, so the split by
+project works as for the other corpora.
 
-1. makes sure apt knows bookworm main's sources (:func:`~mlgo_host.corpus.apt.ensure_deb_src`: a
-   ``Types: deb-src`` stanza mirroring the deb.debian.org bookworm one, added
-   once), downloads the source (``apt-get source --download-only``) into the
-   cache and extracts it afresh with ``dpkg-source -x`` (Debian's patches
-   applied) whenever it has to be built: ``bear`` records only the compiles
-   that run, so a tree left half built by an interrupted run would give an
-   incomplete compile database;
-2. installs its build dependencies (``apt-get build-dep``, unless told not
-   to), then configures and builds it as upstream does, not as
-   ``dpkg-buildpackage`` does (:func:`detect_build_system`, :func:`build_steps`),
-   with ``CC=clang-19 CXX=clang++-19 CFLAGS=CXXFLAGS=-Oz`` and the build
-   proper (not the configure step, whose test compiles are no code of the
-   package) under ``bear``;
-3. feeds the recorded compiles to :func:`mlgo_host.corpus.build.build_corpus`
-   at ``-Oz``, module names prefixed with the package name
-   (``iniparser/src/dictionary``), so that splitting by project is by the
-   first path component, as for the other corpora.
-
-Which compiles are kept (:func:`select_entries`): C and C++ sources inside
-the package's tree, one module per source file (libtool compiles a file
-twice, with and without ``-fPIC``).  Left out, and counted in the report:
-
-* vendored copies of other projects, under a directory named like
-  :data:`VENDORED_DIRS` (``third_party/``, ``vendor/``, ``deps/``, ...) or
-  like another package of the list (bash's ``lib/readline/``), and gnulib's
-  modules (``lib/``, ``gl/``, ``gnu/`` of a package that imports gnulib):
-  they are other projects' code, which may be in the external corpus or in
-  another package of the list, and would put one file on both sides of a
-  split by project;
-* sources outside the tree (generated into a temporary directory, or system
-  files);
-* test programs (under ``test/`` or ``tests/``).  Left out because whether
-  they are built at all depends on the build system's defaults (CMake's
-  ``BUILD_TESTING``, which is turned off here to save build time, builds
-  them; ``make`` of autotools builds them only for ``make check``), so
-  keeping them would weigh packages by their build system rather than by
-  their code; and the corpus is meant for code that ships, which the tests
-  are not (they are mostly assertion macros and test-framework calls).
-
-The result, per package, is kept in ``packages.json`` in the output
-directory (status ``ok`` with its modules, or ``skipped`` with a one-line
-reason); each package's build log is ``logs/NAME.log`` beside it.  Cached
-and resumable: a package whose report entry is ``ok`` and whose modules all
-exist is not touched again; a package whose tree was built (a stamp beside
-the tree) but whose modules are incomplete only has its modules built;
-packages skipped before are kept skipped unless ``retry_skipped``.  An
-interrupt stops the build's whole process group; the module builder writes
-every ``.bc`` and ``.cmd`` atomically (a module counts only when both
-exist), so nothing half written is left in the corpus.
+``packages.json`` in the output keeps each package's outcome (``ok`` with its modules, or ``skipped``
+with a reason), ``logs/NAME.log`` its build log.  A package ``ok`` with all its modules is not touched
+again; one skipped before stays skipped unless ``retry_skipped``.
 """
 
 from __future__ import annotations
@@ -74,7 +29,8 @@ from typing import Callable, Collection, Iterable, Sequence
 
 from mlgo_host.corpus.apt import (APT_OPTS, COMPONENT, SUITE, TOOL_PACKAGES, StepFailed, ensure_deb_src,
                                   ensure_tools, log_size, log_tail, run_apt, run_logged)
-from mlgo_host.corpus.build import (CXX_EXTS, BuildReport, CompileEntry, build_corpus, load_compile_commands)
+from mlgo_host.corpus.build import (CXX_EXTS, BuildReport, CompileEntry, build_corpus, load_compile_commands,
+                                    numbered)
 from mlgo_host.corpus.corpus import write_description
 from mlgo_host.formats import read_format_json
 from mlgo_host.errors import ConfigError, CorpusError
@@ -84,16 +40,14 @@ from mlgo_host.progress import progress_bar
 REPORT = "packages.json"
 REPORT_FORMAT = "mlgo_host.debian_packages/1"
 LOGS = "logs"
-#: written into the extracted tree once its build has finished
 BUILT_STAMP = ".mlgo-built"
-#: the compile database bear writes, beside (not inside) the extracted tree
+#: bear's compile database, beside (not inside) the extracted tree
 DATABASE = "compile_commands.json"
 
 #: directory names that hold other projects' code
 VENDORED_DIRS = frozenset({"third_party", "third-party", "thirdparty", "3rdparty", "vendor", "vendored",
                            "deps", "external", "contrib"})
-#: the version of the rules that choose a package's modules (:func:`select_entries`): a
-#: package chosen by other rules is chosen again
+#: the version of :func:`select_entries`' rules: a package chosen by other rules is chosen again
 SELECTION = 2
 #: where gnulib-tool puts its modules in the packages that import gnulib
 GNULIB_DIRS = frozenset({"lib", "gl", "gnu", "gnulib"})
@@ -116,8 +70,7 @@ def default_packages_file() -> Path:
 
 
 def read_packages_file(path: str | os.PathLike | None = None) -> list[str]:
-    """Source package names of a packages file: one a line, ``#`` starts a
-    comment, blank lines ignored, order kept, duplicates once."""
+    """Source package names, one a line (``#`` comments; order kept, duplicates once)."""
     p = Path(path) if path is not None else default_packages_file()
     try:
         text = p.read_text(encoding="utf-8")
@@ -138,8 +91,7 @@ def read_packages_file(path: str | os.PathLike | None = None) -> list[str]:
 
 
 def select_packages(allowed: Sequence[str], requested: str | Sequence[str] | None) -> list[str]:
-    """The requested packages (``"a,b"`` or a list), in the order asked; all
-    of ``allowed`` when None.  A name not in ``allowed`` is a ConfigError."""
+    """The requested packages (``"a,b"`` or a list) in the order asked; all of ``allowed`` when None."""
     if requested is None:
         return list(allowed)
     if isinstance(requested, str):
@@ -174,10 +126,9 @@ def language(path: str | os.PathLike) -> str | None:
 
 
 def is_vendored(rel: str | os.PathLike, others: Collection[str] = (), gnulib: bool = False) -> bool:
-    """Whether a path relative to the package tree lies under a directory
-    named like a vendored copy of another project (``third_party/``, ...,
-    or one of ``others``, the other packages' names), or in gnulib's
-    directories when the package imports gnulib."""
+    """Whether ``rel`` (in the package tree) is another project's code: under a vendored directory or
+    one named like another package (bash's ``lib/readline/``), or in gnulib's when it imports gnulib.
+    Such code could be in another corpus or package and put one file on both sides of a split."""
     dirs = [part.lower() for part in Path(rel).parts[:-1]]
     if gnulib and dirs and dirs[0] in GNULIB_DIRS:
         return True
@@ -202,18 +153,15 @@ def is_test(rel: str | os.PathLike) -> bool:
 
 def select_entries(package: str, entries: Iterable[CompileEntry], tree: str | os.PathLike,
                    others: Iterable[str] = ()) -> Selection:
-    """The entries that make modules, one per C/C++ source inside ``tree``,
-    outside vendored (:func:`is_vendored`; ``others``: the other packages'
-    names) and test directories, named after the package and the source's
-    path in the tree (a source whose name without suffix repeats another's
-    gets ``.N``)."""
+    """One entry per C/C++ source inside ``tree``, not vendored (``others``: the other packages' names)
+    and not a test, named ``PACKAGE/path/without/suffix``.  Tests are left out because whether they are
+    built depends on the build system's defaults, and they are not code that ships."""
     root = os.path.realpath(tree)
     others = frozenset(o.lower() for o in others) - {package.lower()}
     gnulib = imports_gnulib(tree)
     left_out = {"not C or C++": 0, "outside the tree": 0, "vendored": 0, "tests": 0, "compiled again": 0}
     by_file: dict[str, CompileEntry] = {}
-    # sorted: which of a file's several compiles is kept does not depend on
-    # the order a parallel build ran them in
+    # sorted: which of a file's compiles is kept does not depend on the order a parallel build ran them in
     for e in sorted(entries, key=lambda e: (str(e.file), e.arguments)):
         if language(e.file) is None:
             left_out["not C or C++"] += 1
@@ -231,21 +179,14 @@ def select_entries(package: str, entries: Iterable[CompileEntry], tree: str | os
             left_out["compiled again"] += 1
         else:
             by_file[rel] = e
-    names: list[str] = []
-    seen: dict[str, int] = {}
-    for rel in by_file:
-        stem = f"{package}/{os.path.splitext(rel)[0]}"
-        n = seen.get(stem, 0)
-        seen[stem] = n + 1
-        names.append(stem if n == 0 else f"{stem}.{n}")
+    names = numbered(f"{package}/{os.path.splitext(rel)[0]}" for rel in by_file)
     return Selection(list(by_file.values()), names, {k: v for k, v in left_out.items() if v})
 
 
 # -- the build system ------------------------------------------------------------
 
 def _debian_hint(tree: Path) -> str | None:
-    """The build system Debian's packaging names: ``--buildsystem=X`` in
-    debian/rules, else a build dependency on cmake or meson."""
+    """``--buildsystem=X`` in debian/rules, else a build dependency on cmake or meson."""
     try:
         rules = (tree / "debian" / "rules").read_text(errors="replace")
     except OSError:
@@ -260,16 +201,11 @@ def _debian_hint(tree: Path) -> str | None:
     m = re.search(r"^Build-Depends(?:-Arch|-Indep)?:(.*(?:\n[ \t].*)*)", control, re.M)
     deps = {re.split(r"[\s(:\[<]", d.strip(), maxsplit=1)[0] for d in m.group(1).replace("|", ",").split(",")} \
         if m else set()
-    if "meson" in deps:
-        return "meson"
-    if "cmake" in deps:
-        return "cmake"
-    return None
+    return next((system for system in ("meson", "cmake") if system in deps), None)
 
 
 def source_directory(tree: str | os.PathLike) -> Path:
-    """Where the package's build starts: the tree, or the subdirectory
-    debian/rules names with ``--sourcedirectory``."""
+    """The tree, or the subdirectory debian/rules names with ``--sourcedirectory``."""
     tree = Path(tree)
     try:
         rules = (tree / "debian" / "rules").read_text(errors="replace")
@@ -282,11 +218,8 @@ def source_directory(tree: str | os.PathLike) -> Path:
 
 
 def detect_build_system(src: str | os.PathLike) -> str | None:
-    """``autotools``, ``cmake``, ``meson`` or ``make`` for the source directory
-    ``src`` (None when it has none of them).  A package that has several uses
-    the one its Debian packaging uses (``--buildsystem``, or a build
-    dependency on cmake or meson); otherwise a configure script (or
-    configure.ac, to be autoreconf'ed) comes first, as debhelper decides."""
+    """One of :data:`BUILD_SYSTEMS`, or None.  Of several, the one Debian's packaging uses, else the
+    first of :data:`BUILD_SYSTEMS`, as debhelper decides."""
     src = Path(src)
     tree = src
     while not (tree / "debian").is_dir() and tree.parent != tree and tree != src.parent.parent:
@@ -298,15 +231,11 @@ def detect_build_system(src: str | os.PathLike) -> str | None:
            "make": any((src / f).is_file() for f in ("GNUmakefile", "Makefile", "makefile"))}
     if hint and has.get(hint):
         return hint
-    for system in BUILD_SYSTEMS:
-        if has[system]:
-            return system
-    return None
+    return next((system for system in BUILD_SYSTEMS if has[system]), None)
 
 
 def _autoconf_generated(configure: Path) -> bool:
-    """A configure script autoconf wrote (it takes CC=..., --disable-static);
-    hand-written ones (zlib's, tcc's) may reject what they do not know."""
+    """Hand-written configure scripts (zlib's, tcc's) may reject CC=... and --disable-static."""
     try:
         with open(configure, "rb") as f:
             return b"Generated by GNU Autoconf" in f.read(4096)
@@ -323,22 +252,17 @@ class Step:
 
 
 def build_steps(system: str, src: Path, *, cc: str, cxx: str, jobs: int, opt: str = "-Oz") -> list[Step]:
-    """The commands that configure and build ``src`` with ``system``."""
     j = f"-j{max(1, jobs)}"
     if system == "autotools":
         steps = []
         shipped = (src / "configure").is_file()
         generated = not shipped or _autoconf_generated(src / "configure")  # by autoconf, or about to be
-        # Regenerated as debhelper (compat >= 10) does: Debian's patches touch
-        # configure.ac and Makefile.am, and the shipped configure then makes
-        # `make` rerun an automake of another version, which fails.  A failed
-        # autoreconf keeps the shipped configure, when there is one.
+        # As debhelper does: Debian's patches touch configure.ac, and the shipped configure would then
+        # make `make` rerun an automake of another version.  A failed autoreconf keeps the shipped one.
         if generated and any((src / f).is_file() for f in ("configure.ac", "configure.in")):
             steps.append(Step(("autoreconf", "-fi"), src, optional=shipped))
         configure = ["./configure"]
-        # A generated configure takes the precious variables as arguments and
-        # --disable-static (libtool otherwise compiles every file twice); a
-        # hand-written one gets them from the environment only.
+        # --disable-static: libtool otherwise compiles every file twice
         if generated:
             configure += [f"CC={cc}", f"CXX={cxx}", f"CFLAGS={c_flags(opt)}", f"CXXFLAGS={opt}", "--disable-static",
                           "--disable-dependency-tracking"]
@@ -354,17 +278,13 @@ def build_steps(system: str, src: Path, *, cc: str, cxx: str, jobs: int, opt: st
         return [Step(("meson", "setup", "build", "--buildtype=plain"), src),
                 Step(("ninja", "-k", "0", "-C", "build", j), src, under_bear=True)]
     if system == "make":
-        # CC/CXX on the command line (a Makefile's `CC = gcc` beats the
-        # environment); CFLAGS only from the environment, so a Makefile that
-        # sets its own keeps its -I and -D flags (the corpus is rebuilt at -Oz
-        # whatever -O it used).
+        # CC/CXX as arguments (a Makefile's `CC = gcc` beats the environment); CFLAGS only from the
+        # environment, so a Makefile's own -I and -D flags are kept.
         return [Step(("make", "-k", j, f"CC={cc}", f"CXX={cxx}"), src, under_bear=True)]
     raise ValueError(f"unknown build system {system!r}")
 
 
-#: C that gcc 12 builds and clang 16+ rejects (implicit declarations, K&R
-#: prototypes under -Werror, ...) builds as it did: these only change
-#: diagnostics, never the code, and a later -Werror does not undo them
+#: C that gcc 12 builds and clang 16+ rejects builds as it did: these change diagnostics, never code
 OLD_C_LENIENCE = ("-Wno-error=implicit-function-declaration", "-Wno-error=implicit-int",
                   "-Wno-error=int-conversion", "-Wno-error=incompatible-function-pointer-types",
                   "-Wno-error=strict-prototypes", "-Wno-error=deprecated-non-prototype")
@@ -384,7 +304,7 @@ def build_env(cc: str, cxx: str, opt: str = "-Oz") -> dict[str, str]:
 
 
 def cxx_driver(clang: str) -> str:
-    """clang++-19 for clang-19 (and /usr/bin/clang++-19 for /usr/bin/clang-19)."""
+    """clang++-19 for clang-19."""
     d, base = os.path.split(clang)
     if base.startswith("clang") and not base.startswith("clang++"):
         base = "clang++" + base[len("clang"):]
@@ -394,7 +314,6 @@ def cxx_driver(clang: str) -> str:
 # -- the report ------------------------------------------------------------------
 
 def load_report(path: str | os.PathLike) -> dict[str, dict]:
-    """Package name -> its entry; empty when there is no report yet."""
     if not Path(path).exists():
         return {}
     doc = read_format_json(path, REPORT_FORMAT, "package report")
@@ -414,10 +333,8 @@ def modules_present(out_dir: str | os.PathLike, modules: Iterable[str]) -> bool:
 
 
 def needs_work(entry: dict | None, out_dir: str | os.PathLike, retry_skipped: bool = False) -> bool:
-    """Whether a package has to be (re)built: no entry, an ``ok`` entry with
-    a module missing or chosen by other rules (:data:`SELECTION`; its built
-    tree is kept, so only the choice is made again), or a skipped one when
-    ``retry_skipped``."""
+    """Whether a package has to be (re)built: no entry, a module missing or chosen by older rules
+    (only the choice is then made again), or skipped and ``retry_skipped``."""
     if not entry:
         return True
     if entry.get("status") == "ok":
@@ -427,7 +344,6 @@ def needs_work(entry: dict | None, out_dir: str | os.PathLike, retry_skipped: bo
 
 
 def corpus_modules(report: dict[str, dict]) -> list[str]:
-    """Every module of the packages built ``ok``."""
     return sorted(m for e in report.values() if e.get("status") == "ok" for m in e.get("modules", ()))
 
 
@@ -438,9 +354,9 @@ def one_line(text: str, limit: int = 300) -> str:
 
 @dataclasses.dataclass
 class DebianReport:
-    packages: dict[str, dict]  #: the whole report (this run's packages and earlier ones)
-    chosen: list[str]  #: the packages this run was asked for
-    attempted: list[str]  #: the packages built (or tried and skipped) in this run
+    packages: dict[str, dict]  #: the whole report, earlier runs' packages included
+    chosen: list[str]
+    attempted: list[str]  #: built or skipped in this run
     failures: list[tuple[str, str]]  #: (source, reason) of modules that failed this run
 
     def counts(self) -> tuple[int, int, int, int]:
@@ -502,7 +418,7 @@ def _dsc_of(name: str, pkg_dir: Path, log, timeout: float) -> Path:
 
 
 def _tree_name(dsc: Path) -> str:
-    """``iniparser-4.1`` for ``iniparser_4.1-6.dsc`` (dpkg-source's own name)."""
+    """``iniparser-4.1`` for ``iniparser_4.1-6.dsc``, as dpkg-source names it."""
     source, _, version = dsc.stem.partition("_")
     upstream = version.rsplit("-", 1)[0] if "-" in version else version
     return f"{source}-{upstream}"
@@ -519,12 +435,11 @@ class Settings:
     build_timeout: float = 3600.0
     timeout: float = 300.0
     progress: bool = True
-    packages: tuple[str, ...] = ()  #: every package of the list: a directory named so is a vendored copy
+    packages: tuple[str, ...] = ()  #: every package of the list: a directory named so is vendored
 
 
 def _build_tree(name: str, st: Settings, log, step: Callable[[str], None]) -> tuple[Path, dict]:
-    """The package's built tree and its stamp (its build system, version),
-    built now unless a finished build of the same source is there."""
+    """The package's built tree and its stamp, built now unless a finished build of it is there."""
     pkg_dir = st.cache / name
     step("download")
     dsc = _dsc_of(name, pkg_dir, log, st.build_timeout)
@@ -581,8 +496,7 @@ def _build_tree(name: str, st: Settings, log, step: Callable[[str], None]) -> tu
             if s.optional:
                 continue
             if s.under_bear and (pkg_dir / DATABASE).is_file():
-                # kept going (-k): a test program or tool that does not build
-                # with clang leaves the rest of the package's compiles
+                # kept going (-k): a program that clang cannot build leaves the package's other compiles
                 partial = f"{e}: {log_tail(log, since)}"
                 continue
             raise PackageSkipped(f"{e}: {log_tail(log, since)}") from None
@@ -596,8 +510,7 @@ def _build_tree(name: str, st: Settings, log, step: Callable[[str], None]) -> tu
 
 def build_package(name: str, st: Settings,
                   step: Callable[[str], None] = lambda s: None) -> tuple[dict, BuildReport | None]:
-    """Build one package into the corpus: its report entry (``ok`` or
-    ``skipped`` with the reason) and the module builder's report."""
+    """Build one package into the corpus: its report entry and the module builder's report."""
     t0 = time.monotonic()
     logs = st.output / LOGS
     logs.mkdir(parents=True, exist_ok=True)
@@ -605,7 +518,7 @@ def build_package(name: str, st: Settings,
     entry: dict = {"log": f"{LOGS}/{name}.log"}
     report = None
     log_path.write_bytes(b"")
-    # appending: the steps' output goes to the same file through their own descriptors
+    # appending: the steps write to the same file through their own descriptors
     with open(log_path, "a", encoding="utf-8", errors="replace") as log:
         try:
             tree, info = _build_tree(name, st, log, step)
@@ -692,7 +605,7 @@ def build_debian(
             entry, built = build_package(name, st, step=lambda s, n=name: bar.set_postfix_str(f"{n}: {s}"))
             report[name] = entry
             save_report(report_path, report)
-            # build_corpus described only this package's modules: the corpus is all ok packages'
+            # build_corpus described only this package's modules
             modules = corpus_modules(report)
             if modules:
                 write_description(out, modules)

@@ -1,25 +1,10 @@
-"""Which compile of a build is which corpus module: the module's *identity*.
+"""Which compile of a build is which corpus module: both reduce to one *identity* (absolute source and
+object paths, and :func:`~mlgo_host.corpus.build.compile_flags`).
 
-A served build (``mlgo-clang``) knows of each compile its command line, its
-directory, its source and its object.  A corpus module knows the compile
-database entry it was built from.  Both reduce to the same identity:
-
-* ``source`` and ``output``: absolute paths;
-* ``flags``: the entry's flags without compiler, input, ``-o`` and the
-  dependency-file options (:func:`~mlgo_host.corpus.build.compile_flags`).
-
-:func:`build_corpus` records every module's identity in the corpus
-(``module_sources.json``, this module's :data:`SOURCES`); for a corpus built
-before that, the ``compile_commands.json`` kept in the corpus directory (as
-the benchmark corpus does) gives it again.
-
-To match a build that lives somewhere else (another checkout, a CI
-workspace), :class:`IdentityIndex` keeps each identity *relative to the
-project root* (the common directory of all sources and objects): a compile
-matches a module when its object and source are the module's relative paths
-below one same root and its flags, with that root written ``${ROOT}``, are
-the module's.  The match only says which module it should be: whether the
-module is still the one that was tuned is the replay fingerprint's job.
+To match a build that lives elsewhere (another checkout, a CI workspace), identities are kept relative
+to the project root (the common directory of all sources and objects), the root written ``${ROOT}`` in
+the flags.  A match only says which module a compile should be: whether the module is still the one
+that was tuned is the replay fingerprint's job.
 """
 
 from __future__ import annotations
@@ -35,8 +20,7 @@ ROOT = "${ROOT}"
 
 
 def command_identity(argv: Sequence[str], cwd: str, source: str, output: str) -> dict:
-    """The identity of a compile as the wrapper sees it: ``argv`` (compiler
-    first), run in ``cwd``, compiling ``source`` to ``output``."""
+    """The identity of a compile as the wrapper sees it (``argv``: compiler first)."""
     src = os.path.normpath(os.path.join(cwd, source))
     spelled = next((a for a in argv[1:] if not a.startswith("-")
                     and os.path.normpath(os.path.join(cwd, a)) == src), "")
@@ -46,9 +30,8 @@ def command_identity(argv: Sequence[str], cwd: str, source: str, output: str) ->
 
 
 def read_sources(corpus_dir: str | os.PathLike) -> dict[str, dict]:
-    """Module name -> identity of a corpus ({} when it recorded none): its
-    ``module_sources.json``, else its ``compile_commands.json`` when the
-    corpus keeps one (names derived as the builder derives them)."""
+    """Module name -> identity of a corpus: its ``module_sources.json``, else from the
+    ``compile_commands.json`` it keeps (older corpora), else {}."""
     d = Path(corpus_dir)
     if (d / SOURCES).exists():
         return read_sources_file(d / SOURCES)
@@ -60,7 +43,7 @@ def read_sources(corpus_dir: str | os.PathLike) -> dict[str, dict]:
 
 
 def common_dir(paths: Iterable[str]) -> str:
-    """The common directory of files ``paths`` ("" when there is none)."""
+    """The common directory of files ``paths``, or ""."""
     dirs = [os.path.dirname(p) for p in paths if p]
     if not dirs:
         return ""
@@ -71,7 +54,6 @@ def common_dir(paths: Iterable[str]) -> str:
 
 
 def project_root(identities: Iterable[dict]) -> str:
-    """The common directory of every source and object."""
     return common_dir(p for i in identities for p in (i["source"], i["output"]))
 
 
@@ -82,8 +64,7 @@ def relative_identity(identity: dict, root: str) -> dict:
 
 
 class IdentityIndex:
-    """Relative identities (name -> {source, output, flags}) looked up by the
-    absolute identity of a compile."""
+    """Relative identities (name -> {source, output, flags}) looked up by a compile's absolute one."""
 
     def __init__(self, relative: Mapping[str, dict]):
         self.by_object: dict[str, list[tuple[str, dict]]] = {}

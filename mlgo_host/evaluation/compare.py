@@ -1,13 +1,8 @@
 """Is one policy's total really smaller than another's on the same modules?
 
-Choosing the best of many candidates (PPO iterations) by one validation
-split picks, among equals, the one whose noise happened to help: the best
-of twenty evaluations is biased even when none is better.  A candidate
-therefore replaces a measured baseline (the warm start) only when its
-saving is significant under a paired bootstrap over modules: the modules
-are resampled with replacement, and the saving must stay positive in
-``1 - alpha`` of the resamples.  A saving that one module carries does not
-pass; one spread over many modules does.
+The best of many candidates on one validation split is biased even when none is better, so a candidate
+replaces a measured baseline only when its saving survives a paired bootstrap over modules: a saving
+one module carries does not pass, one spread over many modules does.
 """
 
 from __future__ import annotations
@@ -16,7 +11,6 @@ from typing import Mapping
 
 import numpy as np
 
-#: one-sided level of the test
 ALPHA = 0.05
 SAMPLES = 2000
 
@@ -29,9 +23,8 @@ def paired_saving(new: Mapping[str, int], old: Mapping[str, int]) -> np.ndarray:
 
 def significantly_smaller(new: Mapping[str, int], old: Mapping[str, int], *, alpha: float = ALPHA,
                           samples: int = SAMPLES, seed: int = 0) -> bool:
-    """True when ``new``'s total over the modules both measured is smaller
-    than ``old``'s in at least ``1 - alpha`` of ``samples`` paired bootstrap
-    resamples of the modules (deterministic: ``seed``)."""
+    """Whether ``new``'s total over the modules both measured is smaller than ``old``'s in at least
+    ``1 - alpha`` of ``samples`` paired bootstrap resamples of the modules."""
     d = paired_saving(new, old)
     if len(d) == 0 or d.sum() <= 0:
         return False

@@ -1,24 +1,9 @@
 """Evaluate a policy over a corpus against the compiler's default heuristic.
 
-Each module is compiled twice in a pool worker (:class:`EvalWorker`, local
-processes or Ray): without the channel (the default heuristic; cached by
-:class:`~mlgo_host.measure.compile.BaselineCache`) and with the policy
-answering the channel.  Workers load the policy once with
-:func:`mlgo_host.policies.load_policy` (numpy only: they never import
-TensorFlow).  A module that fails in any way is a ``failed`` row with its
-reason; the others are still evaluated.
-
-The report is a CSV (one row per module), a printed summary (total size
-against the baseline, modules smaller / equal / bigger, failures) and,
-optionally, a scatter plot of per-module size change against module size.
-
-With ``guard=True`` each module keeps the smaller valid object of the
-policy's and the default's (:func:`apply_guard`): a module is never bigger
-than the default, and one whose policy compile failed gets the default's
-object.  The summary then says what the guard kept, what it gained against
-the unguarded policy and what it cost (the default compiles this run made;
-cached ones cost nothing here, while a guarded build pays one plain compile
-per module).
+Pool workers compile each module without the channel (cached) and with the policy (numpy: no
+TensorFlow).  A module that fails in any way is a ``failed`` row with its reason.  The report is a
+CSV, a summary and optionally a scatter plot.  With the guard (:func:`apply_guard`) a module is never
+bigger than the default.
 """
 
 from __future__ import annotations
@@ -33,7 +18,8 @@ from mlgo_host.channel.problems import get_problem
 from mlgo_host.corpus.corpus import Module, load_corpus, project_of, split_names
 from mlgo_host.search.tunedir import TunedDir, TunedPolicies
 from mlgo_host.errors import ConfigError, CorpusError, MlgoHostError
-from mlgo_host.fsutil import atomic_path, atomic_write_bytes
+from mlgo_host.evaluation.plots import pyplot, save_figure
+from mlgo_host.fsutil import atomic_write_bytes
 from mlgo_host.measure.compile import baseline_size_info, compile_module, compile_plain
 from mlgo_host.measure.reward import reward
 from mlgo_host.measure.sizes import find_llvm_size
@@ -42,7 +28,7 @@ from mlgo_host.workers.pool import make_pool, map_with_progress
 from mlgo_host.workers.worker import CollectTask
 
 CSV_FIELDS = ("module", "baseline_text", "policy_text", "reward", "observations", "status", "reason")
-#: extra CSV columns with --guard: the policy's own size and which object was kept
+#: with --guard: the policy's own size and which object was kept
 GUARD_FIELDS = ("unguarded_text", "kept")
 SPLITS = ("all", "train", "heldout")
 
@@ -57,32 +43,22 @@ class EvalRow:
     status: str
     reason: str = ""
     wall_s: float = 0.0
-    #: CPU s of the default compile made for this row (None: the size was cached)
-    baseline_cpu_s: float | None = None
-    #: CPU s of the policy's compile (the compiler process)
+    baseline_cpu_s: float | None = None  #: None: the size was cached
     policy_cpu_s: float | None = None
     #: with the guard: the policy's own size (None if its compile failed) and "policy" | "default"
     unguarded_text: int | None = None
     kept: str = ""
-    #: with a tune directory (eval --replay T): "tuned" | "stale" | "default"
-    tuned: str = ""
+    tuned: str = ""  #: with eval --replay T: "tuned" | "stale" | "default"
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
 
     def csv_row(self) -> dict[str, Any]:
-        return {
-            "module": self.module,
-            "baseline_text": "" if self.baseline_text is None else self.baseline_text,
-            "policy_text": "" if self.policy_text is None else self.policy_text,
-            "reward": "" if self.reward is None else f"{self.reward:.6f}",
-            "observations": self.observations,
-            "status": self.status,
-            "reason": self.reason,
-            "unguarded_text": "" if self.unguarded_text is None else self.unguarded_text,
-            "kept": self.kept,
-        }
+        row = {f: "" if getattr(self, f) is None else getattr(self, f) for f in CSV_FIELDS + GUARD_FIELDS}
+        if self.reward is not None:
+            row["reward"] = f"{self.reward:.6f}"
+        return row
 
 
 @dataclasses.dataclass
@@ -96,8 +72,7 @@ class EvalSummary:
     equal: int
     bigger: int
     mean_reward: float | None
-    #: with the guard: see :func:`guard_summary`
-    guard: dict | None = None
+    guard: dict | None = None  #: :func:`guard_summary`
 
     @property
     def change_percent(self) -> float | None:
@@ -128,8 +103,7 @@ class EvalSummary:
 class EvalReport:
     policy: str
     rows: list[EvalRow]
-    #: the rows went through :func:`apply_guard`
-    guard: bool = False
+    guard: bool = False  #: the rows went through :func:`apply_guard`
 
     def summary(self) -> EvalSummary:
         ok = [r for r in self.rows if r.ok]
@@ -159,11 +133,7 @@ class EvalReport:
 
     def plot(self, path: str | os.PathLike) -> None:
         """Scatter of per-module size change (%) against baseline size."""
-        import matplotlib  # lazily: ~0.5 s of start-up that only --plot needs
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        plt = pyplot()
         ok = [r for r in self.rows if r.ok and r.baseline_text]
         fig, ax = plt.subplots(figsize=(8, 5))
         xs = [r.baseline_text for r in ok]
@@ -180,23 +150,14 @@ class EvalReport:
         ax.set_title(f"{self.policy}: total {'n/a' if ch is None else f'{ch:+.2f}%'} over {s.ok} modules "
                      f"({s.smaller} smaller, {s.equal} equal, {s.bigger} bigger, {s.failed} failed)", fontsize=9)
         ax.grid(True, alpha=0.3)
-        fig.tight_layout()
-        try:
-            with atomic_path(path, suffix=".tmp.png") as tmp:  # savefig picks the format by the suffix
-                fig.savefig(tmp, dpi=110)
-        finally:
-            plt.close(fig)
+        save_figure(plt, fig, path)
 
 
 # -- the guard: never bigger than the default ----------------------------------
 
 def apply_guard(row: EvalRow) -> EvalRow:
-    """The row of a guarded compile: the smaller valid object of the
-    policy's and the default's (the policy's on a tie).  A module whose
-    policy compile failed gets the default's object; one without a default
-    size is left as it is (nothing to compare with)."""
-    from mlgo_host.measure.reward import reward
-
+    """The row of a guarded compile: the smaller valid object of the policy's and the default's (the
+    policy's on a tie; the default's when the policy's compile failed)."""
     if row.baseline_text is None:
         return row
     if row.ok and row.policy_text is not None and row.policy_text <= row.baseline_text:
@@ -208,14 +169,9 @@ def apply_guard(row: EvalRow) -> EvalRow:
 
 
 def guard_summary(rows: Sequence[EvalRow]) -> dict[str, Any]:
-    """What the guard kept, gained and cost over guarded ``rows``.
-
-    gain: bytes the guard saved against the unguarded policy, over the
-    modules both compiled (``rescued`` counts the failed policy compiles it
-    replaced by the default).  cost: the default compiles this run made and
-    their CPU seconds (cached sizes cost nothing here), and the policy
-    compiles' CPU for scale: a guarded build pays one plain compile per
-    module, about the policy compile's CPU."""
+    """What the guard kept, gained against the unguarded policy, and cost: the default compiles this run
+    made (cached sizes cost nothing here, while a guarded build pays one plain compile per module), with
+    the policy compiles' CPU for scale."""
     g = [r for r in rows if r.kept]
     both = [r for r in g if r.unguarded_text is not None]
     unguarded = sum(r.unguarded_text for r in both)  # type: ignore[misc]
@@ -234,9 +190,7 @@ def guard_summary(rows: Sequence[EvalRow]) -> dict[str, Any]:
 
 
 def by_project(rows: Sequence[EvalRow]) -> dict[str, dict[str, Any]]:
-    """Total ``.text`` against the baseline per project (a module name's
-    first part, e.g. ``zopfli-0.4.3``): modules, both totals, the change
-    and the modules more than 1 % bigger; projects sorted by name."""
+    """Per project: modules, both ``.text`` totals, the change and the modules more than 1 % bigger."""
     acc: dict[str, list[int]] = {}
     for r in rows:
         if not r.ok:
@@ -260,12 +214,8 @@ def _guard_text(g: dict) -> str:
 
 def select_modules(corpus, modules: int | None = None, split: str = "all", heldout_fraction: float = 0.1,
                    seed: int = 0, split_by: str = "project") -> list:
-    """The modules to evaluate (broken ones included, to be reported).
-
-    ``split`` keeps the train or held-out part of the deterministic split
-    (:func:`~mlgo_host.corpus.corpus.split_names`, by ``split_by``);
-    ``modules=N`` then picks N modules evenly spread over the size order (a
-    deterministic, size-representative subset)."""
+    """The modules to evaluate, broken ones included (to be reported): the ``split`` part, then
+    ``modules`` of them evenly spread over the size order."""
     if split not in SPLITS:
         raise ConfigError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
     cands = sorted(list(corpus.modules) + list(corpus.broken), key=lambda m: m.name)
@@ -285,13 +235,11 @@ def select_modules(corpus, modules: int | None = None, split: str = "all", heldo
 # -- worker side (a pool process: no TensorFlow) -------------------------------
 
 class EvalWorker:
-    """Pool worker of :func:`evaluate`: holds the greedy policy (loaded once)
-    and compiles modules with it and without it."""
+    """Pool worker of :func:`evaluate`: compiles modules with the greedy policy and without it."""
 
     def __init__(self, *, policy: str, seed: int, advisor: str, clang: str, llvm_size: str | None, timeout: float,
                  cache_dir: str | None, replay_dir: str | None = None):
         self.policy = load_policy(policy, seed=seed, greedy=True)
-        #: eval --replay T: the tuned modules' replays over the policy
         self.tuned = TunedPolicies(TunedDir(replay_dir), self.policy, seed) if replay_dir else None
         self.advisor, self.clang, self.llvm_size, self.timeout = advisor, clang, llvm_size, timeout
         self.cache_dir = cache_dir
@@ -356,16 +304,11 @@ def evaluate(
     worker_backend: str = "local",
     pool_options: dict | None = None,
 ) -> EvalReport:
-    """Evaluate ``policy`` (a heuristic name, a saved policy directory or a
-    replay file) on the selected modules of the corpus in ``corpus_dir``
-    with ``jobs`` pool workers (:func:`~mlgo_host.workers.pool.make_pool`);
-    ``guard``: keep each module's smaller valid object of the policy's and
-    the default's (:func:`apply_guard`); ``replay_dir``: a tune directory
-    whose modules are compiled with their replays (the others with
-    ``policy``)."""
+    """Evaluate ``policy`` (a heuristic name, a policy directory or a replay file) on the selected modules
+    of ``corpus_dir``; ``replay_dir``: a tune directory whose modules are compiled with their replays."""
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
-    # Fail fast on a bad policy name / directory, in this (TF-free) process.
+    # fail fast on a bad policy, in this process
     pol = load_policy(policy, seed=seed, greedy=True)
     find_llvm_size(llvm_size, clang)
     check_meanings(pol, get_problem(advisor).default_slot(clang, timeout))
@@ -378,7 +321,7 @@ def evaluate(
               "replay_dir": None if replay_dir is None else os.path.abspath(replay_dir)}
     if replay_dir is not None:
         TunedDir(os.path.abspath(replay_dir))  # fail fast on a bad directory, in this process
-    # Big modules first, so that a slow one does not finish last alone.
+    # big modules first, so that a slow one does not finish last alone
     order = sorted(selected, key=lambda m: -m.size)
     with make_pool(worker_backend, min(jobs, len(order)), "mlgo_host.evaluation.evaluate:EvalWorker", worker,
                    **(pool_options or {})) as pool:
@@ -393,10 +336,8 @@ def evaluate(
 
 def evaluate_on_pool(pool, modules: Sequence[Module], *, desc: str, progress: bool = True, task_of=None,
                      policy: str = "policy") -> EvalReport:
-    """The greedy policy the workers of ``pool`` hold (collection workers,
-    :class:`~mlgo_host.workers.worker.CollectWorker`: the training loops'
-    pools) on ``modules``, as :func:`evaluate` reports it; ``task_of``: a
-    module's task (default :meth:`Module.to_task`)."""
+    """The greedy policy the collection workers of ``pool`` (the training loops') hold on ``modules``, as
+    :func:`evaluate` reports it."""
     task_of = task_of or Module.to_task
     tasks = [CollectTask(task_of(m), 0, greedy=True, record=False) for m in modules]
     outcomes = map_with_progress(pool, "collect", tasks, desc=desc, progress=progress)
@@ -404,7 +345,6 @@ def evaluate_on_pool(pool, modules: Sequence[Module], *, desc: str, progress: bo
 
 
 def _collected_row(name: str, r: dict | None) -> EvalRow:
-    """The row of a :meth:`~mlgo_host.workers.worker.CollectWorker.collect` answer."""
     if r is None or r["status"] != "ok":
         return EvalRow(name, (r or {}).get("baseline_size"), None, None, 0, "failed",
                        (r or {}).get("reason") or "no answer")
@@ -413,9 +353,8 @@ def _collected_row(name: str, r: dict | None) -> EvalRow:
 
 
 def _report(policy: str, modules: Sequence[Module], order: Sequence[Module], outcomes, row_of) -> EvalReport:
-    """The report of ``modules`` from the pool's ``outcomes`` of their tasks
-    in ``order`` (``row_of(name, value)``: a worker's answer as a row; a
-    task the worker failed is a failed row)."""
+    """The report of ``modules`` from the ``outcomes`` of their tasks in ``order``
+    (``row_of(name, value)``: a worker's answer as a row)."""
     rows: dict[str, EvalRow] = {}
     for o in outcomes:
         name = order[o.index].name

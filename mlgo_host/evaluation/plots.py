@@ -10,15 +10,14 @@ from mlgo_host.fsutil import atomic_path
 
 
 def _history(state_path: str | os.PathLike) -> list[dict]:
-    """The per-iteration (or per-round) rows of a run's ``state.json``."""
     if not os.path.exists(state_path):
         return []
     with open(state_path) as f:
         return json.load(f).get("history", [])
 
 
-def _pyplot():
-    import matplotlib  # lazily: only when there is a history to plot (~0.5 s of start-up)
+def pyplot():
+    import matplotlib  # lazily: slow to import, and only plots need it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -26,7 +25,7 @@ def _pyplot():
     return plt
 
 
-def _save(plt, fig, png) -> str:
+def save_figure(plt, fig, png) -> str:
     """Write the figure atomically (a reader never sees half a PNG) and free it."""
     fig.tight_layout()
     try:
@@ -38,13 +37,12 @@ def _save(plt, fig, png) -> str:
 
 
 def plot_training(state_path: str | os.PathLike, png: str | os.PathLike, title: str | None = None) -> str | None:
-    """Write the curves of the run whose ``state.json`` is ``state_path``;
-    returns the PNG path, or None when the run has no iteration yet."""
+    """Write the curves of the run whose ``state.json`` is ``state_path``; the PNG path, or None when
+    the run has no iteration yet."""
     history = _history(state_path)
     if not history:
         return None
-    plt = _pyplot()
-
+    plt = pyplot()
     it = [h["iteration"] for h in history]
     ev = [(h["iteration"], h["heldout_size_change_pct"]) for h in history if "heldout_size_change_pct" in h]
     rw = [(h["iteration"], h["reward_mean"]) for h in history if h.get("reward_mean") is not None]
@@ -62,18 +60,16 @@ def plot_training(state_path: str | os.PathLike, png: str | os.PathLike, title: 
     a2.set_xlabel("iteration")
     a2.set_xlim(0.5, max(it) + 0.5)
     a2.grid(True, alpha=0.3)
-    return _save(plt, fig, png)
+    return save_figure(plt, fig, png)
 
 
 def plot_search(state_path: str | os.PathLike, png: str | os.PathLike, title: str | None = None) -> str | None:
-    """The learning curve of a search-then-imitate run (``state.json``):
-    per round, the search's headroom on the training modules, the policy on
-    the training, validation and held-out modules, all against -Oz."""
+    """The curves of a search-then-imitate run: per round, the search's headroom and the policy on the
+    training, validation and held-out modules, against -Oz."""
     history = _history(state_path)
     if not history:
         return None
-    plt = _pyplot()
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     series = (("headroom_pct", "search: best found (train)", "tab:gray", "s--"),
               ("train_policy_pct", "policy at round start (train)", "tab:green", ".-"),
@@ -92,4 +88,4 @@ def plot_search(state_path: str | os.PathLike, png: str | os.PathLike, title: st
     ax.set_title(title or "search, then imitate (lower is smaller)", fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(plt, fig, png)
+    return save_figure(plt, fig, png)

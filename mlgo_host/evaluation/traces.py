@@ -1,32 +1,10 @@
-"""Traces: a policy's observations and decisions over a corpus, on disk.
+"""Traces: a policy's observations and decisions over a corpus, on disk (written by ``mlgo-host trace``,
+read by ``vocab`` and behavioural cloning).
 
-A trace directory (written by ``mlgo-host trace``, read by ``vocab`` and
-behavioural cloning)::
-
-    <trace>/
-      trace.json           index (below)
-      logs/<module>.log    one per module that compiled, in clang's
-                           training-log format
-
-Each ``.log`` is what LLVM's development-mode logger writes and what
-:mod:`mlgo_host.channel.codec` decodes: a JSON header line listing the
-features, with the advice taken (``inlining_decision`` /
-``index_to_evict``) appended as the last feature; then
-``{"context": ...}`` lines and, per decision, ``{"observation": i}``, the
-raw little-endian tensor bytes in header order (advice last), and ``\\n``.
-
-``trace.json``::
-
-    {"format": "mlgo_host.trace/1", "advisor": "inline", "policy": "default",
-     "compiler": "<clang --version, first line>", "default_slot": "<feature
-     carrying the compiler's default decision, inliner only>",
-     "modules": [{"name", "status": "ok"|"failed", "reason", "log",
-                  "observations", "text_size", "decisions": {advice: count}}],
-     "totals": {"modules", "ok", "failed", "observations", "text_size"}}
-
-``text_size`` is the ``llvm-size`` text of the module's object compiled with
-the traced policy.  The directory is built next to its destination and
-renamed into place at the end.
+A trace directory holds ``trace.json`` (the policy, the compiler, and per module its status, log,
+observations, decisions and object size) and ``logs/<module>.log`` per module that compiled, in the
+training-log format of LLVM's development mode, the advice taken as the last feature.  It is built
+next to its destination and renamed into place.
 """
 
 from __future__ import annotations
@@ -60,9 +38,8 @@ LOGS = "logs"
 @dataclasses.dataclass
 class TraceLog:
     """One module's decoded training log."""
-
     name: str
-    header: Header | None  # the log's header (advice = last feature); None: empty log
+    header: Header | None  # None: an empty log
     records: np.ndarray  # structured, one record per decision (fields = the header's features)
     contexts: list[str]
     advice_name: str
@@ -75,14 +52,9 @@ class TraceLog:
     def actions(self) -> np.ndarray:
         return np.asarray(self.records[self.advice_name]).reshape(self.n)
 
-    def features(self) -> np.ndarray:
-        """The records without the advice field."""
-        names = [n for n in self.records.dtype.names or () if n != self.advice_name]
-        return self.records[names] if names else self.records
-
 
 def read_log(path: str, advice_name: str, name: str | None = None) -> TraceLog:
-    """Decode a training log written by a session (one module)."""
+    """Decode one module's training log."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -115,7 +87,8 @@ class Trace:
             with open(ip, encoding="utf-8") as f:
                 self.index = json.load(f)
         except FileNotFoundError:
-            raise ConfigError(f"{path!r} is not a trace directory (no {INDEX}; make one with `mlgo-host trace`)") from None
+            raise ConfigError(f"{path!r} is not a trace directory (no {INDEX}; "
+                              "make one with `mlgo-host trace`)") from None
         except (OSError, ValueError) as e:
             raise ConfigError(f"{ip}: unreadable: {e}") from None
         if not isinstance(self.index, dict) or self.index.get("format") != FORMAT:
@@ -143,12 +116,9 @@ def load_trace(path: str) -> Trace:
     return Trace(path)
 
 
-# -- recording ---------------------------------------------------------------
 class TraceWorker:
-    """Pool worker of :func:`record_trace` (a separate process: numpy, no
-    TensorFlow).  Loads the traced policy once and compiles modules with it;
-    each module's training log comes back as bytes, so the recording
-    process alone writes the trace directory (no shared filesystem needed)."""
+    """Pool worker of :func:`record_trace`.  Logs come back as bytes, so the recording process alone
+    writes the trace directory (no shared filesystem needed)."""
 
     def __init__(self, *, policy: str, seed: int, advisor: str, clang: str, llvm_size: str | None,
                  timeout: float):
@@ -207,17 +177,14 @@ def record_trace(
     worker_backend: str = "local",
     pool_options: dict | None = None,
 ) -> dict:
-    """Compile every module of the corpus with ``policy`` serving
-    ``advisor`` (only the modules ``names`` when given) on ``jobs`` pool
-    workers (:func:`~mlgo_host.workers.pool.make_pool`), keep each module's
-    training log and object size; returns the index (also written as
-    ``trace.json``)."""
-    problem = get_problem(advisor)  # an unknown advisor: ConfigError
+    """Compile the corpus's modules (or ``names``) with ``policy`` serving ``advisor`` on ``jobs`` pool
+    workers, keeping each one's training log and object size; the index written as ``trace.json``."""
+    problem = get_problem(advisor)
     if jobs < 1:
         raise ConfigError("--jobs must be at least 1")
     mods = _select(corpus_dir, names, max_modules)
     rels = [_log_rel(m.name) for m in mods]
-    pol = load_policy(policy, seed=seed)  # a bad policy: a clear error here, before any worker starts
+    pol = load_policy(policy, seed=seed)  # a bad policy fails here, before any worker starts
     slot = problem.default_slot(clang, timeout)
     check_meanings(pol, slot)
     worker = {"policy": policy, "seed": seed, "advisor": advisor, "clang": clang, "llvm_size": llvm_size,
@@ -253,8 +220,7 @@ def _compiler_line(clang: str) -> str | None:
 
 
 def _write_trace(output_dir: str, index: dict, rows: list[dict], rels: list[str]) -> None:
-    """Logs, then ``trace.json`` (``index`` completed with the module rows and
-    totals), built next to ``output_dir`` and renamed into place."""
+    """Logs, then ``trace.json`` (``index`` with the rows and totals), renamed into place."""
     dest = os.path.abspath(output_dir)
     parent = os.path.dirname(dest)
     os.makedirs(parent, exist_ok=True)
@@ -282,8 +248,7 @@ def _write_trace(output_dir: str, index: dict, rows: list[dict], rels: list[str]
 
 def vocab_from_trace(trace_dir: str, output_dir: str | None = None, *, num_buckets: int = 1000,
                      sampling_fraction: float = 1.0, seed: int = 0):
-    """Quantile vocab of every feature of a trace (the advice excluded);
-    written to ``output_dir`` when given.  Returns the Vocab."""
+    """Quantile vocab of every feature of a trace but the advice, written to ``output_dir`` if given."""
     tr = load_trace(trace_dir)
     b = VocabBuilder(sampling_fraction=sampling_fraction, seed=seed, exclude=(tr.advice_name,))
     n = 0

@@ -1,16 +1,8 @@
 """Behavioural cloning: a warm start that imitates the compiler's default.
 
-:func:`train_bc` reads a trace of the default policy (``mlgo-host trace``),
-trains the very actor network PPO uses (tf-agents'
-``ActorDistributionNetwork`` for the inliner, the per-column network for
-eviction; same vocab normalization) to predict the decision taken, with a
-softmax cross-entropy loss, and saves a policy directory
-(:mod:`mlgo_host.policies.saved`) that PPO can start from
-(``create_ppo_agent(..., warm_start=DIR)``).  Accuracy against the default
-decisions is printed per epoch (training and held-out modules) and measured
-at the end with the saved numpy actor, i.e. what workers will run.
-
-Gin-configurable (``configs/inlining/bc.gin``).  Imports TensorFlow.
+:func:`train_bc` trains the PPO actor network on a trace of the default
+policy (``mlgo-host trace``) with a cross-entropy loss and saves a policy
+directory PPO can start from.  Gin-configurable (``configs/inlining/bc.gin``).
 """
 
 from __future__ import annotations
@@ -31,7 +23,7 @@ from mlgo_host.errors import ConfigError
 from mlgo_host.evaluation.traces import load_trace, vocab_from_trace
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.export import save_policy
-from mlgo_host.learning.networks import build_actor_network
+from mlgo_host.learning.networks import actor_logits, build_actor_network
 from mlgo_host.learning.preprocessing import GinNormConfig
 from mlgo_host.learning.tensor_specs import numpy_observations, observation_spec
 from mlgo_host.policies.specs import PolicySpec
@@ -78,12 +70,9 @@ def train_bc(
 ) -> BCResult:
     """Train the actor to imitate the traced decisions; save the policy.
 
-    ``vocab_dir``: an existing vocab (else computed from the trace and saved
-    with the policy).  ``fc_layer_params`` None: the layer sizes bound to
-    ``build_actor_network.fc_layer_params`` (the PPO actor's, so the result
-    warm-starts it).  ``heldout_fraction`` of the modules (by a seeded
-    shuffle, at least one when there are two or more) measure accuracy on
-    code not trained on.
+    ``vocab_dir`` None: the vocab is computed from the trace.  ``fc_layer_params``
+    None: the PPO actor's (so the result warm-starts it).  ``heldout_fraction``
+    of the modules (at least one of two or more) measure accuracy on unseen code.
     """
     t0 = time.monotonic()
     tf.random.set_seed(seed)
@@ -92,7 +81,7 @@ def train_bc(
     vocab, spec = _vocab_and_spec(trace, vocab_dir, num_buckets, seed)
     rng = np.random.default_rng(seed)
     train, held = _split_modules(_load_data(trace, spec), heldout_fraction, rng)
-    if fc_layer_params is None:  # the PPO actor's (gin: build_actor_network.fc_layer_params)
+    if fc_layer_params is None:
         net = build_actor_network(spec, vocab, norm)
     else:
         net = build_actor_network(spec, vocab, norm, fc_layer_params=tuple(fc_layer_params))
@@ -110,8 +99,7 @@ def train_bc(
 
 
 def _vocab_and_spec(trace, vocab_dir: str | None, num_buckets: int, seed: int) -> tuple[Vocab, PolicySpec]:
-    """The vocab (given, else the trace's quantiles) and the policy spec of
-    the trace's header."""
+    """The vocab (given, else the trace's quantiles) and the trace's policy spec."""
     if not get_problem(trace.advisor).learnable:
         raise ConfigError(f"behavioural cloning supports {' and '.join(LEARNABLE)} traces, not {trace.advisor!r}")
     vocab = Vocab.load(vocab_dir) if vocab_dir else vocab_from_trace(trace.path, num_buckets=num_buckets, seed=seed)
@@ -125,10 +113,7 @@ def _vocab_and_spec(trace, vocab_dir: str | None, num_buckets: int, seed: int) -
 
 def _load_data(trace, spec: PolicySpec) -> list[tuple[str, dict, np.ndarray]]:
     """Per module: its name, the observation dict (spec features) and actions."""
-    mods = []
-    for lg in trace.logs():
-        obs = numpy_observations(spec, lg.records, lg.n)
-        mods.append((lg.name, obs, lg.actions.astype(np.int64)))
+    mods = [(lg.name, numpy_observations(spec, lg.records, lg.n), lg.actions.astype(np.int64)) for lg in trace.logs()]
     if not mods:
         raise ConfigError(f"trace {trace.path} has no decisions")
     return mods
@@ -169,8 +154,7 @@ class _Data:
 
 
 class _Cloner:
-    """The actor network, Adam and the two compiled functions: one
-    cross-entropy step and the greedy prediction."""
+    """The actor network, Adam, a compiled cross-entropy step and greedy prediction."""
 
     def __init__(self, net, spec: PolicySpec, learning_rate: float):
         self.net = net
@@ -179,13 +163,9 @@ class _Cloner:
         self.step = tf.function(self._step, input_signature=[obs_spec, tf.TensorSpec([None], tf.int64)])
         self.predict = tf.function(self._predict, input_signature=[obs_spec])
 
-    def _logits(self, obs):
-        dist, _ = self.net(obs, step_type=None, network_state=(), training=False)
-        return dist.logits_parameter() if hasattr(dist, "logits_parameter") else dist.logits
-
     def _step(self, obs, y):
         with tf.GradientTape() as tape:
-            lg = self._logits(obs)
+            lg = actor_logits(self.net, obs)
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=lg))
         grads = tape.gradient(loss, self.net.trainable_variables)
         self.opt.apply_gradients(zip(grads, self.net.trainable_variables))
@@ -193,7 +173,7 @@ class _Cloner:
         return loss, acc
 
     def _predict(self, obs):
-        return tf.argmax(self._logits(obs), axis=-1)
+        return tf.argmax(actor_logits(self.net, obs), axis=-1)
 
     def accuracy(self, data: _Data | None) -> float:
         if data is None:
@@ -206,8 +186,7 @@ class _Cloner:
 
     def fit(self, train: _Data, held: _Data | None, epochs: int, batch_size: int, rng: np.random.Generator,
             progress: bool) -> int:
-        """``epochs`` passes over shuffled minibatches; accuracy logged every
-        5 epochs and at the end.  Returns the number of steps."""
+        """Shuffled minibatch passes, accuracy logged every 5 epochs; returns the steps."""
         steps = 0
         bar = progress_bar(range(epochs), desc="behavioural cloning", unit="epoch", enabled=progress)
         for ep in bar:

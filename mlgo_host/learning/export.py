@@ -1,11 +1,7 @@
-"""Writing saved policy directories from a TF actor network: the numpy
-weights and vocab the workers read (:mod:`mlgo_host.policies.saved`), the
-metadata, and the tf-agents SavedModel with LLVM's ``output_spec.json``.
-
-:func:`save_policy` builds the directory next to its destination and renames
-it into place (a reader sees the old or the new policy, never half of one);
-the numpy actor read back from the files is checked against the TF actor
-first.
+"""Saved policy directories from a TF actor network: the numpy weights and
+vocab the workers read, the metadata, and the tf-agents SavedModel with LLVM's
+``output_spec.json``.  Built beside the destination and renamed into place, so
+a reader sees the old or the new policy, never half of one.
 """
 
 from __future__ import annotations
@@ -47,15 +43,12 @@ def save_policy(
     saved_model: bool = True,
     fc_layer_params: Any = None,
 ) -> SavedPolicy:
-    """Write a saved policy directory from a TF actor network (imports TF).
+    """Write a saved policy directory from a TF actor network.
 
-    ``compiler``: the ``--version`` line of the compiler the policy was
-    trained with (recorded with the meaning of its compiler-dependent inputs).
-
+    ``compiler``: the ``--version`` line of the training compiler.
     ``saved_model=False`` skips the SavedModel (seconds of TF work) when only
-    workers will read the directory.  The numpy actor read back from the
-    written files is checked against the TF actor on random observations
-    before the directory is moved into place.
+    workers read the directory.  The numpy actor read back from the files is
+    checked against the TF actor before the directory is moved into place.
     """
     missing = [n for n in spec.input_names if n not in vocab]
     if missing:
@@ -116,9 +109,8 @@ def _check_export(actor_net: Any, actor: NumpyActor, spec: PolicySpec, n: int = 
 
 
 def random_features(spec: PolicySpec, vocab: Vocab, n: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """``n`` random observations (dict name -> array with n leading, header
-    shapes) spread over each input feature's vocab range and beyond; the
-    mask of an eviction spec has random legal columns (at least one)."""
+    """``n`` random observations spread over each input's vocab range and
+    beyond; a mask gets random legal columns (at least one)."""
     rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}
     for f in spec.features:
@@ -153,11 +145,8 @@ def write_saved_model(directory: str, actor_net: Any, spec: PolicySpec) -> None:
         time_step_spec(spec), action_spec(spec), actor_network=actor_net))
     saver = policy_saver.PolicySaver(pol, batch_size=1, use_nest_path_signatures=False)
     with warnings.catch_warnings():
-        # TF warns, once per save, that the greedy policy's Deterministic
-        # distribution spec needs tensorflow-probability to load the structure
-        # back: true, and harmless (the ``action`` signature LLVM and
-        # _output_spec use does not need it); on every saving iteration it
-        # would only be noise in the training log.
+        # TF warns on every save that the Deterministic distribution spec needs
+        # tensorflow-probability to load back: harmless, the ``action`` signature does not.
         warnings.filterwarnings("ignore", message="Encoding a StructuredValue", category=UserWarning)
         saver.save(directory)
     with open(os.path.join(directory, OUTPUT_SPEC), "w", encoding="utf-8") as f:

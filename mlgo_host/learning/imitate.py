@@ -1,25 +1,14 @@
-"""Imitate the searched decisions: weighted behavioural cloning, then a gate.
+"""Imitate the searched decisions (:mod:`mlgo_host.search.driver`): weighted
+behavioural cloning, then a gate.
 
-The examples come from the search (:mod:`mlgo_host.search.driver`: ``tune``
-and the search loop):
-
-* every decision of each module's best trajectory, labelled with the action
-  the best trajectory took, weight ``untried_weight`` (bytes-equivalent);
-* every flip tried, at the observation it was tried at: labelled with the
-  flipped action when it shrank the object, else with the action it flipped
-  from; weight = the bytes it changed (the bytes at stake).
-
-The network is the PPO actor (:func:`mlgo_host.learning.networks.build_actor_network`)
-with one more input: the compiler's default decision (the include-default
-slot), so the model learns *where deviating from the default pays* rather
-than re-learning the default heuristic.  It is saved as a normal policy
-directory (numpy actor for the workers, SavedModel for TF tooling).
-
-The deployed decision falls back to the compiler's default: greedy decisions
-go through a *gate* (``NumpyPolicy(gate=p)``): leave the default only where
-the model gives the other action more than ``p``.  ``p`` is chosen on a
-validation split by :func:`choose_gate`; it is written into the saved
-policy's metadata, so ``run``, ``eval``, ``serve`` and the workers apply it.
+Examples: every decision of each module's best trajectory (weight
+``untried_weight``), and every flip tried, labelled with the flipped action
+when it shrank the object, else the original one, weighted by the bytes at
+stake.  The network is the PPO actor plus the compiler's default decision as
+an input, so it learns where deviating from the default pays.  Deployed
+decisions go through a gate (:func:`choose_gate`, kept in the policy's
+metadata): leave the default only where the other action's probability is
+above it.
 """
 
 from __future__ import annotations
@@ -55,8 +44,7 @@ class Examples:
 
 def examples_from_search(results: Sequence[dict], *, untried_weight: float = 1.0,
                          max_flip_weight: float = 4096.0) -> Examples:
-    """The imitation examples of a set of search results (see the module
-    docstring).  All results must share one header."""
+    """The imitation examples of search results sharing one header."""
     ok = [r for r in results if r.get("status") == "ok" and r.get("header")]
     if not ok:
         raise ConfigError("no search result to imitate")
@@ -94,8 +82,7 @@ def train_imitation(
     saved_model: bool = True,
     extra: dict | None = None,
 ) -> dict[str, Any]:
-    """Train the actor on ``examples`` (weighted cross-entropy) and save it
-    to ``output_dir``; returns a summary (loss, weighted accuracy, sizes)."""
+    """Train the actor on ``examples`` (weighted cross-entropy), save it; returns a summary."""
     import tensorflow as tf
 
     def cross_entropy(logits, labels, wts):
@@ -119,16 +106,13 @@ def fit_actor(header: Header, records: np.ndarray, targets: np.ndarray, weights:
               fc_layer_params: Sequence[int] = (40, 40, 20), epochs: int = 20, batch_size: int = 512,
               learning_rate: float = 3e-3, seed: int = 0, compiler: str | None = None, saved_model: bool = True,
               extra: dict | None = None):
-    """The actor network (the compiler's default decision an input) fitted
-    to ``loss_fn(logits [N, 2], targets, weights)`` (weights scaled to mean
-    1) by Adam, saved as a policy directory: the imitation's cross-entropy
-    on labels, or another loss on the logits (e.g. a regression on their
-    difference).  Returns the saved policy and the last epoch's mean
-    loss."""
+    """The actor (the default decision an input) fitted by Adam to
+    ``loss_fn(logits [N, 2], targets, weights)`` (weights scaled to mean 1) and
+    saved; returns the saved policy and the last epoch's mean loss."""
     import tensorflow as tf
 
     from mlgo_host.learning.export import save_policy
-    from mlgo_host.learning.networks import build_actor_network
+    from mlgo_host.learning.networks import actor_logits, build_actor_network
     from mlgo_host.learning.tensor_specs import numpy_observations, observation_spec
 
     tf.random.set_seed(seed)
@@ -149,14 +133,10 @@ def fit_actor(header: Header, records: np.ndarray, targets: np.ndarray, weights:
     opt = tf.keras.optimizers.Adam(learning_rate=learning_rate)
     sig = obs_spec_batched(observation_spec(spec))
 
-    def logits_of(obs):
-        dist, _ = net(obs, step_type=None, network_state=(), training=False)
-        return dist.logits_parameter() if hasattr(dist, "logits_parameter") else dist.logits
-
     @tf.function(input_signature=[sig, tf.TensorSpec([None], tdt), tf.TensorSpec([None], tf.float32)])
     def step(obs, tgt, wts):
         with tf.GradientTape() as tape:
-            loss = loss_fn(logits_of(obs), tgt, wts)
+            loss = loss_fn(actor_logits(net, obs), tgt, wts)
         grads = tape.gradient(loss, net.trainable_variables)
         opt.apply_gradients(zip(grads, net.trainable_variables))
         return loss
@@ -180,10 +160,9 @@ def _defaults(records: np.ndarray, slot: str) -> np.ndarray:
 
 def choose_gate(sizes_by_threshold: dict[float, dict[str, int]], default_sizes: dict[str, int],
                 max_module_growth_pct: float = 1.0) -> tuple[float, dict[str, Any]]:
-    """The gate threshold with the smallest validation total among those
-    under which no module grows more than ``max_module_growth_pct``; 1.0
-    (always the default) when none beats the default.  Returns (threshold,
-    the table of every threshold tried)."""
+    """(The gate threshold with the smallest validation total among those
+    under which no module grows more than ``max_module_growth_pct``, else 1.0
+    (always the default); the table of every threshold tried)."""
     table = {}
     for thr, sizes in sorted(sizes_by_threshold.items()):
         common = [m for m in default_sizes if m in sizes]

@@ -1,10 +1,5 @@
-"""The learner: owns the tf-agents PPO agent for one training run.
-
-It turns collected episodes and module rewards into trajectories, trains,
-exports the actor's weights for the TF-free workers, writes saved policies
-and checkpoints (TF checkpoint per iteration, restored on resume).  Imports
-TensorFlow, as every module of :mod:`mlgo_host.learning` may; the workers
-never do.
+"""The learner: one training run's tf-agents PPO agent, its training step,
+saved policies and TF checkpoints (one per iteration, restored on resume).
 """
 
 from __future__ import annotations
@@ -54,8 +49,7 @@ class Learner:
         start_spec: PolicySpec | None = None,
     ):
         if deterministic:
-            # Same seed, same episodes -> same weights: a resumed run retraces an
-            # uninterrupted one (costs little for networks this small).
+            # a resumed run retraces an uninterrupted one (cheap for networks this small)
             tf.config.experimental.enable_op_determinism()
         tf.random.set_seed(seed)
         self.root_dir = root_dir
@@ -66,9 +60,7 @@ class Learner:
         self.header = Header.from_json(header_json)
         self.vocab = Vocab.load(vocab_dir)
         slot = get_problem(advisor).default_slot(clang)
-        # keep_default: the compiler's default decision is an input (a
-        # search-then-imitate warm start reads it); gate: its saved policies
-        # keep that start's gate
+        # keep_default: the default decision is an input (an imitation warm start reads it)
         self.spec = PolicySpec.from_header(self.header, advisor, vocab_names=self.vocab.names(), default_slot=slot,
                                            keep_default=keep_default)
         self.binding = SAME_NAMES
@@ -84,10 +76,8 @@ class Learner:
         self.manager = tf.train.CheckpointManager(self.ckpt, self.ckpt_dir, max_to_keep=keep_checkpoints,
                                                   checkpoint_name="ckpt")
 
-    # -- weights in and out ------------------------------------------------
     def warmstart(self, policy_dir: str) -> None:
-        """Start from a saved policy (e.g. behavioural cloning).  Its inputs
-        and normalization must be this run's (train uses its vocab)."""
+        """Start from a saved policy with this run's inputs and normalization."""
         sp = read_saved_policy(policy_dir)
         if list(sp.spec.input_names) != list(self.spec.input_names):
             raise ConfigError(f"warm-start policy {policy_dir!r} reads features {list(sp.spec.input_names)}, "
@@ -111,7 +101,6 @@ class Learner:
         if self.gate is not None:
             set_gate(path, self.gate, inherited_from="warm start")
 
-    # -- checkpoints -------------------------------------------------------
     def checkpoint(self, iteration: int) -> None:
         self.manager.save(checkpoint_number=iteration)
 
@@ -121,12 +110,10 @@ class Learner:
             raise ConfigError(f"no checkpoint for iteration {iteration} in {self.ckpt_dir} (state.json says it was done)")
         self.ckpt.restore(path).assert_existing_objects_matched()
 
-    # -- training ----------------------------------------------------------
     def train(self, episodes: list, rewards: list[float], iteration: int) -> dict[str, Any]:
-        """One PPO update on the iteration's episodes; returns loss metrics,
-        the policy entropy and the approximate KL to the collecting policy.
-        The batch shuffle is seeded by (seed, iteration), so a resumed run
-        trains on the same batches as an uninterrupted one."""
+        """One PPO update; returns loss metrics, entropy and the approximate KL
+        to the collecting policy.  The shuffle is seeded by (seed, iteration)
+        so a resumed run trains on the same batches."""
         trajs = episodes_to_trajectories(
             self.spec, episodes, rewards, sequence_length=self.sequence_length, batch_size=self.batch_size,
             seed=self.seed * 1_000_003 + iteration, binding=self.binding)
@@ -134,7 +121,6 @@ class Learner:
         for t in trajs:
             info = self._train(experience=t)
             metrics.setdefault("total_loss", []).append(float(info.loss))
-            # (a namedtuple's _asdict is public API despite the underscore)
             extra = info.extra._asdict() if hasattr(info.extra, "_asdict") else dict(info.extra or {})
             for k, v in extra.items():
                 try:
@@ -163,11 +149,9 @@ class Learner:
 
 
 def _bound_start(start: PolicySpec, compiler_slot: str, header: Header) -> tuple[PolicySpec, InputBinding]:
-    """A warm start made on another kind of compiler (its default decision
-    in another slot): the actor keeps the start's inputs and what they meant,
-    each read from the feature of this compiler that carries it.  An input
-    this compiler cannot supply is a :class:`ConfigError`: training would
-    teach the start's weights a feature they never saw."""
+    """A warm start made on another kind of compiler keeps its inputs, each
+    read from the feature of this compiler that carries its meaning.  An input
+    this compiler cannot supply is an error: the weights never saw it."""
     binding = start.bind_inputs(compiler_slot)
     if binding.lost:
         name, was, now = binding.lost[0]

@@ -1,18 +1,8 @@
 """The TF networks of a policy, each with the vocab normalization as
-per-feature preprocessing layers (:mod:`mlgo_host.learning.preprocessing`).
-
-* Inliner: the actor is tf-agents' ``ActorDistributionNetwork`` (dense
-  layers, categorical projection over 2 actions) with a ``Concatenate``
-  combiner, as in ml-compiler-opt's ``ppo_nn_agent.gin``.
-* Eviction: :class:`ColumnActorNetwork`, a tf-agents ``DistributionNetwork``
-  scoring each of the W candidate columns with the same dense layers, the
-  logits of ``mask == 0`` columns replaced by the dtype's minimum (tf-agents'
-  masking convention; the numpy actor uses -inf).
-* The value network is tf-agents' ``ValueNetwork`` on the same preprocessing.
-
-Layer sizes and activations are gin-configurable
-(``build_actor_network.fc_layer_params``); only activations the numpy actor
-(:mod:`mlgo_host.policies.actor`) also has are accepted.
+preprocessing layers: tf-agents' ``ActorDistributionNetwork`` for the inliner
+(as ml-compiler-opt's ``ppo_nn_agent.gin``), :class:`ColumnActorNetwork` for
+eviction, and a ``ValueNetwork``.  Only activations the numpy actor also has
+are accepted.
 """
 
 from __future__ import annotations
@@ -37,8 +27,8 @@ from mlgo_host.policies.vocab import NormConfig, Vocab
 
 
 class ColumnActorNetwork(network.DistributionNetwork):
-    """Eviction actor: per-column features ``[N, W, D]`` -> the same dense
-    layers on every column -> one logit per column -> mask -> Categorical."""
+    """Eviction actor: the same dense layers score every column ``[N, W, D]``;
+    masked columns get the dtype's minimum logit (tf-agents' convention)."""
 
     def __init__(self, input_tensor_spec, output_tensor_spec, preprocessing: Mapping[str, tf.keras.layers.Layer],
                  fc_layer_params: Sequence[int] = (40, 40, 20), activation_fn=tf.keras.activations.relu,
@@ -95,8 +85,7 @@ def activation_name(fn) -> str:
 def build_actor_network(spec: PolicySpec, vocab: Vocab, norm: NormConfig,
                         fc_layer_params: Sequence[int] = (40, 40, 20),
                         activation_fn=tf.keras.activations.relu) -> network.DistributionNetwork:
-    """The actor: ``ActorDistributionNetwork`` (inliner) or
-    :class:`ColumnActorNetwork` (eviction); variables created."""
+    """The actor network of ``spec``, variables created."""
     if activation_name(activation_fn) not in ACTIVATIONS:
         raise ConfigError(f"activation {activation_fn!r} has no numpy version (have {', '.join(ACTIVATIONS)})")
     obs_spec = observation_spec(spec)
@@ -129,8 +118,11 @@ def build_value_network(spec: PolicySpec, vocab: Vocab, norm: NormConfig,
 
 
 def tf_logits(actor_net, spec: PolicySpec, features: Any) -> np.ndarray:
-    """Logits of the TF actor on N observations (structured array or
-    mapping), as numpy ``[N, num_actions]``."""
-    obs = observations_from_features(spec, features)
+    """The TF actor's logits ``[N, num_actions]`` on N records, as numpy."""
+    return actor_logits(actor_net, observations_from_features(spec, features)).numpy()
+
+
+def actor_logits(actor_net, obs) -> tf.Tensor:
+    """The TF actor's logits tensor on an observation dict."""
     dist, _ = actor_net(obs, step_type=None, network_state=(), training=False)
-    return dist.logits_parameter().numpy() if hasattr(dist, "logits_parameter") else dist.logits.numpy()
+    return dist.logits_parameter() if hasattr(dist, "logits_parameter") else dist.logits

@@ -1,9 +1,5 @@
-"""The tf-agents PPO agent of a policy: its actor and value networks
-(:mod:`mlgo_host.learning.networks`), fresh or warm-started from saved
-weights, and its training step as a ``tf.function``.
-
-:func:`create_ppo_agent` is gin-configurable (learning rate, clipping,
-entropy, epochs, GAE lambda, discount, ...).
+"""The tf-agents PPO agent of a policy (gin-configurable), fresh or
+warm-started from saved weights, and its training step as a ``tf.function``.
 """
 
 from __future__ import annotations
@@ -49,12 +45,10 @@ def create_ppo_agent(
     actor_fc_layer_params: Sequence[int] | None = None,
     debug_summaries: bool = False,
 ):
-    """A tf-agents PPO agent (``PPOClipAgent``, or ``PPOAgent`` with the KL
-    penalty when ``clip_agent=False``) for ``spec``; ``warm_start`` is a saved
-    policy directory, an ``actor.npz`` or a weight dict.  Defaults follow
-    ml-compiler-opt's inlining PPO config (discount 0, lambda 0: every
-    decision gets its module's reward), with a learned value baseline.
-    ``actor_fc_layer_params`` overrides ``build_actor_network.fc_layer_params``."""
+    """A ``PPOClipAgent`` (``PPOAgent`` with the KL penalty when not
+    ``clip_agent``); ``warm_start``: a saved policy directory, an ``actor.npz``
+    or a weight dict.  Defaults follow ml-compiler-opt's inlining PPO config
+    (discount 0, lambda 0: every decision gets its module's reward)."""
     norm = norm if norm is not None else GinNormConfig()
     if actor_fc_layer_params is not None:
         actor = build_actor_network(spec, vocab, norm, fc_layer_params=tuple(actor_fc_layer_params))
@@ -75,18 +69,15 @@ def create_ppo_agent(
     cls = ppo_clip_agent.PPOClipAgent if clip_agent else ppo_agent.PPOAgent
     agent = cls(time_step_spec(spec), action_spec(spec), **common)
     agent.initialize()
-    # Keras makes Adam's moments on the first update; make them now, in the
-    # order PPOAgent trains the variables (sorted by name), so that a
+    # Adam's moments made now, in PPOAgent's variable order (by name), so a
     # checkpoint holds them and a resumed run keeps the optimizer state.
     optimizer.build(sorted(actor.trainable_weights + value.trainable_weights, key=lambda v: v.name))
     return agent
 
 
 def create_ppo_agent_from_saved(path: str, **kwargs):
-    """A PPO agent continuing from a saved policy directory (e.g. the
-    behavioural-cloning warm start): its spec, vocab, normalization, layer
-    sizes and actor weights; other agent options as :func:`create_ppo_agent`.
-    Returns ``(agent, saved_policy)``."""
+    """``(agent, saved_policy)``: a PPO agent with a saved policy's spec, vocab,
+    normalization, layer sizes and actor weights."""
     sp = read_saved_policy(path)
     a = sp.actor
     layers = sp.metadata.get("fc_layer_params") or [w.shape[1] for w, _ in a.hidden]

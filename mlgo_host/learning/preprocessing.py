@@ -1,10 +1,6 @@
-"""The feature normalization of :mod:`mlgo_host.policies.vocab` in TensorFlow:
-the preprocessing layers of the TF actor and value networks.
-
-Same function as :meth:`FeatureVocab.normalize` (tests check equality):
-``tf.raw_ops.Bucketize`` on the value cast to float32, divided by the number
-of boundaries, then ``x*x``, ``sqrt(x)`` and the z-score as configured,
-concatenated on a new last axis.  Imports TensorFlow: learner side only.
+"""The vocab normalization (:meth:`FeatureVocab.normalize`, which tests check
+it equals) as TF preprocessing layers: ``Bucketize`` on the float32 value over
+the number of boundaries, then ``x*x``, ``sqrt(x)`` and the z-score as configured.
 """
 
 from __future__ import annotations
@@ -56,12 +52,12 @@ def normalize_fn(fv: FeatureVocab, cfg: NormConfig) -> Callable[[tf.Tensor], tf.
 
 
 def discard_fn(obs):
-    """A zero-width float32 output ``[N, 0]`` (the feature is not used)."""
+    """A zero-width float32 output ``[N, 0]`` (an unused feature)."""
     return tf.zeros(tf.stack([tf.shape(obs)[0], 0]), tf.float32)
 
 
 def _tile_columns(fn, width: int):
-    """Scalar feature of an eviction policy: normalize, then repeat for every column."""
+    """A scalar feature of an eviction policy, repeated for every column."""
 
     def tiled(obs):
         y = fn(obs)  # [N, w]
@@ -80,10 +76,8 @@ def _discard_columns(width: int):
 
 
 def preprocessing_layers(spec: PolicySpec, vocab: Vocab, cfg: NormConfig) -> dict[str, tf.keras.layers.Layer]:
-    """One fresh Keras layer per observation feature of ``spec`` (all roles:
-    a discarded feature or the mask gives a zero-width output).  Outputs are
-    ``[N, width]`` (inliner) or ``[N, W, width]`` (eviction) once the outer
-    dimensions were squashed to N by the network."""
+    """A fresh Keras layer per observation feature (zero-width for discarded
+    ones and the mask), giving ``[N, width]`` or ``[N, W, width]`` (eviction)."""
     layers = {}
     binary = spec.action.kind == BINARY
     for f in spec.features:

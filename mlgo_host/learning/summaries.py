@@ -1,12 +1,5 @@
-"""TensorBoard summaries of training, under ``root_dir/train`` (the
-learner's side only): every trainer's scalars through one writer.
-
-PPO's tags follow ml-compiler-opt where it has them:
-``reward_distribution/p10`` … ``p90`` and ``reward_distribution/mean``
-(module rewards against the default heuristic), plus
-``heldout/size_change_pct``, ``loss/*`` (policy gradient loss, entropy, KL,
-...), ``perf/*`` (modules per minute, decisions per second, collection and
-training seconds) and ``failures/modules`` (:meth:`Summaries.write_iteration`).
+"""TensorBoard summaries of training under ``root_dir/train``.  PPO's tags
+follow ml-compiler-opt where it has them (``reward_distribution/p10`` ...).
 """
 
 from __future__ import annotations

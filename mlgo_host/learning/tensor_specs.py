@@ -1,7 +1,5 @@
-"""The tensors of a policy on the learner's side: the tf-agents specs of its
-observations, action and time steps (from a :class:`PolicySpec`), and records
-(an episode's structured features, or a mapping) as observation dicts in
-those shapes: every spec feature, discarded ones as zeros."""
+"""The tf-agents specs of a policy's observations, action and time steps, and
+records as observation dicts in those shapes."""
 
 from __future__ import annotations
 
@@ -18,9 +16,7 @@ from mlgo_host.policies.specs import DISCARD, SAME_NAMES, InputBinding, PolicySp
 
 
 def observation_spec(spec: PolicySpec) -> dict[str, tf.TensorSpec]:
-    """Every observation feature of the policy (inputs, mask and discarded
-    ones alike, like ml-compiler-opt's signature specs), shapes without the
-    leading 1s."""
+    """Every observation feature (as ml-compiler-opt's), shapes without the leading 1s."""
     return {f.name: tf.TensorSpec(shape=f.tf_shape, dtype=tf_dtype(f.ctype), name=f.name) for f in spec.features}
 
 
@@ -34,17 +30,14 @@ def time_step_spec(spec: PolicySpec) -> ts.TimeStep:
 
 
 def observations_from_features(spec: PolicySpec, features: Any, n: int | None = None) -> dict[str, tf.Tensor]:
-    """The observation dict (every spec feature, TF shapes) of N records.
-    Discarded features missing from the records are zeros; a missing used
-    feature is a :class:`ConfigError`."""
+    """:func:`numpy_observations` as tensors."""
     return {k: tf.constant(v) for k, v in numpy_observations(spec, features, n).items()}
 
 
 def numpy_observations(spec: PolicySpec, features: Any, n: int | None = None,
                        binding: InputBinding = SAME_NAMES) -> dict[str, np.ndarray]:
-    """Every spec feature of N records (named as the compiler named them),
-    as numpy arrays of TF shapes; each input read from the feature
-    ``binding`` feeds it from (a policy served by another kind of compiler)."""
+    """Every spec feature of N records as numpy arrays of TF shapes, each input
+    read from the feature ``binding`` names; missing discarded features are zeros."""
     names = set(features.dtype.names) if hasattr(features, "dtype") and features.dtype.names else set(features)
     if n is None:
         first = next(binding.source(f.name) for f in spec.features if binding.source(f.name) in names)

@@ -1,8 +1,6 @@
-"""Episodes -> the trajectories ``agent.train`` takes: each decision's
-observation, the action taken, the collecting policy's logits (rebuilt from
-the logged log-probability), the reward and the step types, cut into
-fixed-length sequences and batched (ml-compiler-opt's
-``create_sequence_example_dataset_fn`` without tf.data)."""
+"""Episodes -> the trajectories ``agent.train`` takes, cut into fixed-length
+sequences and batched (ml-compiler-opt's ``create_sequence_example_dataset_fn``
+without tf.data)."""
 
 from __future__ import annotations
 
@@ -20,10 +18,10 @@ from mlgo_host.policies.specs import BINARY, SAME_NAMES, InputBinding, PolicySpe
 
 
 def old_logits(spec: PolicySpec, actions: np.ndarray, logps: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
-    """Logits of the collecting policy rebuilt from the log-probability of the
-    action taken (episodes keep only that): exact for 2 actions; for a masked
-    choice the remaining probability is spread evenly over the other legal
-    columns (the importance ratio stays exact, the KL is approximate)."""
+    """The collecting policy's logits rebuilt from the log-probability of the
+    action taken (all episodes keep): exact for 2 actions; for a masked choice
+    the rest is spread evenly over the other legal columns (the importance
+    ratio stays exact, the KL is approximate)."""
     n = actions.shape[0]
     lp = np.minimum(np.asarray(logps, np.float64), np.log1p(-1e-6))
     rest = np.log(-np.expm1(lp))  # log(1 - p)
@@ -61,11 +59,9 @@ class StepArrays:
 
 def episodes_to_steps(spec: PolicySpec, episodes: Iterable[Any], rewards: Iterable[Any],
                       binding: InputBinding = SAME_NAMES) -> StepArrays:
-    """Concatenate episodes (each an :class:`mlgo_host.episode.Episode`)
-    step by step (inputs read where ``binding`` says).  ``rewards``: per episode, a scalar (given to every
-    decision, ml-compiler-opt's convention) or an array of one reward per
-    decision.  Step types as ``trajectory.from_episode``: FIRST, MID, ...;
-    the next step type of an episode's last decision is LAST."""
+    """Episodes concatenated step by step.  ``rewards``: per episode, a scalar
+    for every decision (ml-compiler-opt's convention) or one per decision.
+    Step types as ``trajectory.from_episode`` (the last next step is LAST)."""
     obs_parts: dict[str, list[np.ndarray]] = {f.name: [] for f in spec.features}
     acts, logits, rews, st, nst = [], [], [], [], []
     for ep, r in zip(episodes, rewards, strict=True):
@@ -107,13 +103,9 @@ def episodes_to_trajectories(
     shuffle: bool = True,
     binding: InputBinding = SAME_NAMES,
 ) -> list[trajectory.Trajectory]:
-    """Episodes -> batches for ``agent.train``: the decisions of all episodes
-    in order, cut into windows of ``sequence_length`` (the remainder is
-    dropped), windows shuffled (seeded) and grouped ``batch_size`` at a time
-    (a last partial batch is dropped; ``None``: one batch of every window).
-    This is ml-compiler-opt's ``create_sequence_example_dataset_fn`` without
-    tf.data.  Each batch is a ``Trajectory`` of tensors ``[B, T, ...]`` with
-    ``policy_info = {'dist_params': {'logits': ...}}``."""
+    """Batches ``[B, T, ...]`` for ``agent.train``: all decisions in order, cut
+    into windows of ``sequence_length``, shuffled (seeded) and grouped
+    ``batch_size`` at a time (``None``: one batch); remainders are dropped."""
     if sequence_length < 2:
         raise ConfigError("sequence_length must be at least 2 (PPO needs a next step)")
     steps = episodes_to_steps(spec, episodes, rewards, binding)
@@ -124,9 +116,7 @@ def episodes_to_trajectories(
     order = np.arange(nw)
     if shuffle:
         np.random.default_rng(seed).shuffle(order)
-    B = nw if batch_size is None else int(batch_size)
-    if B > nw:
-        B = nw
+    B = nw if batch_size is None else min(int(batch_size), nw)
     out = []
     for start in range(0, nw - B + 1, B):
         idx = (order[start : start + B, None] * T + np.arange(T)[None, :])  # [B, T]

@@ -1,7 +1,5 @@
-"""An actor's weights between TensorFlow and numpy: the dense layers of a TF
-actor network exported to the dict the numpy actor
-(:mod:`mlgo_host.policies.actor`) reads (what the TF-free workers run), and
-imported back (a warm start from a saved policy)."""
+"""An actor's dense-layer weights between a TF network and the dict the numpy
+actor (:mod:`mlgo_host.policies.actor`) reads, both ways."""
 
 from __future__ import annotations
 
@@ -23,10 +21,8 @@ def _actor_dense_layers(actor_net) -> tuple[list[tf.keras.layers.Dense], tf.kera
     if isinstance(actor_net, ColumnActorNetwork):
         return actor_net.dense_layers, actor_net.logits_layer
     if isinstance(actor_net, actor_distribution_network.ActorDistributionNetwork):
-        # Private tf-agents attributes, unavoidably: ActorDistributionNetwork
-        # exposes neither its encoder's dense layers nor the projection layer,
-        # and the numpy actor needs exactly those weights, layer by layer
-        # (tf-agents is pinned to 0.19.0 in pyproject.toml).
+        # private attributes, unavoidably: the network exposes neither its dense
+        # layers nor its projection layer (tf-agents is pinned to 0.19.0)
         enc = actor_net._encoder
         hidden = [l for l in enc._postprocessing_layers if isinstance(l, tf.keras.layers.Dense)]
         others = [l for l in enc._postprocessing_layers
@@ -58,7 +54,7 @@ def export_actor_weights(actor_net) -> dict[str, np.ndarray]:
 
 
 def import_actor_weights(actor_net, weights: Mapping[str, np.ndarray]) -> None:
-    """numpy weight dict -> TF actor (warm start).  Shapes must match."""
+    """numpy weight dict -> TF actor (warm start); shapes must match."""
     hidden, proj = _actor_dense_layers(actor_net)
     n = sum(1 for k in weights if k.startswith("hidden_") and k.endswith("_kernel"))
     if n != len(hidden):

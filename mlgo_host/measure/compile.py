@@ -1,16 +1,8 @@
-"""Compiling one corpus module with a policy, and object sizes.
+"""Compiling one corpus module, with a policy or without the channel, to its object's size.
 
-Sizes are :mod:`mlgo_host.measure.sizes`' (``llvm-size``'s text column).
-* :func:`baseline_size`: the module compiled without the channel (the
-  compiler's default heuristic), cached on disk by :class:`BaselineCache`
-  under a key of module name, command, bitcode digest and compiler version.
-* :func:`compile_module`: one compile served by a policy over the channel
-  into a temp directory that is always removed; any failure (compiler error,
-  timeout, host error) is a ``failed`` :class:`ModuleResult` with its reason,
-  never a size.
-* :func:`compile_replay`: :func:`compile_module` with a replay (forced
-  actions over a base policy), returning the replay fingerprinted by this
-  compile (what a search keeps as a module's best) and whether it was stale.
+Every compile goes to a temp directory that is always removed; any failure (compiler error, timeout,
+host error) is a ``failed`` :class:`ModuleResult` with its reason, never a size.  Default-heuristic
+sizes are cached on disk under a key of module, command, bitcode and compiler version.
 """
 
 from __future__ import annotations
@@ -20,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import resource
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Sequence
@@ -37,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from mlgo_host.policies.replay import Replay
 
 def default_cache_dir() -> Path:
-    """``$MLGO_HOST_CACHE`` or ``$XDG_CACHE_HOME/mlgo_host`` (``~/.cache/mlgo_host``)."""
+    """``$MLGO_HOST_CACHE``, else ``$XDG_CACHE_HOME/mlgo_host``."""
     env = os.environ.get("MLGO_HOST_CACHE")
     if env:
         return Path(env)
@@ -46,8 +39,8 @@ def default_cache_dir() -> Path:
 
 
 class BaselineCache:
-    """Default-heuristic sizes on disk, one small JSON file per key (so that
-    concurrent workers never lose each other's entries), written atomically."""
+    """Default-heuristic sizes on disk, one JSON file per key so that concurrent workers never lose
+    each other's entries."""
 
     def __init__(self, directory: str | os.PathLike | None = None):
         self.dir = Path(directory) if directory is not None else default_cache_dir() / "baselines"
@@ -66,8 +59,7 @@ class BaselineCache:
     def get(self, module: "Module", clang: str, advisor: str = "inline") -> int | None:
         p = self._path(self.key(module, clang, advisor))
         try:
-            d = json.loads(p.read_text())
-            return int(d["text"])
+            return int(json.loads(p.read_text())["text"])
         except (FileNotFoundError, ValueError, KeyError, TypeError):
             return None
 
@@ -80,18 +72,15 @@ class BaselineCache:
 
 @dataclasses.dataclass
 class ModuleResult:
-    """The outcome of one module compile. ``text_size`` is None unless
-    ``status == "ok"``."""
-
+    """The outcome of one module compile."""
     name: str
     status: str  #: "ok" or "failed"
     reason: str = ""
-    text_size: int | None = None
+    text_size: int | None = None  #: None unless ok
     observations: int = 0
     decisions: dict[str, int] = dataclasses.field(default_factory=dict)
     wall_s: float = 0.0
     episode: "Episode | None" = None
-    #: CPU seconds (user+system) of the compiler process
     compiler_cpu_s: float | None = None
 
     @property
@@ -118,8 +107,7 @@ def compile_module(
     log_path: str | None = None,
     extra_args: Sequence[str] = (),
 ) -> ModuleResult:
-    """Compile ``module`` with ``policy`` answering ``advisor``'s decisions
-    (``extra_args``: more compiler flags, e.g. an optimization record)."""
+    """Compile ``module`` with ``policy`` answering ``advisor``'s decisions (``extra_args``: more flags)."""
     t0 = time.monotonic()
     if module.error is not None:
         return _failed(module.name, module.error, t0)
@@ -140,15 +128,13 @@ def compile_module(
 
 @contextlib.contextmanager
 def _scratch(prefix: str) -> Iterator[tuple[str, str]]:
-    """A temp directory and the object path in it; always removed."""
     with scratch_dir(prefix) as tmp:
         yield tmp, os.path.join(tmp, "module.o")
 
 
 def _object_size(name: str, returncode: int, tail: str, out: str, llvm_size: str | None, clang: str, t0: float,
                  observations: int = 0) -> "int | ModuleResult":
-    """The text size of the compile's object ``out``, or the failed result
-    that says why there is none."""
+    """The text size of the object ``out``, or the failed result that says why there is none."""
     if returncode != 0:
         return _failed(name, f"compiler exited with status {returncode}: {_one_line(tail)}", t0, observations)
     if not os.path.exists(out):
@@ -161,10 +147,8 @@ def _object_size(name: str, returncode: int, tail: str, out: str, llvm_size: str
 
 @dataclasses.dataclass
 class ReplayOutcome:
-    """A module compiled with a replay: the result (``result.text_size``,
-    ``result.episode`` with ``record=True``), the replay with this compile's
-    fingerprint, observation count and module name (save it with
-    :func:`~mlgo_host.policies.replay.write_replay`), and what the replay did."""
+    """A module compiled with a replay: the result, the replay with this compile's fingerprint and
+    module name (what a search keeps as a module's best), and what the replay did."""
 
     result: ModuleResult
     replay: "Replay"
@@ -187,9 +171,7 @@ def compile_replay(
     timeout: float = 300.0,
     record: bool = False,
 ) -> ReplayOutcome:
-    """Compile ``module`` with ``replay``'s forced actions over ``base`` (an
-    already loaded policy, e.g. the search's current one; default: the
-    replay's own base)."""
+    """Compile ``module`` with ``replay``'s forced actions over ``base`` (default: the replay's own)."""
     from mlgo_host.policies.replay import ReplayPolicy, replay_policy
 
     pol = ReplayPolicy(replay, base) if base is not None else replay_policy(replay)
@@ -203,9 +185,7 @@ def compile_replay(
 
 def compile_plain(module: "Module", clang: str = "clang-19", llvm_size: str | None = None, timeout: float = 300.0,
                   extra_args: Sequence[str] = ()) -> ModuleResult:
-    """Compile ``module`` without the channel (the compiler decides, or a
-    compiler replay given in ``extra_args`` does) into a temp directory that
-    is always removed; a failure is a ``failed`` result with its reason."""
+    """Compile ``module`` without the channel (the compiler decides, or a replay in ``extra_args``)."""
     t0 = time.monotonic()
     if module.error is not None:
         return _failed(module.name, module.error, t0)
@@ -222,8 +202,7 @@ def compile_plain(module: "Module", clang: str = "clang-19", llvm_size: str | No
 
 def plain_size(module: "Module", clang: str = "clang-19", llvm_size: str | None = None,
                timeout: float = 300.0) -> int:
-    """Compile ``module`` without the channel (the default heuristic) and
-    return its text size; CompilerError on failure."""
+    """The text size of ``module`` compiled without the channel; CompilerError on failure."""
     res = compile_plain(module, clang, llvm_size, timeout)
     if not res.ok:
         raise CompilerError(f"module {module.name!r}: the default compile failed: {res.reason}")
@@ -238,8 +217,7 @@ def baseline_size(
     timeout: float = 300.0,
     advisor: str = "inline",
 ) -> int:
-    """The default-heuristic text size of ``module``, from the on-disk cache
-    when present, else compiled once and cached."""
+    """The default-heuristic text size of ``module``, compiled once and cached."""
     return baseline_size_info(module, clang, llvm_size, cache_dir, timeout, advisor)[0]
 
 
@@ -251,10 +229,8 @@ def baseline_size_info(
     timeout: float = 300.0,
     advisor: str = "inline",
 ) -> tuple[int, float | None]:
-    """:func:`baseline_size` and what it cost: (size, CPU seconds of the
-    default compile and llvm-size run now, or None when the size was cached).
-    The CPU is this process's waited-for children's, so call it from one
-    thread at a time (as the eval workers do)."""
+    """:func:`baseline_size` and the CPU seconds it cost now (None when cached).  The CPU is this
+    process's waited-for children's: call it from one thread at a time."""
     cache = BaselineCache(cache_dir)
     got = cache.get(module, clang, advisor)
     if got is not None:
@@ -267,7 +243,5 @@ def baseline_size_info(
 
 
 def _children_cpu_s() -> float:
-    import resource
-
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime

@@ -1,56 +1,22 @@
-"""Per-function sizes of one relocatable object, adding up to ``llvm-size``'s
-``text`` column (:func:`mlgo_host.measure.sizes.text_size`), so that a batched
-search can read each inlining flip's effect from the functions it touches.
+"""Per-function sizes of one relocatable object, adding up to ``llvm-size``'s ``text`` column, so that a
+batched search can read each inlining flip's effect from the functions it touches.
 
-``text`` is the Berkeley column: every allocated section that is executable or
-not writable (code, ``.rodata*``, ``.eh_frame``, ``.gcc_except_table``...).
-Each byte of it goes to exactly one function or to ``other``:
+Each byte of ``text`` (allocated sections that are executable or not writable) goes to one function or
+to ``other``:
 
-* **Code**: a function owns its text section from its symbol's address up to
-  the next function's address (or the section's end), i.e. its code plus the
-  alignment padding that *follows* it.  The padding between two functions is
-  fixed by where the first one ends, so giving it to the first keeps a change
-  of one body within that function's number.  Bytes before a section's first
-  function go to ``other``.
-* **Unwind**: each FDE of ``.eh_frame`` goes to the function its ``pc_begin``
-  relocation points into; CIEs go to ``other``, and so does the 4-byte
-  padding the assembler gives the section's last FDE when the section would
-  not be a multiple of 8 bytes long otherwise (it follows every record's
-  size, so it is nobody's: it moves ``other`` by 4 bytes when a flip changes
-  the parity of the FDEs' total).
-* **Read-only data** (``.rodata``, ``.gcc_except_table``...): a section is
-  cut at anchors (symbol addresses, the targets of relocations from
-  functions' code, the LSDAs that FDEs point to), each piece running to the
-  next anchor.  A function owns its LSDAs and its jump tables (a piece that
-  only it refers to and whose pointers all point into its code): those are
-  made per function, and copied when a switch is inlined.  Everything else
-  goes to ``other``: constant arrays, lookup tables and strings are shared,
-  not copied, when their user is inlined, so giving them to a single
-  referrer would move them into ``other`` as soon as a flip gave them a
-  second one.
-* **Constant pools** (``SHF_MERGE`` sections of fixed-size entries, not
-  strings: ``.rodata.cst8``...): the compiler writes one pool per function
-  and the assembler does not merge them (a copy of a function brings its
-  own), so a function owns the entries its code refers to.  A section with
-  an entry two functions refer to stays in ``other``.
+* code: from a function's symbol to the next function's, so the padding that follows a function is
+  its own (it is fixed by where the function ends);
+* unwind: each FDE to the function its ``pc_begin`` points into; CIEs, and the 4 bytes the assembler
+  pads the last FDE with (they depend on every record's size), to ``other``;
+* read-only data, cut at anchors (symbols, targets of code relocations, LSDAs): a function owns its
+  LSDAs and its jump tables, which are copied when it is inlined; everything else (constant arrays,
+  strings) is shared rather than copied, so it stays in ``other``;
+* constant pools (``.rodata.cst8``...): written per function and not merged, so a function owns the
+  entries its code refers to, unless two functions refer to one.
 
-What ``other`` is made of is kept too, for reading a change of it: each
-section wholly in ``other`` piece by piece (a string, a constant entry)
-with the functions whose code refers to it (:attr:`ObjectSizes.shared`),
-and, for functions alone in their section (where every reference to them
-has a relocation), the functions that refer to them
-(:attr:`ObjectSizes.referrers`).
-
-Keys are symbol names as in the symbol table (mangled).  Symbols at the same
-address (C++ constructor aliases ``C1``/``C2``) are one function, keyed by
-the smallest name; :attr:`ObjectSizes.aliases` maps the others to it.  Two
-different functions with one name (rare: local symbols) get ``name``,
-``name#2``, ``name#3``... in section-then-address order.
-
-The ELF reader is a small hand-written ELF64 little-endian one (x86-64
-relocatable objects only): the search reads every compile's object, and
-pyelftools was over ten times slower on the symbols, relocations and
-``.eh_frame`` of one object than this reader (figures: bench/objsizes.py).
+Keys are mangled symbol names; aliases at one address are one function (the smallest name), and two
+functions of one name are ``name``, ``name#2``...  The ELF reader is a small hand-written one (x86-64
+relocatable objects only), much faster than pyelftools on every compile of a search.
 """
 
 from __future__ import annotations
@@ -69,8 +35,8 @@ SHT_X86_64_UNWIND = 0x70000001
 STT_OBJECT, STT_FUNC, STT_SECTION, STT_GNU_IFUNC = 1, 2, 3, 10
 SHN_LORESERVE, SHN_XINDEX = 0xFF00, 0xFFFF
 EM_X86_64, ET_REL = 62, 1
-# x86-64 relocations whose field holds S + A - P: from code, the target is
-# about S + A + 4 (the displacement ends the instruction but for an immediate).
+# x86-64 relocations whose field holds S + A - P: from code, the target is about S + A + 4 (the
+# displacement ends the instruction but for an immediate).
 PC_RELATIVE = {2, 4, 13, 15, 24}  # PC32, PLT32, PC16, PC8, PC64
 # The GOT-relative ones name their symbol itself; the addend is the field's.
 GOT_RELATIVE = {3, 9, 41, 42}  # GOT32, GOTPCREL, GOTPCRELX, REX_GOTPCRELX
@@ -83,28 +49,26 @@ _RELA = struct.Struct("<QQq")
 
 @dataclasses.dataclass(frozen=True)
 class ObjectSizes:
-    """One object's ``text`` split over its functions (see the module's docstring)."""
+    """One object's ``text`` split over its functions."""
 
     text: int                      # exactly llvm-size's Berkeley text column
     functions: dict[str, int]      # function symbol (mangled) -> bytes attributed to it
     other: int                     # text - sum(functions.values()): bytes no single function owns
     aliases: dict[str, str] = dataclasses.field(default_factory=dict)  # alias symbol -> its key
     other_sections: dict[str, int] = dataclasses.field(default_factory=dict)  # section name -> its bytes in other
-    #: function -> the alignment padding that follows its code (counted in its number; only the non-zero):
-    #: what its number owes to where it lies, not to its code (a copy elsewhere has other padding)
+    #: function -> the non-zero padding after its code, counted in its number: what it owes to where it lies
     padding: dict[str, int] = dataclasses.field(default_factory=dict)
     #: function -> {constant pool section: bytes of its entries} (counted in its number)
     pools: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
-    #: the bytes of ``other`` in sections no function owns any of, piece by piece (a string, a constant
-    #: entry, a piece between anchors): (section, its bytes) -> (bytes in all, the functions whose code refers
-    #: to it), so that a change of ``other`` can be traced to the functions that made or dropped a piece
-    #: (None: not read, e.g. a size derived rather than compiled)
+    #: ``other`` in sections no function owns any of, piece by piece (a string, a constant entry):
+    #: (section, its bytes) -> (bytes in all, the functions whose code refers to it), to trace a change of
+    #: ``other`` to the functions that made or dropped a piece (None: not read)
     shared: dict[tuple[str, bytes], tuple[int, frozenset[str]]] | None = None
     #: function -> the other functions whose code refers to it (calls, its address taken); None: not read
     referrers: dict[str, frozenset[str]] | None = None
 
     def unpadded(self, fn: str) -> int | None:
-        """``fn``'s number without its trailing padding (None when the object has no ``fn``)."""
+        """``fn``'s number without its trailing padding, or None."""
         n = self.functions.get(fn)
         return None if n is None else n - self.padding.get(fn, 0)
 
@@ -141,7 +105,7 @@ class _Symbol:
 
 
 class _Elf:
-    """The parts of an ELF64 little-endian relocatable object this module reads."""
+    """What this module reads of an ELF64 little-endian relocatable object."""
 
     def __init__(self, data: bytes, path: str):
         self.data, self.path = data, path
@@ -262,8 +226,8 @@ class _Functions:
 
 
 def object_sizes(path: str | os.PathLike) -> ObjectSizes:
-    """Split ``path``'s Berkeley ``text`` over its functions; a file that is not
-    an x86-64 ELF relocatable object (or is truncated) raises CompilerError."""
+    """Split ``path``'s Berkeley ``text`` over its functions; CompilerError for anything but an x86-64
+    relocatable object."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -320,10 +284,8 @@ def _attribute(elf: _Elf) -> ObjectSizes:
 
 def _add_shared(elf: _Elf, sec: _Section, starts: set[int], refs: list[tuple[int, str]],
                 shared: dict[tuple[str, bytes], tuple[int, frozenset[str]]]) -> None:
-    """A section wholly in ``other`` into pieces (strings at their ends,
-    fixed-size constants by entry, anything else at its anchors), each with
-    the functions whose code refers into it, added to ``shared`` by content:
-    a piece appears or goes when the code referring to it does."""
+    """A section wholly in ``other`` cut into pieces (strings, constant entries, else at anchors), added to
+    ``shared`` by content with the functions whose code refers into each."""
     data = bytes(elf.contents(sec))
     if sec.flags & SHF_STRINGS and sec.entsize == 1:
         cuts = [0]
@@ -347,10 +309,8 @@ def _add_shared(elf: _Elf, sec: _Section, starts: set[int], refs: list[tuple[int
 
 
 def _referrers(elf: _Elf, code_refs: dict[int, list[tuple[int, str]]], funcs: _Functions) -> dict[str, frozenset[str]]:
-    """Function -> the other functions whose code refers to it, for the
-    functions alone in their section (a template's or inline function's
-    COMDAT, or -ffunction-sections): the assembler resolves a call within a
-    section without a relocation, so only there is every reference seen."""
+    """Function -> the other functions whose code refers to it, for functions alone in their section:
+    the assembler resolves a call within a section without a relocation."""
     out: dict[str, set[str]] = {}
     for i, refs in code_refs.items():
         if not elf.sections[i].flags & SHF_EXECINSTR or len(funcs.starts.get(i, ())) != 1:
@@ -372,14 +332,9 @@ def _by_function(elf: _Elf, pools: dict[int, dict[str, int]]) -> dict[str, dict[
 
 
 def _pools(elf: _Elf, code_refs: dict[int, list[tuple[int, str]]], named: set[int]) -> dict[int, dict[str, int]]:
-    """Mergeable constant sections (not strings) -> per function, the bytes
-    of the entries its code refers to through a label (``.LCPI0_1``, no
-    type) or the section's symbol: a function's constant pool, written per
-    function (an inlined copy brings its own entries, so they move with the
-    function's code).  A section holding a named constant
-    (``.L__const.f.table``, an object symbol: one object, shared by every
-    copy of its users) stays in ``other``, and so does a section whose
-    entries two functions would share."""
+    """Mergeable constant sections (not strings) -> per function, the bytes of the entries its code refers
+    to.  A section holding a named constant (an object symbol, shared by every copy of its users) stays
+    in ``other``, and so does one whose entries two functions would share."""
     out: dict[int, dict[str, int]] = {}
     for i, refs in code_refs.items():
         sec = elf.sections[i]
@@ -388,8 +343,8 @@ def _pools(elf: _Elf, code_refs: dict[int, list[tuple[int, str]]], named: set[in
             continue
         entries: dict[str, set[int]] = {}
         for target, fn in refs:
-            # the entry at or just after the target: an instruction with an immediate after its
-            # displacement (vpshufd $imm, .LCPI(%rip)) puts S + A + 4 up to 4 bytes before it
+            # the entry at or just after the target: an immediate after the displacement
+            # (vpshufd $imm, .LCPI(%rip)) puts S + A + 4 up to 4 bytes before it
             entries.setdefault(fn, set()).add(-(-target // sec.entsize) * sec.entsize)
         owners = Counter(a for at in entries.values() for a in at)
         if max(owners.values()) == 1 and len(owners) * sec.entsize <= sec.size:
@@ -398,8 +353,7 @@ def _pools(elf: _Elf, code_refs: dict[int, list[tuple[int, str]]], named: set[in
 
 
 def _add_code(sec: _Section, funcs: _Functions, index: int, sizes: dict[str, int], padding: dict[str, int]) -> int:
-    """Each function: from its start to the next function's (its trailing
-    padding included, and noted in ``padding``)."""
+    """Each function from its start to the next function's, its padding noted in ``padding``."""
     given = 0
     starts, keys = funcs.starts.get(index, []), funcs.keys.get(index, [])
     for key, start, end in zip(keys, starts, starts[1:] + [sec.size]):
@@ -413,8 +367,7 @@ def _add_code(sec: _Section, funcs: _Functions, index: int, sizes: dict[str, int
 
 def _add_eh_frame(elf: _Elf, index: int, funcs: _Functions, sizes: dict[str, int],
                   lsdas: dict[int, dict[int, str]]) -> int:
-    """Each FDE to the function its pc_begin points into; notes each FDE's LSDA
-    (the FDE's other relocation: the CIEs hold the personality ones)."""
+    """Each FDE to the function its pc_begin points into; notes each FDE's LSDA (its other relocation)."""
     sec = elf.sections[index]
     fdes = _fde_extents(elf, sec)
     starts = [start for start, _, _ in fdes]
@@ -450,16 +403,14 @@ def _fde_extents(elf: _Elf, sec: _Section) -> list[tuple[int, int, int]]:
         if length and int.from_bytes(data[at + head:at + head + id_size], "little"):
             fdes.append((at, at + head + id_size, end))
         at = end
-    # The assembler pads the section's last FDE to 8 bytes with a DW_CFA_nop
-    # word, which depends on every record's size, not on its function's.
+    # the assembler's DW_CFA_nop padding of the last FDE depends on every record's size
     if fdes and fdes[-1][2] == len(data) and len(data) % 8 == 0 and _trailing_nops(data, fdes[-1]) >= 4:
         fdes[-1] = (fdes[-1][0], fdes[-1][1], len(data) - 4)
     return fdes
 
 
 def _trailing_nops(data: memoryview, fde: tuple[int, int, int]) -> int:
-    """DW_CFA_nop bytes ending an FDE's instructions (clang's FDEs: 'z'
-    augmentation, 4-byte pc_begin and pc_range, then the augmentation data)."""
+    """DW_CFA_nop bytes ending an FDE (clang's: 'z' augmentation, 4-byte pc_begin and pc_range)."""
     _, pc_begin, end = fde
     at, aug_len, shift = pc_begin + 8, 0, 0
     while at < end:  # ULEB128 augmentation length
@@ -473,10 +424,8 @@ def _trailing_nops(data: memoryview, fde: tuple[int, int, int]) -> int:
 
 
 def _code_references(elf: _Elf, funcs: _Functions) -> tuple[dict[int, list[tuple[int, str]]], set[int]]:
-    """Section -> (target offset, referring function) for every relocation in a
-    function's code (the PC-relative target is S + A + 4: the usual
-    displacement-last instruction), and the sections code refers to through
-    an object symbol (a named constant, not a label)."""
+    """Section -> (target offset, referring function) for every relocation in code, and the sections
+    code refers to through an object symbol (a named constant, not a label)."""
     refs: dict[int, list[tuple[int, str]]] = {}
     named: set[int] = set()
     for shndx, starts in funcs.starts.items():
@@ -498,10 +447,8 @@ def _code_references(elf: _Elf, funcs: _Functions) -> tuple[dict[int, list[tuple
 
 
 def _pointers_into_code(elf: _Elf, index: int, cuts: list[int], funcs: _Functions) -> list[set[str]]:
-    """For each piece of section ``index`` (cut at ``cuts``): the functions its
-    relocations point into.  A jump table's PC-relative entries hold
-    ``.LBB - .LJTI``, so the block is S + A less the entry's distance from
-    the piece's start."""
+    """For each piece of section ``index``: the functions its relocations point into.  A jump table's
+    PC-relative entries hold ``.LBB - .LJTI``: S + A less the entry's distance from the piece's start."""
     inside: list[set[str]] = [set() for _ in cuts]
     for off, sym, rtype, addend in elf.relocations(index):
         i = bisect.bisect_right(cuts, off) - 1
@@ -515,14 +462,9 @@ def _pointers_into_code(elf: _Elf, index: int, cuts: list[int], funcs: _Function
 
 def _add_read_only(size: int, cuts: list[int], refs: list[tuple[int, str]], lsdas: dict[int, str],
                    inside: list[set[str]], sizes: dict[str, int]) -> int:
-    """Cut a section of ``size`` bytes at ``cuts`` (its sorted anchors).  A piece
-    is a function's when it is that function's LSDA, or when that function
-    alone refers to it and every pointer in it points into that function's
-    code (a jump table).  Constant arrays and lookup tables stay in ``other``
-    even with one referrer: inlining their user into a second function shares
-    them rather than copying them, and moving them between a function and
-    ``other`` then would move ``other`` (bench/objsizes.py: 9 of 142 flips
-    moved ``other`` so, against 5 this way)."""
+    """Cut a section at ``cuts``.  A piece is a function's when it is its LSDA, or a jump table only it
+    refers to.  Constant arrays stay in ``other`` even with one referrer: inlining their user shares
+    them, which would move them from a function to ``other``."""
     given = 0
     owners: list[set[str]] = [set() for _ in cuts]
     for target, owner in [*refs, *lsdas.items()]:

@@ -1,11 +1,4 @@
-"""Rewards, in one place: ml-compiler-opt's size reward and the training
-baseline it is taken against.
-
-* :func:`reward`: ``1 - (policy + δ) / (baseline + δ)`` with δ = 0.01; positive
-  when the policy's object is smaller than the baseline, 0 when equal.
-* :class:`MovingAverageBaseline`: per-module moving average of past policy
-  sizes, the training baseline (reports stay against the default size).
-"""
+"""ml-compiler-opt's size reward and the training baseline it is taken against."""
 
 from __future__ import annotations
 
@@ -18,16 +11,14 @@ DELTA = 0.01
 
 
 def reward(policy_size: float, baseline_size: float, delta: float = DELTA) -> float:
-    """ml-compiler-opt's size reward: positive when the policy's object is
-    smaller than the baseline, 0 when equal."""
+    """``1 - (policy + δ) / (baseline + δ)``: positive when the policy's object is smaller, 0 when equal."""
     return 1.0 - (float(policy_size) + delta) / (float(baseline_size) + delta)
 
 
 @dataclasses.dataclass
 class MovingAverageBaseline:
-    """Per-module exponential moving average of policy sizes:
-    ``avg <- decay * avg + (1 - decay) * size``, starting from the default
-    size. Used as the training baseline when enabled."""
+    """Per-module exponential moving average of policy sizes, from the default size: a training
+    baseline (reports stay against the default size)."""
 
     decay: float = 0.8
     averages: dict[str, float] = dataclasses.field(default_factory=dict)

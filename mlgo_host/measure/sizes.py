@@ -1,7 +1,5 @@
-"""Object sizes: the ``text`` column of ``llvm-size`` (Berkeley format; it
-includes read-only data), as ml-compiler-opt measures inlining for size, and
-the compiler's version (part of every cached size's key).  No numpy: ``run``
-imports this."""
+"""Object sizes as ml-compiler-opt measures them (``llvm-size``'s Berkeley ``text``, read-only data
+included) and the compiler's version.  No numpy: ``run`` imports this."""
 
 from __future__ import annotations
 
@@ -13,14 +11,12 @@ import subprocess
 
 from mlgo_host.errors import CompilerError, ConfigError
 
-#: a versioned driver's name (Debian: clang-19, clang++-22): its LLVM's tools
-#: carry the same suffix (llvm-size-19)
+#: a versioned driver (Debian's clang-19): its LLVM's tools carry the same suffix (llvm-size-19)
 _VERSIONED_DRIVER = re.compile(r"clang(?:\+\+)?(-\d+)")
 
 
 def installed_clang_versions(oldest: int = 17) -> list[int]:
-    """Major versions N >= ``oldest`` with an executable ``clang-N`` on PATH
-    (Debian's names; 17 is the first clang with the interactive channel)."""
+    """Major versions N >= ``oldest`` of the ``clang-N`` on PATH (17: the first with the channel)."""
     found = set()
     for d in os.environ.get("PATH", "").split(os.pathsep):
         try:
@@ -35,10 +31,9 @@ def installed_clang_versions(oldest: int = 17) -> list[int]:
 
 
 def llvm_tool_candidates(clang: str, tool: str = "llvm-size") -> list[str]:
-    """Where the LLVM tool ``tool`` of ``clang``'s own LLVM is, best first:
-    ``clang-N`` -> ``tool-N`` beside it, then on PATH; the ``tool`` beside
-    the driver as named and as resolved (Debian's /usr/bin/clang-22 is a
-    link to /usr/lib/llvm-22/bin/clang); last, ``tool`` on PATH."""
+    """Where ``clang``'s own LLVM ``tool`` may be, best first: ``tool-N`` for ``clang-N``, ``tool`` beside
+    the driver as named and as resolved (Debian's /usr/bin/clang-22 links into /usr/lib/llvm-22/bin),
+    last ``tool`` on PATH."""
     found = shutil.which(clang)
     dirs = [os.path.dirname(found), os.path.dirname(os.path.realpath(found))] if found else []
     names = []
@@ -52,8 +47,7 @@ def llvm_tool_candidates(clang: str, tool: str = "llvm-size") -> list[str]:
 
 @functools.lru_cache(maxsize=None)
 def find_llvm_size(llvm_size: str | None = None, clang: str = "clang-19") -> str:
-    """The llvm-size binary: ``llvm_size`` if given, else the one that comes
-    with ``clang`` (:func:`llvm_tool_candidates`)."""
+    """``llvm_size`` if given, else the llvm-size that comes with ``clang``."""
     cands = [llvm_size] if llvm_size else llvm_tool_candidates(clang)
     for c in cands:
         p = shutil.which(c)
@@ -65,8 +59,7 @@ def find_llvm_size(llvm_size: str | None = None, clang: str = "clang-19") -> str
 
 def text_size(obj_path: str | os.PathLike, llvm_size: str | None = None, timeout: float = 60.0,
               clang: str = "clang-19") -> int:
-    """The ``text`` column of ``llvm-size`` (Berkeley format) for one object
-    compiled by ``clang`` (whose llvm-size measures it unless ``llvm_size``)."""
+    """The Berkeley ``text`` of one object, measured by ``clang``'s llvm-size unless ``llvm_size``."""
     tool = find_llvm_size(llvm_size, clang)
     try:
         r = subprocess.run([tool, "--format=berkeley", str(obj_path)], capture_output=True, text=True,
@@ -100,8 +93,7 @@ def compiler_version(clang: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def llvm_tool(clang: str, tool: str) -> str:
-    """The LLVM tool ``tool`` (``llvm-dis``...) that comes with ``clang``
-    (:func:`llvm_tool_candidates`)."""
+    """The LLVM tool ``tool`` (``llvm-dis``...) that comes with ``clang``."""
     cands = llvm_tool_candidates(clang, tool)
     for c in cands:
         p = shutil.which(c)

@@ -1,5 +1,4 @@
-"""Policies: observation -> advice. Nothing here imports TensorFlow: the TF
-side of a policy (networks, weights, export) is :mod:`mlgo_host.learning`."""
+"""Policies: observation -> advice, without TensorFlow (the TF side is :mod:`mlgo_host.learning`)."""
 
 from __future__ import annotations
 
@@ -13,9 +12,7 @@ __all__ = ["Policy", "HEURISTICS", "make_heuristic", "load_policy", "check_meani
 
 
 def load_policy(name_or_path: str, seed: int = 0, greedy: bool = True) -> Policy:
-    """A heuristic by name (default, never, always, random), a saved policy
-    directory (loaded with numpy only) or a replay file (JSON: forced actions
-    over a base policy, see :mod:`mlgo_host.policies.replay`)."""
+    """A heuristic or shipped policy by name, a saved policy directory or a replay file."""
     if os.path.isfile(name_or_path):
         from mlgo_host.policies.replay import load_replay  # numpy-free, but not needed by the others
 
@@ -24,12 +21,8 @@ def load_policy(name_or_path: str, seed: int = 0, greedy: bool = True) -> Policy
 
 
 def check_meanings(policy: Policy, compiler_slot: str | None) -> None:
-    """Before the first compile: bind a saved policy's inputs (a replay's:
-    its base's) by meaning on a compiler whose default decision is in
-    ``compiler_slot``, so that an input the compiler cannot supply is one
-    :class:`~mlgo_host.errors.ConfigError` in the command, not one per
-    worker (or, with ``--allow-changed-inputs``, one warning).  Inputs the
-    compiler sends under another name need nothing: they are read there."""
+    """Bind a saved policy's inputs (a replay's base's) by meaning before the first compile, so an
+    input the compiler cannot supply is one ConfigError (or warning) in the command, not one per worker."""
     from mlgo_host.policies.actor import NumpyPolicy
 
     while policy is not None and not isinstance(policy, NumpyPolicy):

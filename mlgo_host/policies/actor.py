@@ -1,33 +1,9 @@
-"""The actor network in numpy: decides in the compiler's critical path.
+"""The actor network in numpy, the same forward pass as :mod:`mlgo_host.learning.networks`: the
+normalized inputs in name order through dense layers to 2 logits (inliner), or one row per
+candidate column scored by the same layers, ``mask == 0`` columns at -inf (eviction).
 
-Same forward pass as the TF actor (:mod:`mlgo_host.learning.networks`):
-
-* inliner — tf-agents' ``ActorDistributionNetwork`` with a categorical
-  projection: the normalized features (:mod:`mlgo_host.policies.vocab`) of
-  the input features in name order are concatenated, go through dense layers
-  (``activation(x @ W + b)``), and a dense projection gives 2 logits;
-* eviction — a per-column network: for each of the W candidate columns the
-  normalized per-candidate features (scalar features broadcast) form one
-  row, the same dense layers score every row, a dense projection gives one
-  logit per column, and the logits of ``mask == 0`` columns are -inf.
-
-Weights come from :func:`mlgo_host.learning.weights.export_actor_weights`
-(an ``.npz``: ``hidden_<i>_kernel``/``hidden_<i>_bias`` per dense layer, then
-``logits_kernel``/``logits_bias``).  :meth:`NumpyActor.logits` is the batch
-reference (used by tests and the learner); :class:`NumpyPolicy` is the
-per-decision path.  Its ``bind`` precomputes everything for one header:
-
-* one copy of the observation's raw bytes into a fixed buffer, then numpy
-  views of that buffer (no per-call array objects for the features);
-* when every input is an int64 scalar (the inliner), the quantile
-  normalization of all features is one ``clip``, one ``add`` and one
-  vectorized ``searchsorted`` over the concatenated, per-feature-shifted
-  integer thresholds, then one ``take`` of the normalized values; the first
-  layer's bias rides along as a constant 1 input;
-* sampling uses a pre-drawn block of uniforms from a seeded
-  ``np.random.Generator``.
-
-Nothing here imports TensorFlow.
+:meth:`NumpyActor.logits` is the batch reference; :class:`NumpyPolicy` is the per-decision path,
+whose ``bind`` compiles the normalization into lookup tables over a fixed byte buffer.
 """
 
 from __future__ import annotations
@@ -41,9 +17,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 try:
-    # The clip ufunc itself: np.clip wraps it in Python (~1 us more per
-    # decision). NumPy has no public name for it; numpy._core is its home in
-    # NumPy 2 and an alias in 1.26 (the older spelling is deprecated in NumPy 2).
+    # the clip ufunc itself (np.clip wraps it in Python); numpy._core is its home in NumPy 2, an alias in 1.26
     from numpy._core.umath import clip as _clip_ufunc
 except ImportError:  # pragma: no cover - a NumPy without it: the public wrapper
     _clip_ufunc = np.clip
@@ -83,13 +57,12 @@ def _linear(x, out):
     return out
 
 
-#: activation name (as in the exported metadata) -> in-place numpy function
+#: activation name (as in the metadata) -> in-place numpy function
 ACTIVATIONS: dict[str, Callable] = {"relu": _relu, "tanh": _tanh, "sigmoid": _sigmoid, "elu": _elu, "linear": _linear}
 
 _BLOCK = 4096  # uniforms drawn at a time
 _ZERO8 = bytes(8)
 
-#: (feature, meaning when trained, meaning on the compiler) already warned about
 _WARNED_MEANINGS: set[tuple[str, str, str]] = set()
 
 
@@ -131,7 +104,6 @@ class NumpyActor:
     def input_dim(self) -> int:
         return len(self.spec.inputs) * self.norm.width
 
-    # -- weights files ---------------------------------------------------
     def weights(self) -> dict[str, np.ndarray]:
         out = {}
         for i, (w, b) in enumerate(self.hidden):
@@ -143,8 +115,7 @@ class NumpyActor:
 
     @staticmethod
     def load_weights(path: str) -> dict[str, np.ndarray]:
-        """The arrays of an ``.npz``; a :class:`ConfigError` naming the file
-        when it is missing, truncated or not an ``.npz`` of arrays."""
+        """The arrays of an ``.npz``; ConfigError naming the file when it is not a readable one."""
         try:
             with np.load(path, allow_pickle=False) as z:
                 if not isinstance(z, np.lib.npyio.NpzFile):
@@ -152,17 +123,14 @@ class NumpyActor:
                 return {k: z[k] for k in z.files}
         except FileNotFoundError:
             raise ConfigError(f"{path}: missing (the actor weights)") from None
-        # a truncated or damaged archive fails in zipfile or zlib, not as OSError
         except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
             raise ConfigError(f"{path}: not a readable .npz of actor weights ({type(e).__name__}: {e})") from None
 
     @staticmethod
     def save_weights(path: str, weights: Mapping[str, np.ndarray]) -> None:
-        """Write an ``.npz`` atomically."""
         with atomic_path(path, suffix=".tmp.npz") as tmp:  # np.savez adds .npz to other names
             np.savez(tmp, **{k: np.asarray(v) for k, v in weights.items()})
 
-    # -- batch reference path -------------------------------------------
     def _column(self, features: Any, name: str, n: int) -> np.ndarray:
         v = np.asarray(features[name])
         if self.spec.action.kind == BINARY:
@@ -171,10 +139,8 @@ class NumpyActor:
         return v.reshape(n, w) if v.size == n * w else np.broadcast_to(v.reshape(n, 1), (n, w))
 
     def inputs(self, features: Any, binding: InputBinding = SAME_NAMES) -> np.ndarray:
-        """Network inputs (float32) of N observations: ``[N, D]`` (inliner)
-        or ``[N, W, D]`` (eviction).  ``features``: a structured array of
-        records or a mapping name -> array with N leading, named as the
-        compiler that ``binding`` binds the inputs to names them."""
+        """Network inputs ``[N, D]`` (inliner) or ``[N, W, D]`` (eviction) of N observations (records or
+        name -> array, named as the compiler ``binding`` binds the inputs to)."""
         features = binding.view(features)
         first = self.spec.inputs[0].name
         n = int(np.asarray(features[first]).shape[0])
@@ -182,7 +148,7 @@ class NumpyActor:
         return np.concatenate(parts, axis=-1)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        """Raw network outputs (before masking) from network inputs."""
+        """Raw network outputs (before masking)."""
         act = ACTIVATIONS[self.activation]
         h = np.asarray(x, np.float64)
         for w, b in self.hidden:
@@ -192,8 +158,7 @@ class NumpyActor:
         return out if self.spec.action.kind == BINARY else out[..., 0]
 
     def logits(self, features: Any, binding: InputBinding = SAME_NAMES) -> np.ndarray:
-        """Logits ``[N, num_actions]`` (float64); eviction columns whose mask
-        is 0 get -inf.  ``binding``: as in :meth:`inputs`."""
+        """Logits ``[N, num_actions]``, -inf on eviction columns whose mask is 0."""
         out = self.forward(self.inputs(features, binding))
         if self.spec.action.kind == MASKED_CHOICE:
             n = out.shape[0]
@@ -210,19 +175,16 @@ def _softplus(z: float) -> float:
 
 
 class NumpyPolicy(Policy):
-    """A learned policy answering with the numpy actor: greedy (argmax) or
-    sampling (seeded); :meth:`act_logp` also gives the log-probability of
-    the advice under the policy (what PPO needs)."""
+    """A learned policy answering with the numpy actor, greedy (argmax) or sampling (seeded)."""
 
     def __init__(self, actor: NumpyActor, greedy: bool = True, seed: int = 0, name: str = "numpy",
                  gate: float | None = None, trained_with: str | None = None):
         if gate is not None and not 0.5 <= gate <= 1.0:
             raise ConfigError(f"gate threshold must be in [0.5, 1], got {gate}")
         self.actor = actor
-        #: greedy inliner only: leave the compiler's default decision only where
-        #: the model gives the other action a probability above this threshold
+        #: greedy inliner: leave the default decision only where the other action is more likely than this
         self.gate = gate
-        #: the compiler the policy was trained with (its ``--version`` line), for messages
+        #: the compiler the policy was trained with (its ``--version`` line)
         self.trained_with = trained_with
         self.greedy = greedy
         self.stochastic = not greedy
@@ -232,7 +194,6 @@ class NumpyPolicy(Policy):
         self._ui = 0
         self.fast_path = False
 
-    # -- binding ---------------------------------------------------------
     def bind(self, header, advisor) -> None:
         super().bind(header, advisor)
         spec = self.actor.spec
@@ -247,9 +208,7 @@ class NumpyPolicy(Policy):
         self._default_off = header.offset(slot) if slot and header.feature(slot) is not None else None
         if self.gate is not None and self.greedy and self._default_off is None:
             raise ConfigError("a gated policy needs the compiler's default decision (inliner include-default slot)")
-        nb = header.observation_nbytes
-        self._nb = nb
-        self._buf = bytearray(nb)
+        self._buf = bytearray(header.observation_nbytes)
         self._mv = memoryview(self._buf)
         if spec.action.kind == BINARY and self._bind_int_fast(header):
             self.fast_path = True
@@ -258,12 +217,8 @@ class NumpyPolicy(Policy):
             self._bind_generic(header)
 
     def check_meanings(self, compiler_slot: str | None) -> InputBinding:
-        """The policy's inputs bound by meaning on a compiler whose default
-        decision is in ``compiler_slot`` (:meth:`PolicySpec.bind_inputs`).
-        An input whose meaning that compiler sends in no feature is a
-        :class:`ConfigError`; with ``MLGO_ALLOW_CHANGED_INPUTS=1``
-        (``--allow-changed-inputs``) it is fed from its own slot and
-        warned about once per process."""
+        """The inputs bound by meaning (:meth:`PolicySpec.bind_inputs`); an input the compiler sends in no
+        feature is a ConfigError, or with ``--allow-changed-inputs`` a warning (once per process)."""
         binding = self.actor.spec.bind_inputs(compiler_slot)
         trained = f" with {self.trained_with}" if self.trained_with else ""
         for name, was, now in binding.lost:
@@ -280,10 +235,8 @@ class NumpyPolicy(Policy):
         return binding
 
     def _layers(self, w1_rows: np.ndarray, lead: tuple[int, ...], bias0: np.ndarray | None = None):
-        """Augmented layer matrices: ``w1_rows`` is the first kernel with its
-        rows rearranged for this header's input layout (bias not included).
-        Returns the list of (kernel_aug, out_buffer, hidden_view) and the
-        final (kernel_aug, out_buffer)."""
+        """(kernel with bias row, out buffer, hidden view) per layer, the first kernel's rows being
+        ``w1_rows`` (this header's input layout); a constant 1 column carries the biases."""
         a = self.actor
         mats = []
         ws = [w for w, _ in a.hidden] + [a.out_w]
@@ -304,9 +257,8 @@ class NumpyPolicy(Policy):
         return mats
 
     def _hidden(self, mats):
-        """(kernel, out, hidden view, zeros) per hidden layer and the
-        activation as ``f(view, zeros, out=view)``: relu is one ufunc call
-        against a preallocated zero array."""
+        """(kernel, out, hidden view, zeros) per hidden layer and the activation as
+        ``f(view, zeros, out=view)`` (relu: one ufunc call)."""
         hidden = [(m[0], m[1], m[2], np.zeros(m[2].shape)) for m in mats[:-1]]
         name = self.actor.activation
         if name == "relu":
@@ -319,6 +271,7 @@ class NumpyPolicy(Policy):
         return hidden, act
 
     def _bind_int_fast(self, header) -> bool:
+        """All inputs int64 scalars (the inliner): one clip, add, searchsorted and take normalize them all."""
         spec, a = self.actor.spec, self.actor
         nb = header.observation_nbytes
         if nb % 8:
@@ -365,10 +318,8 @@ class NumpyPolicy(Policy):
                 return False
         G = np.asarray(keys, np.int64)
         NV = np.concatenate(rows, axis=0)
-        # first-layer rows for the slot-major input layout [S*w0 | x (S) | 1].
-        # The z-score (x - mean) / scale is affine in x: it is folded into the
-        # first layer (rows scaled by 1/scale, bias shifted by -mean/scale),
-        # so the raw values enter as they are (int64 -> float64, one copy).
+        # first-layer rows for the input layout [S*w0 | x (S) | 1]; the z-score is affine in x,
+        # so it is folded into the first layer and the raw values enter as they are
         w1, b1 = (a.hidden[0] if a.hidden else (a.out_w, a.out_b))
         D = S * w0 + (S if cfg.with_z_score else 0)
         w1_rows = np.zeros((D, w1.shape[1]))
@@ -389,7 +340,7 @@ class NumpyPolicy(Policy):
         k = np.zeros(S, np.int64)
         clip = _clip_ufunc
         add = np.add
-        take = NV.take  # the method: np.take's wrapper costs ~0.5 us more
+        take = NV.take  # the method: np.take's wrapper costs more
         searchsorted = G.searchsorted
         hidden, activate = self._hidden(mats)
         wout = mats[-1][0]
@@ -397,7 +348,7 @@ class NumpyPolicy(Policy):
         mv = self._mv
         with_z = cfg.with_z_score
         copyto = np.copyto
-        # bound ndarray.dot methods (no __array_function__ dispatch: ~0.25 us each)
+        # bound ndarray.dot methods (no __array_function__ dispatch)
         chain = []
         x = xin
         for w, out, hv, zero in hidden:
@@ -457,8 +408,7 @@ class NumpyPolicy(Policy):
         self.act_logp = act_logp  # type: ignore[method-assign]
 
     def _gated(self, diff):
-        """Greedy decisions behind the gate: the default, unless the model
-        puts more than ``gate`` probability on the other action."""
+        """Greedy: the default decision unless the model puts more than ``gate`` on the other action."""
         off = self._default_off
         # P(1) = sigmoid(d) > gate  <=>  d > logit(gate); P(0) > gate <=> d < -logit(gate)
         g = min(self.gate, 1.0 - 1e-12)
@@ -472,15 +422,12 @@ class NumpyPolicy(Policy):
             return 1 if d > thr else 0
 
         def act_logp(obs):
-            a = act(obs)
-            return a, 0.0
+            return act(obs), 0.0
 
         return act, act_logp
 
     def _bind_generic(self, header, vectorized: bool = True) -> None:
-        """Any feature types. One numpy view per feature, one
-        ``searchsorted`` per feature, then the dense layers on [rows, D].
-        Eviction uses :meth:`_columns_outputs` unless ``vectorized=False``."""
+        """Any feature types, one searchsorted per feature; eviction uses :meth:`_columns_outputs` if ``vectorized``."""
         spec, a = self.actor.spec, self.actor
         cfg = a.norm
         w0 = cfg.width - int(cfg.with_z_score)
@@ -553,13 +500,11 @@ class NumpyPolicy(Policy):
             self._install_binary()
             return
         if vectorized:
-            outputs = self._columns_outputs(header)
             self.fast_path = True
-        self._install_choice(outputs, R)
+        self._install_choice(self._columns_outputs(header) if vectorized else outputs, R)
 
     def _install_choice(self, outputs, R: int) -> None:
-        """act/act_logp of a masked choice from ``outputs(raw) -> logits [R]``
-        (-inf on illegal columns)."""
+        """act/act_logp of a masked choice from ``outputs(raw) -> logits [R]``."""
         self._outputs = outputs
         u = self
 
@@ -596,14 +541,9 @@ class NumpyPolicy(Policy):
         self.act_logp = act_logp  # type: ignore[method-assign]
 
     def _columns_outputs(self, header):
-        """Eviction logits with the normalization of all features of all
-        columns vectorized: the inputs are copied (one copy per run of
-        same-typed, adjacent per-column features) into a float32 matrix
-        ``[W, F]``, mapped to monotone integer keys (float32 bits, shifted per
-        feature), bucketed by one ``searchsorted`` over every feature's
-        boundaries and turned into normalized values by one ``take``.  NaN
-        becomes +inf first (the last bucket, like ``Bucketize``: clang does
-        send NaN ``use_def_density`` values, with the sign bit set)."""
+        """Eviction logits, all columns normalized at once: inputs copied into a float32 ``[W, F]``,
+        mapped to monotone integer keys (float32 bits, shifted per feature), then one searchsorted
+        and one take.  NaN becomes +inf (the last bucket, as ``Bucketize``)."""
         spec, a = self.actor.spec, self.actor
         cfg = a.norm
         w0 = cfg.width - int(cfg.with_z_score)
@@ -714,7 +654,6 @@ class NumpyPolicy(Policy):
 
         return outputs
 
-    # unbound use is an error: the session always binds first
     def act(self, obs):  # replaced in bind()
         raise ConfigError("NumpyPolicy.act called before bind()")
 

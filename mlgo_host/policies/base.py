@@ -1,9 +1,5 @@
-"""The policy interface: an observation in, an advice value out.
-
-A policy is bound to one session's header (and advisor) before the first
-decision, so it can precompute offsets and views; ``act`` is then called once
-per decision in the compiler's critical path and must stay cheap (a few µs).
-Nothing here imports TensorFlow.
+"""The policy interface: bound to a session's header first (to precompute offsets), then ``act``
+once per decision, in the compiler's critical path.
 """
 
 from __future__ import annotations
@@ -16,9 +12,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class Policy:
-    """Base class. Subclasses implement :meth:`act`; stochastic ones also
-    :meth:`act_logp` (the advice and the log-probability of having chosen it,
-    which PPO needs)."""
+    """Subclasses implement :meth:`act`; stochastic ones also :meth:`act_logp` (for PPO)."""
 
     #: a short name used in reports ("default", "never", a saved policy's dir name)
     name: str = "policy"
@@ -26,7 +20,6 @@ class Policy:
     stochastic: bool = False
 
     def bind(self, header: "Header", advisor: "Advisor") -> None:
-        """Called once per session, after the header arrived."""
         self.header = header
         self.advisor = advisor
 
@@ -34,13 +27,10 @@ class Policy:
         raise NotImplementedError
 
     def act_logp(self, obs: "Observation") -> tuple[Any, float]:
-        """Advice and its log-probability under this policy. Deterministic
-        policies return log-probability 0."""
         return self.act(obs), 0.0
 
     def for_language(self, language: str | None) -> "Policy":
-        """The policy that answers a compile of ``language`` ("C", "C++";
-        None: not known): itself, unless it holds one per language."""
+        """The policy answering a compile of ``language`` ("C", "C++", None: unknown)."""
         return self
 
     def __repr__(self) -> str:

@@ -1,10 +1,4 @@
-"""Heuristic policies: ``default``, ``never``, ``always``, ``random``.
-
-``default`` answers with the compiler's own decision where it sends one
-(inliner), "evict nothing" where legal for eviction, the live range size for
-priority.  ``random`` is seeded; for eviction it draws uniformly over the
-legal (``mask==1``) columns.
-"""
+"""Heuristic policies: ``default`` (the advisor's default advice), ``never``, ``always``, ``random`` (seeded)."""
 
 from __future__ import annotations
 
@@ -26,8 +20,7 @@ class DefaultPolicy(Policy):
 
 
 class ConstantPolicy(Policy):
-    """``never`` (0 / evict nothing where legal) or ``always`` (1 / evict the
-    first legal candidate)."""
+    """``never`` (0 / evict nothing where legal) or ``always`` (1 / the first legal candidate)."""
 
     def __init__(self, name: str):
         self.name = name

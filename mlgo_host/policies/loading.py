@@ -1,7 +1,4 @@
-"""Loading a policy that answers by itself: a heuristic by name or a saved
-policy directory, what a replay's base can be.  The package's
-:func:`~mlgo_host.policies.load_policy` adds replay files on top (a replay
-loads its base here, so the two import one way)."""
+"""Loading what a replay's base can be; :func:`~mlgo_host.policies.load_policy` adds replay files."""
 
 from __future__ import annotations
 
@@ -14,15 +11,11 @@ from mlgo_host.shipped import SHIPPED, resolve_policy
 
 
 def load_base_policy(name_or_path: str, seed: int = 0, greedy: bool = True) -> Policy:
-    """A heuristic by name (default, never, always, random), a policy that
-    ships in the package by name (:data:`SHIPPED`) or a saved policy
-    directory (loaded with numpy only; with its policies per language when
-    its metadata names some)."""
+    """A heuristic or shipped policy by name, or a saved policy directory (with its parts per language)."""
     if name_or_path in HEURISTICS:
         return make_heuristic(name_or_path, seed=seed)
     name_or_path = resolve_policy(name_or_path)
     if os.path.isdir(name_or_path):
-        # (numpy: only when a saved policy is named)
         from mlgo_host.policies.outline import ByLanguage
         from mlgo_host.policies.saved import language_parts, load_saved_policy
 

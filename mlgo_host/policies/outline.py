@@ -1,19 +1,7 @@
-"""The outline rule: ``-Oz``'s inlining decisions, except that an inlining
-of a callee a model expects to be better left out everywhere is refused.
-
-On C, what a search finds over ``-Oz`` is mostly *outline groups*: a callee
-with several uses kept out of line at every site ``-Oz`` inlined it, so one
-body serves all its callers.  Single decisions do not show it, so a policy
-that imitates them does not learn it.  :class:`OutlineModel` is a logistic
-model of "the group won" over a site's decision features (log-scaled, then
-standardized); :class:`OutlinePolicy` refuses an inlining ``-Oz`` makes when
-the model's probability passes its threshold.  It never inlines more than
-``-Oz``, so it cannot start a cascade of inlinings.
-
-File format (JSON, ``mlgo_host.outline/1``): ``features`` (names as the
-compiler sends them), ``log`` (per feature: log-scaled), ``mean``, ``std``,
-``weights``, ``bias``, ``threshold`` and free-form ``trained_on``.
-``bench/outline_model.py`` fits one from tune directories.
+"""The outline rule: ``-Oz``'s inlining decisions, except an inlining of a callee a logistic model
+expects to be better left out everywhere (an *outline group*, which imitating single decisions
+does not learn).  Never inlining more than ``-Oz``, it cannot start a cascade.
+``bench/outline_model.py`` fits a model (JSON ``mlgo_host.outline/1``).
 """
 
 from __future__ import annotations
@@ -35,8 +23,7 @@ USERS, LAST_CALL = "callee_users", "last_call_to_static_bonus"
 
 
 def log_scaled(x: np.ndarray, log: np.ndarray) -> np.ndarray:
-    """``x`` with the columns ``log`` marks as sign(x)·log(1 + |x|): the
-    model's inputs before standardizing (counts and costs span decades)."""
+    """``x`` with the columns ``log`` marks as sign(x)·log(1 + |x|) (counts and costs span decades)."""
     return np.where(log, np.sign(x) * np.log1p(np.abs(x)), x)
 
 
@@ -52,7 +39,6 @@ class OutlineModel:
     trained_on: dict = dataclasses.field(default_factory=dict)
 
     def probability(self, x: np.ndarray) -> float:
-        """P(the group of a site with raw features ``x`` wins)."""
         z = float(((log_scaled(x, self.log) - self.mean) / self.std) @ self.weights + self.bias)
         return 1.0 / (1.0 + math.exp(-z)) if z > -500 else 0.0
 
@@ -81,9 +67,7 @@ class OutlineModel:
 
 
 class OutlinePolicy(Policy):
-    """``-Oz``'s decision, except an inlining of a callee with at least two
-    uses (not its last call to a static callee) that :class:`OutlineModel`
-    says is better left out. Inliner only."""
+    """``-Oz``'s decision, except an inlining of a callee with at least two uses that the model refuses."""
 
     def __init__(self, model: OutlineModel, name: str = "outline"):
         self.model, self.name = model, name
@@ -108,8 +92,7 @@ class OutlinePolicy(Policy):
 
 
 class ByLanguage(Policy):
-    """One policy per source language, ``base`` for the others and for a
-    compile whose language is not known (a session's own ``act``)."""
+    """One policy per source language; ``base`` for the others and for an unknown language."""
 
     def __init__(self, base: Policy, parts: dict[str, Policy]):
         self.base, self.parts = base, dict(parts)

@@ -1,43 +1,17 @@
-"""Replays: forced actions at given decision indices, a base policy elsewhere.
+"""Replays: forced actions at given decision indices (0-based over the compile's observations;
+the channel's own ids restart per function), a base policy elsewhere.  A file::
 
-A replay file (JSON, written atomically)::
-
-    {"format": "mlgo_host.replay/1",
-     "advisor": "inline",
-     "base": "default",              # a heuristic name or a saved policy directory
-                                     # (relative: to the replay file's directory first)
+    {"format": "mlgo_host.replay/1", "advisor": "inline",
+     "base": "default",              # a heuristic or a saved policy directory (relative: beside the file first)
      "forced": {"12": 1, "40": 0},   # decision index -> action
-     "module": "src/foo.o",          # optional: what it was made for (reports only)
-     "observations": 187,            # optional: decisions the compile made when recorded
-     "fingerprint": {...}}           # optional: see below
+     "module": "src/foo.o", "observations": 187,   # optional: what it was recorded on
+     "fingerprint": {"hash": "blake2b-64", "at": {"12": "9f..", "40": "0c.."}, "end": "77.."}}
 
-A decision's index is the session's decision counter: 0-based, over every
-observation of the compile, in the order the compiler sends them (the
-channel's own observation ids restart per function, so they are not used).
-
-Forcing decision 12 changes what the compiler asks afterwards, so a replay is
-tied to its module *and* its forced actions: the same module with the same
-replay gives the same decisions, hence the same object, byte for byte.
-
-**Fingerprint** (staleness).  While it runs, :class:`ReplayPolicy` keeps a
-running 64-bit BLAKE2b over every observation's raw feature bytes
-(``obs.raw``: cheap beside the compiler's own time per decision).  The fingerprint recorded with a replay
-holds that digest at each forced index (``at``, taken after hashing the
-observation being decided) and after the last observation (``end``)::
-
-    {"hash": "blake2b-64", "at": {"12": "9f..", "40": "0c.."}, "end": "77.."}
-
-On a later compile, a forced action is applied only when the stream up to
-and including that decision hashes to the recorded digest, so a module that
-changed before a forced decision never gets it: at the first mismatch the
-replay stops forcing, defers to the base for the rest of the compile and is
-``stale``.  A change after the last forced decision (or a different number
-of observations) is only seen at the end: :attr:`ReplayPolicy.stale` is then
-True too, with every forced action applied to a stream that matched up to
-that point (``applied`` says how many; a caller that wants the base's
-object exactly can recompile with the base).  Read ``stale`` after the
-session.  A forced action the advisor rejects (e.g. an illegal eviction
-index) also makes the replay stale instead of failing the compile.
+A forced action changes what the compiler asks next, so a replay is tied to its module: the
+fingerprint holds a running hash of the observations' raw bytes at each forced decision and at the
+end.  A forced action is applied only while the stream matches; at the first mismatch (or a forced
+action the advisor rejects) the replay defers to the base and is ``stale``; a difference after the
+last forced decision makes it stale at the end.
 """
 
 from __future__ import annotations
@@ -56,19 +30,17 @@ from mlgo_host.policies.loading import load_base_policy
 from mlgo_host.policies.base import Policy
 
 FORMAT = "mlgo_host.replay/1"
-WHAT = "replay file"  # how the messages of formats.py name it
+WHAT = "replay file"  # how formats.py's messages name it
 HASH = "blake2b-64"
 _DIGEST_SIZE = 8
 
 
 def new_stream_hash():
-    """The running hash of a fingerprint (update it with each ``obs.raw``)."""
     return hashlib.blake2b(digest_size=_DIGEST_SIZE)
 
 
 @dataclasses.dataclass
 class Replay:
-    """The content of a replay file."""
 
     forced: dict[int, Any]
     base: str = "default"
@@ -111,16 +83,14 @@ class Replay:
         return cls(forced, base, advisor, module, obs, fp)
 
     def base_path(self) -> str:
-        """``base`` as load_policy takes it: a heuristic name, else a
-        directory, relative ones looked up beside the replay file first."""
+        """``base`` as load_policy takes it, a relative directory looked up beside the replay file first."""
         if self.base in HEURISTICS or os.path.isabs(self.base) or not self.path:
             return self.base
         beside = os.path.join(os.path.dirname(os.path.abspath(self.path)), self.base)
         return beside if os.path.exists(beside) else self.base
 
     def with_fingerprint(self, policy: "ReplayPolicy") -> "Replay":
-        """This replay with the fingerprint and observation count that
-        ``policy`` saw in its most recent session (made from this replay)."""
+        """This replay with the fingerprint and observation count of ``policy``'s most recent session."""
         return dataclasses.replace(self, fingerprint=policy.observed_fingerprint(),
                                    observations=policy.seen)
 
@@ -186,16 +156,12 @@ def read_replay(path: str | os.PathLike) -> Replay:
 
 
 def write_replay(path: str | os.PathLike, replay: Replay) -> None:
-    """Write ``replay`` atomically (a reader never sees half a file)."""
     atomic_write_json(os.fspath(path), replay.to_json())
 
 
 def stream_fingerprint(raw: bytes, nbytes: int, forced) -> dict:
-    """The fingerprint :class:`ReplayPolicy` records, computed offline from a
-    recorded trajectory (``raw``: the observations' bytes, ``nbytes`` each,
-    as an :class:`~mlgo_host.episode.Episode` keeps them) for the decision
-    indices ``forced``: a search keeps its best compile this way, without
-    compiling it again."""
+    """The fingerprint :class:`ReplayPolicy` records, from a recorded episode's observation bytes
+    (``nbytes`` each): a search keeps its best compile without compiling it again."""
     want = {int(i) for i in forced}
     h = new_stream_hash()
     at = {}
@@ -207,9 +173,8 @@ def stream_fingerprint(raw: bytes, nbytes: int, forced) -> dict:
 
 
 class ReplayPolicy(Policy):
-    """Forces ``replay.forced`` and defers to ``base`` elsewhere (see the
-    module's docstring for the fingerprint check).  After a session:
-    ``seen`` decisions, ``applied`` forced actions, ``stale``/``stale_at``."""
+    """Forces ``replay.forced``, defers to ``base`` elsewhere.  After a session: ``seen`` decisions,
+    ``applied`` forced actions, ``stale``/``stale_at``."""
 
     def __init__(self, replay: Replay, base: Policy, name: str | None = None):
         self.replay = replay
@@ -237,8 +202,7 @@ class ReplayPolicy(Policy):
         self._reset()
 
     def _forced_action(self, obs) -> Any:
-        """The forced action of the current decision, or None (then the base
-        answers): hashes the observation, checks the fingerprint."""
+        """Hash the observation; the forced action of this decision if it still applies, else None."""
         i = self.seen
         self.seen = i + 1
         h = self._hash
@@ -272,11 +236,9 @@ class ReplayPolicy(Policy):
         a = self._forced_action(obs)
         return self.base.act_logp(obs) if a is None else (a, 0.0)
 
-    # -- after a session -------------------------------------------------
     @property
     def stale(self) -> bool:
-        """The module's stream is not the one the replay was recorded on
-        (a mismatch at a forced decision, at the end, or in the count)."""
+        """The module's stream is not the one the replay was recorded on."""
         if self.stale_at is not None:
             return True
         fp = self.replay.fingerprint
@@ -286,12 +248,9 @@ class ReplayPolicy(Policy):
 
     @property
     def missed(self) -> int:
-        """Forced decisions the compile never reached (or skipped when stale)."""
         return len(self.replay.forced) - self.applied
 
     def observed_fingerprint(self) -> dict:
-        """The fingerprint of the most recent session's stream (to save with a
-        replay made from it)."""
         return {"hash": HASH, "at": {str(i): d.hex() for i, d in sorted(self._at.items())},
                 "end": self._hash.hexdigest()}
 
@@ -322,5 +281,5 @@ def replay_policy(replay: Replay, base: str | None = None, seed: int = 0, greedy
 
 def load_replay(path: str | os.PathLike, base: str | None = None, seed: int = 0,
                 greedy: bool = True) -> ReplayPolicy:
-    """Read a replay file and build its policy (``base`` overrides the file's)."""
+    """:func:`replay_policy` of a replay file."""
     return replay_policy(read_replay(path), base=base, seed=seed, greedy=greedy)

@@ -1,42 +1,20 @@
-"""Saved policy directories: written by the learner, loaded by workers
-without TensorFlow.
-
-Layout::
-
-    <dir>/
-      metadata.json          format, advisor, the policy spec (features and
-                             their roles, action), normalization config,
-                             activation, layer sizes, input features,
-                             compiler (its --version line), the meaning
-                             of compiler-dependent inputs (feature_meanings,
-                             also in the spec with its default_slot),
-                             training step
-      actor.npz              numpy actor weights (hidden_<i>_kernel/bias,
-                             logits_kernel/bias), float32
-      vocab/<feature>.buckets  the quantile boundaries of the input features
-      saved_model/           tf-agents PolicySaver SavedModel of the greedy
-                             policy (signature ``action``), with
-      saved_model/output_spec.json   the output spec LLVM reads next to a
-                             model: [{"logging_name", "tensor_spec": {"name",
-                             "port", "type", "shape"}}]; metadata.json's
-                             "saved_model" names it, null when the directory
-                             has none (the shipped policy, tune's T/policy)
-
-:func:`mlgo_host.learning.export.save_policy` writes it (with TensorFlow);
-:func:`load_saved_policy` reads ``metadata.json``, ``actor.npz`` and
-``vocab/`` only: numpy, no TensorFlow import.
+"""Saved policy directories, written by :func:`mlgo_host.learning.export.save_policy` and read here
+without TensorFlow: ``metadata.json`` (spec, normalization, activation, compiler, ...),
+``actor.npz`` (float32 weights), ``vocab/`` and, unless the metadata's ``saved_model`` is null,
+a tf-agents SavedModel with the ``output_spec.json`` LLVM reads.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 
 from mlgo_host.errors import ConfigError
 from mlgo_host.formats import read_format_json
+from mlgo_host.fsutil import atomic_write_bytes, atomic_write_json
 from mlgo_host.policies.actor import ACTIVATIONS, NumpyActor, NumpyPolicy
 from mlgo_host.policies.base import Policy
+from mlgo_host.policies.outline import OutlineModel, OutlinePolicy
 from mlgo_host.policies.specs import PolicySpec
 from mlgo_host.policies.vocab import BUCKETS_SUFFIX, NormConfig, Vocab
 
@@ -46,12 +24,10 @@ WEIGHTS = "actor.npz"
 VOCAB_DIR = "vocab"
 SAVED_MODEL_DIR = "saved_model"
 OUTPUT_SPEC = "output_spec.json"
-#: metadata fields that name a file or directory of the policy directory
-#: (None: the directory has none, e.g. a copy made for numpy readers only)
+#: metadata fields naming a file or directory of the policy (None: it has none)
 FILE_FIELDS = ("saved_model",)
 #: metadata field naming the policies that answer one language's compiles instead
 BY_LANGUAGE = "by_language"
-#: the source languages a compile can be told apart by
 LANGUAGES = ("C", "C++")
 
 
@@ -73,19 +49,14 @@ class SavedPolicy:
         c = self.metadata.get("compiler")
         return str(c) if c else None
 
-    @property
-    def training_step(self) -> int:
-        return int(self.metadata.get("training_step", 0))
-
 
 def read_metadata(path: str) -> dict:
-    """The metadata of saved policy directory ``path``; ConfigError naming the file."""
+    """The metadata of saved policy directory ``path``."""
     return read_format_json(os.path.join(path, METADATA), FORMAT, "saved policy")
 
 
 def read_saved_policy(path: str) -> SavedPolicy:
-    """Metadata + numpy actor of a saved policy directory (no TensorFlow).
-    A missing or damaged file is a :class:`ConfigError` naming the file."""
+    """Metadata and numpy actor of a saved policy directory; ConfigError naming a missing or damaged file."""
     md = read_metadata(path)
     spec, norm, activation = _from_metadata(md, os.path.join(path, METADATA))
     vocab_dir = os.path.join(path, VOCAB_DIR)
@@ -104,7 +75,6 @@ def read_saved_policy(path: str) -> SavedPolicy:
 
 
 def _from_metadata(md: dict, where: str) -> tuple[PolicySpec, NormConfig, str]:
-    """The spec, normalization and activation recorded in ``metadata.json``."""
     try:
         spec = PolicySpec.from_json(md.get("spec", {}))
         norm = NormConfig.from_json(md.get("norm", {}))
@@ -117,9 +87,7 @@ def _from_metadata(md: dict, where: str) -> tuple[PolicySpec, NormConfig, str]:
 
 
 def load_saved_policy(path: str, greedy: bool = True, seed: int = 0) -> NumpyPolicy:
-    """A :class:`NumpyPolicy` from a saved policy directory, greedy (argmax,
-    behind the policy's gate when it has one) or sampling with ``seed``.
-    Never imports TensorFlow."""
+    """A :class:`NumpyPolicy` from a saved policy directory: greedy (behind its gate) or sampling."""
     sp = read_saved_policy(path)
     name = os.path.basename(os.path.normpath(path)) or "saved"
     return NumpyPolicy(sp.actor, greedy=greedy, seed=seed, name=name, gate=gate_of(sp.metadata, path),
@@ -144,11 +112,7 @@ def named_files(metadata: dict) -> list[str]:
 
 
 def language_parts(path: str) -> dict[str, Policy]:
-    """The policies of saved policy ``path`` that answer the compiles of one
-    language in its place (metadata ``by_language``: language -> an
-    :mod:`outline model <mlgo_host.policies.outline>` file of the directory)."""
-    from mlgo_host.policies.outline import OutlineModel, OutlinePolicy
-
+    """Language -> the outline policy answering its compiles instead (metadata ``by_language``)."""
     parts = read_metadata(path).get(BY_LANGUAGE) or {}
     if not isinstance(parts, dict) or not set(parts) <= set(LANGUAGES):
         raise ConfigError(f"{os.path.join(path, METADATA)}: bad {BY_LANGUAGE} {parts!r} "
@@ -159,12 +123,7 @@ def language_parts(path: str) -> dict[str, Policy]:
 
 
 def set_language_part(path: str, language: str, model_file: str) -> None:
-    """Make the outline model ``model_file`` answer saved policy ``path``'s
-    compiles of ``language``: copied into the directory, named in its
-    metadata (atomically)."""
-    from mlgo_host.fsutil import atomic_write_bytes, atomic_write_json
-    from mlgo_host.policies.outline import OutlineModel
-
+    """Copy outline model ``model_file`` into ``path`` to answer its compiles of ``language``."""
     if language not in LANGUAGES:
         raise ConfigError(f"language {language!r}: expected one of {', '.join(LANGUAGES)}")
     OutlineModel.load(model_file)  # a bad model fails here, not at its first compile
@@ -177,18 +136,13 @@ def set_language_part(path: str, language: str, model_file: str) -> None:
 
 
 def copy_without_saved_model(src: str, dest: str) -> None:
-    """Copy saved policy ``src`` to ``dest`` (which must not exist) without
-    its SavedModel, which only TensorFlow reads: numpy readers (workers,
-    tune, the shipped policy) need none."""
+    """Copy saved policy ``src`` to a new ``dest`` without its SavedModel (only TensorFlow reads it)."""
     shutil.copytree(src, dest, ignore=shutil.ignore_patterns(SAVED_MODEL_DIR))
     say_no_saved_model(dest)
 
 
 def say_no_saved_model(path: str) -> None:
-    """Write in the metadata of ``path``, a copy of a saved policy made
-    without its SavedModel, that it has none: every file it names is there."""
-    from mlgo_host.fsutil import atomic_write_json
-
+    """Record in the metadata of ``path``, a copy without SavedModel, that it has none."""
     md = read_metadata(path)
     if md.get("saved_model") is not None:
         md["saved_model"] = None
@@ -196,22 +150,10 @@ def say_no_saved_model(path: str) -> None:
 
 
 def set_gate(path: str, threshold: float | None, **info) -> None:
-    """Write the gate (chosen on a validation split) into a saved policy's
-    metadata, atomically; None removes it."""
-    from mlgo_host.fsutil import atomic_write_json
-
+    """Write the gate (chosen on a validation split) into a saved policy's metadata; None removes it."""
     md = read_metadata(path)
     if threshold is None:
         md.pop("gate", None)
     else:
         md["gate"] = {"threshold": float(threshold), **info}
     atomic_write_json(os.path.join(path, METADATA), md)
-
-
-def compiler_version(compiler: str = "clang-19") -> str | None:
-    """First line of ``compiler --version`` (for the metadata), or None."""
-    try:
-        out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.splitlines()[0].strip() if out.strip() else None

@@ -1,49 +1,12 @@
-"""Observation and action specs of a learned policy, derived from the advisor
-and the compiler's header (never from a hard-coded feature list).
+"""Observation and action specs of a learned policy, derived from the compiler's header (never
+from a hard-coded feature list): every feature with its role (``input``, ``mask``: eviction's
+column mask, or ``discard`` with the reason).
 
-A :class:`PolicySpec` lists every observation feature the compiler sent when
-the policy was created, each with a *role*:
-
-* ``input`` — normalized with the vocab and fed to the network;
-* ``mask`` — eviction only: the ``mask`` tensor, used to rule out columns
-  (logits of ``mask == 0`` columns are set to -inf), not an input;
-* ``discard`` — not used; the reason is kept in ``discarded``.  Discarded:
-  ``inlining_default`` (the answer itself, as in ml-compiler-opt), the slot
-  where the compiler puts its default decision (clang-19's include-default
-  bug writes it into ``callee_basic_block_count``; see docs/channel.md), features
-  without a vocab, tensors of a shape the network does not handle.
-
-Binding to a session header later (:meth:`PolicySpec.check_header`) looks the
-used features up *by name*: features the policy does not know are ignored, so
-a newer clang with more features works unchanged; a used feature that is
-missing or changed type or shape is a :class:`ConfigError`.
-
-A name does not fix a feature's *meaning*: clang-19 sends the inliner's
-default decision in ``callee_basic_block_count``, clang-21+ the real block
-count, and the decision in ``inlining_default``
-(:mod:`mlgo_host.channel.default_slot`).  An inliner spec records the slot
-that carried the default when it was made (``default_slot``), hence the
-meaning of each such feature (:meth:`PolicySpec.feature_meanings`).  Served
-by a compiler of the other kind, the inputs are bound by meaning
-(:meth:`PolicySpec.bind_inputs`): an input is read from the feature that
-carries, on that compiler, what it meant when the spec was made, so a
-clang-19 policy reading the default decision gets it from clang-22's
-``inlining_default``.  An input whose meaning that compiler sends nowhere
-(clang-22's real block count, on clang-19) is ``lost``: the policy layer
-refuses it unless the user allows it (``MLGO_ALLOW_CHANGED_INPUTS``).
-
-What each advisor's policy acts on and discards is its problem's
-(:mod:`mlgo_host.channel.problems`).  Actions:
-
-* ``inline`` — 2 actions (advice ``inlining_decision`` int64, 0/1), the
-  network is tf-agents' ``ActorDistributionNetwork`` (one input vector).
-* ``regalloc-evict`` — a masked choice over the header's width W, read from
-  the ``mask`` feature's shape ``[1, W]`` (column W-1 is the live range being
-  allocated, "evict nothing").  Per-candidate features ``[1, W]`` give one
-  row per column, scalar features (``progress``) are broadcast to every
-  column, and one network scores each column.
-* ``regalloc-priority`` (a continuous advice) is not supported by learned
-  policies: :func:`PolicySpec.from_header` raises :class:`ConfigError`.
+Used features are looked up *by name* in a later header, so a clang with more features works
+unchanged.  A name does not fix a feature's *meaning* (the inliner's default-decision slot depends
+on the compiler, :mod:`mlgo_host.channel.default_slot`): an inliner spec records the slot of the
+compiler it was made with, and served by the other kind its inputs are bound by meaning
+(:meth:`PolicySpec.bind_inputs`); an input no feature carries there is ``lost``.
 """
 
 from __future__ import annotations
@@ -61,14 +24,14 @@ from mlgo_host.errors import ConfigError
 
 INPUT, MASK, DISCARD = "input", "mask", "discard"
 
-#: set to 1 (``--allow-changed-inputs``) to serve a policy whose input means
-#: something no feature of the serving compiler carries, from the input's own slot
+#: set to 1 (``--allow-changed-inputs``) to serve a policy with lost inputs from their own slots
 ALLOW_CHANGED_INPUTS = "MLGO_ALLOW_CHANGED_INPUTS"
 
 
 def changed_inputs_allowed() -> bool:
-    """Whether the user asked to serve policies with inputs the compiler cannot supply."""
     return os.environ.get(ALLOW_CHANGED_INPUTS, "") not in ("", "0")
+
+
 MASK_FEATURE = "mask"
 
 
@@ -95,8 +58,7 @@ class FeatureSpec:
 
     @property
     def tf_shape(self) -> tuple[int, ...]:
-        """Shape without the leading 1s (``[1]`` -> ``()``, ``[1, W]`` -> ``(W,)``),
-        as ml-compiler-opt's signature specs."""
+        """Shape without the leading 1s (``[1, W]`` -> ``(W,)``), as ml-compiler-opt's signature specs."""
         s = list(self.shape)
         while s and s[0] == 1:
             s.pop(0)
@@ -136,30 +98,24 @@ class ActionSpec:
 
 @dataclasses.dataclass(frozen=True)
 class InputBinding:
-    """A spec's inputs bound by meaning to one compiler's features
-    (:meth:`PolicySpec.bind_inputs`).  ``sources``: input -> the feature
-    that feeds it, where that is not the input's own name; ``lost``:
-    ``(input, meaning when trained, what its own slot carries here)`` for
-    inputs whose meaning the compiler sends in no feature (they can only be
-    fed from their own slot, i.e. from something the policy never saw)."""
+    """A spec's inputs bound by meaning to one compiler's features.  ``sources``: input -> the feature
+    feeding it, where not its own name; ``lost``: ``(input, meaning when trained, meaning here)``
+    for inputs whose meaning no feature carries."""
 
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
     lost: tuple[tuple[str, str, str], ...] = ()
 
     def source(self, name: str) -> str:
-        """The compiler feature that feeds input ``name``."""
         return self.sources.get(name, name)
 
     def view(self, features: Any) -> Any:
-        """``features`` (records or name -> array, as the compiler named
-        them) as the policy names its inputs; the identity when no input
-        moved."""
+        """``features`` as the compiler named them, viewed under the policy's input names."""
         if not self.sources:
             return features
         return _Renamed(features, self.sources)
 
 
-#: no renaming (the spec is served by the kind of compiler it was made with)
+#: no renaming (served by the kind of compiler the spec was made with)
 SAME_NAMES = InputBinding()
 
 
@@ -190,18 +146,14 @@ class PolicySpec:
     #: the spec was made (None: not recorded; see :meth:`trained_slot`)
     default_slot: str | None = None
 
-    # -- views -----------------------------------------------------------
     @property
     def inputs(self) -> tuple[FeatureSpec, ...]:
-        """Input features in network order: sorted by name (the order
-        ``tf.nest.flatten`` gives the observation dict)."""
+        """Input features in network order: by name (as ``tf.nest.flatten`` orders the observation)."""
         return tuple(sorted((f for f in self.features if f.role == INPUT), key=lambda f: f.name))
 
     @property
     def default_input(self) -> str | None:
-        """Inliner: the include-default slot when the policy reads the
-        compiler's default decision as an input (search-then-imitate policies
-        do; PPO's and BC's discard it), else None."""
+        """The default-decision slot when the policy takes it as an input (imitating policies do), else None."""
         f = self.feature(self.default_slot) if self.default_slot else None
         return f.name if f is not None and f.role == INPUT else None
 
@@ -211,27 +163,18 @@ class PolicySpec:
 
     @property
     def mask(self) -> FeatureSpec | None:
-        for f in self.features:
-            if f.role == MASK:
-                return f
-        return None
+        return next((f for f in self.features if f.role == MASK), None)
 
     def feature(self, name: str) -> FeatureSpec | None:
-        for f in self.features:
-            if f.name == name:
-                return f
-        return None
+        return next((f for f in self.features if f.name == name), None)
 
     @property
     def num_actions(self) -> int:
         return self.action.num_actions
 
-    # -- meaning of compiler-dependent features ----------------------------
     def trained_slot(self) -> str | None:
-        """The default-decision slot of the compiler the spec was made with;
-        for specs saved before it was recorded, inferred from the roles (a
-        discarded include-default slot: clang-19; a used block count: a
-        fixed compiler).  None for regalloc or when nothing tells."""
+        """The default-decision slot of the compiler the spec was made with, else inferred from the
+        roles for specs that do not record it; None for regalloc or when nothing tells."""
         if not PROBLEMS[self.advisor].detects_default_slot:
             return None
         if self.default_slot:
@@ -243,27 +186,22 @@ class PolicySpec:
         return None
 
     def feature_meanings(self) -> dict[str, str]:
-        """Compiler-dependent feature -> what it carried when the spec was
-        made (``{}`` when unknown or not an inliner spec)."""
+        """Compiler-dependent feature -> what it carried when the spec was made (``{}``: unknown)."""
         slot = self.trained_slot()
         return feature_meanings(slot) if slot else {}
 
     def meaning_changes(self, compiler_slot: str | None) -> list[tuple[str, str, str]]:
-        """``(feature, meaning when trained, meaning on this compiler)`` for
-        every used feature whose meaning differs on a compiler whose default
-        decision is in ``compiler_slot``."""
+        """``(input, meaning when trained, meaning here)`` for each input whose meaning differs on a
+        compiler with the default decision in ``compiler_slot``."""
         if not PROBLEMS[self.advisor].detects_default_slot or not compiler_slot:
             return []
         was, now = self.feature_meanings(), feature_meanings(compiler_slot)
         return [(n, was[n], now[n]) for n in self.input_names if n in was and n in now and was[n] != now[n]]
 
     def bind_inputs(self, compiler_slot: str | None) -> "InputBinding":
-        """Where each input is read on a compiler whose default decision is
-        in ``compiler_slot``: from the feature that carries there what the
-        input meant when the spec was made (clang-19's
-        ``callee_basic_block_count`` "default decision" is clang-22's
-        ``inlining_default``).  Inputs whose meaning no feature carries there
-        are listed in :attr:`InputBinding.lost`."""
+        """Each input read, on a compiler with the default decision in ``compiler_slot``, from the feature
+        carrying what it meant when the spec was made (clang-19's ``callee_basic_block_count`` is
+        clang-22's ``inlining_default``)."""
         carrier = {m: n for n, m in feature_meanings(compiler_slot).items()} if compiler_slot else {}
         sources: dict[str, str] = {}
         lost: list[tuple[str, str, str]] = []
@@ -274,7 +212,6 @@ class PolicySpec:
                 lost.append((name, was, now))
         return InputBinding(sources, tuple(lost))
 
-    # -- construction ----------------------------------------------------
     @classmethod
     def from_header(
         cls,
@@ -286,14 +223,9 @@ class PolicySpec:
         default_slot: str | None = None,
         keep_default: bool = False,
     ) -> "PolicySpec":
-        """Build the spec from a session header or a training-log header.
-
-        ``advisor`` is an advisor name or object (its ``default_slot``, for the
-        inliner, is discarded; ``default_slot`` overrides it).  ``vocab_names``:
-        features with a vocab (others are discarded); ``discard``: more
-        features to leave out.  ``keep_default``: the inliner's default
-        slot stays an input (``default_input``) instead of being discarded.
-        """
+        """The spec of a session or training-log header.  The inliner's default slot (``default_slot``,
+        else the advisor's) is discarded unless ``keep_default``; so are features without a vocab
+        when ``vocab_names`` is given, and ``discard``."""
         problem = get_problem(advisor)
         name = problem.name
         if not problem.learnable:
@@ -305,9 +237,7 @@ class PolicySpec:
         adv_spec = header.advice or header.feature(advice_name)
         if adv_spec is None or adv_spec.name != advice_name:
             raise ConfigError(f"{name}: the header has no advice {advice_name!r}")
-        drop: dict[str, str] = {}
-        for f in problem.discard:
-            drop[f] = "the compiler's own decision"
+        drop = dict.fromkeys(problem.discard, "the compiler's own decision")
         slotted = problem.detects_default_slot and default_slot
         keep = default_slot if (keep_default and slotted) else None
         if keep:
@@ -353,11 +283,9 @@ class PolicySpec:
             raise ConfigError(f"{name}: no usable input feature in the header (discarded: {sorted(reasons)})")
         return spec
 
-    # -- binding ---------------------------------------------------------
     def check_header(self, header: Header, binding: InputBinding = SAME_NAMES) -> None:
-        """Raise :class:`ConfigError` unless every used feature is in the
-        header (under the name ``binding`` reads it from) with the same type
-        and shape.  Extra features are fine."""
+        """ConfigError unless every used feature is in the header (under the name ``binding`` reads it
+        from) with the same type and shape."""
         problems = []
         for f in self.features:
             if f.role == DISCARD:
@@ -374,7 +302,6 @@ class PolicySpec:
         if problems:
             raise ConfigError(f"{self.advisor} policy does not fit this compiler's features: " + "; ".join(problems))
 
-    # -- JSON ------------------------------------------------------------
     def to_json(self) -> dict:
         return {
             "advisor": self.advisor,

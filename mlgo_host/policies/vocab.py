@@ -1,30 +1,10 @@
-"""Per-feature quantile vocabularies and the feature normalization (numpy).
+"""Per-feature quantile vocabularies and the numpy reference of the feature normalization
+(:mod:`mlgo_host.learning.preprocessing` is the TF one).
 
-Vocabulary layout (as ml-compiler-opt's ``generate_vocab``): a directory with
-one text file ``<feature>.buckets`` per feature, one boundary per line
-(a Python float), the ``num_buckets`` quantiles of the feature's observed
-values at ``linspace(0, 1, num_buckets)``: the first line is the minimum, the
-last the maximum, duplicates are kept (a feature with few distinct values has
-many equal boundaries).  Non-finite values are left out of the quantiles
-(they still normalize: ``+inf`` and NaN fall in the last bucket).
-
-Normalization of one value ``v`` of a feature with boundaries ``b``
-(``n = len(b)``), the same as ml-compiler-opt's ``feature_ops.get_normalize_fn``
-with ``tf.raw_ops.Bucketize``:
-
-* ``x = bucket(v) / n`` where ``bucket(v)`` is the number of boundaries
-  ``<= float32(v)``, compared in float32 (``Bucketize`` keeps its boundaries
-  as float32; values are cast to float32 first);
-* outputs, in this order: ``x``, then ``x*x`` (``with_square``),
-  ``sqrt(x)`` (``with_sqrt``), ``(float32(v) - mean(b)) / (std(b) + eps)``
-  (``with_z_score``; 0 where that is not finite, e.g. an infinite
-  ``use_def_density``, and 0 for a feature whose boundaries are all equal),
-  all float32.
-
-This module is the numpy reference; :mod:`mlgo_host.learning.preprocessing` is
-the same function in TensorFlow (tests check they are equal), and
-:mod:`mlgo_host.policies.actor` compiles it into lookup tables for the
-per-decision fast path.  No TensorFlow here.
+A vocab directory (as ml-compiler-opt's ``generate_vocab``) has one ``<feature>.buckets`` file of
+boundaries, one a line: the quantiles of the finite observed values, duplicates kept.  A value
+``v`` normalizes (in float32, as ``tf.raw_ops.Bucketize``) to ``x = #(b <= v) / len(b)``, then
+``x*x``, ``sqrt(x)``, the z-score against the boundaries (0 where not finite or std is 0), as enabled.
 """
 
 from __future__ import annotations
@@ -49,8 +29,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 @dataclasses.dataclass(frozen=True)
 class NormConfig:
-    """Which normalized outputs each feature value gets (ml-compiler-opt's
-    ``get_observation_processing_layer_creator`` options)."""
+    """Which normalized outputs each feature value gets (as ml-compiler-opt's options)."""
 
     with_square: bool = True
     with_sqrt: bool = False
@@ -59,7 +38,6 @@ class NormConfig:
 
     @property
     def width(self) -> int:
-        """Number of float32 outputs per feature element."""
         return 1 + int(self.with_square) + int(self.with_sqrt) + int(self.with_z_score)
 
     def to_json(self) -> dict:
@@ -87,7 +65,7 @@ class FeatureVocab:
         if np.any(np.diff(raw) < 0):
             raise ConfigError(f"vocab {name!r}: boundaries are not sorted")
         self.name = name
-        #: float64 values as written in the file (mean/std are computed on these)
+        #: float64 values as written in the file (mean and std use these)
         self.raw = raw
         #: the float32 boundaries Bucketize compares against
         self.boundaries = raw.astype(np.float32)
@@ -109,23 +87,16 @@ class FeatureVocab:
     def normalize(self, values, cfg: NormConfig) -> np.ndarray:
         """float32 array of shape ``values.shape + (cfg.width,)``."""
         v = np.asarray(values)
-        x = self.bucket(v).astype(np.float32) / np.float32(self.n)
-        outs = [x]
-        if cfg.with_square:
-            outs.append(x * x)
-        if cfg.with_sqrt:
-            outs.append(np.sqrt(x))
+        out = self.values_table(cfg)[self.bucket(v)]
         if cfg.with_z_score:
-            y = v.astype(np.float32)
             with np.errstate(invalid="ignore", over="ignore"):
-                z = (y - self.mean32) / self.scale32
+                z = (v.astype(np.float32) - self.mean32) / self.scale32
             ok = np.isfinite(z) if self.z_enabled else np.zeros(z.shape, bool)
-            outs.append(np.where(ok, z, np.float32(0.0)))
-        return np.stack(outs, axis=-1).astype(np.float32, copy=False)
+            out = np.concatenate([out, np.where(ok, z, np.float32(0.0))[..., None]], axis=-1)
+        return out.astype(np.float32, copy=False)
 
     def values_table(self, cfg: NormConfig) -> np.ndarray:
-        """Normalized outputs for every bucket 0..n (z-score excluded: it
-        depends on the value, not the bucket): shape (n + 1, width_without_z)."""
+        """Normalized outputs of every bucket 0..n, z-score excluded: shape (n + 1, width without z)."""
         x = np.arange(self.n + 1, dtype=np.float32) / np.float32(self.n)
         outs = [x]
         if cfg.with_square:
@@ -136,7 +107,6 @@ class FeatureVocab:
 
 
 def _read_boundaries(path: str) -> list[float]:
-    """The numbers of a ``.buckets`` file, one a line (blank lines skipped)."""
     vals = []
     try:
         with open(path, encoding="utf-8") as f:
@@ -156,8 +126,7 @@ def _read_boundaries(path: str) -> list[float]:
 
 
 class Vocab:
-    """A feature name -> :class:`FeatureVocab` mapping, loaded from or saved
-    to a vocab directory."""
+    """Feature name -> :class:`FeatureVocab`, loaded from or saved to a vocab directory."""
 
     def __init__(self, features: Mapping[str, FeatureVocab] | None = None):
         self.features: dict[str, FeatureVocab] = dict(features or {})
@@ -174,7 +143,6 @@ class Vocab:
     def names(self) -> list[str]:
         return sorted(self.features)
 
-    # -- files -----------------------------------------------------------
     @classmethod
     def load(cls, directory: str, names: Iterable[str] | None = None, eps: float = 1e-8) -> "Vocab":
         """Read ``<feature>.buckets`` files (all, or only ``names``)."""
@@ -199,8 +167,7 @@ class Vocab:
         return cls(feats)
 
     def save(self, directory: str) -> None:
-        """Write the vocab directory atomically (built aside, then renamed
-        into place; an existing directory is replaced)."""
+        """Write the vocab directory atomically (built aside, replacing an existing one)."""
         parent = os.path.dirname(os.path.abspath(directory))
         os.makedirs(parent, exist_ok=True)
         tmp = tempfile.mkdtemp(prefix="." + os.path.basename(os.path.abspath(directory)) + ".", dir=parent)
@@ -232,12 +199,8 @@ def quantile_boundaries(values: np.ndarray, num_buckets: int = DEFAULT_NUM_BUCKE
 
 
 class VocabBuilder:
-    """Accumulates feature values (optionally a seeded random sample of the
-    observations) and computes the quantile vocab.
-
-    ``add(records)`` takes a structured array of observations (fields =
-    features); each tensor is flattened, so an eviction feature ``[1, W]``
-    contributes its W values per observation."""
+    """Accumulates the flattened feature values of structured observation arrays (optionally of a
+    seeded sample of them) and computes the quantile vocab."""
 
     def __init__(self, sampling_fraction: float = 1.0, seed: int = 0, exclude: Iterable[str] = ()):
         if not 0.0 < sampling_fraction <= 1.0:
@@ -273,10 +236,8 @@ class VocabBuilder:
 
 
 def int_thresholds(boundaries_f32: np.ndarray) -> np.ndarray:
-    """For integer inputs: the smallest int64 ``t`` with ``float32(t) >= b``
-    for each float32 boundary ``b``, so ``bucket(v) == #(t <= v)`` exactly,
-    without converting ``v``.  Boundaries beyond +/- 2**62 map to +/- 2**62
-    (values are clipped to that range by the fast path)."""
+    """For integer inputs: the smallest int64 ``t`` with ``float32(t) >= b`` per boundary ``b``, so
+    ``bucket(v) == #(t <= v)`` without converting ``v``; clamped to +/- 2**62 (as the fast path clips)."""
     b = np.asarray(boundaries_f32, dtype=np.float32).astype(np.float64)
     lim = float(2**62)
     # |b| <= 2**24: every integer up to there is a float32, so t = ceil(b)
@@ -285,8 +246,7 @@ def int_thresholds(boundaries_f32: np.ndarray) -> np.ndarray:
     out[b > lim] = 2**62
     for i in np.flatnonzero((np.abs(b) > 2**24) & (np.abs(b) <= lim)):
         x = b[i]
-        # float32(ceil(x)) >= x holds (rounding is monotone and x is a
-        # float32); smaller integers may round up to x as well: search.
+        # float32(ceil(x)) >= x holds; smaller integers may round up to x as well: search
         hi = int(math.ceil(x))
         lo = hi - (1 << 40)
         while lo < hi:
@@ -308,8 +268,7 @@ def build_vocab_from_features(
     seed: int = 0,
     exclude: Iterable[str] = (),
 ) -> Vocab:
-    """The vocab of a structured array of observations (fields = features);
-    written to ``output_dir`` (atomically) when given."""
+    """The vocab of a structured array of observations, written to ``output_dir`` when given."""
     b = VocabBuilder(sampling_fraction=sampling_fraction, seed=seed, exclude=exclude)
     b.add(records)
     vocab = b.build(num_buckets)

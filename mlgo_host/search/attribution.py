@@ -1,20 +1,6 @@
-"""Reading one compile of a batch into each flip's gain, and the checks
-that tell a batch cannot be read so (it is then split: :mod:`.measure`).
-
-The flips of a batch have disjoint footprints (:mod:`.scheduling`); each
-gets the change of its own functions from the reference.  The attribution
-is checked, never assumed (:meth:`Attribution.read`): every function that
-changed must lie in exactly one flip's footprint, the bytes no function
-owns must not move, and the sites the compiler reports inlined must be the
-set's, flip for flip.  Against a compiled reference two exceptions are
-read, not guessed: a function that appeared or went outside every footprint
-(a template instance a new call brought, ``__clang_call_terminate`` when
-its last user went) and a piece of the bytes no function owns that appeared
-or went (a string, a constant) belong to the flip whose functions alone
-refer to them in the object that has them (:attr:`ObjectSizes.referrers`,
-:attr:`ObjectSizes.shared`).  The object's total may differ from the sum of
-the flips' gains by .eh_frame's last-FDE padding
-(:data:`EH_FRAME_PADDING`), which follows the total, not any one flip.
+"""Reading one compile of a batch into each flip's gain (its own functions'
+change: footprints are disjoint), checked, never assumed; a failed reading
+splits the batch (:mod:`.batches`).
 """
 
 from __future__ import annotations
@@ -26,9 +12,8 @@ from mlgo_host.search.replay import Measured
 from mlgo_host.search.sites import Site, site_of_key
 from mlgo_host.search.state import Candidate, Outcome, SearchState, released
 
-#: The assembler pads .eh_frame's last FDE to a multiple of 8 bytes: a flip
-#: that changes the parity of the FDEs' total moves these 4 bytes, whichever
-#: flip of a batch did it (objsizes counts them in ``other``).
+#: The assembler pads .eh_frame's last FDE to a multiple of 8 bytes: these 4 bytes follow
+#: the batch's total, not any one flip (objsizes counts them in ``other``).
 EH_FRAME_PADDING = 4
 
 #: failures a compiled reference may read (:func:`made_or_dropped`, :func:`pieces_moved`), a derived one not
@@ -42,8 +27,9 @@ class Attribution:
         self.state = state
 
     def read(self, batch: Sequence[Candidate], m: Measured) -> tuple[list[Outcome] | None, str]:
-        """Each flip's change from its own functions, or None when the batch
-        cannot be read that way (see the module docstring), and why."""
+        """Each flip's change from its own functions, or None and why: every
+        changed function must lie in one footprint, unowned bytes must not
+        move, and the inlined sites must be the set's, flip for flip."""
         base = self.state.base.sizes
         traced = base.shared is not None and m.sizes.shared is not None  # (both compiled: pieces and referrers)
         if not traced and not only_padding_moved(base, m.sizes):
@@ -88,10 +74,7 @@ class Attribution:
 
 
 def only_padding_moved(base, now, explained: dict[str, int] | None = None) -> bool:
-    """True when the bytes no function owns are the same but for
-    .eh_frame's last-FDE padding (flips' own changes are exact; the padding
-    follows their total, so it is nobody's) and the bytes ``explained``
-    (section -> bytes of pieces traced to a flip, :func:`pieces_moved`)."""
+    """Unowned bytes unchanged but for .eh_frame's padding and ``explained`` (section -> bytes)."""
     explained = explained or {}
     if not explained and now.other == base.other:
         return True
@@ -105,11 +88,8 @@ def only_padding_moved(base, now, explained: dict[str, int] | None = None) -> bo
 
 def made_or_dropped(outside: dict[str, int], base: ObjectSizes, now: ObjectSizes,
                     owner: dict[str, Candidate]) -> dict[str, Candidate] | None:
-    """The flip that made or dropped each function that changed outside
-    every footprint (None when one cannot be told): a function that
-    appeared (or went) whose every referrer in the object that has it lies
-    in one flip's footprint, or is such a function itself (a template
-    instance a new call brought, and what it calls)."""
+    """The flip that made or dropped each function changed outside every footprint: the one whose
+    footprint (or made functions) holds all its referrers; None when one cannot be told."""
     if any(f in base.functions and f in now.functions for f in outside):
         return None  # (a function that changed size: the compiler's interprocedural work, nobody's)
     made: dict[str, Candidate] = {}
@@ -129,9 +109,7 @@ def made_or_dropped(outside: dict[str, int], base: ObjectSizes, now: ObjectSizes
 
 def pieces_moved(base: ObjectSizes, now: ObjectSizes, owner: dict[str, Candidate]
                  ) -> list[tuple[tuple[str, int], Candidate]] | None:
-    """The pieces of ``other`` (strings, constants) that appeared or went,
-    each with the flip whose functions alone refer to it, and ``other``
-    moved by nothing else but .eh_frame's padding (else None)."""
+    """Each piece of ``other`` that appeared or went, with the flip whose functions alone refer to it."""
     out = []
     explained: dict[str, int] = {}
     for key in set(base.shared) | set(now.shared):
@@ -148,12 +126,10 @@ def pieces_moved(base: ObjectSizes, now: ObjectSizes, owner: dict[str, Candidate
 
 
 def adds_or_removes(c: Candidate, base: ObjectSizes, now: ObjectSizes) -> bool:
-    """Did a function of the flip's footprint appear or disappear?"""
     return any((f in base.functions) != (f in now.functions) for f in c.footprint)
 
 
 def applied(c: Candidate, m: Measured) -> bool:
-    """Did the compiler do what the flip asked?"""
     return all((s.key in m.inlined) == c.inline for s in c.sites)
 
 

@@ -1,15 +1,7 @@
 """Measuring one batch: its compile, read by :mod:`.attribution` (flips in
-place) and :mod:`.copies` (flips in copies), and what a reading that fails
-does.
-
-A batch that cannot be read is split: the flips that added or removed a
-function (the usual owners of a moved constant) apart from the rest, else
-in halves, each measured again; a single flip needs no attribution (its
-gain is the object's).  A failure that may be the reference's (a derived
-one, or the probe's plain compile standing in for the start) compiles the
-reference first and measures again.  When the flips measured in place
-beside copies fail, the copies are measured again without them; when the
-copies cannot be read, their flips go back to be measured in place.
+place) and :mod:`.copies` (flips in copies), and what a failed reading does:
+split the batch, or compile the reference first when the failure may be the
+reference's.
 """
 
 from __future__ import annotations
@@ -30,13 +22,8 @@ class Measurer:
         self.reference = reference
 
     def measure(self, batch: list[Candidate]) -> list[Outcome]:
-        """Each flip of ``batch``'s change from the reference: one compile
-        when the attribution holds; when it does not, the flips that added or
-        removed a function (the usual owners of a moved constant) apart from
-        the rest, else halves, each measured again.  A single flip's change
-        is its functions' when that reads cleanly, else the object's.  A
-        failure that may come from a reference not compiled yet compiles it
-        first (:meth:`~.reference.Reference.accept`)."""
+        """Each flip's change from the reference, the batch split while it cannot be read (the
+        flips that added or removed a function, the usual owners of a moved constant, apart)."""
         st = self.state
         if not batch or not st.left():
             return []
@@ -69,11 +56,7 @@ class Measurer:
         return out
 
     def _in_copies(self, batch: list[Candidate]) -> list[Outcome]:
-        """One compile: the batch's ordinary flips as :meth:`measure` does,
-        and each flip packed into a copy in its own copy of its function
-        (:meth:`.Copies.measure`).  When the copies cannot be read, the
-        ordinary flips are measured alone and the others are returned
-        unmeasured (the search measures them without copies)."""
+        """:meth:`measure` with copies; flips whose copies cannot be read are left unmeasured."""
         st = self.state
         normal = [c for c in batch if c.in_copy is None]
         backs = [c for c in batch if c.in_copy is not None and self.copies.brought_back(c)]
@@ -84,9 +67,7 @@ class Measurer:
             # (a derived reference has no pieces or referrers to read what moved by; measure() compiles it too)
             untraced = why in TRACED and (not st.compiled or (backs and st.base.sizes.shared is None))
             if out is None and (st.unverified or untraced):
-                # perhaps the derived reference, or one with no pieces to read a body brought back by: compile it,
-                # then again (else a failure that was the derived reference's costs the function its copies for
-                # good: leveldb's env_test measured 3 of its 265 flips in copies, 45 of 274 with this)
+                # perhaps the derived reference's failure: compile it, then again (else the function loses its copies)
                 self.reference.compile()
                 return self._in_copies(batch)
         if out is None and normal and why != "the compile failed" and not why.startswith("copies"):
@@ -95,8 +76,7 @@ class Measurer:
             copied = [c for c in batch if c.in_copy is not None]
             return self._in_copies(copied) + self.measure(normal)
         if out is None and backs and why != "the compile failed":
-            # (perhaps a body they brought back moved what the originals are read by: they go in place from then
-            # on, the rest again)
+            # (a body they brought back may have moved what the originals are read by: they go in place)
             st.note_split(why if why.startswith("copies") else "copies: " + why)
             self.copies.not_in_copies |= {c.key for c in backs}
             rest = [c for c in batch if c not in backs]

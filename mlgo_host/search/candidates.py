@@ -1,33 +1,6 @@
-"""Which flips a batched search tries, and in what order.
-
-A flip inlines a site the set leaves out, or leaves out one it inlines; its
-*footprint* is the functions it may change (where its caller's code ends
-up, by the current set's inline tree, and the callee it may delete or
-bring back), formed again when winners changed the set since
-(:meth:`Candidates.fresh`).  What this module proposes:
-
-* *single* flips of every probe decision, ordered by the prior
-  (:func:`~mlgo_host.search.flips.flip_scores`: the measured winner
-  patterns, or a fitted flip-gain model, led by a trained policy's
-  probability when there is one; :meth:`Candidates.promise` sums what is
-  left of it);
-* *exposed* sites: the calls a winning ``inline`` flip brought into its
-  caller;
-* *groups*, once every single flip was measured: every not-inlined site of
-  one callee flipped together (:data:`MAX_GROUP` at most; the callee goes
-  only once its last call is inlined), and per function and callee its calls
-  there inlined together (*caller groups*);
-* *outline groups*, the mirror: every inlined call of a callee left out
-  together (one body and k calls against k inlined copies), the ones of every
-  callee inlined at two or more sites first (:meth:`Candidates.early_outlines`),
-  a losing one trimmed to the callers it made smaller
-  (:meth:`Candidates.trimmed`), each call of a winning one inlined again alone;
-* *answered* flips: a lost flip with the functions that call the function it
-  is written in left to the compiler's own heuristic, whose answer becomes
-  the set (:meth:`Candidates.answered`);
-* *again* (a sweep of every single flip from the current best), *undo* (a
-  winner whose compiled set came out larger) and the flips a stored search
-  left pending (:meth:`Candidates.stored`).
+"""Which flips a batched search tries, and in what order.  A flip's *footprint*
+is the functions it may change: where its callers' code ends up under the
+current set, and a callee it may delete or bring back.
 """
 
 from __future__ import annotations
@@ -54,9 +27,9 @@ class Candidates:
     def __init__(self, state: SearchState, model: FlipGainModel | None = None, prior=None):
         self.state = state
         self.model = model
-        #: a trained policy's P(inline) over feature records (the shipped one), or None: the prior's lead
+        #: a trained policy's P(inline) over feature records, or None
         self.prior = prior
-        #: site key -> the prior's probability that its flip pays (with a prior): where, and how much, to search
+        #: site key -> the prior's probability that its flip pays
         self.flip_p: dict[str, float] = self._flip_probabilities(state.first)
 
     def _flip_probabilities(self, ds: Sequence[Decision]) -> dict[str, float]:
@@ -67,21 +40,16 @@ class Candidates:
         return {d.site.key: float(1.0 - p if d.inlined else p) for d, p in zip(ds, p1)}
 
     def promise(self) -> float | None:
-        """The flips that may still pay, as the prior expects them: the sum
-        of its probabilities over the flips not measured yet (None without
-        a prior).  ``tune`` shares its compiles by it."""
+        """The prior's expected winners not measured yet (``tune`` shares its compiles by it)."""
         if self.prior is None:
             return None
         st = self.state
         return float(sum(p for k, p in self.flip_p.items() if k not in st.tried and k not in st.broken))
 
-    # -- footprints -------------------------------------------------------------
     def footprint(self, sites: Sequence[Site], final: dict[str, frozenset[str]], inline: bool = True
                   ) -> frozenset[str]:
-        """The functions flipping ``sites`` (all to ``inline``) may change:
-        where their callers' code ends up, and the callee when the flip may
-        delete it (an inlined call of a callee with no other call left out)
-        or bring it back (an un-inlined call of a callee that is gone)."""
+        """Where the callers' code ends up, and the callee when the flip may
+        delete it (no other call left out) or bring it back (its body is gone)."""
         fp: set[str] = set()
         flipped = {x.key for x in sites}
         for s in sites:
@@ -93,25 +61,18 @@ class Candidates:
         return frozenset(fp)
 
     def candidate(self, sites: tuple[Site, ...], inline: bool, final, **kw) -> Candidate:
-        """A flip of ``sites`` to ``inline``, its footprint formed against the
-        current set (``final``: :meth:`SearchState.final`)."""
+        """A flip, its footprint formed against the current set (``final``: :meth:`SearchState.final`)."""
         reads = frozenset(s.callee for s in sites) if inline else frozenset()
         return Candidate(sites, inline, self.footprint(sites, final, inline), reads=reads,
                          formed=self.state.version, **kw)
 
     def fresh(self, c: Candidate) -> Candidate:
-        """``c`` with its footprint formed against the current set, when
-        winners changed the set since it was formed: a flip retried after a
-        winner left a helper out of one of two hubs lands in the other one
-        alone now (and may go in a copy of it); one whose caller a winner
-        inlined somewhere lands there too (else its attribution fails and
-        the batch is split).  An answered flip keeps its own."""
+        """``c`` with its footprint formed again if winners changed the set since (not an answered flip)."""
         if c.formed == self.state.version or c.release:
             return c
         return dataclasses.replace(c, footprint=self.footprint(c.sites, self.state.final(), c.inline),
                                    formed=self.state.version)
 
-    # -- single flips -----------------------------------------------------------
     def singles(self) -> list[Candidate]:
         """Every flip of a probe decision with a working key, best prior first."""
         final = self.state.final()
@@ -132,8 +93,7 @@ class Candidates:
         return flip_scores(feats, acts, model=self.model, prior_flip_p=p)
 
     def again(self) -> list[Candidate]:
-        """Every probe decision's site flipped again from the current best
-        (a sweep: see :meth:`~.scheduling.Scheduler.resweep`)."""
+        """A sweep: every probe decision flipped again from the current best."""
         final = self.state.final()
         return [self.candidate(c.sites, c.sites[0].key not in self.state.inline, final, score=c.score,
                                index=c.index, kind="again") for c in self.singles()]
@@ -158,8 +118,7 @@ class Candidates:
         return [self.candidate(c.sites, not c.inline, final, kind="undo") for c in flips if self.state.in_set(c)]
 
     def stored(self, stored: Iterable[dict]) -> list[Candidate]:
-        """The flips an earlier search queued and did not measure (see
-        :func:`~.result.result_of`), their footprints from the reference."""
+        """The flips an earlier search queued and did not measure (:func:`~.result.result_of`)."""
         flips = [(tuple(self.state.sites.get(k) or site_of_line(ln) for k, ln in zip(p["keys"], p["lines"])), p)
                  for p in stored]
         for sites, _ in flips:
@@ -176,13 +135,8 @@ class Candidates:
             out.append(c)
         return out
 
-    # -- groups -----------------------------------------------------------------
     def groups(self) -> list[Candidate]:
-        """Flips of several sites that may pay only together, formed once
-        every single flip was measured: per callee, its not-inlined sites
-        whose single flips all lost, inlined together (its deletion may need
-        every one); and per callee inlined at every call, all its inlined
-        sites left out together (:meth:`outline_groups`)."""
+        """Flips of several sites that may pay only together (once every single flip was measured)."""
         lost_inline, lost_outline = self._lost_singles()
         final = self.state.final()
         out = self.inline_groups(lost_inline, final) + self.caller_groups(lost_inline, final) \
@@ -190,9 +144,7 @@ class Candidates:
         return list({c.key: c for c in out}.values())  # (a callee's calls in one function may be all of them)
 
     def _lost_singles(self) -> tuple[set[str], set[str]]:
-        """The keys of single-site flips the compiler applied and that did
-        not pay, in this search and the ones it resumes: (to inline, to
-        leave out)."""
+        """Keys of applied single-site flips that did not pay: (to inline, to leave out)."""
         lost: tuple[set[str], set[str]] = (set(), set())
         for f in self.state.earlier:
             if " + " not in f["key"] and f["applied"] and f["delta"] >= 0:
@@ -204,8 +156,7 @@ class Candidates:
         return lost
 
     def inline_groups(self, lost: set[str], final: dict[str, frozenset[str]]) -> list[Candidate]:
-        """Per callee, its not-inlined sites (at most :data:`MAX_GROUP`)
-        when each one's own flip lost (keys in ``lost``), inlined together."""
+        """Per callee, its left-out sites whose flips all lost, inlined together (deleting it may need all)."""
         defined = self.state.base.sizes.functions
         by_callee: dict[str, list[Site]] = {}
         for s in self.state.sites.values():
@@ -217,17 +168,8 @@ class Candidates:
                 and all(s.key in lost for s in rest)]
 
     def caller_groups(self, lost: set[str], final: dict[str, frozenset[str]]) -> list[Candidate]:
-        """Per function where code lands (``final``) and per callee, its
-        calls there that the set leaves out, inlined together when each
-        one's own flip lost (keys in ``lost``): the pairs that pay only
-        together inside one function, where a callee's whole group
-        (:meth:`inline_groups`) would also pay for its copies elsewhere
-        (double-conversion's ``Bignum::MultiplyByUInt64``: four calls of the
-        ``RawBigit`` accessor, each costing bytes alone and -54 B together;
-        with them the search from -Oz found
-        866 B on that module against 598).  Chosen on the validation split:
-        24,841 B at 60 compiles per module against 24,765 (in 8,105
-        compiles against 8,295), 18,306 at 12 against 18,286."""
+        """Per function where code lands and per callee, its lost left-out calls there inlined
+        together: they may pay together in one function where the whole group pays for copies elsewhere."""
         by: dict[tuple[frozenset[str], str], list[Site]] = {}
         for s in self.state.sites.values():
             if s.key in lost and s.key not in self.state.inline:
@@ -235,14 +177,9 @@ class Candidates:
         return [self.candidate(tuple(sorted(sites, key=lambda x: x.key)), True, final, kind="group")
                 for sites in by.values() if 2 <= len(sites) <= MAX_OUTLINE]  # (the outline groups' bound)
 
-    # -- outline groups -----------------------------------------------------------
     def outline_groups(self, lost: set[str], final: dict[str, frozenset[str]]) -> list[Candidate]:
-        """Per callee the object no longer has (every call inlined), all its
-        inlined sites left out together when each one's own flip lost
-        (keys in ``lost``): one body and k calls can be smaller than k
-        inlined copies, though no one call pays for bringing the body back
-        (what -Oz's per-site cost model cannot see).  ``final``: where each
-        function's code ends up (:func:`final_functions`)."""
+        """Per callee the object no longer has, its inlined sites whose flips all lost, left out together:
+        one body and k calls can be smaller than k inlined copies, though no one call pays for the body."""
         defined = self.state.base.sizes.functions
         by_callee: dict[str, list[Site]] = {}
         for s in self.state.inline.values():
@@ -253,14 +190,8 @@ class Candidates:
                 if 2 <= len(sites) <= MAX_OUTLINE and all(s.key in lost for s in sites)]
 
     def early_outlines(self) -> list[Candidate]:
-        """Per callee inlined at two or more sites, all of them left out
-        together, measured first (the most sites first): the move a greedy
-        pass over the channel makes when one flip leaves a helper too big for
-        the compiler to inline again, and which no single flip shows (each
-        call alone pays for a body; ``zstd_double_fast``: 61 inlined calls of
-        ``ZSTD_hash8Ptr`` left out, -303 B, where 60 of the 61 flips of one
-        call each cost 50 to 352 B).  Unlike :meth:`outline_groups` it asks neither that
-        every single flip lost nor that the body is gone."""
+        """Per callee inlined at two or more sites, all of them left out together, measured first (most
+        sites first); unlike :meth:`outline_groups`, whatever the single flips did."""
         final = self.state.final()
         by_callee: dict[str, list[Site]] = {}
         for s in self.state.inline.values():
@@ -271,9 +202,8 @@ class Candidates:
         return [c for c in out if c.key not in self.state.tried]
 
     def reinlined(self, won: Candidate) -> list[Candidate]:
-        """After an outline group pays, each of its calls inlined again
-        alone: the body is back either way, so a call whose inlined copy
-        folds away (a constant argument) may pay now."""
+        """After an outline group pays, each of its calls inlined again alone:
+        with the body back, a call whose copy folds away may pay now."""
         if won.kind != "outline":
             return []
         final = self.state.final()
@@ -281,14 +211,8 @@ class Candidates:
         return [self.candidate((s,), True, final, kind="retry", index=index.get(s.key)) for s in won.sites]
 
     def trimmed(self, o: Outcome) -> Candidate | None:
-        """A losing outline group (a callee left out at several sites)
-        without the calls whose functions it made larger: its compile gives
-        each caller's change apart (the functions its calls' code ends up
-        in) and, as the rest, what the callee's body and what came with it
-        cost, so the subset of callers that pay is read off one compile and
-        measured once, where flipping each call back alone would take a
-        compile per call and see no body to share.  None when no strict
-        subset is predicted to pay."""
+        """A losing outline group without the calls whose functions it made larger (read off its
+        compile), or None when no strict subset is predicted to pay."""
         c = o.candidate
         if c.kind != "outline" or c.inline or len(c.sites) < 2 or not o.applied or o.delta < 0 or o.measured is None:
             return None
@@ -306,19 +230,13 @@ class Candidates:
         t = self.candidate(sites, False, final, kind="outline")
         return None if t.key in self.state.tried else t
 
-    # -- answered flips -------------------------------------------------------------
     def answered(self, c: Candidate, final: dict[str, frozenset[str]] | None = None) -> Candidate | None:
-        """Flip ``c`` (one site) with the functions that hold calls of the
-        function its call is written in left to the compiler's own heuristic
-        in the same compile: the move a greedy pass over the channel makes,
-        where each later decision is the compiler's answer to the flip
-        (``zstd_double_fast``: ``MEM_readLE64`` left out of ``ZSTD_hash8Ptr``
-        costs +451 B replayed alone, and -258 B answered, the compiler then no
-        longer inlining ``ZSTD_hash8Ptr`` at its 61 calls).  Only when those
-        functions are as the start has them (else the heuristic would also
-        undo what the search applied there); None otherwise.  ``final``:
-        where each function's code ends up (:func:`final_functions`), when
-        the caller has it."""
+        """Flip ``c`` (one site) with the functions that call the function
+        its call is written in left to the compiler's heuristic in the same
+        compile, as a greedy pass over the channel would: later decisions are
+        the compiler's answer to the flip.  None unless those functions are
+        as the start has them (else the heuristic would also undo what the
+        search applied there)."""
         if len(c.sites) != 1 or c.release:
             return None
         (s,) = c.sites
@@ -338,10 +256,7 @@ class Candidates:
                                    in_copy=None)
 
     def answered_flips(self) -> list[Candidate]:
-        """:meth:`answered` of every single flip the compiler applied that
-        did not pay, formed once every single flip was measured (the calls of
-        the function they are written in most inlined first: the more
-        copies the compiler may stop making)."""
+        """:meth:`answered` of every applied single flip that did not pay, most inlined function first."""
         inlined = Counter(x.callee for x in self.state.inline.values())
         final = self.state.final()
         lost_inline, lost_outline = self._lost_singles()
@@ -358,9 +273,7 @@ class Candidates:
 
 
 def _landing_units(sites: Sequence[Site], final: dict[str, frozenset[str]]) -> list[tuple[frozenset[str], list[Site]]]:
-    """``sites`` grouped by the functions their code ends up in (``final``,
-    :func:`final_functions`), groups that share a function merged: each
-    unit's change is read from its functions alone."""
+    """``sites`` grouped by the functions their code ends up in, groups sharing a function merged."""
     units: list[tuple[set[str], list[Site]]] = []
     for x in sites:
         fns = set(final.get(x.caller, frozenset({x.caller}))) or {x.caller}

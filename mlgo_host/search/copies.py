@@ -1,30 +1,7 @@
-"""Flips measured in copies of the function they change, many per compile.
-
-Footprints bound the flips per compile by the flips of the busiest
-function: on real modules most flips land in one or two hub functions.  A
-flip whose footprint is one function ``F`` (it deletes no callee) is
-measured instead in a copy of ``F`` and of the functions inlined only into
-it (its *tree*, :meth:`Copies.tree`; the text is written by
-:mod:`.copytext`), with the decision set plus that flip; the copy's size
-less a *control* copy's (the set alone) is its gain.  A flip whose code
-lands in several functions (up to :data:`MAX_ROOTS`) is measured in a copy
-of all of them, with the functions whose code lands in those alone: its
-gain is the sum of each copy's change from its control.
-
-A flip that leaves out a call of a callee whose body is gone brings that
-body back, in a copy as in place: the body (the copy's own one when the
-callee is of the copied tree, else the module's one, emitted once for all
-the copies that call it), what only brought-back bodies call and the
-strings only they refer to are added to its gain (:meth:`Copies.read`).
-
-Each control must equal ``F`` exactly (size without alignment padding, and
-sites inlined); a function whose control does not gets no copies again, and
-its flips are measured in place.  The originals are read as in any batch
-(:mod:`.attribution`), so ordinary flips share the compile.  When copies
-alone move the originals, they are still read against a compiled
-reference, each against its control, which must equal its function in that
-compile; a flip whose copy changed sites nobody flipped is measured in
-place from then on (:attr:`Copies.not_in_copies`).
+"""Flips measured in copies of the function they change, many per compile: most
+flips land in a few hub functions, which in-place batches hold one flip of.  A
+flip's gain is its copy's size less a *control* copy's (the set alone), which must
+equal the function exactly, else the function gets no copies again.
 """
 
 from __future__ import annotations
@@ -44,13 +21,9 @@ from mlgo_host.search.state import Candidate, Outcome, SearchState
 
 log = logging.getLogger("mlgo_host.search")
 
-#: flips measured in copies of their function per compile at most (each copy adds its function's
-#: compile time: 30 copies of zstd's hub took 5.8 s against 0.4 s for one compile of the module)
+#: flips measured in copies per compile at most (each copy adds its function's compile time)
 MAX_COPIES = 24
-#: the functions one copy may copy as its roots at most: a flip whose code lands in several functions (a
-#: helper's call, the helper inlined into two to seven hubs on zstd_double_fast) is measured in a copy of
-#: all of them, read from the sum of their copies against their controls.  Chosen on the validation split:
-#: at 12 compiles per module 18,286 B with 8 (and with 16) against 18,078 with 4; at 60, 24,715 against 24,771
+#: the functions one copy may copy as its roots at most (a flip whose code lands in several functions)
 MAX_ROOTS = 8
 
 #: one entry of a compile's plan: (copy k, its roots, the flip measured in it; None for a control copy)
@@ -63,7 +36,6 @@ class Copies:
     def __init__(self, state: SearchState, attribution: Attribution, enabled: bool = True):
         self.state = state
         self.attribution = attribution
-        #: measure flips of one function in copies of it; functions where a copy failed are left out
         self.enabled = enabled
         self.no_copies: set[Roots] = set()  # (a root, or a copy's roots)
         #: flips whose copy came out with other sites changed too: measured in place from then on
@@ -72,7 +44,7 @@ class Copies:
         self._trees: dict[Roots, frozenset[str] | None] = {}
 
     def forget(self) -> None:
-        """Drop the trees (the reference changed: they are formed again)."""
+        """Drop the trees: the reference changed."""
         self._trees.clear()
 
     def text(self) -> ModuleText:
@@ -87,12 +59,8 @@ class Copies:
         return {text.debug_name(fn) for fn in tree}
 
     def tree(self, root: Roots) -> frozenset[str] | None:
-        """What a copy of ``root`` copies with it: ``root`` and, down the
-        calls the current set inlines that lie in copied bodies, every
-        function holding decisions whose code ends up in ``root`` alone
-        (None when the module's text cannot copy them).  For several roots,
-        all of them and every such function whose code ends up in them
-        only."""
+        """What a copy of ``root`` copies: the roots and the functions whose code ends up in them only
+        (None when the module's text cannot copy them)."""
         if root in self._trees:
             return self._trees[root]
         st = self.state
@@ -116,9 +84,7 @@ class Copies:
         return t
 
     def brought_back(self, c: Candidate) -> str | None:
-        """The callee an ``out`` flip brings back: every call of it was
-        inlined and its body is gone, so leaving one out makes the compiler
-        emit it again (None for any other flip)."""
+        """The callee an ``out`` flip brings back (its body is gone), else None."""
         callees = {s.callee for s in c.sites}
         if c.inline or c.release or len(callees) != 1:
             return None
@@ -126,11 +92,7 @@ class Copies:
         return x if x not in self.state.base.sizes.functions else None  # (gone since the flip was formed, too)
 
     def root(self, c: Candidate) -> Roots | None:
-        """The function ``c`` can be measured in a copy of: the one function
-        of its footprint (besides the callee it brings back), or its
-        functions (up to :data:`MAX_ROOTS`, sorted), when every site it
-        flips is a call their tree holds and it inlines no function of the
-        tree (else None)."""
+        """The function(s) of ``c``'s footprint to measure it in a copy of, or None."""
         if not self.enabled or c.key in self.not_in_copies or c.release:
             return None
         # (an out flip's callee counts only while the flip would bring it back: it may have come back since)
@@ -143,7 +105,7 @@ class Copies:
             return None
         try:
             t = self.tree(root)
-        except MlgoHostError as e:  # no text to copy: measure as before
+        except MlgoHostError as e:  # no text to copy: measure in place
             log.info("%s: no copies (%s)", self.state.module.name, e)
             self.enabled = False
             return None
@@ -155,28 +117,21 @@ class Copies:
         return root
 
     def _in_copy(self, s: Site, tree: frozenset[str], names: set[str], k: int) -> Site:
-        """``s`` as copy ``k`` names it: the functions whose bodies the copy
-        renamed (the caller, and inward while the inlined function is one
-        of the tree) carry the copy's suffix, and so does the callee when
-        the call lies in a renamed body and the callee is of the tree."""
+        """``s`` as copy ``k`` names it."""
         inner, renamed = _copied_chain(s, names)
         chain = tuple((copy_name(f, k) if r else f, line, col) for (f, line, col), r in zip(s.chain, renamed))
         callee = copy_name(s.callee, k) if inner and s.callee in tree else s.callee
         return Site(callee, copy_name(s.caller, k), chain)
 
     def plan(self, batch: Sequence[Candidate]) -> Plan:
-        """(copy, roots, flip) for a batch: a control copy (no flip) per
-        root (or roots), then a copy per flip measured in a copy."""
+        """A control copy (no flip) per roots, then a copy per flip."""
         roots = sorted({c.in_copy for c in batch if c.in_copy is not None}, key=roots_of)
         plan: Plan = [(k, r, None) for k, r in enumerate(roots)]
         plan += [(len(plan) + i, c.in_copy, c) for i, c in enumerate(c for c in batch if c.in_copy is not None)]
         return plan
 
     def measure(self, batch: list[Candidate]) -> tuple[list[Outcome] | None, str]:
-        """One compile: the batch's ordinary flips in place, and each flip
-        packed into a copy in its own copy of its function; their outcomes
-        (:meth:`read`), or None and why ("the compile failed": the copies'
-        text did not compile)."""
+        """One compile: the ordinary flips in place, each other in its own copy; outcomes or None, why."""
         st = self.state
         plan = self.plan(batch)
         normal = [c for c in batch if c.in_copy is None]
@@ -200,10 +155,7 @@ class Copies:
         return self.read(normal, plan, m)
 
     def _brought_back_in(self, plan: Plan) -> dict[int, tuple[str, str]]:
-        """copy -> (the function its flip brings back, as this compile names
-        it; the callee): a callee of the copied tree comes back as the
-        copy's own copy of it, any other is the module's one, emitted once
-        for every copy that calls it."""
+        """copy -> (the body its flip brings back as this compile names it, the callee)."""
         out = {}
         for k, root, c in plan:
             x = self.brought_back(c) if c is not None else None
@@ -212,15 +164,8 @@ class Copies:
         return out
 
     def read(self, normal: list[Candidate], plan: Plan, m: Measured) -> tuple[list[Outcome] | None, str]:
-        """The ordinary flips read as :meth:`.Attribution.read` reads them from the
-        object without the copies (None when that fails); each control copy
-        must come out as large as its original, with the same sites inlined
-        (a function whose control does not gets no copies again, and its
-        flips of this batch are left out); a flip's gain is its copy's
-        change from the control (code, unwind, tables and constant entries;
-        alignment padding, which depends on where a copy lies, left out).
-        A copy whose inlined sites are not the set's and its flip's is left
-        out too: the flips left out are measured again in place."""
+        """The ordinary flips read without the copies, each other against its control; flips whose
+        control or copy cannot be read are left out (measured again in place)."""
         st = self.state
         back = self._brought_back_in(plan)
         apart = self._originals(normal, plan, back, m.sizes)
@@ -233,9 +178,7 @@ class Copies:
         if originals_moved and (normal or not st.compiled or st.provisional):
             return None, why
         if originals_moved:
-            # copies alone, against a compiled reference: the copies' calls alone changed the originals (more
-            # callers of a static callee change what the compiler does with it; zstd_v01's FSE_initDStream).
-            # A copy is read against its control in this compile, which must still equal the reference's function
+            # copies alone, against a compiled reference: their calls changed the originals; read each by its control
             out = []
         control: dict[Roots, dict[str, int]] = {}
         for k, root, c in plan:
@@ -255,15 +198,10 @@ class Copies:
 
     def _originals(self, normal: list[Candidate], plan: Plan, back: dict[int, tuple[str, str]], sizes: ObjectSizes
                    ) -> tuple[ObjectSizes, dict[str, frozenset[str]], dict[str, dict[str, int]]] | None:
-        """The compile's object less the copies and what only they brought
-        back (the originals, as an in-place compile would measure them); the
-        bodies brought back (:func:`bodies_brought`) and their pieces of
-        ``other`` (:func:`pieces_of`).  None when a body came back that no
-        copy brought."""
+        """The object as an in-place compile would measure it, the bodies brought back and their pieces."""
         st = self.state
         copies = {copy_name(r, k) for k, root, _ in plan for r in roots_of(root)}
-        # (what appeared where an in-place flip may change code is that flip's: an answered flip leaves
-        # functions to the heuristic, which may stop inlining a wrapper there; zstd_double_fast's extDict_4..7)
+        # (what appeared where an in-place flip may change code is that flip's: an answered flip's heuristic)
         theirs = frozenset().union(*(c.footprint for c in normal))
         owners = bodies_brought({name for name, _ in back.values()}, copies, st.base.sizes, sizes, theirs)
         if owners is None:
@@ -278,9 +216,7 @@ class Copies:
 
     def _compiled_copy(self, k: int, root: Roots, by_copy: dict[int, set[str]], sizes: ObjectSizes
                        ) -> tuple[set[str], set[str], dict[str, int]]:
-        """Copy ``k`` of ``root`` as compiled: the keys it inlined (named as
-        the originals), the keys the reference inlined in its tree, and
-        each root's copy's own size."""
+        """Copy ``k``'s inlined keys, the reference's keys in its tree, and each root's copy's size."""
         st = self.state
         t = self.tree(root)
         names = self._debug_names(t)
@@ -288,40 +224,33 @@ class Copies:
         ref_keys = {key for key in st.base.inlined if outermost(key) in names
                     and (key not in st.sites or st.sites[key].caller in t)}
         got = by_copy.get(k, set())
-        own = {r: own_size(sizes, copy_name(r, k)) for r in roots_of(root)}
+        own = {r: sizes.unpadded(copy_name(r, k)) for r in roots_of(root)}
         return got, ref_keys, own
 
     def _check_control(self, root: Roots, own: dict[str, int], got: set[str], ref_keys: set[str],
                        originals: ObjectSizes, originals_moved: bool) -> None:
-        """A control copy must be its function: the same size, the same
-        sites inlined (else ``root`` gets no copies from now on)."""
+        """A control copy must be its function: same size, same sites inlined."""
         st = self.state
-        if any(n != own_size(originals, r) for r, n in own.items()) or got != ref_keys:
-            # compiled apart it is other code (a short jump to a neighbour, a pass that saw its
-            # callers): no copies of it from now on
+        if any(n != originals.unpadded(r) for r, n in own.items()) or got != ref_keys:
+            # compiled apart it is other code (a short jump to a neighbour, a pass that saw its callers)
             st.note_split("copies: a control copy differs from its function")
             self.no_copies.add(root)
-        elif originals_moved and any(n != own_size(st.base.sizes, r) for r, n in own.items()):
-            # the copies' calls changed the function itself, as they changed its copies (capstone's
-            # SystemZ printer: 4 bytes of 4,457): its flips are read against the control, which is
-            # the same code in the same compile; a winner's size, derived from the reference's,
-            # is checked by the next compile like any derived one
+        elif originals_moved and any(n != st.base.sizes.unpadded(r) for r, n in own.items()):
+            # the copies' calls changed the function itself, as they changed its copies: its flips are read
+            # against the control, the same code in the same compile
             st.note_split("copies: the function moved with its copies")
 
     def _flip_outcome(self, c: Candidate, k: int, own: dict[str, int], control: dict[str, int], got: set[str],
                       ref_keys: set[str], back: dict[int, tuple[str, str]], owners: dict[str, frozenset[str]],
                       pieces: dict[str, dict[str, int]], m: Measured) -> Outcome | None:
-        """The outcome of flip ``c`` measured in copy ``k`` (whose roots'
-        sizes are ``own``, their control's ``control``); None when the
-        compiler changed sites nobody flipped in it (the flip goes back,
-        measured in place from then on)."""
+        """Flip ``c``'s outcome from copy ``k``, or None (then measured in place from then on)."""
         st = self.state
         flipped = list(c.sites)
         moved = (got ^ ref_keys) - {s.key for s in flipped}
         if any(not is_under_any(key, flipped) for key in moved):
             st.note_split("copies: the compiler changed sites nobody flipped")
-            self.not_in_copies.add(c.key)  # (a copy of it will not read again: measured in place)
-            return None  # this copy cannot be read: the flip goes back
+            self.not_in_copies.add(c.key)
+            return None
         # (each root's copy against its control; the originals' sizes, unless they moved)
         gains = {r: n - control[r] for r, n in own.items()}
         changed = {r: st.base.sizes.functions[r] + d for r, d in gains.items()}
@@ -329,11 +258,10 @@ class Copies:
         extra: frozenset[str] = frozenset()
         other: dict[str, int] = {}
         if k in back:
-            # the bodies it brought back (the callee's, and those only brought-back bodies call) are its cost,
-            # as in place: the same code wherever they are called from
+            # the bodies it brought back are its cost, as in place: the same code wherever they are called from
             name, callee = back[k]
             for f in (f for f, who in owners.items() if name in who):
-                cost = own_size(m.sizes, f)
+                cost = m.sizes.unpadded(f)
                 delta += cost
                 changed[callee if f == name else f] = cost
             other = pieces.get(name, {})
@@ -345,14 +273,9 @@ class Copies:
 
 def bodies_brought(brought: set[str], copies: set[str], base: ObjectSizes, now: ObjectSizes,
                    theirs: frozenset[str] = frozenset()) -> dict[str, frozenset[str]] | None:
-    """Every function of ``now`` that came back with the bodies ``brought``
-    back (the copies' callees), with the bodies it came with: each body
-    itself, and a function ``base`` does not have that only such functions
-    refer to (a callee inlined only where the body was inlined before).
-    None when another function appeared besides the copies, outside
-    ``theirs`` (the footprints of the flips measured in place: what appears
-    there, and all that appeared when nothing was brought back, is left to
-    the originals' reading)."""
+    """Each function that came back with the bodies ``brought`` back (each body, and new functions
+    only such functions refer to) -> its bodies; None when another function appeared outside the
+    copies and ``theirs`` (the in-place flips' footprints)."""
     owners = {f: frozenset({f}) for f in brought if f in now.functions}
     if not brought:
         return owners
@@ -373,11 +296,7 @@ def bodies_brought(brought: set[str], copies: set[str], base: ObjectSizes, now: 
 
 def pieces_of(owners: dict[str, frozenset[str]], base: ObjectSizes, now: ObjectSizes
               ) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
-    """The pieces of ``other`` (strings, constants) that came with the
-    bodies brought back: per body, {section: bytes} of each piece new since
-    ``base`` that only functions that came back with it refer to, and all of
-    them once per section (none when either object was not read piece by
-    piece)."""
+    """The new pieces of ``other`` only bodies brought back refer to: per body, and in all."""
     out: dict[str, dict[str, int]] = {}
     came: dict[str, int] = {}
     if not owners or base.shared is None or now.shared is None:
@@ -393,11 +312,7 @@ def pieces_of(owners: dict[str, frozenset[str]], base: ObjectSizes, now: ObjectS
 
 
 def _copied_chain(s: Site, names: set[str]) -> tuple[bool, list[bool]]:
-    """Which of ``s``'s chain lies in renamed (copied) bodies, outermost in:
-    the caller's own body is copied when it is of the tree (debug
-    ``names``), and an inlined body when it is of the tree and the call
-    that brought it lay in a copied body.  Returns (the call itself lies in
-    a copied body, per chain entry)."""
+    """Whether the call itself, and each entry of ``s``'s chain, lies in a copied body."""
     renamed = [False] * len(s.chain)
     inside = True
     for i in range(len(s.chain) - 1, -1, -1):
@@ -410,8 +325,7 @@ _COPY = re.compile(r"\.mlgo(\d+)(?=[:\s;]|$)")
 
 
 def split_copies(keys: Iterable[str]) -> tuple[set[str], dict[int, set[str]]]:
-    """The compiler's inlined keys: those of the originals, and per copy its
-    keys named as the originals."""
+    """The originals' inlined keys, and per copy its keys named as the originals."""
     plain: set[str] = set()
     by_copy: dict[int, set[str]] = {}
     for key in keys:
@@ -421,8 +335,3 @@ def split_copies(keys: Iterable[str]) -> tuple[set[str], dict[int, set[str]]]:
         else:
             by_copy.setdefault(int(m.group(1)), set()).add(_COPY.sub("", key))
     return plain, by_copy
-
-
-def own_size(sizes: ObjectSizes, fn: str) -> int:
-    """``fn``'s bytes wherever it lies: its number without trailing padding."""
-    return sizes.unpadded(fn)

@@ -1,15 +1,7 @@
-"""A module's textual IR (``llvm-dis`` output) and copies of function trees
-written into it, so that a search measures many flips of one function in
-one compile (:mod:`.copies`).
-
-Copy ``k`` of a tree is every function of the tree under the name
-``copy_name(fn, k)``, calls among them renamed, internal, in a section of
-its own (:data:`COPIES_SECTION`), kept alive by ``llvm.compiler.used`` and
-called by nobody; its roots are the functions the flips land in (one, or
-several: :data:`Roots`).  This module finds a function's definition and the
-debug-info metadata that belongs to it, and writes the copies, each with
-its own ``DISubprogram``: the compiler names a call site by its subprogram,
-so two functions sharing one would share their call-site keys.
+"""A module's textual IR (``llvm-dis`` output) with copies of function trees
+written into it, for :mod:`.copies`.  Each copy gets its own ``DISubprogram``:
+the compiler names a call site by its subprogram, so two functions sharing one
+would share their call-site keys.
 """
 
 from __future__ import annotations
@@ -23,8 +15,7 @@ from mlgo_host.errors import CompilerError
 
 #: the suffix of copy ``k`` of a function (``name`` + suffix)
 SUFFIX = ".mlgo{}"
-#: where the copies' code goes: a section of their own, so the originals' section (and the
-#: alignment padding after its last function) is the object's without copies
+#: the copies' own section, so the originals' section (and its end padding) is the object's without copies
 COPIES_SECTION = ".text.mlgo_copies"
 
 _DEFINE = re.compile(r'^define\b[^@]*@("(?:[^"\\]|\\.)*"|[-\w$.]+)\(')
@@ -43,7 +34,6 @@ Roots = str | tuple[str, ...]
 
 
 def roots_of(roots: Roots) -> tuple[str, ...]:
-    """The functions a copy copies as its roots (one, or several)."""
     return (roots,) if isinstance(roots, str) else tuple(roots)
 
 
@@ -61,8 +51,7 @@ class _Function:
 
 
 class ModuleText:
-    """A module's textual IR, read once, and copies of function trees
-    written into it (:meth:`with_copies`)."""
+    """A module's textual IR, read once, and copies written into it (:meth:`with_copies`)."""
 
     def __init__(self, text: str):
         self.lines = text.split("\n")
@@ -110,9 +99,7 @@ class ModuleText:
         return f.debug_name if f is not None else fn
 
     def is_local(self, fn: str) -> bool:
-        """``fn`` is defined here with local linkage (``static``), as its
-        copies are: a copy of any other function may be optimised as the
-        function itself never is (one caller, no outside users)."""
+        """``fn`` is static, as its copies are (a copy of another may be optimised as it never is)."""
         f = self.functions.get(fn)
         if f is None:
             return False
@@ -123,15 +110,12 @@ class ModuleText:
         """Every function of ``names`` is defined here with a subprogram."""
         return all(n in self.functions and self.functions[n].sp is not None for n in names)
 
-    # -- the metadata a function owns -----------------------------------------
     def _refs(self, i: int) -> list[int]:
         return [int(x) for x in _REF.findall(self.md.get(i, ""))]
 
     def _local_metadata(self, fn: str) -> list[int]:
-        """The metadata nodes ``fn``'s copy needs its own of: those its body
-        (and its subprogram) reaches that lead back to its subprogram
-        (locations, lexical blocks, local variables, loop ids), not passing
-        through the module's own nodes (the compile unit, globals)."""
+        """The metadata nodes ``fn``'s copy needs its own of: those its body reaches that lead back
+        to its subprogram, not through the module's own nodes."""
         if fn in self._local:
             return self._local[fn]
         f = self.functions[fn]
@@ -159,13 +143,9 @@ class ModuleText:
         self._local[fn] = out
         return out
 
-    # -- writing copies ---------------------------------------------------------
     def with_copies(self, copies: Mapping[int, tuple[Roots, Iterable[str]]]) -> str:
-        """The module with, for each copy ``k`` (``copies[k] = (root,
-        tree)``, ``root`` one function or several), a copy of every function
-        of the tree named ``copy_name(fn, k)`` (calls among them renamed,
-        each copy with its own debug metadata), the roots' copies kept alive
-        (the others are inlined into them and go, as the originals do)."""
+        """The module with each copy ``k`` (``copies[k] = (root, tree)``) of the tree's functions,
+        internal, in :data:`COPIES_SECTION`, the roots kept alive by ``llvm.compiler.used``."""
         extra_fn: list[str] = []
         extra_md: list[str] = []
         kept: list[str] = []
@@ -224,9 +204,7 @@ class ModuleText:
 
 
 def _in_section(head: str, section: str) -> str:
-    """A ``define`` line placing its function in ``section`` (after the
-    parameters and attributes, before alignment, personality, metadata and
-    the body)."""
+    """A ``define`` line placing its function in ``section``."""
     if re.search(r'\ssection "[^"]*"', head):
         return re.sub(r'\ssection "[^"]*"', f' section "{section}"', head)
     depth, end = 0, None
@@ -246,9 +224,7 @@ def _in_section(head: str, section: str) -> str:
 
 
 def _ident(name: str) -> str:
-    """An IR identifier for ``name``, quoted as llvm-dis prints it: when it
-    starts with a digit or holds anything but letters, digits, '-', '.' and
-    '_' (a C++ lambda's ``$_0`` is quoted; renaming it unquoted missed it)."""
+    """An IR identifier for ``name``, quoted as llvm-dis prints it (a C++ lambda's ``$_0`` is)."""
     return name if re.fullmatch(r"[-A-Za-z._][-A-Za-z0-9._]*", name) else '"' + name + '"'
 
 

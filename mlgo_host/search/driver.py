@@ -1,27 +1,11 @@
-"""The batched search of one module, start to end: :class:`BatchedSearch`
-runs the passes, :func:`search_module_batched` probes the module, picks its
-start and runs or resumes a search.
-
-A module's decisions get call-site keys from one channel compile (the
-*probe*, :func:`~mlgo_host.search.probe.probe_module`); from then on a
-decision set is compiled by the compiler's own replay
-(:class:`~mlgo_host.search.replay.ReplayEvaluator`).  The search is made
-of parts that share one :class:`~.state.SearchState`: the flips to try
-(:mod:`.candidates`), the batches and budgets (:mod:`.scheduling`), the
-measurement of a batch (:mod:`.measure`, reading by :mod:`.attribution`
-and :mod:`.copies`) and the reference it is measured against
-(:mod:`.reference`).
-
-A pass measures its queue batch by batch, applying each batch's winners
-(footprints disjoint, best first; the others measured again from the new
-reference) and queueing the sites they expose; then, while a pass found
-winners, the flips whose functions a winner changed; the groups after every
-pass that measured all it queued; the answered flips once; and a sweep of
-every flip from the new best when the compiles afford it.  A search cut by
-its budget or time keeps the flips it queued and did not measure
-(``pending``): a resumed search starts with them.  Before the first flip a
-module may start over from a smaller start (an inline threshold's, or the
-start policy's decisions: :mod:`.starts`).
+"""The batched search of one module, start to end: :func:`search_module_batched`
+probes the module, picks its start (:mod:`.starts`) and runs or resumes a
+:class:`BatchedSearch`, whose parts share one :class:`~.state.SearchState`:
+the flips to try (:mod:`.candidates`), batches and budgets
+(:mod:`.scheduling`), a batch's measurement (:mod:`.batches`, read by
+:mod:`.attribution` and :mod:`.copies`) and its reference (:mod:`.reference`).
+A search cut by its budget or time keeps what it queued (``pending``) for
+the next.  How a pass goes: docs/search.md.
 """
 
 from __future__ import annotations
@@ -95,10 +79,6 @@ class BatchedSearch:
     def base(self, m: Measured | None) -> None:
         self.state.base = m
 
-    def _final(self) -> dict[str, frozenset[str]]:
-        """Where each function's code ends up under the current set (:meth:`.SearchState.final`; ceiling.py)."""
-        return self.state.final()
-
     def candidates(self) -> list[Candidate]:
         """Every single flip, best prior first (:meth:`.Candidates.singles`)."""
         return self.cands.singles()
@@ -150,13 +130,11 @@ class BatchedSearch:
     # -- the whole search --------------------------------------------------------
     def run(self) -> None:
         """Passes until the budget or the flips run out: every candidate
-        once; then, while a pass found winners, again the flips whose
-        functions a winner changed (their context is new); the groups after
-        every pass that measured all it queued, formed from the best as it
-        is then, each measured once (on validation at 60 compiles per module
-        24,776 bytes against 24,679 when formed only after the first such
-        pass; equal at 12), and the answered flips once.  A resumed search
-        starts with the flips the earlier one left :attr:`pending`."""
+        once; while a pass found winners, again the flips whose functions a
+        winner changed (their context is new); the groups, formed from the
+        best as it is after every pass that measured all it queued; the
+        answered flips once.  Starts with what an earlier search left
+        :attr:`pending`."""
         st = self.state
         if st.base is None:
             self.begin()
@@ -203,10 +181,9 @@ class BatchedSearch:
         self.pending = queue
 
     def sweep(self, queue: list[Candidate]) -> list[Outcome]:
-        """Every flip of ``queue`` measured by batches against the reference
-        as it is, winners never applied (the reference stays put): each
-        flip's change alone from the same decision set, what the flip-effect
-        table (:mod:`mlgo_host.search.effects`) records."""
+        """Every flip of ``queue`` measured against the reference as it is,
+        winners never applied: each flip's change alone from one decision set
+        (bench/research/effects.py's table)."""
         st = self.state
         outs: list[Outcome] = []
         queue = list(queue)
@@ -268,18 +245,13 @@ def _disjoint_best(won: list[Outcome]) -> tuple[list[Outcome], list[Outcome]]:
 def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, default_size: int | None,
                           model: FlipGainModel | None = None, deadline: float | None = None,
                           max_batch: int = MAX_BATCH, resume: dict | None = None, prior=None) -> dict:
-    """Probe ``module`` with ``policy`` (the compiler's default for tune),
-    then search by batches until ``budget`` compiles in all (the probe
-    counts two: its channel compile and the plain compile naming
-    always-inline sites; one for a module without decisions).  ``resume``: an
-    earlier result of this module to go on from (its probe, best set and
-    tries; its compiles count).  ``prior``: a trained policy's P(inline)
-    over feature records, to order the flips (:func:`flip_scores`).
-    ``deadline`` bounds the probe as well as the search: a probe it cuts
-    gives status ``skipped`` (nothing is stored; a later run probes again).
-    ``default_size``: -Oz's object, or None to read it from the probe's
-    plain compile (the same command: no compile of its own).
-    Returns the result ``tune`` stores (see :func:`result_of`)."""
+    """Probe ``module`` with ``policy`` (tune: the compiler's default), then
+    search by batches until ``budget`` compiles in all, the probe's two
+    counted; or go on from ``resume``, an earlier result.  ``prior``: a
+    P(inline) over feature records that orders the flips.  A probe the
+    ``deadline`` cuts gives status ``skipped`` (a later run probes again).
+    ``default_size``: -Oz's object, None to read it from the probe's plain
+    compile.  Returns the result ``tune`` stores (:func:`result_of`)."""
     t0 = time.monotonic()
     earlier_seconds = float(resume.get("seconds") or 0.0) if resume is not None else 0.0
     start_compiles = resume.get("start_compiles") if resume is not None else None
@@ -386,17 +358,13 @@ def _starts_due(resume: dict | None, cfg: dict, budget: int, deadline: float | N
 
 def _best_start(module: Module, policy, resume: dict, default_size: int, cfg: dict, deadline: float | None
                 ) -> tuple[dict[int, int | None], int | None, tuple[Module, list[str], Probe, str] | None, int]:
-    """Measure the module's other starts and pick the smallest: the sizes
-    at each threshold of ``cfg["thresholds"]`` (one plain compile each) and
-    the size with ``cfg["start_policy"]``'s decisions (a probe with that
-    policy: its channel compile, the plain one is the first probe's).  When one is smaller than
-    -Oz's object, the search starts over from it: returns the module with
-    its flags, the flags and its probe (a threshold's: a second probe with
-    ``policy``, the compiler's default, at that threshold); None keeps
-    -Oz's start (the tuple ends with the start's name: "policy" or
-    "threshold T").  Returns the threshold sizes, the start policy's size (None:
-    no start policy, or its probe failed), that start and the compiles spent.
-    The user's ``deadline`` bounds every compile."""
+    """Measure the module's other starts (each threshold of
+    ``cfg["thresholds"]``: a plain compile; ``cfg["start_policy"]``'s
+    decisions: a channel compile) and pick the smallest.  Returns the
+    threshold sizes, the start policy's size (None: none, or its probe
+    failed), the start to search from if one beats -Oz (module with its
+    flags, flags, probe, name: "policy" or "threshold T") and the compiles
+    spent."""
     plains: dict = {}
     sizes = measure_thresholds(module, cfg["thresholds"], clang=cfg["clang"], timeout=cfg.get("module_timeout", 300.0),
                                deadline=deadline, plains=plains) if cfg.get("thresholds") else {}

@@ -1,19 +1,7 @@
-"""Which flips of a module to measure first: a score per decision.
-
-A *flip* forces the other action at one decision of a module's trajectory
-(inline a call the base left out, or leave out one it inlined).  The
-batched search (:mod:`mlgo_host.search.driver`) orders its candidates by
-:func:`flip_scores`:
-
-* the winner patterns measured on real code (:func:`pattern_scores`):
-  inlining where the default refused a callee with few users and several
-  blocks, and not inlining a tiny callee with two or more users;
-* a flip-gain model learned from the flips measured so far
-  (:class:`FlipGainModel`: logistic regression on log-scaled features,
-  numpy only, fitted by the driver with :func:`fit_flip_model` and shipped
-  to the workers), in place of the patterns once there are enough flips;
-* a trained policy's probability of the other action (the shipped one),
-  which leads when given.
+"""Which flips of a module to measure first: a score per decision
+(:func:`flip_scores`), from the measured winner patterns, a flip-gain model
+fitted on the flips measured so far (numpy only), or a trained policy's
+probability of the other action, which leads when given.
 """
 
 from __future__ import annotations
@@ -29,9 +17,6 @@ from mlgo_host.channel.codec import Header
 _USERS, _COST, _MULTI = "callee_users", "cost_estimate", "is_multiple_blocks"
 
 
-# -- the flip-gain model ------------------------------------------------------
-
-
 def _log_features(feats: np.ndarray, names: Sequence[str]) -> np.ndarray:
     """Signed log1p of each named scalar feature: the model's inputs."""
     cols = [np.asarray(feats[n], dtype=np.float64).reshape(len(feats), -1)[:, 0] for n in names]
@@ -41,9 +26,8 @@ def _log_features(feats: np.ndarray, names: Sequence[str]) -> np.ndarray:
 
 @dataclasses.dataclass
 class FlipGainModel:
-    """P(a flip shrinks the object | the observation, the action it flips
-    from): logistic regression on log-scaled features, one weight vector per
-    base action (inline -> no and no -> inline gain for different reasons)."""
+    """P(a flip shrinks the object | observation, base action): logistic regression, one weight
+    vector per base action (inline -> no and no -> inline gain for different reasons)."""
 
     names: list[str]
     mean: np.ndarray
@@ -88,35 +72,26 @@ class FlipGainModel:
         return cls(names, mean, scale, w)
 
 
-# -- the prior ------------------------------------------------------------------
-
-
 def pattern_scores(feats: np.ndarray, actions: np.ndarray) -> np.ndarray:
     """The measured winner patterns, as a score in [0, 1] per decision."""
     names = feats.dtype.names or ()
     n = len(actions)
     if not all(k in names for k in (_USERS, _COST, _MULTI)):
         return np.zeros(n)
-    users = feats[_USERS].reshape(n, -1)[:, 0].astype(np.float64)
-    cost = feats[_COST].reshape(n, -1)[:, 0].astype(np.float64)
-    multi = feats[_MULTI].reshape(n, -1)[:, 0].astype(np.float64)
+    users, cost, multi = (feats[k].reshape(n, -1)[:, 0].astype(np.float64) for k in (_USERS, _COST, _MULTI))
     refused = actions == 0
-    # inline where the default refused: few callee users, a cost just above
-    # the threshold (the near misses pay, far bigger callees do not), several blocks
+    # inline where the default refused: few callee users, a cost just above the threshold, several blocks
     s_in = 0.3 * (users <= 2) + 0.2 * (multi > 0) + 0.5 / (1.0 + np.maximum(cost, 0.0) / 60.0)
-    # don't inline a tiny callee that has two or more users; never first
-    # where the inliner's cost is negative (a bonus, e.g. the last call of a
-    # static function): leaving such a call out almost never pays
+    # don't inline a tiny callee with two or more users; never first where the inliner's cost is
+    # negative (a bonus, e.g. the last call of a static function): leaving such a call out rarely pays
     s_out = 0.6 * (users >= 2) + 0.4 * ((cost >= 0) & (cost < 30)) - 0.6 * (cost < 0)
     return np.where(refused, s_in, s_out)
 
 
 def flip_scores(feats: np.ndarray, actions: np.ndarray, *, model: FlipGainModel | None = None,
                 prior_flip_p: np.ndarray | None = None) -> np.ndarray:
-    """Where to flip first (higher = earlier): the learned flip-gain model
-    when there is one, else the patterns.  ``prior_flip_p``: a trained
-    policy's probability of the other action at each decision (the shipped
-    one): it leads (:data:`PRIOR_WEIGHT`), the rest breaks its ties."""
+    """Where to flip first (higher = earlier): ``prior_flip_p`` leads when given, then the model
+    (else the patterns)."""
     s = model.predict(feats, actions) if model is not None else pattern_scores(feats, actions)
     if prior_flip_p is not None:
         s = PRIOR_WEIGHT * np.asarray(prior_flip_p, dtype=np.float64) + s
@@ -128,8 +103,7 @@ PRIOR_WEIGHT = 4.0
 
 
 def fit_flip_model(results: Sequence[dict], min_flips: int = 32) -> FlipGainModel | None:
-    """The flip-gain model fitted on every flip of ``results`` (search
-    results sharing one header), or None below ``min_flips`` flips."""
+    """The model fitted on every flip of ``results`` (sharing one header), or None below ``min_flips``."""
     flips = [f for r in results for f in r.get("flips", ()) if f.get("raw")]  # exposed sites have no features
     if len(flips) < min_flips:
         return None

@@ -1,17 +1,9 @@
 """The pass scheduler: how a search's compiles (or its time) are shared
-among the modules, for ``tune`` and for each round of search-then-imitate.
-
-A probe of every module not searched yet (its decisions and keys), its
-other starts (:mod:`.starts`), then passes, each module going on from its
-best; modules that measured every flip are done.  Each pass shares what is
-left (:func:`shares`): by the flips the prior expects to pay (or the flips
-left, without a prior), and after the first pass also by the bytes each
-module's flips found per compile (under a deadline: per second).  The
-results go to a store as they arrive: a tune directory
-(:class:`~mlgo_host.search.tunedir.TuneStore`) or, for a round of
-search-then-imitate, :class:`RoundResults` in memory.
+among the modules, for ``tune`` and for each round of search-then-imitate
+(docs/search.md, "How tune shares compiles across files").  Results go to a
+store as they arrive: a :class:`~mlgo_host.search.tunedir.TuneStore`, or
+:class:`RoundResults` in memory.
 """
-
 from __future__ import annotations
 
 import time
@@ -49,17 +41,11 @@ class RoundResults:
 
 
 class Passes:
-    """The search of the modules: a probe of every module not searched yet
-    (its decisions and keys: two compiles, one without decisions), its
-    threshold starts (:meth:`starts`), then passes, each module going on
-    from its best; modules that measured every flip are done.  With a
-    compile budget, each pass shares what is left (the first
-    :data:`FIRST_SHARE` of it) by :func:`shares`: by the flips the prior
-    expects to pay (or the flips left, without a prior), and after the first
-    pass also by the bytes each module paid per compile.  ``store``: a
-    :class:`~mlgo_host.search.tunedir.TuneStore` or :class:`RoundResults`;
-    ``earlier``: results of earlier searches whose flips the prior's model
-    also learns from; ``label`` begins every progress line."""
+    """The search of the modules: a probe of every module not searched yet,
+    its other starts, then passes, each module going on from its best, each
+    pass sharing what is left (:func:`shares`).  ``earlier``: results of
+    earlier searches whose flips the prior's model also learns from;
+    ``label`` begins every progress line."""
 
     #: the probe's compiles: the channel compile and the always-inline remarks
     PROBE = 2

@@ -1,14 +1,7 @@
-"""The probe: a module compiled once over the channel, which names each
-decision's call site.
-
-The ML advisor asks, a policy answers (the compiler's default for tune),
-and the optimization record names each decision's call site
-(:mod:`.sites`).  It is what gives the features of each decision and the
-trajectory a policy takes; it decides by decision index, so a flip changes
-every later decision's index: the search probes a module once, then
-compiles its decision sets by the compiler's replay (:mod:`.replay`).  A
-plain compile with ``-Rpass=inline`` (:func:`compile_with_remarks`) names
-the ``always_inline`` sites the channel never sees.
+"""The probe: a module compiled once over the channel, which gives each
+decision's features and names its call site (:mod:`.sites`).  The channel
+decides by index, so a flip shifts every later decision: the search probes
+once, then compiles its decision sets by the compiler's replay (:mod:`.replay`).
 """
 
 from __future__ import annotations
@@ -32,8 +25,7 @@ from mlgo_host.search.sites import (DebugInfo, Decision, Site, debug_info, ident
 
 @dataclasses.dataclass
 class Probe:
-    """A module's decisions as a channel compile took them: the episode
-    (features, actions) and each decision's call site."""
+    """A module's decisions as a channel compile took them: the episode and each decision's site."""
 
     episode: Episode
     decisions: list[Decision]
@@ -43,16 +35,12 @@ class Probe:
     compiles: int = 2
     #: the plain compile (the compiler's own decisions): its sizes and the keys it inlined
     plain: Measured | None = None
-    #: the ``always_inline`` sites its remarks named: with ``plain``, what a second probe of the same
-    #: command (another policy's decisions) needs instead of a plain compile of its own
+    #: the ``always_inline`` sites its remarks named: with ``plain``, what a second probe needs
     mandatory: tuple[Site, ...] | None = None
 
 
 def compile_with_remarks(module: Module, clang: str, timeout: float) -> tuple[str, Measured]:
-    """The module's plain compile with ``-Rpass=inline``: its remarks (they
-    name the ``always_inline`` sites, which the channel never sees) and its
-    object's sizes with the keys it inlined (what a replay of the
-    compiler's own decisions should give)."""
+    """The module's plain compile with ``-Rpass=inline`` (naming the ``always_inline`` sites)."""
     t0 = time.monotonic()
     with scratch_dir("mlgo-plain-") as tmp:
         out = os.path.join(tmp, "module.o")
@@ -74,13 +62,8 @@ def record_flags(path: str) -> list[str]:
 def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str | None = None,
                  timeout: float = 300.0, debug: DebugInfo | None = None,
                  plain: tuple[str, Measured] | None = None, like: Probe | None = None) -> Probe:
-    """Compile ``module`` over the channel with ``policy`` (the compiler's
-    default for the search's start), recording the trajectory and the
-    optimization record, and name every decision's call site.  ``plain``:
-    :func:`compile_with_remarks`' result for this very command, when a caller
-    made it already (the threshold starts), or ``like``: an earlier probe of
-    this very command (another policy's start) that kept it; the probe then
-    costs its channel compile only."""
+    """Compile ``module`` over the channel and name every decision's call site; ``plain``
+    (:func:`compile_with_remarks`) or ``like`` (an earlier probe) saves the plain compile."""
     t0 = time.monotonic()
     with scratch_dir("mlgo-probe-") as tmp:
         rec = os.path.join(tmp, "record.yaml")
@@ -104,8 +87,7 @@ def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str
         compiles = 2 if plain is None else 1
         plain_text, plain = plain if plain is not None else compile_with_remarks(module, clang, timeout)
         mandatory = mandatory_sites(plain_text)
-    # (the plain compile's inlined keys tell apart copies of one body; they are the probe's own when
-    # the probe takes the compiler's decisions, as tune's does, else only a hint)
+    # (the plain compile's inlined keys tell copies of one body apart: exact when the probe took its decisions)
     decisions = identify(remarks, debug, mandatory, plain.inlined)
     for d, a in zip(decisions, ep.actions):
         if bool(a) != d.inlined:

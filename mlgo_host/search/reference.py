@@ -1,21 +1,7 @@
-"""The reference every flip is measured against: the current best set's
-sizes and inlined keys (:attr:`SearchState.base`), and how it follows the
-set.
-
-The start is the probe's decisions compiled by replay, or, when the probe
-took the compiler's own decisions (``tune``), the probe's plain compile
-standing in for it until the first batch's attribution checks it (a failed
-one compiles the replay and the batch is measured again): a compile saved
-per module (:meth:`Reference.begin`, :meth:`Reference.check_start`).
-
-Winners of a batch are applied together and the next reference is not
-compiled but *derived*: the reference's functions with each winner's as the
-compile that measured it gave them (:meth:`Reference.accept`); they stay
-unverified until a later batch finds every function outside its own
-footprints unchanged.  A compiled reference that comes out larger than the
-derived one it replaces means the winners interact: undoing each is
-measured first (:meth:`Reference.compile`).  The budget keeps one compile
-for the best set's own (:meth:`Reference.finish`).
+"""The reference every flip is measured against (:attr:`SearchState.base`).  Winners
+are applied together and the next reference is *derived*, not compiled: their
+functions as their compile gave them, unverified until a later batch finds every
+function outside its footprints unchanged.
 """
 
 from __future__ import annotations
@@ -42,11 +28,7 @@ class Reference:
         self.drift = 0
 
     def begin(self) -> Measured:
-        """The start and the reference: the probe's own decisions compiled by
-        replay; keys the compiler did not apply are set aside.  When the
-        probe's plain compile made exactly these decisions (tune's probe
-        takes the compiler's own), its object stands in for that compile
-        until the first batch checks it (:meth:`check_start`)."""
+        """The start: its replay, or the probe's plain compile when it made exactly these decisions."""
         st = self.state
         plain = st.probe.plain
         if plain is not None and plain.text == st.probe.text and all(
@@ -58,8 +40,7 @@ class Reference:
         return self.compile_start()
 
     def compile_start(self) -> Measured:
-        """The start's decisions compiled by replay (keys the compiler did
-        not apply set aside as broken)."""
+        """The start's decisions compiled by replay (keys not applied set aside as broken)."""
         st = self.state
         st.base = st.start = st.ev.measure(st.inline.values())
         st.start_text = st.base.text
@@ -70,12 +51,8 @@ class Reference:
         return st.base
 
     def check_start(self, read: bool, why: str) -> bool:
-        """After a batch's attribution against a reference that is the plain
-        compile's: one that held checked it (every function outside the
-        flips' footprints, and every key nobody flipped, as the replay gives
-        them); one that failed compiles the replay (True: measure again),
-        since the failure may be the replay's, not a flip's (a key it does
-        not match, seen in 5 of 126 modules)."""
+        """After a batch read against the plain compile: a reading that held checks it; a failed one
+        may be the replay's, not a flip's, so compile that (True: measure again)."""
         if not self.state.provisional or why == "footprints overlap":  # (no function was compared)
             return False
         if read:
@@ -85,13 +62,7 @@ class Reference:
         return True
 
     def accept(self, won: list[Outcome]) -> list[Candidate]:
-        """Apply a batch's winners.  The next reference is not compiled: its
-        functions are the reference's with each winner's functions as the
-        compile that measured it gave them (footprints are disjoint), so
-        they stay *unverified* until a later batch, which keeps clear of
-        them, finds every function outside its own footprints unchanged; a
-        batch that fails then first compiles the reference.  Returns the
-        winners kept."""
+        """Apply a batch's winners and derive the next reference; returns the winners kept."""
         if not won:
             return []
         st = self.state
@@ -133,8 +104,7 @@ class Reference:
         self.copies.forget()
         self.derived_by += [o.candidate for o in won]
         if len(won) == 1 and won[0].alone:
-            # its compile is the new reference itself: exact, even where the flip's change spilled out of its
-            # predicted footprint (then read from the object's total), which a derived reference would miss
+            # its compile is the new reference itself: exact, even where the change spilled out of its footprint
             st.base = won[0].measured
             st.unverified.clear()
             st.compiled = True
@@ -147,10 +117,7 @@ class Reference:
         return [o.candidate for o in won]
 
     def compile(self) -> None:
-        """Compile the current best (the reference a derived one stood for).
-        When it comes out larger than derived, the flips that derived it
-        interact (with each other, or with the flips they were measured
-        beside): undoing each is measured first (:attr:`SearchState.suspects`)."""
+        """Compile the current best; when larger than derived, its winners interact: undo each first."""
         st = self.state
         derived = None if st.compiled else st.base.text
         st.base = st.ev.measure(st.inline.values())
@@ -164,7 +131,6 @@ class Reference:
         self.derived_by = []
 
     def finish(self) -> None:
-        """The best set compiled, so the reported size is the object's own
-        (the budget keeps a compile for it)."""
+        """Compile the best set, so the reported size is the object's own."""
         if not self.state.compiled:
             self.compile()

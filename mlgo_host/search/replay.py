@@ -1,26 +1,7 @@
-"""A whole inlining decision set of a module in one compile, by the
-compiler's inline replay (:class:`ReplayEvaluator`, what the search
-measures every flip with).
-
-The set is written as a replay file and clang applies it by itself
-(``-cgscc-inline-replay=FILE``, scope ``Function``, fallback
-``NeverInline``): in every function the file names, exactly the listed
-sites are inlined; every function with a decision is named (a function
-with nothing inlined by a line that matches no call), so a site left out
-is a site not inlined.  No channel, no host round trip: a plain compile's
-time, and any number of flips per compile.  ``-Rpass=inline`` makes the
-compiler say which sites it inlined: the evaluator checks that against the
-set, so a key the compiler did not match is seen, never assumed applied.
-
-The other way to compile a decision set is the channel (:mod:`.probe`),
-measured side by side with this one by ``bench/tune.py``: it gives each
-decision's features, but decides by decision index, so a flip changes
-every later decision's index (one flip per compile).  The search uses it
-once per module, then replays.
-
-The object is measured as the rest of the project does (``llvm-size``'s
-text column) and per function
-(:func:`~mlgo_host.measure.objsizes.object_sizes`).
+"""A whole inlining decision set of a module in one compile, by the compiler's
+inline replay (scope ``Function``, fallback ``NeverInline``): every function with
+a decision is named, so a site left out is not inlined, and ``-Rpass=inline``
+tells which keys the compiler matched.
 """
 
 from __future__ import annotations
@@ -43,9 +24,7 @@ NO_CALLEE = "__mlgo_host_nothing__"
 
 
 def replay_text(inline: Iterable[Site], scope: Iterable[str]) -> str:
-    """A replay file: a line per site to inline, and a line that matches no
-    call for each function of ``scope`` no site names (so it keeps nothing
-    inlined rather than fall back to the compiler's heuristic)."""
+    """A replay file, with a line matching no call for each function of ``scope`` no site names."""
     inline = sorted(set(inline), key=lambda s: (s.caller, s.key))
     named = {s.caller for s in inline}
     lines = [s.replay_line() for s in inline]
@@ -54,17 +33,14 @@ def replay_text(inline: Iterable[Site], scope: Iterable[str]) -> str:
 
 
 def replay_flags(path: str, fallback: str = "NeverInline") -> list[str]:
-    """The flags that make clang apply replay file ``path``: in every
-    function the file names, the listed sites are inlined and the others get
-    ``fallback``; every other function gets the compiler's own decisions."""
+    """Flags applying replay file ``path``: sites not listed in the functions it names get ``fallback``."""
     return ["-mllvm", f"-cgscc-inline-replay={path}", "-mllvm", "-cgscc-inline-replay-scope=Function",
             "-mllvm", f"-cgscc-inline-replay-fallback={fallback}"]
 
 
 @dataclasses.dataclass
 class Measured:
-    """One compile of a decision set: the object's sizes and the keys the
-    compiler reports it inlined."""
+    """One compile of a decision set: its sizes and the keys the compiler reports inlined."""
 
     sizes: ObjectSizes
     inlined: set[str]
@@ -87,12 +63,8 @@ class ReplayEvaluator:
 
     def compile(self, inline: Iterable[Site], out: str, ir: str | None = None, scope: Iterable[str] = (),
                 release: Iterable[str] = ()) -> str:
-        """Compile with exactly ``inline`` inlined (in the scope's functions,
-        and ``scope``'s) into object ``out``; returns the compiler's remarks
-        (stderr).  ``ir``: the module's text to compile instead of its
-        bitcode (with copies of functions, :mod:`.copies`); ``release``:
-        functions of the scope left to the compiler's own heuristic (named
-        nowhere in the file)."""
+        """Compile with exactly ``inline`` inlined (in the scope and ``scope``) into ``out``; returns the
+        remarks.  ``ir``: text instead of the bitcode; ``release``: functions left to the heuristic."""
         rf = out + ".replay.txt"
         with open(rf, "w", encoding="utf-8") as f:
             f.write(replay_text(inline, (self.scope | set(scope)) - set(release)))
@@ -120,8 +92,7 @@ class ReplayEvaluator:
 
     def measure(self, inline: Iterable[Site], ir: str | None = None, scope: Iterable[str] = (),
                 release: Iterable[str] = ()) -> Measured:
-        """:meth:`compile` into a temp directory (always removed): the sizes
-        and the keys the compiler inlined."""
+        """:meth:`compile` into a temporary directory."""
         t0 = time.monotonic()
         with scratch_dir("mlgo-replay-") as tmp:
             out = os.path.join(tmp, "module.o")

@@ -1,10 +1,5 @@
-"""What ``tune`` stores of one module's batched search: a
-:class:`SearchResult` (:func:`search_result`), kept as the dict
-:meth:`SearchResult.to_dict` gives (:func:`result_of`).  It holds the
-sizes and compiles, every flip measured, the flips left pending, the best
-decision set (replay lines and scope), the probe and the imitation target
-(the best set's action at each of the probe's decisions).  A resumed search
-reads the dict back (:meth:`.BatchedSearch.resume_from`).
+"""What ``tune`` stores of one module's batched search: a :class:`SearchResult`,
+kept as a dict (:func:`result_of`), which a resumed search reads back.
 """
 
 from __future__ import annotations
@@ -68,15 +63,12 @@ class SearchResult:
     default_slot: str | None
 
     def to_dict(self) -> dict:
-        """The stored form: a dict of the fields, in order (values as they are: not copied, not converted)."""
+        """The fields in order (values neither copied nor converted)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 def search_result(s: BatchedSearch, default_size: int, wall_s: float) -> SearchResult:
-    """A batched search as ``tune`` keeps it: sizes, compiles, every flip
-    measured (key, the probe decision's features when it has one, the
-    action it took, bytes), and the best decision set (replay lines and
-    scope)."""
+    """A batched search as ``tune`` keeps it."""
     st = s.state
     ep = st.probe.episode
     nb = ep.header.observation_nbytes
@@ -110,8 +102,7 @@ def search_result(s: BatchedSearch, default_size: int, wall_s: float) -> SearchR
         inline=sorted(x.replay_line() for x in st.inline.values()) if use_replay else None,
         scope=sorted({d.site.caller for d in st.probe.decisions}) if use_replay else None,
         inline_all={k: x.replay_line() for k, x in st.inline.items()}, probe=st.probe,
-        # the imitation target: the best set's action at each decision of the probe's trajectory
-        # (its features are the probe's: a decision's context changes little with flips elsewhere)
+        # the imitation target: the best set's action at each of the probe's decisions (and its features)
         header=ep.header.to_json(), raw=ep.raw, probe_actions=ep.actions,
         actions=np.array([1 if d.site.key in st.inline else 0 for d in st.probe.decisions], dtype=np.int64),
         default_slot=st.default_slot,

@@ -1,20 +1,5 @@
-"""Which flips share a compile, which batch goes next, and what the
-module's compiles afford.
-
-Flips go into one compile when what they may change is disjoint
-(:class:`Batch`): no function another flip may change is one a flip may
-change or copies, and the flips inlining calls of one callee leave at least
-one of its calls out.  Flips measured in copies (:mod:`.copies`) may share
-a function, :data:`~.copies.MAX_COPIES` copies at most per compile.  A flip
-whose undo paid is measured alone (:attr:`SearchState.interacting`).
-
-The next batch is the packed batch with the most expected winners (the
-prior's probabilities, :data:`UNKNOWN_P` where it has none); the outline
-groups measured first (:meth:`~.candidates.Candidates.early_outlines`) lead
-the batches within :data:`EARLY_OUTLINE_SHARE` of the compiles.  A sweep
-from the new best (:meth:`Scheduler.resweep`) goes only when the compiles
-left afford it (:meth:`Scheduler.affords`), else a resumed search measures
-it.
+"""Which flips share a compile (:class:`Batch`), which batch goes next (the
+most expected winners), and what the module's compiles afford.
 """
 
 from __future__ import annotations
@@ -29,23 +14,15 @@ from mlgo_host.search.state import Candidate, Outcome, SearchState
 
 #: flips per compile at most: more risks more failed attributions (each a split)
 MAX_BATCH = 48
-#: the share of a search's compiles the outline groups measured first may take at most (see
-#: :meth:`~.candidates.Candidates.early_outlines`; chosen on the validation split at 12 compiles per module:
-#: 0 found 11,622 B, 0.25 12,336, 0.5 12,894, all of them 9,672)
+#: the share of a search's compiles early outline groups may take (:meth:`~.candidates.Candidates.early_outlines`)
 EARLY_OUTLINE_SHARE = 0.5
-#: a flip's chance to pay when the prior says nothing of it (the share of paying flips in the
-#: flip-effect table: 785 of 9,912 measured)
+#: a flip's chance to pay when the prior says nothing of it (the share of paying flips measured)
 UNKNOWN_P = 0.08
 
 
 class Batch:
-    """Flips packed into one compile, and what they change and copy.
-
-    A flip measured in a copy changes only its copy, so any number of them
-    may share a function (:data:`~.copies.MAX_COPIES` in all); but the
-    copies must start from the reference: no ordinary flip of the batch may
-    change their function or what they copy, and none may delete or bring
-    back a callee (the copies keep their own calls of it)."""
+    """Flips packed into one compile.  Flips in copies may share a function, but no ordinary flip
+    may change what they copy, nor delete or bring back a callee (the copies keep their calls)."""
 
     def __init__(self):
         self.flips: list[Candidate] = []
@@ -59,11 +36,9 @@ class Batch:
 
     def admits(self, c: Candidate, state: SearchState, root: Roots | None = None, back: str | None = None
                ) -> bool:
-        """``root``: the function ``c`` would be measured in a copy of;
-        ``back``: the callee it brings back there (see :meth:`.Copies.brought_back`)."""
+        """``root``: what ``c`` would be measured in a copy of; ``back``: the callee it brings back."""
         if root is not None:
-            # (an unverified root is fine: its copies' gains are read against a control in the same
-            # compile, and the original is checked against the derived reference like any other function)
+            # (an unverified root is fine: its copies are read against a control in the same compile)
             return (not set(roots_of(root)) & self.writes and not c.reads & self.writes
                     and back not in self.writes | self.reads and self.copies + len(roots_of(root)) <= MAX_COPIES
                     and all(plain(x) for x in self.flips if x.in_copy is None))
@@ -96,8 +71,7 @@ class Batch:
 
 
 def plain(c: Candidate) -> bool:
-    """The flip changes only where its callers' code lies (it deletes or
-    brings back no callee)."""
+    """The flip deletes or brings back no callee."""
     return not any(s.callee in c.footprint for s in c.sites)
 
 
@@ -115,12 +89,8 @@ class Scheduler:
         self.early: list[Candidate] = []
 
     def batches_of(self, cands: list[Candidate]) -> list[list[Candidate]]:
-        """Greedy packing: candidates in order, each into the first batch it
-        does not interfere with: no function another flip may change is one
-        it may change or copies, and the flips inlining calls of one callee
-        leave at least one of its calls out (else together they may delete
-        it, which none of them predicts); a flip whose undo paid alone
-        (:attr:`SearchState.interacting`)."""
+        """Greedy packing: disjoint footprints, and the flips inlining calls of one callee leave one
+        out (else together they may delete it, which none predicts)."""
         out: list[Batch] = []
         roots = {id(c): self.copies.root(c) for c in cands if (c.key, c.inline) not in self.state.interacting}
         many = Counter(roots.values())
@@ -146,9 +116,7 @@ class Scheduler:
         return [b.flips for b in out]
 
     def expected_winners(self, batch: list[Candidate]) -> float:
-        """How many of ``batch``'s flips the prior expects to pay (its
-        probabilities; without a prior, or for a flip it has none for, a
-        flip counts as :data:`UNKNOWN_P`)."""
+        """How many of ``batch``'s flips the prior expects to pay (:data:`UNKNOWN_P` where it has none)."""
         return sum(self.candidates.flip_p.get(c.key, UNKNOWN_P) for c in batch)
 
     def early_left(self) -> bool:
@@ -156,12 +124,7 @@ class Scheduler:
         return bool(self.early) and self.state.ev.compiles < self.state.budget * EARLY_OUTLINE_SHARE
 
     def next_batch(self, queue: list[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
-        """The batch :meth:`batches_of` packs from ``queue`` with the most
-        expected winners (marked tried), and the candidates left: the
-        prior's best flip leads the first batch, but a batch of many flips
-        measured in copies may be worth more than it.  While outline groups
-        are measured first (:meth:`.Candidates.early_outlines`), the next one leads the
-        batch and the flips it leaves room for fill it."""
+        """The packed batch with the most expected winners (marked tried), and the candidates left."""
         queue = [self.candidates.fresh(c) for c in queue]
         if self.early_left():
             lead = self.candidates.fresh(self.early.pop(0))
@@ -176,10 +139,7 @@ class Scheduler:
         return batch, [c for c in queue if id(c) not in chosen]
 
     def unmeasured(self, batch: list[Candidate], outs: list[Outcome]) -> list[Candidate]:
-        """The flips of ``batch`` left unmeasured (a failed copy, or the
-        budget or time spent in the middle of a split), untried again: the
-        search measures them later without copies, or a resumed search does
-        (a flip stored as tried is never measured again)."""
+        """The flips of ``batch`` left unmeasured, untried again (else never measured)."""
         done = {id(o.candidate) for o in outs}
         back = [c for c in batch if id(c) not in done]
         for c in back:
@@ -188,21 +148,8 @@ class Scheduler:
         return back
 
     def resweep(self) -> list[Candidate]:
-        """Once every flip was measured (the groups and answered flips too),
-        every probe decision's site flipped again from the current best, when
-        winners were applied since the last such sweep began: a flip that
-        lost beside the old set may pay beside the new one, which the
-        retries (only flips whose functions a winner changed) miss.  A sweep
-        the search's compiles left do not afford (at its flips per compile
-        so far) is left pending, measured when the search is
-        resumed: ``tune`` gives its next pass's compiles to the modules whose
-        flips were not all measured first.  Measured on the validation split:
-        at 12 compiles per module sweeping at once found 13,514 bytes and
-        leaving every sweep to the next pass 13,960; at 60, 22,909 and 22,134
-        (each resumed sweep got a few compiles, one of them its final compile).
-        Not with a deadline: there a sweep takes time from the modules not
-        searched yet (measured in ``make demo``: two of its held-out modules
-        got no search, 515 bytes lost)."""
+        """A sweep, when winners were applied since the last one: a flip that lost beside the old set
+        may pay beside the new one.  Not with a deadline (time for modules not searched yet)."""
         st = self.state
         if not st.grouped or st.wins <= st.sweep_mark or st.deadline is not None:
             return []
@@ -210,8 +157,7 @@ class Scheduler:
         return self.candidates.again()
 
     def affords(self, sweep: list[Candidate]) -> bool:
-        """Are this search's compiles left enough for ``sweep`` at the
-        flips per compile it measured so far?"""
+        """Are the compiles left enough for ``sweep`` at the flips per compile so far?"""
         st = self.state
         per_compile = st.flips_measured / max(1, st.ev.compiles)
         return st.budget - 1 - st.ev.compiles >= len(sweep) / max(per_compile, 1.0)

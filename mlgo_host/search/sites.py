@@ -1,38 +1,10 @@
 """Call-site identity: which call site each inlining decision of a compile is.
 
-The channel numbers decisions (0, 1, 2... in the order the compiler asks);
-the compiler itself names call sites the way its inline replay reads them
-(``-cgscc-inline-replay``): the callee, then the site's location *relative
-to the first line of the function it is written in*, followed by the sites
-its code was inlined through, innermost first::
-
-    'sq' inlined into 'f1' at callsite big:3:71 @ f1:0:24;
-     ^callee          ^caller        ^written in big   ^ big's body inlined into f1
-
-A :class:`Site` is that key.  Keys do not depend on decision order nor on
-absolute line numbers, so an edit that shifts a file's lines leaves them
-valid, and the compiler applies a set of them by itself (:mod:`.replay`).
-
-How a channel compile's decisions get their keys (:func:`identify`): with
-``-opt-record-file`` the ML advisor writes one remark per decision, in
-decision order, naming caller, callee and the call's own (innermost) line
-and column; the function's first lines come from the bitcode's
-``DISubprogram`` records.  The inline chain is not in the remark: it is
-rebuilt by replaying the inline tree in decision order.  Each function keeps
-its *live* call sites; inlining ``G`` into ``F`` at site ``s`` copies
-``G``'s live sites into ``F`` with ``s`` appended to their chain (the
-compiler clones them with exactly that ``inlinedAt``), and a later decision
-in ``F`` is matched to the live site with its callee and innermost
-location.  A decision with no such live site is a call written in ``F``
-itself, or in an ``always_inline`` body copied into it before the first
-decision.  Where a remark cannot tell copies of one body apart (same callee,
-line and column; a call the optimizer made has line 0), the plain compile's
-``-Rpass=inline`` keys decide; a key the compiler still does not match is
-seen, never assumed: the replay reads the inlined keys back from its remarks.
-
-:func:`final_functions` answers where a decision's effect lands: its caller
-if that survives in the object, else (and also) every function the caller
-was later inlined into, transitively.
+A :class:`Site` is keyed as the compiler's inline replay names it: the callee, then
+the call's location relative to the first line of the function it is written in,
+then the sites its code was inlined through, innermost first
+(``sq at big:3:71 @ f1:0:24``).  Keys survive edits that shift a file's lines.  The
+optimization record lacks the inline chain: :func:`identify` rebuilds it.
 """
 
 from __future__ import annotations
@@ -53,11 +25,8 @@ NOT_INLINED = ("IniningNotAttempted", "InliningNotAttempted")
 
 @dataclasses.dataclass(frozen=True)
 class Site:
-    """A call site as the compiler's inline replay names it: ``callee`` (its
-    IR name), ``caller`` (the IR name of the function holding the call now)
-    and the ``chain`` of (function, line relative to its first line, column),
-    innermost first, functions named as their debug info names them (the
-    linkage name where the definition has one, else the source name)."""
+    """A call site as the inline replay names it: ``callee``, ``caller`` (IR names) and the
+    ``chain`` of (function by its debug name, relative line, column), innermost first."""
 
     callee: str
     caller: str
@@ -69,21 +38,18 @@ class Site:
 
     @property
     def key(self) -> str:
-        """The site's identity: what the compiler matches a replay line on."""
+        """What the compiler matches a replay line on."""
         return f"{self.callee} at {self.callsite}"
 
     def replay_line(self) -> str:
-        """The line of a replay file that inlines this site."""
         return f"remark: '{self.callee}' inlined into '{self.caller}' at callsite {self.callsite};"
 
     def through(self, outer: "Site") -> "Site":
-        """This site cloned into ``outer``'s caller when ``outer`` (a call of
-        the function this site lives in) is inlined."""
+        """This site cloned into ``outer``'s caller when ``outer`` is inlined."""
         return Site(self.callee, outer.caller, self.chain + outer.chain)
 
     def is_under(self, outer: "Site") -> bool:
-        """True for a site cloned through ``outer`` (it exists only while
-        ``outer`` is inlined)."""
+        """A site cloned through ``outer`` (it exists only while ``outer`` is inlined)."""
         n = len(outer.chain)
         return len(self.chain) > n and self.chain[-n:] == outer.chain
 
@@ -92,8 +58,7 @@ _REPLAYED = re.compile(r"'(?P<callee>[^']*)' inlined into '(?P<caller>[^']*)'.* 
 
 
 def parse_callsite(text: str) -> tuple[tuple[str, int, int], ...]:
-    """``big:0:71 @ f1:0:24`` -> ((big, 0, 71), (f1, 0, 24)); discriminators
-    (``:71.2``) are kept out of the column."""
+    """``big:0:71 @ f1:0:24`` -> ((big, 0, 71), (f1, 0, 24)), without discriminators (``:71.2``)."""
     chain = []
     for part in text.split(" @ "):
         fn, line, col = part.rsplit(":", 2)
@@ -110,44 +75,29 @@ def site_of_line(line: str) -> Site:
 
 
 def site_of_key(key: str) -> Site:
-    """The site a key names (``callee at f:1:2 @ outer:3:4``): its caller is
-    the function whose body holds the call now, the chain's last entry."""
+    """The site a key names (``callee at f:1:2 @ outer:3:4``), its caller the chain's last entry."""
     callee, at = key.split(" at ", 1)
     chain = parse_callsite(at)
     return Site(callee, chain[-1][0], chain)
 
 
+def _site_or_none(m: re.Match) -> Site | None:
+    try:
+        return Site(m.group("callee"), m.group("caller"), parse_callsite(m.group("site")))
+    except ValueError:
+        return None
+
+
 def mandatory_sites(remarks: str) -> list[Site]:
-    """The sites a plain compile inlined because the callee is
-    ``always_inline`` (``-Rpass=inline`` output), in order: the channel
-    never sees them, but they copy call sites all the same."""
-    out = []
-    for ln in remarks.splitlines():
-        if "always inline attribute" not in ln:
-            continue
-        m = _REPLAYED.search(ln)
-        if m:
-            try:
-                out.append(Site(m.group("callee"), m.group("caller"), parse_callsite(m.group("site"))))
-            except ValueError:
-                continue
-    return out
+    """The ``always_inline`` sites of a plain compile's ``-Rpass=inline``
+    output, in order: the channel never sees them, but they copy call sites."""
+    found = (_REPLAYED.search(ln) for ln in remarks.splitlines() if "always inline attribute" in ln)
+    return [s for s in map(_site_or_none, filter(None, found)) if s is not None]
 
 
 def inlined_keys(remarks: str) -> set[str]:
-    """The keys of the sites a compile inlined, from its ``-Rpass=inline``
-    output (stderr): every ``'callee' inlined into 'caller' ... at callsite
-    ...;`` line."""
-    out = set()
-    for m in _REPLAYED.finditer(remarks):
-        try:
-            out.add(Site(m.group("callee"), m.group("caller"), parse_callsite(m.group("site"))).key)
-        except ValueError:
-            continue
-    return out
-
-
-# -- the ML advisor's remarks ---------------------------------------------------
+    """The keys of the sites a compile inlined, from its ``-Rpass=inline`` output."""
+    return {s.key for s in map(_site_or_none, _REPLAYED.finditer(remarks)) if s is not None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,8 +129,7 @@ def _unquote(v: str) -> str:
 
 
 def _joined(lines: list[str]) -> Iterator[str]:
-    """Lines with YAML's wrapped flow mappings (``DebugLoc: { File: '<a long
-    path>',`` then ``Line: 4, Column: 7 }`` on the next line) made one."""
+    """Lines with YAML's wrapped flow mappings (``DebugLoc: { ...`` over two lines) made one."""
     buf = ""
     for ln in lines:
         if buf:
@@ -197,12 +146,9 @@ def _joined(lines: list[str]) -> Iterator[str]:
 
 
 def read_remarks(text: str) -> list[Remark]:
-    """The ML inliner's decisions of an optimization record (YAML), in
-    order; other passes' remarks are skipped.  A hand-rolled reader of the
-    few top-level keys it needs: the record of a large module holds ~45
-    lines per decision, which a YAML library reads ~50x slower."""
+    """The ML inliner's decisions of an optimization record, in order (hand-rolled: YAML is slow)."""
     out: list[Remark] = []
-    for doc in text.split("\n--- ")[0:]:
+    for doc in text.split("\n--- "):
         fields: dict[str, str] = {}
         loc = None
         callee = None
@@ -230,8 +176,7 @@ def read_remarks(text: str) -> list[Remark]:
 
 @dataclasses.dataclass(frozen=True)
 class FunctionInfo:
-    """A function's debug identity: the name call-site keys use for it, its
-    first line and its file."""
+    """A function's debug identity: the name keys use for it, its first line and file."""
 
     name: str
     line: int
@@ -242,10 +187,8 @@ class FunctionInfo:
 
 @dataclasses.dataclass
 class DebugInfo:
-    """The functions of a module as its debug info describes them:
-    ``functions`` (IR name of each defined function -> its info) and every
-    function definition's extent by file (also those inlined everywhere and
-    gone), to tell which function a call was written in."""
+    """A module's functions by debug info: the defined ones by IR name, and every definition by
+    file (also those gone), to tell which function a call was written in."""
 
     functions: dict[str, FunctionInfo]
     by_file: dict[str, list[FunctionInfo]] = dataclasses.field(default_factory=dict)
@@ -253,8 +196,7 @@ class DebugInfo:
     calls: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
 
     def written_in(self, file: str, line: int) -> FunctionInfo | None:
-        """The function whose definition holds ``file:line`` (the last one
-        starting at or before it)."""
+        """The last function of ``file`` starting at or before ``line``."""
         best = None
         for f in self.by_file.get(file, ()):
             if f.line <= line:
@@ -269,7 +211,6 @@ class DebugInfo:
 
 
 def debug_info(bitcode: str | os.PathLike, llvm_dis: str = "llvm-dis-19", timeout: float = 300.0) -> DebugInfo:
-    """:class:`DebugInfo` of a bitcode file (``llvm-dis``)."""
     try:
         r = subprocess.run([llvm_dis, str(bitcode), "-o", "-"], capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
@@ -290,7 +231,6 @@ _FIELD = re.compile(r'\b(name|linkageName): "((?:[^"\\]|\\.)*)"|\b(line): (\d+)|
 
 
 def read_debug_info(ir_lines: Iterable[str]) -> DebugInfo:
-    """:func:`debug_info` of textual IR."""
     defined: dict[str, str] = {}  # node id -> IR function name
     nodes: dict[str, tuple[str, int, str]] = {}  # node id -> (name, line, file node)
     files: dict[str, str] = {}
@@ -339,20 +279,15 @@ def read_debug_info(ir_lines: Iterable[str]) -> DebugInfo:
     return DebugInfo(functions, by_file, {fn: frozenset(c) for fn, c in calls.items()})
 
 
-# -- the inline tree ------------------------------------------------------------
-
-
 @dataclasses.dataclass
 class Decision:
-    """Decision ``index`` of a compile: its site, the advice taken, and
-    whether the callee was deleted with it."""
+    """Decision ``index`` of a compile: its site, the advice, whether the callee was deleted."""
 
     index: int
     site: Site
     inlined: bool
     deleted: bool = False
-    #: the callee's live call sites as they are (inlined) or would be (not
-    #: inlined) copied into the caller: the sites inlining it exposes
+    #: the callee's live call sites as (would be) copied into the caller: the sites inlining it exposes
     exposed: tuple[Site, ...] = ()
 
 
@@ -365,17 +300,14 @@ class _Live:
 
 def identify(remarks: Sequence[Remark], debug: DebugInfo, mandatory: Sequence[Site] = (),
              known: set[str] = frozenset()) -> list[Decision]:
-    """Every decision's :class:`Site`, by replaying the inline tree in
-    decision order (see the module docstring).  ``mandatory``: the
-    ``always_inline`` sites (:func:`mandatory_sites`); the compiler inlines
-    them before the first decision, copying the callee's calls as written,
-    so a decision about such a copy is keyed through its always-inline site.
-    ``known``: keys a compile with the same decisions inlined (the plain
-    compile's, :func:`inlined_keys`).  A remark cannot tell apart two copies
-    of one body (same callee, same line and column), and the order the
-    compiler visits them is not the order it copied them in (zstd's
-    ``FORCE_INLINE`` hash helpers): the copy whose key agrees with
-    ``known`` is taken first."""
+    """Every decision's :class:`Site`, by replaying the inline tree in decision
+    order: inlining ``G`` at ``s`` copies ``G``'s live sites into the caller
+    with ``s`` appended to their chain, and a decision is matched to a live
+    site by callee and innermost location.  ``mandatory``: the
+    ``always_inline`` sites, inlined before the first decision.  ``known``:
+    keys a compile with the same decisions inlined; where a remark cannot
+    tell copies of one body apart (the compiler may visit them in another
+    order than it copied them), the copy agreeing with ``known`` goes first."""
     live: dict[str, list[_Live]] = {}
     used: dict[str, set[str]] = {}  # caller -> keys its decisions took
     bodies: dict[str, list[Site]] = {}  # caller -> the sites whose callee's body it took in, in order
@@ -408,11 +340,8 @@ def identify(remarks: Sequence[Remark], debug: DebugInfo, mandatory: Sequence[Si
 
 def _written_site(r: Remark, debug: DebugInfo, bodies: dict[str, list[Site]], used: set[str],
                   known: set[str] = frozenset()) -> Site:
-    """The site of a decision no live site explains: a call written in its
-    caller, or in a function whose body was inlined into it (always-inline
-    bodies, and in a recursive SCC bodies inlined before their own calls
-    were decided); with several copies of that body, each copy takes the
-    next key not ``used`` yet, one that agrees with ``known`` first."""
+    """The site of a decision no live site explains: a call written in its caller or in a body
+    inlined into it, copies of that body taking the next key not ``used`` yet."""
     own = debug.functions.get(r.caller) or FunctionInfo(r.caller, r.line, r.file, r.caller)
     if r.line == 0:  # a call the optimizer made (merged calls): no line tells which body it is in
         copies = [Site(r.callee, r.caller, ((own.name, _offset(0, own.line), r.column),))]
@@ -431,13 +360,11 @@ def _written_site(r: Remark, debug: DebugInfo, bodies: dict[str, list[Site]], us
 
 
 def _written_by(r: Remark, debug: DebugInfo, bodies: dict[str, list[Site]], own: FunctionInfo) -> FunctionInfo | None:
-    """The function a call at ``r.file:r.line`` was written in: the last
-    of the file to start at or before that line, unless its body does not
-    call ``r.callee`` and, of the caller and the bodies inlined into it, a
-    function starting on the same line does (one header included under
-    several macro names, Brotli's hashers), or the function it is local to
-    does (a C++ lambda or local class starts inside its function, so the
-    function's later lines read as the lambda's)."""
+    """The function a call at ``r.file:r.line`` was written in: the last to
+    start at or before that line, unless it does not call ``r.callee`` and a
+    function inlined here starting on the same line does (a header included
+    under several macro names), or the function it is local to does (a
+    lambda's enclosing function's later lines read as the lambda's)."""
     w = debug.written_in(r.file, r.line)
     if w is None:
         return None
@@ -457,15 +384,13 @@ def _written_by(r: Remark, debug: DebugInfo, bodies: dict[str, list[Site]], own:
 
 
 def _offset(line: int, first: int) -> int:
-    """A line relative to its function's first line as the compiler prints
-    it: an unsigned 32-bit difference (a line before the first wraps)."""
+    """A line relative to its function's first, as the compiler prints it (unsigned 32-bit)."""
     return (line - first) & 0xFFFFFFFF
 
 
 def _all_bodies(caller: str, debug: DebugInfo, bodies: dict[str, list[Site]],
                 depth: int = 4) -> Iterator[tuple[FunctionInfo, tuple[tuple[str, int, int], ...]]]:
-    """Every function whose body was inlined into ``caller``, with the chain
-    it came through."""
+    """Every function whose body was inlined into ``caller``, with its chain."""
     for b in bodies.get(caller, ()):
         info = debug.functions.get(b.callee)
         if info is not None:
@@ -476,8 +401,7 @@ def _all_bodies(caller: str, debug: DebugInfo, bodies: dict[str, list[Site]],
 
 
 def _agreeing(candidates, key_of, inlined: bool, known: set[str]):
-    """The first of ``candidates`` whose key is in ``known`` exactly when the
-    decision ``inlined``, else the first (None when there is none)."""
+    """The first of ``candidates`` whose key is in ``known`` exactly when ``inlined``, else the first."""
     if not candidates:
         return None
     if known:
@@ -489,8 +413,7 @@ def _agreeing(candidates, key_of, inlined: bool, known: set[str]):
 
 def _body_paths(caller: str, written: str, debug: DebugInfo, bodies: dict[str, list[Site]],
                 depth: int = 4) -> Iterator[tuple[tuple[str, int, int], ...]]:
-    """The chains through which the body of function ``written`` (a debug
-    name) was inlined into ``caller`` (an IR name), in the order it was."""
+    """The chains through which ``written``'s body (a debug name) was inlined into ``caller``."""
     for b in bodies.get(caller, ()):
         if debug.debug_name(b.callee) == written:
             yield b.chain
@@ -500,17 +423,15 @@ def _body_paths(caller: str, written: str, debug: DebugInfo, bodies: dict[str, l
 
 
 def final_functions(decisions: Sequence[Decision], defined: Iterable[str]) -> dict[str, frozenset[str]]:
-    """Function -> the functions of the object its code ends up in: itself
-    when it is still defined, plus (transitively) every function it was
-    inlined into, by the decisions that inlined."""
+    """Function -> the functions of the object its code ends up in: itself if still defined, and
+    (transitively) every function it was inlined into."""
     return final_functions_of([d.site for d in decisions if d.inlined],
                               {d.site.caller for d in decisions} | {d.site.callee for d in decisions}, defined)
 
 
 def final_functions_of(inlined: Iterable[Site], names: Iterable[str], defined: Iterable[str]
                        ) -> dict[str, frozenset[str]]:
-    """:func:`final_functions` of a decision set: the ``inlined`` sites, for
-    the functions ``names``."""
+    """:func:`final_functions` of the ``inlined`` sites, for the functions ``names``."""
     defined = set(defined)
     into: dict[str, set[str]] = {}
     for s in inlined:
@@ -531,8 +452,7 @@ def final_functions_of(inlined: Iterable[Site], names: Iterable[str], defined: I
 
 
 def unique_decisions(decisions: Sequence[Decision]) -> Iterator[Decision]:
-    """The first decision of each key (the inliner may ask twice about the
-    same site when it revisits a function; a replay decides per key)."""
+    """The first decision of each key (the inliner may ask twice about a site; a replay decides per key)."""
     seen: set[str] = set()
     for d in decisions:
         if d.site.key not in seen:

@@ -1,26 +1,14 @@
 """Where a module's search starts: the compiler's own decisions at `-Oz`,
-or at another inline threshold when that compiles smaller.
+at another inline threshold, or the shipped policy's, whichever compiles
+smallest (`-Oz` included, so never from a larger object).
 
-`-Oz`'s inliner weighs every call site against one threshold for the whole
-module.  The right threshold differs from module to module: one more copy of
-a helper may let it fold, or let its out-of-line body go.  A single compile
-at each of a few thresholds (``-mllvm -inline-threshold=T``) measures that,
-and no flip search can: a flip changes one site and keeps every other
-decision, a threshold moves the heuristic's decisions everywhere at once.
-The search then starts from the smallest (`-Oz` included, so never from a
-larger object), with the threshold kept in the module's command line: the
-probe, every replay and the tuned build's flags carry it, and a function
-the replay file does not name (or, after an edit, a site it no longer
-matches) gets the heuristic at that threshold.
-
-Chosen on the training corpus's validation split (158 modules, one plain
-compile per module and threshold; never the held-out split): the best of
-`-Oz` and each single threshold gave 6,432 bytes at 50, 7,202 at 150, 8,437
-at 225 and 8,337 at 450; of every set of three among 0, 10, 25, 50, 75,
-100, 150, 225, 300, 450 and 700, {50, 150, 450} (a factor of 3 apart) gave
-the most, 11,643 bytes (all eleven: 13,026).
+`-Oz` weighs every call site against one threshold for the whole module; a
+flip changes one site, a threshold moves the heuristic's decisions
+everywhere at once, which no flip search finds.  A threshold start stays in
+the module's command line: the probe, every replay and the tuned build's
+flags carry it.  The grid and the starts per language were chosen on
+validation (docs/search.md, "Starts").
 """
-
 from __future__ import annotations
 
 import dataclasses
@@ -34,9 +22,8 @@ from mlgo_host.search.replay import Measured
 
 #: the inline thresholds a search may start from besides -Oz's own (see the module docstring)
 START_THRESHOLDS: tuple[int, ...] = (50, 150, 450)
-#: how much smaller than -Oz's object a threshold's must be to become the start (a share of -Oz's).
-#: A start barely below -Oz's may lead the search somewhere poorer than -Oz's own (the shipped prior
-#: that orders the flips learned -Oz's decisions), but on validation no margin paid (docs/results.md)
+#: how much smaller than -Oz's object a threshold's must be to become the start (a share of -Oz's;
+#: on validation no margin paid)
 START_MARGIN = 0.0
 #: the compiles of a second probe, at the threshold a search starts from: its channel compile (the plain
 #: compile a probe also makes is that threshold's own, measured before: :func:`measure_thresholds`)
@@ -47,8 +34,7 @@ POLICY_START = 2
 
 
 #: the starts a module's search may take besides -Oz's own, per language: "thresholds" (each of
-#: START_THRESHOLDS) and "policy" (the shipped policy's decisions).  Chosen on validation projects
-#: (bench/tune_starts.py); see docs/search.md, "Starts".
+#: START_THRESHOLDS) and "policy" (the shipped policy's decisions); bench/tune_starts.py measures them
 STARTS_BY_LANGUAGE: dict[str, tuple[str, ...]] = {"C": (), "C++": ("thresholds", "policy")}
 
 
@@ -81,9 +67,8 @@ def starts_cost(thresholds: Sequence[int], policy: bool) -> int:
 
 
 def starts_pending(result: dict) -> bool:
-    """Has the module of a stored search ``result`` its threshold starts
-    still to measure: probed, with decisions, nothing searched yet (no
-    flip tried, no reference compiled) and no threshold measured?"""
+    """Has a stored ``result``'s module its starts still to measure (probed,
+    with decisions, nothing searched or measured yet)?"""
     return result.get("thresholds") is None and not result["tried"] and result.get("reference") is None \
         and result.get("decisions", 0) > 0
 
@@ -110,12 +95,9 @@ def measure_thresholds(module: Module, thresholds: Sequence[int], *, clang: str,
                        deadline: float | None = None, plains: dict[int, tuple[str, Measured]] | None = None
                        ) -> dict[int, int | None]:
     """The object's .text at each threshold, one plain compile each (None:
-    that compile failed, or the user's ``deadline`` (a ``time.time()``)
-    cut it or came before it, so the threshold is not a start).  Each is
-    the compile a probe at that threshold makes besides its channel compile
-    (:func:`~mlgo_host.search.probe.compile_with_remarks`): kept in ``plains``
-    (threshold -> its remarks and sizes), the winner's probe does not
-    compile it again."""
+    the compile failed or the ``deadline`` cut it).  Each is also the plain
+    compile of a probe at that threshold: kept in ``plains`` (threshold ->
+    remarks and sizes), the winner's probe does not compile it again."""
     out: dict[int, int | None] = {}
     for t in thresholds:
         left = within_deadline(timeout, deadline)

@@ -1,18 +1,7 @@
 """What every part of one module's batched search shares: the flip
 (:class:`Candidate`), its measurement (:class:`Outcome`) and the
-:class:`SearchState`.
-
-The state holds the module, its probe and its replay evaluator, the
-compiles and time the search may spend, the decision set (the sites known
-and the ones inlined), the *reference* (the current set's sizes, which
-every flip is measured against) and what the search stores of itself (the
-flips tried and measured, the counts a result reports).  It also derives
-what is read off the current set: where each function's code ends up
-(:meth:`SearchState.final`) and the calls of a callee the set leaves out
-(:meth:`SearchState.left_out`), each computed once per set.  The parts
-(:mod:`.candidates`, :mod:`.attribution`, :mod:`.copies`,
-:mod:`.reference`, :mod:`.scheduling`, :mod:`.measure`) each get this state
-and read or change it; the driver (:mod:`.driver`) makes it.
+:class:`SearchState` (module, probe, evaluator, budget, the decision set, the
+reference every flip is measured against, and what the search reports).
 """
 
 from __future__ import annotations
@@ -40,13 +29,11 @@ class Candidate:
     kind: str = "single"  # single, exposed, group, outline, retry, undo, answered, again
     #: functions whose code it copies (an inlined callee): no flip of the batch may change them
     reads: frozenset[str] = frozenset()
-    #: set while packed into a batch: the function it is measured in a copy of (see :mod:`.copies`),
-    #: or the functions, sorted, when its code lands in several (:func:`~.copytext.roots_of`)
+    #: set while packed into a batch: the function(s) it is measured in a copy of (:mod:`.copies`)
     in_copy: Roots | None = None
-    #: functions left to the compiler's own heuristic in its compile (an *answered* flip, see
-    #: :meth:`~.candidates.Candidates.answered`): their sites are what the compiler then inlines
+    #: functions left to the compiler's own heuristic in its compile (an *answered* flip)
     release: frozenset[str] = frozenset()
-    #: the state's :attr:`SearchState.version` its footprint was formed at (formed again when stale)
+    #: the :attr:`SearchState.version` its footprint was formed at
     formed: int = -1
 
     @property
@@ -73,7 +60,6 @@ class Outcome:
 
 
 def released(batch: Iterable[Candidate]) -> frozenset[str]:
-    """The functions a batch's answered flips leave to the compiler's heuristic."""
     return frozenset().union(*(c.release for c in batch))
 
 
@@ -87,8 +73,7 @@ class SearchState:
         self.ev = evaluator
         self.budget = budget
         self.deadline = deadline
-        #: the probe's decisions, one per site key
-        self.first = list(unique_decisions(probe.decisions))
+        self.first = list(unique_decisions(probe.decisions))  # the probe's decisions, one per key
         self.sites = {d.site.key: d.site for d in self.first}
         self.inline: dict[str, Site] = {d.site.key: d.site for d in self.first if d.inlined}
         #: the start's inlined keys per function holding them (a function whose keys are these is untouched)
@@ -98,37 +83,28 @@ class SearchState:
         #: bumped whenever the reference or the set changes: what footprints are formed against
         self.version = 0
         self._base: Measured | None = None
-        #: what is read off the current set, per set (see :meth:`per_set`): name -> (its key, the value)
-        self._set_views: dict[str, tuple[tuple[int, int], object]] = {}
+        self._set_views: dict[str, tuple[tuple[int, int], object]] = {}  # :meth:`per_set`'s cache
         self.start: Measured | None = None
         self.start_text: int | None = None
-        #: the reference is the probe's plain compile, not yet checked against a replay
-        #: (see :meth:`~.reference.Reference.begin`)
-        self.provisional = False
-        #: the reference is a compile's (its total exact), not derived
-        self.compiled = True
+        self.provisional = False  # the reference is the probe's plain compile, not checked yet
+        self.compiled = True  # the reference is a compile's (its total exact), not derived
         #: functions whose size in the reference is derived from a batch, not compiled
-        #: (see :meth:`~.reference.Reference.accept`)
         self.unverified: set[str] = set()
         self.outcomes: list[Outcome] = []
         self.tried: set[str] = set()
         self.broken: set[str] = set()  # keys the compiler did not match
         self.earlier: list[dict] = []  # the flips of the searches this one resumes
         self.flips_measured = 0
-        self.flips_in_copies = 0  # flips measured in copies
+        self.flips_in_copies = 0
         self.batches = 0
-        #: why batches were split: reason -> count (reported)
-        self.splits: dict[str, int] = {}
+        self.splits: dict[str, int] = {}  # why batches were split: reason -> count
         #: winners applied, in this search and the ones it resumes; and their number when the last sweep began
         self.wins = 0
         self.sweep_mark = 0
-        #: the groups and the answered flips were first formed (after a pass measured every flip)
-        self.grouped = False
+        self.grouped = False  # the groups and answered flips were formed
         #: flips to undo, measured first: applied together, they came out larger than measured apart
         self.suspects: list[Candidate] = []
-        #: (key, inline) of flips whose undoing paid: measured beside others they read wrong, so from then on
-        #: they are measured alone (a sweep proposing one again would apply it, undo it, and sweep again:
-        #: validation's utf8_string spent 700 compiles on one such flip)
+        #: (key, inline) of flips whose undoing paid: they read wrong beside others, so are measured alone
         self.interacting: set[tuple[str, bool]] = set()
         self.default_slot: str | None = None  # what the probe's policy read the default from (imitation)
 
@@ -153,11 +129,7 @@ class SearchState:
         return set(self.base.sizes.functions)
 
     def final(self) -> dict[str, frozenset[str]]:
-        """Where each function's code ends up under the current set (see
-        :func:`~mlgo_host.search.sites.final_functions`): the set's inline
-        tree, not the probe's, which a winner may have changed since (a
-        helper left out of one hub; a call inlined that the probe left
-        out)."""
+        """Where each function's code ends up under the current set (not the probe's)."""
         def build() -> dict[str, frozenset[str]]:
             names = {x.caller for x in self.sites.values()} | {x.callee for x in self.sites.values()}
             return final_functions_of(self.inline.values(), names, self.defined())
@@ -165,8 +137,7 @@ class SearchState:
         return self.per_set("final", build)
 
     def per_set(self, name: str, build):
-        """``build()``, computed once per set and reference (:attr:`version`)
-        and per number of known sites (sites only grow: exposed ones join)."""
+        """``build()``, computed once per :attr:`version` and number of known sites (they only grow)."""
         now = (self.version, len(self.sites))
         view = self._set_views.get(name)
         if view is None or view[0] != now:
@@ -174,9 +145,7 @@ class SearchState:
         return view[1]
 
     def left_out(self, callee: str, besides: set[str] = frozenset()) -> int:
-        """Known calls of ``callee`` the current set does not inline (but
-        ``besides``), in functions the object still has (a call in a
-        function inlined everywhere and gone lives on in its copies)."""
+        """Known calls of ``callee`` the set leaves out (but ``besides``), in functions still defined."""
         def build() -> dict[str, set[str]]:
             defined = self.base.sizes.functions
             left: dict[str, set[str]] = {}
@@ -188,8 +157,7 @@ class SearchState:
         return len(self.per_set("left out", build).get(callee, set()) - set(besides))
 
     def set_with(self, batch: Sequence[Candidate]) -> list[Site]:
-        """The current set with ``batch``'s flips applied (the sites of the
-        functions its answered flips release left to the compiler)."""
+        """The current set with ``batch``'s flips applied, less the sites of released functions."""
         inline = dict(self.inline)
         for c in batch:
             for s in c.sites:

@@ -2,25 +2,12 @@
 your corpus, kept as the compiler's replay files a build applies
 (``serve --replay T``, ``MLGO_REPLAY=T``, ``tune --print-flags``).
 
-Each module is searched by batches of flips
-(:func:`mlgo_host.search.driver.search_module_batched`) from the base
-policy's decisions (the compiler's default unless ``--policy``), after a
-probe (its decisions and call-site keys) and its other starts (inline
-thresholds, the shipped policy's decisions: :mod:`.starts`).  Passes share
-the compiles: by the flips the prior expects to pay, and after the first
-pass also by the bytes each module paid per compile (:func:`shares`); each
-module goes on from its best.
-
-Budget: ``compiles_per_module`` (the run's target, counting what ``T``
-holds already: a second run with the same figure only finishes what a
-killed run left, a bigger one improves on it) or ``budget_minutes`` (this
-run's wall time; no compile starts after it).  Every module's result is
-written to ``T`` as it arrives (atomically), so a killed run loses only
-the searches in flight; a second run continues each module from its best
-without measuring the same flips again.  See :mod:`mlgo_host.search.tunedir`
-for the layout of ``T``.
+Each module is probed, measured at its other starts (:mod:`.starts`) and
+searched by batches of flips (:mod:`.driver`); :mod:`.passes` shares the
+compiles or the time among the modules.  Every result is written to ``T``
+as it arrives (:mod:`.tunedir`), so a killed run loses only the searches in
+flight and a second run goes on from each module's best.
 """
-
 from __future__ import annotations
 
 import logging

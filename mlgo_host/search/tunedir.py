@@ -1,33 +1,6 @@
-"""A tune directory (``mlgo-host tune --output T``), as builds read it.
-
-Layout (written by :class:`TuneStore` as :mod:`mlgo_host.search.tune` searches)::
-
-    T/tune.json                 the manifest (format mlgo_host.tune/1): the corpus,
-                                the base policy, per module its compiler replay
-                                file and base flags (an inline threshold), its
-                                identity (mlgo_host.corpus.identity, relative to
-                                the project root) and source sha256, default /
-                                policy / best .text sizes, compiles spent,
-                                decisions tried
-    T/replays/<module>.inline.txt   the compiler's replay file of the module's best
-                                set (-cgscc-inline-replay; none when the best is
-                                -Oz's object or a threshold's alone)
-    T/replays/<module>.json     a fingerprinted JSON replay (mlgo_host.replay/1),
-                                which builds serve when the manifest names one
-    T/data/<module>.pkl         every flip tried and the best trajectory
-                                (training data for search.gin: search_data='T')
-    T/policy/                   a copy of the base policy when it is a saved one
-    T/baselines/                -Oz sizes of the modules (cache)
-    T/report.csv, report.png, summary.json
-
-:class:`TunedDir` finds the module of a compile (by its identity, or by
-module name for a corpus) and :class:`TunedPolicies` gives the policy that
-compiles it: the module's replay over its base policy, or the fallback
-policy for a compile that is no tuned module.  :func:`outcome` then says
-what happened: ``tuned`` (every forced decision applied on the recorded
-stream), ``stale`` (the module changed since tuning: the replay stopped
-forcing at the first difference and the base answered the rest) or
-``default`` (not a tuned module).
+"""A tune directory (``mlgo-host tune --output T``, layout in docs/search.md): written
+by :class:`TuneStore` as ``tune`` searches; :class:`TunedDir` finds the module of a
+compile and :class:`TunedPolicies` gives the policy that compiles it.
 """
 
 from __future__ import annotations
@@ -83,14 +56,9 @@ def file_sha256(path: str) -> str:
 
 
 def inline_replay_flags(path: str, changed: bool = False) -> list[str]:
-    """Driver flags applying compiler replay file ``path``.  A tuned
-    function inlines exactly its listed sites (fallback ``NeverInline``):
-    the tuned object, byte for byte.  For a source edited since tuning
-    (``changed``) the fallback is ``Original``: sites whose key still
-    matches are inlined, the compiler decides the others, so a function
-    whose calls moved gets -Oz's decisions instead of none (``NeverInline``
-    would leave its moved calls out, which can make the object much bigger
-    than -Oz's); only the tuned "do not inline" decisions are lost."""
+    """Driver flags applying compiler replay file ``path``.  For a source edited since tuning
+    the fallback is ``Original``, not ``NeverInline``: calls whose key moved get -Oz's decisions
+    rather than none (which can make the object much bigger)."""
     # a source compile needs location tracking on (the corpus bitcode has it built in)
     return [*LOCATION_TRACKING, *replay_flags(path, "Original" if changed else "NeverInline")]
 
@@ -111,8 +79,7 @@ def read_manifest(path: str) -> dict:
 
 
 class TunedDir:
-    """The tuned modules of ``path``: their replays, found by module name or
-    by the identity of a compile."""
+    """The tuned modules of ``path``, found by module name or by the identity of a compile."""
 
     def __init__(self, path: str):
         self.path = os.path.abspath(path)
@@ -142,23 +109,16 @@ class TunedDir:
         return os.path.join(self.path, rel) if rel else None
 
     def flags_for(self, name: str | None, changed: bool = False) -> list[str]:
-        """The compiler flags applying module ``name``'s tuned decisions: the
-        inline threshold its search started from, if any, and its compiler
-        replay file, if any ([] for a module tune left at -Oz); ``changed``: the
-        source was edited since tuning (see :func:`inline_replay_flags`)."""
+        """Module ``name``'s base flags (an inline threshold) and replay flags, each if any."""
         if not name or name not in self.modules:
             return []
-        # the module's search was compiled with these (an inline threshold it started from): the replay's
-        # sizes are theirs, and a function the replay does not name gets the heuristic at that threshold;
-        # alone (no replay file), they compile the threshold's own object, the module's best
+        # the search was compiled with these: the replay's sizes are theirs
         base = [str(f) for f in self.modules[name].get("base_flags") or ()]
         path = self.inline_replay(name)
         return [*base, *inline_replay_flags(path, changed)] if path else base
 
     def module_of_source(self, source: str) -> str | None:
-        """The tuned module compiled from ``source`` (a path, absolute or
-        relative to the current directory, or relative to the project root
-        the tune recorded); None for a file the tune never saw."""
+        """The tuned module compiled from ``source`` (a path, maybe relative to the tune's root)."""
         want = os.path.realpath(source)
         root = self.manifest.get("root") or ""
         for name, m in self.modules.items():
@@ -179,7 +139,7 @@ class TunedDir:
             return True
 
     def replay(self, name: str) -> Replay:
-        """Module ``name``'s replay (read once)."""
+        """Module ``name``'s JSON replay (read once)."""
         r = self._replays.get(name)
         if r is None:
             r = self._replays[name] = read_replay(os.path.join(self.path, self.modules[name]["replay"]))
@@ -187,9 +147,7 @@ class TunedDir:
 
 
 class TunedPolicies:
-    """Policies for compiles with a tune directory: one instance per thread
-    (policies keep per-session state).  ``fallback`` answers compiles that
-    are no tuned module; the replays' base policies are loaded once."""
+    """Policies for compiles with a tune directory, one instance per thread (policies keep state)."""
 
     def __init__(self, tuned: TunedDir, fallback: Policy | None, seed: int = 0, greedy: bool = True):
         self.tuned = tuned
@@ -228,13 +186,8 @@ class TunedPolicies:
                 "tuned_best_text": m.get("best_size")}
 
 
-# -- the tune directory -------------------------------------------------------------
-
-
 class TuneStore:
-    """``T``: every module's merged search result (``data/``), its best
-    replay (``replays/``) and the manifest, each written atomically as a
-    result arrives."""
+    """``T``'s results, replays and manifest, each written atomically as a result arrives."""
 
     def __init__(self, path: str, manifest: dict, results: dict[str, dict], identities: dict[str, dict]):
         self.path = path
@@ -283,8 +236,7 @@ class TuneStore:
         return [r for r in self.results.values() if r["status"] == "ok"]
 
     def add(self, res: dict) -> None:
-        """Keep one module's search result (it carries its earlier flips and
-        compiles) and write it out."""
+        """Keep one module's search result and write it out."""
         name = res["name"]
         if res["status"] == "skipped":  # started after the time was up
             return
@@ -299,8 +251,7 @@ class TuneStore:
         atomic_write_json(os.path.join(self.path, MANIFEST), self.manifest)
 
     def _write_inline_replay(self, r: dict) -> None:
-        """The compiler's replay file of the module's best set (none when the
-        best is -Oz's own object: a build then needs no flag)."""
+        """The compiler's replay file of the module's best set (none when it is -Oz's object)."""
         path = os.path.join(self.path, REPLAYS, module_file(r["name"], INLINE_REPLAY_EXT))
         if r.get("inline") is None:
             if os.path.exists(path):
@@ -327,11 +278,9 @@ class TuneStore:
                 "base_flags": list(r.get("base_flags") or ()) if r["status"] == "ok"
                 and r.get("best_size") is not None and r["best_size"] < r["default_size"] else []}
 
-    # -- the report ---------------------------------------------------------
     def report(self, mods: Sequence[Module], run_minutes: float, run_compiles: int,
                spent: dict[str, dict] | None = None) -> dict[str, Any]:
-        """The summary of ``mods`` (also written with report.csv and
-        report.png); ``spent``: this run's seconds and compiles per stage."""
+        """The summary of ``mods``, also written with report.csv and report.png."""
         rows = [self.manifest["modules"][m.name] | {"module": m.name} for m in mods
                 if m.name in self.manifest["modules"]]
         ok = [r for r in rows if r["status"] == "ok" and r["best_size"] is not None]
@@ -358,8 +307,7 @@ class TuneStore:
 
 
 def _source_digest(identity: dict | None, root: str | None) -> str | None:
-    """sha256 of a module's source file as tuned (a build compares it to say
-    the module changed since)."""
+    """sha256 of a module's source as tuned (a build compares it)."""
     if not identity:
         return None
     path = os.path.join(root or "", identity["source"])
@@ -374,8 +322,7 @@ def _policy_key(policy: str) -> str:
 
 
 def _install_policy(path: str, policy: str) -> str:
-    """The replays' base: a heuristic's name, or the saved policy copied to
-    ``T/policy`` (without its SavedModel), named relative to ``T/replays``."""
+    """The replays' base: a heuristic's name, or the saved policy copied to ``T/policy``."""
     load_policy(policy)  # a bad name or directory fails here, before any compile
     if policy in HEURISTICS:
         return policy
@@ -403,8 +350,7 @@ def _load_results(data_dir: str) -> dict[str, dict]:
 
 
 def load_tune_results(path: str) -> list[dict]:
-    """Every module's search result kept in tune directory ``path`` (the
-    training data ``search_data`` reads): best trajectory and flips tried."""
+    """Every ok search result of tune directory ``path`` (what ``search_data`` reads)."""
     read_manifest(path)
     return [r for r in _load_results(os.path.join(path, DATA)).values() if r["status"] == "ok"]
 

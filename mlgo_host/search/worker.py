@@ -1,7 +1,5 @@
-"""The search's pool worker: one module's search per task, on the shared
-pool (:func:`mlgo_host.workers.pool.make_pool`, local or Ray), with numpy
-policies only (never TensorFlow); and :func:`run_searches`, the driver's
-side: many modules' searches over such a pool."""
+"""The search's pool worker (one module's search per task, numpy policies
+only, never TensorFlow), and :func:`run_searches`, many searches over a pool."""
 
 from __future__ import annotations
 
@@ -28,8 +26,7 @@ log = logging.getLogger("mlgo_host.search")
 
 
 class SearchTask(NamedTuple):
-    """The arguments of :meth:`SearchWorker.search_batched` (a pool task
-    is its method's arguments, in order)."""
+    """The arguments of :meth:`SearchWorker.search_batched`, in order."""
 
     task: dict  # Module.to_task()
     budget: int  # the module's compiles in all, its earlier ones counted
@@ -41,16 +38,11 @@ class SearchTask(NamedTuple):
 
 
 class SearchWorker(CollectWorker):
-    """A pool worker: :meth:`search_batched` searches one module from the
-    policy set by :meth:`set_policy` (a heuristic or a saved policy)."""
+    """A pool worker searching one module per task from the policy set by :meth:`set_policy`."""
 
     def search_batched(self, task: dict, budget: int, model: dict | None, deadline: float | None = None,
                        resume: dict | None = None, prior: str | None = None, starts_only: bool = False) -> dict:
-        """:func:`~mlgo_host.search.driver.search_module_batched` on one
-        task, from the policy set by :meth:`set_policy` (``resume``: an
-        earlier result of the module to go on from; ``prior``: a shipped
-        policy's name, whose P(inline) orders the flips; ``starts_only``:
-        measure the module's threshold starts, no flip)."""
+        """:func:`~mlgo_host.search.driver.search_module_batched` on one task (arguments: :class:`SearchTask`)."""
         if deadline is not None and time.time() >= deadline:  # a task dispatched after the time was up
             return {"name": task["name"], "status": "skipped", "compiles": 0}
         mod = self._module(task)
@@ -83,21 +75,18 @@ class SearchWorker(CollectWorker):
 
 @functools.lru_cache(maxsize=None)
 def _shipped_policy(name: str) -> Policy:
-    """The shipped policy ``name`` (greedy, behind its gate), loaded once per worker."""
+    """The shipped policy ``name``, loaded once per worker."""
     return load_policy(resolve_policy(name))
 
 
 @functools.lru_cache(maxsize=None)
 def _shipped_prior(name: str, compiler_slot: str):
-    """The P(inline) of the shipped policy ``name`` on a compiler whose
-    default decision is in ``compiler_slot``: the start policy's own weights
-    (:func:`_shipped_policy`), not a second load of them."""
+    """The P(inline) of the shipped policy ``name`` (its one load), the compiler's default in ``compiler_slot``."""
     return _probs_of(_shipped_policy(name), compiler_slot)
 
 
 def _probs_of(policy: Policy, compiler_slot: str | None):
-    """P(inline) of a numpy policy over a batch of records (named as the
-    compiler names its features; the inputs read by meaning), or None."""
+    """P(inline) of a numpy policy over a batch of feature records, or None."""
     policy = policy.for_language(None)  # (the network of a policy with parts per language)
     check = getattr(policy, "check_meanings", None)
     if check is None:
@@ -113,9 +102,7 @@ def _probs_of(policy: Policy, compiler_slot: str | None):
 
 
 def run_searches(pool, tasks: list[tuple], desc: str, progress: bool, on_result=None) -> dict[str, dict]:
-    """:meth:`SearchWorker.search_batched` of every task over ``pool``,
-    under a progress bar; name -> result of the searches that answered (the
-    others are logged).  ``on_result(result)`` sees each result as it comes."""
+    """Every task's search over ``pool``: name -> result of those that answered (others logged)."""
     with progress_bar(total=len(tasks), desc=desc, enabled=progress, leave=False) as bar:
         def got(o) -> None:
             bar.update(1)

@@ -1,59 +1,16 @@
-"""``mlgo-clang`` / ``mlgo-clang++``: a drop-in compiler whose optimization
-decisions are answered by a running ``mlgo-host serve``.
+"""``mlgo-clang`` / ``mlgo-clang++``: a drop-in compiler whose optimization decisions a running
+``mlgo-host serve`` answers (``CC=mlgo-clang CXX=mlgo-clang++ MLGO_CHANNELS=DIR make -j8``).
 
-    CC=mlgo-clang CXX=mlgo-clang++ MLGO_CHANNELS=DIR make -j8
+A command that compiles one source to an object, optimizing, takes a free slot of the server in DIR
+(non-blocking flock on each slot, then back-off), runs the real compiler with the slot's channel
+flags and reports its exit status to the server; every other command runs the real compiler
+unchanged. With ``MLGO_REPLAY=T`` (or ``serve --replay T``) a compile of a tuned module gets T's
+flags instead, without a slot. The MLGO_* environment is described in docs/serving.md.
 
-A command that compiles one source file to an object (``-c``, one input,
-optimizing) takes a free slot of the server in ``DIR`` (non-blocking flock
-on each slot, then waiting with back-off), runs the real compiler with the
-channel flags of that slot and reports its exit status to the server.
-Every other command (linking, ``-E``, ``-M``, ``-S``, ``-emit-llvm``,
-``-O0``, several inputs, ``--version``...) runs the real compiler unchanged,
-without a slot.
-
-Environment:
-  MLGO_CHANNELS   the server's channel directory (unset: plain compiler); it
-                  and its slots must be directories of your own that no one
-                  else can write to (else: the fallback, with the reason)
-  MLGO_REPLAY     a tune directory (mlgo-host tune --output T): a compile of
-                  one of its tuned modules gets that module's compiler flags
-                  (the compiler's inline replay of the tuned decisions) and
-                  runs without a server; every other compile runs plainly (or
-                  through MLGO_CHANNELS' server when set).  A source edited
-                  since tuning still compiles: its tuned sites that still
-                  match (keys are relative to their function, so edits
-                  elsewhere keep them) are inlined and the compiler decides
-                  the rest; one note line (MLGO_QUIET=1: none).
-                  ``serve --replay T`` tells its clients the same T.  A
-                  live server in MLGO_CHANNELS that keeps --stats gets a
-                  report of each such compile (it records it: "by":
-                  "flags"); the compiler then runs as a child of
-                  mlgo-clang instead of replacing it.  T and
-                  T/replays must be your own and writable by no one else
-                  (else: the fallback, with the reason).
-  MLGO_CLANG      real C compiler (default clang-19); MLGO_CLANGXX for
-                  mlgo-clang++ (default clang++-19)
-  MLGO_FALLBACK   plain (default): when no live server answers, or the server
-                  aborted the session, compile without it (one warning line on
-                  stderr); fail: print why and exit 2 without compiling
-  MLGO_WAIT       seconds to wait for a free slot (default 600); then fall back
-  MLGO_STALE      seconds without a server heartbeat before the server counts
-                  as gone (default 10)
-  MLGO_BUILD      a label stored in each stats line (``mlgo-host stats``
-                  groups by it)
-  MLGO_QUIET      1: no fallback warnings
-  MLGO_GUARD      1: after a served compile, also compile plainly (the
-                  default) into a temp file beside the output and keep the
-                  smaller valid object (never bigger than the default; see
-                  mlgo_host.serve.guard); 0: don't, even if the server runs
-                  with --guard; unset: as the server says
-
-Never hangs: every wait is bounded and checks the server's liveness; when
-the server dies mid-compile the compiler (which would block or spin on its
-FIFOs) is killed and the fallback applies.  The compiler dies with the
-client (PR_SET_PDEATHSIG).
-
-This module runs once per compile: it imports nothing heavy (no numpy).
+Never hangs: every wait is bounded and checks the server's liveness; when the server dies
+mid-compile, the compiler (which would block or spin on its FIFOs) is killed and the fallback
+applies. The compiler dies with the client (PR_SET_PDEATHSIG). Runs once per compile: nothing heavy
+is imported (no numpy).
 """
 
 from __future__ import annotations
@@ -89,9 +46,8 @@ _SOURCE_EXT = {".c", ".i", ".cc", ".cp", ".cxx", ".cpp", ".CPP", ".c++", ".C", "
 
 
 def classify(argv: list[str], cwd: str | None = None) -> dict:
-    """What a compiler command line does. Returns {"compile": bool, "reason",
-    "source", "output"}: compile is True only for one source compiled to an
-    object with optimization on (the only commands that reach an advisor)."""
+    """{"compile", "reason", "source", "output"} of a command line: "compile" only for one source
+    compiled to an object with optimization on (the only commands that reach an advisor)."""
     inputs: list[str] = []
     output = None
     lang = None
@@ -163,9 +119,8 @@ def _say(kind: str, msg: str) -> None:
 
 
 def _tuned_flags(tuned: str, plain: list[str], plan: dict, quiet: bool) -> tuple[list[str], str, dict]:
-    """(flags applying the tuned decisions of this compile's module, or [];
-    a reason when ``tuned`` is unusable; what a report of the compile says
-    of its tuned module)."""
+    """(the flags of this compile's tuned module or [], why ``tuned`` is unusable or "", the report's
+    fields of that module)."""
     from mlgo_host.search.tunedir import TunedDir
     from mlgo_host.errors import MlgoHostError
     from mlgo_host.serve.trust import untrusted_tune_dir
@@ -189,10 +144,8 @@ def _tuned_flags(tuned: str, plain: list[str], plan: dict, quiet: bool) -> tuple
 
 
 def _by_flags(cmd: list[str], plan: dict, tuned: dict, root: str | None, info: dict | None) -> int:
-    """Compile ``cmd`` (the command with a tune directory's flags): without
-    a live server that records its compiles, the compiler replaces us;
-    else it runs as our child and the compile is reported to the server
-    (``DIR/reports``), which has no slot of it to record."""
+    """Compile ``cmd`` (with a tune directory's flags): exec'd, unless a live server records compiles;
+    then as our child, reported to the server (``DIR/reports``), which has no slot of it."""
     if root is None or not (info or {}).get("reports"):
         return _exec(cmd)
     t0 = time.time()
@@ -215,8 +168,7 @@ def _by_flags(cmd: list[str], plan: dict, tuned: dict, root: str | None, info: d
 
 
 def _report(root: str, doc: dict) -> None:
-    """Hand the server the record of a compile it did not serve (never
-    fails the compile: a server that stopped meanwhile just misses it)."""
+    """Hand the server the record of a compile it did not serve (never fails the compile)."""
     d = os.path.join(root, S.REPORTS)
     if untrusted(d):
         return
@@ -285,13 +237,8 @@ class _Spawned:
                 finally:
                     os._exit(127)
         os.close(w)
-        err = b""
-        while True:
-            chunk = os.read(r, 4096)
-            if not chunk:
-                break
-            err += chunk
-        os.close(r)
+        with os.fdopen(r, "rb") as f:  # EOF at the exec (CLOEXEC), or the child's error
+            err = f.read()
         self.pid = pid
         self.returncode: int | None = None
         if err:
@@ -355,11 +302,8 @@ def _env_float(name: str, default: float) -> float:
 
 
 def _guard(plain: list[str], output: str) -> dict:
-    """The guard after a successful served compile: compile ``plain``
-    without the channel into a temp file beside ``output`` and keep the
-    smaller valid object there.  Returns the stats fields (guard, both
-    sizes, guard_s); never raises for the compile's sake: on any failure
-    the policy's object stays."""
+    """After a served compile: compile ``plain`` beside ``output`` and keep the smaller valid object.
+    Returns the stats fields; on any failure the policy's object stays."""
     from mlgo_host.serve import guard as G
 
     t0 = time.time()
@@ -370,9 +314,7 @@ def _guard(plain: list[str], output: str) -> dict:
     proc = None
     try:
         proc = _Spawned(cmd, quiet=True)
-        # Unbounded like any plain compile: without the channel flags there is
-        # no FIFO to block on, and the compiler dies with us (PDEATHSIG).
-        rc = proc.wait(None)
+        rc = proc.wait(None)  # no FIFO to block on, and the compiler dies with us (PDEATHSIG)
         if rc != 0:
             return {"guard": "policy", "guard_reason": f"the default compile failed (exit status {rc})"}
         got = G.keep_smaller(output, tmp, plain[0])
@@ -424,16 +366,10 @@ def _acquire(root: str, info: dict, wait_s: float, stale_s: float):
 
 
 def main(kind: str = "c", argv: list[str] | None = None) -> int:
-    """Compile ``argv`` as the real compiler would: served by the server of
-    MLGO_CHANNELS when the command compiles to an object, with a tune
-    directory's flags when MLGO_REPLAY (or the server) tuned its module,
-    else plainly.  Returns the exit status."""
+    """Compile ``argv``: served, with a tune directory's flags, or plainly. Returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if kind == "cxx":
-        real = os.environ.get("MLGO_CLANGXX") or "clang++-19"
-    else:
-        real = os.environ.get("MLGO_CLANG") or "clang-19"
-    plain = [real] + argv
+    var, default = ("MLGO_CLANGXX", "clang++-19") if kind == "cxx" else ("MLGO_CLANG", "clang-19")
+    plain = [os.environ.get(var) or default] + argv
     mode = os.environ.get("MLGO_FALLBACK") or "plain"
     if mode not in ("plain", "fail"):
         _say("error", f"MLGO_FALLBACK={mode!r}: must be 'plain' or 'fail'")
@@ -475,9 +411,7 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
 
 
 def _fallback_to(mode: str, quiet: bool, plain: list[str]) -> Callable[..., int]:
-    """What a compile does when it cannot be served as asked: with
-    MLGO_FALLBACK=fail, say why and return 2; else warn (unless quiet) and
-    run the plain command."""
+    """What a compile that cannot be served does: MLGO_FALLBACK=fail returns 2, else the plain command."""
 
     def fallback(reason: str, without: str = "the server") -> int:
         if mode == "fail":
@@ -491,10 +425,8 @@ def _fallback_to(mode: str, quiet: bool, plain: list[str]) -> Callable[..., int]
 
 
 class _SlotCompile:
-    """The compile served by slot ``k`` of the server in ``root`` (held by
-    ``lock_fd``, offered as generation ``gen``): the real compiler runs with
-    the slot's channel flags while the server answers it; the server learns
-    the outcome on the slot's control FIFO."""
+    """The compile served by slot ``k`` (held by ``lock_fd``, offered as generation ``gen``); the server
+    learns its outcome on the slot's control FIFO."""
 
     def __init__(self, plain: list[str], plan: dict, root: str, info: dict, k: int, lock_fd: int, gen: str,
                  stale_s: float):
@@ -507,8 +439,7 @@ class _SlotCompile:
         self.t0 = time.time()
 
     def run(self, fallback: Callable[..., int]) -> int:
-        """The compile's exit status (or the fallback's).  Every way out
-        kills a compiler still running (removing its temp outputs), closes
+        """The exit status (or the fallback's); every way out kills a compiler still running, closes
         the control FIFO and releases the slot."""
         k, root = self.k, self.root
         try:
@@ -566,8 +497,7 @@ class _SlotCompile:
         S.remove_temp_outputs(self.plan["output"], self.t0)
 
     def _wait(self) -> tuple[int | None, str]:
-        """(the compiler's exit status, ""); or (None, why) with the
-        compiler killed, when the server went away during the compile."""
+        """(exit status, ""), or (None, why) with the compiler killed when the server went away."""
         while True:
             rc = self.proc.wait(0.5)
             if rc is not None:
@@ -575,8 +505,7 @@ class _SlotCompile:
             live, why = S.server_status(self.root, self.stale_s, self.sid, in_flight=True)
             nxt = S.read_text(os.path.join(self.sdir, S.READY))
             if live is None or (nxt and nxt != self.gen):
-                # the server is gone, or it moved on without our compiler
-                # (which may block in open() forever): kill it
+                # the server is gone, or moved on without our compiler (which may block in open() forever)
                 self._kill()
                 return None, (f"{why} during the compile" if live is None else
                               f"slot {self.k} of {self.root} gave up on this compile")
@@ -595,9 +524,8 @@ class _SlotCompile:
             pass
 
     def _given_up(self) -> str | None:
-        """Why a failed compile falls back (the slot released, the outputs
-        removed): the server aborted the session or went away; None when
-        the failure is the compile's own."""
+        """Why a failed compile falls back (the server aborted or went away; slot released, outputs
+        removed), or None when the failure is the compile's own."""
         aborted = S.read_text(os.path.join(self.sdir, S.ABORTED)) == self.gen
         live, why = S.server_status(self.root, self.stale_s, self.sid, in_flight=True)
         if aborted or live is None:

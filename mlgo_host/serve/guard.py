@@ -1,18 +1,10 @@
 """The guard of served builds: never an object bigger than the default's.
 
-After a served compile succeeded, ``mlgo-clang`` (which owns the command
-line) compiles the same command plainly, without the channel flags, into a
-temporary file beside the output, and keeps the smaller valid object
-(llvm-size ``text``; the policy's on a tie) atomically in place
-(``os.replace``).  Side outputs the policy's compile already wrote are not
-written again (dependency files, diagnostics, time traces); commands whose
-side outputs depend on the object file name (split DWARF, coverage notes,
-saved temps) are not guarded.
-
-On by ``mlgo-host serve --guard`` (``"guard": true`` in ``server.json``) or
-``MLGO_GUARD=1`` in the client's environment; ``MLGO_GUARD=0`` turns it off
-for a client of a guarding server.  This module runs in the client: it
-imports nothing heavy.
+After a served compile succeeded, ``mlgo-clang`` compiles the same command plainly into a temporary
+file beside the output and keeps the smaller valid object (llvm-size text; the policy's on a tie) in
+place. Side outputs the served compile wrote are not written again; commands whose side outputs are
+named after the object are not guarded. On by ``serve --guard`` or ``MLGO_GUARD=1``; runs in the
+client, so it imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -36,8 +28,7 @@ _UNGUARDED_PREFIX = ("-gsplit-dwarf=", "-save-temps=")
 
 
 def wanted(info: dict) -> bool:
-    """Whether this client guards: ``MLGO_GUARD`` (1/0) if set, else the
-    server's ``--guard``."""
+    """Whether this client guards: ``MLGO_GUARD`` (1/0) if set, else the server's ``--guard``."""
     v = os.environ.get(GUARD_ENV, "").strip().lower()
     if v in ("1", "yes", "true", "on"):
         return True
@@ -47,15 +38,13 @@ def wanted(info: dict) -> bool:
 
 
 def temp_output(output: str) -> str:
-    """A hidden file name beside ``output`` for the default's object (same
-    directory, so keeping it is one rename)."""
+    """A hidden name beside ``output`` for the default's object (keeping it is one rename)."""
     d, b = os.path.split(output)
     return os.path.join(d, f".{b}.mlgo-guard.{os.getpid()}.o")
 
 
 def guard_command(argv: list[str], tmp_out: str) -> tuple[list[str] | None, str]:
-    """The plain compile of ``argv`` (compiler first) writing ``tmp_out``
-    and no side outputs: (command, "") or (None, why it is not guarded)."""
+    """(the plain compile of ``argv`` writing ``tmp_out`` and no side outputs, ""), or (None, why not)."""
     out = [argv[0]]
     has_o = False
     skip_value = False
@@ -86,7 +75,8 @@ def guard_command(argv: list[str], tmp_out: str) -> tuple[list[str] | None, str]
     return out, ""
 
 
-def _size(path: str, compiler: str) -> int | None:
+def object_text_size(path: str, compiler: str) -> int | None:
+    """llvm-size text of ``path``; None when it is not an object file."""
     from mlgo_host.measure.sizes import text_size
 
     try:
@@ -96,13 +86,10 @@ def _size(path: str, compiler: str) -> int | None:
 
 
 def keep_smaller(output: str, tmp_out: str, compiler: str) -> dict:
-    """Keep the smaller valid object of ``output`` (the policy's) and
-    ``tmp_out`` (the default's), both compiled by ``compiler`` (whose
-    llvm-size measures them), at ``output``; ``tmp_out`` is gone after.
-    Returns the stats fields: guard ("policy" | "default"),
-    guard_policy_text, guard_default_text."""
-    pol = _size(output, compiler) if os.path.exists(output) else None
-    dft = _size(tmp_out, compiler) if os.path.exists(tmp_out) else None
+    """Keep the smaller valid object of ``output`` (the policy's) and ``tmp_out`` (the default's) at
+    ``output``; returns the stats fields (guard, guard_policy_text, guard_default_text)."""
+    pol = object_text_size(output, compiler) if os.path.exists(output) else None
+    dft = object_text_size(tmp_out, compiler) if os.path.exists(tmp_out) else None
     keep_default = dft is not None and (pol is None or dft < pol)
     if keep_default:
         os.replace(tmp_out, output)

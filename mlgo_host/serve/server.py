@@ -1,28 +1,22 @@
-"""The long-running host behind ``mlgo-clang``: N slots served concurrently.
-
-One thread per slot runs this loop (see :mod:`mlgo_host.serve.slots` for the
-files)::
+"""The long-running host behind ``mlgo-clang``: N slots served concurrently, one thread each
+(files in :mod:`mlgo_host.serve.slots`)::
 
     fresh FIFOs ch.in/ch.out  ->  write "ready" = generation
     wait for {"op":"start","gen":G} on ctl      (the client took the slot)
-    open the channel in the compiler's order    (non-blocking, retried every ms,
-                                                 given up when the compiler ends)
-    serve_channel(...)                          (the policy answers)
+    open the channel, serve_channel(...)        (the policy answers; the open gives up when the compiler ends)
     close + remove the FIFOs, wait for {"op":"done"} (the compiler's exit status)
     hand the record to the recorder thread      (llvm-size, stats line, episode)
 
-The server never blocks on a compiler: every wait polls with a deadline and
-the compiler's (and client's) liveness.  When the host side fails mid-session
-(malformed stream, illegal advice, timeout, shutdown) it kills the compilers
-whose command line names the slot's channel (they would otherwise spin or
-block forever), writes ``aborted`` = generation, and the client falls back
-to a plain compile.  SIGTERM/SIGINT: stop taking compiles, let in-flight ones
-finish for ``grace`` seconds, abort the rest, remove everything the server
-made in the directory (its lock last), exit 0.
+Every wait polls with a deadline and the compiler's and client's liveness. When the host side fails
+mid-session, it kills the compilers naming the slot's channel (they would spin or block forever),
+writes ``aborted`` = generation, and the client falls back to a plain compile. SIGTERM/SIGINT: no new
+compiles, in-flight ones get ``grace`` seconds, then everything the server made is removed (its lock
+last).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -43,19 +37,17 @@ from mlgo_host.collected import save_episode
 from mlgo_host.languages import command_language
 from mlgo_host.episode import EpisodeRecorder
 from mlgo_host.errors import ConfigError, MlgoHostError
-from mlgo_host.measure.sizes import text_size
 from mlgo_host.policies import check_meanings, load_policy
 from mlgo_host.serve import slots as S
+from mlgo_host.serve.guard import object_text_size
 from mlgo_host.serve.trust import untrusted, untrusted_tune_dir
 
-#: the longest back-off between two tries to open a slot's channel: the
-#: compiler already waits in its blocking open(), so the wait is compile latency
+#: the longest back-off between tries to open a slot's channel (the compiler waits in open() meanwhile)
 OPEN_MAX_DELAY_S = 0.001
 
 
 class Ctl:
-    """The slot's control FIFO, read end (plus a write end of our own so the
-    stream never hits EOF when clients close theirs)."""
+    """A slot's control FIFO, read end (and a write end of ours: no EOF when clients close theirs)."""
 
     def __init__(self, path: str):
         self.path = path
@@ -94,10 +86,8 @@ class Ctl:
 
     def close(self) -> None:
         for fd in (self.rfd, self.keep):
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
         self.rfd = self.keep = -1
         S.unlink_quiet(self.path)
 
@@ -117,41 +107,30 @@ class Slot(threading.Thread):
         self.policy = None
         self.tuned = None  # TunedPolicies with serve --replay T
         self.chan = None
-        try:
+        with contextlib.suppress(FileExistsError):
             os.mkdir(self.dir, 0o700)  # mlgo-clang refuses a slot others can write to
-        except FileExistsError:
-            pass
         # the lock file first, so a client never sees a slot without one
-        fd = os.open(os.path.join(self.dir, S.LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        os.close(fd)
+        os.close(os.open(os.path.join(self.dir, S.LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
         self.ctl = Ctl(os.path.join(self.dir, S.CTL))
 
-    # -- helpers -----------------------------------------------------------
     def _p(self, name: str) -> str:
         return os.path.join(self.dir, name)
 
     def mark_aborted(self, gen: str | None = None) -> None:
-        """Tell the client of generation ``gen`` (default: the current one)
-        that the server ended its session: it then falls back."""
+        """Tell the client of generation ``gen`` (default: the current one) to fall back."""
         gen = gen or self.gen
         if gen:
-            try:
+            with contextlib.suppress(OSError):
                 S.write_atomic(self._p(S.ABORTED), gen.encode())
-            except OSError:
-                pass
 
     def kill_compilers(self) -> list[int]:
-        """SIGKILL every process of ours whose command line names this
-        slot's channel base (the compiler(s) of the current session)."""
+        """SIGKILL our processes naming this slot's channel base (the session's compilers)."""
         pids = S.processes_using(self.base)
         for pid in pids:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
         return pids
 
-    # -- the loop ------------------------------------------------------------
     def run(self) -> None:
         srv = self.server
         try:
@@ -203,8 +182,7 @@ class Slot(threading.Thread):
             now = time.monotonic()
             if now - last_check > 1.0:
                 last_check = now
-                # A client that took "ready" and died before "start" would
-                # leave the slot unusable: re-offer it once nobody holds it.
+                # a client that took "ready" and died before "start": re-offer the slot once it is free
                 if not os.path.exists(ready):
                     fd = S.try_lock(self._p(S.LOCK))
                     if fd is not None:
@@ -219,9 +197,7 @@ class Slot(threading.Thread):
         return None
 
     def _session(self, gen: str) -> None:
-        """Serve the compile of generation ``gen`` (its client sent
-        "start"): the policy answers its channel, then the client's "done"
-        gives its exit status, and the recorder gets its stats line."""
+        """Serve the compile of generation ``gen`` (its client sent "start") and record it."""
         t_start = time.time()
         req = S.read_json(self._p(S.REQUEST)) or {}
         if req.get("gen") != gen:
@@ -257,13 +233,10 @@ class Slot(threading.Thread):
         self._hand_record(gen, req, t_start, status, done, tally, session_s, error, policy, tuned)
 
     def _answer_channel(self, chan: Channel, req: dict, policy, alive, deadline: float):
-        """(tally or None, whether the channel opened, the host-side error
-        or None, seconds from the channel's opening to its end)."""
+        """(tally or None, whether it opened, the host-side error or None, seconds it was open)."""
         srv = self.server
-        tally = None
+        tally = error = t_open = None
         opened = False
-        error = None
-        t_open = None
         try:
             advisor = srv.make_advisor(req.get("compiler") or srv.compiler, deadline - time.monotonic())
             opened = chan.open(alive, deadline, max_delay=OPEN_MAX_DELAY_S)
@@ -277,9 +250,7 @@ class Slot(threading.Thread):
         return tally, opened, error, session_s
 
     def _abort_session(self, gen: str, error: str | None) -> str:
-        """End a session the host side gave up on; returns why."""
-        # The compiler may be waiting for advice (it would spin forever
-        # once we close our end) or blocked in open(): kill it.
+        """End a session the host side gave up on (its compiler may spin or block forever); returns why."""
         self.mark_aborted(gen)  # before the kill: the client looks right after its compiler died
         self.kill_compilers()
         if error is None:
@@ -289,12 +260,9 @@ class Slot(threading.Thread):
 
     def _await_done(self, gen: str, client_pid, done: list[dict], poll_done, aborted: bool,
                     error: str | None) -> tuple[bool, str | None]:
-        """Wait for the client's "done" message (into ``done``) while the
-        client lives; a shutdown meanwhile aborts the session.  Returns
-        (aborted, error)."""
-        # The compiler's exit status: it finishes codegen after the channel
-        # closed. Its client is bounded by it, so wait as long as the client
-        # lives (on shutdown, its compiler is killed and it reports at once).
+        """Wait for the client's "done" (into ``done``) as long as it lives: its compiler finishes
+        codegen after the channel closed. A shutdown meanwhile aborts the session (the compiler is
+        killed, so the client reports at once). Returns (aborted, error)."""
         abort_seen = None
         while not done:
             poll_done(0.25)
@@ -335,9 +303,7 @@ class Slot(threading.Thread):
         srv.record(rec, tally.episode if tally is not None else None)
 
     def _policy_for(self, req: dict):
-        """(policy, tuned module or None) of a compile: with --replay, its
-        tuned module's replay when the compile is one, else the slot's; a
-        policy with a part per language answers with the compile's."""
+        """(policy, tuned module or None) of a compile, in the compile's language."""
         policy, tuned = self._tuned_or_slot_policy(req)
         if policy is not None:  # (as ready_and_run does for the compiles it starts)
             policy = policy.for_language(command_language(req.get("argv") or [], req.get("source") or ""))
@@ -355,7 +321,6 @@ class Slot(threading.Thread):
 
 
 def _status(aborted: bool, done: list[dict], opened: bool) -> str:
-    """A session's status in its stats line."""
     if aborted:
         return "aborted"
     if not done:
@@ -367,7 +332,7 @@ def _status(aborted: bool, done: list[dict], opened: bool) -> str:
     return "ok"
 
 
-#: what a guarding client reports in its "done" message (see mlgo_host.serve.guard)
+#: what a guarding client reports in its "done" message
 GUARD_FIELDS = ("guard", "guard_policy_text", "guard_default_text", "guard_s", "guard_reason")
 
 
@@ -380,8 +345,7 @@ def guard_fields(done: dict) -> dict:
 
 
 class Recorder(threading.Thread):
-    """Off the slots' critical path: llvm-size of the object, the episode
-    file, then one stats line (one O_APPEND write)."""
+    """Off the slots' critical path: llvm-size, the episode file, one stats line (one O_APPEND write)."""
 
     def __init__(self, server: "Server"):
         super().__init__(name="recorder", daemon=True)
@@ -404,7 +368,7 @@ class Recorder(threading.Thread):
         out = rec.get("output")
         if rec["status"] == "ok" and out and os.path.exists(out):
             try:
-                rec["text_size"] = _text_size(out, rec.get("compiler") or srv.compiler)
+                rec["text_size"] = object_text_size(out, rec.get("compiler") or srv.compiler)
             except Exception as e:  # still write the line
                 rec["error"] = f"llvm-size failed: {e!r}"
         if episode is not None and srv.collect_dir and rec["status"] == "ok" and episode.n > 0:
@@ -423,13 +387,6 @@ class Recorder(threading.Thread):
             where = f"slot {rec['slot']}" if rec.get("slot") is not None else f"by {rec.get('by')}"
             srv.log(f"{where}: {rec['status']} {out} obs={rec['observations']} "
                     f"text={rec['text_size']} {rec['duration_s']}s")
-
-
-def _text_size(path: str, compiler: str) -> int | None:
-    try:
-        return text_size(path, clang=compiler)
-    except MlgoHostError:
-        return None  # not an object file
 
 
 class Server:
@@ -453,9 +410,7 @@ class Server:
         self.compiler = compiler or os.environ.get("MLGO_CLANG") or "clang-19"
         self.verbose = verbose
         self.pin = pin
-        #: clients keep the smaller of the policy's and a plain compile's object
         self.guard = guard
-        #: a tune directory (mlgo-host tune): its modules get their replays
         self.replay_dir = os.path.abspath(replay_dir) if replay_dir else None
         #: clients report the compiles they make with a tune directory's flags (no slot) to be recorded
         self.reports = bool(self.stats_path or verbose)
@@ -469,9 +424,8 @@ class Server:
         self._slot_lock = threading.Lock()
 
     def _check_trusted(self) -> None:
-        """ConfigError unless the channels directory (when it exists) and
-        the --replay directory are the user's own (see
-        :mod:`mlgo_host.serve.trust`): every client of the build trusts them."""
+        """ConfigError unless --channels (when it exists) and --replay are the user's own: every client
+        of the build trusts them."""
         why = untrusted(self.root)
         if why:
             raise ConfigError(f"--channels: {why}")
@@ -479,7 +433,6 @@ class Server:
         if why:
             raise ConfigError(f"--replay: {why}")
 
-    # -- factories used by the slots ----------------------------------------
     def make_policy(self, k: int):
         return load_policy(self.policy_name, seed=self.seed + k, greedy=not self.sample)
 
@@ -492,15 +445,13 @@ class Server:
         return TunedPolicies(self.tuned_dir, fallback, seed=self.seed + k, greedy=not self.sample)
 
     def make_advisor(self, compiler: str, timeout: float):
-        """The session's advisor; a first compile of ``compiler`` detects what
-        its problem needs (the inliner's default slot) within ``timeout``
-        (what is left of the session's), one detection at a time (then cached)."""
+        """The session's advisor; the first one of ``compiler`` detects what its problem needs (the
+        inliner's default slot) within ``timeout``, one detection at a time (then cached)."""
         with self._slot_lock:
             return ready_advisor(self.advisor_name, compiler, timeout)
 
     def pin_cpu(self, k: int) -> int | None:
-        """With --pin: the CPU slot ``k``'s thread and its compilers share
-        (the synchronous ping-pong is cheaper without cross-CPU wake-ups)."""
+        """With --pin: slot ``k``'s CPU, shared with its compilers (no cross-CPU wake-ups)."""
         if not self.pin:
             return None
         cpus = sorted(os.sched_getaffinity(0))
@@ -514,8 +465,7 @@ class Server:
         self.recorder.q.put((rec, episode))
 
     def collect_reports(self) -> int:
-        """Record the compiles clients reported (``DIR/reports``: made with a
-        tune directory's flags, without a slot); returns how many."""
+        """Record the compiles clients made with a tune directory's flags (``DIR/reports``); how many."""
         d = os.path.join(self.root, S.REPORTS)
         try:
             names = sorted(os.listdir(d))
@@ -534,9 +484,7 @@ class Server:
         return n
 
     def flags_record(self, doc: dict) -> dict:
-        """The stats line of a compile a client made with a tune directory's
-        flags: no channel (no observations); its tuned module as a served
-        replay's (changed since tuning: stale)."""
+        """The stats line of a compile a client made with a tune directory's flags (no channel)."""
         rc = doc.get("returncode")
         return {
             "time": doc.get("time"), "server": self.id, "slot": None, "gen": None, "by": "flags",
@@ -551,7 +499,6 @@ class Server:
             "tuned_best_text": doc.get("best_size"), "tune_dir": doc.get("tune_dir"),
         }
 
-    # -- lifecycle -----------------------------------------------------------
     def start(self) -> None:
         parent = os.path.dirname(self.root)
         try:
@@ -622,8 +569,7 @@ class Server:
         return get_advisor(self.advisor_name).flags(S.BASE_PLACEHOLDER, "clang")
 
     def clean_stale(self) -> list[str]:
-        """Remove what a killed server left (slot dirs with FIFOs, server.json,
-        heartbeat, temp files). Called with the server lock held."""
+        """Remove what a killed server left (slots, server.json, heartbeat, temp files); lock held."""
         removed = []
         for e in sorted(os.listdir(self.root)):
             p = os.path.join(self.root, e)
@@ -665,9 +611,7 @@ class Server:
         return 0
 
     def shutdown(self) -> None:
-        """Stop: no new compiles, in-flight ones get ``grace`` s, then are
-        aborted (compilers killed); everything the server made in the
-        directory removed, its lock last."""
+        """No new compiles, ``grace`` s for those in flight, then abort them and remove everything."""
         self.stopping.set()
         sj = os.path.join(self.root, S.SERVER_JSON)
         info = S.read_json(sj)
@@ -702,8 +646,7 @@ class Server:
         S.unlink_quiet(os.path.join(self.root, S.HEARTBEAT))
         if self._lock_fd is not None:
             self.clean_stale()  # temp files of writes cut short
-            # removed while still held: a server starting now checks that the
-            # file it locked is still the one in the directory (see start)
+            # removed while still held: a starting server checks that the file it locked is still there
             S.unlink_quiet(os.path.join(self.root, S.SERVER_LOCK))
             S.unlock(self._lock_fd)
             self._lock_fd = None

@@ -1,40 +1,22 @@
-"""The channel directory shared by ``mlgo-host serve`` and ``mlgo-clang``.
+"""The channel directory shared by ``mlgo-host serve`` and ``mlgo-clang`` (the user's own, see
+:mod:`mlgo_host.serve.trust`; empty after the server stopped)::
 
-Layout of ``DIR`` (``--channels DIR`` / ``MLGO_CHANNELS=DIR``; the user's
-own directory, see :mod:`mlgo_host.serve.trust`; empty after the server
-stopped)::
-
-    DIR/server.lock      flock(LOCK_EX) held by the live server for its whole life;
-                         removed on stop (a starting server checks the file it
-                         locked is still the one in DIR)
-    DIR/server.json      {"id", "pid", "slots", "advisor", "flags", "policy", ...}
-                         written atomically once the slots are ready; removed on stop
-    DIR/heartbeat        its mtime is refreshed every second by the server
-    DIR/slot-K/lock      flock(LOCK_EX) held by the client that owns slot K
-    DIR/slot-K/ctl       FIFO, the server reads it: one JSON line per message
-                         {"op": "start"|"done", "gen": ..., "returncode": ...}
-    DIR/slot-K/ready     the slot's generation; present only when fresh channel
-                         FIFOs wait for a compiler (the client removes it)
+    DIR/server.lock      flock held by the live server for its life; removed on stop (a starting
+                         server checks the file it locked is still the one in DIR)
+    DIR/server.json      {"id", "pid", "slots", "advisor", "flags", "policy", ...}, once slots are ready
+    DIR/heartbeat        its mtime refreshed every second by the server
+    DIR/slot-K/lock      flock held by the client that owns slot K
+    DIR/slot-K/ctl       FIFO to the server, one JSON line per message {"op": "start"|"done", "gen", ...}
+    DIR/slot-K/ready     the slot's generation, while fresh channel FIFOs wait for a compiler
     DIR/slot-K/request.json  the compile the client started (argv, output, pids)
-    DIR/slot-K/aborted   the generation whose session the server ended (host
-                         side error or shutdown): the client then falls back
+    DIR/slot-K/aborted   the generation whose session the server ended: its client falls back
     DIR/slot-K/ch.in, ch.out  the channel FIFOs of the current generation
-    DIR/reports/<pid>-<ns>.json  a compile mlgo-clang ran with a tune
-                         directory's flags, without a slot (its source,
-                         object, exit status, tuned module), written
-                         atomically; the server records it in its --stats
-                         and removes it (present while server.json says
-                         "reports": true; a compile still running when
-                         the server stops finds no server to report to)
+    DIR/reports/<pid>-<ns>.json  a compile made with a tune directory's flags (no slot), for the
+                         server's --stats (while server.json says "reports": true)
 
-Liveness (:func:`server_status`): the server is alive when ``server.lock`` is
-locked, ``server.json`` names the same server id as before, and the
-heartbeat is fresh.  A lock dies with its process, so a SIGKILLed server is
-seen as gone at once; a stopped (SIGSTOP) or wedged one after ``stale_s``.
-
-This module is imported by the ``mlgo-clang`` client on every compile: it
-must stay light (standard library and :mod:`mlgo_host.procs` only: no numpy,
-no channel package).
+The server is alive while ``server.lock`` is locked, ``server.json`` names the same id and the
+heartbeat is fresh: a SIGKILLed server is gone at once, a stopped or wedged one after ``stale_s``.
+Imported by ``mlgo-clang`` on every compile: standard library and :mod:`mlgo_host.procs` only.
 """
 
 from __future__ import annotations
@@ -59,7 +41,7 @@ REQUEST = "request.json"
 ABORTED = "aborted"
 CHANNEL_NAME = "ch"
 REPORTS = "reports"
-#: placeholder for the FIFO base in server.json's "flags"
+#: the FIFO base in server.json's "flags"
 BASE_PLACEHOLDER = "{base}"
 
 
@@ -72,8 +54,7 @@ def channel_base(root: str, k: int) -> str:
 
 
 def write_atomic(path: str, data: bytes) -> None:
-    """temp + os.replace in the same directory (no fsync: these files are
-    coordination state, worthless after a reboot)."""
+    """temp + os.replace (no fsync: coordination state is worthless after a reboot)."""
     tmp = f"{path}.{os.getpid()}.{time.monotonic_ns()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
@@ -116,8 +97,7 @@ def unlink_quiet(path: str) -> None:
 
 
 def try_lock(path: str, exclusive: bool = True) -> int | None:
-    """Open ``path`` (created if missing) and take a non-blocking flock.
-    Returns the fd holding it, or None when someone else holds it."""
+    """The fd holding a non-blocking flock of ``path`` (created if missing); None when someone else holds it."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except (FileNotFoundError, NotADirectoryError):
@@ -142,10 +122,8 @@ def same_file(fd: int, path: str) -> bool:
 
 
 def lock_server(root: str, wait_s: float) -> int | None:
-    """Take ``root/server.lock`` for a server's life: the fd holding it, or
-    None when another server keeps it for ``wait_s`` seconds.  A stopping
-    server removes the file while it still holds it, so a lock taken on the
-    file it removed is let go and the file now in ``root`` is locked."""
+    """The fd holding ``root/server.lock``, or None when another server keeps it for ``wait_s`` s. A
+    stopping server removes the file while holding it: a lock on a removed file is retaken."""
     path = os.path.join(root, SERVER_LOCK)
     end = time.monotonic() + wait_s
     while True:
@@ -169,8 +147,7 @@ def unlock(fd: int | None) -> None:
 
 
 def server_lock_held(root: str) -> bool:
-    """True when a process holds ``server.lock`` (tested with a shared lock;
-    never creates the file)."""
+    """Whether a process holds ``server.lock`` (tested with a shared lock; never creates it)."""
     path = os.path.join(root, SERVER_LOCK)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -189,10 +166,8 @@ def server_lock_held(root: str) -> bool:
 
 def server_status(root: str, stale_s: float, expect_id: str | None = None,
                   in_flight: bool = False) -> tuple[dict | None, str]:
-    """(server.json contents, "") when a live server owns ``root``; else
-    (None, reason in words).  A stopping server (``"stopping": true``, during
-    its grace period) takes no new compile but still serves those in flight
-    (``in_flight=True``)."""
+    """(server.json, "") when a live server owns ``root``, else (None, why). A stopping server (in its
+    grace period) takes no new compile but still serves those in flight (``in_flight=True``)."""
     if not os.path.isdir(root):
         return None, f"no channel directory {root}"
     info = read_json(os.path.join(root, SERVER_JSON))
@@ -222,26 +197,19 @@ def is_fifo(path: str) -> bool:
 
 def find_fifos(root: str) -> list[str]:
     """Every FIFO under ``root`` (tests and cleanup checks)."""
-    out = []
-    for dirpath, _dirs, files in os.walk(root):
-        for f in files:
-            p = os.path.join(dirpath, f)
-            if is_fifo(p):
-                out.append(p)
-    return sorted(out)
+    paths = (os.path.join(dirpath, f) for dirpath, _dirs, files in os.walk(root) for f in files)
+    return sorted(p for p in paths if is_fifo(p))
 
 
 def processes_using(base: str) -> list[int]:
-    """Pids of this user's processes with an argument ``...=base`` (the
-    compilers started on a slot's channel: ``-...-channel-base=base``)."""
+    """Pids of this user's processes with an argument ``...=base`` (a slot's compilers)."""
     arg_end = b"=" + base.encode() + b"\0"
     return [pid for pid, cmd in procs.own_processes() if arg_end in cmd + b"\0"]
 
 
 def remove_temp_outputs(output: str | None, since: float) -> None:
-    """Remove the ``<output>-XXXX.tmp`` / ``<stem>-XXXX<ext>.tmp`` files a
-    killed compiler leaves behind (only those modified since ``since``, the
-    compile's start, minus a second)."""
+    """Remove the ``<output>-XXXX.tmp`` / ``<stem>-XXXX<ext>.tmp`` files a killed compiler left
+    (modified since ``since``, the compile's start, minus a second)."""
     if not output:
         return
     import glob  # only the server gets here: the client's start-up stays without it

@@ -1,31 +1,6 @@
-"""The per-compile JSON lines of ``mlgo-host serve --stats FILE`` and their
-aggregation per build.
-
-One line per compile (appended with one ``write``)::
-
-    {"time", "server", "slot", "gen", "build", "output", "source", "cwd",
-     "compiler", "client_pid", "advisor", "policy",
-     "status": "ok" | "compile_error" | "no_channel" | "client_died" | "aborted",
-     "returncode", "observations", "contexts", "decisions": {"0": n, "1": m},
-     "duration_s" (the compile, measured by mlgo-clang), "session_s" (the
-     channel's open time), "text_size" (llvm-size text of the object, ok only),
-     "error", "episode" (with --collect),
-     with the guard (serve --guard / MLGO_GUARD=1): "guard": "policy" |
-     "default" | "skipped" (the object kept), "guard_policy_text",
-     "guard_default_text", "guard_s" (the plain compile + sizes), "guard_reason",
-     with a replay file as the policy: "replay": {"forced", "applied",
-     "missed", "decisions", "stale"[, "stale_reason"]},
-     with --replay T: "tuned": "tuned" | "stale" | "default", "tuned_module",
-     "tuned_applied" (forced decisions applied), "tuned_default_text" and
-     "tuned_best_text" (the module's -Oz and tuned sizes when it was tuned),
-     a compile mlgo-clang made with a tune directory's flags (no slot; it
-     reported it to the server): "by": "flags", "slot" null, no
-     observations, "tuned": "tuned" | "stale" (the source changed since
-     tuning), "tuned_applied" null, "tune_dir"}
-
-A build is the ``MLGO_BUILD`` label the clients ran with, else the server
-run (its id).  Within a build the last record of each output file counts
-(a rebuild replaces the module).
+"""The per-compile JSON lines of ``serve --stats FILE`` (written by :mod:`mlgo_host.serve.server`:
+``Slot._hand_record``, ``Server.flags_record``) and their aggregation per build: the ``MLGO_BUILD``
+label, else the server run; within a build the last record of each output counts (a rebuild).
 """
 
 from __future__ import annotations
@@ -41,10 +16,6 @@ def build_key(rec: dict) -> str:
     return rec.get("build") or f"server {rec.get('server', '?')}"
 
 
-def _common_root(outputs: list[str]) -> str:
-    return common_dir(outputs)
-
-
 def aggregate(records: Iterable[dict]) -> list[dict[str, Any]]:
     """One summary per build, in order of first appearance."""
     builds: dict[str, list[dict]] = {}
@@ -55,7 +26,7 @@ def aggregate(records: Iterable[dict]) -> list[dict[str, Any]]:
         modules: dict[str, dict] = {}
         for r in recs:
             modules[r.get("output") or f"<no output #{len(modules)}>"] = r
-        root = _common_root(list(modules))
+        root = common_dir(list(modules))
         counts = {s: 0 for s in STATUSES}
         for r in modules.values():
             counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -93,10 +64,7 @@ def aggregate(records: Iterable[dict]) -> list[dict[str, Any]]:
 
 
 def tuned_totals(records: Iterable[dict]) -> dict[str, Any] | None:
-    """What the tuned replays did over a build's records (None: served
-    without --replay): compiles per outcome (tuned, stale, default) and the
-    bytes the tuned ones saved against -Oz (the module's default size when
-    it was tuned, minus this object's)."""
+    """Compiles per tuned outcome and the bytes the tuned ones saved against -Oz (None without --replay)."""
     t = [r for r in records if r.get("tuned")]
     if not t:
         return None
@@ -107,9 +75,7 @@ def tuned_totals(records: Iterable[dict]) -> dict[str, Any] | None:
 
 
 def guard_totals(records: Iterable[dict]) -> dict[str, Any] | None:
-    """What the guard kept over a build's records (None: nothing guarded):
-    objects kept per side, bytes saved against the policy's objects, and
-    the seconds its plain compiles took."""
+    """Objects the guard kept per side, bytes saved, seconds of plain compiles (None: nothing guarded)."""
     g = [r for r in records if r.get("guard")]
     if not g:
         return None
@@ -121,8 +87,8 @@ def guard_totals(records: Iterable[dict]) -> dict[str, Any] | None:
 
 
 def compare(build: dict, baseline: dict) -> dict[str, Any]:
-    """Per-module text size against a baseline build (matched by the output
-    path relative to each build's root); totals over modules sized in both."""
+    """Per-module text size against a baseline build (matched by the output path relative to each
+    build's root); totals over modules sized in both."""
     base = {r["module"]: r for r in baseline["rows"]}
     tot_p = tot_b = 0
     matched = 0

@@ -1,14 +1,7 @@
-"""Whether a directory that steers compiles can be trusted.
-
-The channels directory of ``serve`` / ``mlgo-clang`` and a tune directory
-(``MLGO_REPLAY``, ``serve --replay``) decide what every compile of a build
-does: the FIFOs it talks to, the flags and replay files it gets.  On a
-shared machine, a directory another user can write to (or a symbolic link,
-which leads wherever its owner points it) lets that user put their own
-files there.  The rule is ssh's for ``~/.ssh``: the directory itself, owned
-by you (or root, who can do anything anyway), writable by no one else.
-
-Imported by ``mlgo-clang`` on every compile: standard library only.
+"""Whether a directory that steers compiles (a channels or tune directory) can be trusted: on a
+shared machine, another user who can write there (or a symbolic link's owner) could put their own
+FIFOs, flags or replays there. The rule is ssh's for ``~/.ssh``: owned by you (or root), writable by
+no one else. Imported by ``mlgo-clang`` on every compile: standard library only.
 """
 
 from __future__ import annotations
@@ -18,9 +11,8 @@ import stat
 
 
 def untrusted(path: str) -> str:
-    """Why ``path`` is not a directory only you can change, in one line
-    naming it and the fix; "" when it is, or when it does not exist (the
-    caller creates it, or says it is missing)."""
+    """Why ``path`` is not a directory only you can change, in one line with the fix; "" when it is,
+    or does not exist (the caller creates it, or says it is missing)."""
     path = os.path.abspath(path)
     try:
         st = os.lstat(path)

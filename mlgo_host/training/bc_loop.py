@@ -1,13 +1,8 @@
-"""Behavioural cloning from a corpus (``run.algorithm = 'bc'``).
-
-The warm start ``mlgo-host train --gin_files configs/inlining/bc.gin`` runs:
-trace the default heuristic over the corpus' *training* split (the same
-seeded split PPO uses, so held-out modules stay unseen), build the quantile
-vocab from that trace, clone the default decisions into the PPO actor and
-save it as ``<root_dir>/saved_policy``.  Each step's output is kept and
-reused when the command is run again (``trace/``, ``vocab/``).
-
-PPO then starts from it with ``warmstart_policy='<root_dir>/saved_policy'``.
+"""Behavioural cloning from a corpus (``run.algorithm = 'bc'``): trace the
+default heuristic over the corpus' training split (PPO's seeded split, so
+held-out modules stay unseen), build the vocab, clone the default into the PPO
+actor as ``<root_dir>/saved_policy``.  ``trace/`` and ``vocab/`` are reused
+when the command is run again.
 """
 
 from __future__ import annotations
@@ -38,10 +33,7 @@ def train_bc_from_corpus(
     max_trace_modules: int | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Trace → vocab → behavioural cloning → ``root_dir/saved_policy``
-    (``workers``: the compiler and the worker pool, default: gin's
-    ``workers``).  Returns the BC result (accuracy against the default
-    decisions)."""
+    """Trace → vocab → behavioural cloning → ``root_dir/saved_policy``; returns the BC result."""
     workers = workers or Workers()
     os.makedirs(root_dir, exist_ok=True)
     corpus = load_corpus(corpus_dir)
@@ -56,8 +48,7 @@ def train_bc_from_corpus(
                              names=[m.name for m in train_mods], max_modules=max_trace_modules, seed=seed,
                              progress=progress, worker_backend=workers.worker_backend,
                              pool_options={"ray_address": workers.ray_address})
-        totals = index["totals"]
-        if totals["ok"] == 0:
+        if index["totals"]["ok"] == 0:
             raise ConfigError(f"tracing the default policy failed on every training module of {corpus_dir}")
     vocab_dir = os.path.join(root_dir, "vocab")
     if not os.path.isdir(vocab_dir):

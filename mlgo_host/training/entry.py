@@ -1,7 +1,5 @@
-"""The gin side of ``mlgo-host train``: parsing the configuration
-(:func:`parse_gin`, which refuses bindings nothing reads), then the trainer
-it selects (``run.algorithm``) or training from collected episodes
-(:func:`run_online`)."""
+"""The gin side of ``mlgo-host train``: parsing the configuration, then the
+trainer ``run.algorithm`` selects or training from collected episodes."""
 
 from __future__ import annotations
 
@@ -38,10 +36,8 @@ def run(root_dir: str, corpus_dir: str, algorithm: str = "ppo", progress: bool =
 
 
 def run_online(root_dir: str, collected_dir: str, baseline_stats: str, progress: bool = True):
-    """One iteration on collected episodes (``train --collected``); the
-    warm start, vocab, compiler, seed and advisor come from the same gin
-    macros as corpus training unless ``online.train_from_collected.*`` binds
-    them."""
+    """One iteration on collected episodes (``train --collected``), configured
+    by the macros of corpus training unless ``online.train_from_collected.*`` binds them."""
     try:
         algorithm = gin.query_parameter("run.algorithm")
     except ValueError:
@@ -56,27 +52,21 @@ def run_online(root_dir: str, collected_dir: str, baseline_stats: str, progress:
 
 
 def _write_operative_config(root_dir: str) -> None:
-    # The operative config, as ml-compiler-opt writes it, for reproducibility.
     atomic_write_bytes(os.path.join(root_dir, "operative_config.gin"), gin.operative_config_str().encode())
 
 
-# -- parsing ------------------------------------------------------------------
 _NO_PARAMETER = re.compile(r"Configurable '([\w./]+)' doesn't have a parameter named '(\w+)'")
 _MACRO_REF = re.compile(r"%([\w./]+)")
 _BOUND_PARAM = re.compile(r"^([\w./]+)\.(\w+) = ", re.MULTILINE)
 
 
 def parse_gin(gin_files: list[str], gin_bindings: list[str]) -> None:
-    """Parse the gin files, then the bindings over them.  A mistake is a
-    :class:`ConfigError`, and so is a binding nothing reads (a macro no
-    configuration refers to, e.g. the typo ``num_iteratons=2``), naming the
-    closest known macro or parameter."""
+    """Parse the gin files, then the bindings.  A mistake is a :class:`ConfigError`,
+    and so is a macro binding nothing reads (a typo), naming the closest known name."""
     for f in gin_files:
         if not os.path.exists(f):
             raise ConfigError(f"gin file not found: {f}")
-    # Includes are spelled from the repository root ('configs/inlining/common.gin',
-    # as in ml-compiler-opt); resolve them from the root of each file's tree too,
-    # so the command works from any directory.
+    # includes are spelled 'configs/...' (as in ml-compiler-opt): search from the directory holding configs/
     gin_files = [os.path.abspath(f) for f in gin_files]
     roots = [r for r in dict.fromkeys(_configs_root(f) for f in gin_files) if r is not None]
     for root in roots:
@@ -86,10 +76,8 @@ def parse_gin(gin_files: list[str], gin_bindings: list[str]) -> None:
     root_logger.setLevel(logging.CRITICAL)  # gin logs an ERROR for every search-path miss
     cwd = os.getcwd()
     try:
-        # Parse from the configs' root: gin looks an include up relative to the
-        # working directory first, and when that misses, as a Python package
-        # path, which crashes (TypeError) when the repository root is on
-        # sys.path (PYTHONPATH) and makes configs/ a namespace package.
+        # from the configs' root: gin's fallback, an include as a package path, crashes
+        # (TypeError) when the repository root is on sys.path (configs/: a namespace package)
         if roots:
             os.chdir(roots[0])
         gin.parse_config_files_and_bindings(gin_files, gin_bindings)
@@ -116,7 +104,6 @@ def _configs_root(path: str) -> str | None:
 
 
 def _parameters(selector: str) -> list[str]:
-    """The parameter names of the gin configurable ``selector`` ([] if unknown)."""
     try:
         return list(inspect.signature(gin.get_configurable(selector)).parameters)
     except (KeyError, ValueError, TypeError):
@@ -124,7 +111,6 @@ def _parameters(selector: str) -> list[str]:
 
 
 def _parameter_hint(message: str) -> str:
-    """' Did you mean ...?' for gin's "doesn't have a parameter named" error."""
     m = _NO_PARAMETER.search(message)
     if not m:
         return ""

@@ -1,15 +1,9 @@
 """The steps every PPO iteration shares, whether its episodes come from a
 corpus (:mod:`~mlgo_host.training.train_loop`) or from real builds
-(:mod:`~mlgo_host.training.online`, ``train --collected``):
-
-1. :func:`open_learner`: the learner of ``root_dir``, restored from the
-   checkpoint of the last completed iteration, else warm-started from a
-   saved policy, else fresh;
-2. :func:`train_and_save`: one PPO update on the iteration's episodes, then
-   ``policy/<iteration>/`` and the TF checkpoint ``checkpoints/ckpt-<iteration>``;
-3. :func:`commit_iteration`: the TensorBoard summaries, then ``state.json``,
-   written last and atomically: it is what marks the iteration done, so a
-   run killed before it redoes the iteration from the previous checkpoint.
+(:mod:`~mlgo_host.training.online`): open the learner (restored, warm-started
+or fresh), train and save, commit.  ``state.json`` is written last and
+atomically: it marks the iteration done, so a killed run redoes it from the
+previous checkpoint.
 """
 
 from __future__ import annotations
@@ -18,6 +12,7 @@ import dataclasses
 import json
 import os
 import shutil
+import tempfile
 import time
 from typing import Any
 
@@ -45,9 +40,8 @@ def read_state(root_dir: str) -> dict[str, Any]:
 
 
 def resolve_warmstart(name_or_path: str | None) -> str | None:
-    """``warmstart_policy`` as an absolute saved policy directory: the name of
-    a policy the package ships (``pretrained-oz``) or a directory; None stays
-    None.  Anything else is a one-line :class:`ConfigError`, before any work."""
+    """``warmstart_policy`` (a shipped policy's name or a directory) as an
+    absolute saved policy directory; anything else fails before any work."""
     if not name_or_path:
         return None
     import difflib
@@ -65,10 +59,8 @@ def resolve_warmstart(name_or_path: str | None) -> str | None:
 
 def open_learner(root_dir: str, header_json: dict, *, advisor: str, vocab_dir: str, seed: int, clang: str,
                  done: int, warmstart_policy: str | None) -> Learner:
-    """The learner after ``done`` completed iterations (0: warm start or fresh).
-    ``warmstart_policy``: a saved policy directory or a shipped policy's name;
-    the learner's saved policies keep its gate (their greedy decisions are
-    gated as the warm start's were)."""
+    """The learner after ``done`` completed iterations (0: warm start or fresh);
+    its saved policies keep the warm start's gate."""
     warmstart_policy = resolve_warmstart(warmstart_policy)
     start = read_saved_policy(warmstart_policy) if warmstart_policy else None
     learner = Learner(header_json, advisor=advisor, vocab_dir=vocab_dir, root_dir=root_dir, seed=seed, clang=clang,
@@ -95,11 +87,8 @@ class Update:
 
 def train_and_save(learner: Learner, root_dir: str, iteration: int, episodes: list, rewards: list[float], *,
                    saved_model: bool) -> Update:
-    """Iteration ``iteration`` (1-based): train on the episodes (none: no
-    update), write ``policy/<iteration>/`` (with the SavedModel only when
-    ``saved_model``: seconds of TF work) and the checkpoint."""
+    """Train (no episodes: no update), write ``policy/<iteration>/`` and the checkpoint."""
     t0 = time.monotonic()
-    # the batch shuffle is seeded by the 0-based iteration index
     metrics = learner.train(episodes, rewards, iteration - 1) if episodes else {}
     t1 = time.monotonic()
     policy_dir = os.path.join(root_dir, "policy", str(iteration))
@@ -119,7 +108,7 @@ def percentile_summary(values: list[float]) -> dict[str, float]:
 
 
 def numeric_metrics(update: Update) -> dict[str, float]:
-    """The update's metrics that go into a history row (numbers only)."""
+    """The update's numeric metrics, for a history row."""
     return {k: v for k, v in update.metrics.items() if isinstance(v, (int, float))}
 
 
@@ -131,9 +120,11 @@ def commit_iteration(root_dir: str, summaries: Summaries, iteration: int, reward
 
 
 def publish_policy(policy_dir: str, dest: str) -> None:
-    """Copy a saved policy directory to ``dest`` (``saved_policy``), replacing
-    it in one rename: a reader sees the old or the new policy, never half."""
-    tmp = dest + ".new"
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(policy_dir, tmp)
-    replace_dir(tmp, dest)
+    """``dest`` becomes a copy of a directory in one rename: a reader never sees half of it."""
+    tmp = tempfile.mkdtemp(prefix="." + os.path.basename(dest) + ".", dir=os.path.dirname(dest))
+    try:
+        shutil.copytree(policy_dir, tmp, dirs_exist_ok=True)
+        replace_dir(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -1,6 +1,4 @@
-"""Training from episodes collected in real builds (``mlgo-host train --collected``).
-
-The online loop, with no corpus::
+"""Training from episodes collected in real builds (``mlgo-host train --collected``)::
 
     serve --policy default --stats base.jsonl          # once: the default sizes
     serve --policy P --collect CDIR                    # a build, P stochastic
@@ -8,22 +6,10 @@ The online loop, with no corpus::
     serve --policy R/saved_policy --collect CDIR       # the next build ...
     train ...                                          # ... the next iteration
 
-One invocation of :func:`train_from_collected` is one PPO update ("one
-iteration") on the episodes collected since the previous invocation: the
-files already trained on are listed in ``R/state.json`` (``consumed``).
-Rewards are against the default-policy size of the same module
-(:func:`load_collected`).  The first invocation
-starts from ``warmstart_policy`` (use the policy that collected the first
-episodes, if it is a saved policy) or from a fresh actor; later ones restore
-the checkpoint of the last iteration.  The vocab (``R/vocab``, fixed by the
-first invocation) is a copy of the warm-start policy's (its weights were
-trained on it), else of ``vocab_path``, else built from the first
-invocation's episodes.
-
-Written per iteration (state.json last, every file atomically):
-``checkpoints/ckpt-<i>``, ``policy/<i>/``, ``saved_policy/`` (what the next
-build serves), TensorBoard events under ``train/`` (``reward_distribution/*``,
-``loss/*``, ``perf/train_s``) and ``state.json``.
+Each invocation is one PPO iteration on the episode files not trained on yet,
+rewarded against the same module's default-policy size.  The first one fixes
+``R/vocab``: the warm start's (its weights were trained on it), else
+``vocab_path``'s, else built from its episodes.
 """
 
 from __future__ import annotations
@@ -31,9 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -42,18 +26,18 @@ import numpy as np
 
 from mlgo_host.collected import load_episode, read_meta, read_records
 from mlgo_host.errors import ConfigError, CorpusError
-from mlgo_host.fsutil import atomic_write_json, replace_dir
+from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.reward import reward
 from mlgo_host.policies.vocab import VocabBuilder
 from mlgo_host.training.iteration import (Update, commit_iteration, numeric_metrics, open_learner,
-                                          percentile_summary, read_state, resolve_warmstart, train_and_save)
+                                          percentile_summary, publish_policy, read_state, resolve_warmstart,
+                                          train_and_save)
 
 log = logging.getLogger("mlgo_host.train.online")
 
 MODE = "online"
-# train_from_collected parameters that default to common.gin's macros (the
-# same --gin_bindings spellings as corpus training: warmstart_policy=...).
+#: train_from_collected parameters that default to common.gin's macros
 MACRO_PARAMS = ("clang_path", "vocab_path", "warmstart_policy", "seed")
 
 
@@ -70,21 +54,18 @@ def train_from_collected(
     seed: int = 0,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """One PPO update on the new episodes of ``collected_dir``; returns the
-    iteration's history row (also in ``root_dir/state.json``)."""
+    """One PPO update on the new episodes of ``collected_dir``; returns its history row."""
     root_dir = os.path.abspath(root_dir)
     collected_dir = os.path.abspath(collected_dir)
-    warmstart_policy = resolve_warmstart(warmstart_policy)  # a shipped name or a directory
+    warmstart_policy = resolve_warmstart(warmstart_policy)
     state = _read_online_state(root_dir)
     consumed: list[str] = list(state.get("consumed", []))
     done = int(state.get("iteration", 0))
-    # -- the new episodes and their rewards (no TensorFlow work yet)
+    # the new episodes and their rewards first: no TensorFlow work yet
     episodes, rewards, metas = _new_episodes(collected_dir, baseline_stats, consumed, done, advisor)
     header_json = _check_header(episodes, root_dir, collected_dir)
     vocab_dir, source = _vocab_source(root_dir, state, warmstart_policy, vocab_path)
     _start_run_dir(root_dir, state, header_json, vocab_dir, source, episodes)
-    # -- the shared iteration: learner, update, policy/<i>, checkpoint; then
-    # saved_policy/ (what the next build serves) and state.json last
     t0 = time.monotonic()
     learner = open_learner(root_dir, header_json, advisor=advisor, vocab_dir=vocab_dir, seed=seed, clang=clang_path,
                            done=done, warmstart_policy=warmstart_policy)
@@ -94,7 +75,7 @@ def train_from_collected(
     t_setup = time.monotonic() - t0
     update = train_and_save(learner, root_dir, done + 1, episodes, rewards, saved_model=True)
     t1 = time.monotonic()
-    _copy_dir(update.policy_dir, os.path.join(root_dir, "saved_policy"))
+    publish_policy(update.policy_dir, os.path.join(root_dir, "saved_policy"))
     update.save_s += time.monotonic() - t1
     dist = percentile_summary(rewards)
     row = _history_row(update, episodes, metas, dist, t_setup)
@@ -125,8 +106,7 @@ def _read_online_state(root_dir: str) -> dict[str, Any]:
 
 
 def _new_episodes(collected_dir: str, baseline_stats: str, consumed: list[str], done: int, advisor: str):
-    """(episodes, rewards, metas) of the episode files not yet trained on;
-    a ConfigError when there are none or they cannot train this run."""
+    """(episodes, rewards, metas) of the episode files not yet trained on."""
     if not os.path.isdir(collected_dir):
         raise ConfigError(f"no collection directory {collected_dir} (serve with --collect DIR first)")
     if not os.path.exists(baseline_stats):
@@ -168,8 +148,7 @@ def _check_header(episodes: list, root_dir: str, collected_dir: str) -> dict:
 
 def _vocab_source(root_dir: str, state: dict, warmstart_policy: str | None,
                   vocab_path: str | None) -> tuple[str, str | None]:
-    """(root_dir/vocab, where the first invocation copies it from; None: built
-    from the episodes).  Fixed by the first invocation."""
+    """(root_dir/vocab, where the first invocation copies it from: None to build it)."""
     vocab_dir = os.path.join(root_dir, "vocab")
     source = None
     if state:
@@ -200,7 +179,7 @@ def _start_run_dir(root_dir: str, state: dict, header_json: dict, vocab_dir: str
     if state:
         return
     if source is not None:
-        _copy_dir(source, vocab_dir)
+        publish_policy(source, vocab_dir)  # any directory, not only a policy
     else:
         _build_vocab(episodes, vocab_dir)
 
@@ -232,18 +211,6 @@ def _build_vocab(episodes: list, vocab_dir: str) -> None:
     builder.build().save(vocab_dir)
 
 
-def _copy_dir(src: str, dest: str) -> None:
-    """``dest`` becomes a copy of ``src``, renamed into place."""
-    parent = os.path.dirname(dest)
-    tmp = tempfile.mkdtemp(prefix="." + os.path.basename(dest) + ".", dir=parent)
-    try:
-        shutil.copytree(src, tmp, dirs_exist_ok=True)
-        replace_dir(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
 def _summary_line(row: dict) -> str:
     parts = [f"iteration {row['iteration']}:",
              f"reward mean {row['reward_mean']:+.4f}" if row.get("reward_mean") is not None else "reward n/a",
@@ -255,11 +222,9 @@ def _summary_line(row: dict) -> str:
 
 
 def bind_common_macros() -> dict[str, Any]:
-    """Bind the :func:`train_from_collected` parameters the parsed gin
-    configuration leaves unbound to common.gin's macros (``warmstart_policy``,
-    ``vocab_path``, ``clang_path``, ``seed``: the same --gin_bindings
-    spellings as corpus training) and ``advisor`` to the corpus trainer's
-    ``train.advisor`` (configs/regalloc/ppo.gin sets it), so the operative
+    """Bind the :func:`train_from_collected` parameters the configuration
+    leaves unbound to common.gin's macros (the --gin_bindings spellings of
+    corpus training) and ``advisor`` to ``train.advisor``, so the operative
     config records them.  Returns what it bound."""
     def bound(selector: str) -> bool:
         try:
@@ -292,19 +257,15 @@ def _rel_outputs(records: list[dict]) -> dict[str, dict]:
 
 
 def load_collected(directory: str, baseline_stats: str, delta: float = 0.01, *, exclude=(), strict: bool = False):
-    """Episodes of ``directory`` with their module rewards against the
-    ``text_size`` of the same modules in ``baseline_stats`` (a stats file of
-    a ``--policy default`` build). Returns (episodes, rewards, metas), in
-    file name order; each meta carries its episode's ``file`` name and the
-    ``baseline_text_size`` its reward is against.
+    """(episodes, rewards, metas) of ``directory`` in file name order, rewards
+    against the ``text_size`` of the same modules in ``baseline_stats`` (of a
+    ``--policy default`` build); each meta gains ``file`` and ``baseline_text_size``.
 
-    A module is matched by its output path, else by the output path
-    relative to each build's root (the common directory of all its outputs,
-    episodes in ``exclude`` included, so a key does not depend on which
-    files are left out).  Episode files named in ``exclude`` are not loaded.
-    Episodes without a size of their own are skipped; without a baseline
-    size they are skipped too, or with ``strict`` a :class:`CorpusError`
-    names them."""
+    A module is matched by its output path, else by its path relative to its
+    build's root (the common directory of all outputs, ``exclude``d files
+    included, so keys do not depend on what is left out).  Files in
+    ``exclude`` are not loaded.  Episodes without a size are skipped, and so
+    are those without a baseline size unless ``strict`` (a :class:`CorpusError`)."""
     base_recs = [r for r in read_records(baseline_stats) if r.get("status") == "ok" and r.get("output")]
     base_abs = {r["output"]: r for r in base_recs}
     base_rel = _rel_outputs(base_recs)

@@ -1,35 +1,10 @@
 """Search, then imitate (``run.algorithm = 'search'``, ``configs/inlining/search.gin``).
 
-Per round:
-
-1. **search** every training module around the current policy (the first
-   round: the compiler's default) on the worker pool, by batches of flips
-   (:mod:`mlgo_host.search.driver`), the round's compile budget shared by
-   tune's pass scheduler (:mod:`mlgo_host.search.passes`), whose flip-gain
-   model (the prior) learns from every flip measured so far;
-2. keep each module's best trajectory across rounds and every flip tried;
-3. **imitate**: train the actor on all best trajectories and flips so far
-   (weighted behavioural cloning, :mod:`mlgo_host.learning.imitate`), from
-   scratch, as ``policy/<round>/``;
-4. **gate**: compile the validation split under several gate thresholds and
-   keep the best one under which no validation module grows more than 1 %;
-5. ``saved_policy/`` becomes this round's policy when its validation total is
-   the best so far (never the last round's by default).
-
-The held-out split is evaluated after each round for the learning curve
-only: no choice reads it.  Rounds go on until ``time_budget_minutes`` is
-spent (a round is not started when the last one would not fit) or
-``max_rounds``.  The time bounds each round's search too: it stops
-dispatching compiles when the run's time is up, less what the last round
-needed after its search (its imitation, gate and held-out evaluation), or
-``round_search_minutes`` after the round started, whichever comes first;
-what it measured until then is kept, and the next round's search begins
-with the modules searched longest ago.  ``state.json`` is written last,
-atomically, after each round; a killed run resumes after its last
-completed round and
-``saved_policy/`` is always the best policy so far.  Round data (search
-results: trajectories and flips) are pickled under ``search/``: the
-learner's own cache, read only by this module.
+Each round searches the training modules around the current policy, trains the
+actor on every best trajectory and flip so far (:mod:`mlgo_host.learning.imitate`),
+chooses its gate on the validation split and publishes it as ``saved_policy/``
+when its validation total is the best so far; the held-out split is only
+reported.  A killed run resumes after its last completed round.
 """
 
 from __future__ import annotations
@@ -92,12 +67,9 @@ def train_search(
     progress: bool = True,
     search_data: str | None = None,
 ) -> dict[str, Any]:
-    """Run rounds of search and imitation; returns the state (also in state.json).
-    ``workers``: the compiler and the worker pool (default: gin's
-    ``workers``); ``search_data``: a tune directory (``mlgo-host tune
-    --output T``) whose tried flips and best trajectories are imitated too
-    (as round 0); ``round_search_minutes``: the longest a round's search
-    dispatches compiles (None: until the run's time is up)."""
+    """Run rounds of search and imitation; returns the state.  ``search_data``:
+    a tune directory whose flips and best trajectories are imitated too (as
+    round 0); ``round_search_minutes`` None: a round searches until the time is up."""
     workers = workers or Workers()
     t_start = time.monotonic()
     # wall clock: the searches' deadline is checked in the workers (processes, or other machines with Ray)
@@ -136,13 +108,10 @@ def train_search(
         pool.close()
 
 
-# -- one round ------------------------------------------------------------------
-
-
 def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, workers, compiles, thresholds,
                max_growth, heldout, seed, progress, deadline=None) -> dict[str, Any]:
     base_dir = state.get("best_policy")
-    data = _read_data(root_dir)  # (read once: the search's prior learns from it, then this round joins it)
+    data = _read_data(root_dir)  # the search's prior learns from it, then this round joins it
     t0 = time.monotonic()
     results = _cached_search_round(root_dir, pool, r, base_dir, train_mods, state, compiles, progress, deadline,
                                    earlier=_seen(data))
@@ -177,8 +146,7 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, worker
 
 def _cached_search_round(root_dir, pool, r, base_dir, mods, state, compiles, progress, deadline=None,
                          earlier: Sequence[dict] = ()) -> list[dict]:
-    """The round's search results, computed once: a run killed after the
-    search (the longest step) resumes with its results."""
+    """The round's search results, kept so a run killed after the search resumes with them."""
     path = os.path.join(root_dir, "search", f"round-{r}.pkl")
     if os.path.exists(path):
         with open(path, "rb") as f:
@@ -191,13 +159,9 @@ def _cached_search_round(root_dir, pool, r, base_dir, mods, state, compiles, pro
 
 def _search_round(pool, r, base_dir, mods: list[Module], state, compiles, progress,
                   deadline: float | None = None, earlier: Sequence[dict] = ()) -> list[dict]:
-    """Search every training module around the current policy with tune's
-    pass scheduler (:class:`~mlgo_host.search.passes.Passes`): a probe of
-    each, then passes sharing the round's ``compiles``, each module going
-    on from its best; the prior's flip model learns from this round's flips
-    and the ``earlier`` rounds'.  ``deadline`` (a ``time.time()``): no
-    compile starts after it (a module not started by then comes back
-    ``skipped``); the modules searched longest ago go first."""
+    """Search every module around the current policy with tune's pass scheduler,
+    the modules searched longest ago first; the prior learns from ``earlier``
+    rounds' flips too.  No compile starts after ``deadline`` (a ``time.time()``)."""
     pool.broadcast("set_policy", policy_blob_from_dir(base_dir) if base_dir else {"heuristic": "default"})
     searched = state.get("searched") or {}
     order = list(mods)  # the results' order (what the imitation reads), whatever order they ran in
@@ -209,10 +173,9 @@ def _search_round(pool, r, base_dir, mods: list[Module], state, compiles, progre
 
 
 def search_deadline(state: dict, run_end: float, now: float, round_search_minutes: float | None) -> float:
-    """When the next round's search stops dispatching compiles (a
-    ``time.time()``): the run's end less what the last round needed after
-    its search (its imitation, gate and held-out evaluation; nothing before
-    the first round), and at most ``round_search_minutes`` from ``now``."""
+    """When the next round's search stops dispatching compiles: the run's end
+    less what the last round needed after its search, and at most
+    ``round_search_minutes`` from ``now``."""
     last = state["history"][-1] if state["history"] else None
     reserve = max(0.0, float(last["round_s"]) - float(last["search_s"])) if last else 0.0
     end = run_end - reserve
@@ -245,9 +208,8 @@ def _seen(data: dict) -> list[dict]:
 
 
 def _merge_round(root_dir: str, r: int, results: list[dict], data: dict | None = None) -> dict:
-    """Each module's best trajectory over all rounds and every flip tried
-    (``data``: what :func:`_read_data` gave, when the caller has it);
-    the round's results are kept under ``search/``."""
+    """Each module's best trajectory over all rounds and every flip tried,
+    kept under ``search/``; ``data``: what :func:`_read_data` gave, if read."""
     path = os.path.join(root_dir, "search", "data.pkl")
     data = _read_data(root_dir) if data is None else data
     if r in data["merged"]:  # a resumed run: this round is in already
@@ -270,8 +232,8 @@ def _merge_round(root_dir: str, r: int, results: list[dict], data: dict | None =
 
 
 def _tune_results(path: str, val_mods: list[Module], held_mods: list[Module]) -> list[dict]:
-    """The search results a tune directory keeps, but for the modules of
-    the validation and held-out splits (no choice may read them)."""
+    """A tune directory's search results but for the validation and held-out
+    modules (no choice may read them)."""
     from mlgo_host.search.tunedir import load_tune_results
 
     keep_out = {m.name for m in val_mods} | {m.name for m in held_mods}
@@ -283,20 +245,17 @@ def _tune_results(path: str, val_mods: list[Module], held_mods: list[Module]) ->
 
 
 def _choose_gate(pool, policy_dir, val_mods, thresholds, max_growth, progress, r):
-    """Compile the validation split under each gate threshold; the best
-    threshold (see :func:`choose_gate`) and its validation row."""
+    """The best gate threshold on the validation split, its table and validation row."""
     sizes: dict[float, dict[str, int]] = {}
     defaults: dict[str, int] = {}
     for thr in thresholds:
-        got = _sizes_under(pool, policy_dir, thr, val_mods, progress, f"round {r}: validation gate {thr}")
-        sizes[thr] = {k: v[0] for k, v in got.items()}
-        defaults.update({k: v[1] for k, v in got.items()})
+        report = _report(pool, policy_dir, thr, val_mods, progress, f"round {r}: validation gate {thr}")
+        ok = [x for x in report.rows if x.ok]
+        sizes[thr] = {x.module: x.policy_text for x in ok}
+        defaults.update({x.module: x.baseline_text for x in ok})
     gate, table = choose_gate(sizes, defaults, max_growth)
-    if gate in table:
-        val = {"size_change_pct": table[gate]["size_change_pct"], "worst_module_pct": table[gate]["worst_module_pct"]}
-    else:
-        val = {"size_change_pct": 0.0, "worst_module_pct": 0.0}
-    return gate, table, val
+    row = table.get(gate, {"size_change_pct": 0.0, "worst_module_pct": 0.0})
+    return gate, table, {k: row[k] for k in ("size_change_pct", "worst_module_pct")}
 
 
 def _gated_blob(policy_dir: str, threshold: float) -> dict:
@@ -308,28 +267,17 @@ def _gated_blob(policy_dir: str, threshold: float) -> dict:
 
 
 def _report(pool, policy_dir, threshold, mods, progress, desc) -> EvalReport:
-    """The greedy policy of ``policy_dir`` (gated at ``threshold``, or as
-    saved when None) on ``mods``."""
+    """The greedy policy of ``policy_dir`` on ``mods``, gated at ``threshold`` (None: as saved)."""
     pool.broadcast("set_policy", _gated_blob(policy_dir, threshold) if threshold is not None
                    else policy_blob_from_dir(policy_dir))
     return evaluate_on_pool(pool, mods, desc=desc, progress=progress)
 
 
-def _sizes_under(pool, policy_dir, threshold, mods, progress, desc) -> dict[str, tuple[int, int]]:
-    """name -> (policy size, default size) of the greedy gated policy."""
-    report = _report(pool, policy_dir, threshold, mods, progress, desc)
-    return {r.module: (r.policy_text, r.baseline_text) for r in report.rows if r.ok}
-
-
 def _evaluate(pool, policy_dir, mods, progress, desc) -> tuple[float, int]:
-    """Total size change vs -Oz (%) and modules more than 1 % bigger, with the
-    policy as saved (its gate)."""
+    """Total size change vs -Oz (%) and modules more than 1 % bigger."""
     report = _report(pool, policy_dir, None, mods, progress, desc)
     bigger = sum(r.policy_text > 1.01 * r.baseline_text for r in report.rows if r.ok)
     return report.summary().change_percent or 0.0, int(bigger)
-
-
-# -- bookkeeping -----------------------------------------------------------------
 
 
 def _load_state(root_dir: str) -> dict:
@@ -343,8 +291,7 @@ def _load_state(root_dir: str) -> dict:
 
 
 def _time_left(state: dict, t_start: float, budget_min: float) -> bool:
-    """Start another round only when it would fit the budget (the last
-    round's duration is the estimate)."""
+    """Would another round, as long as the last, fit the budget?"""
     spent = time.monotonic() - t_start
     last = state["history"][-1]["round_s"] if state["history"] else 0.0
     return spent + last <= 60.0 * budget_min
@@ -375,7 +322,6 @@ def _round_row(r, results, data, fit, gate, val, t_search, t_train, t_gate, plan
     compiles = sum(x["compiles"] for x in results)
     return {
         "round": r, "modules": sum(x["status"] == "ok" for x in results), "compiles": compiles,
-        # the round's compile budget, and the modules the time stopped or never started
         "compiles_planned": planned,
         "modules_skipped": sum(x["status"] == "skipped" for x in results),
         "modules_stopped_by_time": sum(x.get("stopped") == "time" for x in results),

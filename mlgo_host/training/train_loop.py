@@ -1,34 +1,10 @@
-"""The gin-configured training loop (``mlgo-host train``).
+"""The PPO training loop over a corpus (``run.algorithm = 'ppo'``); re-running
+resumes after the last completed iteration.
 
-Per iteration: sample modules (size-stratified, seeded), collect episodes in
-parallel with the current *stochastic* numpy policy (weights shipped once to
-the long-lived workers), compute each module's reward against the cached
-default-heuristic baseline (or a moving average of past policy sizes),
-train the tf-agents PPO agent on the episodes, export the new weights, and
-write the iteration's state atomically: TF checkpoint, ``state.json`` (the
-per-iteration history, the moving-average reward baseline),
-``policy/<iteration>/``.  Every ``eval_every`` iterations the greedy policy
-is evaluated on the validation split, which chooses ``saved_policy/`` (the
-best validation total so far), and on the held-out split, which is only
-reported.  Re-running the same command resumes after the last completed
-iteration.
-
-A warm start (``warmstart_policy``: a saved policy directory or the name of
-a policy the package ships, e.g. ``pretrained-oz``) is the first candidate:
-before any update it is written as ``policy/0/``, evaluated on the
-validation split and published as ``saved_policy/``, and a later policy
-replaces it only with a strictly smaller validation total.  A run that only
-gets worse keeps the warm start.  Its gate (the search-then-imitate
-policy's, chosen on validation) stays on every policy the run saves: greedy
-decisions (validation, held-out, serving) are gated as the warm start's
-were, while collection samples from the raw actor: PPO's importance ratios
-need the probability of each decision under the policy that made it, and a
-gate turns the sampling policy into a near-deterministic one that would
-neither explore nor have those probabilities.
-
-TensorFlow is the learner's (:mod:`~mlgo_host.learning.learner`, through
-:mod:`~mlgo_host.training.iteration`); the collection workers
-(:mod:`~mlgo_host.workers.worker`) never import it.
+The validation split chooses ``saved_policy/``, a warm start being the first
+candidate.  Its gate stays on every saved policy, but collection samples the
+raw actor: PPO's importance ratios need each decision's probability under the
+policy that made it, which a near-deterministic gated policy would not give.
 """
 
 from __future__ import annotations
@@ -92,14 +68,10 @@ def train(
     report_heldout: bool = True,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Train a policy; returns its history and last held-out evaluation (also
-    in state.json).  ``workers``: the compiler and the worker pool (default:
-    gin's ``workers``).  ``report_heldout=False``: evaluate only the
-    validation split in the loop (the held-out one is left to ``mlgo-host
-    eval``)."""
+    """Train a policy; returns its history and last held-out evaluation.
+    ``report_heldout=False`` leaves the held-out split to ``mlgo-host eval``."""
     workers = workers or Workers()
-    # a bad name fails here, before any compile
-    warmstart_policy = resolve_warmstart(warmstart_policy)
+    warmstart_policy = resolve_warmstart(warmstart_policy)  # a bad name fails before any compile
     # absolute: workers (Ray actors too) may run in another directory
     root_dir = os.path.abspath(root_dir)
     os.makedirs(root_dir, exist_ok=True)
@@ -149,10 +121,7 @@ def train(
 def _open_run_learner(pool, root_dir: str, train_mods: list[Module], task_of, *, workers: Workers, advisor: str,
                       vocab_path: str | None, warmstart_policy: str | None, trace_modules: int, seed: int,
                       done: int, progress: bool):
-    """The run's learner after ``done`` iterations, on the run's vocab
-    (traced over the first ``trace_modules`` training modules the first
-    time, see :func:`_ensure_vocab`) and channel header (probed the first
-    time)."""
+    """The learner after ``done`` iterations, on the run's vocab and channel header."""
     vocab_path = _ensure_vocab(pool, root_dir, vocab_path, warmstart_policy,
                                train_mods[:trace_modules] if trace_modules else train_mods, task_of, progress)
     header_json = _ensure_header(pool, root_dir, train_mods, task_of)
@@ -162,9 +131,7 @@ def _open_run_learner(pool, root_dir: str, train_mods: list[Module], task_of, *,
 
 @dataclasses.dataclass
 class _Loop:
-    """The iterations of a run: what they share, and what they add to the
-    run's state (the history, the last held-out evaluation, the best
-    validation)."""
+    """The iterations of a run and the state they add to."""
 
     root_dir: str
     pool: Any
@@ -189,9 +156,7 @@ class _Loop:
     progress: bool
 
     def iteration(self, it: int, blob: dict) -> dict:
-        """Iteration ``it + 1``: collect with the policy ``blob``, train,
-        save, evaluate when due, commit the iteration.  Returns the new
-        policy's blob."""
+        """Iteration ``it + 1`` with the policy ``blob``; returns the new policy's blob."""
         iteration, num_iterations = it + 1, self.num_iterations
         tasks = [CollectTask(self.task_of(m), self.seed * 1_000_003 + it * 10_007 + i, greedy=False, record=True)
                  for i, m in enumerate(self.sampler.take(self.modules_per_iteration))]
@@ -199,8 +164,7 @@ class _Loop:
                                     f"iteration {iteration}/{num_iterations}", self.progress)
         evaluating = bool((self.reported or self.val_mods) and self.eval_every
                           and (iteration % self.eval_every == 0 or iteration == num_iterations))
-        # policy/<iteration> is the workers' next policy; its SavedModel
-        # (seconds of TF work) only where someone will look at it
+        # the SavedModel (seconds of TF work) only where someone will look at it
         update = train_and_save(self.learner, self.root_dir, iteration, batch.episodes, batch.rewards,
                                 saved_model=self.saved_model_every_iteration or evaluating
                                 or iteration == num_iterations)
@@ -225,9 +189,7 @@ class _Loop:
         return blob
 
     def _choose_saved_policy(self, iteration: int, policy_dir: str, val_row: dict, row: dict) -> None:
-        """Publish the iteration's policy as ``saved_policy`` when its
-        validation total is the best so far; its history ``row`` notes the
-        validation and which iteration ``saved_policy`` is."""
+        """Publish the policy as ``saved_policy`` when its validation total is the best so far."""
         state = self.state
         row["validation_size_change_pct"] = val_row["size_change_pct"]
         row["validation_bigger"] = val_row["bigger"]
@@ -238,12 +200,8 @@ class _Loop:
 
 
 def _split(corpus, corpus_dir: str, heldout_fraction: float, validation_fraction: float, split_by: str,
-           heldout_modules: int,
-           seed: int):
-    """(training, validation, held-out modules): the corpus' seeded three-way
-    split (no validation when its fraction is 0), the held-out side cut to
-    ``heldout_modules`` when set.  Validation chooses ``saved_policy``; the
-    held-out split is only reported."""
+           heldout_modules: int, seed: int):
+    """(training, validation, held-out modules), the held-out cut to ``heldout_modules``."""
     train_mods, val_mods, heldout_mods = split_three(corpus.modules, heldout_fraction, validation_fraction, seed,
                                                      split_by)
     if heldout_modules:
@@ -254,12 +212,9 @@ def _split(corpus, corpus_dir: str, heldout_fraction: float, validation_fraction
 
 
 def _better(val_row: dict, best: dict | None, warm: dict | None = None) -> bool:
-    """Is this evaluation the best validation total so far?  Ties go to the
-    later policy.  Against the warm start (iteration 0, its validation row
-    ``warm``) a smaller total is not enough: the saving must be significant
-    over the validation modules (:func:`~mlgo_host.evaluation.compare.significantly_smaller`),
-    for the best of many iterations is smaller by chance alone: a saving
-    that one module carries on validation need not hold on other code."""
+    """Is this the best validation total so far (ties: the later policy)?
+    Against the warm start the saving must also be significant over the
+    validation modules: the best of many iterations is smaller by chance alone."""
     if best is None:
         return True
     if best["iteration"] == 0:
@@ -272,11 +227,8 @@ def _better(val_row: dict, best: dict | None, warm: dict | None = None) -> bool:
 
 def _validate_warmstart(learner, pool, root_dir: str, val_mods: list[Module], task_of, progress: bool,
                         moving_average: MovingAverageBaseline, run_config: dict) -> dict[str, Any]:
-    """The warm start as the first candidate for ``saved_policy``: written as
-    ``policy/0/`` (the learner's actor before any update, with the warm
-    start's gate), evaluated greedily on the validation split, published as
-    ``saved_policy/``; then ``state.json`` with iteration 0 (a resumed run
-    does not evaluate it again).  Returns that state."""
+    """The warm start as the first ``saved_policy``: ``policy/0/``, evaluated
+    on validation, then ``state.json`` at iteration 0; returns that state."""
     policy_dir = os.path.join(root_dir, "policy", "0")
     learner.save_policy(policy_dir, step=0, saved_model=True)
     val_row = _evaluate(pool, policy_blob_from_dir(policy_dir), val_mods, task_of, progress, "validation 0 (warm start)")
@@ -293,8 +245,7 @@ def _validate_warmstart(learner, pool, root_dir: str, val_mods: list[Module], ta
 
 def _collect(pool, blob: dict, tasks: list[tuple], moving_average: MovingAverageBaseline, use_moving_average: bool,
              early: EarlyExit, desc: str, progress: bool) -> tuple["Batch", float]:
-    """The tasks' episodes with the stochastic policy ``blob``, scored; and
-    the collection's seconds."""
+    """The tasks' episodes with the stochastic policy ``blob``, scored, and the seconds taken."""
     t0 = time.monotonic()
     pool.broadcast("set_policy", blob)
     outcomes = map_with_progress(pool, "collect", tasks, desc=desc, progress=progress, early_exit=early)
@@ -318,9 +269,8 @@ class Batch:
 
 def _score(outcomes: list[TaskOutcome], tasks: list[tuple], moving_average: MovingAverageBaseline,
            use_moving_average: bool) -> Batch:
-    """Episodes and rewards of the collected modules.  The training reward is
-    against the moving average (or the default size), the reported one always
-    against the default size."""
+    """Episodes and rewards: the training reward against the moving average
+    (or the default size), the reported one against the default size."""
     batch = Batch()
     # task order, not completion order: the batches depend only on what was collected
     for o in sorted(outcomes, key=lambda o: o.index):
@@ -373,8 +323,8 @@ def _summary_line(row: dict, total: int) -> str:
 
 def _evaluate(pool, blob: dict, modules: list[Module], task_of: Callable[[Module], dict], progress: bool,
               desc: str) -> dict[str, Any]:
-    """The greedy policy ``blob`` over ``modules`` (timed): total size
-    change vs the default, module counts and the module that grew most."""
+    """The greedy policy ``blob`` over ``modules``: size change vs the default,
+    module counts and the module that grew most."""
     t0 = time.monotonic()
     pool.broadcast("set_policy", blob)
     report = evaluate_on_pool(pool, modules, desc=desc, progress=progress, task_of=task_of)
@@ -394,9 +344,8 @@ def _evaluate(pool, blob: dict, modules: list[Module], task_of: Callable[[Module
 
 def _ensure_vocab(pool, root_dir: str, vocab_path: str | None, warmstart_policy: str | None, modules, task_of,
                   progress: bool) -> str:
-    """The run's vocab directory: ``vocab_path``; else the warm-start
-    policy's (its weights were trained on it); else ``root_dir/vocab``, traced
-    from the default policy over ``modules`` the first time."""
+    """``vocab_path``, else the warm start's vocab (its weights were trained on
+    it), else ``root_dir/vocab``, traced over ``modules`` the first time."""
     if vocab_path is not None:
         return vocab_path
     if warmstart_policy:
@@ -408,25 +357,20 @@ def _ensure_vocab(pool, root_dir: str, vocab_path: str | None, warmstart_policy:
 
 
 def _ensure_header(pool, root_dir: str, modules, task_of) -> dict:
-    """The channel header the run trains on (``root_dir/header.json``,
-    read from a compile with the default policy the first time)."""
+    """``root_dir/header.json``, the first time from default-policy compiles of ``modules``."""
     header_path = os.path.join(root_dir, "header.json")
     if not os.path.exists(header_path):
-        _first_header(pool, modules, header_path, task_of)
+        pool.broadcast("set_policy", {"heuristic": "default"})
+        for m in modules[:20]:
+            out = pool.map_unordered("collect", [CollectTask(task_of(m), 0, greedy=True, record=True)])
+            r = out[0].value
+            if out[0].ok and r and r["episode"] is not None:
+                atomic_write_json(header_path, r["episode"]["header"])
+                break
+        else:
+            raise ConfigError("no training module produced a channel header (are they all failing?)")
     with open(header_path) as f:
         return json.load(f)
-
-
-def _first_header(pool, modules, header_path: str, task_of) -> None:
-    """Compile modules with the default policy until one yields a header."""
-    pool.broadcast("set_policy", {"heuristic": "default"})
-    for m in modules[:20]:
-        out = pool.map_unordered("collect", [CollectTask(task_of(m), 0, greedy=True, record=True)])
-        r = out[0].value
-        if out[0].ok and r and r["episode"] is not None:
-            atomic_write_json(header_path, r["episode"]["header"])
-            return
-    raise ConfigError("no training module produced a channel header (are they all failing?)")
 
 
 def _build_vocab(pool, modules, vocab_dir: str, root_dir: str, task_of, progress: bool) -> None:

@@ -1,9 +1,5 @@
-"""How every trainer compiles: the compiler, llvm-size, the time one module
-may take, and the worker pool that runs the compiles (its size, backend and
-Ray cluster).  One gin configurable, ``workers``, which
-``configs/inlining/common.gin`` binds to the macros a user overrides
-(``clang_path``, ``llvm_size_path``, ``num_workers``, ``worker_backend``,
-``ray_address``)."""
+"""How every trainer compiles: the gin configurable ``workers``, which
+``configs/inlining/common.gin`` binds to the macros users override."""
 
 from __future__ import annotations
 
@@ -29,8 +25,7 @@ class Workers:
     module_timeout: float = 300.0
 
     def pool(self, factory: str, **worker_kwargs):
-        """A pool of ``factory`` workers (``"module:Class"``) that compile with
-        these settings; ``worker_kwargs``: the worker's other settings."""
+        """A pool of ``factory`` workers (``"module:Class"``) that compile with these settings."""
         kwargs = {"clang": self.clang_path, "llvm_size": self.llvm_size_path, "module_timeout": self.module_timeout,
                   **worker_kwargs}
         return make_pool(self.worker_backend, self.num_workers, factory, kwargs, ray_address=self.ray_address)

@@ -1,24 +1,13 @@
-"""Worker pools: long-lived worker processes reused across iterations.
-
-The one worker mechanism of the package: training (``worker.CollectWorker``),
-tracing (``traces.TraceWorker``) and evaluation (``evaluation.EvalWorker``)
-all run their tasks here.  A pool holds N instances of a worker class in
-separate processes started with ``spawn`` (never ``fork``: the learner has
-TensorFlow threads), so workers import only TF-free modules; a worker loads
-what it needs (its policy, its configuration) once, in its constructor.  The
-learner broadcasts state once per iteration (``broadcast("set_policy", blob)``)
-and then streams tasks with :meth:`WorkerPool.map_unordered`, which implements the
-collection deadline: once ``early_exit.fraction`` of the tasks are in, wait
-at most ``early_exit.grace_s`` (or ``grace_factor`` times the time taken so
-far) for the stragglers, and never past ``early_exit.timeout_s``; stragglers
-are cancelled (their compilers killed) and reported as cancelled.
-
-The Ray backend (:mod:`mlgo_host.workers.ray_pool`) offers the same
-interface; :func:`make_pool` chooses by name.
+"""Worker pools: long-lived worker processes, reused across iterations, for training, tracing and
+evaluation. Workers are started with ``spawn`` (never ``fork``: the learner has TensorFlow threads),
+import only TF-free modules and load what they need once; the learner broadcasts state once per
+iteration, then streams tasks with :meth:`WorkerPool.map_unordered`, which cancels the stragglers past
+the collection deadline (:class:`EarlyExit`). :func:`make_pool` chooses this or the Ray backend.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
@@ -44,14 +33,11 @@ def _worker_main(conn: Connection, factory: str, kwargs: dict, cpu: int | None) 
             raise Cancelled()
 
     signal.signal(signal.SIGUSR1, on_cancel)
-    # SIGTERM (a user's kill of the whole process group) unwinds: the compile in flight is killed by its own
-    # cleanup, and the worker's close() removes its temp files
+    # SIGTERM (a kill of the process group) unwinds: the compile dies by its cleanup, close() removes the files
     install_signal_cleanup()
     if cpu is not None:
-        try:
+        with contextlib.suppress(AttributeError, OSError):
             os.sched_setaffinity(0, {cpu})
-        except (AttributeError, OSError):
-            pass
     try:
         worker = new_worker(factory, kwargs)
     except BaseException:
@@ -67,7 +53,6 @@ def _worker_main(conn: Connection, factory: str, kwargs: dict, cpu: int | None) 
 
 
 def _serve(conn: Connection, worker, running: list[bool]) -> None:
-    """Run the tasks ``conn`` brings until it closes or brings None."""
     while True:
         try:
             msg = conn.recv()
@@ -94,7 +79,6 @@ def _serve(conn: Connection, worker, running: list[bool]) -> None:
 
 
 def _last_line(tb: str) -> str:
-    """The exception line of a formatted traceback: what the one-line error shows."""
     lines = [ln for ln in tb.strip().splitlines() if ln.strip()]
     return lines[-1] if lines else "no reason given"
 
@@ -157,8 +141,7 @@ class WorkerPool:
         early_exit: EarlyExit | None = None,
         on_result: Callable[[TaskOutcome], None] | None = None,
     ) -> list[TaskOutcome]:
-        """Run ``method(*task)`` for every task over the workers; results in
-        completion order. Stragglers past the early-exit point are cancelled."""
+        """``method(*task)`` for every task, in completion order; stragglers past the early exit cancelled."""
         early = early_exit or EarlyExit(fraction=1.0, timeout_s=float("inf"))
         pending = list(range(len(tasks)))[::-1]
         busy: dict[int, int] = {}  # worker index -> task index
@@ -168,6 +151,11 @@ class WorkerPool:
         stop_at = t0 + early.timeout_s
         need = max(1, int(early.fraction * len(tasks) + 0.999999)) if tasks else 0
         fraction_reached = False
+
+        def emit(res: TaskOutcome) -> None:
+            out.append(res)
+            if on_result:
+                on_result(res)
 
         def dispatch():
             while idle and pending:
@@ -190,22 +178,16 @@ class WorkerPool:
                     raise WorkerPoolError(f"worker {w} died (exit code {self._procs[w].exitcode})") from None
                 busy.pop(w, None)
                 idle.append(w)
-                res = TaskOutcome(tag, status == "ok", value if status == "ok" else None,
-                                  "" if status == "ok" else str(value), cancelled=status == "cancelled")
-                out.append(res)
-                if on_result:
-                    on_result(res)
+                emit(TaskOutcome(tag, status == "ok", value if status == "ok" else None,
+                                 "" if status == "ok" else str(value), cancelled=status == "cancelled"))
             if not fraction_reached and len(out) >= need:
                 fraction_reached = True
                 stop_at = early.stop_at(t0, time.monotonic())
             dispatch()
-        # cancel stragglers and never-started tasks
-        for w, t in list(busy.items()):
-            try:
+        for w in busy:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self._procs[w].pid, signal.SIGUSR1)
-            except ProcessLookupError:
-                pass
-        for w, t in list(busy.items()):
+        for w, t in busy.items():
             conn = self._conns[w]
             if conn.poll(30):
                 status, tag, value = conn.recv()
@@ -214,28 +196,17 @@ class WorkerPool:
                                   cancelled=status != "ok")
             else:  # pragma: no cover - a worker stuck even after cancel
                 res = TaskOutcome(t, False, None, "worker did not answer the cancel", cancelled=True)
-            out.append(res)
-            if on_result:
-                on_result(res)
-            busy.pop(w)
+            emit(res)
         for t in pending:
-            res = TaskOutcome(t, False, None, "cancelled: not started before the collection deadline", cancelled=True)
-            out.append(res)
-            if on_result:
-                on_result(res)
+            emit(TaskOutcome(t, False, None, "cancelled: not started before the collection deadline", cancelled=True))
         return out
 
     def close(self) -> None:
-        """Stop the workers: an idle one on its next message; one still in a
-        task (the pool is closed by an interrupt, a task left running) by
-        SIGTERM after :data:`STOP_IDLE_S`, which unwinds it (its compile
-        killed, its temp files removed: a SIGKILL would leave both), and by
-        SIGKILL only when that did not end it within :data:`STOP_TERM_S`."""
+        """Stop the workers: an idle one on its next message, one still in a task by SIGTERM, which
+        unwinds it (a SIGKILL would leave its compile and temp files), and by SIGKILL only after that."""
         for c in self._conns:
-            try:
+            with contextlib.suppress(BrokenPipeError, OSError):
                 c.send(None)
-            except (BrokenPipeError, OSError):
-                pass
         deadline = time.monotonic() + STOP_IDLE_S
         for p in self._procs:
             p.join(timeout=max(0.0, deadline - time.monotonic()))
@@ -260,13 +231,9 @@ class WorkerPool:
 
 
 def make_pool(backend: str, num_workers: int, factory: str, kwargs: dict | None = None, **opts):
-    """A pool by backend name: 'local' (processes on this machine) or 'ray'.
-
-    ``factory`` is ``"module:Class"``, instantiated once per worker with
-    ``kwargs``; the worker holds whatever it loads (its policy, its config)
-    for the pool's life, so tasks carry only the module.  ``opts`` are the
-    backend's (local: ``pin_cpus``; Ray: ``ray_address``, ...); the local
-    pool ignores Ray's, so callers pass them whatever the backend."""
+    """A 'local' or 'ray' pool of ``factory`` (``"module:Class"``) instances made with ``kwargs``.
+    ``opts`` are the backend's (local: ``pin_cpus``; Ray: ``ray_address``, ...); the local pool
+    ignores Ray's, so callers pass them whatever the backend."""
     if backend == "local":
         return WorkerPool(num_workers, factory, kwargs, pin_cpus=opts.get("pin_cpus", False))
     if backend == "ray":

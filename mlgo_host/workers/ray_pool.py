@@ -1,66 +1,26 @@
-"""The Ray backend of the worker pool: the same collection, on a cluster.
+"""The Ray backend of the worker pool: :class:`RayPool` has :class:`~mlgo_host.workers.pool.WorkerPool`'s
+interface and semantics, with Ray actors (:class:`RayWorker`, one CPU each) as workers, anywhere on
+a cluster (docs/ray.md).
 
-:class:`RayPool` has the interface and semantics of
-:class:`mlgo_host.workers.pool.WorkerPool` (``broadcast``, ``map_unordered``
-with :class:`EarlyExit`, ``on_result`` and :class:`TaskOutcome`, ``close``,
-context manager, ``num_workers``, ``backend``), but its workers are Ray
-actors, so they can live on any machine of a Ray cluster.
-
-Structure
----------
-* A :class:`RayWorker` actor (one per worker slot, ``num_cpus=1``) holds the
-  pool's *inner* worker, ``factory(**kwargs)`` (the same TF-free
-  ``CollectWorker`` the local backend uses), and runs its calls.
-* The pool's :class:`RayCluster` owns the actors: it starts them, replaces
-  the dead ones and stops them when the pool closes.
-* ``broadcast(method, *args)`` puts each argument in the object store once and
-  passes the same reference to every actor (the policy blob travels once per
-  iteration, not once per module).  The last broadcast of each method is
-  replayed on replacement actors.
-
-Fault tolerance
----------------
-An actor that dies (killed, OOM, node lost) makes its task fail with
-``RayActorError``: the task is queued again -- at most ``max_retries`` times
-(default once) -- and runs on another actor; :attr:`RayPool.retries` counts
-the retries (also per call in :attr:`RayPool.last_retried`).  The dead actor is
-replaced by a new one (holding the inner worker and the last broadcasts).  Ray
-kills an actor's children just before the actor, so a task may still answer
-after its compiler was killed: a call whose compiler died of a SIGKILL the
-actor did not send answers ``lost``, and the pool retries the task the same way
-and pings the actor before giving it more work.  A replacement that is not up within ``replace_timeout_s``, or a slot whose
-actors keep dying, is dropped (the pool shrinks).  With no actor left the pool
-raises :class:`WorkerPoolError`; it never waits forever.
-
-Cancellation and compiler processes
------------------------------------
-``ray.cancel`` does not interrupt a running task of a synchronous actor, and a
-signal cannot reach the actor's task thread.  So the actor has a second
-concurrency group ("control") whose ``cancel(tag)`` marks the
-running call cancelled and kills the compiler process groups the actor started
-(its session-leader children) until the call returns; the call then reports
-``cancelled`` like the local pool's SIGUSR1 path.  Each actor also starts a tiny
-watchdog process (:mod:`mlgo_host.workers.ray_watchdog`: its own session, no
-Ray, no TensorFlow) that records the
-actor's compiler children and, when the actor dies without cleaning up
-(``ray.kill``, SIGKILL, OOM killer), kills them and every process whose command
-line points into the actor's private temporary directory (channel FIFOs and
-outputs live there), then removes that directory.  Without it a compiler
-blocked on its channel would be orphaned, waiting or spinning forever.
-
-Corpus access
--------------
-Either every node sees the corpus at the same path (shared filesystem: tasks
-carry paths only), or tasks carry the bitcode bytes (``ship_bitcode=True``,
-``Module.to_task(ship_bitcode=True)``): the worker writes them into its private
-directory and compiles that copy.
+* Broadcast arguments go to the object store once; the last broadcast of each method is replayed on
+  the replacement of a dead actor. A task whose actor died, or whose compiler died of a SIGKILL the
+  actor did not send (Ray kills an actor's children first), is retried ``max_retries`` times on
+  another actor. A slot whose actors keep dying, or whose replacement is not up within
+  ``replace_timeout_s``, is dropped; with no actor left the pool raises: it never waits forever.
+* ``ray.cancel`` cannot interrupt a synchronous actor's task, so ``cancel`` runs in a second
+  concurrency group: it kills the compilers the actor started until the call returns.
+* Each actor starts a watchdog process (:mod:`mlgo_host.workers.ray_watchdog`) that cleans up its
+  compilers and private directory when it dies without doing so.
+* Tasks carry paths (shared filesystem) or the bitcode itself (``Module.to_task(ship_bitcode=True)``).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import logging
+import logging.handlers
 import os
 import shutil
 import subprocess
@@ -85,25 +45,17 @@ _ASYNC_CANCEL_AFTER_S = 0.5  # still running this long after its compilers were 
 
 
 def _async_raise(thread_id: int, exc: type | None) -> None:
-    """Raise ``exc`` in the thread ``thread_id`` at its next Python bytecode
-    (None: withdraw a pending one)."""
+    """Raise ``exc`` in thread ``thread_id`` at its next bytecode (None: withdraw a pending one)."""
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id),
                                                ctypes.py_object(exc) if exc is not None else None)
 
 
-# -- the body of each Ray actor -------------------------------------------------
-
-
 class RayWorker:
-    """Holds the pool's inner worker; runs one call at a time (``call``) and
-    can be cancelled from the control group (``cancel``).
-
-    Plain class: :func:`_actor_class` wraps it with ``ray.remote``.  It never
-    imports TensorFlow (nor does the inner worker it is meant for)."""
+    """Holds the pool's inner worker and runs its calls, one at a time; :func:`_actor_class` makes it
+    a Ray actor."""
 
     def __init__(self, watchdog: bool = True):
-        # A private temporary directory for everything the inner worker and
-        # its compilers create: the watchdog recognises orphans by it.
+        # everything the inner worker and its compilers create goes here: the watchdog knows orphans by it
         self.tmp = tempfile.mkdtemp(prefix=f"mlgo-actor-{os.getpid()}-")
         tempfile.tempdir = self.tmp
         os.environ["TMPDIR"] = self.tmp
@@ -117,19 +69,15 @@ class RayWorker:
             self._watchdog = _start_watchdog(self.tmp)
 
     def start(self, factory: str, kwargs: dict | None = None) -> int:
-        """Create the inner worker ``factory(**kwargs)``. Returns this actor's pid."""
+        """Create the inner worker ``factory(**kwargs)``; returns this actor's pid."""
         if self._inner is not None:
             raise ConfigError("this Ray worker holds its inner worker already")
         self._inner = new_worker(factory, kwargs or {})
         return os.getpid()
 
-    # -- work
     def call(self, method: str, tag: Any, *args) -> tuple[str, Any, Any]:
-        """``method(*args)`` on the inner worker. Returns ``(status, tag,
-        value)`` with status ``ok``, ``error`` (value: the message) or
-        ``cancelled``, as the local pool's workers answer, or ``lost`` when a
-        compiler of the call died of a SIGKILL this actor did not send (the
-        pool then runs the task again)."""
+        """``(status, tag, value)`` of ``method(*args)`` on the inner worker, as a local pool's worker
+        answers, or status ``lost`` when a compiler of the call died of a SIGKILL not ours."""
         if self._inner is None:
             raise WorkerPoolError("this Ray worker was not started")
         try:
@@ -154,14 +102,12 @@ class RayWorker:
         if self._finish():
             return "cancelled", tag, None
         if killed_from_outside() != killed_before:
-            # Ray kills an actor's children before the actor itself, so a task can see its compiler die and
-            # answer before its actor is gone: the pool then checks the actor and runs the task again
+            # Ray kills an actor's children first: the pool checks the actor and runs the task again
             return "lost", tag, "a compiler of this task was killed from outside (SIGKILL)"
         return status, tag, value
 
     def _finish(self) -> bool:
-        """End of a call: returns whether it was cancelled; clears a pending
-        asynchronous Cancelled so it cannot fire outside the call."""
+        """End a call: whether it was cancelled; a pending asynchronous Cancelled is withdrawn."""
         with self._lock:
             cancelled = self._cancel_requested
             if self._thread is not None:
@@ -172,11 +118,8 @@ class RayWorker:
         return cancelled
 
     def cancel(self, tag: Any, wait_s: float = _CANCEL_WAIT_S) -> bool:
-        """(control group) Cancel the call ``tag`` if it is the one running:
-        kill the compilers this actor started until it returns and, if it is
-        still busy in Python after a moment, raise :class:`Cancelled` in its
-        thread (as SIGUSR1 does in a local worker).  Returns False when that
-        call is not running (finished or not started)."""
+        """(control group) Cancel the call ``tag`` if running (else False): kill this actor's compilers
+        until it returns and, if still busy in Python after a moment, raise Cancelled in its thread."""
         key = str(tag)
         with self._lock:
             if self._running != key:
@@ -208,27 +151,20 @@ class RayWorker:
     def shutdown(self) -> bool:
         inner, self._inner = self._inner, None
         if inner is not None and hasattr(inner, "close"):
-            try:
+            with contextlib.suppress(Exception):  # best effort on the way out
                 inner.close()
-            except Exception:  # pragma: no cover - best effort on the way out
-                pass
         if self._watchdog is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self._watchdog.stdin.close()  # EOF: the watchdog cleans up and exits
-            except Exception:  # pragma: no cover
-                pass
             self._watchdog = None
         shutil.rmtree(self.tmp, ignore_errors=True)
         return True
 
 
 def _start_watchdog(tmp: str) -> subprocess.Popen:
-    """Start this actor's watchdog (:mod:`mlgo_host.workers.ray_watchdog`):
-    it cleans up the compilers and ``tmp`` when the actor dies. Closing the
-    returned process's stdin tells it the actor shut down cleanly."""
+    """Start this actor's watchdog; closing its stdin tells it the actor shut down."""
     env = dict(os.environ)
-    # The actor imported this package, maybe from a path its children do not
-    # inherit (a Ray runtime_env): give the watchdog the same one.
+    # the package may come from a path children do not inherit (a Ray runtime_env)
     here = os.path.dirname(os.path.dirname(os.path.abspath(mlgo_host.__file__)))
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     proc = subprocess.Popen(
@@ -255,8 +191,7 @@ def _ray():
 
 
 def _actor_class():
-    """``RayWorker`` as a Ray actor class: ``cancel`` in its own
-    concurrency group ("control"), everything else one call at a time."""
+    """``RayWorker`` as a Ray actor class, ``cancel`` in its own concurrency group."""
     global _ACTOR_CLS
     if _ACTOR_CLS is None:
         ray = _ray()
@@ -271,31 +206,14 @@ def _actor_class():
     return _ACTOR_CLS
 
 
-#: the file, in Ray's logs directory of the session, that gets Ray's own
-#: messages to this process (its Python warnings and its "ray" logger)
+#: the file, in the Ray session's logs directory, that gets Ray's own warnings and "ray" logger
 RAY_DRIVER_LOG = "mlgo_host-driver.log"
 
 
-class _Held(logging.Handler):
-    """Log records kept until the file they go to is known."""
-
-    def __init__(self):
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 def ensure_ray(ray_address: str | None = None, **init_kwargs) -> None:
-    """Connect to ``ray_address`` (an existing cluster, e.g. ``"auto"`` or
-    ``"ray://head:10001"``) or start a local instance -- unless Ray is already
-    initialized in this process, which is then used as it is.
-
-    Ray's own messages (the warnings it emits while it is imported and
-    started, and its "ray" logger from then on) go to :data:`RAY_DRIVER_LOG`
-    in the session's logs directory, not to the terminal, where one line
-    says which Ray this is and where that file is."""
+    """Connect to ``ray_address`` (``"auto"``, ``"ray://head:10001"``) or start a local instance, unless
+    Ray is initialized already. Ray's own messages go to :data:`RAY_DRIVER_LOG`, not the terminal,
+    where one line says which Ray this is and where that file is."""
     with warnings.catch_warnings(record=True) as caught:
         ray = _ray()
         if ray.is_initialized():
@@ -303,7 +221,7 @@ def ensure_ray(ray_address: str | None = None, **init_kwargs) -> None:
         opts = {"include_dashboard": False, "log_to_driver": False}
         opts.update(init_kwargs)
         ray_log = logging.getLogger("ray")
-        held = _Held()
+        held = logging.handlers.BufferingHandler(sys.maxsize)  # records kept until their file is known
         terminal = ray_log.handlers[:]
         ray_log.handlers[:] = [held]
         try:
@@ -314,14 +232,14 @@ def ensure_ray(ray_address: str | None = None, **init_kwargs) -> None:
                 ctx = ray.init(**opts)
         except BaseException:
             ray_log.handlers[:] = terminal
-            for r in held.records:  # they say why Ray did not start
+            for r in held.buffer:  # they say why Ray did not start
                 ray_log.handle(r)
             raise
     path = _ray_driver_log(ctx)
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s\t%(levelname)s %(filename)s:%(lineno)s -- %(message)s"))
     ray_log.handlers[:] = [handler]
-    for r in held.records:
+    for r in held.buffer:
         handler.handle(r)
     for w in caught:
         handler.stream.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line))
@@ -337,24 +255,18 @@ def ensure_ray(ray_address: str | None = None, **init_kwargs) -> None:
 
 
 def _ray_driver_log(ctx) -> str:
-    """:data:`RAY_DRIVER_LOG` in the session's logs directory, or in the
-    temporary directory when there is none here (a ``ray://`` client) or it
-    is not ours to write."""
+    """:data:`RAY_DRIVER_LOG` in the session's logs directory, else (a ``ray://`` client, not ours to
+    write) a file in the temporary directory."""
     session = (getattr(ctx, "address_info", None) or {}).get("session_dir")
     if session:
         path = os.path.join(session, "logs", RAY_DRIVER_LOG)
-        try:
-            with open(path, "a", encoding="utf-8"):
-                return path
-        except OSError:
-            pass
+        with contextlib.suppress(OSError), open(path, "a", encoding="utf-8"):
+            return path
     return os.path.join(tempfile.gettempdir(), f"mlgo_host-ray-{os.getpid()}.log")
 
 
 class RayCluster:
-    """The ``num_workers`` actors of one :class:`RayPool`, each holding the
-    pool's inner worker (:meth:`start`); a dead one is replaced
-    (:meth:`replace`) with the inner worker and the last broadcasts."""
+    """The actors of one :class:`RayPool`; a dead one is replaced with the inner worker and the last broadcasts."""
 
     def __init__(self, num_workers: int, ray_address: str | None = None, *, num_cpus_per_worker: float = 1.0,
                  max_replacements: int = 3, replace_timeout_s: float = 120.0, watchdog: bool = True,
@@ -387,8 +299,7 @@ class RayCluster:
         return sum(a is not None for a in self.actors)
 
     def start(self, factory: str, kwargs: dict | None) -> None:
-        """The inner worker ``factory(**kwargs)`` in every actor (and in
-        every replacement to come)."""
+        """The inner worker ``factory(**kwargs)`` in every actor (and replacement to come)."""
         with self._lock:
             self._inner = (factory, dict(kwargs or {}))
             actors = [(i, a) for i, a in enumerate(self.actors) if a is not None]
@@ -409,24 +320,19 @@ class RayCluster:
             self._replay.pop(method, None)
             self._replay[method] = refs
 
-    # -- replacement of dead actors
     def replace(self, slot: int, dead) -> Any:
-        """Replace the actor in ``slot`` if it is still ``dead``; returns the
-        current actor of the slot (None once the slot is dropped)."""
+        """Replace the actor in ``slot`` if it is still ``dead``; the slot's actor (None once dropped)."""
         with self._lock:
             if self.actors[slot] is not dead:
                 return self.actors[slot]
-            try:
+            with contextlib.suppress(Exception):
                 self._ray.kill(dead, no_restart=True)
-            except Exception:
-                pass
             self._deaths[slot] += 1
             if self._deaths[slot] > self.max_replacements:
                 self.actors[slot] = None
                 return None
             new = self._new_actor()
-            # Calls from one handle run in submission order: the inner worker and
-            # the last broadcasts are in place before any task reaches it.
+            # calls from one handle run in order: the inner worker and broadcasts come before any task
             if self._inner is not None:
                 new.start.remote(*self._inner)
                 for method, refs in self._replay.items():
@@ -439,10 +345,8 @@ class RayCluster:
         with self._lock:
             if self.actors[slot] is actor:
                 self.actors[slot] = None
-        try:
+        with contextlib.suppress(Exception):
             self._ray.kill(actor, no_restart=True)
-        except Exception:
-            pass
 
     def close(self) -> None:
         with self._lock:
@@ -451,21 +355,11 @@ class RayCluster:
             self._inner = None
             self._replay.clear()
         refs = [a.shutdown.remote() for a in actors]
-        try:
+        with contextlib.suppress(Exception):
             self._ray.wait(refs, num_returns=len(refs), timeout=15)
-        except Exception:
-            pass
         for a in actors:
-            try:
+            with contextlib.suppress(Exception):
                 self._ray.kill(a, no_restart=True)
-            except Exception:
-                pass
-
-    def __enter__(self) -> "RayCluster":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def _cause(e: BaseException) -> BaseException:
@@ -475,16 +369,14 @@ def _cause(e: BaseException) -> BaseException:
 
 
 class RayPool:
-    """A worker pool whose workers are Ray actors (see the module docstring):
-    ``RayPool(num_workers, factory, kwargs, ray_address=None)`` makes and
-    owns its actors."""
+    """A worker pool whose workers are Ray actors (see the module docstring)."""
 
     backend = "ray"
 
     def __init__(self, num_workers: int, factory: str, kwargs: dict | None = None, ray_address: str | None = None,
                  *, max_retries: int = 1, num_cpus_per_worker: float = 1.0, replace_timeout_s: float = 120.0,
                  watchdog: bool = True, ray_init_kwargs: dict | None = None, pin_cpus: bool = False):
-        # pin_cpus is accepted for make_pool compatibility; Ray places the actors.
+        # pin_cpus: accepted for make_pool; Ray places the actors
         self.cluster = RayCluster(num_workers, ray_address, num_cpus_per_worker=num_cpus_per_worker,
                                   replace_timeout_s=replace_timeout_s, watchdog=watchdog,
                                   ray_init_kwargs=ray_init_kwargs)
@@ -516,8 +408,7 @@ class RayPool:
         return c
 
     def broadcast(self, method: str, *args) -> list[Any]:
-        """``method(*args)`` on every worker; each argument goes to the object
-        store once. Returns the results (actor order)."""
+        """``method(*args)`` on every worker (arguments put in the object store once), in actor order."""
         ray = self._ray
         refs = tuple(ray.put(a) for a in args)
         self.cluster.remember_broadcast(method, refs)
@@ -556,10 +447,7 @@ class RayPool:
         early_exit: EarlyExit | None = None,
         on_result: Callable[[TaskOutcome], None] | None = None,
     ) -> list[TaskOutcome]:
-        """Run ``method(*task)`` for every task over the actors; outcomes in
-        completion order.  A task whose actor dies is retried (``max_retries``
-        times) on another actor; stragglers past the early-exit point are
-        cancelled (their compilers killed) and reported as cancelled."""
+        """``method(*task)`` for every task, in completion order (see the module docstring)."""
         self.last_retried = []
         run = _MapRun(self, method, tasks, early_exit or EarlyExit(fraction=1.0, timeout_s=float("inf")), on_result)
         run.dispatch()
@@ -573,7 +461,6 @@ class RayPool:
         return run.out
 
     def workers_info(self) -> list[dict]:
-        """``ping`` of every actor: pid, host, private tmp dir, whether TF is loaded."""
         return self._ray.get([a.ping.remote() for _, a in self._live()])
 
     def close(self) -> None:
@@ -590,9 +477,8 @@ class RayPool:
 
 
 class _MapRun:
-    """The state of one :meth:`RayPool.map_unordered` call: tasks pending,
-    running on an actor (``busy``), actors idle or starting (replacements of
-    dead ones, waited for with a ``ping``), and the outcomes so far."""
+    """One :meth:`RayPool.map_unordered` call: tasks pending or running, actors idle or starting
+    (replacements, waited for with a ``ping``), outcomes so far."""
 
     def __init__(self, pool: RayPool, method: str, tasks: Sequence[tuple], early: EarlyExit,
                  on_result: Callable[[TaskOutcome], None] | None):
@@ -616,8 +502,7 @@ class _MapRun:
             self.on_result(res)
 
     def dispatch(self) -> None:
-        """Give pending tasks to idle actors (a slot's current actor, if
-        another pool replaced it meanwhile)."""
+        """Give pending tasks to idle actors (a slot's current one, if it was replaced meanwhile)."""
         while self.idle and self.pending:
             slot, actor = self.idle.popleft()
             if self.cluster.actors[slot] is not actor:
@@ -634,8 +519,7 @@ class _MapRun:
         return bool(self.busy or (self.pending and self.starting))
 
     def wait_and_collect(self) -> bool:
-        """Wait (up to a second) for a task or a replacement actor, and take
-        what is ready. False once the collection's time is up."""
+        """Take what is ready within a second; False once the collection's time is up."""
         now = time.monotonic()
         if now >= self.stop_at:
             return False
@@ -679,15 +563,12 @@ class _MapRun:
         self.emit(TaskOutcome(t, ok, value if ok else None, "" if ok else str(value), cancelled=status == "cancelled"))
 
     def _lost(self, slot: int, actor) -> None:
-        """``actor`` died: start its replacement (unless the slot is dropped)."""
         new = self.cluster.replace(slot, actor)
         if new is not None:
             self.starting[new.ping.remote()] = (slot, new, time.monotonic())
 
     def _retry_or_fail(self, t: int, e: BaseException) -> None:
-        """Task ``t``'s actor died under it (or its compiler was killed from
-        outside, as when the actor is being killed): run it again, first in line for
-        the next free (other) actor, or report it once out of retries."""
+        """Task ``t``'s actor (or compiler) died: run it again first, or report it once out of retries."""
         pool = self.pool
         if self.attempts[t] < pool.max_retries:
             self.attempts[t] += 1
@@ -706,7 +587,6 @@ class _MapRun:
                 self.cluster.drop(slot, actor)
 
     def check_early_exit(self) -> None:
-        """Once the early-exit fraction is in, the stragglers' deadline is set."""
         if not self.fraction_reached and len(self.out) >= self.need:
             self.fraction_reached = True
             self.stop_at = self.early.stop_at(self.t0, time.monotonic())
@@ -717,9 +597,7 @@ class _MapRun:
                                   f"(retries so far: {self.pool.retries})")
 
     def cancel_stragglers(self) -> None:
-        """Cancel the tasks still running (their compilers killed) or queued
-        on an actor, and report each: its result if it finished after all,
-        else cancelled (an actor that does not answer the cancel is replaced)."""
+        """Cancel the tasks still on an actor and report each (its result if it finished after all)."""
         ray, exc = self.ray, self.ray.exceptions
         cancels = {ref: actor.cancel.remote(tag) for ref, (slot, actor, t, tag) in self.busy.items()}
         for ref, c in cancels.items():

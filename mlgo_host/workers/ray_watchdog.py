@@ -1,20 +1,9 @@
-"""The watchdog of one Ray actor: cleans up after an actor that died without
-cleaning up itself (``ray.kill``, SIGKILL, the OOM killer).
-
-Run as ``python -m mlgo_host.workers.ray_watchdog ACTOR_PID ROOT`` by
-:class:`mlgo_host.workers.ray_pool.RayWorker`, with a pipe as its stdin.
-It detaches (double fork: Ray kills an actor's direct children with it), then
-records the actor's children (the compilers it starts, each in its own
-session) every 50 ms until its stdin reaches end-of-file -- the actor closed
-the pipe on shutdown, or died.  Then it kills the recorded children that are
-still the same processes (with their process groups), and every process of
-this user whose command line names ``ROOT`` (the actor's private temporary
-directory, where channel FIFOs and outputs live), and removes ``ROOT``.
-Without it a compiler blocked on its channel would be orphaned, waiting or
-spinning forever.
-
-It imports nothing but the standard library and :mod:`mlgo_host.procs`: no
-Ray, no numpy, no TensorFlow (it starts in milliseconds, one per actor).
+"""The watchdog of one Ray actor, ``python -m mlgo_host.workers.ray_watchdog ACTOR_PID ROOT`` with a
+pipe as stdin: until that pipe closes (the actor shut down, or died), it records the actor's compiler
+children; then it kills those still alive and every process naming ``ROOT`` (the actor's private
+temporary directory) and removes ``ROOT``. Otherwise a compiler blocked on its channel would wait or
+spin forever after a ``ray.kill``, SIGKILL or OOM kill. Standard library and :mod:`mlgo_host.procs`
+only: one starts per actor.
 """
 
 from __future__ import annotations
@@ -31,16 +20,13 @@ POLL_S = 0.05
 
 
 def detach() -> None:
-    """Continue in a grandchild the actor's death does not take along: the
-    launcher (the actor's child) exits at once and is reaped by the actor."""
+    """Continue in a grandchild (Ray kills an actor's direct children with it); the launcher exits."""
     if os.fork() > 0:
         os._exit(0)
 
 
 def watch(actor: int, stdin_fd: int = 0) -> dict[int, procs.ProcStat]:
-    """Record ``actor``'s children until ``stdin_fd`` reaches end-of-file.
-    Returns the children recorded last (pid -> stat), each still the same
-    process when it was last looked at."""
+    """``actor``'s children (pid -> stat) recorded until ``stdin_fd`` reaches end-of-file."""
     me = os.getpid()
     seen: dict[int, procs.ProcStat] = {}
     while True:
@@ -57,8 +43,7 @@ def watch(actor: int, stdin_fd: int = 0) -> dict[int, procs.ProcStat]:
 
 
 def clean_up(seen: dict[int, procs.ProcStat], root: str) -> None:
-    """Kill what the actor left: its recorded children still alive, and any
-    process naming ``root`` on its command line; then remove ``root``."""
+    """Kill the recorded children still alive and any process naming ``root``; remove ``root``."""
     for c, st in seen.items():
         if procs.same_process(c, st):
             procs.kill_group_or_process(c)

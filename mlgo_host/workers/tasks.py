@@ -1,7 +1,5 @@
-"""What both worker pools (:mod:`~mlgo_host.workers.pool`, local, and
-:mod:`~mlgo_host.workers.ray_pool`) share: how a worker is made, a task's
-outcome, its cancellation and the collection's early exit.  Both pools import
-it; the local pool's ``make_pool`` imports the Ray pool (one way)."""
+"""What the local and Ray worker pools share: how a worker is made, a task's outcome, its
+cancellation and the collection's early exit."""
 
 from __future__ import annotations
 
@@ -41,10 +39,8 @@ class TaskOutcome:
 
 
 def new_worker(factory: str, kwargs: dict):
-    """The worker object of a pool process: ``factory`` ("module:attribute")
-    called with ``kwargs``.  Workers keep quiet about compatibility: the
-    command that started the pool says it once (policies.check_meanings),
-    not once per worker."""
+    """``factory`` ("module:attribute") called with ``kwargs``. Workers keep quiet about compatibility:
+    the command that started the pool says it once (policies.check_meanings)."""
     warnings.filterwarnings("ignore", category=CompatibilityWarning)
     mod, _, name = factory.partition(":")
     return getattr(importlib.import_module(mod), name)(**kwargs)

@@ -1,13 +1,7 @@
-"""The collection worker: compiles modules with the current policy and
-returns episodes. Lives in a worker process (local or a Ray actor) for the
-whole training run and never imports TensorFlow.
-
-The learner ships the policy once per iteration as a *policy blob* (a dict:
-either ``{"heuristic": name}`` or ``{"files": {relpath: bytes}}``, the numpy
-part of a saved policy directory), so workers need no shared filesystem for
-the policy.  Modules come as :class:`ModuleTask` dicts that carry the
-module's paths and, for clusters without a shared filesystem, optionally the
-bitcode bytes themselves.
+"""The TF-free collection worker: compiles modules with the current policy and returns episodes.
+The learner ships the policy once per iteration as a blob (``{"heuristic": name}`` or ``{"files":
+{relpath: bytes}}``, the numpy part of a saved policy), and a task may carry the module's bitcode: no
+shared filesystem is needed.
 """
 
 from __future__ import annotations
@@ -28,8 +22,7 @@ from mlgo_host.policies.base import Policy
 
 
 def policy_blob_from_dir(path: str) -> dict:
-    """Pack the TF-free files of a saved policy directory (skips the
-    SavedModel, which workers never load)."""
+    """Pack the TF-free files of a saved policy directory (not the SavedModel)."""
     if not os.path.isfile(os.path.join(path, "metadata.json")):  # os.walk would pack nothing, silently
         raise ConfigError(f"{path}: not a saved policy directory (no metadata.json)")
     files = {}
@@ -76,8 +69,7 @@ class WorkerConfig:
 
 
 class CollectTask(NamedTuple):
-    """The arguments of :meth:`CollectWorker.collect` (a pool task is
-    its method's arguments, in order)."""
+    """The arguments of :meth:`CollectWorker.collect`, in order (a pool task)."""
 
     task: dict  # Module.to_task()
     seed: int
@@ -86,7 +78,6 @@ class CollectTask(NamedTuple):
 
 
 class CollectWorker:
-    """TF-free worker. Methods are called by the pool (local or Ray)."""
 
     def __init__(self, **config: Any):
         self.config = WorkerConfig(**config)
@@ -114,7 +105,6 @@ class CollectWorker:
     def _module(self, task: dict) -> Module:
         mod = Module.from_task(task)
         if task.get("bc_bytes") is not None:
-            # No shared filesystem: write the shipped bitcode locally.
             p = os.path.join(self.tmp, "bc", hashlib.sha1(task["bc_bytes"]).hexdigest() + ".bc")
             if not os.path.exists(p):
                 with atomic_path(p) as tmp, open(tmp, "wb") as f:
@@ -123,9 +113,7 @@ class CollectWorker:
         return mod
 
     def collect(self, task: dict, seed: int, greedy: bool = False, record: bool = True) -> dict:
-        """Compile one module with the current policy. Returns a dict with
-        name, status, reason, policy_size, baseline_size, observations and the
-        episode state (when recorded)."""
+        """Compile one module with the current policy."""
         mod = self._module(task)
         c = self.config
         base = baseline_size(mod, clang=c.clang, llvm_size=c.llvm_size, cache_dir=c.baseline_cache,
