@@ -125,15 +125,7 @@ def main() -> int:
     for k in range(args.folds):
         te = site_fold == k
         pred[te] = predict(fit(X[~te], y[~te], w[~te]), X[te])
-    print(f"{len(groups)} groups ({sum(g['won'] for g in groups)} won) from {len(projects)} projects, "
-          f"{len(X)} sites; project-CV AUC {auc(pred, y, w):.3f}")
-    delta = np.array([g["delta"] for g in groups])
-    group_p = np.array([pred[gid == k].mean() for k in range(len(groups))])
-    print(f"all winning groups: {delta[delta < 0].sum():+.0f} B")
-    for t in (0.3, 0.5, 0.7):
-        sel = group_p > t
-        print(f"refused at P > {t}: {sel.sum()} groups, {delta[sel].sum():+.0f} B "
-              f"(won {delta[sel & (delta < 0)].sum():+.0f}, lost {delta[sel & (delta > 0)].sum():+.0f})")
+    # (the model is written before the report: a reader that stops early, `| head`, loses no model)
     if args.output:
         mu, sd, beta, b = fit(X, y, w)
         OutlineModel(FEATURES, np.array([x not in LINEAR for x in FEATURES]), mu, sd, beta, float(b), args.threshold,
@@ -143,7 +135,17 @@ def main() -> int:
             from mlgo_host.policies.saved import set_language_part
 
             set_language_part(args.install, "C", args.output)
-            print(f"{args.install}: its C compiles are answered by {args.output}'s outline model")
+    print(f"{len(groups)} groups ({sum(g['won'] for g in groups)} won) from {len(projects)} projects, "
+          f"{len(X)} sites; project-CV AUC {auc(pred, y, w):.3f}")
+    delta = np.array([g["delta"] for g in groups])
+    group_p = np.array([pred[gid == k].mean() for k in range(len(groups))])
+    print(f"all winning groups: {delta[delta < 0].sum():+.0f} B")
+    for t in (0.3, 0.5, 0.7):
+        sel = group_p > t
+        print(f"refused at P > {t}: {sel.sum()} groups, {delta[sel].sum():+.0f} B "
+              f"(won {delta[sel & (delta < 0)].sum():+.0f}, lost {delta[sel & (delta > 0)].sum():+.0f})")
+    if args.output and args.install:
+        print(f"{args.install}: its C compiles are answered by {args.output}'s outline model")
     return 0
 
 
