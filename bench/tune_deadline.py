@@ -113,8 +113,11 @@ def main() -> int:
                 got[rev] = table(args.corpus, out)
                 show(rev, got[rev])
     old = json.load(open(OUT)) if os.path.exists(OUT) else {}
-    old[os.path.basename(os.path.normpath(args.corpus))] = {
-        "minutes": args.minutes, "jobs": args.jobs, "when": time.strftime("%Y-%m-%d %H:%M"), "runs": got}
+    name = os.path.basename(os.path.normpath(args.corpus))
+    when = time.strftime("%Y-%m-%d %H:%M")
+    # (runs of earlier invocations stay, each with its own time: docs/results.md cites them)
+    runs = {**old.get(name, {}).get("runs", {}), **{k: dict(v, when=when) for k, v in got.items()}}
+    old[name] = {"minutes": args.minutes, "jobs": args.jobs, "when": when, "runs": runs}
     atomic_write_json(OUT, old)
     print(f"wrote {os.path.relpath(OUT, REPO)}")
     return 0
