@@ -270,20 +270,15 @@ def shares(rows: list[dict], total: float, paid: bool, timed: bool = False) -> l
     return out
 
 
-#: the compiles a module's first batch gets beyond :func:`batch_compiles`: a batch the attribution cannot
-#: read is split in halves, and a first batch without them measures nothing (so stays first next pass)
-FIRST_BATCH_SPARE = 2
-
-
 def first_batches_then_shares(rows: list[dict], seconds: float, paid: bool) -> list[int]:
     """A deadline's pass: each module no flip was measured in yet gets its
-    first batch (:func:`batch_compiles`, :data:`FIRST_BATCH_SPARE`) and nothing more, the others share
+    first batch (:func:`batch_compiles`) and nothing more, the others share
     what those leave of ``seconds`` (:func:`shares`).  A share by promise
     alone would give a module whose search compiles cost far more than its
     probe's (copies of its functions) most of the time before the others
     had a batch."""
     fresh = [not r["tried"] for r in rows]
-    out = [batch_compiles(r) + FIRST_BATCH_SPARE if f else 0 for r, f in zip(rows, fresh)]
+    out = [batch_compiles(r) if f else 0 for r, f in zip(rows, fresh)]
     rest = seconds - sum(n * seconds_per_compile(r) for r, n in zip(rows, out))
     searched = [r for r, f in zip(rows, fresh) if not f]
     if searched and rest > 0:

@@ -6,7 +6,7 @@ modules.  The scheduler's runs with the real compiler are ``tune``'s tests
 
 from __future__ import annotations
 
-from mlgo_host.search.passes import FIRST_BATCH_SPARE, first_batches_then_shares, seconds_per_compile, shares
+from mlgo_host.search.passes import first_batches_then_shares, seconds_per_compile, shares
 
 
 def _row(name, promise, gain=0, compiles=2, decisions=40, tried=0, reference=None, pending=0):
@@ -67,15 +67,12 @@ def test_a_deadline_gives_every_module_its_first_batch_before_more():
     big = dict(_row("big", 40.0, decisions=300, reference=object()), seconds=1.0)
     small = dict(_row("small", 0.5, decisions=4), seconds=1.0)
     assert shares([big, small], 100.0, paid=False, timed=True)[0] > 40  # (by promise: nearly all of it)
-    # (one batch: with its start compiled 2 compiles, else 3; and the halves of a batch split once)
-    first = [2 + FIRST_BATCH_SPARE, 3 + FIRST_BATCH_SPARE]
-    assert first_batches_then_shares([big, small], 100.0, paid=False) == first
+    assert first_batches_then_shares([big, small], 100.0, paid=False) == [2, 3]
     done = dict(_row("done", 5.0, gain=100, compiles=20, decisions=400, reference=object(), tried=30), seconds=20.0)
     got = first_batches_then_shares([done, big, small], 100.0, paid=True)
-    left = 100.0 - first[0] * 0.5 - first[1] * 0.5
-    assert got[1:] == first and got[0] == shares([done], left, paid=True, timed=True)[0] > 0
+    assert got[1:] == [2, 3] and got[0] == shares([done], 100.0 - 2 * 0.5 - 3 * 0.5, paid=True, timed=True)[0] > 0
     # a pass shorter than the first batches still gives each its batch (the deadline cuts what does not fit)
-    assert first_batches_then_shares([done, big, small], 1.0, paid=True) == [0] + first
+    assert first_batches_then_shares([done, big, small], 1.0, paid=True) == [0, 2, 3]
 
 
 def test_what_a_start_gained_is_no_flips_pay():
