@@ -4,6 +4,7 @@ among the modules, for ``tune`` and for each round of search-then-imitate
 store as they arrive: a :class:`~mlgo_host.search.tunedir.TuneStore`, or
 :class:`RoundResults` in memory.
 """
+
 from __future__ import annotations
 
 import time
@@ -277,12 +278,11 @@ def first_batches_then_shares(rows: list[dict], seconds: float, paid: bool) -> l
     alone would give a module whose search compiles cost far more than its
     probe's (copies of its functions) most of the time before the others
     had a batch."""
-    fresh = [not r["tried"] for r in rows]
-    out = [batch_compiles(r) if f else 0 for r, f in zip(rows, fresh)]
+    out = [0 if r["tried"] else batch_compiles(r) for r in rows]
     rest = seconds - sum(n * seconds_per_compile(r) for r, n in zip(rows, out))
-    searched = [r for r, f in zip(rows, fresh) if not f]
+    searched = [i for i, r in enumerate(rows) if r["tried"]]
     if searched and rest > 0:
-        for i, n in zip([i for i, f in enumerate(fresh) if not f], shares(searched, rest, paid, timed=True)):
+        for i, n in zip(searched, shares([rows[i] for i in searched], rest, paid, timed=True)):
             out[i] = n
     return out
 

@@ -9,6 +9,7 @@ the module's command line: the probe, every replay and the tuned build's
 flags carry it.  The grid and the starts per language were chosen on
 validation (docs/search.md, "Starts").
 """
+
 from __future__ import annotations
 
 import dataclasses

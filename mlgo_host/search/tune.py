@@ -8,6 +8,7 @@ compiles or the time among the modules.  Every result is written to ``T``
 as it arrives (:mod:`.tunedir`), so a killed run loses only the searches in
 flight and a second run goes on from each module's best.
 """
+
 from __future__ import annotations
 
 import logging
