@@ -52,8 +52,10 @@ class Candidates:
         delete it (no other call left out) or bring it back (its body is gone)."""
         fp: set[str] = set()
         flipped = {x.key for x in sites}
+        namesakes = self.state.probe.namesakes or {}
         for s in sites:
-            fp |= final.get(s.caller, frozenset({s.caller}))
+            for f in namesakes.get(s.caller, (s.caller,)):  # (a key decides in each function of its debug name)
+                fp |= final.get(f, frozenset({f}))
             if inline and self.state.left_out(s.callee, flipped) == 0:
                 fp.add(s.callee)
             elif not inline and s.callee not in self.state.base.sizes.functions:

@@ -18,7 +18,7 @@ from mlgo_host.fsutil import scratch_dir
 from mlgo_host.measure.compile import compile_module
 from mlgo_host.measure.objsizes import object_sizes
 from mlgo_host.measure.sizes import llvm_tool
-from mlgo_host.search.replay import Measured
+from mlgo_host.search.replay import Measured, keyed_by
 from mlgo_host.search.sites import (DebugInfo, Decision, Site, debug_info, identify, inlined_keys, mandatory_sites,
                                    read_remarks)
 
@@ -37,6 +37,9 @@ class Probe:
     plain: Measured | None = None
     #: the ``always_inline`` sites its remarks named: with ``plain``, what a second probe needs
     mandatory: tuple[Site, ...] | None = None
+    #: functions with decisions that share a debug name, each -> all of them: the replay matches a call
+    #: site by its function's debug name, so a key decides in each of them
+    namesakes: dict[str, frozenset[str]] | None = None
 
 
 def compile_with_remarks(module: Module, clang: str, timeout: float) -> tuple[str, Measured]:
@@ -89,9 +92,19 @@ def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str
         mandatory = mandatory_sites(plain_text)
     # (the plain compile's inlined keys tell copies of one body apart: exact when the probe took its decisions)
     decisions = identify(remarks, debug, mandatory, plain.inlined)
+    plain = dataclasses.replace(plain, sizes=keyed_by(plain.sizes, {d.site.caller for d in decisions}))
     for d, a in zip(decisions, ep.actions):
         if bool(a) != d.inlined:
             raise CompilerError(f"module {module.name!r}: decision {d.index}: the record says "
                                 f"{'inlined' if d.inlined else 'not inlined'}, the channel answered {int(a)}")
     return Probe(ep, decisions, int(res.text_size), time.monotonic() - t0, compiles=compiles, plain=plain,
-                 mandatory=tuple(mandatory))
+                 mandatory=tuple(mandatory), namesakes=namesakes_of({d.site.caller for d in decisions}, debug))
+
+
+def namesakes_of(functions: set[str], debug: DebugInfo) -> dict[str, frozenset[str]]:
+    """Each of ``functions`` that shares its debug name with another -> all of them (C++ overloads, a
+    const and a non-const method, static functions of one name from two headers)."""
+    by_name: dict[str, set[str]] = {}
+    for f in functions:
+        by_name.setdefault(debug.debug_name(f), set()).add(f)
+    return {f: frozenset(group) for group in by_name.values() if len(group) > 1 for f in group}

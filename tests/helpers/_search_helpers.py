@@ -150,6 +150,29 @@ inline int scale(int x) {
 int root(int y) { return check(1) + check(2) * y + check(3) - scale(4) + scale(5) * y; }
 """
 
+# a constructor (its IR function C2, C1 an alias at its address) and two methods of one debug name
+# whose calls of norm sit at the same place in each: the replay matches one key in both
+NAMESAKES = r"""
+extern "C" int puts(const char *);
+static int norm(int i, int n) {
+  if (i < 0 || n <= 0) { puts("norm: the index or the size is negative"); return 0; }
+  return i % n;
+}
+struct Node {
+  int *data;
+  int n;
+  Node(int *d, int k);
+  int *get(int i);
+  const int *get(int i) const;
+};
+Node::Node(int *d, int k) : data(d), n(k) { data[norm(k, k + 1)] = 0; }
+int *Node::get(int i) {
+  return data + norm(i, n); }
+const int *Node::get(int i) const {
+  return data + norm(i, n); }
+int last(const Node &x) { return norm(x.n - 1, x.n) * 3; }  // (no tail call: its jump would follow the layout)
+"""
+
 
 def build_search_corpus(root: Path) -> dict:
     """The modules by name, built with the project's corpus builder (locations kept)."""
@@ -165,6 +188,7 @@ def build_search_corpus(root: Path) -> dict:
     (root / "trim.c").write_text(TRIM)
     (root / "multi.c").write_text(MULTI)
     (root / "accessor.c").write_text(ACCESSOR)
+    (root / "namesakes.cc").write_text(NAMESAKES)
     db = [{"directory": str(root), "file": "gen.c", "command": "cc -Oz -c gen.c -o gen.o"},
           {"directory": str(root), "file": "globals.cc", "command": "c++ -Oz -std=c++17 -c globals.cc -o globals.o"},
           {"directory": str(root), "file": "copies.c", "command": "cc -Oz -c copies.c -o copies.o"},
@@ -175,7 +199,9 @@ def build_search_corpus(root: Path) -> dict:
           {"directory": str(root), "file": "multi.c", "command": "cc -Oz -c multi.c -o multi.o"},
           {"directory": str(root), "file": "accessor.c", "command": "cc -Oz -c accessor.c -o accessor.o"},
           {"directory": str(root), "file": "pieces.cc", "command": "c++ -Oz -std=c++17 -c pieces.cc -o pieces.o"},
-          {"directory": str(root), "file": "shapes.cc", "command": "c++ -Oz -std=c++17 -c shapes.cc -o shapes.o"}]
+          {"directory": str(root), "file": "shapes.cc", "command": "c++ -Oz -std=c++17 -c shapes.cc -o shapes.o"},
+          {"directory": str(root), "file": "namesakes.cc",
+           "command": "c++ -Oz -std=c++17 -c namesakes.cc -o namesakes.o"}]
     (root / "compile_commands.json").write_text(json.dumps(db))
     build_corpus(load_compile_commands(root / "compile_commands.json"), root / "corpus", clang="clang-19",
                  jobs=2, progress=False)
