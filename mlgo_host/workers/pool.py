@@ -20,7 +20,7 @@ from mlgo_host.channel.fifo import install_signal_cleanup
 from mlgo_host.errors import ConfigError, WorkerPoolError
 from mlgo_host.fsutil import defer_raise
 from mlgo_host.progress import progress_bar
-from mlgo_host.workers.tasks import Cancelled, EarlyExit, TaskOutcome, new_worker
+from mlgo_host.workers.tasks import Cancelled, Collection, EarlyExit, Pool, TaskOutcome, new_worker
 
 
 def _worker_main(conn: Connection, factory: str, kwargs: dict, cpu: int | None) -> None:
@@ -89,7 +89,7 @@ STOP_IDLE_S = 2.0
 STOP_TERM_S = 10.0
 
 
-class WorkerPool:
+class WorkerPool(Pool):
     """N worker processes, each holding ``factory(**kwargs)``."""
 
     backend = "local"
@@ -142,20 +142,10 @@ class WorkerPool:
         on_result: Callable[[TaskOutcome], None] | None = None,
     ) -> list[TaskOutcome]:
         """``method(*task)`` for every task, in completion order; stragglers past the early exit cancelled."""
-        early = early_exit or EarlyExit(fraction=1.0, timeout_s=float("inf"))
+        run = Collection(len(tasks), early_exit, on_result)
         pending = list(range(len(tasks)))[::-1]
         busy: dict[int, int] = {}  # worker index -> task index
         idle = list(range(self.num_workers))[::-1]
-        out: list[TaskOutcome] = []
-        t0 = time.monotonic()
-        stop_at = t0 + early.timeout_s
-        need = max(1, int(early.fraction * len(tasks) + 0.999999)) if tasks else 0
-        fraction_reached = False
-
-        def emit(res: TaskOutcome) -> None:
-            out.append(res)
-            if on_result:
-                on_result(res)
 
         def dispatch():
             while idle and pending:
@@ -165,24 +155,17 @@ class WorkerPool:
                 self._conns[w].send((t, method, tuple(tasks[t])))
 
         dispatch()
-        while busy:
-            now = time.monotonic()
-            if now >= stop_at:
-                break
-            ready = wait([self._conns[w] for w in busy], timeout=min(stop_at - now, 1.0))
-            for conn in ready:
+        while busy and (left := run.time_left()) > 0:
+            for conn in wait([self._conns[w] for w in busy], timeout=min(left, 1.0)):
                 w = self._conns.index(conn)  # type: ignore[arg-type]
                 try:
                     status, tag, value = conn.recv()
                 except EOFError:
                     raise WorkerPoolError(f"worker {w} died (exit code {self._procs[w].exitcode})") from None
-                busy.pop(w, None)
+                del busy[w]
                 idle.append(w)
-                emit(TaskOutcome(tag, status == "ok", value if status == "ok" else None,
-                                 "" if status == "ok" else str(value), cancelled=status == "cancelled"))
-            if not fraction_reached and len(out) >= need:
-                fraction_reached = True
-                stop_at = early.stop_at(t0, time.monotonic())
+                run.answered(tag, status, value)
+            run.check_early_exit()
             dispatch()
         for w in busy:
             with contextlib.suppress(ProcessLookupError):
@@ -191,15 +174,10 @@ class WorkerPool:
             conn = self._conns[w]
             if conn.poll(30):
                 status, tag, value = conn.recv()
-                res = TaskOutcome(tag, status == "ok", value if status == "ok" else None,
-                                  "cancelled: straggler past the collection deadline" if status != "ok" else "",
-                                  cancelled=status != "ok")
+                run.answered(tag, status, value, straggler=True)
             else:  # pragma: no cover - a worker stuck even after cancel
-                res = TaskOutcome(t, False, None, "worker did not answer the cancel", cancelled=True)
-            emit(res)
-        for t in pending:
-            emit(TaskOutcome(t, False, None, "cancelled: not started before the collection deadline", cancelled=True))
-        return out
+                run.cancelled(t, "worker did not answer the cancel")
+        return run.finish(pending)
 
     def close(self) -> None:
         """Stop the workers: an idle one on its next message, one still in a task by SIGTERM, which
@@ -222,12 +200,6 @@ class WorkerPool:
             c.close()
         self._conns = []
         self._procs = []
-
-    def __enter__(self) -> "WorkerPool":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def make_pool(backend: str, num_workers: int, factory: str, kwargs: dict | None = None, **opts):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import functools
 import logging
 import logging.handlers
 import os
@@ -36,7 +37,7 @@ import mlgo_host
 from mlgo_host import procs
 from mlgo_host.channel.process import killed_from_outside
 from mlgo_host.errors import ConfigError, MlgoHostError, WorkerPoolError
-from mlgo_host.workers.tasks import Cancelled, EarlyExit, TaskOutcome, new_worker
+from mlgo_host.workers.tasks import STRAGGLER, Cancelled, Collection, EarlyExit, Pool, TaskOutcome, new_worker
 
 __all__ = ["RayWorker", "RayCluster", "RayPool", "ensure_ray"]
 
@@ -64,9 +65,7 @@ class RayWorker:
         self._running: str | None = None  # the tag of the call in progress
         self._thread: int | None = None  # the thread running it
         self._cancel_requested = False
-        self._watchdog: subprocess.Popen | None = None
-        if watchdog and sys.platform.startswith("linux"):
-            self._watchdog = _start_watchdog(self.tmp)
+        self._watchdog = _start_watchdog(self.tmp) if watchdog and sys.platform.startswith("linux") else None
 
     def start(self, factory: str, kwargs: dict | None = None) -> int:
         """Create the inner worker ``factory(**kwargs)``; returns this actor's pid."""
@@ -178,9 +177,6 @@ def _start_watchdog(tmp: str) -> subprocess.Popen:
     return proc
 
 
-_ACTOR_CLS = None
-
-
 def _ray():
     try:
         import ray
@@ -190,20 +186,18 @@ def _ray():
     return ray
 
 
+@functools.cache
 def _actor_class():
     """``RayWorker`` as a Ray actor class, ``cancel`` in its own concurrency group."""
-    global _ACTOR_CLS
-    if _ACTOR_CLS is None:
-        ray = _ray()
+    ray = _ray()
 
-        @ray.remote(concurrency_groups={"control": 1})
-        class RayWorkerActor(RayWorker):
-            @ray.method(concurrency_group="control")
-            def cancel(self, tag: Any, wait_s: float = _CANCEL_WAIT_S) -> bool:
-                return RayWorker.cancel(self, tag, wait_s)
+    @ray.remote(concurrency_groups={"control": 1})
+    class RayWorkerActor(RayWorker):
+        @ray.method(concurrency_group="control")
+        def cancel(self, tag: Any, wait_s: float = _CANCEL_WAIT_S) -> bool:
+            return RayWorker.cancel(self, tag, wait_s)
 
-        _ACTOR_CLS = RayWorkerActor
-    return _ACTOR_CLS
+    return RayWorkerActor
 
 
 #: the file, in the Ray session's logs directory, that gets Ray's own warnings and "ray" logger
@@ -218,8 +212,7 @@ def ensure_ray(ray_address: str | None = None, **init_kwargs) -> None:
         ray = _ray()
         if ray.is_initialized():
             return
-        opts = {"include_dashboard": False, "log_to_driver": False}
-        opts.update(init_kwargs)
+        opts = {"include_dashboard": False, "log_to_driver": False, **init_kwargs}
         ray_log = logging.getLogger("ray")
         held = logging.handlers.BufferingHandler(sys.maxsize)  # records kept until their file is known
         terminal = ray_log.handlers[:]
@@ -227,9 +220,8 @@ def ensure_ray(ray_address: str | None = None, **init_kwargs) -> None:
         try:
             if ray_address:
                 opts.pop("num_cpus", None)
-                ctx = ray.init(address=ray_address, **opts)
-            else:
-                ctx = ray.init(**opts)
+                opts["address"] = ray_address
+            ctx = ray.init(**opts)
         except BaseException:
             ray_log.handlers[:] = terminal
             for r in held.buffer:  # they say why Ray did not start
@@ -275,10 +267,9 @@ class RayCluster:
             raise ConfigError("num_workers must be >= 1")
         ensure_ray(ray_address, **(ray_init_kwargs or {}))
         self._ray = _ray()
-        self.num_cpus_per_worker = num_cpus_per_worker
+        self._new_actor = functools.partial(_actor_class().options(num_cpus=num_cpus_per_worker).remote, watchdog)
         self.max_replacements = max_replacements
         self.replace_timeout_s = replace_timeout_s
-        self.watchdog = watchdog
         self._lock = threading.RLock()
         self._inner: tuple[str, dict] | None = None  # (factory, kwargs) of the inner worker
         self._replay: "collections.OrderedDict[str, tuple]" = collections.OrderedDict()  # method -> broadcast refs
@@ -291,18 +282,15 @@ class RayCluster:
             self.close()
             raise WorkerPoolError(f"the Ray workers did not start: {e}") from None
 
-    def _new_actor(self):
-        return _actor_class().options(num_cpus=self.num_cpus_per_worker).remote(self.watchdog)
-
-    @property
-    def num_workers(self) -> int:
-        return sum(a is not None for a in self.actors)
+    def live(self) -> list[tuple[int, Any]]:
+        """(slot, actor) of the slots not dropped."""
+        return [(i, a) for i, a in enumerate(self.actors) if a is not None]
 
     def start(self, factory: str, kwargs: dict | None) -> None:
         """The inner worker ``factory(**kwargs)`` in every actor (and replacement to come)."""
         with self._lock:
             self._inner = (factory, dict(kwargs or {}))
-            actors = [(i, a) for i, a in enumerate(self.actors) if a is not None]
+            actors = self.live()
         refs = [a.start.remote(factory, kwargs or {}) for _, a in actors]
         errors = []
         for (i, a), r in zip(actors, refs):
@@ -350,7 +338,7 @@ class RayCluster:
 
     def close(self) -> None:
         with self._lock:
-            actors = [a for a in self.actors if a is not None]
+            actors = [a for _, a in self.live()]
             self.actors = [None] * len(self.actors)
             self._inner = None
             self._replay.clear()
@@ -368,7 +356,7 @@ def _cause(e: BaseException) -> BaseException:
     return cause if isinstance(cause, BaseException) else e
 
 
-class RayPool:
+class RayPool(Pool):
     """A worker pool whose workers are Ray actors (see the module docstring)."""
 
     backend = "ray"
@@ -382,12 +370,10 @@ class RayPool:
                                   ray_init_kwargs=ray_init_kwargs)
         self._ray = _ray()
         self.max_retries = max_retries
-        self.replace_timeout_s = replace_timeout_s
         #: tasks re-run after their actor died (cumulative); indices of the last map_unordered
         self.retries = 0
         self.last_retried: list[int] = []
         self._token = uuid.uuid4().hex[:8]
-        self._closed = False
         try:
             self.cluster.start(factory, kwargs)
         except BaseException:
@@ -396,10 +382,7 @@ class RayPool:
 
     @property
     def num_workers(self) -> int:
-        return self.cluster.num_workers
-
-    def _live(self) -> list[tuple[int, Any]]:
-        return [(i, a) for i, a in enumerate(self.cluster.actors) if a is not None]
+        return len(self.cluster.live())
 
     def _unwrap(self, e: BaseException):
         c = _cause(e)
@@ -413,13 +396,13 @@ class RayPool:
         refs = tuple(ray.put(a) for a in args)
         self.cluster.remember_broadcast(method, refs)
         results: dict[int, Any] = {}
-        todo = self._live()
+        todo = self.cluster.live()
         for _attempt in range(self.cluster.max_replacements + 2):
             calls = {a.call.remote(method, -1, *refs): (i, a) for i, a in todo}
             todo = []
             for ref, (i, a) in calls.items():
                 try:
-                    status, _, value = ray.get(ref, timeout=self.replace_timeout_s)
+                    status, _, value = ray.get(ref, timeout=self.cluster.replace_timeout_s)
                 except ray.exceptions.GetTimeoutError:
                     self.cluster.drop(i, a)
                     continue
@@ -449,57 +432,38 @@ class RayPool:
     ) -> list[TaskOutcome]:
         """``method(*task)`` for every task, in completion order (see the module docstring)."""
         self.last_retried = []
-        run = _MapRun(self, method, tasks, early_exit or EarlyExit(fraction=1.0, timeout_s=float("inf")), on_result)
+        run = _MapRun(self, method, tasks, early_exit, on_result)
         run.dispatch()
-        while run.running() and run.wait_and_collect():
-            run.drop_stuck_replacements()
+        while run.running() and (left := run.time_left()) > 0:
+            run.collect(min(left, 1.0))
             run.check_early_exit()
             run.dispatch()
             run.fail_if_no_worker_left()
         run.cancel_stragglers()
-        run.report_not_started()
-        return run.out
+        return run.finish(run.pending)
 
     def workers_info(self) -> list[dict]:
-        return self._ray.get([a.ping.remote() for _, a in self._live()])
+        return self._ray.get([a.ping.remote() for _, a in self.cluster.live()])
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self.cluster.close()
-
-    def __enter__(self) -> "RayPool":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        self.cluster.close()  # (a second time: nothing left to close)
 
 
-class _MapRun:
+class _MapRun(Collection):
     """One :meth:`RayPool.map_unordered` call: tasks pending or running, actors idle or starting
-    (replacements, waited for with a ``ping``), outcomes so far."""
+    (replacements, waited for with a ``ping``)."""
 
-    def __init__(self, pool: RayPool, method: str, tasks: Sequence[tuple], early: EarlyExit,
+    def __init__(self, pool: RayPool, method: str, tasks: Sequence[tuple], early: EarlyExit | None,
                  on_result: Callable[[TaskOutcome], None] | None):
+        super().__init__(len(tasks), early, on_result)
         self.pool, self.cluster, self.ray = pool, pool.cluster, pool._ray
-        self.method, self.tasks, self.early, self.on_result = method, tasks, early, on_result
+        self.method, self.tasks = method, tasks
         self.pending: collections.deque[int] = collections.deque(range(len(tasks)))
         self.attempts = [0] * len(tasks)
         self.busy: dict[Any, tuple[int, Any, int, str]] = {}  # ref -> (slot, actor, task, tag)
         # ping ref of a replacement (or of an actor whose compiler was killed) -> (slot, actor, since)
         self.starting: dict[Any, tuple[int, Any, float]] = {}
-        self.idle: collections.deque[tuple[int, Any]] = collections.deque(pool._live())
-        self.out: list[TaskOutcome] = []
-        self.t0 = time.monotonic()
-        self.stop_at = self.t0 + early.timeout_s
-        self.need = max(1, int(early.fraction * len(tasks) + 0.999999)) if tasks else 0
-        self.fraction_reached = False
-
-    def emit(self, res: TaskOutcome) -> None:
-        self.out.append(res)
-        if self.on_result:
-            self.on_result(res)
+        self.idle: collections.deque[tuple[int, Any]] = collections.deque(pool.cluster.live())
 
     def dispatch(self) -> None:
         """Give pending tasks to idle actors (a slot's current one, if it was replaced meanwhile)."""
@@ -518,19 +482,19 @@ class _MapRun:
         """Tasks running, or pending with a replacement actor on its way."""
         return bool(self.busy or (self.pending and self.starting))
 
-    def wait_and_collect(self) -> bool:
-        """Take what is ready within a second; False once the collection's time is up."""
-        now = time.monotonic()
-        if now >= self.stop_at:
-            return False
-        refs = list(self.busy) + list(self.starting)
-        ready, _ = self.ray.wait(refs, num_returns=1, timeout=min(self.stop_at - now, 1.0))
+    def collect(self, timeout: float) -> None:
+        """Take what is ready within ``timeout``. A replacement not up within ``replace_timeout_s`` never
+        comes: the pool shrinks."""
+        ready, _ = self.ray.wait(list(self.busy) + list(self.starting), num_returns=1, timeout=timeout)
         for ref in ready:
             if ref in self.starting:
                 self._replacement_answered(ref)
             else:
                 self._task_answered(ref)
-        return True
+        for ref, (slot, actor, since) in list(self.starting.items()):
+            if time.monotonic() - since > self.cluster.replace_timeout_s:
+                self.starting.pop(ref)
+                self.cluster.drop(slot, actor)
 
     def _replacement_answered(self, ref) -> None:
         slot, actor, _ = self.starting.pop(ref)
@@ -559,8 +523,7 @@ class _MapRun:
             self._retry_or_fail(t, RuntimeError(value))
             return
         self.idle.append((slot, actor))
-        ok = status == "ok"
-        self.emit(TaskOutcome(t, ok, value if ok else None, "" if ok else str(value), cancelled=status == "cancelled"))
+        self.answered(t, status, value)
 
     def _lost(self, slot: int, actor) -> None:
         new = self.cluster.replace(slot, actor)
@@ -578,18 +541,6 @@ class _MapRun:
         else:
             self.emit(TaskOutcome(t, False, None, f"worker died {self.attempts[t] + 1} times on this task: "
                                                   f"{str(e).splitlines()[0]}"))
-
-    def drop_stuck_replacements(self) -> None:
-        """A replacement not up within ``replace_timeout_s`` never comes: the pool shrinks."""
-        for ref, (slot, actor, since) in list(self.starting.items()):
-            if time.monotonic() - since > self.pool.replace_timeout_s:
-                self.starting.pop(ref)
-                self.cluster.drop(slot, actor)
-
-    def check_early_exit(self) -> None:
-        if not self.fraction_reached and len(self.out) >= self.need:
-            self.fraction_reached = True
-            self.stop_at = self.early.stop_at(self.t0, time.monotonic())
 
     def fail_if_no_worker_left(self) -> None:
         if self.pending and not self.busy and not self.idle and not self.starting:
@@ -611,19 +562,9 @@ class _MapRun:
         for ref, (slot, actor, t, tag) in list(self.busy.items()):
             try:
                 status, _, value = ray.get(ref, timeout=max(deadline - time.monotonic(), 0.1))
-                ok = status == "ok"
-                res = TaskOutcome(t, ok, value if ok else None,
-                                  "" if ok else "cancelled: straggler past the collection deadline",
-                                  cancelled=not ok)
+                self.answered(t, status, value, straggler=True)
             except exc.GetTimeoutError:  # stuck even after cancel: replace the actor
                 self.cluster.replace(slot, actor)
-                res = TaskOutcome(t, False, None, "worker did not answer the cancel (replaced)", cancelled=True)
+                self.cancelled(t, "worker did not answer the cancel (replaced)")
             except (exc.TaskCancelledError, exc.RayActorError, exc.RayTaskError):
-                res = TaskOutcome(t, False, None, "cancelled: straggler past the collection deadline",
-                                  cancelled=True)
-            self.emit(res)
-
-    def report_not_started(self) -> None:
-        for t in self.pending:
-            self.emit(TaskOutcome(t, False, None, "cancelled: not started before the collection deadline",
-                                  cancelled=True))
+                self.cancelled(t, STRAGGLER)

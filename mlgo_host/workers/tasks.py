@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import time
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 from mlgo_host.errors import CompatibilityWarning
 
@@ -44,3 +45,59 @@ def new_worker(factory: str, kwargs: dict):
     warnings.filterwarnings("ignore", category=CompatibilityWarning)
     mod, _, name = factory.partition(":")
     return getattr(importlib.import_module(mod), name)(**kwargs)
+
+
+STRAGGLER = "cancelled: straggler past the collection deadline"
+
+
+class Pool:
+    """What both pools share: ``with pool:`` closes it."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Collection:
+    """The outcomes and deadline of one ``map_unordered`` call: the early exit brings the deadline forward
+    once its fraction of the tasks is in."""
+
+    def __init__(self, num_tasks: int, early: EarlyExit | None, on_result: Callable[[TaskOutcome], None] | None):
+        self.early = early or EarlyExit(fraction=1.0, timeout_s=float("inf"))
+        self.on_result = on_result
+        self.out: list[TaskOutcome] = []
+        self.t0 = time.monotonic()
+        self.stop_at = self.t0 + self.early.timeout_s
+        self.need = max(1, int(self.early.fraction * num_tasks + 0.999999)) if num_tasks else 0
+        self.fraction_reached = False
+
+    def time_left(self) -> float:
+        return self.stop_at - time.monotonic()
+
+    def check_early_exit(self) -> None:
+        if not self.fraction_reached and len(self.out) >= self.need:
+            self.fraction_reached = True
+            self.stop_at = self.early.stop_at(self.t0, time.monotonic())
+
+    def emit(self, res: TaskOutcome) -> None:
+        self.out.append(res)
+        if self.on_result:
+            self.on_result(res)
+
+    def answered(self, index: int, status: str, value: Any, straggler: bool = False) -> None:
+        """A worker's answer ``(status, value)`` to task ``index`` (a ``straggler``'s: cancelled unless ok)."""
+        ok = status == "ok"
+        error = "" if ok else STRAGGLER if straggler else str(value)
+        self.emit(TaskOutcome(index, ok, value if ok else None, error,
+                              cancelled=not ok if straggler else status == "cancelled"))
+
+    def cancelled(self, index: int, why: str) -> None:
+        self.emit(TaskOutcome(index, False, None, why, cancelled=True))
+
+    def finish(self, pending) -> list[TaskOutcome]:
+        """Report the ``pending`` tasks as not started; all the outcomes."""
+        for t in pending:
+            self.cancelled(t, "cancelled: not started before the collection deadline")
+        return self.out

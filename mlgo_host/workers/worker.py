@@ -82,7 +82,6 @@ class CollectWorker:
     def __init__(self, **config: Any):
         self.config = WorkerConfig(**config)
         self.tmp = tempfile.mkdtemp(prefix="mlgo-worker-")
-        self.blob_key: str | None = None
         self.policy_dir: str | None = None
         self.heuristic: str | None = None
 
