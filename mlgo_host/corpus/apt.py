@@ -169,10 +169,9 @@ def _kill_group(proc: subprocess.Popen) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        try:
             proc.wait(timeout=5)
+            return
+        except (ProcessLookupError, PermissionError):
             return
         except subprocess.TimeoutExpired:
             continue

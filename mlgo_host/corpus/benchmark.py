@@ -12,6 +12,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import tempfile
 import zipfile
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from mlgo_host.errors import CorpusError
 from mlgo_host.corpus.build import BuildReport, build_corpus, load_compile_commands, write_compile_commands
@@ -154,8 +155,8 @@ def fetch(pkg: Package, cache_dir: Path, downloader=pip_download) -> Path:
             return target
         except CorpusError:
             pass  # a corrupt or foreign cached file: download again
-    tmp = Path(tempfile.mkdtemp(prefix=".dl-", dir=sdists))
-    try:
+    with tempfile.TemporaryDirectory(prefix=".dl-", dir=sdists, ignore_cleanup_errors=True) as d:
+        tmp = Path(d)
         downloader(pkg.requirement, tmp)
         got = tmp / pkg.filename
         if not got.exists():
@@ -163,58 +164,42 @@ def fetch(pkg: Package, cache_dir: Path, downloader=pip_download) -> Path:
             raise CorpusError(f"pip download {pkg.requirement} gave {found or 'nothing'}, expected {pkg.filename}")
         verify(got, pkg.sha256, pkg.requirement)
         os.replace(got, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 
-def _safe_members(tf: tarfile.TarFile, where: str) -> list[tarfile.TarInfo]:
-    out = []
-    for m in tf.getmembers():
-        name = m.name
+def _check_paths(names: Iterable[str], where: str) -> None:
+    for name in names:
         if name.startswith("/") or ".." in Path(name).parts:
             raise CorpusError(f"{where}: unsafe path {name!r} in archive")
-        if m.issym() or m.islnk():
-            continue  # sources need no links; links could point outside
-        if m.isfile() or m.isdir():
-            out.append(m)
-    return out
 
 
 def extract(archive: Path, dest_root: Path) -> Path:
     """Extract ``archive`` under ``dest_root`` once; its single top directory."""
-    stem = archive.name
-    for ext in (".tar.gz", ".tgz", ".tar.bz2", ".zip"):
-        if stem.endswith(ext):
-            stem = stem[: -len(ext)]
-            break
-    final = dest_root / stem
+    final = dest_root / re.sub(r"\.(tar\.gz|tgz|tar\.bz2|zip)$", "", archive.name)
     if (final / EXTRACTED_STAMP).exists():
         return final
     dest_root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".x-", dir=dest_root))
-    try:
+    with tempfile.TemporaryDirectory(prefix=".x-", dir=dest_root, ignore_cleanup_errors=True) as d:
+        tmp = Path(d)
         if archive.name.endswith(".zip"):
             with zipfile.ZipFile(archive) as zf:
-                for n in zf.namelist():
-                    if n.startswith("/") or ".." in Path(n).parts:
-                        raise CorpusError(f"{archive.name}: unsafe path {n!r} in archive")
+                _check_paths(zf.namelist(), archive.name)
                 zf.extractall(tmp)
         else:
             try:
                 with tarfile.open(archive) as tf:
-                    tf.extractall(tmp, members=_safe_members(tf, archive.name))
+                    _check_paths(tf.getnames(), archive.name)
+                    # files and directories only: sources need no links, and links could point outside
+                    tf.extractall(tmp, members=[m for m in tf.getmembers() if m.isfile() or m.isdir()])
             except tarfile.TarError as e:
                 raise CorpusError(f"{archive.name}: not a readable archive: {e}") from None
-        tops = [p for p in tmp.iterdir()]
+        tops = list(tmp.iterdir())
         if len(tops) != 1 or not tops[0].is_dir():
             raise CorpusError(f"{archive.name}: expected one top directory, found {sorted(p.name for p in tops)}")
         (tops[0] / EXTRACTED_STAMP).write_text(archive.name + "\n")
         if final.exists():
             shutil.rmtree(final)
         os.replace(tops[0], final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 

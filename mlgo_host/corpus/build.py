@@ -257,9 +257,9 @@ def build_corpus(
     elif len(names) != len(entries) or len(set(names)) != len(names):
         raise CorpusError("module names must be unique, one per entry")
     jobs = max(1, jobs or os.cpu_count() or 1)
-    ok: list[tuple[str, bool]] = []
+    by_name = dict(zip(names, entries))
+    made: dict[str, bool] = {}  #: module -> built now (else already there)
     failures: list[tuple[str, str]] = []
-    built = reused = 0
     bar = progress_bar(total=len(entries), desc="corpus", enabled=progress)
     with cf.ThreadPoolExecutor(max_workers=jobs) as ex:
         futs = {ex.submit(build_module, clang, e, n, out_dir, opt_level, timeout, force): (e, n)
@@ -268,11 +268,7 @@ def build_corpus(
             for fut in cf.as_completed(futs):
                 e, n = futs[fut]
                 try:
-                    if fut.result():
-                        built += 1
-                    else:
-                        reused += 1
-                    ok.append((n, e.is_cxx))
+                    made[n] = bool(fut.result())
                 except (CorpusError, OSError, subprocess.SubprocessError) as err:
                     failures.append((str(e.file), str(err)))
                 bar.update(1)
@@ -282,15 +278,15 @@ def build_corpus(
             raise
         finally:
             bar.close()
-    if not ok:
+    if not made:
         raise CorpusError(f"no module could be built ({len(failures)} failures; first: "
                           f"{failures[0][0]}: {failures[0][1]})")
-    write_description(out_dir, [n for n, _ in ok])
-    by_name = {n: e for e, n in zip(entries, names)}
-    write_sources(out_dir, {n: entry_identity(by_name[n]) for n, _ in ok})
+    write_description(out_dir, made)
+    write_sources(out_dir, {n: entry_identity(by_name[n]) for n in made})
     failures.sort()
-    return BuildReport(modules=sorted(n for n, _ in ok), built=built, reused=reused, failures=failures,
-                       cxx=sum(1 for _, c in ok if c))
+    built = sum(made.values())
+    return BuildReport(modules=sorted(made), built=built, reused=len(made) - built, failures=failures,
+                       cxx=sum(by_name[n].is_cxx for n in made))
 
 
 def write_compile_commands(path: str | os.PathLike, entries: Iterable[dict]) -> None:

@@ -118,10 +118,6 @@ def _file_digest(path: Path) -> str:
     return d
 
 
-def _is_cc1_override(override: Sequence[str]) -> bool:
-    return bool(override) and override[0] == "-cc1"
-
-
 class Corpus:
     """The modules of one corpus directory: usable ones in description order, and broken ones."""
 
@@ -164,7 +160,7 @@ class Corpus:
             if ov == ["<UNSPECIFIED>"]:
                 raise CorpusError(f"{desc_path}: global_command_override is not filled in (<UNSPECIFIED>)")
             try:
-                override = tuple(clean_cc1(ov)) if _is_cc1_override(ov) else (
+                override = tuple(clean_cc1(ov)) if ov[:1] == ["-cc1"] else (
                     *strip_driver_flags(ov, bitcode_input=True), "-c")
             except CorpusError as e:
                 raise CorpusError(f"{desc_path}: global_command_override: {e}") from None
@@ -226,9 +222,7 @@ def split_three(modules: Sequence[Module], heldout_fraction: float, validation_f
                 seed: int = 0, by: str = "project") -> tuple[list[Module], list[Module], list[Module]]:
     """Deterministic train / validation / held-out split (see :func:`split_names`)."""
     part = split_names([m.name for m in modules], heldout_fraction, validation_fraction, seed, by)
-    train, val, held = [], [], []
-    for m in modules:
-        {"train": train, "validation": val, "heldout": held}[part[m.name]].append(m)
+    train, val, held = ([m for m in modules if part[m.name] == p] for p in ("train", "validation", "heldout"))
     return train, val, held
 
 
@@ -291,20 +285,16 @@ def _load_module(root: Path, name: str, override: tuple[str, ...] | None) -> Mod
         return Module(name, bc, override, size)
     cmd_path = Path(str(base) + ".cmd")
     try:
-        raw = cmd_path.read_bytes()
+        return Module(name, bc, tuple(clean_cc1(cmd_path.read_bytes().decode("utf-8").split("\0"))), size)
     except FileNotFoundError:
-        return Module(name, bc, (), size, error=f"missing command file {cmd_path.name}")
+        error = f"missing command file {cmd_path.name}"
     except OSError as e:
-        return Module(name, bc, (), size, error=f"cannot read {cmd_path.name}: {e}")
-    try:
-        args = raw.decode("utf-8").split("\0")
+        error = f"cannot read {cmd_path.name}: {e}"
     except UnicodeDecodeError:
-        return Module(name, bc, (), size, error=f"{cmd_path.name} is not UTF-8 text")
-    try:
-        cmd = clean_cc1(args)
+        error = f"{cmd_path.name} is not UTF-8 text"
     except CorpusError as e:
-        return Module(name, bc, (), size, error=f"{cmd_path.name}: {e}")
-    return Module(name, bc, tuple(cmd), size)
+        error = f"{cmd_path.name}: {e}"
+    return Module(name, bc, (), size, error=error)
 
 
 def write_description(root: str | os.PathLike, names: Iterable[str]) -> Path:
@@ -337,22 +327,18 @@ class Sampler:
         self._pos = 0
         self.epoch = 0
 
-    def _bucket_bounds(self, b: int) -> tuple[int, int]:
-        n = len(self._by_size)
-        return (b * n) // self.buckets, ((b + 1) * n) // self.buckets
-
     def take(self, k: int) -> list[Module]:
         """``k`` modules (more than the corpus has with round_robin)."""
         if k < 0:
             raise CorpusError(f"sample size must be >= 0, got {k}")
+        out: list[Module] = []
+        n = len(self._by_size)
         if self.strategy == "round_robin":
-            out = []
             for _ in range(k):
-                lo, hi = self._bucket_bounds(self._pos % self.buckets)
+                b = self._pos % self.buckets
                 self._pos += 1
-                out.append(self._by_size[self.rng.randrange(lo, hi)])
+                out.append(self._by_size[self.rng.randrange(b * n // self.buckets, (b + 1) * n // self.buckets)])
             return out
-        out = []
         while len(out) < k:
             if not self._perm:
                 self._perm = list(self._by_size)

@@ -52,9 +52,8 @@ SELECTION = 2
 #: where gnulib-tool puts its modules in the packages that import gnulib
 GNULIB_DIRS = frozenset({"lib", "gl", "gnu", "gnulib"})
 TEST_DIRS = frozenset({"test", "tests"})
-C_EXTS = (".c",)
-#: C++ by suffix (Objective-C++ is not C++ for this corpus)
-CXX_SOURCE_EXTS = tuple(e for e in CXX_EXTS if e != ".mm")
+#: source suffix -> language (Objective-C++ is not C++ for this corpus)
+LANGUAGES = {".c": "C", **{e: "C++" for e in CXX_EXTS if e != ".mm"}}
 BUILD_SYSTEMS = ("autotools", "cmake", "meson", "make")
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
 
@@ -117,12 +116,7 @@ class Selection:
 
 def language(path: str | os.PathLike) -> str | None:
     """"C", "C++" or None (not a C or C++ source), by suffix."""
-    suffix = Path(path).suffix
-    if suffix in C_EXTS:
-        return "C"
-    if suffix in CXX_SOURCE_EXTS:
-        return "C++"
-    return None
+    return LANGUAGES.get(Path(path).suffix)
 
 
 def is_vendored(rel: str | os.PathLike, others: Collection[str] = (), gnulib: bool = False) -> bool:
@@ -136,15 +130,9 @@ def is_vendored(rel: str | os.PathLike, others: Collection[str] = (), gnulib: bo
 
 
 def imports_gnulib(tree: str | os.PathLike) -> bool:
-    """gnulib-tool leaves m4/gnulib-comp.m4 in the packages it copies modules into."""
-    return any((Path(tree) / d / "m4" / "gnulib-comp.m4").is_file() for d in (".", *_subdirs(tree)))
-
-
-def _subdirs(tree: str | os.PathLike) -> list[str]:
-    try:
-        return [e.name for e in os.scandir(tree) if e.is_dir()]
-    except OSError:
-        return []
+    """gnulib-tool leaves m4/gnulib-comp.m4 (at the top or one level down) in the packages it copies
+    modules into."""
+    return any(p.is_file() for pattern in ("m4", "*/m4") for p in Path(tree).glob(f"{pattern}/gnulib-comp.m4"))
 
 
 def is_test(rel: str | os.PathLike) -> bool:
@@ -185,19 +173,20 @@ def select_entries(package: str, entries: Iterable[CompileEntry], tree: str | os
 
 # -- the build system ------------------------------------------------------------
 
+def _debian_file(tree: Path, name: str) -> str:
+    """debian/NAME's text, "" when there is none."""
+    try:
+        return (tree / "debian" / name).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 def _debian_hint(tree: Path) -> str | None:
     """``--buildsystem=X`` in debian/rules, else a build dependency on cmake or meson."""
-    try:
-        rules = (tree / "debian" / "rules").read_text(errors="replace")
-    except OSError:
-        rules = ""
-    m = re.search(r"--buildsystem[= ]+(\w+)", rules)
+    m = re.search(r"--buildsystem[= ]+(\w+)", _debian_file(tree, "rules"))
     if m:
         return {"autoconf": "autotools", "cmake": "cmake", "meson": "meson", "makefile": "make"}.get(m.group(1))
-    try:
-        control = (tree / "debian" / "control").read_text(errors="replace")
-    except OSError:
-        return None
+    control = _debian_file(tree, "control")
     m = re.search(r"^Build-Depends(?:-Arch|-Indep)?:(.*(?:\n[ \t].*)*)", control, re.M)
     deps = {re.split(r"[\s(:\[<]", d.strip(), maxsplit=1)[0] for d in m.group(1).replace("|", ",").split(",")} \
         if m else set()
@@ -207,11 +196,7 @@ def _debian_hint(tree: Path) -> str | None:
 def source_directory(tree: str | os.PathLike) -> Path:
     """The tree, or the subdirectory debian/rules names with ``--sourcedirectory``."""
     tree = Path(tree)
-    try:
-        rules = (tree / "debian" / "rules").read_text(errors="replace")
-    except OSError:
-        return tree
-    m = re.search(r"--sourcedir(?:ectory)?[= ]+([\w./+-]+)", rules)
+    m = re.search(r"--sourcedir(?:ectory)?[= ]+([\w./+-]+)", _debian_file(tree, "rules"))
     if m and (tree / m.group(1)).is_dir() and ".." not in Path(m.group(1)).parts:
         return tree / m.group(1)
     return tree
@@ -327,11 +312,6 @@ def save_report(path: str | os.PathLike, packages: dict[str, dict]) -> None:
     atomic_write_bytes(str(path), (json.dumps(doc, indent=1) + "\n").encode("utf-8"))
 
 
-def modules_present(out_dir: str | os.PathLike, modules: Iterable[str]) -> bool:
-    out = Path(out_dir)
-    return all((out / f"{m}.bc").is_file() and (out / f"{m}.cmd").is_file() for m in modules)
-
-
 def needs_work(entry: dict | None, out_dir: str | os.PathLike, retry_skipped: bool = False) -> bool:
     """Whether a package has to be (re)built: no entry, a module missing or chosen by older rules
     (only the choice is then made again), or skipped and ``retry_skipped``."""
@@ -339,7 +319,8 @@ def needs_work(entry: dict | None, out_dir: str | os.PathLike, retry_skipped: bo
         return True
     if entry.get("status") == "ok":
         modules = entry.get("modules") or []
-        return not modules or not modules_present(out_dir, modules) or entry.get("selection", 1) != SELECTION
+        present = all((Path(out_dir) / f"{m}{ext}").is_file() for m in modules for ext in (".bc", ".cmd"))
+        return not modules or not present or entry.get("selection", 1) != SELECTION
     return retry_skipped
 
 
@@ -361,16 +342,9 @@ class DebianReport:
 
     def counts(self) -> tuple[int, int, int, int]:
         """(packages ok, packages skipped, C modules, C++ modules) of the chosen packages."""
-        ok = skipped = c = cxx = 0
-        for name in self.chosen:
-            e = self.packages.get(name) or {}
-            if e.get("status") == "ok":
-                ok += 1
-                c += e.get("c", 0)
-                cxx += e.get("cxx", 0)
-            else:
-                skipped += 1
-        return ok, skipped, c, cxx
+        ok = [e for e in map(self.packages.get, self.chosen) if e and e.get("status") == "ok"]
+        return (len(ok), len(self.chosen) - len(ok), sum(e.get("c", 0) for e in ok),
+                sum(e.get("cxx", 0) for e in ok))
 
     def summary(self) -> str:
         ok, skipped, c, cxx = self.counts()

@@ -21,11 +21,8 @@ ROOT = "${ROOT}"
 
 def command_identity(argv: Sequence[str], cwd: str, source: str, output: str) -> dict:
     """The identity of a compile as the wrapper sees it (``argv``: compiler first)."""
-    src = os.path.normpath(os.path.join(cwd, source))
-    spelled = next((a for a in argv[1:] if not a.startswith("-")
-                    and os.path.normpath(os.path.join(cwd, a)) == src), "")
-    entry = CompileEntry(Path(cwd), Path(src), tuple(argv), Path(os.path.normpath(os.path.join(cwd, output))),
-                         spelled)
+    entry = CompileEntry(Path(cwd), Path(os.path.normpath(os.path.join(cwd, source))), tuple(argv),
+                         Path(os.path.normpath(os.path.join(cwd, output))))
     return entry_identity(entry)
 
 

@@ -7,7 +7,6 @@ sizes are cached on disk under a key of module, command, bitcode and compiler ve
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -15,7 +14,7 @@ import os
 import resource
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from mlgo_host.channel.problems import ready_and_run
 from mlgo_host.channel.session import run_without_channel
@@ -96,6 +95,32 @@ def _one_line(text: str, n: int = 500) -> str:
     return " | ".join(ln.strip() for ln in text.strip().splitlines() if ln.strip())[-n:]
 
 
+def _measured(module: "Module", prefix: str, llvm_size: str | None, clang: str,
+              run: Callable[[str, str], tuple[int, str, dict]]) -> ModuleResult:
+    """Compile ``module`` in a scratch directory with ``run(tmp, out)`` -> (returncode, stderr tail, fields
+    of the result), and measure the object ``out``; a failure at any step is a failed result."""
+    t0 = time.monotonic()
+    if module.error is not None:
+        return _failed(module.name, module.error, t0)
+    with scratch_dir(prefix) as tmp:
+        out = os.path.join(tmp, "module.o")
+        try:
+            returncode, tail, fields = run(tmp, out)
+        except MlgoHostError as e:
+            return _failed(module.name, f"{type(e).__name__}: {e}", t0)
+        observations = fields.get("observations", 0)
+        if returncode != 0:
+            return _failed(module.name, f"compiler exited with status {returncode}: {_one_line(tail)}", t0,
+                           observations)
+        if not os.path.exists(out):
+            return _failed(module.name, "the compiler exited 0 but wrote no object", t0, observations)
+        try:
+            size = text_size(out, llvm_size, clang=clang)
+        except MlgoHostError as e:
+            return _failed(module.name, str(e), t0, observations)
+        return ModuleResult(module.name, "ok", text_size=size, wall_s=time.monotonic() - t0, **fields)
+
+
 def compile_module(
     module: "Module",
     policy: "Policy",
@@ -108,41 +133,14 @@ def compile_module(
     extra_args: Sequence[str] = (),
 ) -> ModuleResult:
     """Compile ``module`` with ``policy`` answering ``advisor``'s decisions (``extra_args``: more flags)."""
-    t0 = time.monotonic()
-    if module.error is not None:
-        return _failed(module.name, module.error, t0)
-    with _scratch("mlgo-mod-") as (tmp, out):
-        try:
-            cmd = module.compile_command(clang, out) + list(extra_args)
-            res = ready_and_run(cmd, advisor, policy, timeout=timeout, recorder=EpisodeRecorder() if record else None,
-                              log_path=log_path, tmpdir=tmp)
-        except MlgoHostError as e:
-            return _failed(module.name, f"{type(e).__name__}: {e}", t0)
-        size = _object_size(module.name, res.returncode, res.stderr_tail, out, llvm_size, clang, t0, res.observations)
-        if isinstance(size, ModuleResult):
-            return size
-        return ModuleResult(module.name, "ok", text_size=size, observations=res.observations,
-                            decisions=dict(res.decisions), wall_s=time.monotonic() - t0, episode=res.episode,
-                            compiler_cpu_s=res.compiler_cpu_s)
+    def run(tmp: str, out: str) -> tuple[int, str, dict]:
+        res = ready_and_run(module.compile_command(clang, out) + list(extra_args), advisor, policy,
+                            timeout=timeout, recorder=EpisodeRecorder() if record else None, log_path=log_path,
+                            tmpdir=tmp)
+        return res.returncode, res.stderr_tail, dict(observations=res.observations, decisions=dict(res.decisions),
+                                                     episode=res.episode, compiler_cpu_s=res.compiler_cpu_s)
 
-
-@contextlib.contextmanager
-def _scratch(prefix: str) -> Iterator[tuple[str, str]]:
-    with scratch_dir(prefix) as tmp:
-        yield tmp, os.path.join(tmp, "module.o")
-
-
-def _object_size(name: str, returncode: int, tail: str, out: str, llvm_size: str | None, clang: str, t0: float,
-                 observations: int = 0) -> "int | ModuleResult":
-    """The text size of the object ``out``, or the failed result that says why there is none."""
-    if returncode != 0:
-        return _failed(name, f"compiler exited with status {returncode}: {_one_line(tail)}", t0, observations)
-    if not os.path.exists(out):
-        return _failed(name, "the compiler exited 0 but wrote no object", t0, observations)
-    try:
-        return text_size(out, llvm_size, clang=clang)
-    except MlgoHostError as e:
-        return _failed(name, str(e), t0, observations)
+    return _measured(module, "mlgo-mod-", llvm_size, clang, run)
 
 
 @dataclasses.dataclass
@@ -186,18 +184,10 @@ def compile_replay(
 def compile_plain(module: "Module", clang: str = "clang-19", llvm_size: str | None = None, timeout: float = 300.0,
                   extra_args: Sequence[str] = ()) -> ModuleResult:
     """Compile ``module`` without the channel (the compiler decides, or a replay in ``extra_args``)."""
-    t0 = time.monotonic()
-    if module.error is not None:
-        return _failed(module.name, module.error, t0)
-    with _scratch("mlgo-base-") as (_, out):
-        try:
-            rc, tail = run_without_channel(module.compile_command(clang, out) + list(extra_args), timeout=timeout)
-        except MlgoHostError as e:
-            return _failed(module.name, f"{type(e).__name__}: {e}", t0)
-        size = _object_size(module.name, rc, tail, out, llvm_size, clang, t0)
-        if isinstance(size, ModuleResult):
-            return size
-        return ModuleResult(module.name, "ok", text_size=size, wall_s=time.monotonic() - t0)
+    def run(_tmp: str, out: str) -> tuple[int, str, dict]:
+        return (*run_without_channel(module.compile_command(clang, out) + list(extra_args), timeout=timeout), {})
+
+    return _measured(module, "mlgo-base-", llvm_size, clang, run)
 
 
 def plain_size(module: "Module", clang: str = "clang-19", llvm_size: str | None = None,

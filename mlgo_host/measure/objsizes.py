@@ -242,37 +242,37 @@ def object_sizes(path: str | os.PathLike) -> ObjectSizes:
 
 def _attribute(elf: _Elf) -> ObjectSizes:
     funcs = _Functions(elf)
-    sizes = {k: 0 for keys in funcs.keys.values() for k in keys}
     padding: dict[str, int] = {}
     lsdas: dict[int, dict[int, str]] = {}  # section -> LSDA offset -> function
-    attributed: dict[int, int] = {}  # section -> bytes given to functions
+    given: dict[int, dict[str, int]] = {}  # section -> function -> bytes given to it
     for i, sec in enumerate(elf.sections):
         if sec.berkeley_text and sec.flags & SHF_EXECINSTR:
-            attributed[i] = _add_code(sec, funcs, i, sizes, padding)
+            given[i] = _code(sec, funcs, i, padding)
         elif sec.berkeley_text and sec.eh_frame:
-            attributed[i] = _add_eh_frame(elf, i, funcs, sizes, lsdas)
+            given[i] = _eh_frame(elf, i, funcs, lsdas)
     code_refs, named = _code_references(elf, funcs)
     symbol_starts: dict[int, set[int]] = {}
     for sym in elf.symbols:
         if sym.kind != STT_SECTION:
             symbol_starts.setdefault(sym.shndx, set()).add(sym.value)
     pools = _pools(elf, code_refs, named)
-    for i, per_fn in pools.items():
-        for fn, n in per_fn.items():
-            sizes[fn] += n
-        attributed[i] = sum(per_fn.values())
+    given.update(pools)
     for i, sec in enumerate(elf.sections):
-        if sec.berkeley_text and i not in attributed and not sec.flags & SHF_MERGE:
+        if sec.berkeley_text and i not in given and not sec.flags & SHF_MERGE:
             anchors = symbol_starts.get(i, set()) | {t for t, _ in code_refs.get(i, ())} | set(lsdas.get(i, ()))
             cuts = sorted(a for a in anchors if 0 <= a < sec.size)
-            attributed[i] = _add_read_only(sec.size, cuts, code_refs.get(i, []), lsdas.get(i, {}),
-                                           _pointers_into_code(elf, i, cuts, funcs), sizes)
+            given[i] = _read_only(sec.size, cuts, code_refs.get(i, []), lsdas.get(i, {}),
+                                  _pointers_into_code(elf, i, cuts, funcs))
+    sizes = {k: 0 for keys in funcs.keys.values() for k in keys}
+    for per_fn in given.values():
+        for fn, n in per_fn.items():
+            sizes[fn] += n
     text, other_sections = 0, {}
     shared: dict[tuple[str, bytes], tuple[int, frozenset[str]]] = {}
     for i, sec in enumerate(elf.sections):
         if sec.berkeley_text:
             text += sec.size
-            left = sec.size - attributed.get(i, 0)
+            left = sec.size - sum(given.get(i, {}).values())
             if left:
                 other_sections[sec.name] = other_sections.get(sec.name, 0) + left
             if left == sec.size and not sec.flags & SHF_EXECINSTR and not sec.eh_frame and sec.type != SHT_NOBITS:
@@ -280,6 +280,17 @@ def _attribute(elf: _Elf) -> ObjectSizes:
     return ObjectSizes(text=text, functions=sizes, other=text - sum(sizes.values()), aliases=funcs.aliases,
                        other_sections=other_sections, padding=padding,
                        pools=_by_function(elf, pools), shared=shared, referrers=_referrers(elf, code_refs, funcs))
+
+
+def _referring(cuts: list[int], size: int, refs: list[tuple[int, str]]) -> list[set[str]]:
+    """For each piece of a section of ``size`` bytes cut at ``cuts``: the functions of ``refs``
+    ((target offset, function)) that refer into it."""
+    who: list[set[str]] = [set() for _ in cuts]
+    for target, fn in refs:
+        i = bisect.bisect_right(cuts, target) - 1
+        if i >= 0 and target < size:
+            who[i].add(fn)
+    return who
 
 
 def _add_shared(elf: _Elf, sec: _Section, starts: set[int], refs: list[tuple[int, str]],
@@ -297,12 +308,7 @@ def _add_shared(elf: _Elf, sec: _Section, starts: set[int], refs: list[tuple[int
         cuts = list(range(0, len(data), sec.entsize))
     else:
         cuts = sorted({0} | {a for a in starts | {t for t, _ in refs} if 0 <= a < len(data)})
-    who: list[set[str]] = [set() for _ in cuts]
-    for target, fn in refs:
-        j = bisect.bisect_right(cuts, target) - 1
-        if 0 <= j and target < len(data):
-            who[j].add(fn)
-    for start, end, fns in zip(cuts, cuts[1:] + [len(data)], who):
+    for start, end, fns in zip(cuts, cuts[1:] + [len(data)], _referring(cuts, len(data), refs)):
         key = (sec.name, data[start:end])
         n, before = shared.get(key, (0, frozenset()))
         shared[key] = (n + end - start, before | fns)
@@ -352,36 +358,32 @@ def _pools(elf: _Elf, code_refs: dict[int, list[tuple[int, str]]], named: set[in
     return out
 
 
-def _add_code(sec: _Section, funcs: _Functions, index: int, sizes: dict[str, int], padding: dict[str, int]) -> int:
+def _code(sec: _Section, funcs: _Functions, index: int, padding: dict[str, int]) -> dict[str, int]:
     """Each function from its start to the next function's, its padding noted in ``padding``."""
-    given = 0
+    given = {}
     starts, keys = funcs.starts.get(index, []), funcs.keys.get(index, [])
     for key, start, end in zip(keys, starts, starts[1:] + [sec.size]):
-        n = max(0, min(end, sec.size) - start)
-        sizes[key] += n
-        given += n
+        given[key] = n = max(0, min(end, sec.size) - start)
         if 0 < funcs.code[key] < n:
             padding[key] = n - funcs.code[key]
     return given
 
 
-def _add_eh_frame(elf: _Elf, index: int, funcs: _Functions, sizes: dict[str, int],
-                  lsdas: dict[int, dict[int, str]]) -> int:
+def _eh_frame(elf: _Elf, index: int, funcs: _Functions, lsdas: dict[int, dict[int, str]]) -> Counter[str]:
     """Each FDE to the function its pc_begin points into; notes each FDE's LSDA (its other relocation)."""
     sec = elf.sections[index]
     fdes = _fde_extents(elf, sec)
     starts = [start for start, _, _ in fdes]
     relocs = [(off, sym.shndx, sym.value + addend) for off, sym, _type, addend in elf.relocations(index)]
     owners: dict[int, str] = {}  # FDE start -> its function
-    given = 0
+    given: Counter[str] = Counter()
     for off, shndx, target in relocs:
         i = bisect.bisect_right(starts, off) - 1
         if i >= 0 and off == fdes[i][1]:
             owner = funcs.at(shndx, target)
             if owner is not None:
                 owners[starts[i]] = owner
-                sizes[owner] += fdes[i][2] - starts[i]
-                given += fdes[i][2] - starts[i]
+                given[owner] += fdes[i][2] - starts[i]
     for off, shndx, target in relocs:
         i = bisect.bisect_right(starts, off) - 1
         if i >= 0 and fdes[i][1] < off < fdes[i][2] and starts[i] in owners:
@@ -460,19 +462,14 @@ def _pointers_into_code(elf: _Elf, index: int, cuts: list[int], funcs: _Function
     return inside
 
 
-def _add_read_only(size: int, cuts: list[int], refs: list[tuple[int, str]], lsdas: dict[int, str],
-                   inside: list[set[str]], sizes: dict[str, int]) -> int:
+def _read_only(size: int, cuts: list[int], refs: list[tuple[int, str]], lsdas: dict[int, str],
+               inside: list[set[str]]) -> Counter[str]:
     """Cut a section at ``cuts``.  A piece is a function's when it is its LSDA, or a jump table only it
     refers to.  Constant arrays stay in ``other`` even with one referrer: inlining their user shares
     them, which would move them from a function to ``other``."""
-    given = 0
-    owners: list[set[str]] = [set() for _ in cuts]
-    for target, owner in [*refs, *lsdas.items()]:
-        i = bisect.bisect_right(cuts, target) - 1
-        if i >= 0 and target < size:
-            owners[i].add(owner)
+    given: Counter[str] = Counter()
+    owners = _referring(cuts, size, [*refs, *lsdas.items()])
     for start, end, who, points_into in zip(cuts, cuts[1:] + [size], owners, inside):
         if len(who) == 1 and (start in lsdas or who == points_into):
-            sizes[next(iter(who))] += end - start
-            given += end - start
+            given[next(iter(who))] += end - start
     return given

@@ -4,6 +4,7 @@ included) and the compiler's version.  No numpy: ``run`` imports this."""
 from __future__ import annotations
 
 import functools
+import glob
 import os
 import re
 import shutil
@@ -19,13 +20,9 @@ def installed_clang_versions(oldest: int = 17) -> list[int]:
     """Major versions N >= ``oldest`` of the ``clang-N`` on PATH (17: the first with the channel)."""
     found = set()
     for d in os.environ.get("PATH", "").split(os.pathsep):
-        try:
-            names = os.listdir(d or ".")
-        except OSError:
-            continue
-        for n in names:
-            m = re.fullmatch(r"clang-(\d+)", n)
-            if m and int(m.group(1)) >= oldest and os.access(os.path.join(d, n), os.X_OK):
+        for path in glob.glob(os.path.join(glob.escape(d or "."), "clang-*")):
+            m = re.fullmatch(r"clang-(\d+)", os.path.basename(path))
+            if m and int(m.group(1)) >= oldest and os.access(path, os.X_OK):
                 found.add(int(m.group(1)))
     return sorted(found)
 
@@ -48,13 +45,15 @@ def llvm_tool_candidates(clang: str, tool: str = "llvm-size") -> list[str]:
 @functools.lru_cache(maxsize=None)
 def find_llvm_size(llvm_size: str | None = None, clang: str = "clang-19") -> str:
     """``llvm_size`` if given, else the llvm-size that comes with ``clang``."""
-    cands = [llvm_size] if llvm_size else llvm_tool_candidates(clang)
-    for c in cands:
-        p = shutil.which(c)
-        if p:
-            return p
-    raise ConfigError(f"llvm-size not found (tried {', '.join(cands)}); install the llvm package of {clang} "
-                      "or pass --llvm-size")
+    return _first_found([llvm_size] if llvm_size else llvm_tool_candidates(clang), "llvm-size", clang,
+                        " or pass --llvm-size")
+
+
+def _first_found(cands: list[str], tool: str, clang: str, hint: str = "") -> str:
+    p = next(filter(None, map(shutil.which, cands)), None)
+    if p is None:
+        raise ConfigError(f"{tool} not found (tried {', '.join(cands)}); install the llvm package of {clang}{hint}")
+    return p
 
 
 def text_size(obj_path: str | os.PathLike, llvm_size: str | None = None, timeout: float = 60.0,
@@ -94,9 +93,4 @@ def compiler_version(clang: str) -> str:
 @functools.lru_cache(maxsize=None)
 def llvm_tool(clang: str, tool: str) -> str:
     """The LLVM tool ``tool`` (``llvm-dis``...) that comes with ``clang``."""
-    cands = llvm_tool_candidates(clang, tool)
-    for c in cands:
-        p = shutil.which(c)
-        if p:
-            return p
-    raise ConfigError(f"{tool} not found (tried {', '.join(cands)}); install the llvm package of {clang}")
+    return _first_found(llvm_tool_candidates(clang, tool), tool, clang)
