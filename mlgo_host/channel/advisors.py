@@ -91,9 +91,6 @@ class InlineAdvisor(Advisor):
         self.default_slot = default_slot
         self._off = -1
 
-    def set_default_slot(self, slot: str) -> None:
-        self.default_slot = slot
-
     def bind(self, header: Header) -> None:
         super().bind(header)
         spec = header.feature(self.default_slot)

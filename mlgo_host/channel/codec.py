@@ -11,6 +11,8 @@ Tensor bytes may contain ``\\n``: they are consumed by byte count, never by line
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 import json
 import struct
 import sys
@@ -41,22 +43,13 @@ class Header:
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ProtocolError(f"header: duplicate feature names {sorted(dup)}")
-        object.__setattr__(self, "_dtype", None)  # built on first use (imports numpy)
-        offsets = {}
-        off = 0
-        for f in self.features:
-            offsets[f.name] = off
-            off += f.nbytes
-        object.__setattr__(self, "_offsets", offsets)
-        object.__setattr__(self, "_nbytes", off)
+        starts = list(itertools.accumulate((f.nbytes for f in self.features), initial=0))
+        object.__setattr__(self, "_offsets", dict(zip(names, starts)))
+        object.__setattr__(self, "_nbytes", starts[-1])
 
-    @property
-    def record_dtype(self) -> "np.dtype":
-        dt = self._dtype  # type: ignore[attr-defined]
-        if dt is None:
-            dt = record_dtype(self.features)
-            object.__setattr__(self, "_dtype", dt)
-        return dt
+    @functools.cached_property
+    def record_dtype(self) -> "np.dtype":  # built on first use (imports numpy)
+        return record_dtype(self.features)
 
     @property
     def observation_nbytes(self) -> int:
@@ -345,8 +338,7 @@ class Decoder:
     def close(self) -> None:
         """Raise if the stream ended in the middle of a record."""
         if self._pending is not None or self._buf:
-            raise ProtocolError(f"stream ended while waiting for {self.waiting_for} [after {self.observations} observations]",
-                                offset=self._pos + len(self._buf), context=self.context)
+            raise self._err(f"stream ended while waiting for {self.waiting_for}", len(self._buf))
 
 
 def decode(data: bytes) -> list[Record]:
@@ -361,10 +353,7 @@ def iter_log(path: str, chunk: int = 1 << 20) -> Iterator[Record]:
     """Stream the records of a training-log file."""
     d = Decoder()
     with open(path, "rb") as f:
-        while True:
-            b = f.read(chunk)
-            if not b:
-                break
+        for b in iter(lambda: f.read(chunk), b""):
             yield from d.feed(b)
     d.close()
 

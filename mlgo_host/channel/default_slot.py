@@ -14,11 +14,11 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 
 from mlgo_host.channel.advisors import InlineAdvisor, is_clang_driver
 from mlgo_host.channel.session import run_session
 from mlgo_host.errors import CompilerError, ConfigError, MlgoHostError
+from mlgo_host.fsutil import atomic_write_json, scratch_dir
 
 BUGGY_SLOT = "callee_basic_block_count"
 FIXED_SLOT = "inlining_default"
@@ -123,26 +123,23 @@ def _cannot_tell(compiler: str, why: str) -> ConfigError:
 
 def detect_slot(clang: str, timeout: float = 60.0) -> str:
     """The slot of the default decision, from a detecting compile with ``clang`` within ``timeout``."""
-    d = tempfile.mkdtemp(prefix="mlgo-slot-")
-    try:
+    rec = _SlotRecorder()
+    with scratch_dir("mlgo-slot-") as d:
         src = os.path.join(d, "slot.c")
         with open(src, "w") as f:
             f.write(DETECT_C)
-        rec = _SlotRecorder()
         try:
             res = run_session([clang, "-Oz", "-c", src, "-o", os.path.join(d, "slot.o")],
                               InlineAdvisor(default_slot=FIXED_SLOT), _Never(), timeout=timeout, recorder=rec)
         except MlgoHostError as e:
             raise _cannot_tell(clang, f"the detecting compile failed: {e}") from None
-        if res.returncode != 0:
-            tail = res.stderr_tail.strip().splitlines()[-1:] or [""]
-            raise _cannot_tell(clang, f"the detecting compile exited {res.returncode} {tail[0][:200]!r}")
-        try:
-            return classify(rec.values)
-        except ValueError as e:
-            raise _cannot_tell(clang, str(e)) from None
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+    if res.returncode != 0:
+        tail = res.stderr_tail.strip().splitlines()[-1:] or [""]
+        raise _cannot_tell(clang, f"the detecting compile exited {res.returncode} {tail[0][:200]!r}")
+    try:
+        return classify(rec.values)
+    except ValueError as e:
+        raise _cannot_tell(clang, str(e)) from None
 
 
 def _read_cache(cache: str) -> dict:
@@ -152,16 +149,6 @@ def _read_cache(cache: str) -> dict:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _write_cache(cache: str, data: dict) -> None:
-    """Best effort (a read-only home only costs a detecting compile per process)."""
-    with contextlib.suppress(OSError):
-        os.makedirs(os.path.dirname(cache), exist_ok=True)
-        tmp = f"{cache}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, cache)
 
 
 def default_slot(compiler: str, timeout: float = 60.0) -> str:
@@ -189,6 +176,7 @@ def default_slot(compiler: str, timeout: float = 60.0) -> str:
                               f"it to detect the slot with; set {ENV_OVERRIDE} to {' or '.join(SLOTS)}")
         slot = detect_slot(clang, timeout)
         data[key] = slot
-        _write_cache(cache, data)
+        with contextlib.suppress(OSError):  # best effort: a read-only home costs a detecting compile per process
+            atomic_write_json(cache, data, indent=None)
     _MEMO[path] = slot
     return slot

@@ -23,13 +23,12 @@ class Channel:
     """One FIFO pair ``<dir>/<name>.in`` / ``.out`` in a fresh private dir (or in ``directory``)."""
 
     def __init__(self, parent: str | None = None, name: str = "channel", directory: str | None = None):
+        self._own_dir = directory is None
         if directory is None:
             self.dir = tempfile.mkdtemp(prefix="mlgo-ch-", dir=parent)
-            self._own_dir = True
         else:
             os.makedirs(directory, exist_ok=True)
             self.dir = directory
-            self._own_dir = False
         self.base = os.path.join(self.dir, name)
         self.in_path = self.base + ".in"
         self.out_path = self.base + ".out"

@@ -72,7 +72,7 @@ def ready_advisor(advisor: Advisor | str, compiler: str, timeout: float = 60.0) 
     adv = get_advisor(advisor)
     problem = get_problem(adv)
     if problem.detects_default_slot and getattr(adv, "default_slot", None) is None:
-        adv.set_default_slot(problem.default_slot(compiler, timeout))  # type: ignore[attr-defined]
+        adv.default_slot = problem.default_slot(compiler, timeout)  # type: ignore[attr-defined]
     return adv
 
 

@@ -188,12 +188,10 @@ class CompilerProcess:
         pat = temp_output_pattern(out)
         removed = []
         try:
-            names = os.listdir(d)
+            names = [name for name in os.listdir(d) if pat.match(name)]
         except OSError:
             return []
         for name in names:
-            if not pat.match(name):
-                continue
             p = os.path.join(d, name)
             with contextlib.suppress(OSError):
                 if os.stat(p).st_mtime >= self.started - 1:

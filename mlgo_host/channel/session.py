@@ -86,17 +86,8 @@ class TrainingLogWriter:
         self.path = path
         self._tmp = path + f".{os.getpid()}.tmp"
         self._f = open(self._tmp, "wb", buffering=1 << 16)
-        #: append already encoded bytes (the fast paths' event line, tensors, advice and "\n")
+        #: append encoded records (an observation's tensors followed by its advice)
         self.write = self._f.write
-
-    def header(self, header: Header) -> None:
-        self._f.write(codec.encode_header(header.as_training_log()))
-
-    def context(self, name: str) -> None:
-        self._f.write(codec.encode_context(name))
-
-    def observation(self, obs: Observation, advice_bytes: bytes) -> None:
-        self._f.write(codec.encode_observation(obs.index, obs.raw + advice_bytes))
 
     def commit(self) -> None:
         self._f.close()
@@ -175,10 +166,8 @@ def serve_channel(
     count_decisions: bool = True,
 ) -> StreamTally:
     """Serve an opened channel until the compiler closes it (``policy`` None: the advisor's default).
-
-    The first bytes are awaited with ``poll`` (an unconnected FIFO reads as end-of-file); then
-    reads block and a :class:`_Watchdog` keeps the deadline.
-    """
+    The first bytes are awaited with ``poll`` (an unconnected FIFO reads as end-of-file); later reads
+    block and a :class:`_Watchdog` keeps the deadline."""
     dec = Decoder()
     first_chunk = chan.reader(alive, lambda: deadline, lambda: f"{dec.waiting_for} ({dec.where})")
     data = first_chunk()
@@ -230,12 +219,10 @@ def _finish(dec: Decoder, session: _Session | None, recorder: Recorder | None, s
         return tally
     tally.header, tally.observations, tally.contexts = session.header, session.n, session.contexts
     counts = session.counts
-    if session.n_flag and session.count:
-        # the default-flag loop counts the 1s only: add both to the counts
-        if session.n_yes:
-            counts[1] = counts.get(1, 0) + session.n_yes
-        if session.n_flag - session.n_yes:
-            counts[0] = counts.get(0, 0) + session.n_flag - session.n_yes
+    if session.count:  # the default-flag loop counts the 1s only: add both to the counts
+        for advice, k in ((1, session.n_yes), (0, session.n_flag - session.n_yes)):
+            if k:
+                counts[advice] = counts.get(advice, 0) + k
     tally.decisions = {str(k): v for k, v in sorted(counts.items(), key=lambda kv: kv[0])}
     if recorder is not None:
         tally.episode = recorder.finish(session.header)
@@ -244,15 +231,13 @@ def _finish(dec: Decoder, session: _Session | None, recorder: Recorder | None, s
 
 class _Session:
     """One channel served once its header is known: :attr:`decide` answers an observation; when the
-    answer is the advisor's default and that is an int64 flag (the inliner), :meth:`flag_loop` answers
-    from the raw bytes with the two answers checked once here.
-    """
+    answer is the advisor's default int64 flag (the inliner), :meth:`flag_loop` answers from the raw bytes."""
 
     def __init__(self, chan: Channel, dec: Decoder, wd: _Watchdog, header: Header, advisor: Advisor,
                  policy: Policy | None, recorder: Recorder | None, log: TrainingLogWriter | None,
                  count_decisions: bool):
         self.rfd, self.wfd = chan.rfd, chan.wfd
-        self.dec, self.wd, self.header, self.log = dec, wd, header, log
+        self.dec, self.wd, self.header = dec, wd, header
         self.log_write = log.write if log is not None else None
         self.n = 0  # observations answered
         self.contexts = 0
@@ -265,9 +250,7 @@ class _Session:
         else:
             policy.bind(header, advisor)
             act, act_logp = policy.act, policy.act_logp
-        spec = header.advice
-        if spec is None:  # advisor.bind refuses such a header already
-            raise ProtocolError(f"{advisor.name}: the header has no advice spec")
+        spec = header.advice  # advisor.bind refused a header without one
         encode = codec.AdviceEncoder(spec).encode
         discrete = advisor.num_actions(header) > 0
         self.count = count_decisions and discrete
@@ -287,7 +270,7 @@ class _Session:
             self.yes, self.no = encode(1), encode(0)
             self.rbuf = bytearray(65536)  # the flag loop reads into this one buffer
         if log is not None:
-            log.header(header)
+            log.write(codec.encode_header(header.as_training_log()))
 
     def broken(self, index: int) -> CompilerError:
         return CompilerError(f"the compiler closed the channel before reading the advice of observation {index} "
@@ -334,13 +317,13 @@ class _Session:
                     os.write(self.wfd, b)
                 except BrokenPipeError:
                     raise self.broken(r.index) from None
-                if self.log is not None:
-                    self.log.observation(r, b)
+                if self.log_write is not None:
+                    self.log_write(codec.encode_observation(r.index, r.raw + b))
                 self.n += 1
             elif type(r) is Context:
                 self.contexts += 1
-                if self.log is not None:
-                    self.log.context(r.name)
+                if self.log_write is not None:
+                    self.log_write(codec.encode_context(r.name))
             else:  # a second header, an outcome
                 raise ProtocolError(f"unexpected {type(r).__name__} record in an interactive session",
                                     offset=self.dec.offset, context=self.dec.context)

@@ -92,7 +92,7 @@ class NumpyActor:
         except KeyError:
             raise ConfigError("actor weights have no logits_kernel/logits_bias") from None
         d = self.input_dim
-        for k, (w, b) in enumerate(self.hidden + [(self.out_w, self.out_b)]):
+        for k, (w, b) in enumerate(self.layers):
             if w.ndim != 2 or w.shape[0] != d or b.shape != (w.shape[1],):
                 raise ConfigError(f"actor weights: layer {k} has kernel {w.shape} / bias {b.shape}, expected ({d}, n)")
             d = w.shape[1]
@@ -104,14 +104,15 @@ class NumpyActor:
     def input_dim(self) -> int:
         return len(self.spec.inputs) * self.norm.width
 
+    @property
+    def layers(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(kernel, bias) of each dense layer, the logits layer last."""
+        return self.hidden + [(self.out_w, self.out_b)]
+
     def weights(self) -> dict[str, np.ndarray]:
-        out = {}
-        for i, (w, b) in enumerate(self.hidden):
-            out[f"hidden_{i}_kernel"] = w.astype(np.float32)
-            out[f"hidden_{i}_bias"] = b.astype(np.float32)
-        out["logits_kernel"] = self.out_w.astype(np.float32)
-        out["logits_bias"] = self.out_b.astype(np.float32)
-        return out
+        names = [f"hidden_{i}" for i in range(len(self.hidden))] + ["logits"]
+        return {f"{name}_{part}": x.astype(np.float32)
+                for name, (w, b) in zip(names, self.layers) for part, x in (("kernel", w), ("bias", b))}
 
     @staticmethod
     def load_weights(path: str) -> dict[str, np.ndarray]:
@@ -190,9 +191,13 @@ class NumpyPolicy(Policy):
         self.stochastic = not greedy
         self.name = name
         self.rng = np.random.default_rng(seed)
-        self._u = self.rng.random(_BLOCK)
-        self._ui = 0
+        #: the next uniform in [0, 1) (drawn from the seeded rng by blocks)
+        self._uniform = self._uniforms().__next__
         self.fast_path = False
+
+    def _uniforms(self):
+        while True:
+            yield from self.rng.random(_BLOCK)
 
     def bind(self, header, advisor) -> None:
         super().bind(header, advisor)
@@ -210,10 +215,8 @@ class NumpyPolicy(Policy):
             raise ConfigError("a gated policy needs the compiler's default decision (inliner include-default slot)")
         self._buf = bytearray(header.observation_nbytes)
         self._mv = memoryview(self._buf)
-        if spec.action.kind == BINARY and self._bind_int_fast(header):
-            self.fast_path = True
-        else:
-            self.fast_path = False
+        self.fast_path = spec.action.kind == BINARY and self._bind_int_fast(header)
+        if not self.fast_path:
             self._bind_generic(header)
 
     def check_meanings(self, compiler_slot: str | None) -> InputBinding:
@@ -237,14 +240,12 @@ class NumpyPolicy(Policy):
     def _layers(self, w1_rows: np.ndarray, lead: tuple[int, ...], bias0: np.ndarray | None = None):
         """(kernel with bias row, out buffer, hidden view) per layer, the first kernel's rows being
         ``w1_rows`` (this header's input layout); a constant 1 column carries the biases."""
-        a = self.actor
+        layers = self.actor.layers
         mats = []
-        ws = [w for w, _ in a.hidden] + [a.out_w]
-        bs = [b for _, b in a.hidden] + [a.out_b]
-        for k, (w, b) in enumerate(zip(ws, bs)):
+        for k, (w, b) in enumerate(layers):
             rows = w1_rows if k == 0 else w
             units = w.shape[1]
-            last = k == len(ws) - 1
+            last = k == len(layers) - 1
             aug = np.zeros((rows.shape[0] + 1, units + (0 if last else 1)), np.float64)
             aug[:-1, :units] = rows
             aug[-1, :units] = b if (k or bias0 is None) else bias0
@@ -320,7 +321,7 @@ class NumpyPolicy(Policy):
         NV = np.concatenate(rows, axis=0)
         # first-layer rows for the input layout [S*w0 | x (S) | 1]; the z-score is affine in x,
         # so it is folded into the first layer and the raw values enter as they are
-        w1, b1 = (a.hidden[0] if a.hidden else (a.out_w, a.out_b))
+        w1, b1 = a.layers[0]
         D = S * w0 + (S if cfg.with_z_score else 0)
         w1_rows = np.zeros((D, w1.shape[1]))
         bias = np.array(b1, np.float64)
@@ -374,7 +375,7 @@ class NumpyPolicy(Policy):
 
     def _install_binary(self) -> None:
         diff = self._diff
-        u = self
+        uniform = self._uniform
         exp, log1p = math.exp, math.log1p
 
         if self.greedy and self.gate is not None:
@@ -389,12 +390,7 @@ class NumpyPolicy(Policy):
         else:
             def act_logp(obs):
                 d = diff(obs.raw)
-                i = u._ui
-                if i >= _BLOCK:
-                    u._u = u.rng.random(_BLOCK)
-                    i = 0
-                r = u._u[i]
-                u._ui = i + 1
+                r = uniform()
                 # P(1) = sigmoid(d): log P(1) = -softplus(-d), log P(0) = log P(1) - d
                 lp1 = -(max(-d, 0.0) + log1p(exp(-abs(d))))
                 if r < exp(lp1):
@@ -450,7 +446,7 @@ class NumpyPolicy(Policy):
             zcol = xin[:, j * cfg.width + w0] if cfg.with_z_score and fv.z_enabled else None
             tmp = np.zeros((f.size, w0))
             steps.append((view, bounds.searchsorted, conv, table.take, cols, zcol, tmp, fv.mean32, fv.scale32))
-        w1 = a.hidden[0][0] if a.hidden else a.out_w
+        w1 = a.layers[0][0]
         mats = self._layers(w1, (R,))
         hidden, activate = self._hidden(mats)
         wout, obuf = mats[-1][0], mats[-1][1]
@@ -506,36 +502,25 @@ class NumpyPolicy(Policy):
     def _install_choice(self, outputs, R: int) -> None:
         """act/act_logp of a masked choice from ``outputs(raw) -> logits [R]``."""
         self._outputs = outputs
-        u = self
+        uniform = self._uniform
+        sample = not self.greedy
 
-        def choose(obs, sample: bool):
+        def act_logp(obs):
             lg = outputs(obs.raw)
             best = int(lg.argmax())
             mx = lg[best]
             p = np.exp(lg - mx)
             tot = float(p.sum())
             if sample:
-                i = u._ui
-                if i >= _BLOCK:
-                    u._u = u.rng.random(_BLOCK)
-                    i = 0
-                r = u._u[i] * tot
-                u._ui = i + 1
-                a_ = int(np.searchsorted(np.cumsum(p), r, side="right"))
-                a_ = min(a_, R - 1)
+                a_ = min(int(np.searchsorted(np.cumsum(p), uniform() * tot, side="right")), R - 1)
                 while not np.isfinite(lg[a_]):  # r landed on a zero-probability tail
                     a_ -= 1
             else:
                 a_ = best
             return a_, float(lg[a_] - mx - math.log(tot))
 
-        sample = not self.greedy
-
-        def act_logp(obs):
-            return choose(obs, sample)
-
         def act(obs):
-            return choose(obs, sample)[0]
+            return act_logp(obs)[0]
 
         self.act = act  # type: ignore[method-assign]
         self.act_logp = act_logp  # type: ignore[method-assign]
@@ -574,7 +559,7 @@ class NumpyPolicy(Policy):
 
         G: list[np.ndarray] = []
         rows = [np.zeros((1, w0))]
-        w1 = a.hidden[0][0] if a.hidden else a.out_w
+        w1 = a.layers[0][0]
         w1q = np.zeros((F * w0, w1.shape[1]))
         w1z = np.zeros((F, w1.shape[1]))
         zmean = np.zeros(F, np.float32)

@@ -6,6 +6,7 @@ a tf-agents SavedModel with the ``output_spec.json`` LLVM reads.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 
@@ -31,13 +32,13 @@ BY_LANGUAGE = "by_language"
 LANGUAGES = ("C", "C++")
 
 
+@dataclasses.dataclass(eq=False)  # compared and hashed by identity
 class SavedPolicy:
     """The TF-free content of a saved policy directory."""
 
-    def __init__(self, path: str, metadata: dict, actor: NumpyActor):
-        self.path = path
-        self.metadata = metadata
-        self.actor = actor
+    path: str
+    metadata: dict
+    actor: NumpyActor
 
     @property
     def spec(self) -> PolicySpec:

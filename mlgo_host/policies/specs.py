@@ -12,6 +12,7 @@ compiler it was made with, and served by the other kind its inputs are bound by 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 from typing import Any, Iterable, Mapping
@@ -59,10 +60,7 @@ class FeatureSpec:
     @property
     def tf_shape(self) -> tuple[int, ...]:
         """Shape without the leading 1s (``[1, W]`` -> ``(W,)``), as ml-compiler-opt's signature specs."""
-        s = list(self.shape)
-        while s and s[0] == 1:
-            s.pop(0)
-        return tuple(s)
+        return tuple(itertools.dropwhile(lambda d: d == 1, self.shape))
 
     def to_json(self) -> dict:
         return {"name": self.name, "type": self.ctype, "shape": list(self.shape), "role": self.role}
@@ -261,19 +259,18 @@ class PolicySpec:
         for s in header.features:
             if s.name == advice_name:
                 continue  # a training log: the advice taken is the last feature
-            fs = FeatureSpec(s.name, s.ctype, tuple(s.shape), INPUT)
             role, why = INPUT, ""
             if kind == MASKED_CHOICE and s.name == MASK_FEATURE:
                 role = MASK
             elif s.name in drop:
                 role, why = DISCARD, drop[s.name]
-            elif kind == BINARY and fs.size != 1:
+            elif kind == BINARY and s.size != 1:
                 role, why = DISCARD, f"shape {list(s.shape)}: the inliner network takes scalars"
-            elif kind == MASKED_CHOICE and fs.size not in (1, width):
+            elif kind == MASKED_CHOICE and s.size not in (1, width):
                 role, why = DISCARD, f"shape {list(s.shape)}: neither per-candidate [1, {width}] nor scalar"
             elif vocab is not None and s.name not in vocab:
                 role, why = DISCARD, "no vocab"
-            feats.append(dataclasses.replace(fs, role=role))
+            feats.append(FeatureSpec(s.name, s.ctype, tuple(s.shape), role))
             if why:
                 reasons[s.name] = why
         num = 2 if kind == BINARY else int(width)  # type: ignore[arg-type]

@@ -125,23 +125,11 @@ def _read_boundaries(path: str) -> list[float]:
     return vals
 
 
-class Vocab:
+class Vocab(dict[str, FeatureVocab]):
     """Feature name -> :class:`FeatureVocab`, loaded from or saved to a vocab directory."""
 
-    def __init__(self, features: Mapping[str, FeatureVocab] | None = None):
-        self.features: dict[str, FeatureVocab] = dict(features or {})
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.features
-
-    def __getitem__(self, name: str) -> FeatureVocab:
-        return self.features[name]
-
-    def __len__(self) -> int:
-        return len(self.features)
-
     def names(self) -> list[str]:
-        return sorted(self.features)
+        return sorted(self)
 
     @classmethod
     def load(cls, directory: str, names: Iterable[str] | None = None, eps: float = 1e-8) -> "Vocab":
@@ -180,7 +168,7 @@ class Vocab:
 
     def write_into(self, directory: str) -> None:
         """Write the ``.buckets`` files into an existing (private) directory."""
-        for name, fv in self.features.items():
+        for name, fv in self.items():
             if not _NAME_RE.match(name):
                 raise ConfigError(f"feature name {name!r} cannot be a file name")
             with open(os.path.join(directory, name + BUCKETS_SUFFIX), "w", encoding="utf-8") as f:
