@@ -96,20 +96,10 @@ def ends_quietly(run) -> int:
         return EXIT_BROKEN_PIPE
 
 
-def _resolve_shipped_policy(args) -> None:
-    """``--policy pretrained-oz`` (a shipped policy) as its directory."""
-    if isinstance(getattr(args, "policy", None), str):
-        from mlgo_host.shipped import resolve_policy  # nothing heavy: `run --policy default` stays light
-
-        args.policy = resolve_policy(args.policy)
-
-
 def _dispatch(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    only = next((a for a in argv if not a.startswith("-")), None)
-    if only not in COMMANDS:
-        only = None
-    parser = build_parser(only)
+    # only the module of the command given is imported
+    parser = build_parser(next((a for a in argv if a in COMMANDS), None))
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()
@@ -118,7 +108,10 @@ def _dispatch(argv: list[str] | None) -> int:
     if getattr(args, "allow_changed_inputs", False):
         os.environ["MLGO_ALLOW_CHANGED_INPUTS"] = "1"  # policies.specs.ALLOW_CHANGED_INPUTS; workers inherit it
     try:
-        _resolve_shipped_policy(args)
+        if isinstance(getattr(args, "policy", None), str):  # --policy pretrained-oz: the shipped policy's directory
+            from mlgo_host.shipped import resolve_policy  # nothing heavy: `run --policy default` stays light
+
+            args.policy = resolve_policy(args.policy)
         return int(args._module.run(args) or 0)
     except MlgoHostError as e:
         # gin appends "\n  In call to configurable ..." to what a configurable raises
@@ -129,6 +122,3 @@ def _dispatch(argv: list[str] | None) -> int:
         print(f"mlgo-host {args.command}: interrupted", file=sys.stderr)
         return 130
 
-
-if __name__ == "__main__":
-    sys.exit(main())

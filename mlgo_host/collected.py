@@ -55,12 +55,10 @@ def save_episode(directory: str, rec: dict, episode) -> str:
             header=np.array(json.dumps(episode.header.to_json())), contexts=np.array(json.dumps(episode.contexts)),
             meta=np.array(json.dumps(meta, sort_keys=True)),
         )
-    line = (json.dumps(dict(meta, file=name), sort_keys=True) + "\n").encode()
-    fd = os.open(os.path.join(directory, MANIFEST), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+    # unbuffered: one write(2) to the O_APPEND file, so concurrent writers' lines never interleave
+    with open(os.path.join(directory, MANIFEST), "ab", buffering=0,
+              opener=lambda p, flags: os.open(p, flags, 0o644)) as f:
+        f.write((json.dumps(dict(meta, file=name), sort_keys=True) + "\n").encode())
     return name
 
 

@@ -53,23 +53,18 @@ def _mlgo(args: list[str], shown: list[str] | None = None) -> None:
         raise SystemExit(f"demo: step failed (exit {rc}): mlgo-host {' '.join(args)}")
 
 
-def _configs() -> str:
-    if not os.path.isdir(REPO_CONFIGS):
-        raise SystemExit("demo: configs/ not found next to the package (run from a checkout: make demo)")
-    return REPO_CONFIGS
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     t0 = time.monotonic()
     out = os.path.abspath(args.output)
     os.makedirs(out, exist_ok=True)
-    configs = _configs()
+    if not os.path.isdir(REPO_CONFIGS):
+        raise SystemExit("demo: configs/ not found next to the package (run from a checkout: make demo)")
     timings: dict[str, float] = {}
     corpus = _build_corpus(args, out, timings)
     common = [f"num_workers={args.workers}", f"heldout_fraction={HELDOUT_FRACTION}"]
-    bc_root = _clone_default(corpus, out, configs, common, timings)
-    search_root = _search_then_imitate(args, corpus, out, configs, common, timings)
+    bc_root = _clone_default(corpus, out, common, timings)
+    search_root = _search_then_imitate(args, corpus, out, common, timings)
     tuned = _tune_heldout(args, corpus, out, timings)
     table = _evaluate_heldout(args, corpus, out, bc_root, search_root, tuned, timings)
     from mlgo_host.evaluation.plots import plot_search
@@ -123,27 +118,27 @@ def _build_corpus(args: argparse.Namespace, out: str, timings: dict[str, float])
     return corpus
 
 
-def _clone_default(corpus: str, out: str, configs: str, common: list[str], timings: dict[str, float]) -> str:
+def _clone_default(corpus: str, out: str, common: list[str], timings: dict[str, float]) -> str:
     """Step 2: behavioural cloning of the default heuristic (once); returns its run's root."""
     bc_root = os.path.join(out, "bc")
     title = "2/5 behavioural cloning of the default heuristic (trace, vocab, cloning): imitation without search"
     with _step(title, timings, "bc"):
         if not os.path.exists(os.path.join(bc_root, "saved_policy", "metadata.json")):
             _mlgo(["train", "--root_dir", bc_root, "--corpus", corpus,
-                   "--gin_files", os.path.join(configs, "inlining", "bc.gin"), "--gin_bindings", *common])
+                   "--gin_files", os.path.join(REPO_CONFIGS, "inlining", "bc.gin"), "--gin_bindings", *common])
         else:
             print("already trained", file=sys.stderr)
     return bc_root
 
 
-def _search_then_imitate(args: argparse.Namespace, corpus: str, out: str, configs: str, common: list[str],
+def _search_then_imitate(args: argparse.Namespace, corpus: str, out: str, common: list[str],
                          timings: dict[str, float]) -> str:
     """Step 3: search, then imitate, for ``--minutes`` (resumed); returns its run's root."""
     search_root = os.path.join(out, "search")
     title = f"3/5 search, then imitate: {args.minutes:g} minutes of rounds, searches of {args.round_minutes:g}"
     with _step(title, timings, "search"):
         _mlgo(["train", "--root_dir", search_root, "--corpus", corpus,
-               "--gin_files", os.path.join(configs, "inlining", "search.gin"),
+               "--gin_files", os.path.join(REPO_CONFIGS, "inlining", "search.gin"),
                "--gin_bindings", *common, f"time_budget_minutes={args.minutes}",
                f"compiles_per_round={args.compiles_per_round}", f"round_search_minutes={args.round_minutes}",
                # two gate thresholds: each costs a compile of every validation module per round
@@ -177,16 +172,15 @@ def _evaluate_heldout(args: argparse.Namespace, corpus: str, out: str, bc_root: 
                              replays={"tune (searched there)": tuned})
 
 
-def heldout_names(corpus: str, heldout_fraction: float = HELDOUT_FRACTION, seed: int = 0) -> list[str]:
+def heldout_names(corpus: str) -> list[str]:
     """The modules of the training runs' held-out split."""
     from mlgo_host.corpus.corpus import load_corpus
 
-    _, held = load_corpus(corpus).split(heldout_fraction, seed)
+    _, held = load_corpus(corpus).split(HELDOUT_FRACTION, 0)
     return [m.name for m in held if m.error is None]
 
 
-def heldout_table(corpus: str, policies: dict[str, str], out: str, *, jobs: int,
-                  heldout_fraction: float = HELDOUT_FRACTION, seed: int = 0, guard_row: str | None = None,
+def heldout_table(corpus: str, policies: dict[str, str], out: str, *, jobs: int, guard_row: str | None = None,
                   replays: dict[str, str] | None = None) -> dict:
     """Each policy (greedy) against -Oz on the training runs' held-out split; ``guard_row``: also that
     policy behind the guard; ``replays``: tune directories, each module compiled with its replay."""
@@ -194,11 +188,11 @@ def heldout_table(corpus: str, policies: dict[str, str], out: str, *, jobs: int,
     from mlgo_host.evaluation.evaluate import EvalReport, apply_guard, evaluate
 
     rows = []
-    projects = sorted({project_of(n) for n in heldout_names(corpus, heldout_fraction, seed)})
+    projects = sorted({project_of(n) for n in heldout_names(corpus)})
     runs = [(label, path, None) for label, path in policies.items()]
     runs += [(label, "default", t) for label, t in (replays or {}).items()]
     for label, path, replay in runs:
-        rep = evaluate(corpus, path, split="heldout", heldout_fraction=heldout_fraction, jobs=jobs, seed=seed,
+        rep = evaluate(corpus, path, split="heldout", heldout_fraction=HELDOUT_FRACTION, jobs=jobs, seed=0,
                        replay_dir=replay)
         slug = label.lower().replace(" ", "_")
         rep.write_csv(os.path.join(out, f"heldout_{slug}.csv"))
@@ -206,7 +200,7 @@ def heldout_table(corpus: str, policies: dict[str, str], out: str, *, jobs: int,
         if label == guard_row:  # the same compiles, kept as eval --guard keeps them
             guarded = EvalReport(policy=rep.policy, rows=[apply_guard(r) for r in rep.rows], guard=True)
             rows.append(_table_row(f"{label} + guard", path, guarded, worst=False))
-    return {"corpus": corpus, "heldout_fraction": heldout_fraction, "projects": projects, "rows": rows}
+    return {"corpus": corpus, "heldout_fraction": HELDOUT_FRACTION, "projects": projects, "rows": rows}
 
 
 def _table_row(label: str, path: str, rep, worst: bool = True) -> dict:

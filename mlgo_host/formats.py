@@ -46,11 +46,9 @@ def read_format_json(path: str | os.PathLike, fmt: str, what: str, hint: str = "
     except OSError as e:
         raise ConfigError(f"{path}: unreadable {what}: {e.strerror}") from None
     try:
-        text = raw.decode("utf-8")
+        doc = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: unreadable {what}: not UTF-8 text") from None
-    try:
-        doc = json.loads(text)
     except ValueError as e:
         raise ConfigError(f"{path}: unreadable {what}: not JSON ({e})") from None
     return check_format(doc, fmt, what, path)

@@ -30,19 +30,11 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[str]:
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    """``data`` as ``path`` (mode 0600, as ``tempfile.mkstemp`` made it), synced before it replaces it."""
+    with atomic_path(path) as tmp, open(tmp, "wb", opener=lambda p, flags: os.open(p, flags, 0o600)) as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def atomic_write_json(path: str, obj: Any, indent: int | None = 1) -> None:

@@ -14,19 +14,21 @@ from collections.abc import Iterator
 ProcStat = collections.namedtuple("ProcStat", "state pgid sid start")
 
 
+def _stat_fields(pid: int | str) -> list[bytes]:
+    """The fields of /proc/PID/stat from field 3 of proc(5) on; OSError if it is gone."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        data = f.read()
+    # the command name (field 2) is in parentheses and may hold spaces or ")"
+    return data[data.rindex(b")") + 2:].split()
+
+
 def stat(pid: int) -> ProcStat | None:
     """``pid``'s stat; None if it is gone (or cannot be read)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # the command name (field 2) is in parentheses and may hold spaces or ")"
-    fields = data[data.rindex(b")") + 2:].split()
-    try:
+        fields = _stat_fields(pid)
         # fields[0] is field 3 of proc(5): state; pgrp is 5, session 6, starttime 22
         return ProcStat(fields[0].decode(), int(fields[2]), int(fields[3]), int(fields[19]))
-    except (IndexError, ValueError):
+    except (OSError, IndexError, ValueError):
         return None
 
 
@@ -94,10 +96,7 @@ def kill_group_or_process(pid: int, st: ProcStat | None = None) -> None:
     if st is None:
         return
     try:
-        if st.pgid == pid:
-            os.killpg(pid, signal.SIGKILL)
-        else:
-            os.kill(pid, signal.SIGKILL)
+        (os.killpg if st.pgid == pid else os.kill)(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
 
@@ -105,9 +104,6 @@ def kill_group_or_process(pid: int, st: ProcStat | None = None) -> None:
 def current_cpu() -> int:
     """The CPU this process last ran on (0 when unknown)."""
     try:
-        with open("/proc/self/stat", "rb") as f:
-            data = f.read()
-        # field 39 of proc(5), "processor"
-        return int(data[data.rindex(b")") + 2:].split()[36])
+        return int(_stat_fields("self")[36])  # field 39 of proc(5), "processor"
     except (OSError, ValueError, IndexError):
         return 0

@@ -36,6 +36,7 @@ examples:
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 
@@ -45,9 +46,9 @@ from mlgo_host.errors import ConfigError
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="corpus_command", metavar="ACTION")
-    b = sub.add_parser("build", help="build a corpus from a compile database (compile_commands.json)",
-                       formatter_class=HelpFormatter,
-                       description="Build an mlgo-utils corpus from a compile database.")
+    action = functools.partial(sub.add_parser, formatter_class=HelpFormatter)
+    b = action("build", help="build a corpus from a compile database (compile_commands.json)",
+               description="Build an mlgo-utils corpus from a compile database.")
     b.add_argument("--compile-commands", required=True, metavar="PATH",
                    help="the compile database to build from (compile_commands.json)")
     _common(b)
@@ -55,11 +56,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="replace every -O flag of the entries with this one (e.g. -Oz); "
                         "entries compiled at -O0 are otherwise skipped")
     b.add_argument("--force", action="store_true", help="rebuild modules that already exist")
-    m = sub.add_parser("benchmark", help="download and build the benchmark corpus (pinned PyPI sdists)",
-                       formatter_class=HelpFormatter,
-                       description="Build the benchmark corpus (or, with --sources training, the larger training "
-                                   "corpus; with --sources external, the external corpus of projects neither "
-                                   "contains) from pinned PyPI source distributions.")
+    m = action("benchmark", help="download and build the benchmark corpus (pinned PyPI sdists)",
+               description="Build the benchmark corpus (or, with --sources training, the larger training "
+                           "corpus; with --sources external, the external corpus of projects neither "
+                           "contains) from pinned PyPI source distributions.")
     _common(m)
     m.add_argument("--cache-dir", metavar="DIR", default=None,
                    help="where sdists are downloaded and extracted "
@@ -71,11 +71,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "generalization), or the path of a list in the same format")
     m.add_argument("--package", action="append", metavar="NAME",
                    help="build only this package of the list (repeatable; default: all of them)")
-    d = sub.add_parser("debian", help="build a corpus from Debian (bookworm main) source packages",
-                       formatter_class=HelpFormatter,
-                       description="Build a corpus from Debian (bookworm main) source packages, each configured "
-                                   "and built by its own build system under bear with clang-19 at -Oz. Needs "
-                                   "root (or sudo) for apt and the network.")
+    d = action("debian", help="build a corpus from Debian (bookworm main) source packages",
+               description="Build a corpus from Debian (bookworm main) source packages, each configured "
+                           "and built by its own build system under bear with clang-19 at -Oz. Needs "
+                           "root (or sudo) for apt and the network.")
     _common(d)
     d.add_argument("--packages", metavar="NAME,NAME", default=None,
                    help="build only these packages (default: every one of the packages file)")
@@ -91,11 +90,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="try again the packages an earlier run skipped (default: keep them skipped)")
     d.add_argument("--build-timeout", type=float, default=3600.0, metavar="SECONDS",
                    help="time one step of a package's build (configure, make, build-dep) may take")
-    c = sub.add_parser("combine", help="combine corpora into one, project by project (links, no copies)",
-                       formatter_class=HelpFormatter,
-                       description="Link the project folders of CORPUS... into OUTPUT and list every module in "
-                                   "its corpus_description.json. The links point at the corpora: move them and "
-                                   "combine again.")
+    c = action("combine", help="combine corpora into one, project by project (links, no copies)",
+               description="Link the project folders of CORPUS... into OUTPUT and list every module in "
+                           "its corpus_description.json. The links point at the corpora: move them and "
+                           "combine again.")
     c.add_argument("corpora", nargs="+", metavar="CORPUS", help="corpus directories to combine")
     c.add_argument("--output", required=True, metavar="DIR",
                    help="the combined corpus: a new or empty directory, or one combined before (remade)")

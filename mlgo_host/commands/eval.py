@@ -26,7 +26,7 @@ import sys
 
 from mlgo_host.channel.problems import PROBLEMS
 from mlgo_host.corpus.corpus import SPLIT_UNITS
-from mlgo_host.commands.help import LLVM_SIZE_HELP, hidden_alias
+from mlgo_host.commands.help import LLVM_SIZE_HELP, add_aliased
 from mlgo_host.errors import ConfigError
 
 
@@ -48,12 +48,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "component, as training splits) or a module (default: %(default)s)")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, metavar="N",
                    help="worker processes (default: the number of CPUs)")
-    p.add_argument("--worker-backend", dest="worker_backend", choices=("local", "ray"),
-                   default="local", help="where the worker processes run: this machine, or a Ray cluster")
-    hidden_alias(p, "--worker_backend", "worker_backend", choices=("local", "ray"))
-    p.add_argument("--ray-address", dest="ray_address", default=None, metavar="ADDRESS",
-                   help="with --worker-backend ray: the cluster to join (default: start a local Ray)")
-    hidden_alias(p, "--ray_address", "ray_address")
+    add_aliased(p, "--worker-backend", choices=("local", "ray"), default="local",
+                help="where the worker processes run: this machine, or a Ray cluster")
+    add_aliased(p, "--ray-address", default=None, metavar="ADDRESS",
+                help="with --worker-backend ray: the cluster to join (default: start a local Ray)")
     p.add_argument("--clang", default="clang-19", metavar="PATH", help="clang binary compiling the modules")
     p.add_argument("--llvm-size", default=None, metavar="PATH", help=LLVM_SIZE_HELP)
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="time one module compile may take")

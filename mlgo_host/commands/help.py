@@ -22,10 +22,12 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
-def hidden_alias(p: argparse.ArgumentParser, old: str, dest: str, **kw) -> None:
-    """Accept ``old``, an earlier spelling of the option that stores ``dest``
-    (``--no_progress`` for ``--no-progress``), without listing it."""
-    p.add_argument(old, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kw)
+def add_aliased(p: argparse.ArgumentParser, option: str, **kw) -> None:
+    """Add ``option`` (``--no-progress``) and accept, unlisted, its earlier spelling (``--no_progress``)."""
+    dest = option[2:].replace("-", "_")
+    p.add_argument(option, dest=dest, **kw)
+    parsing = {k: v for k, v in kw.items() if k in ("action", "type", "choices")}
+    p.add_argument("--" + dest, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **parsing)
 
 
 #: the --llvm-size option's help, the same wherever a command measures objects

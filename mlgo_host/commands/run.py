@@ -99,12 +99,13 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError("--save-replay needs --actions FILE (the forced actions to fingerprint)")
     if args.timeout <= 0:
         raise ConfigError(f"--timeout must be positive, got {args.timeout:g}")
-    tuned = None
+    name = None  # the tuned module whose replay answers (--replay T)
     if args.replay:
-        policy, tuned, matched = _tuned(args, cmd)
-        flags = tuned[0].tuned.flags_for(matched)
+        pols, matched = _tuned(args, cmd)
+        flags = pols.tuned.flags_for(matched)
         if flags:  # tuned into a compiler replay: plain compiler flags, no channel
             return _run_with_flags(cmd, flags, matched, args.timeout)
+        policy, name = pols.for_module(matched)
     elif args.actions:
         from mlgo_host.policies.replay import load_replay
 
@@ -122,23 +123,16 @@ def _run(args: argparse.Namespace) -> int:
     res = ready_and_run(cmd, args.advisor, policy, timeout=args.timeout, log_path=args.log, pin_cpu=args.pin)
     out = res.summary()
     out["policy"] = args.policy or "default"
-    if tuned is not None:
-        pols, name = tuned
+    if args.replay:
         out["tuned"] = pols.outcome(policy, name)
-        if name is not None:
-            out["policy"] = policy.name  # type: ignore[union-attr]
-            out["replay"] = policy.report()  # type: ignore[union-attr]
-    elif args.actions:
+    if args.actions or name is not None:
         out["policy"] = policy.name  # type: ignore[union-attr]
         out["replay"] = policy.report()  # type: ignore[union-attr]
-        if args.save_replay and res.returncode == 0:
-            from mlgo_host.policies.replay import write_replay
+    if args.save_replay and res.returncode == 0:  # (--save-replay needs --actions)
+        from mlgo_host.policies.replay import write_replay
 
-            write_replay(args.save_replay, policy.replay.with_fingerprint(policy))  # type: ignore[union-attr]
-    out["text_size"] = None
-    if res.returncode == 0 and res.output and res.output != "-":
-        path = res.output if os.path.isabs(res.output) else os.path.join(os.getcwd(), res.output)
-        out["text_size"] = _text_size(path, cmd[0])
+        write_replay(args.save_replay, policy.replay.with_fingerprint(policy))  # type: ignore[union-attr]
+    out["text_size"] = _text_size(res.returncode, res.output, cmd[0])
     me = resource.getrusage(resource.RUSAGE_SELF)
     out["host_cpu_s"] = round(me.ru_utime + me.ru_stime, 4)
     if res.returncode != 0 and res.stderr_tail:
@@ -153,11 +147,10 @@ def _run_with_flags(cmd: list[str], flags: list[str], name: str, timeout: float)
     from mlgo_host.serve.client import classify
 
     rc, tail = run_without_channel(cmd + flags, timeout=timeout)
-    plan = classify(cmd[1:])
-    out = {"advisor": "inline", "returncode": rc, "output": plan.get("output"), "policy": f"tuned:{name}",
-           "tuned": {"tuned": "tuned", "tuned_module": name, "flags": flags}, "text_size": None}
-    if rc == 0 and plan.get("output"):
-        out["text_size"] = _text_size(plan["output"], cmd[0])
+    output = classify(cmd[1:]).get("output")
+    out = {"advisor": "inline", "returncode": rc, "output": output, "policy": f"tuned:{name}",
+           "tuned": {"tuned": "tuned", "tuned_module": name, "flags": flags},
+           "text_size": _text_size(rc, output, cmd[0])}
     if rc != 0 and tail:
         sys.stderr.write(tail)
     print(json.dumps(out))
@@ -165,8 +158,8 @@ def _run_with_flags(cmd: list[str], flags: list[str], name: str, timeout: float)
 
 
 def _tuned(args: argparse.Namespace, cmd: list[str]):
-    """The replay of the tuned module of ``--replay T`` this command compiles,
-    else --policy; and the name of the module it matched (None: none)."""
+    """The policies of ``--replay T`` (--policy the fallback) and the tuned module this command
+    compiles (None: none)."""
     from mlgo_host.search.tunedir import TunedDir, TunedPolicies
     from mlgo_host.policies import load_policy
     from mlgo_host.serve.client import classify
@@ -177,17 +170,18 @@ def _tuned(args: argparse.Namespace, cmd: list[str]):
                                                                greedy=not args.sample), args.seed, not args.sample)
     plan = classify(cmd[1:])
     if not plan["compile"]:
-        return pols.fallback, (pols, None), None
-    matched = pols.tuned.match(cmd, os.getcwd(), plan["source"], plan["output"])
-    policy, name = pols.for_module(matched)
-    return policy, (pols, name), matched
+        return pols, None
+    return pols, pols.tuned.match(cmd, os.getcwd(), plan["source"], plan["output"])
 
 
-def _text_size(path: str, compiler: str) -> int | None:
+def _text_size(returncode: int, output: str | None, compiler: str) -> int | None:
+    """The text size of a compile's object file; None when it made none."""
     from mlgo_host.errors import MlgoHostError
     from mlgo_host.measure.sizes import text_size
 
+    if returncode != 0 or not output or output == "-":
+        return None
     try:
-        return text_size(path, clang=compiler)
+        return text_size(os.path.join(os.getcwd(), output), clang=compiler)
     except MlgoHostError:
         return None  # not an object file (e.g. -emit-llvm, -S)

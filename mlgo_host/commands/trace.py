@@ -23,7 +23,7 @@ import json
 import sys
 
 from mlgo_host.channel.problems import LEARNABLE
-from mlgo_host.commands.help import LLVM_SIZE_HELP, hidden_alias
+from mlgo_host.commands.help import LLVM_SIZE_HELP, add_aliased
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,21 +34,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--advisor", choices=LEARNABLE, default="inline",
                    help="which of the compiler's decisions to trace")
     p.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="modules compiled in parallel")
-    p.add_argument("--worker-backend", dest="worker_backend", choices=("local", "ray"),
-                   default="local", help="where the worker processes run: this machine, or a Ray cluster")
-    hidden_alias(p, "--worker_backend", "worker_backend", choices=("local", "ray"))
-    p.add_argument("--ray-address", dest="ray_address", default=None, metavar="ADDRESS",
-                   help="with --worker-backend ray: the cluster to join (default: start a local Ray)")
-    hidden_alias(p, "--ray_address", "ray_address")
+    add_aliased(p, "--worker-backend", choices=("local", "ray"), default="local",
+                help="where the worker processes run: this machine, or a Ray cluster")
+    add_aliased(p, "--ray-address", default=None, metavar="ADDRESS",
+                help="with --worker-backend ray: the cluster to join (default: start a local Ray)")
     p.add_argument("--clang", default="clang-19", metavar="PATH", help="the clang driver to compile with")
-    p.add_argument("--llvm-size", dest="llvm_size", default=None, metavar="PATH", help=LLVM_SIZE_HELP)
-    hidden_alias(p, "--llvm_size", "llvm_size")
+    add_aliased(p, "--llvm-size", default=None, metavar="PATH", help=LLVM_SIZE_HELP)
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="time one module's compile may take")
     p.add_argument("--modules", type=int, default=None, metavar="N",
                    help="trace only the first N modules (default: all)")
     p.add_argument("--seed", type=int, default=0, help="seed of stochastic policies")
-    p.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bar on stderr")
-    hidden_alias(p, "--no_progress", "no_progress", action="store_true")
+    add_aliased(p, "--no-progress", action="store_true", help="no progress bar on stderr")
 
 
 def run(args: argparse.Namespace) -> int:

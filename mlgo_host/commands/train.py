@@ -21,7 +21,7 @@ import logging
 import os
 import warnings
 
-from mlgo_host.commands.help import hidden_alias
+from mlgo_host.commands.help import add_aliased
 from mlgo_host.errors import ConfigError
 
 
@@ -32,16 +32,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--collected", metavar="DIR",
                    help="train one iteration on the episodes `serve --collect DIR` kept since the last run "
                         "(instead of --corpus; needs --baseline-stats)")
-    p.add_argument("--baseline-stats", dest="baseline_stats", metavar="FILE",
-                   help="with --collected: the --stats file of a `serve --policy default` build of the same "
-                        "tree (the rewards' baseline sizes)")
-    hidden_alias(p, "--baseline_stats", "baseline_stats")
+    add_aliased(p, "--baseline-stats", metavar="FILE",
+                help="with --collected: the --stats file of a `serve --policy default` build of the same "
+                     "tree (the rewards' baseline sizes)")
     p.add_argument("--gin_files", nargs="+", action="extend", default=[], required=True, metavar="FILE",
                    help="gin configuration files")
     p.add_argument("--gin_bindings", nargs="+", action="extend", default=[], metavar="BINDING",
                    help="gin bindings overriding the files, e.g. num_iterations=5")
-    p.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bars")
-    hidden_alias(p, "--no_progress", "no_progress", action="store_true")
+    add_aliased(p, "--no-progress", action="store_true", help="no progress bars")
 
 
 def run(args: argparse.Namespace) -> int:

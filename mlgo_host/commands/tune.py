@@ -82,11 +82,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar (default: one on a terminal)")
 
 
-def _stop(signum, frame):
-    # SIGTERM unwinds like Ctrl-C: T keeps every module finished so far
-    raise KeyboardInterrupt
-
-
 def _prior(prior: str) -> str | None:
     """None for the patterns alone, a shipped policy's name, or a saved policy
     directory made absolute (the workers may run elsewhere)."""
@@ -127,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give --corpus DIR and --output T (or --print-flags T FILE)")
     if args.timeout <= 0:
         raise ConfigError(f"--timeout must be positive, got {args.timeout:g}")
-    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # unwinds like Ctrl-C: T keeps the modules finished
     s = tune(args.corpus, args.output, policy=args.policy, budget_minutes=args.budget_minutes,
              compiles_per_module=args.compiles_per_module, jobs=args.jobs, backend=args.backend,
              ray_address=args.ray_address, clang=args.clang, llvm_size=args.llvm_size, module_timeout=args.timeout,

@@ -12,18 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from mlgo_host.commands.help import hidden_alias
+from mlgo_host.commands.help import add_aliased
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, metavar="DIR", help="trace directory (with trace.json)")
     p.add_argument("--output", required=True, metavar="DIR", help="vocab directory to write")
-    p.add_argument("--sampling-fraction", dest="sampling_fraction", type=float, default=1.0,
-                   metavar="F", help="fraction of the observations to use, in (0, 1]")
-    hidden_alias(p, "--sampling_fraction", "sampling_fraction", type=float)
-    p.add_argument("--num-buckets", dest="num_buckets", type=int, default=1000, metavar="N",
-                   help="quantiles per feature, 1..1000")
-    hidden_alias(p, "--num_buckets", "num_buckets", type=int)
+    add_aliased(p, "--sampling-fraction", type=float, default=1.0, metavar="F",
+                help="fraction of the observations to use, in (0, 1]")
+    add_aliased(p, "--num-buckets", type=int, default=1000, metavar="N", help="quantiles per feature, 1..1000")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampling (with --sampling-fraction < 1)")
 
 
