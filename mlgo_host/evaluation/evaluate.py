@@ -124,8 +124,7 @@ class EvalReport:
         fields = CSV_FIELDS + GUARD_FIELDS if self.guard else CSV_FIELDS
         w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
         w.writeheader()
-        for r in self.rows:
-            w.writerow(r.csv_row())
+        w.writerows(r.csv_row() for r in self.rows)
         return buf.getvalue()
 
     def write_csv(self, path: str | os.PathLike) -> None:
@@ -252,10 +251,9 @@ class EvalWorker:
         try:
             base, base_cpu = baseline_size_info(mod, clang=self.clang, llvm_size=self.llvm_size,
                                                 cache_dir=self.cache_dir, timeout=self.timeout, advisor=self.advisor)
-        except MlgoHostError as e:
-            return EvalRow(mod.name, None, None, None, 0, "failed", f"baseline: {e}")
         except Exception as e:  # noqa: BLE001 - a report row, not a crash
-            return EvalRow(mod.name, None, None, None, 0, "failed", f"baseline: {type(e).__name__}: {e}")
+            why = e if isinstance(e, MlgoHostError) else f"{type(e).__name__}: {e}"
+            return EvalRow(mod.name, None, None, None, 0, "failed", f"baseline: {why}")
         try:
             flags = self.tuned.tuned.flags_for(mod.name) if self.tuned is not None else []
             if flags:  # a compiler replay (tune's batched search): no channel

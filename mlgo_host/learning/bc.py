@@ -85,7 +85,7 @@ def train_bc(
         net = build_actor_network(spec, vocab, norm)
     else:
         net = build_actor_network(spec, vocab, norm, fc_layer_params=tuple(fc_layer_params))
-    steps = _Cloner(net, spec, learning_rate).fit(train, held, epochs, batch_size, rng, progress)
+    steps = _fit(net, spec, learning_rate, train, held, epochs, batch_size, rng, progress)
     sp = save_policy(output_dir, net, spec, vocab, norm, compiler=trace.index.get("compiler"), training_step=0,
                      saved_model=saved_model,
                      extra={"bc": {"trace_policy": trace.index.get("policy"), "epochs": epochs, "steps": steps}})
@@ -122,11 +122,9 @@ def _load_data(trace, spec: PolicySpec) -> list[tuple[str, dict, np.ndarray]]:
 def _split_modules(mods: list, heldout_fraction: float, rng: np.random.Generator) -> tuple[_Data, _Data | None]:
     """(training data, held-out data or None), split by module with a seeded shuffle."""
     order = rng.permutation(len(mods))
-    n_held = int(round(heldout_fraction * len(mods)))
+    n_held = 0
     if heldout_fraction > 0 and len(mods) >= 2:
-        n_held = max(1, min(n_held, len(mods) - 1))
-    else:
-        n_held = 0
+        n_held = max(1, min(int(round(heldout_fraction * len(mods))), len(mods) - 1))
     held = [mods[i] for i in order[:n_held]]
     train = [mods[i] for i in order[n_held:]]
     return _Data.concat(train), (_Data.concat(held) if held else None)
@@ -153,57 +151,60 @@ class _Data:
         return {k: v[idx] for k, v in self.x.items()}
 
 
-class _Cloner:
-    """The actor network, Adam, a compiled cross-entropy step and greedy prediction."""
+def adam_step(net, spec: PolicySpec, learning_rate: float, loss_fn, *arg_specs):
+    """A compiled Adam step of ``net`` on ``loss_fn(logits, *args)`` over a batch of ``spec``'s
+    observations and ``args`` (as ``arg_specs``); returns the loss."""
+    opt = tf.keras.optimizers.Adam(learning_rate=learning_rate)
 
-    def __init__(self, net, spec: PolicySpec, learning_rate: float):
-        self.net = net
-        self.opt = tf.keras.optimizers.Adam(learning_rate=learning_rate)
-        obs_spec = obs_spec_batched(observation_spec(spec))
-        self.step = tf.function(self._step, input_signature=[obs_spec, tf.TensorSpec([None], tf.int64)])
-        self.predict = tf.function(self._predict, input_signature=[obs_spec])
-
-    def _step(self, obs, y):
+    @tf.function(input_signature=[obs_spec_batched(observation_spec(spec)), *arg_specs])
+    def step(obs, *args):
         with tf.GradientTape() as tape:
-            lg = actor_logits(self.net, obs)
-            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=lg))
-        grads = tape.gradient(loss, self.net.trainable_variables)
-        self.opt.apply_gradients(zip(grads, self.net.trainable_variables))
-        acc = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(lg, axis=-1), y), tf.float32))
-        return loss, acc
+            loss = loss_fn(actor_logits(net, obs), *args)
+        grads = tape.gradient(loss, net.trainable_variables)
+        opt.apply_gradients(zip(grads, net.trainable_variables))
+        return loss
 
-    def _predict(self, obs):
-        return tf.argmax(actor_logits(self.net, obs), axis=-1)
+    return step
 
-    def accuracy(self, data: _Data | None) -> float:
+
+def epoch_losses(step, x: dict[str, np.ndarray], args: Sequence[np.ndarray], batch_size: int,
+                 rng: np.random.Generator) -> list[float]:
+    """One pass of ``step`` over shuffled minibatches of ``x`` and ``args``; the losses."""
+    perm = rng.permutation(len(args[0]))
+    batches = (perm[s : s + batch_size] for s in range(0, len(perm), batch_size))
+    return [float(step({k: v[idx] for k, v in x.items()}, *(a[idx] for a in args))) for idx in batches]
+
+
+def _fit(net, spec: PolicySpec, learning_rate: float, train: _Data, held: _Data | None, epochs: int,
+         batch_size: int, rng: np.random.Generator, progress: bool) -> int:
+    """Shuffled minibatch passes of cross-entropy, accuracy logged every 5 epochs; returns the steps."""
+
+    def cross_entropy(logits, y):
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+
+    step = adam_step(net, spec, learning_rate, cross_entropy, tf.TensorSpec([None], tf.int64))
+    predict = tf.function(lambda obs: tf.argmax(actor_logits(net, obs), axis=-1),
+                          input_signature=[obs_spec_batched(observation_spec(spec))])
+
+    def accuracy(data: _Data | None) -> float:
         if data is None:
             return float("nan")
-        hits = 0
-        for s in range(0, data.n, 8192):
-            sl = slice(s, s + 8192)
-            hits += int(np.sum(self.predict(data.rows(sl)).numpy() == data.y[sl]))
+        hits = sum(int(np.sum(predict(data.rows(slice(s, s + 8192))).numpy() == data.y[s : s + 8192]))
+                   for s in range(0, data.n, 8192))
         return hits / max(1, data.n)
 
-    def fit(self, train: _Data, held: _Data | None, epochs: int, batch_size: int, rng: np.random.Generator,
-            progress: bool) -> int:
-        """Shuffled minibatch passes, accuracy logged every 5 epochs; returns the steps."""
-        steps = 0
-        bar = progress_bar(range(epochs), desc="behavioural cloning", unit="epoch", enabled=progress)
-        for ep in bar:
-            perm = rng.permutation(train.n)
-            losses = []
-            for s in range(0, train.n, batch_size):
-                idx = perm[s : s + batch_size]
-                loss, _ = self.step(train.rows(idx), train.y[idx])
-                losses.append(float(loss))
-                steps += 1
-            if ep == epochs - 1 or ep % 5 == 4:
-                tr_acc, ho_acc = self.accuracy(train), self.accuracy(held)
-                bar.set_postfix(loss=f"{np.mean(losses):.4f}", acc=f"{tr_acc:.4f}", heldout=f"{ho_acc:.4f}")
-                log.info("epoch %d: loss %.4f, accuracy %.4f (train), %.4f (held out)", ep + 1, np.mean(losses),
-                         tr_acc, ho_acc)
-        bar.close()
-        return steps
+    steps = 0
+    bar = progress_bar(range(epochs), desc="behavioural cloning", unit="epoch", enabled=progress)
+    for ep in bar:
+        losses = epoch_losses(step, train.x, (train.y,), batch_size, rng)
+        steps += len(losses)
+        if ep == epochs - 1 or ep % 5 == 4:
+            tr_acc, ho_acc = accuracy(train), accuracy(held)
+            bar.set_postfix(loss=f"{np.mean(losses):.4f}", acc=f"{tr_acc:.4f}", heldout=f"{ho_acc:.4f}")
+            log.info("epoch %d: loss %.4f, accuracy %.4f (train), %.4f (held out)", ep + 1, np.mean(losses),
+                     tr_acc, ho_acc)
+    bar.close()
+    return steps
 
 
 def _measure_saved(sp, spec: PolicySpec, train: _Data, held: _Data | None, *, epochs: int, steps: int,
@@ -213,10 +214,7 @@ def _measure_saved(sp, spec: PolicySpec, train: _Data, held: _Data | None, *, ep
     hits_ho = int(np.sum(sp.actor.greedy(held.x) == held.y)) if held is not None else 0
     n_tr, n_ho = train.n, (held.n if held is not None else 0)
     y_all = train.y if held is None else np.concatenate([train.y, held.y])
-    if spec.action.kind == "binary":
-        pos = float(np.mean(y_all == 1))
-    else:
-        pos = float(np.mean(y_all != spec.num_actions - 1))
+    pos = float(np.mean(y_all == 1 if spec.action.kind == "binary" else y_all != spec.num_actions - 1))
     return BCResult(
         output_dir=sp.path, decisions=n_tr + n_ho, train_decisions=n_tr, heldout_decisions=n_ho,
         accuracy=(hits_tr + hits_ho) / (n_tr + n_ho), train_accuracy=hits_tr / n_tr,

@@ -24,7 +24,7 @@ from mlgo_host.channel.codec import Header
 from mlgo_host.errors import ConfigError
 from mlgo_host.policies.specs import PolicySpec
 from mlgo_host.policies.vocab import NormConfig, Vocab, VocabBuilder
-from mlgo_host.learning.bc import obs_spec_batched
+from mlgo_host.learning.bc import adam_step, epoch_losses
 
 log = logging.getLogger("mlgo_host.imitate")
 
@@ -112,8 +112,8 @@ def fit_actor(header: Header, records: np.ndarray, targets: np.ndarray, weights:
     import tensorflow as tf
 
     from mlgo_host.learning.export import save_policy
-    from mlgo_host.learning.networks import actor_logits, build_actor_network
-    from mlgo_host.learning.tensor_specs import numpy_observations, observation_spec
+    from mlgo_host.learning.networks import build_actor_network
+    from mlgo_host.learning.tensor_specs import numpy_observations
 
     tf.random.set_seed(seed)
     rng = np.random.default_rng(seed)
@@ -130,25 +130,8 @@ def fit_actor(header: Header, records: np.ndarray, targets: np.ndarray, weights:
     y = np.asarray(targets, dtype=np.int64 if tdt == tf.int64 else np.float32)
     w = (weights / weights.mean()).astype(np.float32)
     net = build_actor_network(spec, vocab, norm, fc_layer_params=tuple(fc_layer_params))
-    opt = tf.keras.optimizers.Adam(learning_rate=learning_rate)
-    sig = obs_spec_batched(observation_spec(spec))
-
-    @tf.function(input_signature=[sig, tf.TensorSpec([None], tdt), tf.TensorSpec([None], tf.float32)])
-    def step(obs, tgt, wts):
-        with tf.GradientTape() as tape:
-            loss = loss_fn(actor_logits(net, obs), tgt, wts)
-        grads = tape.gradient(loss, net.trainable_variables)
-        opt.apply_gradients(zip(grads, net.trainable_variables))
-        return loss
-
-    losses: list[float] = []
-    for _ in range(epochs):
-        perm = rng.permutation(n)
-        ep_loss = []
-        for s in range(0, n, batch_size):
-            idx = perm[s : s + batch_size]
-            ep_loss.append(float(step({k: v[idx] for k, v in x.items()}, y[idx], w[idx])))
-        losses.append(float(np.mean(ep_loss)))
+    step = adam_step(net, spec, learning_rate, loss_fn, tf.TensorSpec([None], tdt), tf.TensorSpec([None], tf.float32))
+    losses = [float(np.mean(epoch_losses(step, x, (y, w), batch_size, rng))) for _ in range(epochs)]
     sp = save_policy(output_dir, net, spec, vocab, norm, compiler=compiler, saved_model=saved_model,
                      fc_layer_params=fc_layer_params, extra=extra)
     return sp, (losses[-1] if losses else float("nan"))

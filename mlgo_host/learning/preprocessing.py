@@ -23,10 +23,6 @@ TF_DTYPES = {
 }
 
 
-def tf_dtype(ctype: str) -> tf.DType:
-    return TF_DTYPES[ctype]
-
-
 def normalize_fn(fv: FeatureVocab, cfg: NormConfig) -> Callable[[tf.Tensor], tf.Tensor]:
     """``obs [...] -> float32 [..., cfg.width]``."""
     boundaries = [float(x) for x in fv.boundaries]  # float32 values, exactly representable
@@ -51,11 +47,6 @@ def normalize_fn(fv: FeatureVocab, cfg: NormConfig) -> Callable[[tf.Tensor], tf.
     return normalize
 
 
-def discard_fn(obs):
-    """A zero-width float32 output ``[N, 0]`` (an unused feature)."""
-    return tf.zeros(tf.stack([tf.shape(obs)[0], 0]), tf.float32)
-
-
 def _tile_columns(fn, width: int):
     """A scalar feature of an eviction policy, repeated for every column."""
 
@@ -66,11 +57,12 @@ def _tile_columns(fn, width: int):
     return tiled
 
 
-def _discard_columns(width: int):
-    """A zero-width ``[N, W, 0]`` output (unused feature of an eviction policy)."""
+def _discard(*width: int):
+    """A zero-width float32 output of an unused feature: ``[N, 0]``, or ``[N, W, 0]`` given ``width``
+    (eviction)."""
 
     def f(obs):
-        return tf.zeros(tf.stack([tf.shape(obs)[0], width, 0]), tf.float32)
+        return tf.zeros(tf.stack([tf.shape(obs)[0], *width, 0]), tf.float32)
 
     return f
 
@@ -82,7 +74,7 @@ def preprocessing_layers(spec: PolicySpec, vocab: Vocab, cfg: NormConfig) -> dic
     binary = spec.action.kind == BINARY
     for f in spec.features:
         if f.role != INPUT:
-            fn = discard_fn if binary else _discard_columns(int(spec.width))  # type: ignore[arg-type]
+            fn = _discard() if binary else _discard(int(spec.width))  # type: ignore[arg-type]
         else:
             fn = normalize_fn(vocab[f.name], cfg)
             if not binary and f.size == 1:

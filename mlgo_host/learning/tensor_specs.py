@@ -11,13 +11,13 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
 from mlgo_host.errors import ConfigError
-from mlgo_host.learning.preprocessing import tf_dtype
+from mlgo_host.learning.preprocessing import TF_DTYPES
 from mlgo_host.policies.specs import DISCARD, SAME_NAMES, InputBinding, PolicySpec
 
 
 def observation_spec(spec: PolicySpec) -> dict[str, tf.TensorSpec]:
     """Every observation feature (as ml-compiler-opt's), shapes without the leading 1s."""
-    return {f.name: tf.TensorSpec(shape=f.tf_shape, dtype=tf_dtype(f.ctype), name=f.name) for f in spec.features}
+    return {f.name: tf.TensorSpec(shape=f.tf_shape, dtype=TF_DTYPES[f.ctype], name=f.name) for f in spec.features}
 
 
 def action_spec(spec: PolicySpec) -> tensor_spec.BoundedTensorSpec:

@@ -8,6 +8,7 @@ import inspect
 import logging
 import os
 import re
+from pathlib import Path
 
 import gin
 
@@ -93,14 +94,7 @@ def parse_gin(gin_files: list[str], gin_bindings: list[str]) -> None:
 
 def _configs_root(path: str) -> str | None:
     """The directory holding the ``configs/`` tree ``path`` lives in."""
-    d = os.path.dirname(os.path.abspath(path))
-    while True:
-        if os.path.basename(d) == "configs":
-            return os.path.dirname(d)
-        parent = os.path.dirname(d)
-        if parent == d:
-            return None
-        d = parent
+    return next((str(d.parent) for d in Path(os.path.abspath(path)).parents if d.name == "configs"), None)
 
 
 def _parameters(selector: str) -> list[str]:
@@ -140,6 +134,4 @@ def _closest(name: str, macros: set[str], params: set[str]) -> str:
     close = difflib.get_close_matches(name, sorted(macros) + sorted(by_param), n=1)
     if not close:
         return f" (known macros: {', '.join(sorted(macros))})" if macros else ""
-    if close[0] in macros:
-        return f"; did you mean {close[0]}?"
-    return f"; did you mean {by_param[close[0]]}?"
+    return f"; did you mean {close[0] if close[0] in macros else by_param[close[0]]}?"

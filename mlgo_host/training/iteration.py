@@ -60,8 +60,7 @@ def resolve_warmstart(name_or_path: str | None) -> str | None:
 def open_learner(root_dir: str, header_json: dict, *, advisor: str, vocab_dir: str, seed: int, clang: str,
                  done: int, warmstart_policy: str | None) -> Learner:
     """The learner after ``done`` completed iterations (0: warm start or fresh);
-    its saved policies keep the warm start's gate."""
-    warmstart_policy = resolve_warmstart(warmstart_policy)
+    its saved policies keep the warm start's gate.  ``warmstart_policy``: as :func:`resolve_warmstart` gives it."""
     start = read_saved_policy(warmstart_policy) if warmstart_policy else None
     learner = Learner(header_json, advisor=advisor, vocab_dir=vocab_dir, root_dir=root_dir, seed=seed, clang=clang,
                       keep_default=bool(start and start.spec.default_input),

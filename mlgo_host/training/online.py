@@ -88,8 +88,7 @@ def train_from_collected(
             "config": {"mode": MODE, "advisor": advisor, "collected_dir": collected_dir,
                        "baseline_stats": os.path.abspath(baseline_stats), "seed": seed, "vocab": vocab_dir,
                        "vocab_source": config.get("vocab_source", source),
-                       "warmstart_policy": config.get("warmstart_policy",
-                                                      os.path.abspath(warmstart_policy) if warmstart_policy else None)},
+                       "warmstart_policy": config.get("warmstart_policy", warmstart_policy)},
         })
     finally:
         summaries.close()
@@ -158,10 +157,8 @@ def _vocab_source(root_dir: str, state: dict, warmstart_policy: str | None,
         if warmstart_policy or vocab_path:
             log.info("%s continues after iteration %s: warmstart_policy/vocab_path apply to its first "
                      "iteration only", root_dir, state.get("iteration"))
-    elif warmstart_policy:
-        if not os.path.isfile(os.path.join(warmstart_policy, "metadata.json")):
-            raise ConfigError(f"warm-start policy {warmstart_policy!r} is not a saved policy directory")
-        source = os.path.join(os.path.abspath(warmstart_policy), "vocab")  # its weights were trained on it
+    elif warmstart_policy:  # resolved: an absolute saved policy directory
+        source = os.path.join(warmstart_policy, "vocab")  # its weights were trained on it
     elif vocab_path:
         source = os.path.abspath(vocab_path)
     if source is not None and not os.path.isdir(source):
@@ -275,11 +272,10 @@ def load_collected(directory: str, baseline_stats: str, delta: float = 0.01, *, 
         raise CorpusError(f"cannot read the collection directory {directory}: {e.strerror}") from None
     files = sorted(f for f in names if f.endswith(".npz"))
     exclude = set(exclude)
-    metas_all = {f: (read_meta(os.path.join(directory, f)) if f in exclude else None) for f in files}
+    excluded = {f: read_meta(os.path.join(directory, f)) for f in files if f in exclude}
     loaded = {f: load_episode(os.path.join(directory, f)) for f in files if f not in exclude}
-    for f, (_, meta) in loaded.items():
-        metas_all[f] = meta
-    rel_of = {m["output"]: key for key, m in _rel_outputs(list(metas_all.values())).items()}
+    all_metas = [excluded[f] if f in excluded else loaded[f][1] for f in files]
+    rel_of = {m["output"]: key for key, m in _rel_outputs(all_metas).items()}
     episodes, rewards, metas, missing = [], [], [], []
     for f, (ep, meta) in loaded.items():
         if meta.get("text_size") is None:

@@ -101,7 +101,8 @@ def train_search(
             summaries.scalars(r, {tag: row.get(k) for k, tag in SCALARS.items()})
             atomic_write_json(os.path.join(root_dir, STATE), state)
             print(_summary_line(row), file=sys.stderr, flush=True)
-        _ensure_saved_policy(state, root_dir)
+        if state.get("best_policy") and not os.path.isdir(os.path.join(root_dir, "saved_policy")):
+            publish_policy(state["best_policy"], os.path.join(root_dir, "saved_policy"))
         return state
     finally:
         summaries.close()
@@ -113,8 +114,8 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, worker
     base_dir = state.get("best_policy")
     data = _read_data(root_dir)  # the search's prior learns from it, then this round joins it
     t0 = time.monotonic()
-    results = _cached_search_round(root_dir, pool, r, base_dir, train_mods, state, compiles, progress, deadline,
-                                   earlier=_seen(data))
+    results = _search_round(root_dir, pool, r, base_dir, train_mods, state, compiles, progress, deadline,
+                            earlier=_seen(data))
     t_search = time.monotonic() - t0
     _note_modules(state, results, r)
     data = _merge_round(root_dir, r, results, data)
@@ -127,41 +128,30 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, worker
     fit = train_imitation(examples_from_search(seen), policy_dir, default_slot=state["default_slot"],
                           compiler=compiler_version(workers.clang_path).splitlines()[0], seed=seed + r,
                           extra={"round": r})
-    t_train = time.monotonic() - t1
     t2 = time.monotonic()
     gate, table, val = _choose_gate(pool, policy_dir, val_mods, thresholds, max_growth, progress, r)
     set_gate(policy_dir, gate, chosen_on="validation", round=r, table={str(k): v for k, v in table.items()})
-    t_gate = time.monotonic() - t2
-    row = _round_row(r, results, data, fit, gate, val, t_search, t_train, t_gate, compiles)
+    row = _round_row(r, results, data, fit, gate, val, t_search, t2 - t1, time.monotonic() - t2, compiles)
     if state.get("best_val") is None or val["size_change_pct"] < state["best_val"]:
         state["best_val"], state["best_round"] = val["size_change_pct"], r
         state["best_policy"] = policy_dir
         publish_policy(policy_dir, os.path.join(root_dir, "saved_policy"))
-    row["train_policy_pct"] = _policy_train_pct(results)
+    row["train_policy_pct"] = _change_pct(results, "policy_size", empty=None)
     if heldout and held_mods:
         row["heldout_pct"], row["heldout_bigger_1pct"] = _evaluate(pool, policy_dir, held_mods, progress,
                                                                    f"round {r}: held-out")
     return row
 
 
-def _cached_search_round(root_dir, pool, r, base_dir, mods, state, compiles, progress, deadline=None,
-                         earlier: Sequence[dict] = ()) -> list[dict]:
-    """The round's search results, kept so a run killed after the search resumes with them."""
-    path = os.path.join(root_dir, "search", f"round-{r}.pkl")
-    if os.path.exists(path):
-        with open(path, "rb") as f:
-            return pickle.load(f)
-    results = _search_round(pool, r, base_dir, mods, state, compiles, progress, deadline, earlier)
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        pickle.dump(results, f, protocol=pickle.HIGHEST_PROTOCOL)
-    return results
-
-
-def _search_round(pool, r, base_dir, mods: list[Module], state, compiles, progress,
+def _search_round(root_dir, pool, r, base_dir, mods: list[Module], state, compiles, progress,
                   deadline: float | None = None, earlier: Sequence[dict] = ()) -> list[dict]:
     """Search every module around the current policy with tune's pass scheduler,
     the modules searched longest ago first; the prior learns from ``earlier``
-    rounds' flips too.  No compile starts after ``deadline`` (a ``time.time()``)."""
+    rounds' flips too.  No compile starts after ``deadline`` (a ``time.time()``).
+    The results are kept so a run killed after the search resumes with them."""
+    path = os.path.join(root_dir, "search", f"round-{r}.pkl")
+    if os.path.exists(path):
+        return _load_pickle(path)
     pool.broadcast("set_policy", policy_blob_from_dir(base_dir) if base_dir else {"heuristic": "default"})
     searched = state.get("searched") or {}
     order = list(mods)  # the results' order (what the imitation reads), whatever order they ran in
@@ -169,7 +159,19 @@ def _search_round(pool, r, base_dir, mods: list[Module], state, compiles, progre
     store = RoundResults()
     Passes(pool, store, mods, {"per_module": compiles / max(1, len(mods))}, deadline, progress,
            earlier=earlier, label=f"round {r}: search").run()
-    return [store.results[m.name] for m in order if m.name in store.results]
+    results = [store.results[m.name] for m in order if m.name in store.results]
+    _dump_pickle(path, results)
+    return results
+
+
+def _load_pickle(path: str):
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+def _dump_pickle(path: str, obj) -> None:
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def search_deadline(state: dict, run_end: float, now: float, round_search_minutes: float | None) -> float:
@@ -196,10 +198,7 @@ def _note_modules(state: dict, results: list[dict], r: int) -> None:
 def _read_data(root_dir: str) -> dict:
     """What the rounds so far merged (:func:`_merge_round`)."""
     path = os.path.join(root_dir, "search", "data.pkl")
-    if not os.path.exists(path):
-        return {"best": {}, "flip_only": [], "merged": []}
-    with open(path, "rb") as f:
-        return pickle.load(f)
+    return _load_pickle(path) if os.path.exists(path) else {"best": {}, "flip_only": [], "merged": []}
 
 
 def _seen(data: dict) -> list[dict]:
@@ -210,7 +209,6 @@ def _seen(data: dict) -> list[dict]:
 def _merge_round(root_dir: str, r: int, results: list[dict], data: dict | None = None) -> dict:
     """Each module's best trajectory over all rounds and every flip tried,
     kept under ``search/``; ``data``: what :func:`_read_data` gave, if read."""
-    path = os.path.join(root_dir, "search", "data.pkl")
     data = _read_data(root_dir) if data is None else data
     if r in data["merged"]:  # a resumed run: this round is in already
         return data
@@ -226,8 +224,7 @@ def _merge_round(root_dir: str, r: int, results: list[dict], data: dict | None =
             data["best"][name] = res
         else:
             data["flip_only"].append(dict(res, raw=b"", actions=np.zeros(0, np.int64)))
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        pickle.dump(data, f, protocol=pickle.HIGHEST_PROTOCOL)
+    _dump_pickle(os.path.join(root_dir, "search", "data.pkl"), data)
     return data
 
 
@@ -258,18 +255,14 @@ def _choose_gate(pool, policy_dir, val_mods, thresholds, max_growth, progress, r
     return gate, table, {k: row[k] for k in ("size_change_pct", "worst_module_pct")}
 
 
-def _gated_blob(policy_dir: str, threshold: float) -> dict:
-    blob = policy_blob_from_dir(policy_dir)
-    md = json.loads(blob["files"][METADATA])
-    md["gate"] = {"threshold": float(threshold)}
-    blob["files"][METADATA] = json.dumps(md).encode()
-    return blob
-
-
 def _report(pool, policy_dir, threshold, mods, progress, desc) -> EvalReport:
     """The greedy policy of ``policy_dir`` on ``mods``, gated at ``threshold`` (None: as saved)."""
-    pool.broadcast("set_policy", _gated_blob(policy_dir, threshold) if threshold is not None
-                   else policy_blob_from_dir(policy_dir))
+    blob = policy_blob_from_dir(policy_dir)
+    if threshold is not None:
+        md = json.loads(blob["files"][METADATA])
+        md["gate"] = {"threshold": float(threshold)}
+        blob["files"][METADATA] = json.dumps(md).encode()
+    pool.broadcast("set_policy", blob)
     return evaluate_on_pool(pool, mods, desc=desc, progress=progress)
 
 
@@ -297,24 +290,12 @@ def _time_left(state: dict, t_start: float, budget_min: float) -> bool:
     return spent + last <= 60.0 * budget_min
 
 
-def _ensure_saved_policy(state: dict, root_dir: str) -> None:
-    if state.get("best_policy") and not os.path.isdir(os.path.join(root_dir, "saved_policy")):
-        publish_policy(state["best_policy"], os.path.join(root_dir, "saved_policy"))
-
-
-def _policy_train_pct(results: list[dict]) -> float | None:
-    """The round's starting policy on the training modules (its search start)."""
-    ok = [x for x in results if x["status"] == "ok" and x.get("policy_size") is not None]
-    d = sum(x["default_size"] for x in ok)
-    return 100.0 * (sum(x["policy_size"] for x in ok) - d) / d if d else None
-
-
-def total_gain_pct(results: Sequence[dict]) -> float:
-    """The best sizes of ``results`` against -Oz, in % of -Oz's total."""
-    ok = [r for r in results if r.get("status") == "ok" and r.get("best_size") is not None]
+def _change_pct(results: Sequence[dict], key: str, empty: float | None = math.nan) -> float | None:
+    """The ``key`` sizes (``best_size``; ``policy_size``: the round's starting policy) of ``results``
+    against -Oz, in % of -Oz's total; ``empty`` when nothing was measured."""
+    ok = [r for r in results if r.get("status") == "ok" and r.get(key) is not None]
     d = sum(r["default_size"] for r in ok)
-    b = sum(r["best_size"] for r in ok)
-    return 100.0 * (b - d) / d if d else math.nan
+    return 100.0 * (sum(r[key] for r in ok) - d) / d if d else empty
 
 
 def _round_row(r, results, data, fit, gate, val, t_search, t_train, t_gate, planned) -> dict[str, Any]:
@@ -326,7 +307,8 @@ def _round_row(r, results, data, fit, gate, val, t_search, t_train, t_gate, plan
         "modules_skipped": sum(x["status"] == "skipped" for x in results),
         "modules_stopped_by_time": sum(x.get("stopped") == "time" for x in results),
         "flips_tried": len(flips), "flips_accepted": sum(f["accepted"] for f in flips),
-        "round_search_pct": total_gain_pct(results), "headroom_pct": total_gain_pct(list(data["best"].values())),
+        "round_search_pct": _change_pct(results, "best_size"),
+        "headroom_pct": _change_pct(list(data["best"].values()), "best_size"),
         "compiles_per_minute": round(60.0 * compiles / max(t_search, 1e-9), 1),
         # every compile counted (probes, references, splits), as bench/tune.py counts them
         "flips_per_compile": round(len(flips) / max(compiles, 1), 2),
