@@ -7,14 +7,14 @@ flags and reports its exit status to the server; every other command runs the re
 unchanged. With ``MLGO_REPLAY=T`` (or ``serve --replay T``) a compile of a tuned module gets T's
 flags instead, without a slot. The MLGO_* environment is described in docs/serving.md.
 
-Never hangs: every wait is bounded and checks the server's liveness; when the server dies
-mid-compile, the compiler (which would block or spin on its FIFOs) is killed and the fallback
-applies. The compiler dies with the client (PR_SET_PDEATHSIG). Runs once per compile: nothing heavy
-is imported (no numpy).
+Never hangs: every wait is bounded and checks the server's liveness (a compiler left blocking on its
+FIFOs is killed, then the fallback applies); the compiler dies with the client (PR_SET_PDEATHSIG).
+Runs once per compile: nothing heavy is imported.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -53,22 +53,17 @@ def classify(argv: list[str], cwd: str | None = None) -> dict:
     lang = None
     opt = "0"
     has_c = False
-    skip = False
-    for i, a in enumerate(argv):
-        if skip:
-            skip = False
-            continue
+    args = iter(argv)
+    for a in args:
         if a in _SEPARATE:
-            if i + 1 < len(argv):
-                if a == "-o":
-                    output = argv[i + 1]
-                elif a == "-x":
-                    lang = argv[i + 1]
-            skip = True
-            continue
-        if a == "-c":
+            value = next(args, None)
+            if value is not None and a == "-o":
+                output = value
+            elif value is not None and a == "-x":
+                lang = value
+        elif a == "-c":
             has_c = True
-        elif a in _NOT_OBJECT or a.startswith("-print-") or a.startswith("-dump") or a in ("--version", "--help", "-help"):
+        elif a in _NOT_OBJECT or a.startswith(("-print-", "-dump")) or a in ("--version", "--help", "-help"):
             return {"compile": False, "reason": f"{a} does not compile to an object"}
         elif a.startswith("-O"):
             opt = a[2:] or "1"
@@ -112,10 +107,8 @@ def _which(name: str) -> str | None:
 
 
 def _say(kind: str, msg: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.write(2, f"{PROG}: {kind}: {msg}\n".encode())
-    except OSError:
-        pass
 
 
 def _tuned_flags(tuned: str, plain: list[str], plan: dict, quiet: bool) -> tuple[list[str], str, dict]:
@@ -125,8 +118,7 @@ def _tuned_flags(tuned: str, plain: list[str], plan: dict, quiet: bool) -> tuple
     from mlgo_host.errors import MlgoHostError
     from mlgo_host.serve.trust import untrusted_tune_dir
 
-    why = untrusted_tune_dir(tuned)
-    if why:
+    if why := untrusted_tune_dir(tuned):
         return [], f"MLGO_REPLAY: {why}", {}
     try:
         t = TunedDir(tuned)
@@ -172,21 +164,8 @@ def _report(root: str, doc: dict) -> None:
     d = os.path.join(root, S.REPORTS)
     if untrusted(d):
         return
-    try:
+    with contextlib.suppress(OSError):
         S.write_atomic(os.path.join(d, f"{os.getpid()}-{time.monotonic_ns()}.json"), json.dumps(doc).encode())
-    except OSError:
-        pass
-
-
-def _live_server(root: str | None, stale_s: float) -> tuple[str | None, dict | None]:
-    """(MLGO_CHANNELS' directory, its live server's server.json), or (None, None)."""
-    if not root:
-        return None, None
-    root = os.path.abspath(root)
-    if untrusted(root):
-        return None, None
-    info, _ = S.server_status(root, stale_s)
-    return (root, info) if info is not None else (None, None)
 
 
 def _exec(cmd: list[str]) -> int:
@@ -194,8 +173,7 @@ def _exec(cmd: list[str]) -> int:
         os.execvp(cmd[0], cmd)
     except OSError as e:
         _say("error", f"cannot run {cmd[0]!r}: {e.strerror} (set MLGO_CLANG / MLGO_CLANGXX)")
-        return 127
-    return 127  # pragma: no cover
+    return 127
 
 
 class _Spawned:
@@ -203,12 +181,10 @@ class _Spawned:
 
     def __init__(self, cmd: list[str], cpu: int | None = None, quiet: bool = False):
         libc_prctl = None
-        try:
+        with contextlib.suppress(OSError, AttributeError, ImportError):
             import ctypes
 
             libc_prctl = ctypes.CDLL(None, use_errno=True).prctl
-        except (OSError, AttributeError, ImportError):
-            pass
         parent = os.getpid()
         r, w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
@@ -220,10 +196,8 @@ class _Spawned:
                     if os.getppid() != parent:
                         os._exit(137)
                 if cpu is not None:
-                    try:
+                    with contextlib.suppress(OSError):
                         os.sched_setaffinity(0, {cpu})
-                    except OSError:
-                        pass
                 for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM):
                     signal.signal(sig, signal.SIG_DFL)
                 if quiet:  # the guard's second compile: its diagnostics were printed once already
@@ -269,12 +243,7 @@ class _Spawned:
                     if time.monotonic() >= end:
                         return None
                     time.sleep(0.002)
-        while True:
-            try:
-                _, st = os.waitpid(self.pid, 0)
-                break
-            except InterruptedError:  # pragma: no cover
-                continue
+        _, st = os.waitpid(self.pid, 0)  # EINTR is retried (PEP 475)
         self.returncode = os.waitstatus_to_exitcode(st)
         if self.pidfd >= 0:
             os.close(self.pidfd)
@@ -283,10 +252,8 @@ class _Spawned:
 
     def kill(self) -> None:
         if self.returncode is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             self.wait(None)
 
 
@@ -343,8 +310,7 @@ def _acquire(root: str, info: dict, wait_s: float, stale_s: float):
         for i in range(n):
             k = (first + i) % n
             sdir = S.slot_dir(root, k)
-            why = untrusted(sdir)
-            if why:
+            if why := untrusted(sdir):
                 return None, None, f"MLGO_CHANNELS: {why}"
             fd = S.try_lock(os.path.join(sdir, S.LOCK)) if os.path.isdir(sdir) else None
             if fd is None:
@@ -379,22 +345,23 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
     plan = classify(argv)
     if not plan["compile"]:
         return _exec(plain)
+    root = os.environ.get("MLGO_CHANNELS")
     tuned = os.environ.get("MLGO_REPLAY")
     if tuned:
         flags, why, module = _tuned_flags(tuned, plain, plan, quiet)
         if why:
             return fallback(why, "the tuned flags")
         if flags:  # a server in MLGO_CHANNELS serves none of it, but it records the build's compiles
-            return _by_flags(plain + flags, plan, module,
-                             *_live_server(os.environ.get("MLGO_CHANNELS"), _env_float("MLGO_STALE", 10.0)))
-    root = os.environ.get("MLGO_CHANNELS")
+            stale_s = _env_float("MLGO_STALE", 10.0)
+            root = os.path.abspath(root) if root else None
+            info = S.server_status(root, stale_s)[0] if root and not untrusted(root) else None
+            return _by_flags(plain + flags, plan, module, root, info)
     if not root:
         if mode == "fail" and not tuned:
             return fallback("MLGO_CHANNELS is not set")
         return _exec(plain)
     root = os.path.abspath(root)
-    why = untrusted(root)
-    if why:
+    if why := untrusted(root):
         return fallback(f"MLGO_CHANNELS: {why}")
     stale_s = _env_float("MLGO_STALE", 10.0)
     info, why = S.server_status(root, stale_s)
@@ -448,13 +415,12 @@ class _SlotCompile:
                 self.ctl = os.open(os.path.join(self.sdir, S.CTL), os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             except OSError as e:
                 return fallback(f"slot {k} of {root} does not answer ({e.strerror})")
-            compiler = _which(self.plain[0]) or self.plain[0]
             try:
                 self.proc = self._spawn()
             except FileNotFoundError as e:
                 _say("error", f"{e} (set MLGO_CLANG / MLGO_CLANGXX)")
                 return 127
-            self._write_request(compiler)
+            self._write_request()
             try:
                 os.write(self.ctl, (json.dumps({"op": "start", "gen": self.gen}) + "\n").encode())
             except OSError as e:
@@ -483,12 +449,13 @@ class _SlotCompile:
         cpu = (self.info.get("pin") or {}).get(str(self.k))
         return _Spawned(self.plain + flags, cpu if isinstance(cpu, int) else None)
 
-    def _write_request(self, compiler: str) -> None:
+    def _write_request(self) -> None:
         """What the server records of this compile (read once "start" arrives)."""
         plan = self.plan
         S.write_atomic(os.path.join(self.sdir, S.REQUEST), json.dumps({
             "gen": self.gen, "client_pid": os.getpid(), "compiler_pid": self.proc.pid, "argv": self.plain,
-            "cwd": os.getcwd(), "source": plan["source"], "output": plan["output"], "compiler": compiler,
+            "cwd": os.getcwd(), "source": plan["source"], "output": plan["output"],
+            "compiler": _which(self.plain[0]) or self.plain[0],
             "build": os.environ.get("MLGO_BUILD") or None, "time": self.t0,
         }).encode())
 
@@ -518,10 +485,8 @@ class _SlotCompile:
 
             if wanted(self.info):
                 done["guard"] = _guard(self.plain, self.plan["output"])
-        try:
+        with contextlib.suppress(OSError):
             os.write(self.ctl, (json.dumps(done) + "\n").encode())
-        except OSError:
-            pass
 
     def _given_up(self) -> str | None:
         """Why a failed compile falls back (the server aborted or went away; slot released, outputs

@@ -9,6 +9,7 @@ client, so it imports nothing heavy.
 
 from __future__ import annotations
 
+import itertools
 import os
 
 from mlgo_host.errors import MlgoHostError
@@ -47,28 +48,22 @@ def guard_command(argv: list[str], tmp_out: str) -> tuple[list[str] | None, str]
     """(the plain compile of ``argv`` writing ``tmp_out`` and no side outputs, ""), or (None, why not)."""
     out = [argv[0]]
     has_o = False
-    skip_value = False
-    args = argv[1:]
-    for i, a in enumerate(args):
-        if skip_value:
-            skip_value = False
-            continue
+    args = iter(argv[1:])
+    for a in args:
         if a in _UNGUARDED or a.startswith(_UNGUARDED_PREFIX):
             return None, f"{a} writes files named after the object"
         if a == "-o":
             out += ["-o", tmp_out]
-            has_o = skip_value = True
+            has_o = True
+            next(args, None)
         elif a.startswith("-o") and len(a) > 2:
             out.append("-o" + tmp_out)
             has_o = True
         elif a in _DROP_WITH_VALUE:
-            skip_value = True
-        elif a in _DROP or a.startswith(_DROP_PREFIX):
-            continue
-        elif a in ("-Xclang", "-mllvm") and i + 1 < len(args):
-            out += [a, args[i + 1]]
-            skip_value = True
-        else:
+            next(args, None)
+        elif a in ("-Xclang", "-mllvm"):
+            out += [a, *itertools.islice(args, 1)]  # with its value, whatever it is
+        elif a not in _DROP and not a.startswith(_DROP_PREFIX):
             out.append(a)
     if not has_o:
         out += ["-o", tmp_out]

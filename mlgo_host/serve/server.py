@@ -7,11 +7,9 @@
     close + remove the FIFOs, wait for {"op":"done"} (the compiler's exit status)
     hand the record to the recorder thread      (llvm-size, stats line, episode)
 
-Every wait polls with a deadline and the compiler's and client's liveness. When the host side fails
-mid-session, it kills the compilers naming the slot's channel (they would spin or block forever),
-writes ``aborted`` = generation, and the client falls back to a plain compile. SIGTERM/SIGINT: no new
-compiles, in-flight ones get ``grace`` seconds, then everything the server made is removed (its lock
-last).
+Every wait polls with a deadline and the compiler's and client's liveness. A session the host side
+gives up on ends as :meth:`Slot.end_session` says (its client falls back to a plain compile); a stop
+as :meth:`Server.shutdown` says.
 """
 
 from __future__ import annotations
@@ -44,6 +42,10 @@ from mlgo_host.serve.trust import untrusted, untrusted_tune_dir
 
 #: the longest back-off between tries to open a slot's channel (the compiler waits in open() meanwhile)
 OPEN_MAX_DELAY_S = 0.001
+#: the stats fields a compile's request (or a client's report of a compile by flags) names
+COMPILE_FIELDS = ("build", "output", "source", "cwd", "compiler", "client_pid")
+#: what a guarding client reports in its "done" message
+GUARD_FIELDS = ("guard", "guard_policy_text", "guard_default_text", "guard_s", "guard_reason")
 
 
 class Ctl:
@@ -63,19 +65,14 @@ class Ctl:
         """Parsed messages available now (waiting up to ``timeout`` s for one)."""
         if timeout > 0 and b"\n" not in self.buf:
             self.poller.poll(timeout * 1000.0)
-        while True:
-            try:
-                data = os.read(self.rfd, 65536)
-            except BlockingIOError:
-                break
-            if not data:
-                break
-            self.buf += data
-            if len(data) < 65536:
-                break
+        with contextlib.suppress(BlockingIOError):
+            while data := os.read(self.rfd, 65536):
+                self.buf += data
+                if len(data) < 65536:
+                    break
+        *lines, self.buf = self.buf.split(b"\n")
         out = []
-        while b"\n" in self.buf:
-            line, self.buf = self.buf.split(b"\n", 1)
+        for line in lines:
             try:
                 m = json.loads(line)
             except ValueError:
@@ -116,20 +113,20 @@ class Slot(threading.Thread):
     def _p(self, name: str) -> str:
         return os.path.join(self.dir, name)
 
-    def mark_aborted(self, gen: str | None = None) -> None:
-        """Tell the client of generation ``gen`` (default: the current one) to fall back."""
+    def end_session(self, gen: str | None = None) -> None:
+        """Tell the client of generation ``gen`` (default: the current one) to fall back, then kill its
+        compilers (the marker first: the client looks right after its compiler died)."""
         gen = gen or self.gen
         if gen:
             with contextlib.suppress(OSError):
                 S.write_atomic(self._p(S.ABORTED), gen.encode())
+        self.kill_compilers()
 
-    def kill_compilers(self) -> list[int]:
+    def kill_compilers(self) -> None:
         """SIGKILL our processes naming this slot's channel base (the session's compilers)."""
-        pids = S.processes_using(self.base)
-        for pid in pids:
+        for pid in S.processes_using(self.base):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-        return pids
 
     def run(self) -> None:
         srv = self.server
@@ -145,56 +142,53 @@ class Slot(threading.Thread):
                 self.chan = Channel(directory=self.dir, name=S.CHANNEL_NAME)
                 S.write_atomic(self._p(S.READY), gen.encode())
                 self.started.set()
-                msg = self._wait_start(gen)
-                if msg is None:
+                if not self._wait_start(gen):
                     break
                 self.busy = True
                 try:
                     self._session(gen)
                 except Exception as e:  # a bug of ours: never take the server down
                     srv.log(f"slot {self.k}: internal error in generation {gen}: {e!r}")
-                    self.mark_aborted(gen)
-                    self.kill_compilers()
+                    self.end_session(gen)
                 finally:
                     self.busy = False
-                    if self.chan is not None:
-                        self.chan.close()
-                        self.chan = None
+                    self._close_chan()
         except Exception as e:
             srv.log(f"slot {self.k}: stopped by an internal error: {e!r}")
         finally:
             self.started.set()
             S.unlink_quiet(self._p(S.READY))
-            if self.chan is not None:
-                self.chan.close()
-                self.chan = None
+            self._close_chan()
 
-    def _wait_start(self, gen: str) -> dict | None:
+    def _close_chan(self) -> None:
+        if self.chan is not None:
+            self.chan.close()
+            self.chan = None
+
+    def _wait_start(self, gen: str) -> bool:
+        """Whether generation ``gen``'s client sent "start" (False: the server is stopping)."""
         ready = self._p(S.READY)
         last_check = time.monotonic()
-        def start_in(msgs):
-            return next((m for m in msgs if m.get("op") == "start" and m.get("gen") == gen), None)
+
+        def started(timeout: float = 0.0) -> bool:
+            return any(m.get("op") == "start" and m.get("gen") == gen for m in self.ctl.messages(timeout))
 
         while not self.server.stopping.is_set():
-            m = start_in(self.ctl.messages(0.25))
-            if m is not None:
-                return m
-            now = time.monotonic()
-            if now - last_check > 1.0:
-                last_check = now
+            if started(0.25):
+                return True
+            if time.monotonic() - last_check > 1.0:
+                last_check = time.monotonic()
                 # a client that took "ready" and died before "start": re-offer the slot once it is free
-                if not os.path.exists(ready):
-                    fd = S.try_lock(self._p(S.LOCK))
-                    if fd is not None:
-                        try:
-                            m = start_in(self.ctl.messages())
-                            if m is not None:
-                                return m
-                            S.write_atomic(ready, gen.encode())
-                        finally:
-                            S.unlock(fd)
+                fd = None if os.path.exists(ready) else S.try_lock(self._p(S.LOCK))
+                if fd is not None:
+                    try:
+                        if started():
+                            return True
+                        S.write_atomic(ready, gen.encode())
+                    finally:
+                        S.unlock(fd)
         S.unlink_quiet(ready)
-        return None
+        return False
 
     def _session(self, gen: str) -> None:
         """Serve the compile of generation ``gen`` (its client sent "start") and record it."""
@@ -202,67 +196,54 @@ class Slot(threading.Thread):
         req = S.read_json(self._p(S.REQUEST)) or {}
         if req.get("gen") != gen:
             req = {"gen": gen}
-        compiler_pid = req.get("compiler_pid")
-        chan = self.chan
         done: list[dict] = []
 
         def poll_done(timeout: float = 0.0) -> None:
-            for m in self.ctl.messages(timeout):
-                if m.get("op") == "done" and m.get("gen") == gen:
-                    done.append(m)
+            done.extend(m for m in self.ctl.messages(timeout) if m.get("op") == "done" and m.get("gen") == gen)
 
         def alive() -> bool:
             if self.abort.is_set():
                 return False
             poll_done()
-            return not done and procs.alive(compiler_pid)
+            return not done and procs.alive(req.get("compiler_pid"))
 
         deadline = time.monotonic() + self.server.timeout
         policy, tuned = self._policy_for(req)
-        tally, opened, error, session_s = self._answer_channel(chan, req, policy, alive, deadline)
-        aborted = error is not None or self.abort.is_set()
-        if aborted:
-            error = self._abort_session(gen, error)
-        chan.close()  # FIFOs removed: the next generation gets fresh ones
-        self.chan = None
-        aborted, error = self._await_done(gen, req.get("client_pid"), done, poll_done, aborted, error)
-        status = _status(aborted, done, opened)
+        tally, opened, error, session_s = self._answer_channel(req, policy, alive, deadline)
+        if error is not None or self.abort.is_set():
+            # the host side gave up: its compiler may spin or block forever
+            error = error or "server shutting down"
+            self.end_session(gen)
+            self.server.log(f"slot {self.k}: session {gen} aborted: {error}")
+        self._close_chan()  # FIFOs removed: the next generation gets fresh ones
+        error = self._await_done(gen, req.get("client_pid"), done, poll_done, error)
+        status = _status(error, done, opened)
         if status == "client_died":
             self.kill_compilers()
             S.remove_temp_outputs(req.get("output"), t_start)
         self._hand_record(gen, req, t_start, status, done, tally, session_s, error, policy, tuned)
 
-    def _answer_channel(self, chan: Channel, req: dict, policy, alive, deadline: float):
+    def _answer_channel(self, req: dict, policy, alive, deadline: float):
         """(tally or None, whether it opened, the host-side error or None, seconds it was open)."""
         srv = self.server
         tally = error = t_open = None
         opened = False
         try:
             advisor = srv.make_advisor(req.get("compiler") or srv.compiler, deadline - time.monotonic())
-            opened = chan.open(alive, deadline, max_delay=OPEN_MAX_DELAY_S)
+            opened = self.chan.open(alive, deadline, max_delay=OPEN_MAX_DELAY_S)
             if opened:
                 t_open = time.monotonic()
-                tally = serve_channel(chan, advisor, policy, deadline=deadline, alive=alive,
+                tally = serve_channel(self.chan, advisor, policy, deadline=deadline, alive=alive,
                                       recorder=EpisodeRecorder() if srv.collect_dir is not None else None)
         except (MlgoHostError, OSError, ValueError) as e:
             error = f"{type(e).__name__}: {e}"
         session_s = time.monotonic() - t_open if t_open is not None else 0.0
         return tally, opened, error, session_s
 
-    def _abort_session(self, gen: str, error: str | None) -> str:
-        """End a session the host side gave up on (its compiler may spin or block forever); returns why."""
-        self.mark_aborted(gen)  # before the kill: the client looks right after its compiler died
-        self.kill_compilers()
-        if error is None:
-            error = "server shutting down"
-        self.server.log(f"slot {self.k}: session {gen} aborted: {error}")
-        return error
-
-    def _await_done(self, gen: str, client_pid, done: list[dict], poll_done, aborted: bool,
-                    error: str | None) -> tuple[bool, str | None]:
+    def _await_done(self, gen: str, client_pid, done: list[dict], poll_done, error: str | None) -> str | None:
         """Wait for the client's "done" (into ``done``) as long as it lives: its compiler finishes
         codegen after the channel closed. A shutdown meanwhile aborts the session (the compiler is
-        killed, so the client reports at once). Returns (aborted, error)."""
+        killed, so the client reports at once). Returns the session's error (None: not aborted)."""
         abort_seen = None
         while not done:
             poll_done(0.25)
@@ -272,56 +253,48 @@ class Slot(threading.Thread):
             if self.abort.is_set():
                 if abort_seen is None:
                     abort_seen = time.monotonic()
-                    aborted, error = True, error or "server shutting down"
-                    self.mark_aborted(gen)
-                    self.kill_compilers()
+                    error = error or "server shutting down"
+                    self.end_session(gen)
                 elif time.monotonic() - abort_seen > 10:
                     break
-        return aborted, error
+        return error
 
     def _hand_record(self, gen: str, req: dict, t_start: float, status: str, done: list[dict], tally,
                      session_s: float, error: str | None, policy, tuned) -> None:
         """The session's stats line (and episode) to the recorder thread."""
-        srv = self.server
-        rec = {
-            "time": round(t_start, 3), "server": srv.id, "slot": self.k, "gen": gen,
-            "build": req.get("build"), "output": req.get("output"), "source": req.get("source"),
-            "cwd": req.get("cwd"), "compiler": req.get("compiler"), "client_pid": req.get("client_pid"),
-            "advisor": srv.advisor_name, "policy": srv.policy_name, "status": status,
-            "returncode": done[0].get("returncode") if done else None,
-            "observations": tally.observations if tally else 0,
-            "contexts": tally.contexts if tally else 0,
-            "decisions": tally.decisions if tally else {},
-            "duration_s": round(float(done[0].get("wall_s", 0.0)), 4) if done else round(time.time() - t_start, 4),
-            "session_s": round(session_s, 4), "text_size": None, "error": error,
-        }
-        rec.update(guard_fields(done[0] if done else {}))
+        end = done[0] if done else {}
+        rec = self.server.base_record(
+            req, time=round(t_start, 3), slot=self.k, gen=gen, status=status, returncode=end.get("returncode"),
+            observations=tally.observations if tally else 0, contexts=tally.contexts if tally else 0,
+            decisions=tally.decisions if tally else {},
+            duration_s=round(float(end.get("wall_s", 0.0)), 4) if done else round(time.time() - t_start, 4),
+            session_s=round(session_s, 4), error=error,
+        )
+        guard = end.get("guard")
+        if isinstance(guard, dict):
+            rec.update((k, guard[k]) for k in GUARD_FIELDS if k in guard)
         if self.tuned is not None:
             rec.update(self.tuned.outcome(policy, tuned))
         elif tally is not None and hasattr(policy, "report"):  # a replay file as the policy: forced, applied, stale
             rec["replay"] = policy.report()
-        srv.record(rec, tally.episode if tally is not None else None)
+        self.server.record(rec, tally.episode if tally is not None else None)
 
     def _policy_for(self, req: dict):
         """(policy, tuned module or None) of a compile, in the compile's language."""
-        policy, tuned = self._tuned_or_slot_policy(req)
+        policy, tuned = self.policy, None
+        if self.tuned is not None:
+            try:
+                policy, tuned = self.tuned.for_compile(req.get("argv") or [], req.get("cwd") or "/",
+                                                       req.get("source") or "", req.get("output") or "")
+            except (MlgoHostError, OSError) as e:
+                self.server.log(f"slot {self.k}: {req.get('output')}: tuned replay unusable, served by the policy: {e}")
         if policy is not None:  # (as ready_and_run does for the compiles it starts)
             policy = policy.for_language(command_language(req.get("argv") or [], req.get("source") or ""))
         return policy, tuned
 
-    def _tuned_or_slot_policy(self, req: dict):
-        if self.tuned is None:
-            return self.policy, None
-        try:
-            return self.tuned.for_compile(req.get("argv") or [], req.get("cwd") or "/", req.get("source") or "",
-                                          req.get("output") or "")
-        except (MlgoHostError, OSError) as e:
-            self.server.log(f"slot {self.k}: {req.get('output')}: tuned replay unusable, served by the policy: {e}")
-            return self.policy, None
 
-
-def _status(aborted: bool, done: list[dict], opened: bool) -> str:
-    if aborted:
+def _status(error: str | None, done: list[dict], opened: bool) -> str:
+    if error is not None:
         return "aborted"
     if not done:
         return "client_died"
@@ -330,63 +303,6 @@ def _status(aborted: bool, done: list[dict], opened: bool) -> str:
     if not opened:
         return "no_channel"
     return "ok"
-
-
-#: what a guarding client reports in its "done" message
-GUARD_FIELDS = ("guard", "guard_policy_text", "guard_default_text", "guard_s", "guard_reason")
-
-
-def guard_fields(done: dict) -> dict:
-    """The guard's stats fields from a client's "done" message ({} unguarded)."""
-    g = done.get("guard")
-    if not isinstance(g, dict):
-        return {}
-    return {k: g[k] for k in GUARD_FIELDS if k in g}
-
-
-class Recorder(threading.Thread):
-    """Off the slots' critical path: llvm-size, the episode file, one stats line (one O_APPEND write)."""
-
-    def __init__(self, server: "Server"):
-        super().__init__(name="recorder", daemon=True)
-        self.server = server
-        self.q: queue.Queue = queue.Queue()
-
-    def run(self) -> None:
-        while True:
-            item = self.q.get()
-            if item is None:
-                return
-            rec, episode = item
-            try:
-                self._record(rec, episode)
-            except Exception as e:  # never lose the server over one record
-                self.server.log(f"recorder: {rec.get('output')}: {e!r}")
-
-    def _record(self, rec: dict, episode) -> None:
-        srv = self.server
-        out = rec.get("output")
-        if rec["status"] == "ok" and out and os.path.exists(out):
-            try:
-                rec["text_size"] = object_text_size(out, rec.get("compiler") or srv.compiler)
-            except Exception as e:  # still write the line
-                rec["error"] = f"llvm-size failed: {e!r}"
-        if episode is not None and srv.collect_dir and rec["status"] == "ok" and episode.n > 0:
-            try:
-                rec["episode"] = save_episode(srv.collect_dir, rec, episode)
-            except OSError as e:
-                rec["error"] = f"episode not saved: {e}"
-        if srv.stats_path:
-            line = (json.dumps(rec, sort_keys=True) + "\n").encode()
-            fd = os.open(srv.stats_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
-                os.write(fd, line)
-            finally:
-                os.close(fd)
-        if srv.verbose:
-            where = f"slot {rec['slot']}" if rec.get("slot") is not None else f"by {rec.get('by')}"
-            srv.log(f"{where}: {rec['status']} {out} obs={rec['observations']} "
-                    f"text={rec['text_size']} {rec['duration_s']}s")
 
 
 class Server:
@@ -419,18 +335,18 @@ class Server:
         self.id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.stopping = threading.Event()
         self.slots: list[Slot] = []
-        self.recorder = Recorder(self)
+        #: off the slots' critical path: llvm-size, the episode file, one stats line (one O_APPEND write)
+        self.records: queue.Queue = queue.Queue()
+        self.recorder = threading.Thread(target=self._record_loop, name="recorder", daemon=True)
         self._lock_fd: int | None = None
         self._slot_lock = threading.Lock()
 
     def _check_trusted(self) -> None:
         """ConfigError unless --channels (when it exists) and --replay are the user's own: every client
         of the build trusts them."""
-        why = untrusted(self.root)
-        if why:
+        if why := untrusted(self.root):
             raise ConfigError(f"--channels: {why}")
-        why = untrusted_tune_dir(self.replay_dir) if self.replay_dir else ""
-        if why:
+        if self.replay_dir and (why := untrusted_tune_dir(self.replay_dir)):
             raise ConfigError(f"--replay: {why}")
 
     def make_policy(self, k: int):
@@ -462,16 +378,47 @@ class Server:
         sys.stderr.flush()
 
     def record(self, rec: dict, episode) -> None:
-        self.recorder.q.put((rec, episode))
+        self.records.put((rec, episode))
 
-    def collect_reports(self) -> int:
-        """Record the compiles clients made with a tune directory's flags (``DIR/reports``); how many."""
+    def _record_loop(self) -> None:
+        while (item := self.records.get()) is not None:
+            rec, episode = item
+            try:
+                self._record(rec, episode)
+            except Exception as e:  # never lose the server over one record
+                self.log(f"recorder: {rec.get('output')}: {e!r}")
+
+    def _record(self, rec: dict, episode) -> None:
+        out = rec.get("output")
+        if rec["status"] == "ok" and out and os.path.exists(out):
+            try:
+                rec["text_size"] = object_text_size(out, rec.get("compiler") or self.compiler)
+            except Exception as e:  # still write the line
+                rec["error"] = f"llvm-size failed: {e!r}"
+        if episode is not None and self.collect_dir and rec["status"] == "ok" and episode.n > 0:
+            try:
+                rec["episode"] = save_episode(self.collect_dir, rec, episode)
+            except OSError as e:
+                rec["error"] = f"episode not saved: {e}"
+        if self.stats_path:
+            line = (json.dumps(rec, sort_keys=True) + "\n").encode()
+            fd = os.open(self.stats_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+        if self.verbose:
+            where = f"slot {rec['slot']}" if rec.get("slot") is not None else f"by {rec.get('by')}"
+            self.log(f"{where}: {rec['status']} {out} obs={rec['observations']} "
+                     f"text={rec['text_size']} {rec['duration_s']}s")
+
+    def collect_reports(self) -> None:
+        """Record the compiles clients made with a tune directory's flags (``DIR/reports``)."""
         d = os.path.join(self.root, S.REPORTS)
         try:
             names = sorted(os.listdir(d))
         except OSError:
-            return 0
-        n = 0
+            return
         for fn in names:
             if not fn.endswith(".json"):  # a report being written (write_atomic's temp file)
                 continue
@@ -480,29 +427,26 @@ class Server:
             S.unlink_quiet(p)
             if isinstance(doc, dict):
                 self.record(self.flags_record(doc), None)
-                n += 1
-        return n
+
+    def base_record(self, doc: dict, **fields) -> dict:
+        """A stats line: ``doc``'s COMPILE_FIELDS (a request or a report), this server's and ``fields``."""
+        return dict({k: doc.get(k) for k in COMPILE_FIELDS}, server=self.id, advisor=self.advisor_name,
+                    policy=self.policy_name, text_size=None, **fields)
 
     def flags_record(self, doc: dict) -> dict:
         """The stats line of a compile a client made with a tune directory's flags (no channel)."""
         rc = doc.get("returncode")
-        return {
-            "time": doc.get("time"), "server": self.id, "slot": None, "gen": None, "by": "flags",
-            "build": doc.get("build"), "output": doc.get("output"), "source": doc.get("source"),
-            "cwd": doc.get("cwd"), "compiler": doc.get("compiler"), "client_pid": doc.get("client_pid"),
-            "advisor": self.advisor_name, "policy": self.policy_name,
-            "status": "ok" if rc == 0 else "compile_error", "returncode": rc,
-            "observations": 0, "contexts": 0, "decisions": {}, "duration_s": doc.get("wall_s"), "session_s": 0.0,
-            "text_size": None, "error": None,
-            "tuned": "stale" if doc.get("changed") else "tuned", "tuned_module": doc.get("module"),
-            "tuned_applied": None, "tuned_default_text": doc.get("default_size"),
-            "tuned_best_text": doc.get("best_size"), "tune_dir": doc.get("tune_dir"),
-        }
+        return self.base_record(
+            doc, time=doc.get("time"), slot=None, gen=None, by="flags", status="ok" if rc == 0 else "compile_error",
+            returncode=rc, observations=0, contexts=0, decisions={}, duration_s=doc.get("wall_s"), session_s=0.0,
+            error=None, tuned="stale" if doc.get("changed") else "tuned", tuned_module=doc.get("module"),
+            tuned_applied=None, tuned_default_text=doc.get("default_size"), tuned_best_text=doc.get("best_size"),
+            tune_dir=doc.get("tune_dir"),
+        )
 
     def start(self) -> None:
-        parent = os.path.dirname(self.root)
         try:
-            os.makedirs(parent, exist_ok=True)
+            os.makedirs(os.path.dirname(self.root), exist_ok=True)
             os.mkdir(self.root, 0o700)
         except FileExistsError:
             pass
@@ -530,7 +474,7 @@ class Server:
             if self.collect_dir and not getattr(pol, "stochastic", False):
                 self.log(f"--collect with the deterministic policy {self.policy_name!r}: episodes carry "
                          "log-probability 0 (usable for behavioural cloning, not for PPO)")
-            flags = self._flags()
+            flags = get_advisor(self.advisor_name).flags(S.BASE_PLACEHOLDER, "clang")
             adv = self.make_advisor(self.compiler, self.timeout)  # its slot detected at start, within one session's timeout
             # a policy input this compiler cannot supply: one error now, not one per compile of the build
             check_meanings(pol, getattr(adv, "default_slot", None))
@@ -565,21 +509,14 @@ class Server:
             self.shutdown()
             raise
 
-    def _flags(self) -> list[str]:
-        return get_advisor(self.advisor_name).flags(S.BASE_PLACEHOLDER, "clang")
-
-    def clean_stale(self) -> list[str]:
+    def clean_stale(self) -> None:
         """Remove what a killed server left (slots, server.json, heartbeat, temp files); lock held."""
-        removed = []
         for e in sorted(os.listdir(self.root)):
             p = os.path.join(self.root, e)
             if (e.startswith(S.SLOT_PREFIX) or e == S.REPORTS) and os.path.isdir(p) and not os.path.islink(p):
                 shutil.rmtree(p, ignore_errors=True)
-                removed.append(p)
             elif e in (S.SERVER_JSON, S.HEARTBEAT) or e.endswith(".tmp"):
                 S.unlink_quiet(p)
-                removed.append(p)
-        return removed
 
     def heartbeat(self) -> None:
         p = os.path.join(self.root, S.HEARTBEAT)
@@ -590,11 +527,8 @@ class Server:
 
     def install_signals(self) -> None:
         """SIGTERM/SIGINT/SIGHUP stop the server cleanly (main thread only)."""
-        def handler(signum, frame):
-            self.stopping.set()
-
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, handler)
+            signal.signal(sig, lambda signum, frame: self.stopping.set())
 
     def serve_forever(self) -> int:
         while not self.stopping.wait(1.0):
@@ -627,14 +561,13 @@ class Server:
         for s in self.slots:
             if s.busy:
                 s.abort.set()
-                s.mark_aborted()
-                s.kill_compilers()
+                s.end_session()
         for s in self.slots:
             if s.is_alive():
                 s.join(timeout=15)
         self.collect_reports()  # those that came in since the last second
         if self.recorder.is_alive():
-            self.recorder.q.put(None)
+            self.records.put(None)
             self.recorder.join(timeout=60)
         for s in self.slots:
             s.ctl.close()

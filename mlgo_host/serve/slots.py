@@ -21,6 +21,7 @@ Imported by ``mlgo-clang`` on every compile: standard library and :mod:`mlgo_hos
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -64,10 +65,8 @@ def write_atomic(path: str, data: bytes) -> None:
     try:
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 
@@ -81,19 +80,15 @@ def read_text(path: str) -> str | None:
 
 def read_json(path: str):
     text = read_text(path)
-    if text is None:
-        return None
     try:
-        return json.loads(text)
+        return None if text is None else json.loads(text)
     except ValueError:
         return None
 
 
 def unlink_quiet(path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         os.unlink(path)
-    except (FileNotFoundError, NotADirectoryError):
-        pass
 
 
 def try_lock(path: str, exclusive: bool = True) -> int | None:
@@ -140,10 +135,8 @@ def lock_server(root: str, wait_s: float) -> int | None:
 
 def unlock(fd: int | None) -> None:
     if fd is not None and fd >= 0:
-        try:
+        with contextlib.suppress(OSError):
             os.close(fd)  # closing the last fd releases the flock
-        except OSError:
-            pass
 
 
 def server_lock_held(root: str) -> bool:
@@ -217,8 +210,6 @@ def remove_temp_outputs(output: str | None, since: float) -> None:
     stem, ext = os.path.splitext(output)
     for pat in (glob.escape(output) + "-*.tmp", glob.escape(stem) + "-*" + glob.escape(ext) + ".tmp"):
         for p in glob.glob(pat):
-            try:
+            with contextlib.suppress(OSError):
                 if os.stat(p).st_mtime >= since - 1:
                     os.unlink(p)
-            except OSError:
-                pass

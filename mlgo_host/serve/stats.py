@@ -6,6 +6,7 @@ label, else the server run; within a build the last record of each output counts
 from __future__ import annotations
 
 import os
+from collections import Counter
 from typing import Any, Iterable
 
 from mlgo_host.collected import STATUSES
@@ -27,14 +28,12 @@ def aggregate(records: Iterable[dict]) -> list[dict[str, Any]]:
         for r in recs:
             modules[r.get("output") or f"<no output #{len(modules)}>"] = r
         root = common_dir(list(modules))
-        counts = {s: 0 for s in STATUSES}
-        for r in modules.values():
-            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        counts = dict.fromkeys(STATUSES, 0)
+        counts.update(Counter(r["status"] for r in modules.values()))
         sized = [r for r in modules.values() if r.get("text_size") is not None]
-        decisions: dict[str, int] = {}
+        decisions: Counter[str] = Counter()
         for r in modules.values():
-            for a, n in (r.get("decisions") or {}).items():
-                decisions[a] = decisions.get(a, 0) + int(n)
+            decisions.update({a: int(n) for a, n in (r.get("decisions") or {}).items()})
         rows = []
         for out_path, r in sorted(modules.items()):
             d = r.get("decisions") or {}

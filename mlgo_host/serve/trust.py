@@ -44,8 +44,7 @@ def untrusted_tune_dir(path: str) -> str:
     from mlgo_host.search.tunedir import REPLAYS
 
     for d in (path, os.path.join(path, REPLAYS)):
-        why = untrusted(d)
-        if why:
+        if why := untrusted(d):
             return why
     return ""
 
