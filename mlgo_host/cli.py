@@ -98,8 +98,9 @@ def ends_quietly(run) -> int:
 
 def _dispatch(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # only the module of the command given is imported
-    parser = build_parser(next((a for a in argv if a in COMMANDS), None))
+    # only the module of the command given is imported (the first word, when it names one)
+    first = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(first if first in COMMANDS else None)
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()
