@@ -46,7 +46,7 @@ class Attribution:
             d = m.sizes.functions.get(f, 0) - base.functions.get(f, 0)
             if d and f in owner:
                 delta[owner[f]] += d
-            elif d:
+            elif d and not only_padding_changed(f, base, m.sizes):
                 outside[f] = d
         extra: dict[Candidate, set[str]] = {c: set() for c in batch}
         if outside:
@@ -84,6 +84,12 @@ def only_padding_moved(base, now, explained: dict[str, int] | None = None) -> bo
     if not moved:
         return bool(explained)
     return set(moved) == {".eh_frame"} and abs(moved[".eh_frame"]) <= EH_FRAME_PADDING
+
+
+def only_padding_changed(f: str, base: ObjectSizes, now: ObjectSizes) -> bool:
+    """``f``'s code is the same and only the padding after it moved: it follows where ``f`` now ends (a C++
+    method after it is 2-byte aligned), which every earlier function's size moves, so it is nobody's flip."""
+    return f in base.functions and f in now.functions and base.unpadded(f) == now.unpadded(f)
 
 
 def made_or_dropped(outside: dict[str, int], base: ObjectSizes, now: ObjectSizes,
@@ -127,6 +133,15 @@ def pieces_moved(base: ObjectSizes, now: ObjectSizes, owner: dict[str, Candidate
 
 def adds_or_removes(c: Candidate, base: ObjectSizes, now: ObjectSizes) -> bool:
     return any((f in base.functions) != (f in now.functions) for f in c.footprint)
+
+
+def clones_moved(c: Candidate, moved: set[str]) -> bool:
+    """Did a copy of one of ``c``'s calls, inlined elsewhere along another function's body, change (a key
+    ``moved`` of its callee, written at its place, that ``c`` does not name)?  The compiler decides such
+    clones after the flip changed the body they were copied from."""
+    written = {(s.callee, s.chain[0]) for s in c.sites}
+    own = {s.key for s in c.sites}
+    return any(k not in own and (x := site_of_key(k)).chain and (x.callee, x.chain[0]) in written for k in moved)
 
 
 def applied(c: Candidate, m: Measured) -> bool:

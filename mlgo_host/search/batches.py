@@ -6,7 +6,7 @@ reference's.
 
 from __future__ import annotations
 
-from mlgo_host.search.attribution import TRACED, Attribution, adds_or_removes, applied
+from mlgo_host.search.attribution import TRACED, Attribution, adds_or_removes, applied, clones_moved
 from mlgo_host.search.copies import Copies
 from mlgo_host.search.reference import Reference
 from mlgo_host.search.state import Candidate, Outcome, SearchState, released
@@ -41,10 +41,15 @@ class Measurer:
         if out is None and len(batch) == 1:
             c = batch[0]
             out = [Outcome(c, m.text - st.base.text, applied(c, m), m)]
+            st.interacting.add((c.key, c.inline))  # (beside others it reads wrong again: alone from now on)
         elif out is None:
             st.note_split(why)
-            suspects = [c for c in batch if adds_or_removes(c, st.base.sizes, m.sizes)]
-            if why == "bytes no function owns moved" and 0 < len(suspects) < len(batch):
+            if why == "the compiler changed sites nobody flipped":
+                suspects = [c for c in batch if clones_moved(c, m.inlined ^ st.base.inlined)]
+            else:
+                suspects = [c for c in batch if adds_or_removes(c, st.base.sizes, m.sizes)]
+            if why in ("bytes no function owns moved", "the compiler changed sites nobody flipped") \
+                    and 0 < len(suspects) < len(batch):
                 rest = [c for c in batch if c not in suspects]
                 return self.measure(rest) + self.measure(suspects)
             half = len(batch) // 2

@@ -68,6 +68,7 @@ class Reference:
         st = self.state
         st.wins += len(won)
         functions = dict(st.base.sizes.functions)
+        padding = dict(st.base.sizes.padding)
         other_sections = dict(st.base.sizes.other_sections)
         inlined = set(st.base.inlined)
         for o in won:
@@ -81,6 +82,9 @@ class Reference:
                     functions.pop(f, None)
                 else:
                     functions[f] = size
+                padding.pop(f, None)
+                if o.measured.sizes.padding.get(f):
+                    padding[f] = o.measured.sizes.padding[f]
             if c.release:  # the compiler's answer in the functions it was left: their sites now
                 answer = {k for k in o.measured.inlined if outermost(k) in c.release}
                 for k in [k for k, x in st.inline.items() if x.caller in c.release]:
@@ -111,7 +115,8 @@ class Reference:
             self.derived_by = []
             return [won[0].candidate]
         other = st.base.sizes.other + sum(n for o in won for n in o.other.values())
-        sizes = ObjectSizes(sum(functions.values()) + other, functions, other, other_sections=other_sections)
+        sizes = ObjectSizes(sum(functions.values()) + other, functions, other, other_sections=other_sections,
+                            padding=padding)
         st.base = Measured(sizes, inlined, 0.0)
         st.compiled = False
         return [o.candidate for o in won]

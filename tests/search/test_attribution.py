@@ -6,7 +6,12 @@ from __future__ import annotations
 import dataclasses
 
 from _search_helpers import changes, search, sizes
-from mlgo_host.search.attribution import made_or_dropped, pieces_moved
+import types
+
+from mlgo_host.measure.objsizes import ObjectSizes
+from mlgo_host.search.attribution import Attribution, clones_moved, made_or_dropped, pieces_moved
+from mlgo_host.search.replay import Measured
+from mlgo_host.search.sites import Site
 from mlgo_host.search.sites import final_functions
 from mlgo_host.search.state import Candidate
 
@@ -83,3 +88,25 @@ def test_a_function_that_appears_or_goes_is_the_flip_whose_functions_alone_refer
     assert made_or_dropped({"static": 5}, base, dataclasses.replace(now, functions={**now.functions, "static": 5}),
                            owner) is None
     assert made_or_dropped({"f": 3}, base, now, owner) is None
+
+
+def test_padding_that_follows_the_layout_is_nobodys_and_does_not_fail_the_batch():
+    # f's code is 9 bytes in both; the byte after it pads the 2-byte aligned method that follows, and goes
+    # when g (earlier in the section) grows by an odd number of bytes
+    base = ObjectSizes(40, {"f": 10, "g": 20, "h": 10}, 0, padding={"f": 1})
+    now = ObjectSizes(44, {"f": 9, "g": 25, "h": 10}, 0)
+    a = Candidate((), True, frozenset({"g"}))
+    read = Attribution(types.SimpleNamespace(base=Measured(base, set(), 0.0)))
+    out, why = read.read([a], Measured(now, set(), 0.0))
+    assert why == "" and out[0].delta == 5
+    # f's own code changed: a flip outside the batch did it, or the compiler's interprocedural work
+    out, why = read.read([a], Measured(ObjectSizes(46, {"f": 11, "g": 25, "h": 10}, 0), set(), 0.0))
+    assert out is None and why == "a function outside every footprint changed"
+
+
+def test_a_clone_of_a_flipped_call_inlined_elsewhere_is_the_flips():
+    flip = Candidate((Site("x", "_ZN4NodeC2Ev", (("Node", 2, 18),)),), False, frozenset({"_ZN4NodeC2Ev"}))
+    assert clones_moved(flip, {"x at Node:2:18 @ emplace:3:13"})  # the same written call, cloned into emplace
+    assert not clones_moved(flip, {"y at Node:2:18 @ emplace:3:13"})  # another callee
+    assert not clones_moved(flip, {"x at Node:4:18 @ emplace:3:13"})  # another call
+    assert not clones_moved(flip, {"x at Node:2:18"})  # its own key
