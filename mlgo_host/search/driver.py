@@ -120,6 +120,8 @@ class BatchedSearch:
         st.wins = res.get("wins", 0)
         st.sweep_mark = res.get("sweep_mark", 0)
         st.interacting = {(k, bool(inline)) for k, inline in res.get("interacting", ())}
+        self.copies.no_copies = {r if isinstance(r, str) else tuple(r) for r in res.get("no_copies", ())}
+        self.copies.not_in_copies = set(res.get("not_in_copies", ()))
         ref = res.get("reference")
         if ref is None and not res["tried"]:  # a probe only: its decisions' compile is the start
             self.begin()

@@ -44,6 +44,10 @@ class SearchResult:
     wins: int
     sweep_mark: int
     interacting: list[list]  # [key, inline] of the flips measured alone
+    #: what copies could not measure, kept for a resumed search: the roots whose control failed (a function
+    #: name, or the names of a copy of several), the flips measured in place from then on
+    no_copies: list
+    not_in_copies: list[str]
     broken_keys: int
     broken: list[str]  # keys the compiler did not match
     decisions: int
@@ -95,6 +99,8 @@ def search_result(s: BatchedSearch, default_size: int, wall_s: float) -> SearchR
                  for c in s.pending],
         grouped=st.grouped, wins=st.wins, sweep_mark=st.sweep_mark,
         interacting=sorted([k, inline] for k, inline in st.interacting),
+        no_copies=sorted((r if isinstance(r, str) else list(r) for r in s.copies.no_copies), key=str),
+        not_in_copies=sorted(s.copies.not_in_copies),
         broken_keys=len(st.broken), broken=sorted(st.broken), decisions=ep.n, wall_s=wall_s,
         tried=sorted(st.tried), promise=s.promise(),
         stopped=s.stopped if st.base is not None else ("budget" if ep.n else "exhausted"),

@@ -195,7 +195,8 @@ def test_the_stored_result_is_the_search_results_fields_under_the_keys_tune_read
     assert list(r) == [f.name for f in dataclasses.fields(SearchResult)] == [
         "name", "module_key", "status", "reason", "search", "default_size", "policy_size", "start_size",
         "replay_start_size", "replay_matches", "best_size", "compiles", "batches", "splits", "flips_measured",
-        "flips_in_copies", "flips", "pending", "grouped", "wins", "sweep_mark", "interacting", "broken_keys",
+        "flips_in_copies", "flips", "pending", "grouped", "wins", "sweep_mark", "interacting", "no_copies",
+        "not_in_copies", "broken_keys",
         "broken", "decisions", "wall_s", "tried", "promise", "stopped", "reference", "inline", "scope",
         "inline_all", "probe", "header", "raw", "probe_actions", "actions", "default_slot"]
     typed = search_result(s, s.state.probe.text, 0.5)

@@ -6,6 +6,7 @@ import dataclasses
 
 from _search_helpers import Altered, search, sizes, with_copies_and_in_place, with_functions
 from mlgo_host.search.copies import bodies_brought, pieces_of, split_copies
+from mlgo_host.search.result import result_of
 
 
 def test_flips_of_one_function_measured_in_copies_give_each_its_single_change(batched_corpus):
@@ -218,3 +219,13 @@ def test_what_came_back_with_a_body_a_copy_brought_back_is_its_cost():
     assert bodies_brought({"x", "y.mlgo1"}, copies, base, odd, frozenset({"odd", "root"})) == owners
     # with nothing brought back, what appeared is the originals' reading's
     assert bodies_brought(set(), copies, base, odd) == {}
+
+
+def test_a_resumed_search_keeps_what_copies_could_not_measure(batched_corpus):
+    # (else each pass of tune under a deadline forms the same failing copies again as its first batch)
+    s = search(batched_corpus, "copies", budget=10, copies=True)
+    s.copies.no_copies = {"hub", ("hub", "other")}
+    s.copies.not_in_copies = {"k at f:1:2"}
+    t = search(batched_corpus, "copies", budget=20, copies=True)
+    t.resume_from(result_of(s, s.state.base.text, 0.0))
+    assert t.copies.no_copies == {"hub", ("hub", "other")} and t.copies.not_in_copies == {"k at f:1:2"}
