@@ -4,8 +4,11 @@ replay key (mlgo_host.search.replay.keyed_by, mlgo_host.search.probe.namesakes_o
 
 from __future__ import annotations
 
+import dataclasses
+
 from _search_helpers import changes, search, sizes
 from mlgo_host.search.replay import keyed_by
+from mlgo_host.search.result import result_of
 
 CTOR, CTOR_ALIAS = "_ZN4NodeC2EPii", "_ZN4NodeC1EPii"
 GET, GET_CONST = "_ZN4Node3getEi", "_ZNK4Node3getEi"
@@ -48,3 +51,16 @@ def test_keyed_by_renames_a_function_everywhere_the_object_names_it():
     assert after.shared == {(s, b"hello\0"): (6, frozenset({"C2", "user"}))}
     assert after.referrers == {"C2": frozenset({"user"}), "user": frozenset({"C2"})}
     assert keyed_by(before, {"user"}) is before  # (no alias among the names: nothing to rename)
+
+
+def test_a_resumed_search_keys_a_stored_reference_as_its_compiles(batched_corpus):
+    s = search(batched_corpus, "namesakes")
+    s.reference.compile_start()  # (a compiled reference is stored)
+    res = result_of(s, s.state.base.text, 0.0)
+    ref = res["reference"]
+    old = {CTOR_ALIAS if f == CTOR else f: n for f, n in ref.sizes.functions.items()}  # keyed by the alias
+    res["reference"] = dataclasses.replace(ref, sizes=dataclasses.replace(ref.sizes, functions=old,
+                                                                           aliases={CTOR: CTOR_ALIAS}))
+    t = search(batched_corpus, "namesakes", begin=False)
+    t.resume_from(res)
+    assert CTOR in t.state.base.sizes.functions and CTOR_ALIAS not in t.state.base.sizes.functions
