@@ -14,7 +14,8 @@ to ``other``:
 * constant pools (``.rodata.cst8``...): written per function and not merged, so a function owns the
   entries its code refers to, unless two functions refer to one.
 
-Keys are mangled symbol names; aliases at one address are one function (the smallest name), and two
+Keys are mangled symbol names; aliases at one address are one function (the smallest name, unless
+:meth:`ObjectSizes.keyed_by` names another), and two
 functions of one name are ``name``, ``name#2``...  The ELF reader is a small hand-written one (x86-64
 relocatable objects only), much faster than pyelftools on every compile of a search.
 """
@@ -26,6 +27,7 @@ import dataclasses
 import os
 import struct
 from collections import Counter
+from typing import Iterable
 
 from mlgo_host.errors import CompilerError
 
@@ -71,6 +73,32 @@ class ObjectSizes:
         """``fn``'s number without its trailing padding, or None."""
         n = self.functions.get(fn)
         return None if n is None else n - self.padding.get(fn, 0)
+
+    def keyed_by(self, names: Iterable[str]) -> "ObjectSizes":
+        """These sizes with each function keyed by one of its aliases in ``names`` when its key is not one:
+        a reader that knows the IR's names (a C++ constructor's function is ``C2``; ``C1``, its alias at the
+        same address, sorts first) reads every field under them."""
+        names = set(names)
+        new: dict[str, str] = {}
+        for alias, key in self.aliases.items():
+            if alias in names and key not in names:
+                new[key] = min(new.get(key, alias), alias)
+        if not new:
+            return self
+
+        def name(f: str) -> str:
+            return new.get(f, f)
+
+        aliases = {a: name(k) for a, k in self.aliases.items() if a != new.get(k)}
+        aliases.update(new)
+        shared = None if self.shared is None else \
+            {piece: (n, frozenset(map(name, refs))) for piece, (n, refs) in self.shared.items()}
+        referrers = None if self.referrers is None else \
+            {name(f): frozenset(map(name, refs)) for f, refs in self.referrers.items()}
+        return dataclasses.replace(self, functions={name(f): n for f, n in self.functions.items()}, aliases=aliases,
+                                   padding={name(f): n for f, n in self.padding.items()},
+                                   pools={name(f): p for f, p in self.pools.items()}, shared=shared,
+                                   referrers=referrers)
 
 
 @dataclasses.dataclass

@@ -23,7 +23,7 @@ from mlgo_host.search.flips import FlipGainModel
 from mlgo_host.search.batches import Measurer
 from mlgo_host.search.probe import Probe, probe_module
 from mlgo_host.search.reference import Reference
-from mlgo_host.search.replay import Measured, ReplayEvaluator, keyed_by
+from mlgo_host.search.replay import Measured, ReplayEvaluator
 from mlgo_host.search.result import result_of
 from mlgo_host.search.scheduling import MAX_BATCH, Scheduler
 from mlgo_host.search.sites import site_of_line
@@ -123,9 +123,11 @@ class BatchedSearch:
         self.copies.no_copies = {r if isinstance(r, str) else tuple(r) for r in res.get("no_copies", ())}
         self.copies.not_in_copies = set(res.get("not_in_copies", ()))
         ref = res.get("reference")
-        # (stored objects keyed as this search keys its compiles: see replay.keyed_by)
-        ref = _keyed(ref, st.ev.scope)
-        st.probe.plain = _keyed(st.probe.plain, st.ev.scope)
+        # (stored objects keyed as this search keys its compiles: see Measured.keyed_by)
+        if ref is not None:
+            ref = ref.keyed_by(st.ev.scope)
+        if st.probe.plain is not None:
+            st.probe.plain = st.probe.plain.keyed_by(st.ev.scope)
         if ref is None and not res["tried"]:  # a probe only: its decisions' compile is the start
             self.begin()
         else:
@@ -229,11 +231,6 @@ class BatchedSearch:
                 queue += [x for x in self.cands.exposed(c) if x.key not in st.tried]
                 queue += self.cands.reinlined(c)
         return touched, lost, queue
-
-
-def _keyed(m: Measured | None, names) -> Measured | None:
-    sizes = keyed_by(m.sizes, names) if m is not None else None
-    return m if sizes is None or sizes is m.sizes else dataclasses.replace(m, sizes=sizes)
 
 
 def _disjoint_best(won: list[Outcome]) -> tuple[list[Outcome], list[Outcome]]:

@@ -18,7 +18,7 @@ from mlgo_host.fsutil import scratch_dir
 from mlgo_host.measure.compile import compile_module
 from mlgo_host.measure.objsizes import object_sizes
 from mlgo_host.measure.sizes import llvm_tool
-from mlgo_host.search.replay import Measured, keyed_by
+from mlgo_host.search.replay import Measured
 from mlgo_host.search.sites import (DebugInfo, Decision, Site, debug_info, identify, inlined_keys, mandatory_sites,
                                    read_remarks)
 
@@ -92,7 +92,7 @@ def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str
         mandatory = mandatory_sites(plain_text)
     # (the plain compile's inlined keys tell copies of one body apart: exact when the probe took its decisions)
     decisions = identify(remarks, debug, mandatory, plain.inlined)
-    plain = dataclasses.replace(plain, sizes=keyed_by(plain.sizes, {d.site.caller for d in decisions}))
+    plain = plain.keyed_by({d.site.caller for d in decisions})
     for d, a in zip(decisions, ep.actions):
         if bool(a) != d.inlined:
             raise CompilerError(f"module {module.name!r}: decision {d.index}: the record says "

@@ -38,34 +38,6 @@ def replay_flags(path: str, fallback: str = "NeverInline") -> list[str]:
             "-mllvm", f"-cgscc-inline-replay-fallback={fallback}"]
 
 
-def keyed_by(sizes: ObjectSizes, names: Iterable[str]) -> ObjectSizes:
-    """``sizes`` with each function keyed by one of its aliases in ``names`` (functions with decisions,
-    named as the IR names them) when its key is not: a C++ constructor's IR function is ``C2``, while the
-    key :mod:`~mlgo_host.measure.objsizes` gives it is ``C1``, its alias at the same address, and the
-    search reads a flip's gain from the functions its sites name."""
-    names = set(names)
-    new: dict[str, str] = {}
-    for alias, key in sizes.aliases.items():
-        if alias in names and key not in names:
-            new[key] = min(new.get(key, alias), alias)
-    if not new:
-        return sizes
-
-    def name(f: str) -> str:
-        return new.get(f, f)
-
-    aliases = {a: name(k) for a, k in sizes.aliases.items() if a != new.get(k)}
-    aliases.update(new)
-    shared = None if sizes.shared is None else \
-        {piece: (n, frozenset(map(name, refs))) for piece, (n, refs) in sizes.shared.items()}
-    referrers = None if sizes.referrers is None else \
-        {name(f): frozenset(map(name, refs)) for f, refs in sizes.referrers.items()}
-    return dataclasses.replace(sizes, functions={name(f): n for f, n in sizes.functions.items()}, aliases=aliases,
-                               padding={name(f): n for f, n in sizes.padding.items()},
-                               pools={name(f): p for f, p in sizes.pools.items()}, shared=shared,
-                               referrers=referrers)
-
-
 @dataclasses.dataclass
 class Measured:
     """One compile of a decision set: its sizes and the keys the compiler reports inlined."""
@@ -77,6 +49,13 @@ class Measured:
     @property
     def text(self) -> int:
         return self.sizes.text
+
+    def keyed_by(self, names: Iterable[str]) -> "Measured":
+        """This compile with its functions keyed by ``names`` where an alias is one
+        (:meth:`~mlgo_host.measure.objsizes.ObjectSizes.keyed_by`): the search names functions as the IR
+        does, by the sites' callers."""
+        sizes = self.sizes.keyed_by(names)
+        return self if sizes is self.sizes else dataclasses.replace(self, sizes=sizes)
 
 
 class ReplayEvaluator:
@@ -125,4 +104,4 @@ class ReplayEvaluator:
         with scratch_dir("mlgo-replay-") as tmp:
             out = os.path.join(tmp, "module.o")
             remarks = self.compile(inline, out, ir, scope, release)
-            return Measured(keyed_by(object_sizes(out), self.scope), inlined_keys(remarks), time.monotonic() - t0)
+            return Measured(object_sizes(out).keyed_by(self.scope), inlined_keys(remarks), time.monotonic() - t0)

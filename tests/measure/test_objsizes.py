@@ -13,7 +13,7 @@ import pytest
 
 from _corpus_helpers import CLANG
 from mlgo_host.errors import CompilerError
-from mlgo_host.measure.objsizes import object_sizes
+from mlgo_host.measure.objsizes import ObjectSizes, object_sizes
 from mlgo_host.measure.sizes import text_size
 
 # What the corpus compiles with: -Oz, position-independent.
@@ -227,3 +227,16 @@ long b(long x) { return twice(x); }
     assert s.referrers["_Z5twiceIlET_S0_"] == frozenset({"_Z1bl"})
     # a static function shares .text with its callers: the assembler resolved the call, nothing names it
     assert "_ZL5locali" not in s.referrers
+
+
+def test_keyed_by_renames_a_function_everywhere_the_object_names_it():
+    s = ".rodata.str1.1"
+    before = ObjectSizes(66, {"C1": 40, "user": 20}, 6, aliases={"C2": "C1", "D1": "C1"}, other_sections={s: 6},
+                         shared={(s, b"hello\0"): (6, frozenset({"C1", "user"}))},
+                         referrers={"C1": frozenset({"user"}), "user": frozenset({"C1"})}, padding={"C1": 1})
+    after = before.keyed_by({"C2", "user"})
+    assert after.functions == {"C2": 40, "user": 20} and after.text == before.text
+    assert after.aliases == {"C1": "C2", "D1": "C2"} and after.padding == {"C2": 1}
+    assert after.shared == {(s, b"hello\0"): (6, frozenset({"C2", "user"}))}
+    assert after.referrers == {"C2": frozenset({"user"}), "user": frozenset({"C2"})}
+    assert before.keyed_by({"user"}) is before  # (no alias among the names: nothing to rename)

@@ -1,13 +1,13 @@
 """Functions the object and the replay name otherwise than the IR does: a C++ constructor whose
 object symbol is an alias of its IR function, and methods of one debug name whose call sites share a
-replay key (mlgo_host.search.replay.keyed_by, mlgo_host.search.probe.namesakes_of), with the real clang-19."""
+replay key (mlgo_host.search.replay.Measured.keyed_by, mlgo_host.search.probe.namesakes_of), with the real
+clang-19."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from _search_helpers import changes, search, sizes
-from mlgo_host.search.replay import keyed_by
+from _search_helpers import changes, search
 from mlgo_host.search.result import result_of
 
 CTOR, CTOR_ALIAS = "_ZN4NodeC2EPii", "_ZN4NodeC1EPii"
@@ -38,19 +38,6 @@ def test_a_key_shared_by_two_methods_of_one_name_has_both_in_its_footprint(batch
     for o in got:
         single = st.ev.measure(st.set_with([o.candidate]))
         assert sum(changes(single.sizes, st.base.sizes).values()) == o.delta
-
-
-def test_keyed_by_renames_a_function_everywhere_the_object_names_it():
-    s = ".rodata.str1.1"
-    before = sizes({"C1": 40, "user": 20}, {s: 6}, {(s, b"hello\0"): (6, frozenset({"C1", "user"}))},
-                   {"C1": frozenset({"user"}), "user": frozenset({"C1"})})
-    before = before.__class__(**{**before.__dict__, "aliases": {"C2": "C1", "D1": "C1"}})
-    after = keyed_by(before, {"C2", "user"})
-    assert after.functions == {"C2": 40, "user": 20} and after.text == before.text
-    assert after.aliases == {"C1": "C2", "D1": "C2"}
-    assert after.shared == {(s, b"hello\0"): (6, frozenset({"C2", "user"}))}
-    assert after.referrers == {"C2": frozenset({"user"}), "user": frozenset({"C2"})}
-    assert keyed_by(before, {"user"}) is before  # (no alias among the names: nothing to rename)
 
 
 def test_a_resumed_search_keys_a_stored_reference_as_its_compiles(batched_corpus):
