@@ -46,10 +46,11 @@ class Measurer:
             st.note_split(why)
             if why == "the compiler changed sites nobody flipped":
                 suspects = [c for c in batch if clones_moved(c, m.inlined ^ st.base.inlined)]
-            else:
+            elif why == "bytes no function owns moved":
                 suspects = [c for c in batch if adds_or_removes(c, st.base.sizes, m.sizes)]
-            if why in ("bytes no function owns moved", "the compiler changed sites nobody flipped") \
-                    and 0 < len(suspects) < len(batch):
+            else:
+                suspects = []
+            if 0 < len(suspects) < len(batch):
                 rest = [c for c in batch if c not in suspects]
                 return self.measure(rest) + self.measure(suspects)
             half = len(batch) // 2
