@@ -42,6 +42,19 @@ class OutlineModel:
         z = float(((log_scaled(x, self.log) - self.mean) / self.std) @ self.weights + self.bias)
         return 1.0 / (1.0 + math.exp(-z)) if z > -500 else 0.0
 
+    def probabilities(self, records: np.ndarray) -> np.ndarray:
+        """:meth:`probability` of each of ``records`` (a structured array with the model's features)."""
+        x = np.stack([np.asarray(records[f], dtype=float).reshape(len(records)) for f in self.features], axis=1)
+        z = ((log_scaled(x, self.log) - self.mean) / self.std) @ self.weights + self.bias
+        return 1.0 / (1.0 + np.exp(-np.clip(z, -500.0, 500.0)))
+
+    def refuses(self, records: np.ndarray, default: np.ndarray) -> np.ndarray:
+        """Which of ``records`` are inlinings (``default``: -Oz's decisions) the rule may refuse: of a
+        callee with at least two uses, not its last call to a static callee."""
+        users = np.asarray(records[USERS]).reshape(len(records))
+        last = np.asarray(records[LAST_CALL]).reshape(len(records))
+        return (np.asarray(default).reshape(len(records)) == 1) & (users >= 2) & (last == 0)
+
     def to_json(self) -> dict:
         return {"format": FORMAT, "features": list(self.features), "log": self.log.tolist(),
                 "mean": self.mean.tolist(), "std": self.std.tolist(), "weights": self.weights.tolist(),

@@ -15,6 +15,7 @@ from mlgo_host.errors import MlgoHostError
 from mlgo_host.measure.compile import BaselineCache, baseline_size
 from mlgo_host.policies import load_policy
 from mlgo_host.policies.base import Policy
+from mlgo_host.policies.outline import OutlinePolicy
 from mlgo_host.progress import progress_bar
 from mlgo_host.search.driver import search_module_batched
 from mlgo_host.search.flips import FlipGainModel
@@ -59,7 +60,7 @@ class SearchWorker(CollectWorker):
         fm = FlipGainModel.from_json(model) if model else None
         res = search_module_batched(mod, self._policy(True, 0), cfg, budget=budget, default_size=default, model=fm,
                                     deadline=deadline, resume=resume,
-                                    prior=_shipped_prior(prior, slot) if prior is not None else None)
+                                    prior=_shipped_prior(prior, slot, mod.language) if prior is not None else None)
         if default is None and res.get("default_size") is not None:
             cache.put(mod, c.clang, int(res["default_size"]))
         elif res.get("default_size") is None and res["status"] == "failed":  # (its report row still says -Oz's)
@@ -80,23 +81,32 @@ def _shipped_policy(name: str) -> Policy:
 
 
 @functools.lru_cache(maxsize=None)
-def _shipped_prior(name: str, compiler_slot: str):
-    """The P(inline) of the shipped policy ``name`` (its one load), the compiler's default in ``compiler_slot``."""
-    return _probs_of(_shipped_policy(name), compiler_slot)
+def _shipped_prior(name: str, compiler_slot: str, language: str | None = None):
+    """The P(inline) of the shipped policy ``name`` (its one load) for a module in ``language``, the
+    compiler's default in ``compiler_slot``."""
+    return _probs_of(_shipped_policy(name), compiler_slot, language)
 
 
-def _probs_of(policy: Policy, compiler_slot: str | None):
-    """P(inline) of a numpy policy over a batch of feature records, or None."""
-    policy = policy.for_language(None)  # (the network of a policy with parts per language)
-    check = getattr(policy, "check_meanings", None)
+def _probs_of(policy: Policy, compiler_slot: str | None, language: str | None = None):
+    """P(inline) of a numpy policy over a batch of feature records, or None.  A policy whose part for
+    ``language`` is an outline rule gives, for the inlinings that rule may refuse, one minus its
+    model's probability that leaving the callee out pays (the network elsewhere): the network
+    learned from single flips, and carries little over to C."""
+    net = policy.for_language(None)  # (the network of a policy with parts per language)
+    check = getattr(net, "check_meanings", None)
     if check is None:
         return None
-    actor, binding = policy.actor, check(compiler_slot)
+    actor, binding = net.actor, check(compiler_slot)
+    part = policy.for_language(language) if language else net
+    outline = part.model if isinstance(part, OutlinePolicy) and compiler_slot else None
 
     def p1(feats: np.ndarray) -> np.ndarray:
         lg = actor.logits(feats, binding)
-        d = lg[:, 1] - lg[:, 0]
-        return 1.0 / (1.0 + np.exp(-d))
+        p = 1.0 / (1.0 + np.exp(-(lg[:, 1] - lg[:, 0])))
+        if outline is not None:
+            refusable = outline.refuses(feats, feats[compiler_slot])
+            p = np.where(refusable, 1.0 - outline.probabilities(feats), p)
+        return p
 
     return p1
 

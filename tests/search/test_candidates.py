@@ -183,3 +183,30 @@ def test_a_flip_queued_before_a_winner_is_read_from_where_its_code_lands_now(bat
     (m,) = s.measure(batch)
     assert st.splits == {}, st.splits  # read from the functions it changes now, with nothing left over
     assert set(changes(m.measured.sizes, st.base.sizes)) <= now.footprint
+
+
+def test_a_c_module_s_prior_is_the_shipped_outline_rule_where_it_may_refuse(batched_corpus):
+    # the shipped policy's C part is an outline rule: for a C module the
+    # prior of an inlining it may refuse is its model's P(leaving the callee
+    # out pays); everywhere else, and for a C++ module, the network's
+    from mlgo_host.channel.default_slot import default_slot
+    from mlgo_host.policies.outline import OutlinePolicy
+    from mlgo_host.search.worker import _probs_of
+    from mlgo_host.shipped import shipped_policy_dir
+
+    m = batched_corpus["gen"]
+    probe = probe_module(m, load_policy("default"))
+    feats, slot = probe.episode.features(), default_slot("clang-19")
+    shipped = load_policy(shipped_policy_dir("pretrained-oz"))
+    rule = shipped.for_language("C")
+    assert isinstance(rule, OutlinePolicy)
+    net, c = _probs_of(shipped, slot)(feats), _probs_of(shipped, slot, "C")(feats)
+    refusable = rule.model.refuses(feats, feats[slot])
+    assert 0 < refusable.sum() < len(feats)
+    np.testing.assert_array_equal(c[~refusable], net[~refusable])
+    q = rule.model.probabilities(feats[refusable])
+    np.testing.assert_allclose(1.0 - c[refusable], q)
+    one = np.flatnonzero(refusable)[0]
+    record = np.array([float(np.asarray(feats[f]).reshape(-1)[one]) for f in rule.model.features])
+    assert abs(rule.model.probability(record) - q[0]) < 1e-12  # (one record as the policy reads it)
+    np.testing.assert_array_equal(_probs_of(shipped, slot, "C++")(feats), net)
