@@ -52,7 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(a note on stderr); a T that is no tune directory is an error (exit 2)")
     p.add_argument("--prior", default="pretrained-oz", metavar="{pretrained-oz,patterns,DIR}",
                    help="what orders each module's flips: pretrained-oz (default), the shipped policy's "
-                        "probability of the other action; a saved policy directory (e.g. ROOT/saved_policy), the "
+                        "probability of the other action (for C, its C part's where that part may refuse an inlining); "
+                        "a saved policy directory (e.g. ROOT/saved_policy), the "
                         "same with its weights; patterns, the measured winner patterns only")
     p.add_argument("--no-copies", action="store_true",
                    help="measure each flip in place only (by default flips are measured in copies of the functions "
