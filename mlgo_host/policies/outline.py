@@ -50,7 +50,8 @@ class OutlineModel:
 
     def refuses(self, records: np.ndarray, default: np.ndarray) -> np.ndarray:
         """Which of ``records`` are inlinings (``default``: -Oz's decisions) the rule may refuse: of a
-        callee with at least two uses, not its last call to a static callee."""
+        callee with at least two uses, not its last call to a static callee (as
+        :meth:`OutlinePolicy.act` tells one record)."""
         users = np.asarray(records[USERS]).reshape(len(records))
         last = np.asarray(records[LAST_CALL]).reshape(len(records))
         return (np.asarray(default).reshape(len(records)) == 1) & (users >= 2) & (last == 0)

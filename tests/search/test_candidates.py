@@ -185,13 +185,13 @@ def test_a_flip_queued_before_a_winner_is_read_from_where_its_code_lands_now(bat
     assert set(changes(m.measured.sizes, st.base.sizes)) <= now.footprint
 
 
-def test_a_c_module_s_prior_is_the_shipped_outline_rule_where_it_may_refuse(batched_corpus):
+def test_the_prior_of_a_c_module_is_the_shipped_outline_rule_where_it_may_refuse(batched_corpus):
     # the shipped policy's C part is an outline rule: for a C module the
     # prior of an inlining it may refuse is its model's P(leaving the callee
     # out pays); everywhere else, and for a C++ module, the network's
     from mlgo_host.channel.default_slot import default_slot
     from mlgo_host.policies.outline import OutlinePolicy
-    from mlgo_host.search.worker import _probs_of
+    from mlgo_host.search.worker import _probs_of, _shipped_prior
     from mlgo_host.shipped import shipped_policy_dir
 
     m = batched_corpus["gen"]
@@ -210,3 +210,6 @@ def test_a_c_module_s_prior_is_the_shipped_outline_rule_where_it_may_refuse(batc
     record = np.array([float(np.asarray(feats[f]).reshape(-1)[one]) for f in rule.model.features])
     assert abs(rule.model.probability(record) - q[0]) < 1e-12  # (one record as the policy reads it)
     np.testing.assert_array_equal(_probs_of(shipped, slot, "C++")(feats), net)
+    # what a search worker asks for a module of each language
+    np.testing.assert_array_equal(_shipped_prior("pretrained-oz", slot, "C")(feats), c)
+    np.testing.assert_array_equal(_shipped_prior("pretrained-oz", slot, "C++")(feats), net)
