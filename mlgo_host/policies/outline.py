@@ -38,15 +38,18 @@ class OutlineModel:
     threshold: float
     trained_on: dict = dataclasses.field(default_factory=dict)
 
+    def logit(self, x: np.ndarray):
+        """The model's log-odds of one feature vector ``x`` (its features' order), or of each row of a matrix."""
+        return ((log_scaled(x, self.log) - self.mean) / self.std) @ self.weights + self.bias
+
     def probability(self, x: np.ndarray) -> float:
-        z = float(((log_scaled(x, self.log) - self.mean) / self.std) @ self.weights + self.bias)
+        z = float(self.logit(x))
         return 1.0 / (1.0 + math.exp(-z)) if z > -500 else 0.0
 
     def probabilities(self, records: np.ndarray) -> np.ndarray:
         """:meth:`probability` of each of ``records`` (a structured array with the model's features)."""
         x = np.stack([np.asarray(records[f], dtype=float).reshape(len(records)) for f in self.features], axis=1)
-        z = ((log_scaled(x, self.log) - self.mean) / self.std) @ self.weights + self.bias
-        return 1.0 / (1.0 + np.exp(-np.clip(z, -500.0, 500.0)))
+        return 1.0 / (1.0 + np.exp(-np.clip(self.logit(x), -500.0, 500.0)))
 
     def refuses(self, records: np.ndarray, default: np.ndarray) -> np.ndarray:
         """Which of ``records`` are inlinings (``default``: -Oz's decisions) the rule may refuse: of a
