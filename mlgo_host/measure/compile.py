@@ -22,6 +22,7 @@ from mlgo_host.corpus.corpus import Module
 from mlgo_host.episode import Episode, EpisodeRecorder
 from mlgo_host.errors import CompilerError, MlgoHostError
 from mlgo_host.fsutil import atomic_write_bytes, scratch_dir
+from mlgo_host.measure.objsizes import ObjectSizes, object_sizes
 from mlgo_host.measure.sizes import compiler_version, text_size
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -81,6 +82,8 @@ class ModuleResult:
     wall_s: float = 0.0
     episode: "Episode | None" = None
     compiler_cpu_s: float | None = None
+    #: the object's sizes per function (only when asked for)
+    sizes: "ObjectSizes | None" = None
 
     @property
     def ok(self) -> bool:
@@ -131,14 +134,19 @@ def compile_module(
     record: bool = False,
     log_path: str | None = None,
     extra_args: Sequence[str] = (),
+    sizes: bool = False,
 ) -> ModuleResult:
-    """Compile ``module`` with ``policy`` answering ``advisor``'s decisions (``extra_args``: more flags)."""
+    """Compile ``module`` with ``policy`` answering ``advisor``'s decisions (``extra_args``: more flags;
+    ``sizes``: also split the object over its functions)."""
     def run(tmp: str, out: str) -> tuple[int, str, dict]:
         res = ready_and_run(module.compile_command(clang, out) + list(extra_args), advisor, policy,
                             timeout=timeout, recorder=EpisodeRecorder() if record else None, log_path=log_path,
                             tmpdir=tmp)
-        return res.returncode, res.stderr_tail, dict(observations=res.observations, decisions=dict(res.decisions),
-                                                     episode=res.episode, compiler_cpu_s=res.compiler_cpu_s)
+        fields = dict(observations=res.observations, decisions=dict(res.decisions), episode=res.episode,
+                      compiler_cpu_s=res.compiler_cpu_s)
+        if sizes and res.returncode == 0 and os.path.exists(out):
+            fields["sizes"] = object_sizes(out)
+        return res.returncode, res.stderr_tail, fields
 
     return _measured(module, "mlgo-mod-", llvm_size, clang, run)
 

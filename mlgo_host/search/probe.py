@@ -19,8 +19,9 @@ from mlgo_host.measure.compile import compile_module
 from mlgo_host.measure.objsizes import object_sizes
 from mlgo_host.measure.sizes import llvm_tool
 from mlgo_host.search.replay import Measured
-from mlgo_host.search.sites import (DebugInfo, Decision, Site, debug_info, identify, inlined_keys, mandatory_sites,
-                                   read_remarks)
+from mlgo_host.policies.heuristic import DefaultPolicy
+from mlgo_host.search.sites import (AmbiguousSites, DebugInfo, Decision, Site, always_inline_sites, debug_info,
+                                   identify, inlined_keys, mandatory_sites, read_remarks)
 
 
 @dataclasses.dataclass
@@ -31,7 +32,8 @@ class Probe:
     decisions: list[Decision]
     text: int
     wall_s: float
-    #: compiles it took: the channel's, and the plain one naming always-inline sites (none without decisions)
+    #: compiles it took: the channel's, and the plain one naming always-inline sites (none without decisions
+    #: or in :data:`ONE_COMPILE_LANGUAGES`)
     compiles: int = 2
     #: the plain compile (the compiler's own decisions): its sizes and the keys it inlined
     plain: Measured | None = None
@@ -62,20 +64,32 @@ def record_flags(path: str) -> list[str]:
     return ["-opt-record-file", path, "-opt-record-passes", "inline", "-opt-record-format", "yaml"]
 
 
+#: the languages whose probe takes its plain compile's part from its channel compile: with the
+#: compiler's own decisions the channel's object is plain ``-Oz``'s byte for byte, and in C the keys
+#: the plain compile would report are its decisions' and its ``always_inline`` sites' (in C++ the
+#: compiler also inlines ``always_inline`` calls that other inlinings expose, without a remark).
+#: Where a remark fits copies of one body, only the plain compile's keys tell them apart: it is made.
+ONE_COMPILE_LANGUAGES = frozenset({"C"})
+
+
 def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str | None = None,
                  timeout: float = 300.0, debug: DebugInfo | None = None,
                  plain: tuple[str, Measured] | None = None, like: Probe | None = None) -> Probe:
     """Compile ``module`` over the channel and name every decision's call site; ``plain``
-    (:func:`compile_with_remarks`) or ``like`` (an earlier probe) saves the plain compile."""
+    (:func:`compile_with_remarks`) or ``like`` (an earlier probe) saves the plain compile, and so
+    does a module of :data:`ONE_COMPILE_LANGUAGES` probed with the compiler's own decisions."""
     t0 = time.monotonic()
+    one_compile = plain is None and like is None and module.language in ONE_COMPILE_LANGUAGES \
+        and isinstance(policy.for_language(module.language), DefaultPolicy)
     with scratch_dir("mlgo-probe-") as tmp:
         rec = os.path.join(tmp, "record.yaml")
         res = compile_module(module, policy, clang=clang, llvm_size=llvm_size, timeout=timeout, record=True,
-                             extra_args=record_flags(rec))
+                             extra_args=record_flags(rec), sizes=one_compile)
         if not res.ok or res.episode is None:
             raise CompilerError(f"module {module.name!r}: the probe compile failed: {res.reason}")
         with open(rec, encoding="utf-8", errors="replace") as f:
-            remarks = read_remarks(f.read())
+            record = f.read()
+    remarks = read_remarks(record)
     ep = res.episode
     if len(remarks) != ep.n:
         raise CompilerError(f"module {module.name!r}: {len(remarks)} inliner remarks for {ep.n} channel decisions "
@@ -84,14 +98,25 @@ def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str
         return Probe(ep, [], int(res.text_size), time.monotonic() - t0, compiles=1)
     if debug is None:
         debug = debug_info(module.bc_path, llvm_tool(clang, "llvm-dis"), timeout)
-    if like is not None and like.plain is not None and like.mandatory is not None:
-        compiles, plain, mandatory = 1, like.plain, list(like.mandatory)
-    else:
-        compiles = 2 if plain is None else 1
-        plain_text, plain = plain if plain is not None else compile_with_remarks(module, clang, timeout)
-        mandatory = mandatory_sites(plain_text)
-    # (the plain compile's inlined keys tell copies of one body apart: exact when the probe took its decisions)
-    decisions = identify(remarks, debug, mandatory, plain.inlined)
+    decisions = None
+    if one_compile:
+        compiles, mandatory = 1, always_inline_sites(record)
+        try:
+            decisions = identify(remarks, debug, mandatory, exact=True)
+        except AmbiguousSites:  # (copies of one body, which only the plain compile's keys tell apart)
+            pass
+        else:
+            plain = Measured(res.sizes, {d.site.key for d in decisions if d.inlined} | {m.key for m in mandatory},
+                             res.wall_s)
+    if decisions is None:
+        if like is not None and like.plain is not None and like.mandatory is not None:
+            compiles, plain, mandatory = 1, like.plain, list(like.mandatory)
+        else:
+            compiles = 2 if plain is None else 1
+            plain_text, plain = plain if plain is not None else compile_with_remarks(module, clang, timeout)
+            mandatory = mandatory_sites(plain_text)
+        # (the plain compile's inlined keys tell copies of one body apart: exact when the probe took its decisions)
+        decisions = identify(remarks, debug, mandatory, plain.inlined)
     plain = plain.keyed_by({d.site.caller for d in decisions})
     for d, a in zip(decisions, ep.actions):
         if bool(a) != d.inlined:

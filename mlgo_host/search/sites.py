@@ -174,6 +174,28 @@ def read_remarks(text: str) -> list[Remark]:
     return out
 
 
+_ARG = re.compile(r"^\s+- (\w+):\s+(.*)$")
+
+
+def always_inline_sites(text: str) -> list[Site]:
+    """The ``always_inline`` sites of an optimization record, in order: the
+    mandatory inliner writes each ``AlwaysInline`` remark as ``-Rpass=inline``
+    prints it (its arguments, joined), beside the ML advisor's remarks."""
+    lines = []
+    for doc in text.split("\n--- "):
+        if not re.search(r"^Name:\s+AlwaysInline\s*$", doc, re.M):
+            continue
+        args = False
+        parts = []
+        for ln in _joined(doc.splitlines()):
+            if ln.startswith("Args:"):
+                args = True
+            elif args and (m := _ARG.match(ln)) and m.group(1) != "DebugLoc":
+                parts.append(_unquote(m.group(2)))
+        lines.append("".join(parts))
+    return mandatory_sites("\n".join(lines))
+
+
 @dataclasses.dataclass(frozen=True)
 class FunctionInfo:
     """A function's debug identity: the name keys use for it, its first line and file."""
@@ -298,8 +320,12 @@ class _Live:
     column: int
 
 
+class AmbiguousSites(CompilerError):
+    """A remark that fits copies of one body with different keys, and no compile's keys to choose."""
+
+
 def identify(remarks: Sequence[Remark], debug: DebugInfo, mandatory: Sequence[Site] = (),
-             known: set[str] = frozenset()) -> list[Decision]:
+             known: set[str] = frozenset(), exact: bool = False) -> list[Decision]:
     """Every decision's :class:`Site`, by replaying the inline tree in decision
     order: inlining ``G`` at ``s`` copies ``G``'s live sites into the caller
     with ``s`` appended to their chain, and a decision is matched to a live
@@ -307,7 +333,8 @@ def identify(remarks: Sequence[Remark], debug: DebugInfo, mandatory: Sequence[Si
     ``always_inline`` sites, inlined before the first decision.  ``known``:
     keys a compile with the same decisions inlined; where a remark cannot
     tell copies of one body apart (the compiler may visit them in another
-    order than it copied them), the copy agreeing with ``known`` goes first."""
+    order than it copied them), the copy agreeing with ``known`` goes first.
+    ``exact``: raise :class:`AmbiguousSites` rather than take the first copy."""
     live: dict[str, list[_Live]] = {}
     used: dict[str, set[str]] = {}  # caller -> keys its decisions took
     bodies: dict[str, list[Site]] = {}  # caller -> the sites whose callee's body it took in, in order
@@ -317,10 +344,10 @@ def identify(remarks: Sequence[Remark], debug: DebugInfo, mandatory: Sequence[Si
     for i, r in enumerate(remarks):
         sites = live.setdefault(r.caller, [])
         hits = [k for k, s in enumerate(sites) if s.site.callee == r.callee and s.line == r.line and s.column == r.column]
-        hit = _agreeing(hits, lambda k: sites[k].site.key, r.inlined, known)
+        hit = _agreeing(hits, lambda k: sites[k].site.key, r.inlined, known, exact)
         taken = used.setdefault(r.caller, set())
         if hit is None:
-            entry = _Live(_written_site(r, debug, bodies, taken, known), r.line, r.column)
+            entry = _Live(_written_site(r, debug, bodies, taken, known, exact), r.line, r.column)
         else:
             entry = sites.pop(hit)
         taken.add(entry.site.key)
@@ -339,7 +366,7 @@ def identify(remarks: Sequence[Remark], debug: DebugInfo, mandatory: Sequence[Si
 
 
 def _written_site(r: Remark, debug: DebugInfo, bodies: dict[str, list[Site]], used: set[str],
-                  known: set[str] = frozenset()) -> Site:
+                  known: set[str] = frozenset(), exact: bool = False) -> Site:
     """The site of a decision no live site explains: a call written in its caller or in a body
     inlined into it, copies of that body taking the next key not ``used`` yet."""
     own = debug.functions.get(r.caller) or FunctionInfo(r.caller, r.line, r.file, r.caller)
@@ -348,14 +375,14 @@ def _written_site(r: Remark, debug: DebugInfo, bodies: dict[str, list[Site]], us
         copies += [Site(r.callee, r.caller, ((w.name, _offset(0, w.line), r.column),) + path)
                    for w, path in _all_bodies(r.caller, debug, bodies)]
         free = [x for x in copies if x.key not in used] or copies[:1]
-        return free[_agreeing(range(len(free)), lambda k: free[k].key, r.inlined, known)]
+        return free[_agreeing(range(len(free)), lambda k: free[k].key, r.inlined, known, exact)]
     w = _written_by(r, debug, bodies, own) if r.file else None
     if w is not None and w.name != own.name:
         copies = [Site(r.callee, r.caller, ((w.name, _offset(r.line, w.line), r.column),) + path)
                   for path in _body_paths(r.caller, w.name, debug, bodies)]
         if copies:
             free = [x for x in copies if x.key not in used] or copies[:1]
-            return free[_agreeing(range(len(free)), lambda k: free[k].key, r.inlined, known)]
+            return free[_agreeing(range(len(free)), lambda k: free[k].key, r.inlined, known, exact)]
     return Site(r.callee, r.caller, ((own.name, _offset(r.line, own.line), r.column),))
 
 
@@ -400,10 +427,13 @@ def _all_bodies(caller: str, debug: DebugInfo, bodies: dict[str, list[Site]],
                 yield inner, chain + b.chain
 
 
-def _agreeing(candidates, key_of, inlined: bool, known: set[str]):
-    """The first of ``candidates`` whose key is in ``known`` exactly when ``inlined``, else the first."""
+def _agreeing(candidates, key_of, inlined: bool, known: set[str], exact: bool = False):
+    """The first of ``candidates`` whose key is in ``known`` exactly when ``inlined``, else the first
+    (``exact``: AmbiguousSites where ``known`` is empty and their keys differ)."""
     if not candidates:
         return None
+    if exact and not known and len({key_of(c) for c in candidates}) > 1:
+        raise AmbiguousSites(f"{key_of(candidates[0])}: a remark fits {len(candidates)} copies of one body")
     if known:
         for c in candidates:
             if (key_of(c) in known) == inlined:

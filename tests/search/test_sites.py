@@ -4,7 +4,9 @@ replays)."""
 
 from __future__ import annotations
 
-from mlgo_host.search.sites import DebugInfo, FunctionInfo, Remark, identify, read_debug_info
+import pytest
+
+from mlgo_host.search.sites import AmbiguousSites, DebugInfo, FunctionInfo, Remark, identify, read_debug_info
 
 INLINED, NOT = "InliningSuccess", "InliningNotAttempted"
 
@@ -57,3 +59,13 @@ def test_the_debug_info_lists_each_functions_direct_callees_by_ir_name():
     debug = read_debug_info(ir)
     assert debug.functions["_Z9at_recallid"].ir == "_Z9at_recallid"
     assert debug.calls["_Z9at_recallid"] == {"_ZZ9at_recallidENK3$_0clERKSt4pairIddE", "printf"}
+
+
+def test_exact_identification_refuses_to_guess_between_copies():
+    # the line-0 call of the first test fits print_field's copy and print_message's own code:
+    # without a compile's keys, exact identification says so rather than take the first
+    remarks = [Remark(INLINED, "print_message", "print_field", 243, 5, "a.c"),
+               Remark(INLINED, "print_message", "get_id", 0, 0, "a.c")]
+    with pytest.raises(AmbiguousSites):
+        identify(remarks, _debug(), exact=True)
+    assert len(identify(remarks, _debug())) == 2
