@@ -36,7 +36,7 @@ from tune_starts import figures  # noqa: E402  (per language: .text against -Oz,
 
 def code_of(rev: str, into: str) -> str:
     """The package as it is at git revision ``rev``, unpacked under ``into``
-    (a directory to put first on PYTHONPATH)."""
+    (the directory its runs start in, and their PYTHONPATH)."""
     os.makedirs(into, exist_ok=True)
     archive = subprocess.run(["git", "-C", REPO, "archive", rev, "mlgo_host"], capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", into], input=archive.stdout, check=True)
@@ -47,9 +47,11 @@ def run_tune(corpus: str, out: str, minutes: float, jobs: int, code: str) -> str
     """One tune run under ``minutes``; returns its last lines (the summary)."""
     shutil.rmtree(out, ignore_errors=True)
     env = dict(os.environ, PYTHONPATH=code)
-    r = subprocess.run([sys.executable, "-m", "mlgo_host", "tune", "--corpus", corpus, "--output", out,
-                        "--budget-minutes", f"{minutes:g}", "--jobs", str(jobs), "--no-progress"],
-                       capture_output=True, text=True, env=env)
+    # run from the unpacked code: `python -m` puts the working directory first on sys.path, before
+    # PYTHONPATH, so from the checkout every revision would run the working tree's package
+    r = subprocess.run([sys.executable, "-m", "mlgo_host", "tune", "--corpus", os.path.abspath(corpus),
+                        "--output", os.path.abspath(out), "--budget-minutes", f"{minutes:g}", "--jobs", str(jobs),
+                        "--no-progress"], capture_output=True, text=True, env=env, cwd=code)
     if r.returncode:
         raise SystemExit(f"tune_deadline: tune failed: {r.stderr.strip().splitlines()[-1:]}")
     return "\n".join(r.stdout.strip().splitlines()[-2:])
