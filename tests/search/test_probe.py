@@ -4,11 +4,9 @@ where it cannot (copies of one body, C++, another policy) it makes that compile.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from mlgo_host.corpus.build import build_corpus, load_compile_commands
+from _corpus_helpers import build_generated_corpus
 from mlgo_host.corpus.corpus import load_corpus
 from mlgo_host.policies import load_policy
 from mlgo_host.search.probe import compile_with_remarks, probe_module
@@ -26,13 +24,8 @@ int api2(int a) { return scale(a, 7) + mix(a, 1) + clamp(a); }
 
 @pytest.fixture(scope="module")
 def clamp(tmp_path_factory):
-    root = tmp_path_factory.mktemp("probe")
-    (root / "clamp.c").write_text(CLAMP)
-    db = [{"directory": str(root), "file": "clamp.c", "command": "cc -Oz -c clamp.c -o clamp.o"}]
-    (root / "compile_commands.json").write_text(json.dumps(db))
-    build_corpus(load_compile_commands(root / "compile_commands.json"), root / "corpus", clang="clang-19",
-                 jobs=1, progress=False)
-    return load_corpus(root / "corpus").modules[0]
+    (m,) = load_corpus(build_generated_corpus(tmp_path_factory.mktemp("probe"), {}, sources={"clamp": CLAMP})).modules
+    return m
 
 
 def _with_plain_compile(m, policy="default"):
