@@ -65,11 +65,12 @@ def record_flags(path: str) -> list[str]:
 
 
 #: the languages whose probe takes its plain compile's part from its channel compile: with the
-#: compiler's own decisions the channel's object is plain ``-Oz``'s byte for byte, and in C the keys
-#: the plain compile would report are its decisions' and its ``always_inline`` sites' (in C++ the
-#: compiler also inlines ``always_inline`` calls that other inlinings expose, without a remark).
-#: Where a remark fits copies of one body, only the plain compile's keys tell them apart: it is made.
-ONE_COMPILE_LANGUAGES = frozenset({"C"})
+#: compiler's own decisions the channel's object is plain ``-Oz``'s byte for byte, and the keys the
+#: plain compile would report are its decisions' and its ``always_inline`` sites'.  (In C++ the
+#: compiler may also inline an ``always_inline`` call that another inlining exposed, without a remark:
+#: the first batch then finds the reference's keys wrong and compiles the start.)  Where a remark fits
+#: copies of one body, only the plain compile's keys tell them apart: it is made.
+ONE_COMPILE_LANGUAGES = frozenset({"C", "C++"})
 
 
 def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str | None = None,

@@ -1,6 +1,6 @@
-"""The probe with the real clang-19: a C module probed with the compiler's own
+"""The probe with the real clang-19: a module probed with the compiler's own
 decisions takes one compile and knows what the plain compile would have told;
-where it cannot (copies of one body, C++, another policy) it makes that compile."""
+where it cannot (copies of one body, another policy) it makes that compile."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def _with_plain_compile(m, policy="default"):
     return probe_module(m, load_policy(policy), plain=compile_with_remarks(m, "clang-19", 300.0))
 
 
-@pytest.mark.parametrize("name", ["clamp", "gen", "trim"])
-def test_a_c_probe_with_the_compilers_decisions_is_one_compile_that_knows_the_plain_ones(
+@pytest.mark.parametrize("name", ["clamp", "gen", "trim", "lambda", "pieces"])
+def test_a_probe_with_the_compilers_decisions_is_one_compile_that_knows_the_plain_ones(
         batched_corpus, clamp, name):
     m = clamp if name == "clamp" else batched_corpus[name]
     one = probe_module(m, load_policy("default"))
@@ -48,10 +48,11 @@ def test_a_c_probe_with_the_compilers_decisions_is_one_compile_that_knows_the_pl
         assert len(one.mandatory) >= 3 and {s.callee for s in one.mandatory} == {"clamp"}
 
 
-@pytest.mark.parametrize("name", ["copies", "macros", "shapes"])
-def test_copies_of_one_body_and_cxx_take_the_plain_compile(batched_corpus, name):
+@pytest.mark.parametrize("name", ["copies", "macros", "shapes", "globals"])
+def test_copies_of_one_body_take_the_plain_compile(batched_corpus, name):
     # copies: an always_inline body copied twice, whose calls the compiler decides in another
-    # order; macros: one header's function under two names; shapes: C++
+    # order; macros: one header's function under two names; shapes, globals: C++ library bodies
+    # inlined more than once into one function
     m = batched_corpus[name]
     probe = probe_module(m, load_policy("default"))
     assert probe.compiles == 2
