@@ -32,8 +32,8 @@ class Probe:
     decisions: list[Decision]
     text: int
     wall_s: float
-    #: compiles it took: the channel's, and the plain one naming always-inline sites (none without decisions
-    #: or in :data:`ONE_COMPILE_LANGUAGES`)
+    #: compiles it took: the channel's, and the plain one naming always-inline sites (none without decisions,
+    #: and none where the channel compile tells all it would: :func:`probe_module`)
     compiles: int = 2
     #: the plain compile (the compiler's own decisions): its sizes and the keys it inlined
     plain: Measured | None = None
@@ -64,24 +64,19 @@ def record_flags(path: str) -> list[str]:
     return ["-opt-record-file", path, "-opt-record-passes", "inline", "-opt-record-format", "yaml"]
 
 
-#: the languages whose probe takes its plain compile's part from its channel compile: with the
-#: compiler's own decisions the channel's object is plain ``-Oz``'s byte for byte, and the keys the
-#: plain compile would report are its decisions' and its ``always_inline`` sites'.  (In C++ the
-#: compiler may also inline an ``always_inline`` call that another inlining exposed, without a remark:
-#: the first batch then finds the reference's keys wrong and compiles the start.)  Where a remark fits
-#: copies of one body, only the plain compile's keys tell them apart: it is made.
-ONE_COMPILE_LANGUAGES = frozenset({"C", "C++"})
-
-
 def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str | None = None,
                  timeout: float = 300.0, debug: DebugInfo | None = None,
                  plain: tuple[str, Measured] | None = None, like: Probe | None = None) -> Probe:
     """Compile ``module`` over the channel and name every decision's call site; ``plain``
     (:func:`compile_with_remarks`) or ``like`` (an earlier probe) saves the plain compile, and so
-    does a module of :data:`ONE_COMPILE_LANGUAGES` probed with the compiler's own decisions."""
+    does a probe with the compiler's own decisions."""
     t0 = time.monotonic()
-    one_compile = plain is None and like is None and module.language in ONE_COMPILE_LANGUAGES \
-        and isinstance(policy.for_language(module.language), DefaultPolicy)
+    # With the compiler's own decisions the channel's object is plain -Oz's byte for byte, and the keys
+    # the plain compile would report are the decisions' and the always_inline sites' (the record names
+    # those).  Where a remark fits copies of one body, only the plain compile's keys tell them apart:
+    # it is made.  (In C++ the compiler may also inline an always_inline call another inlining exposed,
+    # without a remark: the first batch then finds the reference's keys wrong and compiles the start.)
+    one_compile = plain is None and like is None and isinstance(policy.for_language(module.language), DefaultPolicy)
     with scratch_dir("mlgo-probe-") as tmp:
         rec = os.path.join(tmp, "record.yaml")
         res = compile_module(module, policy, clang=clang, llvm_size=llvm_size, timeout=timeout, record=True,
