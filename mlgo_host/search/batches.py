@@ -51,11 +51,18 @@ class Measurer:
             else:
                 suspects = []
             if 0 < len(suspects) < len(batch):
-                rest = [c for c in batch if c not in suspects]
-                return self.measure(rest) + self.measure(suspects)
-            half = len(batch) // 2
-            return self.measure(batch[:half]) + self.measure(batch[half:])
+                parts = [[c for c in batch if c not in suspects], suspects]
+            else:
+                parts = [batch[:len(batch) // 2], batch[len(batch) // 2:]]
+            out = self.measure(parts[0]) + self.measure(parts[1])
+            if len(out) < len(batch) and not st.left():
+                # (the compiles ran out before the parts were read: packed as before, the next pass would
+                # compile this batch again, fail again and never measure a flip)
+                st.batch_cap = min(st.batch_cap or len(batch), max(1, max(map(len, parts))))
+            return out
         st.unverified.clear()  # every function outside the batch's footprints matched the reference
+        if st.batch_cap is not None and len(batch) >= st.batch_cap:  # (read at the cap: twice as many next)
+            st.batch_cap *= 2
         st.flips_measured += len(out)
         if len(batch) == 1:
             out[0].alone = True

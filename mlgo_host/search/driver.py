@@ -120,6 +120,7 @@ class BatchedSearch:
         st.wins = res.get("wins", 0)
         st.sweep_mark = res.get("sweep_mark", 0)
         st.interacting = {(k, bool(inline)) for k, inline in res.get("interacting", ())}
+        st.batch_cap = res.get("batch_cap")
         self.copies.no_copies = {r if isinstance(r, str) else tuple(r) for r in res.get("no_copies", ())}
         self.copies.not_in_copies = set(res.get("not_in_copies", ()))
         ref = res.get("reference")

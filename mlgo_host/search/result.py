@@ -44,6 +44,7 @@ class SearchResult:
     wins: int
     sweep_mark: int
     interacting: list[list]  # [key, inline] of the flips measured alone
+    batch_cap: int | None  # flips per batch at most (SearchState.batch_cap)
     #: what copies could not measure, kept for a resumed search: the roots whose control failed (a function
     #: name, or the names of a copy of several), the flips measured in place from then on
     no_copies: list
@@ -98,7 +99,7 @@ def search_result(s: BatchedSearch, default_size: int, wall_s: float) -> SearchR
                   "inline": c.inline, "kind": c.kind, "index": c.index, "release": sorted(c.release)}
                  for c in s.pending],
         grouped=st.grouped, wins=st.wins, sweep_mark=st.sweep_mark,
-        interacting=sorted([k, inline] for k, inline in st.interacting),
+        interacting=sorted([k, inline] for k, inline in st.interacting), batch_cap=st.batch_cap,
         no_copies=sorted((r if isinstance(r, str) else list(r) for r in s.copies.no_copies), key=str),
         not_in_copies=sorted(s.copies.not_in_copies),
         broken_keys=len(st.broken), broken=sorted(st.broken), decisions=ep.n, wall_s=wall_s,

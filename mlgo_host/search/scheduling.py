@@ -92,6 +92,7 @@ class Scheduler:
         """Greedy packing: disjoint footprints, and the flips inlining calls of one callee leave one
         out (else together they may delete it, which none predicts)."""
         out: list[Batch] = []
+        most = min(self.max_batch, self.state.batch_cap or self.max_batch)
         roots = {id(c): self.copies.root(c) for c in cands if (c.key, c.inline) not in self.state.interacting}
         many = Counter(roots.values())
         for c in cands:
@@ -101,7 +102,7 @@ class Scheduler:
             root = roots[id(c)] if not alone and many[roots[id(c)]] >= 2 else None
             back = self.copies.brought_back(c) if root is not None else None
             for b in ([] if alone else out):
-                if not b.closed and len(b.flips) < self.max_batch and b.admits(c, self.state, root, back):
+                if not b.closed and len(b.flips) < most and b.admits(c, self.state, root, back):
                     b.add(c, root, back)
                     break
             else:

@@ -106,6 +106,9 @@ class SearchState:
         self.suspects: list[Candidate] = []
         #: (key, inline) of flips whose undoing paid: they read wrong beside others, so are measured alone
         self.interacting: set[tuple[str, bool]] = set()
+        #: flips per batch at most, once the compiles ran out while a batch that could not be read was split:
+        #: the next pass packs the halves it did not reach (None: the scheduler's own maximum)
+        self.batch_cap: int | None = None
         self.default_slot: str | None = None  # what the probe's policy read the default from (imitation)
 
     @property

@@ -189,13 +189,39 @@ def test_flips_a_budget_cuts_off_are_measured_by_the_resumed_search(batched_corp
     assert {k for k in again if k.endswith(" (answered)")} <= answered
 
 
+def test_passes_too_short_to_split_an_unreadable_batch_pack_smaller_ones_until_flips_are_measured(
+        batched_corpus, monkeypatch):
+    # a deadline's pass may give a module one compile: when its batch cannot be read (validation's woff2_out:
+    # any flip there makes a destructor no footprint holds), the halves wait for the next pass, which packed
+    # the same batch again, failed again, and never measured a flip
+    from mlgo_host.measure.compile import baseline_size
+    from mlgo_host.search.attribution import Attribution
+
+    real = Attribution.read
+    monkeypatch.setattr(Attribution, "read", lambda self, batch, m: real(self, batch, m) if len(batch) == 1
+                        else (None, "a function outside every footprint changed"))
+    m, cfg = batched_corpus["gen"], {"clang": "clang-19", "copies": False}  # (a flip in copies is read apart)
+    d = baseline_size(m, cache_dir=None)
+    r = search_module_batched(m, load_policy("default"), cfg, budget=5, default_size=d)
+    assert r["flips_measured"] == 0 and r["batch_cap"] is not None
+    caps = [r["batch_cap"]]
+    for _ in range(8):
+        if r["flips_measured"]:
+            break
+        r = search_module_batched(m, load_policy("default"), cfg, budget=r["compiles"] + 2,
+                                  default_size=d, resume=r)
+        caps.append(r["batch_cap"])
+    assert r["flips_measured"] > 0 and r["tried"]
+    assert all(a is not None and a < 48 for a in caps[:-1])  # (smaller batches until one was read)
+
+
 def test_the_stored_result_is_the_search_results_fields_under_the_keys_tune_reads(batched_corpus):
     s = search(batched_corpus, "accessor", budget=10)
     r = result_of(s, s.state.probe.text, 0.5)
     assert list(r) == [f.name for f in dataclasses.fields(SearchResult)] == [
         "name", "module_key", "status", "reason", "search", "default_size", "policy_size", "start_size",
         "replay_start_size", "replay_matches", "best_size", "compiles", "batches", "splits", "flips_measured",
-        "flips_in_copies", "flips", "pending", "grouped", "wins", "sweep_mark", "interacting", "no_copies",
+        "flips_in_copies", "flips", "pending", "grouped", "wins", "sweep_mark", "interacting", "batch_cap", "no_copies",
         "not_in_copies", "broken_keys",
         "broken", "decisions", "wall_s", "tried", "promise", "stopped", "reference", "inline", "scope",
         "inline_all", "probe", "header", "raw", "probe_actions", "actions", "default_slot"]
