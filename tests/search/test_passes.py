@@ -6,7 +6,7 @@ modules.  The scheduler's runs with the real compiler are ``tune``'s tests
 
 from __future__ import annotations
 
-from mlgo_host.search.passes import first_batches_then_shares, seconds_per_compile, shares
+from mlgo_host.search.passes import SPREAD, by_size, first_batches_then_shares, seconds_per_compile, shares
 
 
 def _row(name, promise, gain=0, compiles=2, decisions=40, tried=0, reference=None, pending=0):
@@ -88,3 +88,18 @@ def test_what_a_start_gained_is_no_flips_pay():
     flips = dict(started, best_size=460)  # its flips found 40 bytes in its 2 compiles past the start
     a, b = shares([flips, searched], 60, paid=True)
     assert a > b
+
+
+def test_a_deadline_spreads_part_of_each_pass_by_the_size_of_the_code():
+    """A module whose flips found nothing yet (C, whose flips pay fewer bytes a
+    second) still gets a share of the pass by its bytes at -Oz, beside one
+    whose flips paid much: without it, it would get its batch and no more."""
+    paying = dict(_row("paying", 4.0, gain=400, compiles=10, decisions=400, reference=object(), tried=30), seconds=10.0)
+    still = dict(_row("still", 4.0, gain=0, compiles=10, decisions=400, reference=object(), tried=30), seconds=10.0)
+    alone = shares([paying, still], 200.0, paid=True, timed=True)
+    got = first_batches_then_shares([paying, still], 200.0, paid=True)
+    assert alone[1] < 0.2 * sum(alone) and got[1] >= int(SPREAD * 200.0 / 2 / 1.0) > alone[1]
+    assert got[0] > got[1] and sum(got) <= 200  # (the rest still goes where the bytes were found)
+    # a module the size share gives less than a batch gets none of it (its seconds stay in the rest)
+    tiny = dict(still, name="tiny", default_size=1)
+    assert by_size([paying, tiny], 10.0) == [9, 0]
