@@ -58,7 +58,7 @@ class Measurer:
             if len(out) < len(batch) and not st.left():
                 # (the compiles ran out before the parts were read: packed as before, the next pass would
                 # compile this batch again, fail again and never measure a flip)
-                st.batch_cap = min(st.batch_cap or len(batch), max(1, max(map(len, parts))))
+                st.batch_cap = min(st.batch_cap or len(batch), max(1, len(batch) // 2))
             return out
         st.unverified.clear()  # every function outside the batch's footprints matched the reference
         if st.batch_cap is not None and len(batch) >= st.batch_cap:  # (read at the cap: twice as many next)

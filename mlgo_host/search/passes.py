@@ -310,8 +310,9 @@ def _most(r: dict) -> int:
 
 def batch_compiles(r: dict) -> int:
     """The compiles of one batch of a module's search: the batch and the
-    final compile, and its start's when it has no compiled start."""
-    return 2 if known_start(r) is not None else 3
+    final compile, its start's when it has no compiled start, and the
+    halves' when its last batch could not be read (``batch_cap``)."""
+    return (2 if known_start(r) is not None else 3) + (2 if r.get("batch_cap") else 0)
 
 
 def seconds_per_compile(r: dict) -> float:

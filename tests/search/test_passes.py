@@ -6,7 +6,7 @@ modules.  The scheduler's runs with the real compiler are ``tune``'s tests
 
 from __future__ import annotations
 
-from mlgo_host.search.passes import SPREAD, by_size, first_batches_then_shares, seconds_per_compile, shares
+from mlgo_host.search.passes import SPREAD, batch_compiles, by_size, first_batches_then_shares, seconds_per_compile, shares
 
 
 def _row(name, promise, gain=0, compiles=2, decisions=40, tried=0, reference=None, pending=0):
@@ -103,3 +103,12 @@ def test_a_deadline_spreads_part_of_each_pass_by_the_size_of_the_code():
     # a module the size share gives less than a batch gets none of it (its seconds stay in the rest)
     tiny = dict(still, name="tiny", default_size=1)
     assert by_size([paying, tiny], 10.0) == [9, 0]
+
+
+def test_a_module_whose_last_batch_could_not_be_read_gets_room_for_the_halves():
+    """Its batch at the cap and the two halves when that fails too: with a
+    batch's compiles alone a pass would end at the failed batch again."""
+    r = _row("r", 1.0, reference=object(), tried=3)
+    assert batch_compiles(r) == 2 and batch_compiles(dict(r, reference=None)) == 3
+    assert batch_compiles(dict(r, batch_cap=12)) == 4
+    assert first_batches_then_shares([dict(r, tried=[], batch_cap=12)], 1.0, paid=True) == [4]
