@@ -280,7 +280,7 @@ def first_batches_then_shares(rows: list[dict], seconds: float, paid: bool) -> l
     had a batch."""
     out = [0 if r["tried"] else batch_compiles(r) for r in rows]
     rest = seconds - sum(n * seconds_per_compile(r) for r, n in zip(rows, out))
-    searched = [rows[i] for i, r in enumerate(rows) if r["tried"]]
+    searched = [r for r in rows if r["tried"]]
     if searched and rest > 0:
         spread = by_size(searched, SPREAD * rest)
         rest -= sum(n * seconds_per_compile(r) for r, n in zip(searched, spread))
