@@ -6,7 +6,8 @@ modules.  The scheduler's runs with the real compiler are ``tune``'s tests
 
 from __future__ import annotations
 
-from mlgo_host.search.passes import SPREAD, batch_compiles, by_size, first_batches_then_shares, seconds_per_compile, shares
+from mlgo_host.search.passes import (SPREAD, batch_compiles, by_size, first_batches_then_shares, seconds_per_compile,
+                                     shares)
 
 
 def _row(name, promise, gain=0, compiles=2, decisions=40, tried=0, reference=None, pending=0):
