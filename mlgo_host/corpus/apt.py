@@ -21,8 +21,6 @@ DEB_SRC_FILE = "mlgo-host-deb-src.sources"
 #: tool -> the Debian packages that bring it
 TOOL_PACKAGES = {"bear": ("bear",), "autoreconf": ("autoconf", "automake", "autopoint", "libtool"), "cmake": ("cmake",),
                  "meson": ("meson",), "ninja": ("ninja-build",), "dpkg-source": ("dpkg-dev",)}
-
-
 APT_OPTS = ("-q", "-o", "DPkg::Lock::Timeout=600")
 
 
@@ -35,25 +33,21 @@ def _privileged(argv: Sequence[str]) -> list[str]:
 
 
 def _deb822_stanzas(text: str) -> list[dict[str, str]]:
-    stanzas: list[dict[str, str]] = []
-    cur: dict[str, str] = {}
+    stanzas: list[dict[str, str]] = [{}]
     last = None
     for line in text.splitlines():
         if not line.strip():
-            if cur:
-                stanzas.append(cur)
-            cur, last = {}, None
+            stanzas.append({})
+            last = None
         elif line.lstrip().startswith("#"):
             continue
         elif line[0] in " \t" and last:
-            cur[last] += " " + line.strip()
+            stanzas[-1][last] += " " + line.strip()
         elif ":" in line:
             k, _, v = line.partition(":")
             last = k.strip().lower()
-            cur[last] = v.strip()
-    if cur:
-        stanzas.append(cur)
-    return stanzas
+            stanzas[-1][last] = v.strip()
+    return [s for s in stanzas if s]
 
 
 def _one_line_entries(text: str) -> list[dict[str, str]]:
@@ -126,13 +120,11 @@ def run_apt(argv: Sequence[str], log, timeout: float) -> None:
     run_logged(_privileged(argv), cwd=None, env=env, log=log, timeout=timeout, what=f"{argv[0]} {action}")
 
 
-def ensure_tools(tools: Iterable[str], log, timeout: float) -> list[str]:
-    """Install the Debian packages of the missing tools; their names."""
-    missing = [t for t in tools if shutil.which(t) is None]
-    pkgs = sorted({p for t in missing for p in TOOL_PACKAGES[t]})
+def ensure_tools(tools: Iterable[str], log, timeout: float) -> None:
+    """Install the Debian packages of the missing tools."""
+    pkgs = sorted({p for t in tools if shutil.which(t) is None for p in TOOL_PACKAGES[t]})
     if pkgs:
         run_apt(["apt-get", *APT_OPTS, "install", "-y", "--no-install-recommends", *pkgs], log, timeout)
-    return pkgs
 
 
 # -- running a step ------------------------------------------------------------------

@@ -67,21 +67,13 @@ PACKAGED_SPECS = {"benchmark": "benchmark_sources.json", "training": "training_s
 DEFAULT_SPEC = "benchmark"
 
 
-def packaged_spec_path(name: str) -> Path:
-    return Path(str(resources.files("mlgo_host") / "data" / PACKAGED_SPECS[name]))
-
-
-def default_spec_path() -> Path:
-    return packaged_spec_path(DEFAULT_SPEC)
-
-
 def resolve_spec_path(spec: str | os.PathLike | None = None) -> Path:
     """The default list, a packaged list's short name (it wins over a same-named file: write ./NAME),
     or a path."""
     if spec is None:
-        return default_spec_path()
+        spec = DEFAULT_SPEC
     if isinstance(spec, str) and spec in PACKAGED_SPECS:
-        return packaged_spec_path(spec)
+        return Path(str(resources.files("mlgo_host") / "data" / PACKAGED_SPECS[spec]))
     return Path(spec)
 
 
@@ -221,17 +213,10 @@ def compile_entries(pkg: Package, top: Path, clang: str, opt_level: str) -> list
     return entries
 
 
-def build_benchmark(
-    output: str | os.PathLike,
-    *,
-    cache_dir: str | os.PathLike | None = None,
-    spec_path: str | os.PathLike | None = None,
-    clang: str = "clang-19",
-    jobs: int | None = None,
-    progress: bool = True,
-    downloader=pip_download,
-    packages: Sequence[str] | None = None,
-) -> BuildReport:
+def build_benchmark(output: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None,
+                    spec_path: str | os.PathLike | None = None, clang: str = "clang-19", jobs: int | None = None,
+                    progress: bool = True, downloader=pip_download,
+                    packages: Sequence[str] | None = None) -> BuildReport:
     """Download, verify, extract and build the benchmark corpus (of ``packages`` only) into ``output``."""
     spec = load_spec(spec_path)
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()

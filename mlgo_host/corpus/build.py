@@ -21,7 +21,7 @@ from typing import Iterable, Sequence
 from mlgo_host.errors import CorpusError
 from mlgo_host.fsutil import atomic_path, atomic_write_bytes
 from mlgo_host.progress import progress_bar
-from mlgo_host.corpus.corpus import write_description
+from mlgo_host.corpus.corpus import read_json, write_description
 from mlgo_host.corpus.driver_flags import strip_driver_flags
 
 CXX_EXTS = (".cc", ".cpp", ".cxx", ".c++", ".C", ".mm")
@@ -62,14 +62,7 @@ class BuildReport:
 def load_compile_commands(path: str | os.PathLike) -> list[CompileEntry]:
     """Read and normalize a compile database; CorpusError names the bad entry."""
     p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CorpusError(f"{p}: compile database not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise CorpusError(f"{p}: cannot read: {e}") from None
-    except json.JSONDecodeError as e:
-        raise CorpusError(f"{p}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    data = read_json(p, "compile database not found")
     if not isinstance(data, list):
         raise CorpusError(f"{p}: a compile database is a JSON list of entries")
     out = []
@@ -174,11 +167,10 @@ def cc1_command(clang: str, entry: CompileEntry, flags: Sequence[str], timeout: 
         i += 1
         if a == "-o":
             i += 1
-            continue
-        if a == "-x" and i + 1 < len(job) and not job[i + 1].startswith("-"):
+        elif a == "-x" and i + 1 < len(job) and not job[i + 1].startswith("-"):
             i += 2  # -x <lang> <input>
-            continue
-        out.append(a)
+        else:
+            out.append(a)
     if not out or out[0] != "-cc1":
         raise CorpusError(f"unexpected cc1 job from the driver: {' '.join(job[:4])} ...")
     return out
@@ -233,18 +225,10 @@ def build_module(clang: str, entry: CompileEntry, name: str, out_dir: Path, opt_
     return True
 
 
-def build_corpus(
-    entries: Sequence[CompileEntry],
-    output: str | os.PathLike,
-    *,
-    clang: str = "clang-19",
-    jobs: int | None = None,
-    opt_level: str | None = None,
-    timeout: float = 300.0,
-    progress: bool = True,
-    force: bool = False,
-    names: Sequence[str] | None = None,
-) -> BuildReport:
+def build_corpus(entries: Sequence[CompileEntry], output: str | os.PathLike, *, clang: str = "clang-19",
+                 jobs: int | None = None, opt_level: str | None = None, timeout: float = 300.0,
+                 progress: bool = True, force: bool = False,
+                 names: Sequence[str] | None = None) -> BuildReport:
     """Build (or complete) the corpus in ``output`` and describe every module that now exists;
     ``names`` overrides :func:`module_names`.  Failed modules are reported and skipped."""
     if not entries:

@@ -10,12 +10,13 @@ is kept in :attr:`Corpus.broken` with its reason, so the rest stays usable.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
 import random
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from mlgo_host.corpus.driver_flags import strip_driver_flags
 from mlgo_host.errors import CorpusError
@@ -33,6 +34,18 @@ DELETE_ALONE = ("-emit-llvm", "-emit-llvm-bc", "-emit-llvm-uselists", "-emit-obj
                 "-disable-llvm-passes", "-disable-llvm-optzns", "-sys-header-deps", "-fembed-bitcode")
 
 
+def read_json(path: Path, missing: str) -> Any:
+    """The JSON document in ``path``; CorpusError naming the file (``missing``: why when there is none)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CorpusError(f"{path}: {missing}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CorpusError(f"{path}: cannot read: {e}") from None
+    except json.JSONDecodeError as e:
+        raise CorpusError(f"{path}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+
+
 def clean_cc1(args: Sequence[str]) -> list[str]:
     """A cc1 command without input, output and what must not survive recompiling its bitcode;
     it starts with ``-cc1 -emit-obj``."""
@@ -48,12 +61,9 @@ def clean_cc1(args: Sequence[str]) -> list[str]:
             i += 1  # the value
             if a == "-x" and i < len(args) and not args[i].startswith("-"):
                 i += 1  # -x <lang> <input>: the input follows the language
-            continue
-        if a.startswith("-") and "=" in a and a.split("=", 1)[0] in DELETE_WITH_VALUE:
-            continue  # -fthinlto-index=..., -split-dwarf-file=...
-        if a in DELETE_ALONE or a.startswith("-fembed-bitcode"):
-            continue
-        out.append(a)
+        elif not (a.split("=", 1)[0] in DELETE_WITH_VALUE  # -fthinlto-index=..., -split-dwarf-file=...
+                  or a in DELETE_ALONE or a.startswith("-fembed-bitcode")):
+            out.append(a)
     return ["-cc1", "-emit-obj", *out]
 
 
@@ -99,23 +109,17 @@ class Module:
         h.update(self.name.encode())
         h.update(b"\0".join(a.encode() for a in self.cmd))
         try:
-            h.update(_file_digest(Path(self.bc_path)).encode())
+            st = os.stat(self.bc_path)
+            h.update(_file_digest(str(self.bc_path), st.st_size, st.st_mtime_ns).encode())
         except OSError:
             h.update(b"<missing>")
         return h.hexdigest()
 
 
-_DIGESTS: dict[tuple[str, int, int], str] = {}
-
-
-def _file_digest(path: Path) -> str:
-    st = path.stat()
-    k = (str(path), st.st_size, st.st_mtime_ns)
-    d = _DIGESTS.get(k)
-    if d is None:
-        d = hashlib.sha256(path.read_bytes()).hexdigest()
-        _DIGESTS[k] = d
-    return d
+@functools.lru_cache(maxsize=None)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    """The file's sha256, computed again only when its size or time changed."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 class Corpus:
@@ -131,16 +135,7 @@ class Corpus:
         """Read a corpus; CorpusError for a bad description, or with ``strict`` for a broken module."""
         root = Path(path)
         desc_path = root / DESCRIPTION
-        try:
-            text = desc_path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise CorpusError(f"{desc_path}: no corpus description (is {root} a corpus directory?)") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise CorpusError(f"{desc_path}: cannot read: {e}") from None
-        try:
-            desc = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise CorpusError(f"{desc_path}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        desc = read_json(desc_path, f"no corpus description (is {root} a corpus directory?)")
         if not isinstance(desc, dict) or not isinstance(desc.get("modules"), list):
             raise CorpusError(f"{desc_path}: expected an object with a 'modules' list")
         names = desc["modules"]
@@ -149,9 +144,8 @@ class Corpus:
         if not all(isinstance(n, str) and n for n in names):
             raise CorpusError(f"{desc_path}: every entry of 'modules' must be a non-empty string")
         if desc.get("has_thinlto", False):
-            raise CorpusError(
-                f"{desc_path}: ThinLTO corpora (has_thinlto: true) are not supported; "
-                "build a corpus of non-LTO modules (mlgo-host corpus build)")
+            raise CorpusError(f"{desc_path}: ThinLTO corpora (has_thinlto: true) are not supported; "
+                              "build a corpus of non-LTO modules (mlgo-host corpus build)")
         override: tuple[str, ...] | None = None
         if "global_command_override" in desc:
             ov = desc["global_command_override"]
@@ -172,12 +166,9 @@ class Corpus:
                 raise CorpusError(f"{desc_path}: module {name!r} is listed twice")
             seen.add(name)
             m = _load_module(root, name, override)
-            if m.error is not None:
-                if strict:
-                    raise CorpusError(f"{root}: module {name!r}: {m.error}")
-                broken.append(m)
-            else:
-                modules.append(m)
+            if m.error is not None and strict:
+                raise CorpusError(f"{root}: module {name!r}: {m.error}")
+            (modules if m.error is None else broken).append(m)
         return cls(root, modules, broken)
 
     def __len__(self) -> int:
@@ -325,7 +316,6 @@ class Sampler:
         self.buckets = min(buckets, len(self._by_size))
         self._perm: list[Module] = []
         self._pos = 0
-        self.epoch = 0
 
     def take(self, k: int) -> list[Module]:
         """``k`` modules (more than the corpus has with round_robin)."""
@@ -343,7 +333,6 @@ class Sampler:
             if not self._perm:
                 self._perm = list(self._by_size)
                 self.rng.shuffle(self._perm)
-                self.epoch += 1
             out.append(self._perm.pop())
         return out
 

@@ -5,11 +5,8 @@ apart from the external corpus's projects so that evaluations stay honest).  A s
 afresh for every build: ``bear`` records only the compiles that run, so a tree left half built would
 give an incomplete compile database.  Only the build proper runs under ``bear`` (configure's test
 compiles are no code of the package).  Module names start with the package's name, so the split by
-project works as for the other corpora.
-
-``packages.json`` in the output keeps each package's outcome (``ok`` with its modules, or ``skipped``
-with a reason), ``logs/NAME.log`` its build log.  A package ``ok`` with all its modules is not touched
-again; one skipped before stays skipped unless ``retry_skipped``.
+project works as for the other corpora.  ``packages.json`` in the output keeps each package's outcome
+(``ok`` with its modules, or ``skipped`` with a reason), ``logs/NAME.log`` its build log.
 """
 
 from __future__ import annotations
@@ -251,9 +248,7 @@ def build_steps(system: str, src: Path, *, cc: str, cxx: str, jobs: int, opt: st
         if generated:
             configure += [f"CC={cc}", f"CXX={cxx}", f"CFLAGS={c_flags(opt)}", f"CXXFLAGS={opt}", "--disable-static",
                           "--disable-dependency-tracking"]
-        steps.append(Step(tuple(configure), src))
-        steps.append(Step(("make", "-k", j), src, under_bear=True))
-        return steps
+        return [*steps, Step(tuple(configure), src), Step(("make", "-k", j), src, under_bear=True)]
     if system == "cmake":
         return [Step(("cmake", "-S", ".", "-B", "build", "-G", "Unix Makefiles", f"-DCMAKE_C_COMPILER={cc}",
                       f"-DCMAKE_CXX_COMPILER={cxx}", "-DCMAKE_BUILD_TYPE=None", f"-DCMAKE_C_FLAGS={c_flags(opt)}",
@@ -280,9 +275,8 @@ def c_flags(opt: str) -> str:
 
 
 def build_env(cc: str, cxx: str, opt: str = "-Oz") -> dict[str, str]:
-    env = dict(os.environ)
-    for k in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "CPPFLAGS", "LDFLAGS"):
-        env.pop(k, None)
+    unset = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "CPPFLAGS", "LDFLAGS")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     env.update(CC=cc, CXX=cxx, CFLAGS=c_flags(opt), CXXFLAGS=opt, LC_ALL="C", DEBIAN_FRONTEND="noninteractive",
                FORCE_UNSAFE_CONFIGURE="1")  # GNU configure scripts refuse to run as root without it
     return env
@@ -499,9 +493,8 @@ def build_package(name: str, st: Settings,
             entry.update(version=info["dsc"][len(name) + 1:-len(".dsc")], build_system=info["build_system"])
             if "build_failed" in info:
                 entry["build_failed"] = info["build_failed"]  # the compiles that succeeded are kept
-            db = st.cache / name / DATABASE
             try:
-                entries = load_compile_commands(db)
+                entries = load_compile_commands(st.cache / name / DATABASE)
             except CorpusError as e:
                 raise PackageSkipped(f"unusable compile database: {e}") from None
             sel = select_entries(name, entries, tree, st.packages)
@@ -531,22 +524,14 @@ def build_package(name: str, st: Settings,
     return entry, report
 
 
-def build_debian(
-    output: str | os.PathLike,
-    *,
-    packages: str | Sequence[str] | None = None,
-    packages_file: str | os.PathLike | None = None,
-    cache_dir: str | os.PathLike | None = None,
-    clang: str = "clang-19",
-    jobs: int | None = None,
-    build_deps: bool = True,
-    retry_skipped: bool = False,
-    build_timeout: float = 3600.0,
-    timeout: float = 300.0,
-    progress: bool = True,
-    say: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
-) -> DebianReport:
-    """Build (or complete) the corpus of the chosen packages in ``output``."""
+def build_debian(output: str | os.PathLike, *, packages: str | Sequence[str] | None = None,
+                 packages_file: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
+                 clang: str = "clang-19", jobs: int | None = None, build_deps: bool = True,
+                 retry_skipped: bool = False, build_timeout: float = 3600.0, timeout: float = 300.0,
+                 progress: bool = True,
+                 say: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> DebianReport:
+    """Build (or complete) the corpus of the chosen packages in ``output``: a package ``ok`` with all its
+    modules is not built again, one skipped before stays skipped unless ``retry_skipped``."""
     listed = read_packages_file(packages_file)
     chosen = select_packages(listed, packages)
     out = Path(os.path.abspath(output))

@@ -2,8 +2,7 @@
 
 Every compile goes to a temp directory that is always removed; any failure (compiler error, timeout,
 host error) is a ``failed`` :class:`ModuleResult` with its reason, never a size.  Default-heuristic
-sizes are cached on disk under a key of module, command, bitcode and compiler version.
-"""
+sizes are cached on disk under a key of module, command, bitcode and compiler version."""
 
 from __future__ import annotations
 
@@ -28,6 +27,7 @@ from mlgo_host.measure.sizes import compiler_version, text_size
 if TYPE_CHECKING:  # pragma: no cover
     from mlgo_host.policies.base import Policy
     from mlgo_host.policies.replay import Replay
+
 
 def default_cache_dir() -> Path:
     """``$MLGO_HOST_CACHE``, else ``$XDG_CACHE_HOME/mlgo_host``."""
@@ -124,18 +124,10 @@ def _measured(module: "Module", prefix: str, llvm_size: str | None, clang: str,
         return ModuleResult(module.name, "ok", text_size=size, wall_s=time.monotonic() - t0, **fields)
 
 
-def compile_module(
-    module: "Module",
-    policy: "Policy",
-    advisor: str = "inline",
-    clang: str = "clang-19",
-    llvm_size: str | None = None,
-    timeout: float = 300.0,
-    record: bool = False,
-    log_path: str | None = None,
-    extra_args: Sequence[str] = (),
-    sizes: bool = False,
-) -> ModuleResult:
+def compile_module(module: "Module", policy: "Policy", advisor: str = "inline", clang: str = "clang-19",
+                   llvm_size: str | None = None, timeout: float = 300.0, record: bool = False,
+                   log_path: str | None = None, extra_args: Sequence[str] = (),
+                   sizes: bool = False) -> ModuleResult:
     """Compile ``module`` with ``policy`` answering ``advisor``'s decisions (``extra_args``: more flags;
     ``sizes``: also split the object over its functions)."""
     def run(tmp: str, out: str) -> tuple[int, str, dict]:
@@ -166,17 +158,9 @@ class ReplayOutcome:
         return self.result.text_size
 
 
-def compile_replay(
-    module: "Module",
-    replay: "Replay",
-    base: "Policy | None" = None,
-    *,
-    advisor: str | None = None,
-    clang: str = "clang-19",
-    llvm_size: str | None = None,
-    timeout: float = 300.0,
-    record: bool = False,
-) -> ReplayOutcome:
+def compile_replay(module: "Module", replay: "Replay", base: "Policy | None" = None, *,
+                   advisor: str | None = None, clang: str = "clang-19", llvm_size: str | None = None,
+                   timeout: float = 300.0, record: bool = False) -> ReplayOutcome:
     """Compile ``module`` with ``replay``'s forced actions over ``base`` (default: the replay's own)."""
     from mlgo_host.policies.replay import ReplayPolicy, replay_policy
 
@@ -207,26 +191,16 @@ def plain_size(module: "Module", clang: str = "clang-19", llvm_size: str | None 
     return int(res.text_size)
 
 
-def baseline_size(
-    module: "Module",
-    clang: str = "clang-19",
-    llvm_size: str | None = None,
-    cache_dir: str | os.PathLike | None = None,
-    timeout: float = 300.0,
-    advisor: str = "inline",
-) -> int:
+def baseline_size(module: "Module", clang: str = "clang-19", llvm_size: str | None = None,
+                  cache_dir: str | os.PathLike | None = None, timeout: float = 300.0,
+                  advisor: str = "inline") -> int:
     """The default-heuristic text size of ``module``, compiled once and cached."""
     return baseline_size_info(module, clang, llvm_size, cache_dir, timeout, advisor)[0]
 
 
-def baseline_size_info(
-    module: "Module",
-    clang: str = "clang-19",
-    llvm_size: str | None = None,
-    cache_dir: str | os.PathLike | None = None,
-    timeout: float = 300.0,
-    advisor: str = "inline",
-) -> tuple[int, float | None]:
+def baseline_size_info(module: "Module", clang: str = "clang-19", llvm_size: str | None = None,
+                       cache_dir: str | os.PathLike | None = None, timeout: float = 300.0,
+                       advisor: str = "inline") -> tuple[int, float | None]:
     """:func:`baseline_size` and the CPU seconds it cost now (None when cached).  The CPU is this
     process's waited-for children's: call it from one thread at a time."""
     cache = BaselineCache(cache_dir)

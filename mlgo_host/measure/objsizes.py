@@ -1,23 +1,18 @@
 """Per-function sizes of one relocatable object, adding up to ``llvm-size``'s ``text`` column, so that a
-batched search can read each inlining flip's effect from the functions it touches.
+batched search can read each inlining flip's effect from the functions it touches.  Each byte of
+``text`` (allocated sections, executable or not writable) goes to one function or to ``other``:
 
-Each byte of ``text`` (allocated sections that are executable or not writable) goes to one function or
-to ``other``:
-
-* code: from a function's symbol to the next function's, so the padding that follows a function is
-  its own (it is fixed by where the function ends);
+* code: from a function's symbol to the next function's (its padding is fixed by where it ends);
 * unwind: each FDE to the function its ``pc_begin`` points into; CIEs, and the 4 bytes the assembler
   pads the last FDE with (they depend on every record's size), to ``other``;
 * read-only data, cut at anchors (symbols, targets of code relocations, LSDAs): a function owns its
-  LSDAs and its jump tables, which are copied when it is inlined; everything else (constant arrays,
-  strings) is shared rather than copied, so it stays in ``other``;
-* constant pools (``.rodata.cst8``...): written per function and not merged, so a function owns the
-  entries its code refers to, unless two functions refer to one.
+  LSDAs and jump tables, which inlining copies; the rest (constant arrays, strings) is shared: ``other``;
+* constant pools (``.rodata.cst8``...), not merged: a function owns the entries its code refers to,
+  unless two functions refer to one.
 
-Keys are mangled symbol names; aliases at one address are one function (the smallest name, unless
-:meth:`ObjectSizes.keyed_by` names another), and two
-functions of one name are ``name``, ``name#2``...  The ELF reader is a small hand-written one (x86-64
-relocatable objects only), much faster than pyelftools on every compile of a search.
+Keys are mangled names; aliases at one address are one function (the smallest name, unless
+:meth:`ObjectSizes.keyed_by` names another); two of one name are ``name``, ``name#2``...  The ELF
+reader is hand-written (x86-64 relocatable objects only): much faster than pyelftools.
 """
 
 from __future__ import annotations
@@ -111,12 +106,11 @@ class _Section:
     link: int
     info: int
     entsize: int = 0
-    berkeley_text: bool = False  # counted in llvm-size's text column
 
-    def __post_init__(self):
-        # llvm-size's rule (ELFObjectFile::isBerkeleyText)
-        self.berkeley_text = bool(self.flags & SHF_ALLOC) and bool(self.flags & SHF_EXECINSTR
-                                                                  or not self.flags & SHF_WRITE)
+    @property
+    def berkeley_text(self) -> bool:
+        """Counted in llvm-size's text column (its rule: ELFObjectFile::isBerkeleyText)."""
+        return bool(self.flags & SHF_ALLOC) and bool(self.flags & SHF_EXECINSTR or not self.flags & SHF_WRITE)
 
     @property
     def eh_frame(self) -> bool:
@@ -186,10 +180,9 @@ class _Elf:
         return memoryview(self.data)[s.offset:s.offset + s.size]
 
     def _symbols(self) -> list[_Symbol]:
-        tabs = [s for s in self.sections if s.type == SHT_SYMTAB]
-        if not tabs:
+        tab = next((s for s in self.sections if s.type == SHT_SYMTAB), None)
+        if tab is None:
             return []
-        tab = tabs[0]
         if tab.size % _SYM.size or not 0 < tab.link < len(self.sections):
             self.fail("malformed symbol table")
         names = self.sections[tab.link]
@@ -246,10 +239,7 @@ class _Functions:
 
     def at(self, shndx: int, offset: int) -> str | None:
         """The function whose extent (start to the next start) holds ``offset``."""
-        starts = self.starts.get(shndx)
-        if not starts:
-            return None
-        i = bisect.bisect_right(starts, offset) - 1
+        i = bisect.bisect_right(self.starts.get(shndx, ()), offset) - 1
         return self.keys[shndx][i] if i >= 0 else None
 
 
@@ -262,8 +252,7 @@ def object_sizes(path: str | os.PathLike) -> ObjectSizes:
     except OSError as e:
         raise CompilerError(f"{path}: cannot read the object: {e.strerror or e}") from None
     try:
-        elf = _Elf(data, str(path))
-        return _attribute(elf)
+        return _attribute(_Elf(data, str(path)))
     except (struct.error, IndexError, ValueError) as e:
         raise CompilerError(f"{path}: malformed ELF object ({type(e).__name__}: {e})") from None
 

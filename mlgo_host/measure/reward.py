@@ -30,16 +30,11 @@ class MovingAverageBaseline:
     def baseline(self, name: str, default_size: float) -> float:
         return self.averages.get(name, float(default_size))
 
-    def update(self, name: str, size: float, default_size: float) -> float:
-        prev = self.averages.get(name, float(default_size))
-        self.averages[name] = self.decay * prev + (1.0 - self.decay) * float(size)
-        return self.averages[name]
-
     def reward(self, name: str, size: float, default_size: float) -> float:
         """The reward against the current average, then the average updated."""
-        r = reward(size, self.baseline(name, default_size))
-        self.update(name, size, default_size)
-        return r
+        prev = self.baseline(name, default_size)
+        self.averages[name] = self.decay * prev + (1.0 - self.decay) * float(size)
+        return reward(size, prev)
 
     def state(self) -> dict[str, Any]:
         return {"decay": self.decay, "averages": dict(self.averages)}

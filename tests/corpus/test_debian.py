@@ -323,7 +323,7 @@ def fake_builds(monkeypatch, tmp_path):
 
     monkeypatch.setattr(debian, "build_package", fake)
     monkeypatch.setattr(debian, "ensure_deb_src", lambda *a, **k: None)
-    monkeypatch.setattr(debian, "ensure_tools", lambda *a, **k: [])
+    monkeypatch.setattr(debian, "ensure_tools", lambda *a, **k: None)
     return pkgs, calls
 
 

@@ -54,8 +54,8 @@ def test_every_exclude_is_a_file_its_unit_would_pick(name):
 def test_short_names_resolve_to_the_packaged_lists(tmp_path):
     ext = benchmark.resolve_spec_path("external")
     assert ext.name == "external_sources.json" and ext.is_file()
-    assert benchmark.resolve_spec_path("benchmark") == benchmark.resolve_spec_path(None) == benchmark.default_spec_path()
-    assert benchmark.default_spec_path().name == "benchmark_sources.json"
+    assert benchmark.resolve_spec_path("benchmark") == benchmark.resolve_spec_path(None)
+    assert benchmark.resolve_spec_path(None).name == "benchmark_sources.json"
     assert benchmark.resolve_spec_path("training").name == "training_sources.json"
     own = tmp_path / "mine.json"
     assert benchmark.resolve_spec_path(str(own)) == own and benchmark.resolve_spec_path(own) == own

@@ -156,7 +156,7 @@ def test_moving_average_baseline():
     r = ma.reward("m", 90, 100)  # against the default first
     assert r == pytest.approx(reward(90, 100))
     assert ma.baseline("m", 100) == pytest.approx(0.8 * 100 + 0.2 * 90)
-    ma.update("m", 80, 100)
+    ma.reward("m", 80, 100)
     assert ma.baseline("m", 100) == pytest.approx(0.8 * 98 + 0.2 * 80)
     assert MovingAverageBaseline.from_state(ma.state()) == ma
     with pytest.raises(ConfigError):
