@@ -2,8 +2,7 @@
 ``serve --collect DIR``, one episode per compile: ``DIR/ep-<server id>-<slot>-<n>.npz`` (written
 atomically; its meta is the stats record), listed in ``DIR/episodes.jsonl``. The reward needs the
 default heuristic's size of the same module, so the trainer pairs them
-(:func:`mlgo_host.training.online.load_collected`).
-"""
+(:func:`mlgo_host.training.online.load_collected`)."""
 
 from __future__ import annotations
 

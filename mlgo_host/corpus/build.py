@@ -101,11 +101,8 @@ def _output_of(args: Sequence[str], explicit: object) -> Path | None:
 
 
 def _is_input(entry: CompileEntry, arg: str) -> bool:
-    if arg.startswith("-"):
-        return False
-    p = Path(arg)
-    p = p if p.is_absolute() else entry.directory / p
-    return os.path.normpath(p) == str(entry.file)
+    # an absolute path stays as it is (pathlib's / drops ``directory``)
+    return not arg.startswith("-") and os.path.normpath(entry.directory / arg) == str(entry.file)
 
 
 def compile_flags(entry: CompileEntry, opt_level: str | None = None) -> list[str]:

@@ -480,12 +480,11 @@ def build_package(name: str, st: Settings,
                   step: Callable[[str], None] = lambda s: None) -> tuple[dict, BuildReport | None]:
     """Build one package into the corpus: its report entry and the module builder's report."""
     t0 = time.monotonic()
-    logs = st.output / LOGS
-    logs.mkdir(parents=True, exist_ok=True)
-    log_path = logs / f"{name}.log"
     entry: dict = {"log": f"{LOGS}/{name}.log"}
-    report = None
+    log_path = st.output / entry["log"]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_bytes(b"")
+    report = None
     # appending: the steps write to the same file through their own descriptors
     with open(log_path, "a", encoding="utf-8", errors="replace") as log:
         try:

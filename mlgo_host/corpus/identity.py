@@ -1,10 +1,8 @@
 """Which compile of a build is which corpus module: both reduce to one *identity* (absolute source and
-object paths, and :func:`~mlgo_host.corpus.build.compile_flags`).
-
-To match a build that lives elsewhere (another checkout, a CI workspace), identities are kept relative
-to the project root (the common directory of all sources and objects), the root written ``${ROOT}`` in
-the flags.  A match only says which module a compile should be: whether the module is still the one
-that was tuned is the replay fingerprint's job.
+object paths, and :func:`~mlgo_host.corpus.build.compile_flags`).  To match a build that lives elsewhere
+(another checkout, a CI workspace), identities are kept relative to the project root (the common
+directory of all sources and objects), the root written ``${ROOT}`` in the flags.  A match only says
+which module a compile should be; whether it is still the one tuned is the replay fingerprint's job.
 """
 
 from __future__ import annotations

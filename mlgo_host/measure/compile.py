@@ -47,11 +47,8 @@ class BaselineCache:
 
     @staticmethod
     def key(module: "Module", clang: str, advisor: str = "inline") -> str:
-        h = hashlib.sha256()
-        for part in (module.key, compiler_version(clang), advisor):
-            h.update(part.encode())
-            h.update(b"\0")
-        return h.hexdigest()
+        parts = (module.key, compiler_version(clang), advisor)
+        return hashlib.sha256(b"".join(p.encode() + b"\0" for p in parts)).hexdigest()
 
     def _path(self, key: str) -> Path:
         return self.dir / key[:2] / f"{key}.json"
