@@ -214,8 +214,8 @@ def compile_entries(pkg: Package, top: Path, clang: str, opt_level: str) -> list
 
 
 def build_benchmark(output: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None,
-                    spec_path: str | os.PathLike | None = None, clang: str = "clang-19", jobs: int | None = None,
-                    progress: bool = True, downloader=pip_download,
+                    spec_path: str | os.PathLike | None = None, clang: str = "clang-19",
+                    jobs: int | None = None, progress: bool = True, downloader=pip_download,
                     packages: Sequence[str] | None = None) -> BuildReport:
     """Download, verify, extract and build the benchmark corpus (of ``packages`` only) into ``output``."""
     spec = load_spec(spec_path)
