@@ -61,10 +61,6 @@ class Header:
     def feature(self, name: str) -> TensorSpec | None:
         return next((f for f in self.features if f.name == name), None)
 
-    @property
-    def feature_names(self) -> tuple[str, ...]:
-        return tuple(f.name for f in self.features)
-
     def first_values(self, names: Sequence[str]) -> Callable[[bytes], tuple]:
         """A reader of the first element of each of ``names`` from an observation's raw bytes
         (one ``struct`` call, no numpy); KeyError for a name the header lacks."""
@@ -86,13 +82,9 @@ class Header:
         if not isinstance(feats, list):
             raise ProtocolError("header: 'features' must be a list", offset=0)
         features = tuple(TensorSpec.from_json(f, f"header feature #{i}") for i, f in enumerate(feats))
-        advice = obj.get("advice")
-        score = obj.get("score")
-        return cls(
-            features=features,
-            advice=None if advice is None else TensorSpec.from_json(advice, "header advice"),
-            score=None if score is None else TensorSpec.from_json(score, "header score"),
-        )
+        advice, score = obj.get("advice"), obj.get("score")
+        return cls(features, None if advice is None else TensorSpec.from_json(advice, "header advice"),
+                   None if score is None else TensorSpec.from_json(score, "header score"))
 
     def to_json(self) -> dict:
         d: dict[str, Any] = {"features": [f.to_json() for f in self.features]}
@@ -102,12 +94,11 @@ class Header:
             d["advice"] = self.advice.to_json()
         return d
 
-    def as_training_log(self, with_score: bool = False) -> "Header":
+    def as_training_log(self) -> "Header":
         """The header of this session's training log: the advice becomes the last feature (as LLVM logs it)."""
         if self.advice is None:
             raise ProtocolError("header has no advice spec to log")
-        score = TensorSpec("reward", "float", (1,)) if with_score else None
-        return Header(features=self.features + (self.advice,), advice=None, score=score)
+        return Header(features=self.features + (self.advice,))
 
 
 class Observation:
@@ -171,7 +162,7 @@ class Decoder:
         self.observations = 0
         self._ctx = ""  # self.context or ""
         self._obs_total = -1  # observation_nbytes + 2 once the header is known
-        self._fast = _NO_FAST  # _obs_total when nothing is buffered (see feed_one)
+        self._fast = _NO_FAST  # _obs_total when nothing is buffered (see frame_one)
 
     def frame_one(self, data: bytes) -> int:
         """When nothing is buffered and ``data`` is exactly one canonical observation (how the
@@ -198,13 +189,6 @@ class Decoder:
         """Account for whole observations the caller framed itself with :meth:`frame_one`'s test."""
         self._pos += nbytes
         self.observations += observations
-
-    def feed_one(self, data: bytes) -> Observation | None:
-        """:meth:`frame_one`, returning the :class:`Observation` (None: nothing consumed)."""
-        nl = self.frame_one(data)
-        if nl < 0:
-            return None
-        return Observation(int(data[15 : nl - 1]), self._ctx, data[nl + 1 : -1], self.header)  # type: ignore[arg-type]
 
     def _err(self, msg: str, at: int) -> ProtocolError:
         return ProtocolError(f"{msg} [after {self.observations} observations]", offset=self._pos + at,

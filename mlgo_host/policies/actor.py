@@ -1,9 +1,7 @@
 """The actor network in numpy, the same forward pass as :mod:`mlgo_host.learning.networks`: the
 normalized inputs in name order through dense layers to 2 logits (inliner), or one row per
 candidate column scored by the same layers, ``mask == 0`` columns at -inf (eviction).
-
-:meth:`NumpyActor.logits` is the batch reference; :class:`NumpyPolicy` is the per-decision path,
-whose ``bind`` compiles the normalization into lookup tables over a fixed byte buffer.
+:meth:`NumpyActor.logits` is the batch reference; :class:`NumpyPolicy` the per-decision path.
 """
 
 from __future__ import annotations
@@ -215,7 +213,11 @@ class NumpyPolicy(Policy):
             raise ConfigError("a gated policy needs the compiler's default decision (inliner include-default slot)")
         self._buf = bytearray(header.observation_nbytes)
         self._mv = memoryview(self._buf)
-        self.fast_path = spec.action.kind == BINARY and self._bind_int_fast(header)
+        if spec.action.kind != BINARY:
+            self.fast_path = True  # all columns normalized at once
+            self._install_choice(self._columns_outputs(header), int(spec.width))  # type: ignore[arg-type]
+            return
+        self.fast_path = self._bind_int_fast(header)
         if not self.fast_path:
             self._bind_generic(header)
 
@@ -422,18 +424,15 @@ class NumpyPolicy(Policy):
 
         return act, act_logp
 
-    def _bind_generic(self, header, vectorized: bool = True) -> None:
-        """Any feature types, one searchsorted per feature; eviction uses :meth:`_columns_outputs` if ``vectorized``."""
-        spec, a = self.actor.spec, self.actor
+    def _bind_generic(self, header) -> None:
+        """The inliner with any feature types: one searchsorted per feature."""
+        a = self.actor
         cfg = a.norm
         w0 = cfg.width - int(cfg.with_z_score)
-        binary = spec.action.kind == BINARY
-        R = 1 if binary else int(spec.width)  # type: ignore[arg-type]
-        D = a.input_dim
-        xin = np.zeros((R, D + 1))
+        xin = np.zeros((1, a.input_dim + 1))
         xin[:, -1] = 1.0
         steps = []
-        for j, f in enumerate(spec.inputs):
+        for j, f in enumerate(a.spec.inputs):
             fv = a.vocab[f.name]
             view = np.ndarray((f.size,), dtype=f.dtype, buffer=self._buf,
                               offset=header.offset(self._binding.source(f.name)))
@@ -446,33 +445,20 @@ class NumpyPolicy(Policy):
             zcol = xin[:, j * cfg.width + w0] if cfg.with_z_score and fv.z_enabled else None
             tmp = np.zeros((f.size, w0))
             steps.append((view, bounds.searchsorted, conv, table.take, cols, zcol, tmp, fv.mean32, fv.scale32))
-        w1 = a.layers[0][0]
-        mats = self._layers(w1, (R,))
+        mats = self._layers(a.layers[0][0], (1,))
         hidden, activate = self._hidden(mats)
         wout, obuf = mats[-1][0], mats[-1][1]
         mv = self._mv
         dot, copyto = np.dot, np.copyto
-        if not binary:
-            mask = np.ndarray((R,), dtype=spec.mask.dtype, buffer=self._buf,  # type: ignore[union-attr]
-                              offset=header.offset(spec.mask.name))  # type: ignore[union-attr]
-            illegal = np.zeros(R, bool)
-        ninf = -np.inf
-        with_z = cfg.with_z_score
 
         def outputs(raw: bytes) -> np.ndarray:
-            if with_z:
-                with np.errstate(invalid="ignore", over="ignore"):
-                    return _outputs(raw)
-            return _outputs(raw)
-
-        def _outputs(raw: bytes) -> np.ndarray:
             mv[:] = raw
             for view, bucket, conv, take, cols, zcol, tmp, m32, s32 in steps:
                 take(bucket(view if conv is None else view.astype(conv), "right"), axis=0, out=tmp)
                 copyto(cols, tmp)
                 if zcol is not None:
                     z = (view.astype(np.float32) - m32) / s32
-                    z[~np.isfinite(z)] = 0.0  # inf/NaN inputs (use_def_density can be inf)
+                    z[~np.isfinite(z)] = 0.0  # inf/NaN inputs
                     copyto(zcol, z)
             x = xin
             for w, out, hv, zero in hidden:
@@ -480,24 +466,18 @@ class NumpyPolicy(Policy):
                 activate(hv, zero, out=hv)
                 x = out
             dot(x, wout, out=obuf)
-            if binary:
-                return obuf[0]
-            lg = obuf[:, 0]
-            np.equal(mask, 0, out=illegal)
-            lg[illegal] = ninf
-            return lg
+            return obuf[0]
 
-        if binary:
-            def diff(raw: bytes) -> float:
+        def diff(raw: bytes) -> float:
+            if cfg.with_z_score:
+                with np.errstate(invalid="ignore", over="ignore"):
+                    o = outputs(raw)
+            else:
                 o = outputs(raw)
-                return float(o[1] - o[0])
+            return float(o[1] - o[0])
 
-            self._diff = diff
-            self._install_binary()
-            return
-        if vectorized:
-            self.fast_path = True
-        self._install_choice(self._columns_outputs(header) if vectorized else outputs, R)
+        self._diff = diff
+        self._install_binary()
 
     def _install_choice(self, outputs, R: int) -> None:
         """act/act_logp of a masked choice from ``outputs(raw) -> logits [R]``."""
