@@ -16,7 +16,7 @@ import itertools
 import json
 import struct
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
 
 from mlgo_host.channel.spec import TensorSpec, record_dtype
 from mlgo_host.errors import ProtocolError
@@ -354,10 +354,6 @@ def encode_observation(index: int, payload: bytes) -> bytes:
     return b'{"observation":%d}\n' % index + payload + b"\n"
 
 
-def encode_outcome(index: int, payload: bytes) -> bytes:
-    return b'{"outcome":%d}\n' % index + payload + b"\n"
-
-
 _STRUCT = {"int64_t": "<q", "int32_t": "<i", "float": "<f", "double": "<d", "uint64_t": "<Q", "uint32_t": "<I",
            "int16_t": "<h", "uint16_t": "<H", "int8_t": "<b", "uint8_t": "<B"}
 
@@ -383,20 +379,3 @@ class AdviceEncoder:
         if arr.size != self.spec.size:
             raise ProtocolError(f"advice {self.spec.name!r}: {arr.size} values for shape {list(self.spec.shape)}")
         return arr.tobytes()
-
-
-def encode_records(records: Iterable[Record]) -> bytes:
-    """Inverse of :func:`decode`."""
-    parts = []
-    for r in records:
-        if isinstance(r, Header):
-            parts.append(encode_header(r))
-        elif isinstance(r, Context):
-            parts.append(encode_context(r.name))
-        elif isinstance(r, Observation):
-            parts.append(encode_observation(r.index, r.raw))
-        elif isinstance(r, Outcome):
-            import numpy as np
-
-            parts.append(encode_outcome(r.index, np.ascontiguousarray(r.value).tobytes()))
-    return b"".join(parts)

@@ -73,33 +73,24 @@ class Channel:
         fcntl.fcntl(fd, fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
         return fd
 
-    def reader(self, alive: Callable[[], bool], deadline_ref: Callable[[], float], describe: Callable[[], str],
-               chunk: int = 1 << 16):
-        """A function returning the next chunk (b"" at end of stream), polling until the deadline."""
-        rfd = self.rfd
+    def first_chunk(self, alive: Callable[[], bool], deadline: float, waiting_for: str) -> bytes:
+        """The first chunk of ``.out`` (b"" at end of stream), polled for until ``deadline``."""
         poller = select.poll()
-        poller.register(rfd, select.POLLIN | select.POLLHUP | select.POLLERR)
-        poll = poller.poll
-        read = os.read
-        mono = time.monotonic
-
-        def next_chunk() -> bytes:
-            while True:
-                remaining = deadline_ref() - mono()
-                if remaining <= 0:
-                    raise ChannelTimeout(f"timed out waiting for {describe()} from the compiler")
-                if poll(min(remaining, 0.25) * 1000.0):
-                    try:
-                        return read(rfd, chunk)
-                    except BlockingIOError:
-                        continue
-                if not alive():  # gone without closing its end: drain what is left
-                    try:
-                        return read(rfd, chunk)
-                    except BlockingIOError:
-                        return b""
-
-        return next_chunk
+        poller.register(self.rfd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ChannelTimeout(f"timed out waiting for {waiting_for} from the compiler")
+            if poller.poll(min(remaining, 0.25) * 1000.0):
+                try:
+                    return os.read(self.rfd, 1 << 16)
+                except BlockingIOError:
+                    continue
+            if not alive():  # gone without closing its end: drain what is left
+                try:
+                    return os.read(self.rfd, 1 << 16)
+                except BlockingIOError:
+                    return b""
 
     def close_fds(self) -> None:
         for attr in ("wfd", "rfd"):

@@ -37,12 +37,6 @@ def output_of(argv: list[str]) -> str | None:
     return out
 
 
-def temp_output_pattern(output: str) -> "re.Pattern[str]":
-    """Names of clang's temporary outputs for ``output`` (``x.o`` -> ``x-06a5b045.o.tmp``)."""
-    stem, ext = os.path.splitext(os.path.basename(output))
-    return re.compile(re.escape(stem) + r"-[0-9a-f]{8}" + re.escape(ext) + r"\.tmp\Z")
-
-
 #: util-linux's setpriv sets PR_SET_PDEATHSIG: the compiler dies with a SIGKILLed host instead of
 #: blocking forever on a FIFO nobody opens (preexec_fn is unsafe with threads).
 _SETPRIV = shutil.which("setpriv")
@@ -71,7 +65,6 @@ class CompilerProcess:
     def __init__(self, argv: list[str], log_path: str, cwd: str | None = None, env: dict | None = None):
         self.argv = argv
         self.cwd = cwd
-        self.log_path = log_path
         self.started = time.time()
         #: ``resource.struct_rusage`` of the compiler, once reaped
         self.rusage = None
@@ -177,27 +170,26 @@ class CompilerProcess:
             self._reap()  # SIGKILLs the group first
         self.remove_temp_outputs()
 
-    def remove_temp_outputs(self) -> list[str]:
+    def remove_temp_outputs(self) -> None:
         """Remove the temp outputs a killed compile left (only those since it started)."""
         out = output_of(self.argv)
         if not out or out == "-":
-            return []
+            return
         if self.cwd and not os.path.isabs(out):
             out = os.path.join(self.cwd, out)
         d = os.path.dirname(out) or "."
-        pat = temp_output_pattern(out)
-        removed = []
+        # clang's temporary outputs for x.o: x-06a5b045.o.tmp
+        stem, ext = os.path.splitext(os.path.basename(out))
+        pat = re.compile(re.escape(stem) + r"-[0-9a-f]{8}" + re.escape(ext) + r"\.tmp\Z")
         try:
             names = [name for name in os.listdir(d) if pat.match(name)]
         except OSError:
-            return []
+            return
         for name in names:
             p = os.path.join(d, name)
             with contextlib.suppress(OSError):
                 if os.stat(p).st_mtime >= self.started - 1:
                     os.unlink(p)
-                    removed.append(p)
-        return removed
 
     def stderr_tail(self, nbytes: int = 2000) -> str:
         try:

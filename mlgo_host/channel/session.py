@@ -163,14 +163,12 @@ def serve_channel(
     alive: Callable[[], bool],
     recorder: Recorder | None = None,
     log: TrainingLogWriter | None = None,
-    count_decisions: bool = True,
 ) -> StreamTally:
     """Serve an opened channel until the compiler closes it (``policy`` None: the advisor's default).
     The first bytes are awaited with ``poll`` (an unconnected FIFO reads as end-of-file); later reads
     block and a :class:`_Watchdog` keeps the deadline."""
     dec = Decoder()
-    first_chunk = chan.reader(alive, lambda: deadline, lambda: f"{dec.waiting_for} ({dec.where})")
-    data = first_chunk()
+    data = chan.first_chunk(alive, deadline, f"{dec.waiting_for} ({dec.where})")
     cpu0 = time.thread_time()
     session = None
     if data:
@@ -180,7 +178,7 @@ def serve_channel(
         try:
             header, records = _read_header(dec, data, chan.rfd, wd)
             if header is not None:
-                session = _Session(chan, dec, wd, header, advisor, policy, recorder, log, count_decisions)
+                session = _Session(chan, dec, wd, header, advisor, policy, recorder, log)
                 session.answer_records(records)
                 session.run()
         finally:
@@ -234,8 +232,7 @@ class _Session:
     answer is the advisor's default int64 flag (the inliner), :meth:`flag_loop` answers from the raw bytes."""
 
     def __init__(self, chan: Channel, dec: Decoder, wd: _Watchdog, header: Header, advisor: Advisor,
-                 policy: Policy | None, recorder: Recorder | None, log: TrainingLogWriter | None,
-                 count_decisions: bool):
+                 policy: Policy | None, recorder: Recorder | None, log: TrainingLogWriter | None):
         self.rfd, self.wfd = chan.rfd, chan.wfd
         self.dec, self.wd, self.header = dec, wd, header
         self.log_write = log.write if log is not None else None
@@ -252,10 +249,9 @@ class _Session:
             act, act_logp = policy.act, policy.act_logp
         spec = header.advice  # advisor.bind refused a header without one
         encode = codec.AdviceEncoder(spec).encode
-        discrete = advisor.num_actions(header) > 0
-        self.count = count_decisions and discrete
+        self.count = advisor.discrete
         # discrete advice is a small int: its bytes are memoized
-        memo: dict[Any, bytes] | None = {} if discrete and spec.size == 1 else None
+        memo: dict[Any, bytes] | None = {} if self.count and spec.size == 1 else None
         self.decide = _decider(act, act_logp, recorder, advisor.validate, encode, memo,
                                self.counts if self.count else None)
         #: default-flag loop: offset of the default flag from the event line's "\n" (-1: no such loop)

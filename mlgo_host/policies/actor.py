@@ -130,8 +130,8 @@ class NumpyActor:
         with atomic_path(path, suffix=".tmp.npz") as tmp:  # np.savez adds .npz to other names
             np.savez(tmp, **{k: np.asarray(v) for k, v in weights.items()})
 
-    def _column(self, features: Any, name: str, n: int) -> np.ndarray:
-        v = np.asarray(features[name])
+    def _column(self, values: Any, n: int) -> np.ndarray:
+        v = np.asarray(values)
         if self.spec.action.kind == BINARY:
             return v.reshape(n)
         w = self.spec.width
@@ -140,10 +140,10 @@ class NumpyActor:
     def inputs(self, features: Any, binding: InputBinding = SAME_NAMES) -> np.ndarray:
         """Network inputs ``[N, D]`` (inliner) or ``[N, W, D]`` (eviction) of N observations (records or
         name -> array, named as the compiler ``binding`` binds the inputs to)."""
-        features = binding.view(features)
-        first = self.spec.inputs[0].name
-        n = int(np.asarray(features[first]).shape[0])
-        parts = [self.vocab[f.name].normalize(self._column(features, f.name, n), self.norm) for f in self.spec.inputs]
+        sources = [binding.source(f.name) for f in self.spec.inputs]
+        n = int(np.asarray(features[sources[0]]).shape[0])
+        parts = [self.vocab[f.name].normalize(self._column(features[src], n), self.norm)
+                 for f, src in zip(self.spec.inputs, sources)]
         return np.concatenate(parts, axis=-1)
 
     def forward(self, x: np.ndarray) -> np.ndarray:

@@ -1,10 +1,7 @@
-"""Per-feature quantile vocabularies and the numpy reference of the feature normalization
-(:mod:`mlgo_host.learning.preprocessing` is the TF one).
-
-A vocab directory (as ml-compiler-opt's ``generate_vocab``) has one ``<feature>.buckets`` file of
-boundaries, one a line: the quantiles of the finite observed values, duplicates kept.  A value
-``v`` normalizes (in float32, as ``tf.raw_ops.Bucketize``) to ``x = #(b <= v) / len(b)``, then
-``x*x``, ``sqrt(x)``, the z-score against the boundaries (0 where not finite or std is 0), as enabled.
+"""Per-feature quantile vocabularies (directories of ``<feature>.buckets``, docs/formats.md) and the
+numpy reference of the feature normalization (:mod:`mlgo_host.learning.preprocessing` is the TF
+one).  A value ``v`` normalizes (in float32, as ``tf.raw_ops.Bucketize``) to ``x = #(b <= v) / len(b)``,
+then ``x*x``, ``sqrt(x)``, the z-score against the boundaries (0 where not finite or std is 0), as enabled.
 """
 
 from __future__ import annotations
@@ -245,23 +242,3 @@ def int_thresholds(boundaries_f32: np.ndarray) -> np.ndarray:
                 lo = mid + 1
         out[i] = hi
     return out
-
-
-def build_vocab_from_features(
-    records: np.ndarray,
-    output_dir: str | None = None,
-    *,
-    num_buckets: int = DEFAULT_NUM_BUCKETS,
-    sampling_fraction: float = 1.0,
-    seed: int = 0,
-    exclude: Iterable[str] = (),
-) -> Vocab:
-    """The vocab of a structured array of observations, written to ``output_dir`` when given."""
-    b = VocabBuilder(sampling_fraction=sampling_fraction, seed=seed, exclude=exclude)
-    b.add(records)
-    vocab = b.build(num_buckets)
-    if not len(vocab):
-        raise ConfigError("no feature values to build a vocab from")
-    if output_dir is not None:
-        vocab.save(output_dir)
-    return vocab
