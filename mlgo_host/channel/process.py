@@ -42,29 +42,28 @@ def output_of(argv: list[str]) -> str | None:
 _SETPRIV = shutil.which("setpriv")
 
 
-def _dies_with_host(argv: list[str], cwd: str | None, env: dict | None) -> list[str]:
+def _dies_with_host(argv: list[str]) -> list[str]:
     """``argv`` behind setpriv, its program resolved first so a missing compiler fails to start
     (not as setpriv's exit 127)."""
     if _SETPRIV is None:
         return argv
     prog = argv[0]
     if os.sep in prog:
-        full = prog if os.path.isabs(prog) else os.path.join(cwd or os.getcwd(), prog)
+        full = os.path.join(os.getcwd(), prog)  # prog itself when absolute
         if not os.path.exists(full):
             raise FileNotFoundError(2, "No such file or directory", prog)
         if os.path.isdir(full) or not os.access(full, os.X_OK):
             raise PermissionError(13, "Permission denied", prog)
     else:
-        full = shutil.which(prog, path=(env or os.environ).get("PATH", os.defpath))
+        full = shutil.which(prog, path=os.environ.get("PATH", os.defpath))
         if full is None:
             raise FileNotFoundError(2, "No such file or directory", prog)
     return [_SETPRIV, "--pdeathsig", "KILL", "--", full, *argv[1:]]
 
 
 class CompilerProcess:
-    def __init__(self, argv: list[str], log_path: str, cwd: str | None = None, env: dict | None = None):
+    def __init__(self, argv: list[str], log_path: str):
         self.argv = argv
-        self.cwd = cwd
         self.started = time.time()
         #: ``resource.struct_rusage`` of the compiler, once reaped
         self.rusage = None
@@ -72,8 +71,8 @@ class CompilerProcess:
         self._log = open(log_path, "w+b")
         try:
             self.proc = subprocess.Popen(
-                _dies_with_host(argv, cwd, env), stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
-                cwd=cwd, env=env, start_new_session=True, close_fds=True,
+                _dies_with_host(argv), stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
+                start_new_session=True, close_fds=True,
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
             self._log.close()
@@ -108,9 +107,7 @@ class CompilerProcess:
 
     def alive(self) -> bool:
         """True while the compiler has not exited (does not reap it)."""
-        if self.proc.returncode is not None:
-            return False
-        return not self._exited()
+        return self.proc.returncode is None and not self._exited()
 
     def _reap(self) -> int:
         """Kill what is left of the group (the leader is at most a zombie: its id is still ours),
@@ -175,8 +172,6 @@ class CompilerProcess:
         out = output_of(self.argv)
         if not out or out == "-":
             return
-        if self.cwd and not os.path.isabs(out):
-            out = os.path.join(self.cwd, out)
         d = os.path.dirname(out) or "."
         # clang's temporary outputs for x.o: x-06a5b045.o.tmp
         stem, ext = os.path.splitext(os.path.basename(out))

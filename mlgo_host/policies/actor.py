@@ -23,7 +23,7 @@ except ImportError:  # pragma: no cover - a NumPy without it: the public wrapper
 from mlgo_host.errors import CompatibilityWarning, ConfigError
 from mlgo_host.fsutil import atomic_path
 from mlgo_host.policies.base import Policy
-from mlgo_host.policies.specs import (ALLOW_CHANGED_INPUTS, BINARY, MASKED_CHOICE, SAME_NAMES, InputBinding, PolicySpec,
+from mlgo_host.policies.specs import (ALLOW_CHANGED_INPUTS, BINARY, SAME_NAMES, InputBinding, PolicySpec,
                                       changed_inputs_allowed)
 from mlgo_host.policies.vocab import NormConfig, Vocab, int_thresholds
 
@@ -74,10 +74,7 @@ class NumpyActor:
         missing = [n for n in spec.input_names if n not in vocab]
         if missing:
             raise ConfigError(f"the vocab has no boundaries for input features {missing}")
-        self.spec = spec
-        self.vocab = vocab
-        self.norm = norm
-        self.activation = activation
+        self.spec, self.vocab, self.norm, self.activation = spec, vocab, norm, activation
         self.hidden: list[tuple[np.ndarray, np.ndarray]] = []
         i = 0
         while f"hidden_{i}_kernel" in weights:
@@ -146,24 +143,18 @@ class NumpyActor:
                  for f, src in zip(self.spec.inputs, sources)]
         return np.concatenate(parts, axis=-1)
 
-    def forward(self, x: np.ndarray) -> np.ndarray:
-        """Raw network outputs (before masking)."""
+    def logits(self, features: Any, binding: InputBinding = SAME_NAMES) -> np.ndarray:
+        """Logits ``[N, num_actions]``, -inf on eviction columns whose mask is 0."""
         act = ACTIVATIONS[self.activation]
-        h = np.asarray(x, np.float64)
+        h = np.asarray(self.inputs(features, binding), np.float64)
         for w, b in self.hidden:
             h = h @ w + b
             act(h, h)
         out = h @ self.out_w + self.out_b
-        return out if self.spec.action.kind == BINARY else out[..., 0]
-
-    def logits(self, features: Any, binding: InputBinding = SAME_NAMES) -> np.ndarray:
-        """Logits ``[N, num_actions]``, -inf on eviction columns whose mask is 0."""
-        out = self.forward(self.inputs(features, binding))
-        if self.spec.action.kind == MASKED_CHOICE:
-            n = out.shape[0]
-            m = np.asarray(features[self.spec.mask.name]).reshape(n, self.spec.width)  # type: ignore[union-attr]
-            out = np.where(m != 0, out, -np.inf)
-        return out
+        if self.spec.action.kind == BINARY:
+            return out
+        m = np.asarray(features[self.spec.mask.name]).reshape(out.shape[0], self.spec.width)  # type: ignore[union-attr]
+        return np.where(m != 0, out[..., 0], -np.inf)
 
     def greedy(self, features: Any) -> np.ndarray:
         return np.argmax(self.logits(features), axis=-1)
@@ -231,10 +222,9 @@ class NumpyPolicy(Policy):
                     f"that in no feature ({name!r} carries '{now}' here)")
             if not changed_inputs_allowed():
                 raise ConfigError(f"{said}: serve it anyway with --allow-changed-inputs ({ALLOW_CHANGED_INPUTS}=1)")
-            key = (name, was, now)
-            if key in _WARNED_MEANINGS:
+            if (name, was, now) in _WARNED_MEANINGS:
                 continue
-            _WARNED_MEANINGS.add(key)
+            _WARNED_MEANINGS.add((name, was, now))
             warnings.warn(f"{said}; fed from {name!r} anyway: its decisions may be off", CompatibilityWarning,
                           stacklevel=3)
         return binding
@@ -341,8 +331,7 @@ class NumpyPolicy(Policy):
         zview = xin[S * w0 : D]
         slots = np.frombuffer(self._buf, dtype="<i8")
         k = np.zeros(S, np.int64)
-        clip = _clip_ufunc
-        add = np.add
+        clip, add, copyto = _clip_ufunc, np.add, np.copyto
         take = NV.take  # the method: np.take's wrapper costs more
         searchsorted = G.searchsorted
         hidden, activate = self._hidden(mats)
@@ -350,7 +339,6 @@ class NumpyPolicy(Policy):
         wdiff = np.ascontiguousarray(wout[:, 1] - wout[:, 0])
         mv = self._mv
         with_z = cfg.with_z_score
-        copyto = np.copyto
         # bound ndarray.dot methods (no __array_function__ dispatch)
         chain = []
         x = xin
@@ -436,7 +424,7 @@ class NumpyPolicy(Policy):
             fv = a.vocab[f.name]
             view = np.ndarray((f.size,), dtype=f.dtype, buffer=self._buf,
                               offset=header.offset(self._binding.source(f.name)))
-            if f.is_integer:
+            if f.dtype.kind in "iu":  # integers: exact int64 thresholds
                 bounds, conv = int_thresholds(fv.boundaries), None
             else:
                 bounds, conv = fv.boundaries, (None if f.ctype == "float" else np.float32)

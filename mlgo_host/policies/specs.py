@@ -52,10 +52,6 @@ class FeatureSpec:
         return C_TYPES[self.ctype]
 
     @property
-    def is_integer(self) -> bool:
-        return self.dtype.kind in "iu"
-
-    @property
     def tf_shape(self) -> tuple[int, ...]:
         """Shape without the leading 1s (``[1, W]`` -> ``(W,)``), as ml-compiler-opt's signature specs."""
         return tuple(itertools.dropwhile(lambda d: d == 1, self.shape))
