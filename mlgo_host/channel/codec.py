@@ -207,10 +207,8 @@ class Decoder:
                     if n - p < nb + 1:
                         break
                     if buf[p + nb] != 10:
-                        raise self._err(
-                            f"{kind} {idx}: expected '\\n' after {nb} tensor bytes, got byte 0x{buf[p + nb]:02x}",
-                            p + nb,
-                        )
+                        raise self._err(f"{kind} {idx}: expected '\\n' after {nb} tensor bytes, "
+                                        f"got byte 0x{buf[p + nb]:02x}", p + nb)
                     payload = buf[p : p + nb]
                     if kind == "observation":
                         out.append(Observation(idx, self._ctx, payload, self.header))  # type: ignore[arg-type]

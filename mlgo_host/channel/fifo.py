@@ -46,17 +46,10 @@ class Channel:
     def open(self, alive: Callable[[], bool], deadline: float, max_delay: float = 0.02) -> bool:
         """Open both ends in the compiler's order; False if the compiler exited without opening
         the channel.  ``max_delay`` caps the retry back-off, which a waiting compiler pays as latency."""
-        self.wfd = self._open_write_end(alive, deadline, max_delay)
-        if self.wfd < 0:
-            return False
-        self.rfd = os.open(self.out_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        return True
-
-    def _open_write_end(self, alive: Callable[[], bool], deadline: float, max_delay: float) -> int:
-        """``.in`` opened for writing, or -1 when the compiler went away first.  Opened non-blocking
-        (ENXIO until the compiler opened its end) so a compiler that never comes cannot hang the host."""
         delay = min(0.0002, max_delay)
         while True:
+            # non-blocking (ENXIO until the compiler opened its end): a compiler that never comes
+            # cannot hang the host
             try:
                 fd = os.open(self.in_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
                 break
@@ -64,14 +57,15 @@ class Channel:
                 if e.errno != errno.ENXIO:
                     raise
             if not alive():
-                return -1
+                return False
             if time.monotonic() >= deadline:
                 raise ChannelTimeout(f"the compiler did not open {self.in_path} before the deadline")
             time.sleep(delay)
             delay = min(delay * 2, max_delay)
-        fl = fcntl.fcntl(fd, fcntl.F_GETFL)
-        fcntl.fcntl(fd, fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
-        return fd
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        self.wfd = fd
+        self.rfd = os.open(self.out_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        return True
 
     def first_chunk(self, alive: Callable[[], bool], deadline: float, waiting_for: str) -> bytes:
         """The first chunk of ``.out`` (b"" at end of stream), polled for until ``deadline``."""

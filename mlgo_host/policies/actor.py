@@ -153,7 +153,8 @@ class NumpyActor:
         out = h @ self.out_w + self.out_b
         if self.spec.action.kind == BINARY:
             return out
-        m = np.asarray(features[self.spec.mask.name]).reshape(out.shape[0], self.spec.width)  # type: ignore[union-attr]
+        mask = features[self.spec.mask.name]  # type: ignore[union-attr]
+        m = np.asarray(mask).reshape(out.shape[0], self.spec.width)
         return np.where(m != 0, out[..., 0], -np.inf)
 
     def greedy(self, features: Any) -> np.ndarray:

@@ -172,17 +172,6 @@ class Vocab(dict[str, FeatureVocab]):
                 f.write("".join(f"{float(x)!r}\n" for x in fv.raw))
 
 
-def quantile_boundaries(values: np.ndarray, num_buckets: int = DEFAULT_NUM_BUCKETS) -> np.ndarray | None:
-    """``num_buckets`` quantiles of the finite ``values`` (None when none is finite)."""
-    if not 1 <= num_buckets <= DEFAULT_NUM_BUCKETS:
-        raise ConfigError(f"num_buckets must be in [1, {DEFAULT_NUM_BUCKETS}], got {num_buckets}")
-    v = np.asarray(values, dtype=np.float64).ravel()
-    v = v[np.isfinite(v)]
-    if v.size == 0:
-        return None
-    return np.quantile(v, np.linspace(0.0, 1.0, num_buckets))
-
-
 class VocabBuilder:
     """Accumulates the flattened feature values of structured observation arrays (optionally of a
     seeded sample of them) and computes the quantile vocab."""
@@ -212,11 +201,15 @@ class VocabBuilder:
             self._chunks.setdefault(name, []).append(np.ascontiguousarray(col).reshape(-1).astype(np.float64))
 
     def build(self, num_buckets: int = DEFAULT_NUM_BUCKETS) -> Vocab:
+        """``num_buckets`` quantiles of each feature's finite values (no vocab for a feature without)."""
+        if self._chunks and not 1 <= num_buckets <= DEFAULT_NUM_BUCKETS:
+            raise ConfigError(f"num_buckets must be in [1, {DEFAULT_NUM_BUCKETS}], got {num_buckets}")
         feats = {}
         for name, chunks in self._chunks.items():
-            b = quantile_boundaries(np.concatenate(chunks), num_buckets)
-            if b is not None:
-                feats[name] = FeatureVocab(name, b)
+            v = np.concatenate(chunks)
+            v = v[np.isfinite(v)]
+            if v.size:
+                feats[name] = FeatureVocab(name, np.quantile(v, np.linspace(0.0, 1.0, num_buckets)))
         return Vocab(feats)
 
 
