@@ -33,6 +33,8 @@ class Advisor:
     enable_flags: tuple[str, ...] = ()
     #: the flag naming the channel base path
     channel_flag: str = ""
+    #: the advice is one of a few values (counted per session), not a continuous one
+    discrete: bool = True
 
     def flags(self, base: str, compiler: str) -> list[str]:
         bare = list(self.enable_flags) + [f"{self.channel_flag}={base}"]
@@ -50,9 +52,6 @@ class Advisor:
                 "(wrong --advisor for this channel?)"
             )
         self.header = header
-
-    def num_actions(self, header: Header) -> int:
-        raise NotImplementedError
 
     def default_advice(self, obs: Observation) -> Any:
         raise NotImplementedError
@@ -98,9 +97,6 @@ class InlineAdvisor(Advisor):
             raise ProtocolError(f"inline: the header has no int64 [1] feature {self.default_slot!r} for the default decision")
         self._off = header.offset(self.default_slot)
 
-    def num_actions(self, header: Header) -> int:
-        return 2
-
     def default_advice(self, obs: Observation) -> int:
         o = self._off
         return 1 if int.from_bytes(obs.raw[o : o + 8], "little", signed=True) else 0
@@ -135,12 +131,6 @@ class EvictAdvisor(Advisor):
         self._mask_dt = np.dtype("<i8")
         dens = header.feature("use_def_density")
         self._dens_off = header.offset("use_def_density") if dens is not None and dens.ctype == "float" else None
-
-    def num_actions(self, header: Header) -> int:
-        mask = header.feature("mask")
-        if mask is None:
-            raise ProtocolError("regalloc-evict: the header has no 'mask' feature")
-        return mask.shape[-1]
 
     def mask(self, obs: Observation) -> "np.ndarray":
         return self._np.frombuffer(obs.raw, dtype=self._mask_dt, count=self.width, offset=self._mask_off)
@@ -179,13 +169,11 @@ class PriorityAdvisor(Advisor):
     enable_flags = ("-regalloc-enable-priority-advisor=release",)
     channel_flag = "-regalloc-priority-interactive-channel-base"
     MAX = float(2**32 - 256)  # largest float32 below 2^32
+    discrete = False
 
     def bind(self, header: Header) -> None:
         super().bind(header)
         self._size = header.offset("li_size") if header.feature("li_size") is not None else None
-
-    def num_actions(self, header: Header) -> int:
-        return 0  # continuous
 
     def default_advice(self, obs: Observation) -> float:
         """The clamped ``li_size`` (the compiler sends no priority of its own: an approximation of greedy's order)."""

@@ -16,7 +16,7 @@ import itertools
 import json
 import struct
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
 
 from mlgo_host.channel.spec import TensorSpec, record_dtype
 from mlgo_host.errors import ProtocolError
@@ -61,10 +61,6 @@ class Header:
     def feature(self, name: str) -> TensorSpec | None:
         return next((f for f in self.features if f.name == name), None)
 
-    @property
-    def feature_names(self) -> tuple[str, ...]:
-        return tuple(f.name for f in self.features)
-
     def first_values(self, names: Sequence[str]) -> Callable[[bytes], tuple]:
         """A reader of the first element of each of ``names`` from an observation's raw bytes
         (one ``struct`` call, no numpy); KeyError for a name the header lacks."""
@@ -86,13 +82,9 @@ class Header:
         if not isinstance(feats, list):
             raise ProtocolError("header: 'features' must be a list", offset=0)
         features = tuple(TensorSpec.from_json(f, f"header feature #{i}") for i, f in enumerate(feats))
-        advice = obj.get("advice")
-        score = obj.get("score")
-        return cls(
-            features=features,
-            advice=None if advice is None else TensorSpec.from_json(advice, "header advice"),
-            score=None if score is None else TensorSpec.from_json(score, "header score"),
-        )
+        advice, score = obj.get("advice"), obj.get("score")
+        return cls(features, None if advice is None else TensorSpec.from_json(advice, "header advice"),
+                   None if score is None else TensorSpec.from_json(score, "header score"))
 
     def to_json(self) -> dict:
         d: dict[str, Any] = {"features": [f.to_json() for f in self.features]}
@@ -102,12 +94,11 @@ class Header:
             d["advice"] = self.advice.to_json()
         return d
 
-    def as_training_log(self, with_score: bool = False) -> "Header":
+    def as_training_log(self) -> "Header":
         """The header of this session's training log: the advice becomes the last feature (as LLVM logs it)."""
         if self.advice is None:
             raise ProtocolError("header has no advice spec to log")
-        score = TensorSpec("reward", "float", (1,)) if with_score else None
-        return Header(features=self.features + (self.advice,), advice=None, score=score)
+        return Header(features=self.features + (self.advice,))
 
 
 class Observation:
@@ -171,7 +162,7 @@ class Decoder:
         self.observations = 0
         self._ctx = ""  # self.context or ""
         self._obs_total = -1  # observation_nbytes + 2 once the header is known
-        self._fast = _NO_FAST  # _obs_total when nothing is buffered (see feed_one)
+        self._fast = _NO_FAST  # _obs_total when nothing is buffered (see frame_one)
 
     def frame_one(self, data: bytes) -> int:
         """When nothing is buffered and ``data`` is exactly one canonical observation (how the
@@ -199,13 +190,6 @@ class Decoder:
         self._pos += nbytes
         self.observations += observations
 
-    def feed_one(self, data: bytes) -> Observation | None:
-        """:meth:`frame_one`, returning the :class:`Observation` (None: nothing consumed)."""
-        nl = self.frame_one(data)
-        if nl < 0:
-            return None
-        return Observation(int(data[15 : nl - 1]), self._ctx, data[nl + 1 : -1], self.header)  # type: ignore[arg-type]
-
     def _err(self, msg: str, at: int) -> ProtocolError:
         return ProtocolError(f"{msg} [after {self.observations} observations]", offset=self._pos + at,
                              context=self.context)
@@ -223,10 +207,8 @@ class Decoder:
                     if n - p < nb + 1:
                         break
                     if buf[p + nb] != 10:
-                        raise self._err(
-                            f"{kind} {idx}: expected '\\n' after {nb} tensor bytes, got byte 0x{buf[p + nb]:02x}",
-                            p + nb,
-                        )
+                        raise self._err(f"{kind} {idx}: expected '\\n' after {nb} tensor bytes, "
+                                        f"got byte 0x{buf[p + nb]:02x}", p + nb)
                     payload = buf[p : p + nb]
                     if kind == "observation":
                         out.append(Observation(idx, self._ctx, payload, self.header))  # type: ignore[arg-type]
@@ -370,10 +352,6 @@ def encode_observation(index: int, payload: bytes) -> bytes:
     return b'{"observation":%d}\n' % index + payload + b"\n"
 
 
-def encode_outcome(index: int, payload: bytes) -> bytes:
-    return b'{"outcome":%d}\n' % index + payload + b"\n"
-
-
 _STRUCT = {"int64_t": "<q", "int32_t": "<i", "float": "<f", "double": "<d", "uint64_t": "<Q", "uint32_t": "<I",
            "int16_t": "<h", "uint16_t": "<H", "int8_t": "<b", "uint8_t": "<B"}
 
@@ -399,20 +377,3 @@ class AdviceEncoder:
         if arr.size != self.spec.size:
             raise ProtocolError(f"advice {self.spec.name!r}: {arr.size} values for shape {list(self.spec.shape)}")
         return arr.tobytes()
-
-
-def encode_records(records: Iterable[Record]) -> bytes:
-    """Inverse of :func:`decode`."""
-    parts = []
-    for r in records:
-        if isinstance(r, Header):
-            parts.append(encode_header(r))
-        elif isinstance(r, Context):
-            parts.append(encode_context(r.name))
-        elif isinstance(r, Observation):
-            parts.append(encode_observation(r.index, r.raw))
-        elif isinstance(r, Outcome):
-            import numpy as np
-
-            parts.append(encode_outcome(r.index, np.ascontiguousarray(r.value).tobytes()))
-    return b"".join(parts)

@@ -68,10 +68,13 @@ def _detecting_clang(compiler: str) -> str | None:
     return cand if os.path.exists(cand) else None
 
 
-class _Never:
-    """Answers 0 (a policy by shape only: the channel floor does not import the policies)."""
+class _NeverAndRecord:
+    """The detecting session's policy and recorder: answers 0 (so every call site is asked) and keeps
+    the two candidate slots' values of each decision.  By shape only: the channel floor does not
+    import the policies."""
 
-    name = "never"
+    def __init__(self) -> None:
+        self.values: list[dict[str, int]] = []
 
     def bind(self, header, advisor) -> None:
         pass
@@ -81,13 +84,6 @@ class _Never:
 
     def act_logp(self, obs) -> tuple[int, float]:
         return 0, 0.0
-
-
-class _SlotRecorder:
-    """Keeps the two candidate slots' values of each decision."""
-
-    def __init__(self) -> None:
-        self.values: list[dict[str, int]] = []
 
     def add(self, obs, action, logp) -> None:
         self.values.append({n: int(obs[n].reshape(-1)[0]) for n in SLOTS if n in obs})
@@ -123,14 +119,14 @@ def _cannot_tell(compiler: str, why: str) -> ConfigError:
 
 def detect_slot(clang: str, timeout: float = 60.0) -> str:
     """The slot of the default decision, from a detecting compile with ``clang`` within ``timeout``."""
-    rec = _SlotRecorder()
+    rec = _NeverAndRecord()
     with scratch_dir("mlgo-slot-") as d:
         src = os.path.join(d, "slot.c")
         with open(src, "w") as f:
             f.write(DETECT_C)
         try:
             res = run_session([clang, "-Oz", "-c", src, "-o", os.path.join(d, "slot.o")],
-                              InlineAdvisor(default_slot=FIXED_SLOT), _Never(), timeout=timeout, recorder=rec)
+                              InlineAdvisor(default_slot=FIXED_SLOT), rec, timeout=timeout, recorder=rec)
         except MlgoHostError as e:
             raise _cannot_tell(clang, f"the detecting compile failed: {e}") from None
     if res.returncode != 0:

@@ -46,17 +46,10 @@ class Channel:
     def open(self, alive: Callable[[], bool], deadline: float, max_delay: float = 0.02) -> bool:
         """Open both ends in the compiler's order; False if the compiler exited without opening
         the channel.  ``max_delay`` caps the retry back-off, which a waiting compiler pays as latency."""
-        self.wfd = self._open_write_end(alive, deadline, max_delay)
-        if self.wfd < 0:
-            return False
-        self.rfd = os.open(self.out_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        return True
-
-    def _open_write_end(self, alive: Callable[[], bool], deadline: float, max_delay: float) -> int:
-        """``.in`` opened for writing, or -1 when the compiler went away first.  Opened non-blocking
-        (ENXIO until the compiler opened its end) so a compiler that never comes cannot hang the host."""
         delay = min(0.0002, max_delay)
         while True:
+            # non-blocking (ENXIO until the compiler opened its end): a compiler that never comes
+            # cannot hang the host
             try:
                 fd = os.open(self.in_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
                 break
@@ -64,42 +57,34 @@ class Channel:
                 if e.errno != errno.ENXIO:
                     raise
             if not alive():
-                return -1
+                return False
             if time.monotonic() >= deadline:
                 raise ChannelTimeout(f"the compiler did not open {self.in_path} before the deadline")
             time.sleep(delay)
             delay = min(delay * 2, max_delay)
-        fl = fcntl.fcntl(fd, fcntl.F_GETFL)
-        fcntl.fcntl(fd, fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
-        return fd
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        self.wfd = fd
+        self.rfd = os.open(self.out_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        return True
 
-    def reader(self, alive: Callable[[], bool], deadline_ref: Callable[[], float], describe: Callable[[], str],
-               chunk: int = 1 << 16):
-        """A function returning the next chunk (b"" at end of stream), polling until the deadline."""
-        rfd = self.rfd
+    def first_chunk(self, alive: Callable[[], bool], deadline: float, waiting_for: str) -> bytes:
+        """The first chunk of ``.out`` (b"" at end of stream), polled for until ``deadline``."""
         poller = select.poll()
-        poller.register(rfd, select.POLLIN | select.POLLHUP | select.POLLERR)
-        poll = poller.poll
-        read = os.read
-        mono = time.monotonic
-
-        def next_chunk() -> bytes:
-            while True:
-                remaining = deadline_ref() - mono()
-                if remaining <= 0:
-                    raise ChannelTimeout(f"timed out waiting for {describe()} from the compiler")
-                if poll(min(remaining, 0.25) * 1000.0):
-                    try:
-                        return read(rfd, chunk)
-                    except BlockingIOError:
-                        continue
-                if not alive():  # gone without closing its end: drain what is left
-                    try:
-                        return read(rfd, chunk)
-                    except BlockingIOError:
-                        return b""
-
-        return next_chunk
+        poller.register(self.rfd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ChannelTimeout(f"timed out waiting for {waiting_for} from the compiler")
+            if poller.poll(min(remaining, 0.25) * 1000.0):
+                try:
+                    return os.read(self.rfd, 1 << 16)
+                except BlockingIOError:
+                    continue
+            if not alive():  # gone without closing its end: drain what is left
+                try:
+                    return os.read(self.rfd, 1 << 16)
+                except BlockingIOError:
+                    return b""
 
     def close_fds(self) -> None:
         for attr in ("wfd", "rfd"):

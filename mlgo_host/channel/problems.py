@@ -31,12 +31,8 @@ class Problem:
     detects_default_slot: bool = False  #: the compiler's own decision comes in a per-compiler slot
 
     @property
-    def advisor_class(self) -> type[Advisor]:
-        return ADVISORS[self.name]
-
-    @property
     def advice_name(self) -> str:
-        return self.advisor_class.advice_name
+        return ADVISORS[self.name].advice_name
 
     @property
     def learnable(self) -> bool:
@@ -47,12 +43,11 @@ class Problem:
         return compiler_default_slot(compiler, timeout) if self.detects_default_slot else None
 
 
-INLINE = Problem("inline", BINARY, discard=("inlining_default",), detects_default_slot=True)
-REGALLOC_EVICT = Problem("regalloc-evict", MASKED_CHOICE)
-#: a continuous advice: served by heuristics only
-REGALLOC_PRIORITY = Problem("regalloc-priority", None)
-
-PROBLEMS: dict[str, Problem] = {p.name: p for p in (INLINE, REGALLOC_EVICT, REGALLOC_PRIORITY)}
+PROBLEMS: dict[str, Problem] = {p.name: p for p in (
+    Problem("inline", BINARY, discard=("inlining_default",), detects_default_slot=True),
+    Problem("regalloc-evict", MASKED_CHOICE),
+    Problem("regalloc-priority", None),  # a continuous advice: served by heuristics only
+)}
 #: the problems a learned policy can make
 LEARNABLE = tuple(name for name, p in PROBLEMS.items() if p.learnable)
 

@@ -37,41 +37,33 @@ def output_of(argv: list[str]) -> str | None:
     return out
 
 
-def temp_output_pattern(output: str) -> "re.Pattern[str]":
-    """Names of clang's temporary outputs for ``output`` (``x.o`` -> ``x-06a5b045.o.tmp``)."""
-    stem, ext = os.path.splitext(os.path.basename(output))
-    return re.compile(re.escape(stem) + r"-[0-9a-f]{8}" + re.escape(ext) + r"\.tmp\Z")
-
-
 #: util-linux's setpriv sets PR_SET_PDEATHSIG: the compiler dies with a SIGKILLed host instead of
 #: blocking forever on a FIFO nobody opens (preexec_fn is unsafe with threads).
 _SETPRIV = shutil.which("setpriv")
 
 
-def _dies_with_host(argv: list[str], cwd: str | None, env: dict | None) -> list[str]:
+def _dies_with_host(argv: list[str]) -> list[str]:
     """``argv`` behind setpriv, its program resolved first so a missing compiler fails to start
     (not as setpriv's exit 127)."""
     if _SETPRIV is None:
         return argv
     prog = argv[0]
     if os.sep in prog:
-        full = prog if os.path.isabs(prog) else os.path.join(cwd or os.getcwd(), prog)
+        full = os.path.join(os.getcwd(), prog)  # prog itself when absolute
         if not os.path.exists(full):
             raise FileNotFoundError(2, "No such file or directory", prog)
         if os.path.isdir(full) or not os.access(full, os.X_OK):
             raise PermissionError(13, "Permission denied", prog)
     else:
-        full = shutil.which(prog, path=(env or os.environ).get("PATH", os.defpath))
+        full = shutil.which(prog, path=os.environ.get("PATH", os.defpath))
         if full is None:
             raise FileNotFoundError(2, "No such file or directory", prog)
     return [_SETPRIV, "--pdeathsig", "KILL", "--", full, *argv[1:]]
 
 
 class CompilerProcess:
-    def __init__(self, argv: list[str], log_path: str, cwd: str | None = None, env: dict | None = None):
+    def __init__(self, argv: list[str], log_path: str):
         self.argv = argv
-        self.cwd = cwd
-        self.log_path = log_path
         self.started = time.time()
         #: ``resource.struct_rusage`` of the compiler, once reaped
         self.rusage = None
@@ -79,8 +71,8 @@ class CompilerProcess:
         self._log = open(log_path, "w+b")
         try:
             self.proc = subprocess.Popen(
-                _dies_with_host(argv, cwd, env), stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
-                cwd=cwd, env=env, start_new_session=True, close_fds=True,
+                _dies_with_host(argv), stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
+                start_new_session=True, close_fds=True,
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
             self._log.close()
@@ -115,9 +107,7 @@ class CompilerProcess:
 
     def alive(self) -> bool:
         """True while the compiler has not exited (does not reap it)."""
-        if self.proc.returncode is not None:
-            return False
-        return not self._exited()
+        return self.proc.returncode is None and not self._exited()
 
     def _reap(self) -> int:
         """Kill what is left of the group (the leader is at most a zombie: its id is still ours),
@@ -177,27 +167,24 @@ class CompilerProcess:
             self._reap()  # SIGKILLs the group first
         self.remove_temp_outputs()
 
-    def remove_temp_outputs(self) -> list[str]:
+    def remove_temp_outputs(self) -> None:
         """Remove the temp outputs a killed compile left (only those since it started)."""
         out = output_of(self.argv)
         if not out or out == "-":
-            return []
-        if self.cwd and not os.path.isabs(out):
-            out = os.path.join(self.cwd, out)
+            return
         d = os.path.dirname(out) or "."
-        pat = temp_output_pattern(out)
-        removed = []
+        # clang's temporary outputs for x.o: x-06a5b045.o.tmp
+        stem, ext = os.path.splitext(os.path.basename(out))
+        pat = re.compile(re.escape(stem) + r"-[0-9a-f]{8}" + re.escape(ext) + r"\.tmp\Z")
         try:
             names = [name for name in os.listdir(d) if pat.match(name)]
         except OSError:
-            return []
+            return
         for name in names:
             p = os.path.join(d, name)
             with contextlib.suppress(OSError):
                 if os.stat(p).st_mtime >= self.started - 1:
                     os.unlink(p)
-                    removed.append(p)
-        return removed
 
     def stderr_tail(self, nbytes: int = 2000) -> str:
         try:

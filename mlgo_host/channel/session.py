@@ -108,7 +108,7 @@ class _Watchdog:
     """Enforces the deadline of blocking reads: at the deadline it sets :attr:`fired` and writes a byte
     into ``.out`` to wake the reader (no timer armed per decision)."""
 
-    def __init__(self, deadline: float, out_path: str, in_path: str | None = None):
+    def __init__(self, deadline: float, out_path: str, in_path: str):
         self.deadline = deadline
         self.out_path = out_path
         self.in_path = in_path
@@ -130,8 +130,6 @@ class _Watchdog:
                 os.write(fd, b"\0")
             finally:
                 os.close(fd)
-        if not self.in_path:
-            return
         # unblock a loop stuck writing to a full .in (a compiler that stopped reading): drain it
         try:
             fd = os.open(self.in_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -154,23 +152,14 @@ class _Watchdog:
         self._th.join()
 
 
-def serve_channel(
-    chan: Channel,
-    advisor: Advisor,
-    policy: Policy | None,
-    *,
-    deadline: float,
-    alive: Callable[[], bool],
-    recorder: Recorder | None = None,
-    log: TrainingLogWriter | None = None,
-    count_decisions: bool = True,
-) -> StreamTally:
+def serve_channel(chan: Channel, advisor: Advisor, policy: Policy | None, *, deadline: float,
+                  alive: Callable[[], bool], recorder: Recorder | None = None,
+                  log: TrainingLogWriter | None = None) -> StreamTally:
     """Serve an opened channel until the compiler closes it (``policy`` None: the advisor's default).
     The first bytes are awaited with ``poll`` (an unconnected FIFO reads as end-of-file); later reads
     block and a :class:`_Watchdog` keeps the deadline."""
     dec = Decoder()
-    first_chunk = chan.reader(alive, lambda: deadline, lambda: f"{dec.waiting_for} ({dec.where})")
-    data = first_chunk()
+    data = chan.first_chunk(alive, deadline, f"{dec.waiting_for} ({dec.where})")
     cpu0 = time.thread_time()
     session = None
     if data:
@@ -180,7 +169,7 @@ def serve_channel(
         try:
             header, records = _read_header(dec, data, chan.rfd, wd)
             if header is not None:
-                session = _Session(chan, dec, wd, header, advisor, policy, recorder, log, count_decisions)
+                session = _Session(chan, dec, wd, header, advisor, policy, recorder, log)
                 session.answer_records(records)
                 session.run()
         finally:
@@ -234,8 +223,7 @@ class _Session:
     answer is the advisor's default int64 flag (the inliner), :meth:`flag_loop` answers from the raw bytes."""
 
     def __init__(self, chan: Channel, dec: Decoder, wd: _Watchdog, header: Header, advisor: Advisor,
-                 policy: Policy | None, recorder: Recorder | None, log: TrainingLogWriter | None,
-                 count_decisions: bool):
+                 policy: Policy | None, recorder: Recorder | None, log: TrainingLogWriter | None):
         self.rfd, self.wfd = chan.rfd, chan.wfd
         self.dec, self.wd, self.header = dec, wd, header
         self.log_write = log.write if log is not None else None
@@ -252,10 +240,9 @@ class _Session:
             act, act_logp = policy.act, policy.act_logp
         spec = header.advice  # advisor.bind refused a header without one
         encode = codec.AdviceEncoder(spec).encode
-        discrete = advisor.num_actions(header) > 0
-        self.count = count_decisions and discrete
+        self.count = advisor.discrete
         # discrete advice is a small int: its bytes are memoized
-        memo: dict[Any, bytes] | None = {} if discrete and spec.size == 1 else None
+        memo: dict[Any, bytes] | None = {} if self.count and spec.size == 1 else None
         self.decide = _decider(act, act_logp, recorder, advisor.validate, encode, memo,
                                self.counts if self.count else None)
         #: default-flag loop: offset of the default flag from the event line's "\n" (-1: no such loop)
@@ -405,20 +392,9 @@ def _decider(act: Callable[[Observation], Any], act_logp: Callable[[Observation]
     return decide
 
 
-def run_session(
-    cmd: list[str],
-    advisor: Advisor | str,
-    policy: Policy | None,
-    *,
-    timeout: float = 300.0,
-    log_path: str | None = None,
-    recorder: Recorder | None = None,
-    cwd: str | None = None,
-    env: dict | None = None,
-    tmpdir: str | None = None,
-    pin_cpu: int | None = None,
-    start: float | None = None,
-) -> SessionResult:
+def run_session(cmd: list[str], advisor: Advisor | str, policy: Policy | None, *, timeout: float = 300.0,
+                log_path: str | None = None, recorder: Recorder | None = None, tmpdir: str | None = None,
+                pin_cpu: int | None = None, start: float | None = None) -> SessionResult:
     """Run ``cmd`` with the advisor's flags and serve its channel.  An inliner advisor must come with
     its default slot set (:func:`~mlgo_host.channel.problems.ready_advisor`).
 
@@ -431,13 +407,11 @@ def run_session(
     t0 = time.monotonic()
     deadline = (t0 if start is None else start) + timeout
     old_affinity = _pin(pin_cpu)
-    chan = None
-    log = None
-    proc = None
+    chan = proc = log = None
     try:
         chan = Channel(parent=tmpdir)
         argv = list(cmd) + adv.flags(chan.base, cmd[0])
-        proc = CompilerProcess(argv, os.path.join(chan.dir, "compiler.log"), cwd=cwd, env=env)
+        proc = CompilerProcess(argv, os.path.join(chan.dir, "compiler.log"))
         log = TrainingLogWriter(log_path) if log_path else None
         try:
             opened = chan.open(proc.alive, deadline)
@@ -515,10 +489,10 @@ def _stop_after_failure(proc: CompilerProcess, e: MlgoHostError, deadline: float
         e.args = (str(e) + "; compiler stderr ends with: " + tail.strip().replace("\n", " | ")[-400:],)
 
 
-def run_without_channel(cmd: list[str], *, timeout: float = 300.0, cwd: str | None = None, env: dict | None = None) -> tuple[int, str]:
+def run_without_channel(cmd: list[str], *, timeout: float = 300.0) -> tuple[int, str]:
     """Run the compiler without the channel: (returncode, stderr tail)."""
     with scratch_dir("mlgo-plain-") as d:
-        proc = CompilerProcess(list(cmd), os.path.join(d, "compiler.log"), cwd=cwd, env=env)
+        proc = CompilerProcess(list(cmd), os.path.join(d, "compiler.log"))
         try:
             rc = proc.wait(timeout)
             if rc is None:

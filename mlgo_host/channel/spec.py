@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from mlgo_host.errors import ProtocolError
 
@@ -17,16 +17,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: C scalar name -> (size in bytes, little-endian numpy dtype string)
 _CTYPES: Mapping[str, tuple[int, str]] = {
-    "float": (4, "<f4"),
-    "double": (8, "<f8"),
-    "int8_t": (1, "i1"),
-    "uint8_t": (1, "u1"),
-    "int16_t": (2, "<i2"),
-    "uint16_t": (2, "<u2"),
-    "int32_t": (4, "<i4"),
-    "uint32_t": (4, "<u4"),
-    "int64_t": (8, "<i8"),
-    "uint64_t": (8, "<u8"),
+    "float": (4, "<f4"), "double": (8, "<f8"),
+    "int8_t": (1, "i1"), "uint8_t": (1, "u1"), "int16_t": (2, "<i2"), "uint16_t": (2, "<u2"),
+    "int32_t": (4, "<i4"), "uint32_t": (4, "<u4"), "int64_t": (8, "<i8"), "uint64_t": (8, "<u8"),
 }
 _DTYPES: "dict[str, np.dtype] | None" = None
 
@@ -68,7 +61,7 @@ class TensorSpec:
             raise ProtocolError(f"tensor name must be a non-empty string, got {self.name!r}")
         if len(self.shape) > MAX_DIMS or any((not isinstance(d, int)) or d < 0 for d in self.shape):
             raise ProtocolError(f"tensor {self.name!r}: bad shape {list(self.shape)!r}")
-        if self.size * _CTYPES[self.ctype][0] > MAX_TENSOR_BYTES:
+        if self.nbytes > MAX_TENSOR_BYTES:
             raise ProtocolError(f"tensor {self.name!r}: shape {list(self.shape)!r} is larger than {MAX_TENSOR_BYTES} bytes")
 
     @property
@@ -85,7 +78,7 @@ class TensorSpec:
 
     @property
     def nbytes(self) -> int:
-        return self.size * _CTYPES[self.ctype][0]
+        return self.size * self.itemsize
 
     @classmethod
     def from_json(cls, obj: Any, where: str = "spec") -> "TensorSpec":
@@ -110,15 +103,6 @@ class TensorSpec:
 
     def to_json(self) -> dict:
         return {"name": self.name, "port": self.port, "type": self.ctype, "shape": list(self.shape)}
-
-    @classmethod
-    def of(cls, name: str, dtype: Any, shape: Sequence[int], port: int = 0) -> "TensorSpec":
-        """A spec from a numpy dtype."""
-        import numpy as np
-
-        dt = np.dtype(dtype).newbyteorder("<") if np.dtype(dtype).itemsize > 1 else np.dtype(dtype)
-        names = {v: k for k, v in c_types().items()}
-        return cls(name=name, ctype=names[dt], shape=tuple(shape), port=port)
 
 
 def record_dtype(specs: Iterable[TensorSpec]) -> "np.dtype":

@@ -1,9 +1,7 @@
 """The actor network in numpy, the same forward pass as :mod:`mlgo_host.learning.networks`: the
 normalized inputs in name order through dense layers to 2 logits (inliner), or one row per
 candidate column scored by the same layers, ``mask == 0`` columns at -inf (eviction).
-
-:meth:`NumpyActor.logits` is the batch reference; :class:`NumpyPolicy` is the per-decision path,
-whose ``bind`` compiles the normalization into lookup tables over a fixed byte buffer.
+:meth:`NumpyActor.logits` is the batch reference; :class:`NumpyPolicy` the per-decision path.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ except ImportError:  # pragma: no cover - a NumPy without it: the public wrapper
 from mlgo_host.errors import CompatibilityWarning, ConfigError
 from mlgo_host.fsutil import atomic_path
 from mlgo_host.policies.base import Policy
-from mlgo_host.policies.specs import (ALLOW_CHANGED_INPUTS, BINARY, MASKED_CHOICE, SAME_NAMES, InputBinding, PolicySpec,
+from mlgo_host.policies.specs import (ALLOW_CHANGED_INPUTS, BINARY, SAME_NAMES, InputBinding, PolicySpec,
                                       changed_inputs_allowed)
 from mlgo_host.policies.vocab import NormConfig, Vocab, int_thresholds
 
@@ -76,10 +74,7 @@ class NumpyActor:
         missing = [n for n in spec.input_names if n not in vocab]
         if missing:
             raise ConfigError(f"the vocab has no boundaries for input features {missing}")
-        self.spec = spec
-        self.vocab = vocab
-        self.norm = norm
-        self.activation = activation
+        self.spec, self.vocab, self.norm, self.activation = spec, vocab, norm, activation
         self.hidden: list[tuple[np.ndarray, np.ndarray]] = []
         i = 0
         while f"hidden_{i}_kernel" in weights:
@@ -132,8 +127,8 @@ class NumpyActor:
         with atomic_path(path, suffix=".tmp.npz") as tmp:  # np.savez adds .npz to other names
             np.savez(tmp, **{k: np.asarray(v) for k, v in weights.items()})
 
-    def _column(self, features: Any, name: str, n: int) -> np.ndarray:
-        v = np.asarray(features[name])
+    def _column(self, values: Any, n: int) -> np.ndarray:
+        v = np.asarray(values)
         if self.spec.action.kind == BINARY:
             return v.reshape(n)
         w = self.spec.width
@@ -142,30 +137,25 @@ class NumpyActor:
     def inputs(self, features: Any, binding: InputBinding = SAME_NAMES) -> np.ndarray:
         """Network inputs ``[N, D]`` (inliner) or ``[N, W, D]`` (eviction) of N observations (records or
         name -> array, named as the compiler ``binding`` binds the inputs to)."""
-        features = binding.view(features)
-        first = self.spec.inputs[0].name
-        n = int(np.asarray(features[first]).shape[0])
-        parts = [self.vocab[f.name].normalize(self._column(features, f.name, n), self.norm) for f in self.spec.inputs]
+        sources = [binding.source(f.name) for f in self.spec.inputs]
+        n = int(np.asarray(features[sources[0]]).shape[0])
+        parts = [self.vocab[f.name].normalize(self._column(features[src], n), self.norm)
+                 for f, src in zip(self.spec.inputs, sources)]
         return np.concatenate(parts, axis=-1)
 
-    def forward(self, x: np.ndarray) -> np.ndarray:
-        """Raw network outputs (before masking)."""
+    def logits(self, features: Any, binding: InputBinding = SAME_NAMES) -> np.ndarray:
+        """Logits ``[N, num_actions]``, -inf on eviction columns whose mask is 0."""
         act = ACTIVATIONS[self.activation]
-        h = np.asarray(x, np.float64)
+        h = np.asarray(self.inputs(features, binding), np.float64)
         for w, b in self.hidden:
             h = h @ w + b
             act(h, h)
         out = h @ self.out_w + self.out_b
-        return out if self.spec.action.kind == BINARY else out[..., 0]
-
-    def logits(self, features: Any, binding: InputBinding = SAME_NAMES) -> np.ndarray:
-        """Logits ``[N, num_actions]``, -inf on eviction columns whose mask is 0."""
-        out = self.forward(self.inputs(features, binding))
-        if self.spec.action.kind == MASKED_CHOICE:
-            n = out.shape[0]
-            m = np.asarray(features[self.spec.mask.name]).reshape(n, self.spec.width)  # type: ignore[union-attr]
-            out = np.where(m != 0, out, -np.inf)
-        return out
+        if self.spec.action.kind == BINARY:
+            return out
+        mask = features[self.spec.mask.name]  # type: ignore[union-attr]
+        m = np.asarray(mask).reshape(out.shape[0], self.spec.width)
+        return np.where(m != 0, out[..., 0], -np.inf)
 
     def greedy(self, features: Any) -> np.ndarray:
         return np.argmax(self.logits(features), axis=-1)
@@ -215,7 +205,11 @@ class NumpyPolicy(Policy):
             raise ConfigError("a gated policy needs the compiler's default decision (inliner include-default slot)")
         self._buf = bytearray(header.observation_nbytes)
         self._mv = memoryview(self._buf)
-        self.fast_path = spec.action.kind == BINARY and self._bind_int_fast(header)
+        if spec.action.kind != BINARY:
+            self.fast_path = True  # all columns normalized at once
+            self._install_choice(self._columns_outputs(header), int(spec.width))  # type: ignore[arg-type]
+            return
+        self.fast_path = self._bind_int_fast(header)
         if not self.fast_path:
             self._bind_generic(header)
 
@@ -229,10 +223,9 @@ class NumpyPolicy(Policy):
                     f"that in no feature ({name!r} carries '{now}' here)")
             if not changed_inputs_allowed():
                 raise ConfigError(f"{said}: serve it anyway with --allow-changed-inputs ({ALLOW_CHANGED_INPUTS}=1)")
-            key = (name, was, now)
-            if key in _WARNED_MEANINGS:
+            if (name, was, now) in _WARNED_MEANINGS:
                 continue
-            _WARNED_MEANINGS.add(key)
+            _WARNED_MEANINGS.add((name, was, now))
             warnings.warn(f"{said}; fed from {name!r} anyway: its decisions may be off", CompatibilityWarning,
                           stacklevel=3)
         return binding
@@ -339,8 +332,7 @@ class NumpyPolicy(Policy):
         zview = xin[S * w0 : D]
         slots = np.frombuffer(self._buf, dtype="<i8")
         k = np.zeros(S, np.int64)
-        clip = _clip_ufunc
-        add = np.add
+        clip, add, copyto = _clip_ufunc, np.add, np.copyto
         take = NV.take  # the method: np.take's wrapper costs more
         searchsorted = G.searchsorted
         hidden, activate = self._hidden(mats)
@@ -348,7 +340,6 @@ class NumpyPolicy(Policy):
         wdiff = np.ascontiguousarray(wout[:, 1] - wout[:, 0])
         mv = self._mv
         with_z = cfg.with_z_score
-        copyto = np.copyto
         # bound ndarray.dot methods (no __array_function__ dispatch)
         chain = []
         x = xin
@@ -422,22 +413,19 @@ class NumpyPolicy(Policy):
 
         return act, act_logp
 
-    def _bind_generic(self, header, vectorized: bool = True) -> None:
-        """Any feature types, one searchsorted per feature; eviction uses :meth:`_columns_outputs` if ``vectorized``."""
-        spec, a = self.actor.spec, self.actor
+    def _bind_generic(self, header) -> None:
+        """The inliner with any feature types: one searchsorted per feature."""
+        a = self.actor
         cfg = a.norm
         w0 = cfg.width - int(cfg.with_z_score)
-        binary = spec.action.kind == BINARY
-        R = 1 if binary else int(spec.width)  # type: ignore[arg-type]
-        D = a.input_dim
-        xin = np.zeros((R, D + 1))
+        xin = np.zeros((1, a.input_dim + 1))
         xin[:, -1] = 1.0
         steps = []
-        for j, f in enumerate(spec.inputs):
+        for j, f in enumerate(a.spec.inputs):
             fv = a.vocab[f.name]
             view = np.ndarray((f.size,), dtype=f.dtype, buffer=self._buf,
                               offset=header.offset(self._binding.source(f.name)))
-            if f.is_integer:
+            if f.dtype.kind in "iu":  # integers: exact int64 thresholds
                 bounds, conv = int_thresholds(fv.boundaries), None
             else:
                 bounds, conv = fv.boundaries, (None if f.ctype == "float" else np.float32)
@@ -446,33 +434,20 @@ class NumpyPolicy(Policy):
             zcol = xin[:, j * cfg.width + w0] if cfg.with_z_score and fv.z_enabled else None
             tmp = np.zeros((f.size, w0))
             steps.append((view, bounds.searchsorted, conv, table.take, cols, zcol, tmp, fv.mean32, fv.scale32))
-        w1 = a.layers[0][0]
-        mats = self._layers(w1, (R,))
+        mats = self._layers(a.layers[0][0], (1,))
         hidden, activate = self._hidden(mats)
         wout, obuf = mats[-1][0], mats[-1][1]
         mv = self._mv
         dot, copyto = np.dot, np.copyto
-        if not binary:
-            mask = np.ndarray((R,), dtype=spec.mask.dtype, buffer=self._buf,  # type: ignore[union-attr]
-                              offset=header.offset(spec.mask.name))  # type: ignore[union-attr]
-            illegal = np.zeros(R, bool)
-        ninf = -np.inf
-        with_z = cfg.with_z_score
 
         def outputs(raw: bytes) -> np.ndarray:
-            if with_z:
-                with np.errstate(invalid="ignore", over="ignore"):
-                    return _outputs(raw)
-            return _outputs(raw)
-
-        def _outputs(raw: bytes) -> np.ndarray:
             mv[:] = raw
             for view, bucket, conv, take, cols, zcol, tmp, m32, s32 in steps:
                 take(bucket(view if conv is None else view.astype(conv), "right"), axis=0, out=tmp)
                 copyto(cols, tmp)
                 if zcol is not None:
                     z = (view.astype(np.float32) - m32) / s32
-                    z[~np.isfinite(z)] = 0.0  # inf/NaN inputs (use_def_density can be inf)
+                    z[~np.isfinite(z)] = 0.0  # inf/NaN inputs
                     copyto(zcol, z)
             x = xin
             for w, out, hv, zero in hidden:
@@ -480,24 +455,18 @@ class NumpyPolicy(Policy):
                 activate(hv, zero, out=hv)
                 x = out
             dot(x, wout, out=obuf)
-            if binary:
-                return obuf[0]
-            lg = obuf[:, 0]
-            np.equal(mask, 0, out=illegal)
-            lg[illegal] = ninf
-            return lg
+            return obuf[0]
 
-        if binary:
-            def diff(raw: bytes) -> float:
+        def diff(raw: bytes) -> float:
+            if cfg.with_z_score:
+                with np.errstate(invalid="ignore", over="ignore"):
+                    o = outputs(raw)
+            else:
                 o = outputs(raw)
-                return float(o[1] - o[0])
+            return float(o[1] - o[0])
 
-            self._diff = diff
-            self._install_binary()
-            return
-        if vectorized:
-            self.fast_path = True
-        self._install_choice(self._columns_outputs(header) if vectorized else outputs, R)
+        self._diff = diff
+        self._install_binary()
 
     def _install_choice(self, outputs, R: int) -> None:
         """act/act_logp of a masked choice from ``outputs(raw) -> logits [R]``."""

@@ -59,13 +59,11 @@ class OutlineModel:
         last = np.asarray(records[LAST_CALL]).reshape(len(records))
         return (np.asarray(default).reshape(len(records)) == 1) & (users >= 2) & (last == 0)
 
-    def to_json(self) -> dict:
-        return {"format": FORMAT, "features": list(self.features), "log": self.log.tolist(),
-                "mean": self.mean.tolist(), "std": self.std.tolist(), "weights": self.weights.tolist(),
-                "bias": self.bias, "threshold": self.threshold, "trained_on": self.trained_on}
-
     def save(self, path: str | os.PathLike) -> None:
-        atomic_write_json(os.fspath(path), self.to_json())
+        atomic_write_json(os.fspath(path), {
+            "format": FORMAT, "features": list(self.features), "log": self.log.tolist(),
+            "mean": self.mean.tolist(), "std": self.std.tolist(), "weights": self.weights.tolist(),
+            "bias": self.bias, "threshold": self.threshold, "trained_on": self.trained_on})
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "OutlineModel":

@@ -1,17 +1,10 @@
-"""Replays: forced actions at given decision indices (0-based over the compile's observations;
-the channel's own ids restart per function), a base policy elsewhere.  A file::
+"""Replay files (docs/formats.md): forced actions at given decision indices (0-based over the
+compile's observations; the channel's own ids restart per function), a base policy elsewhere.
 
-    {"format": "mlgo_host.replay/1", "advisor": "inline",
-     "base": "default",              # a heuristic or a saved policy directory (relative: beside the file first)
-     "forced": {"12": 1, "40": 0},   # decision index -> action
-     "module": "src/foo.o", "observations": 187,   # optional: what it was recorded on
-     "fingerprint": {"hash": "blake2b-64", "at": {"12": "9f..", "40": "0c.."}, "end": "77.."}}
-
-A forced action changes what the compiler asks next, so a replay is tied to its module: the
-fingerprint holds a running hash of the observations' raw bytes at each forced decision and at the
-end.  A forced action is applied only while the stream matches; at the first mismatch (or a forced
-action the advisor rejects) the replay defers to the base and is ``stale``; a difference after the
-last forced decision makes it stale at the end.
+A forced action changes what the compiler asks next, so a replay is tied to its module by the
+fingerprint, a running hash of the observations' raw bytes at each forced decision and at the end.
+At the first mismatch (or a forced action the advisor rejects) the replay defers to the base and
+is ``stale``; a difference after the last forced decision makes it stale at the end.
 """
 
 from __future__ import annotations
@@ -133,18 +126,17 @@ def _check_fingerprint(fp: Any, where: str) -> None:
     for h in digests:
         if not isinstance(h, str) or len(h) != 2 * _DIGEST_SIZE or not _is_hex(h):
             raise ConfigError(f"{where}: fingerprint digest {h!r} is not {2 * _DIGEST_SIZE} hex digits")
-    if isinstance(at, dict):
-        for k in at:
-            if not str(k).isdigit():
-                raise ConfigError(f"{where}: fingerprint index {k!r} is not a non-negative integer")
+    for k in at if isinstance(at, dict) else ():
+        if not str(k).isdigit():
+            raise ConfigError(f"{where}: fingerprint index {k!r} is not a non-negative integer")
 
 
 def _is_hex(s: str) -> bool:
     try:
         bytes.fromhex(s)
-        return True
     except ValueError:
         return False
+    return True
 
 
 def read_replay(path: str | os.PathLike) -> Replay:

@@ -25,8 +25,6 @@ WEIGHTS = "actor.npz"
 VOCAB_DIR = "vocab"
 SAVED_MODEL_DIR = "saved_model"
 OUTPUT_SPEC = "output_spec.json"
-#: metadata fields naming a file or directory of the policy (None: it has none)
-FILE_FIELDS = ("saved_model",)
 #: metadata field naming the policies that answer one language's compiles instead
 BY_LANGUAGE = "by_language"
 LANGUAGES = ("C", "C++")
@@ -59,7 +57,15 @@ def read_metadata(path: str) -> dict:
 def read_saved_policy(path: str) -> SavedPolicy:
     """Metadata and numpy actor of a saved policy directory; ConfigError naming a missing or damaged file."""
     md = read_metadata(path)
-    spec, norm, activation = _from_metadata(md, os.path.join(path, METADATA))
+    where = os.path.join(path, METADATA)
+    try:
+        spec = PolicySpec.from_json(md.get("spec", {}))
+        norm = NormConfig.from_json(md.get("norm", {}))
+    except (ConfigError, AttributeError, TypeError) as e:  # e.g. "spec": a list
+        raise ConfigError(f"{where}: {e}") from None
+    activation = str(md.get("activation", "relu"))
+    if activation not in ACTIVATIONS:
+        raise ConfigError(f"{where}: activation {activation!r} has no numpy version (have {', '.join(ACTIVATIONS)})")
     vocab_dir = os.path.join(path, VOCAB_DIR)
     vocab = Vocab.load(vocab_dir, names=spec.input_names, eps=norm.eps)
     missing = [n for n in spec.input_names if n not in vocab]
@@ -73,18 +79,6 @@ def read_saved_policy(path: str) -> SavedPolicy:
     except ConfigError as e:  # the weights do not fit the spec in metadata.json
         raise ConfigError(f"{weights_path}: {e}") from None
     return SavedPolicy(path, md, actor)
-
-
-def _from_metadata(md: dict, where: str) -> tuple[PolicySpec, NormConfig, str]:
-    try:
-        spec = PolicySpec.from_json(md.get("spec", {}))
-        norm = NormConfig.from_json(md.get("norm", {}))
-    except (ConfigError, AttributeError, TypeError) as e:  # e.g. "spec": a list
-        raise ConfigError(f"{where}: {e}") from None
-    activation = str(md.get("activation", "relu"))
-    if activation not in ACTIVATIONS:
-        raise ConfigError(f"{where}: activation {activation!r} has no numpy version (have {', '.join(ACTIVATIONS)})")
-    return spec, norm, activation
 
 
 def load_saved_policy(path: str, greedy: bool = True, seed: int = 0) -> NumpyPolicy:
@@ -104,12 +98,6 @@ def gate_of(metadata: dict, path: str = "") -> float | None:
         return float(gate["threshold"])
     except (KeyError, TypeError, ValueError):
         raise ConfigError(f"{os.path.join(path, METADATA)}: bad gate {gate!r} (expected {{\"threshold\": p}})") from None
-
-
-def named_files(metadata: dict) -> list[str]:
-    """The files and directories (relative paths) a policy's metadata names."""
-    return [str(metadata[k]) for k in FILE_FIELDS if metadata.get(k)] + \
-        [str(f) for f in (metadata.get(BY_LANGUAGE) or {}).values()]
 
 
 def language_parts(path: str) -> dict[str, Policy]:

@@ -1,12 +1,10 @@
-"""Observation and action specs of a learned policy, derived from the compiler's header (never
-from a hard-coded feature list): every feature with its role (``input``, ``mask``: eviction's
-column mask, or ``discard`` with the reason).
+"""Observation and action specs of a learned policy, derived from the compiler's header: every
+feature with its role (``input``, ``mask``: eviction's column mask, or ``discard`` with the reason).
 
-Used features are looked up *by name* in a later header, so a clang with more features works
-unchanged.  A name does not fix a feature's *meaning* (the inliner's default-decision slot depends
-on the compiler, :mod:`mlgo_host.channel.default_slot`): an inliner spec records the slot of the
-compiler it was made with, and served by the other kind its inputs are bound by meaning
-(:meth:`PolicySpec.bind_inputs`); an input no feature carries there is ``lost``.
+Features are looked up *by name* in a later header, so a clang with more features works unchanged.
+A name does not fix a feature's *meaning* (the inliner's default-decision slot depends on the
+compiler, :mod:`mlgo_host.channel.default_slot`): an inliner spec records the slot it was made
+with, and on the other kind of compiler its inputs are bound by meaning (:meth:`PolicySpec.bind_inputs`).
 """
 
 from __future__ import annotations
@@ -52,10 +50,6 @@ class FeatureSpec:
     @property
     def dtype(self):
         return C_TYPES[self.ctype]
-
-    @property
-    def is_integer(self) -> bool:
-        return self.dtype.kind in "iu"
 
     @property
     def tf_shape(self) -> tuple[int, ...]:
@@ -106,27 +100,9 @@ class InputBinding:
     def source(self, name: str) -> str:
         return self.sources.get(name, name)
 
-    def view(self, features: Any) -> Any:
-        """``features`` as the compiler named them, viewed under the policy's input names."""
-        if not self.sources:
-            return features
-        return _Renamed(features, self.sources)
-
 
 #: no renaming (served by the kind of compiler the spec was made with)
 SAME_NAMES = InputBinding()
-
-
-class _Renamed:
-    """A read-only mapping view: ``view[input]`` is ``features[source]``."""
-
-    __slots__ = ("_features", "_sources")
-
-    def __init__(self, features: Any, sources: Mapping[str, str]):
-        self._features, self._sources = features, sources
-
-    def __getitem__(self, name: str) -> Any:
-        return self._features[self._sources.get(name, name)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,16 +187,9 @@ class PolicySpec:
         return InputBinding(sources, tuple(lost))
 
     @classmethod
-    def from_header(
-        cls,
-        header: Header,
-        advisor: Any,
-        *,
-        vocab_names: Iterable[str] | None = None,
-        discard: Iterable[str] = (),
-        default_slot: str | None = None,
-        keep_default: bool = False,
-    ) -> "PolicySpec":
+    def from_header(cls, header: Header, advisor: Any, *, vocab_names: Iterable[str] | None = None,
+                    discard: Iterable[str] = (), default_slot: str | None = None,
+                    keep_default: bool = False) -> "PolicySpec":
         """The spec of a session or training-log header.  The inliner's default slot (``default_slot``,
         else the advisor's) is discarded unless ``keep_default``; so are features without a vocab
         when ``vocab_names`` is given, and ``discard``."""
@@ -237,9 +206,8 @@ class PolicySpec:
             raise ConfigError(f"{name}: the header has no advice {advice_name!r}")
         drop = dict.fromkeys(problem.discard, "the compiler's own decision")
         slotted = problem.detects_default_slot and default_slot
-        keep = default_slot if (keep_default and slotted) else None
-        if keep:
-            drop.pop(keep, None)
+        if keep_default and slotted:
+            drop.pop(default_slot, None)
         elif slotted and default_slot not in drop:
             drop[default_slot] = "carries the compiler's default decision (include-default slot)"
         for f in discard:
@@ -300,16 +268,11 @@ class PolicySpec:
             raise ConfigError(f"{self.advisor} policy does not fit this compiler's features: " + "; ".join(problems))
 
     def to_json(self) -> dict:
-        return {
-            "advisor": self.advisor,
-            "features": [f.to_json() for f in self.features],
-            "action": self.action.to_json(),
-            "width": self.width,
-            "discarded": dict(self.discarded),
-            "default_slot": self.default_slot,
-            "feature_meanings": self.feature_meanings(),  # informative: derived from default_slot
-            "default_input": self.default_input,
-        }
+        return {"advisor": self.advisor, "features": [f.to_json() for f in self.features],
+                "action": self.action.to_json(), "width": self.width, "discarded": dict(self.discarded),
+                "default_slot": self.default_slot,
+                "feature_meanings": self.feature_meanings(),  # informative: derived from default_slot
+                "default_input": self.default_input}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "PolicySpec":

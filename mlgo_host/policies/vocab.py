@@ -1,10 +1,7 @@
-"""Per-feature quantile vocabularies and the numpy reference of the feature normalization
-(:mod:`mlgo_host.learning.preprocessing` is the TF one).
-
-A vocab directory (as ml-compiler-opt's ``generate_vocab``) has one ``<feature>.buckets`` file of
-boundaries, one a line: the quantiles of the finite observed values, duplicates kept.  A value
-``v`` normalizes (in float32, as ``tf.raw_ops.Bucketize``) to ``x = #(b <= v) / len(b)``, then
-``x*x``, ``sqrt(x)``, the z-score against the boundaries (0 where not finite or std is 0), as enabled.
+"""Per-feature quantile vocabularies (directories of ``<feature>.buckets``, docs/formats.md) and the
+numpy reference of the feature normalization (:mod:`mlgo_host.learning.preprocessing` is the TF
+one).  A value ``v`` normalizes (in float32, as ``tf.raw_ops.Bucketize``) to ``x = #(b <= v) / len(b)``,
+then ``x*x``, ``sqrt(x)``, the z-score against the boundaries (0 where not finite or std is 0), as enabled.
 """
 
 from __future__ import annotations
@@ -175,17 +172,6 @@ class Vocab(dict[str, FeatureVocab]):
                 f.write("".join(f"{float(x)!r}\n" for x in fv.raw))
 
 
-def quantile_boundaries(values: np.ndarray, num_buckets: int = DEFAULT_NUM_BUCKETS) -> np.ndarray | None:
-    """``num_buckets`` quantiles of the finite ``values`` (None when none is finite)."""
-    if not 1 <= num_buckets <= DEFAULT_NUM_BUCKETS:
-        raise ConfigError(f"num_buckets must be in [1, {DEFAULT_NUM_BUCKETS}], got {num_buckets}")
-    v = np.asarray(values, dtype=np.float64).ravel()
-    v = v[np.isfinite(v)]
-    if v.size == 0:
-        return None
-    return np.quantile(v, np.linspace(0.0, 1.0, num_buckets))
-
-
 class VocabBuilder:
     """Accumulates the flattened feature values of structured observation arrays (optionally of a
     seeded sample of them) and computes the quantile vocab."""
@@ -215,11 +201,15 @@ class VocabBuilder:
             self._chunks.setdefault(name, []).append(np.ascontiguousarray(col).reshape(-1).astype(np.float64))
 
     def build(self, num_buckets: int = DEFAULT_NUM_BUCKETS) -> Vocab:
+        """``num_buckets`` quantiles of each feature's finite values (no vocab for a feature without)."""
+        if self._chunks and not 1 <= num_buckets <= DEFAULT_NUM_BUCKETS:
+            raise ConfigError(f"num_buckets must be in [1, {DEFAULT_NUM_BUCKETS}], got {num_buckets}")
         feats = {}
         for name, chunks in self._chunks.items():
-            b = quantile_boundaries(np.concatenate(chunks), num_buckets)
-            if b is not None:
-                feats[name] = FeatureVocab(name, b)
+            v = np.concatenate(chunks)
+            v = v[np.isfinite(v)]
+            if v.size:
+                feats[name] = FeatureVocab(name, np.quantile(v, np.linspace(0.0, 1.0, num_buckets)))
         return Vocab(feats)
 
 
@@ -245,23 +235,3 @@ def int_thresholds(boundaries_f32: np.ndarray) -> np.ndarray:
                 lo = mid + 1
         out[i] = hi
     return out
-
-
-def build_vocab_from_features(
-    records: np.ndarray,
-    output_dir: str | None = None,
-    *,
-    num_buckets: int = DEFAULT_NUM_BUCKETS,
-    sampling_fraction: float = 1.0,
-    seed: int = 0,
-    exclude: Iterable[str] = (),
-) -> Vocab:
-    """The vocab of a structured array of observations, written to ``output_dir`` when given."""
-    b = VocabBuilder(sampling_fraction=sampling_fraction, seed=seed, exclude=exclude)
-    b.add(records)
-    vocab = b.build(num_buckets)
-    if not len(vocab):
-        raise ConfigError("no feature values to build a vocab from")
-    if output_dir is not None:
-        vocab.save(output_dir)
-    return vocab

@@ -14,6 +14,8 @@ from mlgo_host.channel.codec import Context, Decoder, Header, Observation, Outco
 from mlgo_host.channel.spec import C_TYPES, TensorSpec
 from mlgo_host.errors import ProtocolError
 
+from test_codec import encode_records
+
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 names = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=8)
@@ -39,7 +41,7 @@ def streams(draw):
         else:
             val = np.frombuffer(draw(st.binary(min_size=score.nbytes, max_size=score.nbytes)), dtype=score.dtype)
             recs.append(Outcome(draw(st.integers(0, 99)), ctx, val.reshape(score.shape)))
-    return recs, codec.encode_records(recs)
+    return recs, encode_records(recs)
 
 
 def chunked(data: bytes, cuts: list[int]):
@@ -55,7 +57,7 @@ def chunked(data: bytes, cuts: list[int]):
 
 def same_records(a, b) -> None:
     assert [type(r) for r in a] == [type(r) for r in b]
-    assert codec.encode_records(a) == codec.encode_records(b)
+    assert encode_records(a) == encode_records(b)
     for x, y in zip(a, b):
         if isinstance(x, Observation):
             assert (x.index, x.context, x.raw) == (y.index, y.context, y.raw)
@@ -126,7 +128,7 @@ def test_mutated_streams_records_or_protocol_error(data, cuts):
         same_records(a[1], b[1])
         assert not a[1] or isinstance(a[1][0], Header)
         # records that decode are self-consistent: re-encoding round-trips
-        same_records(codec.decode(codec.encode_records(a[1])), a[1])
+        same_records(codec.decode(encode_records(a[1])), a[1])
 
 
 @SETTINGS

@@ -99,13 +99,10 @@ def test_eviction_never_picks_masked_columns(evict_session):
     sampler = NumpyPolicy(actor, greedy=False, seed=1)
     sampler.bind(header, adv)
     assert greedy.fast_path  # vectorized over features and columns
-    slow = NumpyPolicy(actor, greedy=True)
-    slow.bind(header, adv)
-    slow._bind_generic(header, vectorized=False)  # one searchsorted per feature
     for o, lg, m in zip(obs, ref, mask):
         a, lp = greedy.act_logp(o)
         assert a == int(np.argmax(lg))
-        np.testing.assert_allclose(greedy._outputs(o.raw), slow._outputs(o.raw), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(greedy._outputs(o.raw), lg, rtol=1e-9, atol=1e-9)
         assert lp == pytest.approx(_reference_logp(lg, a), abs=1e-9)
         s, slp = sampler.act_logp(o)
         assert m[s] != 0

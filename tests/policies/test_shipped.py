@@ -14,7 +14,7 @@ import sys
 from mlgo_host.corpus import synth
 from mlgo_host.policies import load_policy
 from mlgo_host.shipped import SHIPPED, shipped_policy_dir
-from mlgo_host.policies.saved import VOCAB_DIR, WEIGHTS, named_files, read_metadata, set_gate
+from mlgo_host.policies.saved import VOCAB_DIR, WEIGHTS, read_metadata, set_gate
 
 
 def _run(args, tmp_path) -> dict:
@@ -43,7 +43,7 @@ def test_every_file_a_shipped_policys_metadata_names_is_shipped():
         d = shipped_policy_dir(name)
         md = read_metadata(d)
         assert md.get("saved_model") is None  # numpy weights only: the metadata says so
-        for rel in (WEIGHTS, VOCAB_DIR, *named_files(md)):
+        for rel in (WEIGHTS, VOCAB_DIR, *(md.get("by_language") or {}).values()):
             assert os.path.exists(os.path.join(d, rel)), f"{name}: {rel}"
 
 

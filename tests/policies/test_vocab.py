@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from mlgo_host.errors import ConfigError
-from mlgo_host.policies.vocab import (FeatureVocab, NormConfig, Vocab, VocabBuilder, build_vocab_from_features,
-                                      int_thresholds)
+from mlgo_host.policies.vocab import FeatureVocab, NormConfig, Vocab, VocabBuilder, int_thresholds
 
 
 def _records(n: int, seed: int = 0) -> np.ndarray:
@@ -21,9 +20,17 @@ def _records(n: int, seed: int = 0) -> np.ndarray:
     return r
 
 
+def _build_vocab(records: np.ndarray, output_dir: str, num_buckets: int, exclude=()) -> Vocab:
+    builder = VocabBuilder(exclude=exclude)
+    builder.add(records)
+    vocab = builder.build(num_buckets)
+    vocab.save(output_dir)
+    return vocab
+
+
 def test_quantiles_files_round_trip(tmp_path):
     recs = _records(3000)
-    vocab = build_vocab_from_features(recs, str(tmp_path / "vocab"), num_buckets=100, exclude=("advice",))
+    vocab = _build_vocab(recs, str(tmp_path / "vocab"), num_buckets=100, exclude=("advice",))
     files = sorted(p.name for p in (tmp_path / "vocab").iterdir())
     assert files == ["a.buckets", "b.buckets"]
     lines = (tmp_path / "vocab" / "a.buckets").read_text().splitlines()
@@ -42,9 +49,9 @@ def test_quantiles_files_round_trip(tmp_path):
 
 def test_save_replaces_the_directory_atomically(tmp_path):
     d = tmp_path / "v"
-    build_vocab_from_features(_records(200), str(d), num_buckets=10)
+    _build_vocab(_records(200), str(d), num_buckets=10)
     (d / "stale.buckets").write_text("1\n")
-    build_vocab_from_features(_records(200, seed=1), str(d), num_buckets=10, exclude=("b",))
+    _build_vocab(_records(200, seed=1), str(d), num_buckets=10, exclude=("b",))
     assert sorted(p.name for p in d.iterdir()) == ["a.buckets", "advice.buckets"]
     assert not [p for p in tmp_path.iterdir() if p.name != "v"]  # no temp dirs left
 
@@ -111,5 +118,7 @@ def test_bad_vocab_files_are_config_errors(tmp_path):
         Vocab.load(str(tmp_path))
     with pytest.raises(ConfigError, match="does not exist"):
         Vocab.load(str(tmp_path / "missing"))
+    builder = VocabBuilder()
+    builder.add(_records(10))
     with pytest.raises(ConfigError):
-        build_vocab_from_features(_records(10), None, num_buckets=1001)
+        builder.build(1001)
