@@ -7,9 +7,8 @@
     close + remove the FIFOs, wait for {"op":"done"} (the compiler's exit status)
     hand the record to the recorder thread      (llvm-size, stats line, episode)
 
-Every wait polls with a deadline and the compiler's and client's liveness. A session the host side
-gives up on ends as :meth:`Slot.end_session` says (its client falls back to a plain compile); a stop
-as :meth:`Server.shutdown` says.
+Every wait polls with a deadline and the compiler's and client's liveness; a session the host side
+gives up on ends as :meth:`Slot.end_session` says (its client falls back to a plain compile).
 """
 
 from __future__ import annotations
@@ -216,19 +215,18 @@ class Slot(threading.Thread):
     def _answer_channel(self, req: dict, policy, alive, deadline: float):
         """(tally or None, whether it opened, the host-side error or None, seconds it was open)."""
         srv = self.server
-        tally = error = t_open = None
+        tally = error = None
         opened = False
         try:
             advisor = srv.make_advisor(req.get("compiler") or srv.compiler, deadline - time.monotonic())
             opened = self.chan.open(alive, deadline, max_delay=OPEN_MAX_DELAY_S)
+            t_open = time.monotonic()
             if opened:
-                t_open = time.monotonic()
                 tally = serve_channel(self.chan, advisor, policy, deadline=deadline, alive=alive,
                                       recorder=EpisodeRecorder() if srv.collect_dir is not None else None)
         except (MlgoHostError, OSError, ValueError) as e:
             error = f"{type(e).__name__}: {e}"
-        session_s = time.monotonic() - t_open if t_open is not None else 0.0
-        return tally, opened, error, session_s
+        return tally, opened, error, time.monotonic() - t_open if opened else 0.0
 
     def _await_done(self, gen: str, client_pid, done: list[dict], poll_done, error: str | None) -> str | None:
         """Wait for the client's "done" (into ``done``) as long as it lives: its compiler finishes

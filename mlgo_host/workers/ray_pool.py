@@ -462,8 +462,8 @@ class _MapRun(Collection):
         return bool(self.busy or (self.pending and self.starting))
 
     def collect(self, timeout: float) -> None:
-        """Take what is ready within ``timeout``. A replacement not up within :data:`REPLACE_TIMEOUT_S` never
-        comes: the pool shrinks."""
+        """Take what is ready within ``timeout``. A replacement not up within :data:`REPLACE_TIMEOUT_S`
+        never comes: the pool shrinks."""
         ready, _ = self.ray.wait(list(self.busy) + list(self.starting), num_returns=1, timeout=timeout)
         for ref in ready:
             if ref in self.starting:
