@@ -229,13 +229,9 @@ class _Spawned:
                 p.register(self.pidfd, select.POLLIN)
                 if not p.poll(timeout * 1000.0):
                     return None
-            else:
+            else:  # no pidfd (an old kernel): poll, leaving the exit to be reaped below
                 end = time.monotonic() + timeout
-                while True:
-                    pid, st = os.waitpid(self.pid, os.WNOHANG)
-                    if pid:
-                        self.returncode = os.waitstatus_to_exitcode(st)
-                        return self.returncode
+                while not os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
                     if time.monotonic() >= end:
                         return None
                     time.sleep(0.002)
