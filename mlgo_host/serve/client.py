@@ -109,7 +109,7 @@ def _say(kind: str, msg: str) -> None:
 
 
 def _tuned_flags(tuned: str, plain: list[str], plan: dict, quiet: bool) -> tuple[list[str], str, dict]:
-    """(the flags of this compile's tuned module or [], why ``tuned`` is unusable or "", its report's fields)."""
+    """(this compile's tuned module's flags or [], why ``tuned`` is unusable or "", its report's fields)."""
     from mlgo_host.search.tunedir import TunedDir
     from mlgo_host.errors import MlgoHostError
     from mlgo_host.serve.trust import untrusted_tune_dir

@@ -386,12 +386,8 @@ class Server:
             except OSError as e:
                 rec["error"] = f"episode not saved: {e}"
         if self.stats_path:
-            line = (json.dumps(rec, sort_keys=True) + "\n").encode()
-            fd = os.open(self.stats_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
-                os.write(fd, line)
-            finally:
-                os.close(fd)
+            with open(self.stats_path, "ab") as f:  # created by start(); one write of the whole line
+                f.write((json.dumps(rec, sort_keys=True) + "\n").encode())
         if self.verbose:
             where = f"slot {rec['slot']}" if rec.get("slot") is not None else f"by {rec.get('by')}"
             self.log(f"{where}: {rec['status']} {out} obs={rec['observations']} "

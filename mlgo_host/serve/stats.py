@@ -49,9 +49,9 @@ def aggregate(records: Iterable[dict]) -> list[dict[str, Any]]:
             "policies": sorted({str(r.get("policy")) for r in recs}),
             "rows": rows,
         })
-        for name, totals in (("guard", guard_totals(modules.values())), ("tuned", tuned_totals(modules.values()))):
-            if totals is not None:
-                out[-1][name] = totals
+        for name, totals in (("guard", guard_totals), ("tuned", tuned_totals)):
+            if (summary := totals(modules.values())) is not None:
+                out[-1][name] = summary
     return out
 
 

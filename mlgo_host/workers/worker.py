@@ -116,8 +116,9 @@ class CollectWorker:
         res = compile_module(mod, self._policy(greedy, seed), advisor=c.advisor, clang=c.clang,
                              llvm_size=c.llvm_size, timeout=c.module_timeout, record=record)
         episode = res.episode.to_state() if record and res.episode is not None else None
-        return {"name": task["name"], "status": res.status, "reason": res.reason, "policy_size": res.text_size,
-                "baseline_size": base, "observations": res.observations, "wall_s": res.wall_s, "episode": episode}
+        return {"name": task["name"], "status": res.status, "reason": res.reason,
+                "policy_size": res.text_size, "baseline_size": base, "observations": res.observations,
+                "wall_s": res.wall_s, "episode": episode}
 
     def ping(self) -> int:
         return os.getpid()
