@@ -55,9 +55,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-_GIN_CALL_NOTE = "\n  In call to configurable "
-
-
 def say_warnings_once(command: str) -> None:
     """Show each :class:`CompatibilityWarning` once, as ``mlgo-host CMD: warning: ...``."""
     python_style = warnings.showwarning
@@ -116,7 +113,7 @@ def _dispatch(argv: list[str] | None) -> int:
         return int(args._module.run(args) or 0)
     except MlgoHostError as e:
         # gin appends "\n  In call to configurable ..." to what a configurable raises
-        msg = str(e).split(_GIN_CALL_NOTE, 1)[0]
+        msg = str(e).split("\n  In call to configurable ", 1)[0]
         print(f"mlgo-host {args.command}: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

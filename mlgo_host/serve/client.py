@@ -1,11 +1,8 @@
 """``mlgo-clang`` / ``mlgo-clang++``: a drop-in compiler whose optimization decisions a running
-``mlgo-host serve`` answers (``CC=mlgo-clang CXX=mlgo-clang++ MLGO_CHANNELS=DIR make -j8``).
-
-A command that compiles one source to an object, optimizing, takes a free slot of the server in DIR
-(non-blocking flock on each slot, then back-off), runs the real compiler with the slot's channel
-flags and reports its exit status to the server; every other command runs the real compiler
-unchanged. With ``MLGO_REPLAY=T`` (or ``serve --replay T``) a compile of a tuned module gets T's
-flags instead, without a slot. The MLGO_* environment is described in docs/serving.md.
+``mlgo-host serve`` answers. A command compiling one source to an object, optimizing, takes a free
+slot of the server in MLGO_CHANNELS, runs the real compiler with the slot's channel flags and reports
+its exit status to the server; a tuned module of ``MLGO_REPLAY=T`` (or ``serve --replay T``) gets T's
+flags instead, without a slot; every other command runs unchanged (docs/serving.md).
 
 Never hangs: every wait is bounded and checks the server's liveness (a compiler left blocking on its
 FIFOs is killed, then the fallback applies); the compiler dies with the client (PR_SET_PDEATHSIG).
@@ -112,8 +109,7 @@ def _say(kind: str, msg: str) -> None:
 
 
 def _tuned_flags(tuned: str, plain: list[str], plan: dict, quiet: bool) -> tuple[list[str], str, dict]:
-    """(the flags of this compile's tuned module or [], why ``tuned`` is unusable or "", the report's
-    fields of that module)."""
+    """(this compile's tuned module's flags or [], why ``tuned`` is unusable or "", its report's fields)."""
     from mlgo_host.search.tunedir import TunedDir
     from mlgo_host.errors import MlgoHostError
     from mlgo_host.serve.trust import untrusted_tune_dir
@@ -137,7 +133,7 @@ def _tuned_flags(tuned: str, plain: list[str], plan: dict, quiet: bool) -> tuple
 
 def _by_flags(cmd: list[str], plan: dict, tuned: dict, root: str | None, info: dict | None) -> int:
     """Compile ``cmd`` (with a tune directory's flags): exec'd, unless a live server records compiles;
-    then as our child, reported to the server (``DIR/reports``), which has no slot of it."""
+    then as our child, reported to the server (``DIR/reports``)."""
     if root is None or not (info or {}).get("reports"):
         return _exec(cmd)
     t0 = time.time()
@@ -233,13 +229,9 @@ class _Spawned:
                 p.register(self.pidfd, select.POLLIN)
                 if not p.poll(timeout * 1000.0):
                     return None
-            else:
+            else:  # no pidfd (an old kernel): poll, leaving the exit to be reaped below
                 end = time.monotonic() + timeout
-                while True:
-                    pid, st = os.waitpid(self.pid, os.WNOHANG)
-                    if pid:
-                        self.returncode = os.waitstatus_to_exitcode(st)
-                        return self.returncode
+                while not os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
                     if time.monotonic() >= end:
                         return None
                     time.sleep(0.002)
@@ -269,8 +261,8 @@ def _env_float(name: str, default: float) -> float:
 
 
 def _guard(plain: list[str], output: str) -> dict:
-    """After a served compile: compile ``plain`` beside ``output`` and keep the smaller valid object.
-    Returns the stats fields; on any failure the policy's object stays."""
+    """After a served compile: compile ``plain`` beside ``output`` and keep the smaller valid object;
+    the stats fields. On any failure the policy's object stays."""
     from mlgo_host.serve import guard as G
 
     t0 = time.time()
@@ -392,8 +384,7 @@ def _fallback_to(mode: str, quiet: bool, plain: list[str]) -> Callable[..., int]
 
 
 class _SlotCompile:
-    """The compile served by slot ``k`` (held by ``lock_fd``, offered as generation ``gen``); the server
-    learns its outcome on the slot's control FIFO."""
+    """The compile served by slot ``k`` (held by ``lock_fd``, offered as generation ``gen``)."""
 
     def __init__(self, plain: list[str], plan: dict, root: str, info: dict, k: int, lock_fd: int, gen: str,
                  stale_s: float):
@@ -406,8 +397,8 @@ class _SlotCompile:
         self.t0 = time.time()
 
     def run(self, fallback: Callable[..., int]) -> int:
-        """The exit status (or the fallback's); every way out kills a compiler still running, closes
-        the control FIFO and releases the slot."""
+        """The exit status (or the fallback's); every way out kills a compiler still running and
+        releases the slot."""
         k, root = self.k, self.root
         try:
             S.unlink_quiet(os.path.join(self.sdir, S.READY))  # the slot is ours now
@@ -490,7 +481,7 @@ class _SlotCompile:
 
     def _given_up(self) -> str | None:
         """Why a failed compile falls back (the server aborted or went away; slot released, outputs
-        removed), or None when the failure is the compile's own."""
+        removed); None when the failure is the compile's own."""
         aborted = S.read_text(os.path.join(self.sdir, S.ABORTED)) == self.gen
         live, why = S.server_status(self.root, self.stale_s, self.sid, in_flight=True)
         if aborted or live is None:

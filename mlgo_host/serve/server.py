@@ -7,9 +7,8 @@
     close + remove the FIFOs, wait for {"op":"done"} (the compiler's exit status)
     hand the record to the recorder thread      (llvm-size, stats line, episode)
 
-Every wait polls with a deadline and the compiler's and client's liveness. A session the host side
-gives up on ends as :meth:`Slot.end_session` says (its client falls back to a plain compile); a stop
-as :meth:`Server.shutdown` says.
+Every wait polls with a deadline and the compiler's and client's liveness; a session the host side
+gives up on ends as :meth:`Slot.end_session` says (its client falls back to a plain compile).
 """
 
 from __future__ import annotations
@@ -61,8 +60,9 @@ class Ctl:
         self.poller = select.poll()
         self.poller.register(self.rfd, select.POLLIN)
 
-    def messages(self, timeout: float = 0.0) -> list[dict]:
-        """Parsed messages available now (waiting up to ``timeout`` s for one)."""
+    def messages(self, op: str, gen: str, timeout: float = 0.0) -> list[dict]:
+        """The messages ``{"op": op, "gen": gen, ...}`` available now (waiting up to ``timeout`` s for
+        one); the others, and lines that are no JSON object (a confused writer), are dropped."""
         if timeout > 0 and b"\n" not in self.buf:
             self.poller.poll(timeout * 1000.0)
         with contextlib.suppress(BlockingIOError):
@@ -71,15 +71,8 @@ class Ctl:
                 if len(data) < 65536:
                     break
         *lines, self.buf = self.buf.split(b"\n")
-        out = []
-        for line in lines:
-            try:
-                m = json.loads(line)
-            except ValueError:
-                continue  # garbage from a confused writer: ignore the line
-            if isinstance(m, dict):
-                out.append(m)
-        return out
+        msgs = [S.parse_json(line) for line in lines]
+        return [m for m in msgs if isinstance(m, dict) and m.get("op") == op and m.get("gen") == gen]
 
     def close(self) -> None:
         for fd in (self.rfd, self.keep):
@@ -169,12 +162,8 @@ class Slot(threading.Thread):
         """Whether generation ``gen``'s client sent "start" (False: the server is stopping)."""
         ready = self._p(S.READY)
         last_check = time.monotonic()
-
-        def started(timeout: float = 0.0) -> bool:
-            return any(m.get("op") == "start" and m.get("gen") == gen for m in self.ctl.messages(timeout))
-
         while not self.server.stopping.is_set():
-            if started(0.25):
+            if self.ctl.messages("start", gen, 0.25):
                 return True
             if time.monotonic() - last_check > 1.0:
                 last_check = time.monotonic()
@@ -182,7 +171,7 @@ class Slot(threading.Thread):
                 fd = None if os.path.exists(ready) else S.try_lock(self._p(S.LOCK))
                 if fd is not None:
                     try:
-                        if started():
+                        if self.ctl.messages("start", gen):
                             return True
                         S.write_atomic(ready, gen.encode())
                     finally:
@@ -199,7 +188,7 @@ class Slot(threading.Thread):
         done: list[dict] = []
 
         def poll_done(timeout: float = 0.0) -> None:
-            done.extend(m for m in self.ctl.messages(timeout) if m.get("op") == "done" and m.get("gen") == gen)
+            done.extend(self.ctl.messages("done", gen, timeout))
 
         def alive() -> bool:
             if self.abort.is_set():
@@ -226,19 +215,18 @@ class Slot(threading.Thread):
     def _answer_channel(self, req: dict, policy, alive, deadline: float):
         """(tally or None, whether it opened, the host-side error or None, seconds it was open)."""
         srv = self.server
-        tally = error = t_open = None
+        tally = error = None
         opened = False
         try:
             advisor = srv.make_advisor(req.get("compiler") or srv.compiler, deadline - time.monotonic())
             opened = self.chan.open(alive, deadline, max_delay=OPEN_MAX_DELAY_S)
+            t_open = time.monotonic()
             if opened:
-                t_open = time.monotonic()
                 tally = serve_channel(self.chan, advisor, policy, deadline=deadline, alive=alive,
                                       recorder=EpisodeRecorder() if srv.collect_dir is not None else None)
         except (MlgoHostError, OSError, ValueError) as e:
             error = f"{type(e).__name__}: {e}"
-        session_s = time.monotonic() - t_open if t_open is not None else 0.0
-        return tally, opened, error, session_s
+        return tally, opened, error, time.monotonic() - t_open if opened else 0.0
 
     def _await_done(self, gen: str, client_pid, done: list[dict], poll_done, error: str | None) -> str | None:
         """Wait for the client's "done" (into ``done``) as long as it lives: its compiler finishes
@@ -277,7 +265,7 @@ class Slot(threading.Thread):
             rec.update(self.tuned.outcome(policy, tuned))
         elif tally is not None and hasattr(policy, "report"):  # a replay file as the policy: forced, applied, stale
             rec["replay"] = policy.report()
-        self.server.record(rec, tally.episode if tally is not None else None)
+        self.server.records.put((rec, tally.episode if tally is not None else None))
 
     def _policy_for(self, req: dict):
         """(policy, tuned module or None) of a compile, in the compile's language."""
@@ -377,9 +365,6 @@ class Server:
         sys.stderr.write(f"mlgo-host serve: {msg}\n")
         sys.stderr.flush()
 
-    def record(self, rec: dict, episode) -> None:
-        self.records.put((rec, episode))
-
     def _record_loop(self) -> None:
         while (item := self.records.get()) is not None:
             rec, episode = item
@@ -401,12 +386,8 @@ class Server:
             except OSError as e:
                 rec["error"] = f"episode not saved: {e}"
         if self.stats_path:
-            line = (json.dumps(rec, sort_keys=True) + "\n").encode()
-            fd = os.open(self.stats_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
-                os.write(fd, line)
-            finally:
-                os.close(fd)
+            with open(self.stats_path, "ab") as f:  # created by start(); one write of the whole line
+                f.write((json.dumps(rec, sort_keys=True) + "\n").encode())
         if self.verbose:
             where = f"slot {rec['slot']}" if rec.get("slot") is not None else f"by {rec.get('by')}"
             self.log(f"{where}: {rec['status']} {out} obs={rec['observations']} "
@@ -426,7 +407,7 @@ class Server:
             doc = S.read_json(p)
             S.unlink_quiet(p)
             if isinstance(doc, dict):
-                self.record(self.flags_record(doc), None)
+                self.records.put((self.flags_record(doc), None))
 
     def base_record(self, doc: dict, **fields) -> dict:
         """A stats line: ``doc``'s COMPILE_FIELDS (a request or a report), this server's and ``fields``."""
@@ -571,8 +552,7 @@ class Server:
             self.recorder.join(timeout=60)
         for s in self.slots:
             s.ctl.close()
-            if s.chan is not None:
-                s.chan.close()
+            s._close_chan()
             shutil.rmtree(s.dir, ignore_errors=True)
         if (S.read_json(sj) or {}).get("id") == self.id:
             S.unlink_quiet(sj)

@@ -26,7 +26,6 @@ import errno
 import fcntl
 import json
 import os
-import stat
 import time
 
 from mlgo_host import procs
@@ -78,12 +77,16 @@ def read_text(path: str) -> str | None:
         return None
 
 
-def read_json(path: str):
-    text = read_text(path)
+def parse_json(text: str | bytes | None):
+    """The JSON value of ``text``; None when there is none or it is no JSON."""
     try:
         return None if text is None else json.loads(text)
     except ValueError:
         return None
+
+
+def read_json(path: str):
+    return parse_json(read_text(path))
 
 
 def unlink_quiet(path: str) -> None:
@@ -179,19 +182,6 @@ def server_status(root: str, stale_s: float, expect_id: str | None = None,
     if age > stale_s:
         return None, f"the server of {root} (pid {info.get('pid')}) has not answered for {age:.0f} s"
     return info, ""
-
-
-def is_fifo(path: str) -> bool:
-    try:
-        return stat.S_ISFIFO(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-def find_fifos(root: str) -> list[str]:
-    """Every FIFO under ``root`` (tests and cleanup checks)."""
-    paths = (os.path.join(dirpath, f) for dirpath, _dirs, files in os.walk(root) for f in files)
-    return sorted(p for p in paths if is_fifo(p))
 
 
 def processes_using(base: str) -> list[int]:

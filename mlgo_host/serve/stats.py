@@ -13,15 +13,11 @@ from mlgo_host.collected import STATUSES
 from mlgo_host.corpus.identity import common_dir
 
 
-def build_key(rec: dict) -> str:
-    return rec.get("build") or f"server {rec.get('server', '?')}"
-
-
 def aggregate(records: Iterable[dict]) -> list[dict[str, Any]]:
     """One summary per build, in order of first appearance."""
     builds: dict[str, list[dict]] = {}
     for r in records:
-        builds.setdefault(build_key(r), []).append(r)
+        builds.setdefault(r.get("build") or f"server {r.get('server', '?')}", []).append(r)
     out = []
     for key, recs in builds.items():
         modules: dict[str, dict] = {}
@@ -53,12 +49,9 @@ def aggregate(records: Iterable[dict]) -> list[dict[str, Any]]:
             "policies": sorted({str(r.get("policy")) for r in recs}),
             "rows": rows,
         })
-        guard = guard_totals(modules.values())
-        if guard is not None:
-            out[-1]["guard"] = guard
-        tuned = tuned_totals(modules.values())
-        if tuned is not None:
-            out[-1]["tuned"] = tuned
+        for name, totals in (("guard", guard_totals), ("tuned", tuned_totals)):
+            if (summary := totals(modules.values())) is not None:
+                out[-1][name] = summary
     return out
 
 

@@ -23,7 +23,7 @@ from mlgo_host.progress import progress_bar
 from mlgo_host.workers.tasks import Cancelled, Collection, EarlyExit, Pool, TaskOutcome, new_worker
 
 
-def _worker_main(conn: Connection, factory: str, kwargs: dict, cpu: int | None) -> None:
+def _worker_main(conn: Connection, factory: str, kwargs: dict) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the learner decides when to stop
 
     running = [False]
@@ -35,9 +35,6 @@ def _worker_main(conn: Connection, factory: str, kwargs: dict, cpu: int | None) 
     signal.signal(signal.SIGUSR1, on_cancel)
     # SIGTERM (a kill of the process group) unwinds: the compile dies by its cleanup, close() removes the files
     install_signal_cleanup()
-    if cpu is not None:
-        with contextlib.suppress(AttributeError, OSError):
-            os.sched_setaffinity(0, {cpu})
     try:
         worker = new_worker(factory, kwargs)
     except BaseException:
@@ -94,17 +91,15 @@ class WorkerPool(Pool):
 
     backend = "local"
 
-    def __init__(self, num_workers: int, factory: str, kwargs: dict | None = None, pin_cpus: bool = False):
+    def __init__(self, num_workers: int, factory: str, kwargs: dict | None = None):
         if num_workers < 1:
             raise ConfigError(f"a worker pool needs at least one worker, got {num_workers}")
         ctx = mp.get_context("spawn")
         self._conns: list[Connection] = []
         self._procs = []
-        ncpu = os.cpu_count() or 1
         for i in range(num_workers):
             parent, child = ctx.Pipe()
-            cpu = i % ncpu if pin_cpus and num_workers <= ncpu else None
-            p = ctx.Process(target=_worker_main, args=(child, factory, kwargs or {}, cpu), daemon=True,
+            p = ctx.Process(target=_worker_main, args=(child, factory, kwargs or {}), daemon=True,
                             name=f"mlgo-worker-{i}")
             p.start()
             child.close()
@@ -204,10 +199,10 @@ class WorkerPool(Pool):
 
 def make_pool(backend: str, num_workers: int, factory: str, kwargs: dict | None = None, **opts):
     """A 'local' or 'ray' pool of ``factory`` (``"module:Class"``) instances made with ``kwargs``.
-    ``opts`` are the backend's (local: ``pin_cpus``; Ray: ``ray_address``, ...); the local pool
-    ignores Ray's, so callers pass them whatever the backend."""
+    ``opts`` are Ray's (``ray_address``, ...): the local pool ignores them, so callers pass them
+    whatever the backend."""
     if backend == "local":
-        return WorkerPool(num_workers, factory, kwargs, pin_cpus=opts.get("pin_cpus", False))
+        return WorkerPool(num_workers, factory, kwargs)
     if backend == "ray":
         from mlgo_host.workers.ray_pool import RayPool  # lazily: imports Ray
 

@@ -1,17 +1,14 @@
 """The Ray backend of the worker pool: :class:`RayPool` has :class:`~mlgo_host.workers.pool.WorkerPool`'s
-interface and semantics, with Ray actors (:class:`RayWorker`, one CPU each) as workers, anywhere on
-a cluster (docs/ray.md).
+interface and semantics, with Ray actors (:class:`RayWorker`, one CPU each) as workers (docs/ray.md).
 
-* Broadcast arguments go to the object store once; the last broadcast of each method is replayed on
-  the replacement of a dead actor. A task whose actor died, or whose compiler died of a SIGKILL the
-  actor did not send (Ray kills an actor's children first), is retried ``max_retries`` times on
-  another actor. A slot whose actors keep dying, or whose replacement is not up within
-  ``replace_timeout_s``, is dropped; with no actor left the pool raises: it never waits forever.
+* The last broadcast of each method is replayed on the replacement of a dead actor. A task whose
+  actor died, or whose compiler died of a SIGKILL the actor did not send (Ray kills an actor's
+  children first), is retried :data:`MAX_RETRIES` times on another actor. A slot whose actors keep
+  dying, or whose replacement is not up in time, is dropped; with no actor left the pool raises.
 * ``ray.cancel`` cannot interrupt a synchronous actor's task, so ``cancel`` runs in a second
   concurrency group: it kills the compilers the actor started until the call returns.
 * Each actor starts a watchdog process (:mod:`mlgo_host.workers.ray_watchdog`) that cleans up its
   compilers and private directory when it dies without doing so.
-* Tasks carry paths (shared filesystem) or the bitcode itself (``Module.to_task(ship_bitcode=True)``).
 """
 
 from __future__ import annotations
@@ -43,6 +40,9 @@ __all__ = ["RayWorker", "RayCluster", "RayPool", "ensure_ray"]
 
 _CANCEL_WAIT_S = 30.0  # how long a cancelled straggler may take to answer (as the local pool)
 _ASYNC_CANCEL_AFTER_S = 0.5  # still running this long after its compilers were killed: raise Cancelled in it
+MAX_RETRIES = 1  # runs of a task after the first whose actor (or compiler) was killed
+MAX_REPLACEMENTS = 3  # deaths of a slot's actors replaced before the slot is dropped
+REPLACE_TIMEOUT_S = 120.0  # the longest wait for an actor to start or answer a broadcast
 
 
 def _async_raise(thread_id: int, exc: type | None) -> None:
@@ -55,7 +55,7 @@ class RayWorker:
     """Holds the pool's inner worker and runs its calls, one at a time; :func:`_actor_class` makes it
     a Ray actor."""
 
-    def __init__(self, watchdog: bool = True):
+    def __init__(self):
         # everything the inner worker and its compilers create goes here: the watchdog knows orphans by it
         self.tmp = tempfile.mkdtemp(prefix=f"mlgo-actor-{os.getpid()}-")
         tempfile.tempdir = self.tmp
@@ -65,7 +65,7 @@ class RayWorker:
         self._running: str | None = None  # the tag of the call in progress
         self._thread: int | None = None  # the thread running it
         self._cancel_requested = False
-        self._watchdog = _start_watchdog(self.tmp) if watchdog and sys.platform.startswith("linux") else None
+        self._watchdog = _start_watchdog(self.tmp) if sys.platform.startswith("linux") else None
 
     def start(self, factory: str, kwargs: dict | None = None) -> int:
         """Create the inner worker ``factory(**kwargs)``; returns this actor's pid."""
@@ -79,26 +79,20 @@ class RayWorker:
         answers, or status ``lost`` when a compiler of the call died of a SIGKILL not ours."""
         if self._inner is None:
             raise WorkerPoolError("this Ray worker was not started")
-        try:
-            return self._call(self._inner, method, tag, args)
-        except Cancelled:  # delivered just after the method returned
-            self._finish()
-            return "cancelled", tag, None
-
-    def _call(self, worker, method: str, tag: Any, args: tuple) -> tuple[str, Any, Any]:
         with self._lock:
             self._running = str(tag)
             self._thread = threading.get_ident()
             self._cancel_requested = False
-        killed_before = killed_from_outside()
         try:
-            value = getattr(worker, method)(*args)
-            status = "ok"
-        except Cancelled:
-            status, value = "cancelled", None
-        except Exception as e:  # a failed task is reported, never fatal
-            status, value = "error", f"{type(e).__name__}: {e}"
-        if self._finish():
+            killed_before = killed_from_outside()
+            try:
+                status, value = "ok", getattr(self._inner, method)(*args)
+            except Exception as e:  # a failed task is reported, never fatal
+                status, value = "error", f"{type(e).__name__}: {e}"
+            if self._finish():
+                return "cancelled", tag, None
+        except Cancelled:  # in the method, or delivered just after it returned
+            self._finish()
             return "cancelled", tag, None
         if killed_from_outside() != killed_before:
             # Ray kills an actor's children first: the pool checks the actor and runs the task again
@@ -116,7 +110,7 @@ class RayWorker:
             self._cancel_requested = False
         return cancelled
 
-    def cancel(self, tag: Any, wait_s: float = _CANCEL_WAIT_S) -> bool:
+    def cancel(self, tag: Any) -> bool:
         """(control group) Cancel the call ``tag`` if running (else False): kill this actor's compilers
         until it returns and, if still busy in Python after a moment, raise Cancelled in its thread."""
         key = str(tag)
@@ -126,7 +120,7 @@ class RayWorker:
             self._cancel_requested = True
         t0 = time.monotonic()
         injected = False
-        while time.monotonic() - t0 < wait_s:
+        while time.monotonic() - t0 < _CANCEL_WAIT_S:
             with self._lock:
                 if self._running != key:
                     break
@@ -194,8 +188,8 @@ def _actor_class():
     @ray.remote(concurrency_groups={"control": 1})
     class RayWorkerActor(RayWorker):
         @ray.method(concurrency_group="control")
-        def cancel(self, tag: Any, wait_s: float = _CANCEL_WAIT_S) -> bool:
-            return RayWorker.cancel(self, tag, wait_s)
+        def cancel(self, tag: Any) -> bool:
+            return RayWorker.cancel(self, tag)
 
     return RayWorkerActor
 
@@ -204,7 +198,7 @@ def _actor_class():
 RAY_DRIVER_LOG = "mlgo_host-driver.log"
 
 
-def ensure_ray(ray_address: str | None = None, **init_kwargs) -> None:
+def ensure_ray(ray_address: str | None = None) -> None:
     """Connect to ``ray_address`` (``"auto"``, ``"ray://head:10001"``) or start a local instance, unless
     Ray is initialized already. Ray's own messages go to :data:`RAY_DRIVER_LOG`, not the terminal,
     where one line says which Ray this is and where that file is."""
@@ -212,16 +206,12 @@ def ensure_ray(ray_address: str | None = None, **init_kwargs) -> None:
         ray = _ray()
         if ray.is_initialized():
             return
-        opts = {"include_dashboard": False, "log_to_driver": False, **init_kwargs}
         ray_log = logging.getLogger("ray")
         held = logging.handlers.BufferingHandler(sys.maxsize)  # records kept until their file is known
         terminal = ray_log.handlers[:]
         ray_log.handlers[:] = [held]
         try:
-            if ray_address:
-                opts.pop("num_cpus", None)
-                opts["address"] = ray_address
-            ctx = ray.init(**opts)
+            ctx = ray.init(address=ray_address or None, include_dashboard=False, log_to_driver=False)
         except BaseException:
             ray_log.handlers[:] = terminal
             for r in held.buffer:  # they say why Ray did not start
@@ -260,24 +250,20 @@ def _ray_driver_log(ctx) -> str:
 class RayCluster:
     """The actors of one :class:`RayPool`; a dead one is replaced with the inner worker and the last broadcasts."""
 
-    def __init__(self, num_workers: int, ray_address: str | None = None, *, num_cpus_per_worker: float = 1.0,
-                 max_replacements: int = 3, replace_timeout_s: float = 120.0, watchdog: bool = True,
-                 ray_init_kwargs: dict | None = None):
+    def __init__(self, num_workers: int, ray_address: str | None = None, num_cpus_per_worker: float = 1.0):
         if num_workers < 1:
             raise ConfigError("num_workers must be >= 1")
-        ensure_ray(ray_address, **(ray_init_kwargs or {}))
+        ensure_ray(ray_address)
         self._ray = _ray()
-        self._new_actor = functools.partial(_actor_class().options(num_cpus=num_cpus_per_worker).remote, watchdog)
-        self.max_replacements = max_replacements
-        self.replace_timeout_s = replace_timeout_s
+        self._new_actor = _actor_class().options(num_cpus=num_cpus_per_worker).remote
         self._lock = threading.RLock()
         self._inner: tuple[str, dict] | None = None  # (factory, kwargs) of the inner worker
-        self._replay: "collections.OrderedDict[str, tuple]" = collections.OrderedDict()  # method -> broadcast refs
+        self._replay: dict[str, tuple] = {}  # method -> broadcast refs, the latest last
         self.replacements = 0
         self._deaths = [0] * num_workers
         self.actors: list[Any] = [self._new_actor() for _ in range(num_workers)]
         try:
-            self._ray.get([a.ping.remote() for a in self.actors], timeout=replace_timeout_s)
+            self._ray.get([a.ping.remote() for a in self.actors], timeout=REPLACE_TIMEOUT_S)
         except Exception as e:
             self.close()
             raise WorkerPoolError(f"the Ray workers did not start: {e}") from None
@@ -316,7 +302,7 @@ class RayCluster:
             with contextlib.suppress(Exception):
                 self._ray.kill(dead, no_restart=True)
             self._deaths[slot] += 1
-            if self._deaths[slot] > self.max_replacements:
+            if self._deaths[slot] > MAX_REPLACEMENTS:
                 self.actors[slot] = None
                 return None
             new = self._new_actor()
@@ -362,14 +348,9 @@ class RayPool(Pool):
     backend = "ray"
 
     def __init__(self, num_workers: int, factory: str, kwargs: dict | None = None, ray_address: str | None = None,
-                 *, max_retries: int = 1, num_cpus_per_worker: float = 1.0, replace_timeout_s: float = 120.0,
-                 watchdog: bool = True, ray_init_kwargs: dict | None = None, pin_cpus: bool = False):
-        # pin_cpus: accepted for make_pool; Ray places the actors
-        self.cluster = RayCluster(num_workers, ray_address, num_cpus_per_worker=num_cpus_per_worker,
-                                  replace_timeout_s=replace_timeout_s, watchdog=watchdog,
-                                  ray_init_kwargs=ray_init_kwargs)
+                 *, num_cpus_per_worker: float = 1.0):
+        self.cluster = RayCluster(num_workers, ray_address, num_cpus_per_worker)
         self._ray = _ray()
-        self.max_retries = max_retries
         #: tasks re-run after their actor died (cumulative); indices of the last map_unordered
         self.retries = 0
         self.last_retried: list[int] = []
@@ -397,12 +378,12 @@ class RayPool(Pool):
         self.cluster.remember_broadcast(method, refs)
         results: dict[int, Any] = {}
         todo = self.cluster.live()
-        for _attempt in range(self.cluster.max_replacements + 2):
+        for _attempt in range(MAX_REPLACEMENTS + 2):
             calls = {a.call.remote(method, -1, *refs): (i, a) for i, a in todo}
             todo = []
             for ref, (i, a) in calls.items():
                 try:
-                    status, _, value = ray.get(ref, timeout=self.cluster.replace_timeout_s)
+                    status, _, value = ray.get(ref, timeout=REPLACE_TIMEOUT_S)
                 except ray.exceptions.GetTimeoutError:
                     self.cluster.drop(i, a)
                     continue
@@ -412,8 +393,7 @@ class RayPool(Pool):
                         todo.append((i, new))
                     continue
                 except ray.exceptions.RayTaskError as e:
-                    c = self._unwrap(e)
-                    raise WorkerPoolError(f"worker failed in {method}: {c}") from None
+                    raise WorkerPoolError(f"worker failed in {method}: {self._unwrap(e)}") from None
                 if status != "ok":
                     raise WorkerPoolError(f"worker failed in {method}: {value}")
                 results[i] = value
@@ -468,11 +448,10 @@ class _MapRun(Collection):
     def dispatch(self) -> None:
         """Give pending tasks to idle actors (a slot's current one, if it was replaced meanwhile)."""
         while self.idle and self.pending:
-            slot, actor = self.idle.popleft()
-            if self.cluster.actors[slot] is not actor:
-                actor = self.cluster.actors[slot]
-                if actor is None:  # the slot was dropped
-                    continue
+            slot, _ = self.idle.popleft()
+            actor = self.cluster.actors[slot]  # the slot's current one: it may have been replaced meanwhile
+            if actor is None:  # the slot was dropped
+                continue
             t = self.pending.popleft()
             tag = f"{self.pool._token}:{t}:{self.attempts[t]}"
             ref = actor.call.remote(self.method, tag, *self.tasks[t])
@@ -483,8 +462,8 @@ class _MapRun(Collection):
         return bool(self.busy or (self.pending and self.starting))
 
     def collect(self, timeout: float) -> None:
-        """Take what is ready within ``timeout``. A replacement not up within ``replace_timeout_s`` never
-        comes: the pool shrinks."""
+        """Take what is ready within ``timeout``. A replacement not up within :data:`REPLACE_TIMEOUT_S`
+        never comes: the pool shrinks."""
         ready, _ = self.ray.wait(list(self.busy) + list(self.starting), num_returns=1, timeout=timeout)
         for ref in ready:
             if ref in self.starting:
@@ -492,7 +471,7 @@ class _MapRun(Collection):
             else:
                 self._task_answered(ref)
         for ref, (slot, actor, since) in list(self.starting.items()):
-            if time.monotonic() - since > self.cluster.replace_timeout_s:
+            if time.monotonic() - since > REPLACE_TIMEOUT_S:
                 self.starting.pop(ref)
                 self.cluster.drop(slot, actor)
 
@@ -533,7 +512,7 @@ class _MapRun(Collection):
     def _retry_or_fail(self, t: int, e: BaseException) -> None:
         """Task ``t``'s actor (or compiler) died: run it again first, or report it once out of retries."""
         pool = self.pool
-        if self.attempts[t] < pool.max_retries:
+        if self.attempts[t] < MAX_RETRIES:
             self.attempts[t] += 1
             pool.retries += 1
             pool.last_retried.append(t)

@@ -19,12 +19,6 @@ from mlgo_host import procs
 POLL_S = 0.05
 
 
-def detach() -> None:
-    """Continue in a grandchild (Ray kills an actor's direct children with it); the launcher exits."""
-    if os.fork() > 0:
-        os._exit(0)
-
-
 def watch(actor: int, stdin_fd: int = 0) -> dict[int, procs.ProcStat]:
     """``actor``'s children (pid -> stat) recorded until ``stdin_fd`` reaches end-of-file."""
     me = os.getpid()
@@ -59,7 +53,8 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("usage: python -m mlgo_host.workers.ray_watchdog ACTOR_PID ROOT\n")
         return 2
     actor, root = int(argv[0]), argv[1]
-    detach()
+    if os.fork() > 0:  # go on in a grandchild (Ray kills an actor's direct children with it)
+        os._exit(0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C of the driver's terminal is not for us
     clean_up(watch(actor), root)
     return 0

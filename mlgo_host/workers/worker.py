@@ -86,12 +86,8 @@ class CollectWorker:
         self.heuristic: str | None = None
 
     def set_policy(self, blob: dict) -> bool:
-        if "heuristic" in blob:
-            self.heuristic = blob["heuristic"]
-            self.policy_dir = None
-        else:
-            self.heuristic = None
-            self.policy_dir = _materialize(blob, self.tmp)
+        self.heuristic = blob.get("heuristic")
+        self.policy_dir = None if "heuristic" in blob else _materialize(blob, self.tmp)
         return True
 
     def _policy(self, greedy: bool, seed: int) -> Policy:
@@ -119,16 +115,10 @@ class CollectWorker:
                              timeout=c.module_timeout)
         res = compile_module(mod, self._policy(greedy, seed), advisor=c.advisor, clang=c.clang,
                              llvm_size=c.llvm_size, timeout=c.module_timeout, record=record)
-        return {
-            "name": task["name"],
-            "status": res.status,
-            "reason": res.reason,
-            "policy_size": res.text_size,
-            "baseline_size": base,
-            "observations": res.observations,
-            "wall_s": res.wall_s,
-            "episode": res.episode.to_state() if (record and res.episode is not None) else None,
-        }
+        episode = res.episode.to_state() if record and res.episode is not None else None
+        return {"name": task["name"], "status": res.status, "reason": res.reason,
+                "policy_size": res.text_size, "baseline_size": base, "observations": res.observations,
+                "wall_s": res.wall_s, "episode": episode}
 
     def ping(self) -> int:
         return os.getpid()

@@ -8,6 +8,7 @@ import os
 import random
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -68,6 +69,19 @@ def write_sources(d: str, n: int, functions: int = 30, prefix: str = "m") -> lis
             f.write(c_source(i + 1, functions))
         paths.append(p)
     return paths
+
+
+def _is_fifo(path: str) -> bool:
+    try:
+        return stat.S_ISFIFO(os.lstat(path).st_mode)
+    except OSError:  # removed meanwhile (a live server's temp file)
+        return False
+
+
+def find_fifos(root: str) -> list[str]:
+    """Every FIFO under ``root``."""
+    paths = (os.path.join(dirpath, f) for dirpath, _dirs, files in os.walk(root) for f in files)
+    return sorted(p for p in paths if _is_fifo(p))
 
 
 def plain_object(src: str, out: str, flags=("-Oz",)) -> bytes:

@@ -13,8 +13,8 @@ import sys
 import numpy as np
 import pytest
 
-from _serve_util import (MLGO_CLANG, ServerProc, big_source, compiler_on_channel, mlgo_clang, needs_clang,
-                         pid_alive, plain_object, read_stats, wait_for, write_sources)
+from _serve_util import (MLGO_CLANG, ServerProc, big_source, compiler_on_channel, find_fifos, mlgo_clang,
+                         needs_clang, pid_alive, plain_object, read_stats, wait_for, write_sources)
 from mlgo_host.measure.sizes import text_size
 from mlgo_host.serve import slots as S
 
@@ -244,13 +244,13 @@ def test_restart_cleans_stale_slots_of_killed_server(tmp_path):
     old_id = srv.info["id"]
     srv.proc.send_signal(signal.SIGKILL)
     srv.kill()
-    assert len(S.find_fifos(ch)) >= 6  # 2 x (ch.in, ch.out, ctl) left behind
+    assert len(find_fifos(ch)) >= 6  # 2 x (ch.in, ch.out, ctl) left behind
     r = mlgo_clang(["-Oz", "-c", src, "-o", os.path.join(d, "a.o")], ch, "fail", timeout=30)
     assert r.returncode == 2 and "is gone" in r.stderr
     with ServerProc(ch, slots=1) as srv2:
         assert srv2.info["id"] != old_id
         assert not os.path.exists(os.path.join(ch, "slot-1"))  # the old layout is gone
-        assert sorted(os.path.basename(p) for p in S.find_fifos(ch)) == ["ch.in", "ch.out", "ctl"]
+        assert sorted(os.path.basename(p) for p in find_fifos(ch)) == ["ch.in", "ch.out", "ctl"]
         r = mlgo_clang(["-Oz", "-c", src, "-o", os.path.join(d, "a.o")], ch, "fail")
         assert r.returncode == 0, r.stderr
         # C++ through mlgo-clang++ (MLGO_CLANGXX, default clang++-19)
