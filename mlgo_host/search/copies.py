@@ -16,7 +16,7 @@ from mlgo_host.measure.sizes import llvm_tool
 from mlgo_host.search.attribution import Attribution, applied, is_under_any, outermost
 from mlgo_host.search.copytext import ModuleText, Roots, copy_name, roots_of
 from mlgo_host.search.replay import Measured
-from mlgo_host.search.sites import Site
+from mlgo_host.search.sites import Site, disassembled
 from mlgo_host.search.state import Candidate, Outcome, SearchState
 
 log = logging.getLogger("mlgo_host.search")
@@ -50,8 +50,8 @@ class Copies:
     def text(self) -> ModuleText:
         if self._text is None:
             ev = self.state.ev
-            self._text = ModuleText.of_bitcode(str(self.state.module.bc_path), llvm_tool(ev.clang, "llvm-dis"),
-                                               ev.timeout)
+            self._text = ModuleText(disassembled(self.state.module.bc_path, llvm_tool(ev.clang, "llvm-dis"),
+                                                 ev.timeout))
         return self._text
 
     def _debug_names(self, tree: Iterable[str]) -> set[str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
 import time
 
 from mlgo_host.corpus.corpus import Module
@@ -18,7 +17,7 @@ from mlgo_host.fsutil import scratch_dir
 from mlgo_host.measure.compile import compile_module
 from mlgo_host.measure.objsizes import object_sizes
 from mlgo_host.measure.sizes import llvm_tool
-from mlgo_host.search.replay import Measured
+from mlgo_host.search.replay import Measured, run_compile
 from mlgo_host.policies.heuristic import DefaultPolicy
 from mlgo_host.search.sites import (AmbiguousSites, DebugInfo, Decision, Site, always_inline_sites, debug_info,
                                    identify, inlined_keys, mandatory_sites, read_remarks)
@@ -49,14 +48,8 @@ def compile_with_remarks(module: Module, clang: str, timeout: float) -> tuple[st
     t0 = time.monotonic()
     with scratch_dir("mlgo-plain-") as tmp:
         out = os.path.join(tmp, "module.o")
-        cmd = module.compile_command(clang, out) + ["-Rpass=inline"]
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise CompilerError(f"module {module.name!r}: the plain compile did not finish within {timeout:g} s") from None
-        if r.returncode != 0:
-            raise CompilerError(f"module {module.name!r}: the plain compile failed", r.returncode, r.stderr[-2000:])
-        return r.stderr, Measured(object_sizes(out), inlined_keys(r.stderr), time.monotonic() - t0)
+        remarks = run_compile(module.compile_command(clang, out) + ["-Rpass=inline"], module, "plain", out, timeout)
+        return remarks, Measured(object_sizes(out), inlined_keys(remarks), time.monotonic() - t0)
 
 
 def record_flags(path: str) -> list[str]:

@@ -32,6 +32,17 @@ def replay_text(inline: Iterable[Site], scope: Iterable[str]) -> str:
     return "".join(ln + "\n" for ln in lines)
 
 
+def run_compile(cmd: list[str], module: Module, what: str, out: str, timeout: float) -> str:
+    """Run ``module``'s ``what`` compile ``cmd`` into ``out``; returns its remarks (stderr)."""
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise CompilerError(f"module {module.name!r}: the {what} compile did not finish within {timeout:g} s") from None
+    if r.returncode != 0 or not os.path.exists(out):
+        raise CompilerError(f"module {module.name!r}: the {what} compile failed", r.returncode, r.stderr[-2000:])
+    return r.stderr
+
+
 def replay_flags(path: str, fallback: str = "NeverInline") -> list[str]:
     """Flags applying replay file ``path``: sites not listed in the functions it names get ``fallback``."""
     return ["-mllvm", f"-cgscc-inline-replay={path}", "-mllvm", "-cgscc-inline-replay-scope=Function",
@@ -84,18 +95,11 @@ class ReplayEvaluator:
         cmd = module.compile_command(self.clang, out) + replay_flags(rf) + ["-Rpass=inline"]
         self.compiles += 1
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            raise CompilerError(f"module {self.module.name!r}: the replay compile did not finish within "
-                                f"{self.timeout:g} s") from None
+            return run_compile(cmd, self.module, "replay", out, self.timeout)
         finally:
             os.unlink(rf)
             if ir is not None:
                 os.unlink(module.bc_path)
-        if r.returncode != 0 or not os.path.exists(out):
-            raise CompilerError(f"module {self.module.name!r}: the replay compile failed", r.returncode,
-                                r.stderr[-2000:])
-        return r.stderr
 
     def measure(self, inline: Iterable[Site], ir: str | None = None, scope: Iterable[str] = (),
                 release: Iterable[str] = ()) -> Measured:
