@@ -55,8 +55,7 @@ class Measurer:
                 parts = [batch[:len(batch) // 2], batch[len(batch) // 2:]]
             out = self.measure(parts[0]) + self.measure(parts[1])
             if len(out) < len(batch) and not st.left():
-                # (the compiles ran out before the parts were read: packed as before, the next pass would
-                # compile this batch again, fail again and never measure a flip)
+                # (else the next pass would pack this batch again, fail again and never measure a flip)
                 st.batch_cap = min(st.batch_cap or len(batch), max(1, len(batch) // 2))
             return out
         st.unverified.clear()  # every function outside the batch's footprints matched the reference

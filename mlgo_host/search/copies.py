@@ -79,9 +79,8 @@ class Copies:
                         and final.get(c) and final[c] <= roots and _copied_chain(x, names)[0]):
                     out.add(c)
                     grew = True
-        t = frozenset(out) if self.text().can_copy(out) else None
-        self._trees[root] = t
-        return t
+        self._trees[root] = frozenset(out) if self.text().can_copy(out) else None
+        return self._trees[root]
 
     def brought_back(self, c: Candidate) -> str | None:
         """The callee an ``out`` flip brings back (its body is gone), else None."""
@@ -236,8 +235,7 @@ class Copies:
             st.note_split("copies: a control copy differs from its function")
             self.no_copies.add(root)
         elif originals_moved and any(n != st.base.sizes.unpadded(r) for r, n in own.items()):
-            # the copies' calls changed the function itself, as they changed its copies: its flips are read
-            # against the control, the same code in the same compile
+            # the copies' calls changed the function itself: its flips are read against the control
             st.note_split("copies: the function moved with its copies")
 
     def _flip_outcome(self, c: Candidate, k: int, own: dict[str, int], control: dict[str, int], got: set[str],

@@ -32,7 +32,8 @@ log = logging.getLogger("mlgo_host.search")
 
 
 def _of_state(name: str, doc: str) -> property:
-    return property(lambda self: getattr(self.state, name), lambda self, v: setattr(self.state, name, v), doc=doc)
+    return property(lambda self: getattr(self.state, name), lambda self, v: setattr(self.state, name, v),
+                    doc=doc)
 
 
 def _of_part(part: str, method: str, doc: str) -> property:
@@ -79,7 +80,6 @@ class BatchedSearch:
     finish = _of_part("reference", "finish", "The best set compiled.")
     promise = _of_part("cands", "promise", "The flips the prior expects to pay, not measured yet.")
 
-    # -- resuming -----------------------------------------------------------------
     def resume_from(self, res: dict) -> None:
         """Go on from an earlier result: its best set, its compile of it (or
         one compile) and the flips it tried."""
@@ -89,8 +89,8 @@ class BatchedSearch:
         st.broken = set(res.get("broken", ()))
         st.start_text = res.get("replay_start_size")
         st.earlier = list(res["flips"])
-        for name, default in (("flips_measured", 0), ("flips_in_copies", 0), ("batches", 0), ("grouped", False),
-                              ("wins", 0), ("sweep_mark", 0), ("batch_cap", None)):
+        for name, default in (("flips_measured", 0), ("flips_in_copies", 0), ("batches", 0),
+                              ("grouped", False), ("wins", 0), ("sweep_mark", 0), ("batch_cap", None)):
             setattr(st, name, res.get(name, default))
         st.interacting = {(k, bool(inline)) for k, inline in res.get("interacting", ())}
         self.copies.no_copies = {r if isinstance(r, str) else tuple(r) for r in res.get("no_copies", ())}
@@ -107,7 +107,6 @@ class BatchedSearch:
             st.base = st.start = ref if ref is not None else st.ev.measure(st.inline.values())
         self.pending = self.cands.stored(res.get("pending", ()))
 
-    # -- the whole search --------------------------------------------------------
     def run(self) -> None:
         """Passes until the budget or the flips run out (docs/search.md, "What a
         search tries"), starting with what an earlier search left :attr:`pending`."""
@@ -242,8 +241,8 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
                 return {"name": module.name, "status": "skipped", "compiles": 0}
             return {"name": module.name, "module_key": module.key, "status": "failed", "reason": str(e),
                     "default_size": default_size, "compiles": 2, "search": "batched"}
-    if default_size is None:
-        default_size = oz_size_of(probe)
+    if default_size is None:  # -Oz's object: the probe's plain compile, or (no decisions) its channel compile
+        default_size = int(probe.plain.text) if probe.plain is not None else int(probe.text)
     spent = old.get("compiles")
     # (starts_only on a module never probed: its starts right after its probe, in the same task)
     probed = resume if resume is not None else {"probe": probe, "compiles": probe.compiles, "tried": [],
@@ -294,11 +293,6 @@ def _run(s: BatchedSearch) -> None:
             s.finish()
         except MlgoHostError:
             s.base = s.state.start
-
-
-def oz_size_of(probe: Probe) -> int:
-    """-Oz's object from a probe: its plain compile's, or (no decisions) its channel compile's."""
-    return int(probe.plain.text) if probe.plain is not None else int(probe.text)
 
 
 def _compile_policy_start(s: BatchedSearch, deadline: float | None) -> None:

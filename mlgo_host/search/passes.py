@@ -31,12 +31,6 @@ class RoundResults:
             return  # (a pass the deadline cut: the module keeps what it found)
         self.results[res["name"]] = res
 
-    def compiles(self, mods: Sequence[Module]) -> int:
-        return sum(self.results[m.name]["compiles"] for m in mods if m.name in self.results)
-
-    def all_results(self) -> list[dict]:
-        return [r for r in self.results.values() if r["status"] == "ok"]
-
 
 class Passes:
     """A probe of every module not searched yet, its other starts, then passes, each sharing
@@ -68,11 +62,15 @@ class Passes:
         """Compiles still to spend (time mode: as many as the time allows)."""
         if self.per_module is None:
             return 10**9 if time.time() < self.deadline else 0
-        return int(self.per_module * len(self.mods)) - self.store.compiles(self.mods)
+        return int(self.per_module * len(self.mods)) - self.compiles()
+
+    def compiles(self) -> int:
+        """The compiles the store's results of the modules took."""
+        return sum(self.store.results[m.name]["compiles"] for m in self.mods if m.name in self.store.results)
 
     def _model(self) -> dict | None:
         """The flip-gain model fitted on every flip measured so far (with features)."""
-        m = fit_flip_model(self.earlier + self.store.all_results())
+        m = fit_flip_model(self.earlier + [r for r in self.store.results.values() if r["status"] == "ok"])
         return m.to_json() if m is not None else None
 
     def _run(self, tasks: list[tuple], desc: str) -> None:
@@ -113,7 +111,7 @@ class Passes:
                 total = int(np.ceil(self.FIRST_SHARE * left)) if first else left
                 budget = shares(open_, total, paid=not first)
             model = self._model()
-            before = self.store.compiles(self.mods)
+            before = self.compiles()
             # the longest shares first, so the pass's last task ends close to the others; under a
             # deadline the modules not searched yet before them (short tasks)
             tasks = sorted((SearchTask(self.by_name[r["name"]].to_task(), r["compiles"] + int(b), model, self.deadline,
@@ -123,7 +121,7 @@ class Passes:
                            reverse=True)
             self._timed("passes", lambda: self._run(tasks, f"{self.label}: pass {k} ({self._past_start()}/{len(self.mods)} "
                                                            f"files searched past their start)"))
-            if self.store.compiles(self.mods) == before:
+            if self.compiles() == before:
                 return
 
     #: the fewest compiles of a module's first task: its probe, a reference, one batch and the final compile
@@ -152,13 +150,13 @@ class Passes:
 
     def _timed(self, stage: str, step) -> None:
         """Run ``step``, adding its wall time and compiles to :attr:`spent`."""
-        t, c = time.time(), self.store.compiles(self.mods)
+        t, c = time.time(), self.compiles()
         step()
-        if self.store.compiles(self.mods) == c:
+        if self.compiles() == c:
             return  # (a stage with nothing to do)
         got = self.spent.setdefault(stage, {"seconds": 0.0, "compiles": 0})
         got["seconds"] = round(got["seconds"] + time.time() - t, 1)
-        got["compiles"] += self.store.compiles(self.mods) - c
+        got["compiles"] += self.compiles() - c
 
     def starts(self) -> None:
         """The other starts (:mod:`.starts`) of every probed module with decisions and nothing

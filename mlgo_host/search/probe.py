@@ -1,7 +1,7 @@
 """The probe: a module compiled once over the channel, which gives each
 decision's features and names its call site (:mod:`.sites`).  The channel
-decides by index, so a flip shifts every later decision: the search probes
-once, then compiles its decision sets by the compiler's replay (:mod:`.replay`).
+decides by index, so the search probes once, then compiles its decision sets
+by the compiler's replay (:mod:`.replay`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ class Probe:
     decisions: list[Decision]
     text: int
     wall_s: float
-    #: compiles it took: the channel's, and the plain one naming always-inline sites (none without decisions,
-    #: and none where the channel compile tells all it would: :func:`probe_module`)
+    #: compiles it took: the channel's, and the plain one naming always-inline sites (:func:`probe_module`)
     compiles: int = 2
     #: the plain compile (the compiler's own decisions): its sizes and the keys it inlined
     plain: Measured | None = None
@@ -48,7 +47,8 @@ def compile_with_remarks(module: Module, clang: str, timeout: float) -> tuple[st
     t0 = time.monotonic()
     with scratch_dir("mlgo-plain-") as tmp:
         out = os.path.join(tmp, "module.o")
-        remarks = run_compile(module.compile_command(clang, out) + ["-Rpass=inline"], module, "plain", out, timeout)
+        cmd = module.compile_command(clang, out) + ["-Rpass=inline"]
+        remarks = run_compile(cmd, module, "plain", out, timeout)
         return remarks, Measured(object_sizes(out), inlined_keys(remarks), time.monotonic() - t0)
 
 
@@ -64,11 +64,8 @@ def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str
     (:func:`compile_with_remarks`) or ``like`` (an earlier probe) saves the plain compile, and so
     does a probe with the compiler's own decisions."""
     t0 = time.monotonic()
-    # With the compiler's own decisions the channel's object is plain -Oz's byte for byte, and the keys
-    # the plain compile would report are the decisions' and the always_inline sites' (the record names
-    # those).  Where a remark fits copies of one body, only the plain compile's keys tell them apart:
-    # it is made.  (In C++ the compiler may also inline an always_inline call another inlining exposed,
-    # without a remark: the first batch then finds the reference's keys wrong and compiles the start.)
+    # with the compiler's own decisions the channel's object is plain -Oz's and the record names every
+    # key the plain compile would report; it is made only where a remark fits copies of one body
     one_compile = plain is None and like is None and isinstance(policy.for_language(module.language), DefaultPolicy)
     with scratch_dir("mlgo-probe-") as tmp:
         rec = os.path.join(tmp, "record.yaml")

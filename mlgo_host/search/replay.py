@@ -1,7 +1,5 @@
 """A whole inlining decision set of a module in one compile, by the compiler's
-inline replay (scope ``Function``, fallback ``NeverInline``): every function with
-a decision is named, so a site left out is not inlined, and ``-Rpass=inline``
-tells which keys the compiler matched.
+inline replay (docs/search.md, "Decision sets compiled by replay").
 """
 
 from __future__ import annotations
@@ -37,9 +35,11 @@ def run_compile(cmd: list[str], module: Module, what: str, out: str, timeout: fl
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise CompilerError(f"module {module.name!r}: the {what} compile did not finish within {timeout:g} s") from None
+        raise CompilerError(f"module {module.name!r}: the {what} compile did not finish within "
+                            f"{timeout:g} s") from None
     if r.returncode != 0 or not os.path.exists(out):
-        raise CompilerError(f"module {module.name!r}: the {what} compile failed", r.returncode, r.stderr[-2000:])
+        raise CompilerError(f"module {module.name!r}: the {what} compile failed", r.returncode,
+                            r.stderr[-2000:])
     return r.stderr
 
 
@@ -62,9 +62,8 @@ class Measured:
         return self.sizes.text
 
     def keyed_by(self, names: Iterable[str]) -> "Measured":
-        """This compile with its functions keyed by ``names`` where an alias is one
-        (:meth:`~mlgo_host.measure.objsizes.ObjectSizes.keyed_by`): the search names functions as the IR
-        does, by the sites' callers."""
+        """This compile with its functions keyed by ``names`` where an alias is one: the search names
+        functions as the IR does (:meth:`~mlgo_host.measure.objsizes.ObjectSizes.keyed_by`)."""
         sizes = self.sizes.keyed_by(names)
         return self if sizes is self.sizes else dataclasses.replace(self, sizes=sizes)
 

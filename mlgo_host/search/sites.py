@@ -1,10 +1,7 @@
 """Call-site identity: which call site each inlining decision of a compile is.
-
-A :class:`Site` is keyed as the compiler's inline replay names it: the callee, then
-the call's location relative to the first line of the function it is written in,
-then the sites its code was inlined through, innermost first
-(``sq at big:3:71 @ f1:0:24``).  Keys survive edits that shift a file's lines.  The
-optimization record lacks the inline chain: :func:`identify` rebuilds it.
+A :class:`Site` is keyed as the compiler's inline replay names it
+(``sq at big:3:71 @ f1:0:24``, docs/search.md); the optimization record lacks
+the inline chain: :func:`identify` rebuilds it.
 """
 
 from __future__ import annotations
@@ -240,7 +237,8 @@ def disassembled(bitcode: str | os.PathLike, llvm_dis: str, timeout: float) -> s
     return r.stdout
 
 
-def debug_info(bitcode: str | os.PathLike, llvm_dis: str = "llvm-dis-19", timeout: float = 300.0) -> DebugInfo:
+def debug_info(bitcode: str | os.PathLike, llvm_dis: str = "llvm-dis-19", timeout: float = 300.0
+               ) -> DebugInfo:
     return read_debug_info(disassembled(bitcode, llvm_dis, timeout).splitlines())
 
 
@@ -354,20 +352,20 @@ def _written_site(r: Remark, debug: DebugInfo, bodies: dict[str, list[Site]], us
     """The site of a decision no live site explains: a call written in its caller or in a body
     inlined into it, copies of that body taking the next key not ``used`` yet."""
     own = debug.functions.get(r.caller) or FunctionInfo(r.caller, r.line, r.file, r.caller)
+    here = Site(r.callee, r.caller, ((own.name, _offset(r.line, own.line), r.column),))
+    copies: list[Site] = []
     if r.line == 0:  # a call the optimizer made (merged calls): no line tells which body it is in
-        copies = [Site(r.callee, r.caller, ((own.name, _offset(0, own.line), r.column),))]
-        copies += [Site(r.callee, r.caller, ((w.name, _offset(0, w.line), r.column),) + path)
-                   for w, path in _all_bodies(r.caller, debug, bodies)]
-        free = [x for x in copies if x.key not in used] or copies[:1]
-        return free[_agreeing(range(len(free)), lambda k: free[k].key, r.inlined, known, exact)]
-    w = _written_by(r, debug, bodies, own) if r.file else None
-    if w is not None and w.name != own.name:
-        copies = [Site(r.callee, r.caller, ((w.name, _offset(r.line, w.line), r.column),) + path)
-                  for path in _body_paths(r.caller, w.name, debug, bodies)]
-        if copies:
-            free = [x for x in copies if x.key not in used] or copies[:1]
-            return free[_agreeing(range(len(free)), lambda k: free[k].key, r.inlined, known, exact)]
-    return Site(r.callee, r.caller, ((own.name, _offset(r.line, own.line), r.column),))
+        copies = [here] + [Site(r.callee, r.caller, ((w.name, _offset(0, w.line), r.column),) + path)
+                           for w, path in _all_bodies(r.caller, debug, bodies)]
+    else:
+        w = _written_by(r, debug, bodies, own) if r.file else None
+        if w is not None and w.name != own.name:
+            copies = [Site(r.callee, r.caller, ((w.name, _offset(r.line, w.line), r.column),) + path)
+                      for path in _body_paths(r.caller, w.name, debug, bodies)]
+    if not copies:
+        return here
+    free = [x for x in copies if x.key not in used] or copies[:1]
+    return free[_agreeing(range(len(free)), lambda k: free[k].key, r.inlined, known, exact)]
 
 
 def _written_by(r: Remark, debug: DebugInfo, bodies: dict[str, list[Site]], own: FunctionInfo) -> FunctionInfo | None:

@@ -60,13 +60,14 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
                      **pool_opts)
     try:
         pool.broadcast("set_policy", store.policy_blob())
-        spent0 = store.compiles(mods)
         passes = Passes(pool, store, mods, budget, deadline, progress, prior=prior, starts=starts)
+        spent0 = passes.compiles()
         passes.run()
     finally:
         pool.close()
     minutes = (time.monotonic() - t0) / 60.0
-    return store.report(mods, run_minutes=minutes, run_compiles=store.compiles(mods) - spent0, spent=passes.spent)
+    return store.report(mods, run_minutes=minutes, run_compiles=passes.compiles() - spent0,
+                        spent=passes.spent)
 
 
 def _budget(minutes: float | None, per_module: float | None) -> dict:

@@ -1,7 +1,6 @@
-"""A tune directory (``mlgo-host tune --output T``, layout in docs/search.md): written
-by :class:`TuneStore` as ``tune`` searches; :class:`TunedDir` finds the module of a
-compile and :class:`TunedPolicies` gives the policy that compiles it.
-"""
+"""A tune directory (``mlgo-host tune --output T``, layout in docs/search.md):
+written by :class:`TuneStore`; :class:`TunedDir` finds the module of a compile and
+:class:`TunedPolicies` gives the policy that compiles it."""
 
 from __future__ import annotations
 
@@ -210,12 +209,6 @@ class TuneStore:
             return {"heuristic": base}
         # normpath: the base is named relative to replays/, which a new T has not made yet
         return policy_blob_from_dir(os.path.normpath(os.path.join(self.path, REPLAYS, base)))
-
-    def compiles(self, mods: Sequence[Module]) -> int:
-        return sum(self.results[m.name]["compiles"] for m in mods if m.name in self.results)
-
-    def all_results(self) -> list[dict]:
-        return [r for r in self.results.values() if r["status"] == "ok"]
 
     def add(self, res: dict) -> None:
         """Keep one module's search result and write it out."""
