@@ -176,9 +176,8 @@ class Copies:
         originals_moved = out is None
         if originals_moved and (normal or not st.compiled or st.provisional):
             return None, why
-        if originals_moved:
-            # copies alone, against a compiled reference: their calls changed the originals; read each by its control
-            out = []
+        # (else copies alone, whose calls changed a compiled reference's originals: each read by its control)
+        out = out or []
         control: dict[Roots, dict[str, int]] = {}
         for k, root, c in plan:
             if any(copy_name(r, k) not in m.sizes.functions for r in roots_of(root)):
@@ -222,9 +221,7 @@ class Copies:
         # (by debug name, which two functions may share: a key known to be another function's is not)
         ref_keys = {key for key in st.base.inlined if outermost(key) in names
                     and (key not in st.sites or st.sites[key].caller in t)}
-        got = by_copy.get(k, set())
-        own = {r: sizes.unpadded(copy_name(r, k)) for r in roots_of(root)}
-        return got, ref_keys, own
+        return by_copy.get(k, set()), ref_keys, {r: sizes.unpadded(copy_name(r, k)) for r in roots_of(root)}
 
     def _check_control(self, root: Roots, own: dict[str, int], got: set[str], ref_keys: set[str],
                        originals: ObjectSizes, originals_moved: bool) -> None:

@@ -204,13 +204,9 @@ PAID_PRIOR_BYTES = 8.0
 
 
 def shares(rows: list[dict], total: float, paid: bool, timed: bool = False) -> list[int]:
-    """``total`` compiles (``timed``: worker-seconds, turned into each module's compiles by
-    :func:`seconds_per_compile`) shared among ``rows``; returns each module's compiles.  A
-    module's weight: its ``promise`` (plus :data:`FLOOR_P` per flip left), or without a prior
-    its flips left; with ``paid``, times the bytes its flips found per compile (``timed``: per
-    second; :func:`_paid`, plus :data:`PAID_PRIOR_BYTES`).  The heaviest are served first
-    (``timed``: after those not searched yet), each at least one batch's compiles, so a small
-    ``total`` goes where it pays; none gets more than :func:`_most`."""
+    """``total`` compiles (``timed``: worker-seconds, each module's at its :func:`seconds_per_compile`)
+    shared among ``rows`` by weight, heaviest first; returns each module's compiles.  The weights
+    and the order: docs/search.md, "How tune shares compiles across files"."""
     w = np.array([r["promise"] + FLOOR_P * _flips_left(r) if r.get("promise") is not None else _flips_left(r)
                   for r in rows], dtype=np.float64)
     cost = np.array([seconds_per_compile(r) if timed else 1.0 for r in rows])
