@@ -1,7 +1,6 @@
-"""Measuring one batch: its compile, read by :mod:`.attribution` (flips in
-place) and :mod:`.copies` (flips in copies), and what a failed reading does:
-split the batch, or compile the reference first when the failure may be the
-reference's.
+"""Measuring one batch: its compile, read by :mod:`.attribution` (flips in place)
+and :mod:`.copies` (flips in copies); a failed reading splits the batch, or
+compiles the reference first when the failure may be the reference's.
 """
 
 from __future__ import annotations
@@ -56,8 +55,7 @@ class Measurer:
                 parts = [batch[:len(batch) // 2], batch[len(batch) // 2:]]
             out = self.measure(parts[0]) + self.measure(parts[1])
             if len(out) < len(batch) and not st.left():
-                # (the compiles ran out before the parts were read: packed as before, the next pass would
-                # compile this batch again, fail again and never measure a flip)
+                # (else the next pass would pack this batch again, fail again and never measure a flip)
                 st.batch_cap = min(st.batch_cap or len(batch), max(1, len(batch) // 2))
             return out
         st.unverified.clear()  # every function outside the batch's footprints matched the reference
@@ -74,7 +72,8 @@ class Measurer:
         normal = [c for c in batch if c.in_copy is None]
         backs = [c for c in batch if c.in_copy is not None and self.copies.brought_back(c)]
         out, why = self.copies.measure(batch)
-        if why != "the compile failed":
+        failed = why == "the compile failed"
+        if not failed:
             if self.reference.check_start(out is not None, why):
                 return self._in_copies(batch)
             # (a derived reference has no pieces or referrers to read what moved by; measure() compiles it too)
@@ -83,19 +82,17 @@ class Measurer:
                 # perhaps the derived reference's failure: compile it, then again (else the function loses its copies)
                 self.reference.compile()
                 return self._in_copies(batch)
-        if out is None and normal and why != "the compile failed" and not why.startswith("copies"):
+        if out is None and normal and not failed and not why.startswith("copies"):
             # the flips measured in place failed, not the copies: those go on in copies, without them
             st.note_split(why)
-            copied = [c for c in batch if c.in_copy is not None]
-            return self._in_copies(copied) + self.measure(normal)
-        if out is None and backs and why != "the compile failed":
-            # (a body they brought back may have moved what the originals are read by: they go in place)
-            st.note_split(why if why.startswith("copies") else "copies: " + why)
-            self.copies.not_in_copies |= {c.key for c in backs}
-            rest = [c for c in batch if c not in backs]
-            return self.measure(rest) if rest else []
+            return self._in_copies([c for c in batch if c.in_copy is not None]) + self.measure(normal)
         if out is None:
             st.note_split(why if why.startswith("copies") else "copies: " + why)
+            if backs and not failed:
+                # (a body they brought back may have moved what the originals are read by: they go in place)
+                self.copies.not_in_copies |= {c.key for c in backs}
+                rest = [c for c in batch if c not in backs]
+                return self.measure(rest) if rest else []
             self.copies.no_copies |= {c.in_copy for c in batch if c.in_copy is not None}
             for c in batch:
                 c.in_copy = None

@@ -48,8 +48,7 @@ class Candidates:
 
     def footprint(self, sites: Sequence[Site], final: dict[str, frozenset[str]], inline: bool = True
                   ) -> frozenset[str]:
-        """Where the callers' code ends up, and the callee when the flip may
-        delete it (no other call left out) or bring it back (its body is gone)."""
+        """Where the callers' code ends up, and the callee when the flip may delete it or bring it back."""
         fp: set[str] = set()
         flipped = {x.key for x in sites}
         namesakes = self.state.probe.namesakes or {}
@@ -81,15 +80,11 @@ class Candidates:
         ds = [d for d in self.state.first if d.site.key not in self.state.broken]
         if not ds:
             return []
-        scores = self._scores(ds)
-        out = [self.candidate((d.site,), not d.inlined, final, score=float(sc), index=d.index)
-               for d, sc in zip(ds, scores)]
-        out.sort(key=lambda c: -c.score)
-        return out
+        return sorted((self.candidate((d.site,), not d.inlined, final, score=float(sc), index=d.index)
+                       for d, sc in zip(ds, self._scores(ds))), key=lambda c: -c.score)
 
     def _scores(self, ds: Sequence[Decision]) -> np.ndarray:
-        ep = self.state.probe.episode
-        feats = ep.features()[[d.index for d in ds]]
+        feats = self.state.probe.episode.features()[[d.index for d in ds]]
         acts = np.array([1 if d.inlined else 0 for d in ds], dtype=np.int64)
         p = np.array([self.flip_p[d.site.key] for d in ds]) if self.prior is not None else None
         return flip_scores(feats, acts, model=self.model, prior_flip_p=p)
@@ -132,9 +127,8 @@ class Candidates:
             c = self.candidate(sites, p["inline"], final, kind=p["kind"], index=p.get("index"))
             if p.get("release"):  # an answered flip, formed again: dropped when its functions changed since
                 c = self.answered(c, final)
-                if c is None:
-                    continue
-            out.append(c)
+            if c is not None:
+                out.append(c)
         return out
 
     def groups(self) -> list[Candidate]:
@@ -200,12 +194,10 @@ class Candidates:
             by_callee.setdefault(s.callee, []).append(s)
         out = [self.candidate(tuple(sorted(sites, key=lambda x: x.key)), False, final, kind="outline")
                for sites in by_callee.values() if 2 <= len(sites) <= MAX_OUTLINE]
-        out.sort(key=lambda c: -len(c.sites))
-        return [c for c in out if c.key not in self.state.tried]
+        return sorted((c for c in out if c.key not in self.state.tried), key=lambda c: -len(c.sites))
 
     def reinlined(self, won: Candidate) -> list[Candidate]:
-        """After an outline group pays, each of its calls inlined again alone:
-        with the body back, a call whose copy folds away may pay now."""
+        """After an outline group pays, each of its calls inlined again alone (its copy may fold away)."""
         if won.kind != "outline":
             return []
         final = self.state.final()
@@ -233,12 +225,9 @@ class Candidates:
         return None if t.key in self.state.tried else t
 
     def answered(self, c: Candidate, final: dict[str, frozenset[str]] | None = None) -> Candidate | None:
-        """Flip ``c`` (one site) with the functions that call the function
-        its call is written in left to the compiler's heuristic in the same
-        compile, as a greedy pass over the channel would: later decisions are
-        the compiler's answer to the flip.  None unless those functions are
-        as the start has them (else the heuristic would also undo what the
-        search applied there)."""
+        """Flip ``c`` (one site) with the functions that call the function its call is written in
+        left to the compiler's heuristic, whose decisions there are its answer to the flip.  None
+        unless those functions are as the start has them (else it would undo what the search applied)."""
         if len(c.sites) != 1 or c.release:
             return None
         (s,) = c.sites
@@ -248,8 +237,7 @@ class Candidates:
         holders = frozenset(x.caller for x in self.state.sites.values() if x.callee == written_in) - {written_in}
         if not holders or not all(self.state.untouched(h) for h in holders):
             return None
-        if final is None:
-            final = self.state.final()
+        final = final if final is not None else self.state.final()
         fp = set(c.footprint) | holders
         for x in self.state.sites.values():  # (the heuristic may inline, delete or bring back any of their callees)
             if x.caller in holders:

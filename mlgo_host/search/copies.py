@@ -16,7 +16,7 @@ from mlgo_host.measure.sizes import llvm_tool
 from mlgo_host.search.attribution import Attribution, applied, is_under_any, outermost
 from mlgo_host.search.copytext import ModuleText, Roots, copy_name, roots_of
 from mlgo_host.search.replay import Measured
-from mlgo_host.search.sites import Site
+from mlgo_host.search.sites import Site, disassembled
 from mlgo_host.search.state import Candidate, Outcome, SearchState
 
 log = logging.getLogger("mlgo_host.search")
@@ -50,8 +50,8 @@ class Copies:
     def text(self) -> ModuleText:
         if self._text is None:
             ev = self.state.ev
-            self._text = ModuleText.of_bitcode(str(self.state.module.bc_path), llvm_tool(ev.clang, "llvm-dis"),
-                                               ev.timeout)
+            self._text = ModuleText(disassembled(self.state.module.bc_path, llvm_tool(ev.clang, "llvm-dis"),
+                                                 ev.timeout))
         return self._text
 
     def _debug_names(self, tree: Iterable[str]) -> set[str]:
@@ -79,9 +79,8 @@ class Copies:
                         and final.get(c) and final[c] <= roots and _copied_chain(x, names)[0]):
                     out.add(c)
                     grew = True
-        t = frozenset(out) if self.text().can_copy(out) else None
-        self._trees[root] = t
-        return t
+        self._trees[root] = frozenset(out) if self.text().can_copy(out) else None
+        return self._trees[root]
 
     def brought_back(self, c: Candidate) -> str | None:
         """The callee an ``out`` flip brings back (its body is gone), else None."""
@@ -177,9 +176,8 @@ class Copies:
         originals_moved = out is None
         if originals_moved and (normal or not st.compiled or st.provisional):
             return None, why
-        if originals_moved:
-            # copies alone, against a compiled reference: their calls changed the originals; read each by its control
-            out = []
+        # (else copies alone, whose calls changed a compiled reference's originals: each read by its control)
+        out = out or []
         control: dict[Roots, dict[str, int]] = {}
         for k, root, c in plan:
             if any(copy_name(r, k) not in m.sizes.functions for r in roots_of(root)):
@@ -223,9 +221,7 @@ class Copies:
         # (by debug name, which two functions may share: a key known to be another function's is not)
         ref_keys = {key for key in st.base.inlined if outermost(key) in names
                     and (key not in st.sites or st.sites[key].caller in t)}
-        got = by_copy.get(k, set())
-        own = {r: sizes.unpadded(copy_name(r, k)) for r in roots_of(root)}
-        return got, ref_keys, own
+        return by_copy.get(k, set()), ref_keys, {r: sizes.unpadded(copy_name(r, k)) for r in roots_of(root)}
 
     def _check_control(self, root: Roots, own: dict[str, int], got: set[str], ref_keys: set[str],
                        originals: ObjectSizes, originals_moved: bool) -> None:
@@ -236,8 +232,7 @@ class Copies:
             st.note_split("copies: a control copy differs from its function")
             self.no_copies.add(root)
         elif originals_moved and any(n != st.base.sizes.unpadded(r) for r, n in own.items()):
-            # the copies' calls changed the function itself, as they changed its copies: its flips are read
-            # against the control, the same code in the same compile
+            # the copies' calls changed the function itself: its flips are read against the control
             st.note_split("copies: the function moved with its copies")
 
     def _flip_outcome(self, c: Candidate, k: int, own: dict[str, int], control: dict[str, int], got: set[str],

@@ -1,17 +1,13 @@
-"""A module's textual IR (``llvm-dis`` output) with copies of function trees
-written into it, for :mod:`.copies`.  Each copy gets its own ``DISubprogram``:
-the compiler names a call site by its subprogram, so two functions sharing one
-would share their call-site keys.
+"""A module's textual IR with copies of function trees written into it, for
+:mod:`.copies`.  Each copy gets its own ``DISubprogram``: the compiler names a
+call site by its subprogram, so copies sharing one would share their keys.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import subprocess
 from typing import Iterable, Mapping
-
-from mlgo_host.errors import CompilerError
 
 #: the suffix of copy ``k`` of a function (``name`` + suffix)
 SUFFIX = ".mlgo{}"
@@ -62,37 +58,24 @@ class ModuleText:
         start = None
         name = ""
         for i, ln in enumerate(self.lines):
-            if start is None:
-                m = _DEFINE.match(ln)
-                if m:
-                    start, name = i, m.group(1).strip('"')
-                    continue
-                m = _MD.match(ln)
-                if m:
-                    self.md[int(m.group(1))] = m.group(2)
-                    self.md_line[int(m.group(1))] = i
-                elif ln.startswith("@llvm.compiler.used = "):
-                    self._used_line = i
-            elif ln == "}":
-                sp = re.search(r"!dbg !(\d+)", self.lines[start])
-                self.functions[name] = _Function(start, i, int(sp.group(1)) if sp else None, name)
-                start = None
+            if start is not None:
+                if ln == "}":
+                    sp = re.search(r"!dbg !(\d+)", self.lines[start])
+                    self.functions[name] = _Function(start, i, int(sp.group(1)) if sp else None, name)
+                    start = None
+            elif m := _DEFINE.match(ln):
+                start, name = i, m.group(1).strip('"')
+            elif m := _MD.match(ln):
+                self.md[int(m.group(1))] = m.group(2)
+                self.md_line[int(m.group(1))] = i
+            elif ln.startswith("@llvm.compiler.used = "):
+                self._used_line = i
         self.next_id = max(self.md, default=-1) + 1
         for f in self.functions.values():
             if f.sp is not None:
                 fields = dict(_NAME_FIELD.findall(self.md.get(f.sp, "")))
                 f.debug_name = fields.get("linkageName") or fields.get("name") or f.debug_name
         self._local: dict[str, list[int]] = {}
-
-    @classmethod
-    def of_bitcode(cls, bc_path: str, llvm_dis: str, timeout: float = 120.0) -> "ModuleText":
-        try:
-            r = subprocess.run([llvm_dis, str(bc_path), "-o", "-"], capture_output=True, text=True, timeout=timeout)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise CompilerError(f"{llvm_dis} on {bc_path} failed: {e}") from None
-        if r.returncode != 0:
-            raise CompilerError(f"{llvm_dis} on {bc_path} failed", r.returncode, r.stderr[-2000:])
-        return cls(r.stdout)
 
     def debug_name(self, fn: str) -> str:
         f = self.functions.get(fn)
@@ -158,7 +141,7 @@ class ModuleText:
                 ids = self._local_metadata(n)
                 remap = {i: next_id + j for j, i in enumerate(ids)}
                 next_id += len(ids)
-                extra_fn.append(self._copy_function(n, rename, remap, k))
+                extra_fn.append(self._copy_function(n, rename, remap))
                 extra_md += self._copy_metadata(n, ids, remap, k)
             kept += [rename[r] for r in roots]
         lines = list(self.lines)
@@ -170,7 +153,7 @@ class ModuleText:
         out = lines[:first_md] + extra_fn + ([used] if used else []) + lines[first_md:] + extra_md
         return "\n".join(out) + "\n"
 
-    def _copy_function(self, fn: str, rename: Mapping[str, str], remap: Mapping[int, int], k: int) -> str:
+    def _copy_function(self, fn: str, rename: Mapping[str, str], remap: Mapping[int, int]) -> str:
         f = self.functions[fn]
         text = "\n".join(self.lines[f.start:f.end + 1])
         head, _, rest = text.partition("\n")

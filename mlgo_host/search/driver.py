@@ -1,11 +1,8 @@
-"""The batched search of one module, start to end: :func:`search_module_batched`
-probes the module, picks its start (:mod:`.starts`) and runs or resumes a
-:class:`BatchedSearch`, whose parts share one :class:`~.state.SearchState`:
-the flips to try (:mod:`.candidates`), batches and budgets
-(:mod:`.scheduling`), a batch's measurement (:mod:`.batches`, read by
-:mod:`.attribution` and :mod:`.copies`) and its reference (:mod:`.reference`).
-A search cut by its budget or time keeps what it queued (``pending``) for
-the next.  How a pass goes: docs/search.md.
+"""The batched search of one module: :func:`search_module_batched` probes it,
+picks its start (:mod:`.starts`) and runs or resumes a :class:`BatchedSearch`,
+whose parts share one :class:`~.state.SearchState`.  A search cut by its budget
+or time keeps what it queued (``pending``) for the next.  How a pass goes:
+docs/search.md.
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ from mlgo_host.search.flips import FlipGainModel
 from mlgo_host.search.batches import Measurer
 from mlgo_host.search.probe import Probe, probe_module
 from mlgo_host.search.reference import Reference
-from mlgo_host.search.replay import Measured, ReplayEvaluator
+from mlgo_host.search.replay import ReplayEvaluator
 from mlgo_host.search.result import result_of
 from mlgo_host.search.scheduling import MAX_BATCH, Scheduler
 from mlgo_host.search.sites import site_of_line
@@ -35,7 +32,13 @@ log = logging.getLogger("mlgo_host.search")
 
 
 def _of_state(name: str, doc: str) -> property:
-    return property(lambda self: getattr(self.state, name), doc=doc)
+    return property(lambda self: getattr(self.state, name), lambda self, v: setattr(self.state, name, v),
+                    doc=doc)
+
+
+def _of_part(part: str, method: str, doc: str) -> property:
+    """A method of one of the search's parts, as the search's own."""
+    return property(lambda self: getattr(getattr(self, part), method), doc=doc)
 
 
 class BatchedSearch:
@@ -69,41 +72,14 @@ class BatchedSearch:
     splits = _of_state("splits", "Why batches were split: reason -> count.")
     batches = _of_state("batches", "Compiles that measured flips.")
     provisional = _of_state("provisional", "The reference is the probe's plain compile, not yet checked.")
+    base = _of_state("base", "The reference: the current best set's sizes and inlined keys.")
+    candidates = _of_part("cands", "singles", "Every single flip, best prior first.")
+    batches_of = _of_part("scheduler", "batches_of", "Flips packed into batches.")
+    measure = _of_part("measurer", "measure", "Each flip of a batch measured.")
+    begin = _of_part("reference", "begin", "The start and the reference.")
+    finish = _of_part("reference", "finish", "The best set compiled.")
+    promise = _of_part("cands", "promise", "The flips the prior expects to pay, not measured yet.")
 
-    @property
-    def base(self) -> Measured | None:
-        """The reference: the current best set's sizes and inlined keys."""
-        return self.state.base
-
-    @base.setter
-    def base(self, m: Measured | None) -> None:
-        self.state.base = m
-
-    def candidates(self) -> list[Candidate]:
-        """Every single flip, best prior first (:meth:`.Candidates.singles`)."""
-        return self.cands.singles()
-
-    def batches_of(self, cands: list[Candidate]) -> list[list[Candidate]]:
-        """``cands`` packed into batches (:meth:`.Scheduler.batches_of`)."""
-        return self.scheduler.batches_of(cands)
-
-    def measure(self, batch: list[Candidate]) -> list[Outcome]:
-        """Each flip of ``batch`` measured (:meth:`.Measurer.measure`)."""
-        return self.measurer.measure(batch)
-
-    def begin(self) -> Measured:
-        """The start and the reference (:meth:`.Reference.begin`)."""
-        return self.reference.begin()
-
-    def finish(self) -> None:
-        """The best set compiled (:meth:`.Reference.finish`)."""
-        self.reference.finish()
-
-    def promise(self) -> float | None:
-        """The flips the prior expects to pay, not measured yet (:meth:`.Candidates.promise`)."""
-        return self.cands.promise()
-
-    # -- resuming -----------------------------------------------------------------
     def resume_from(self, res: dict) -> None:
         """Go on from an earlier result: its best set, its compile of it (or
         one compile) and the flips it tried."""
@@ -113,14 +89,10 @@ class BatchedSearch:
         st.broken = set(res.get("broken", ()))
         st.start_text = res.get("replay_start_size")
         st.earlier = list(res["flips"])
-        st.flips_measured = res.get("flips_measured", 0)
-        st.flips_in_copies = res.get("flips_in_copies", 0)
-        st.batches = res.get("batches", 0)
-        st.grouped = res.get("grouped", False)
-        st.wins = res.get("wins", 0)
-        st.sweep_mark = res.get("sweep_mark", 0)
+        for name, default in (("flips_measured", 0), ("flips_in_copies", 0), ("batches", 0),
+                              ("grouped", False), ("wins", 0), ("sweep_mark", 0), ("batch_cap", None)):
+            setattr(st, name, res.get(name, default))
         st.interacting = {(k, bool(inline)) for k, inline in res.get("interacting", ())}
-        st.batch_cap = res.get("batch_cap")
         self.copies.no_copies = {r if isinstance(r, str) else tuple(r) for r in res.get("no_copies", ())}
         self.copies.not_in_copies = set(res.get("not_in_copies", ()))
         ref = res.get("reference")
@@ -135,14 +107,9 @@ class BatchedSearch:
             st.base = st.start = ref if ref is not None else st.ev.measure(st.inline.values())
         self.pending = self.cands.stored(res.get("pending", ()))
 
-    # -- the whole search --------------------------------------------------------
     def run(self) -> None:
-        """Passes until the budget or the flips run out: every candidate
-        once; while a pass found winners, again the flips whose functions a
-        winner changed (their context is new); the groups, formed from the
-        best as it is after every pass that measured all it queued; the
-        answered flips once.  Starts with what an earlier search left
-        :attr:`pending`."""
+        """Passes until the budget or the flips run out (docs/search.md, "What a
+        search tries"), starting with what an earlier search left :attr:`pending`."""
         st = self.state
         if st.base is None:
             self.begin()
@@ -153,8 +120,7 @@ class BatchedSearch:
 
     @property
     def stopped(self) -> str:
-        """Why the search ended: every flip measured, a sweep left for the
-        next pass (:meth:`.Scheduler.resweep`), or the budget or the time ran out."""
+        """Why the search ended: exhausted, sweep (:meth:`.Scheduler.resweep`), time or budget."""
         if self.exhausted:
             return "exhausted"
         if self.sweep_left:
@@ -163,8 +129,7 @@ class BatchedSearch:
         return "time" if deadline is not None and time.time() >= deadline else "budget"
 
     def _passes(self, queue: list[Candidate]) -> None:
-        """Passes over ``queue``; what the budget or the time left unmeasured
-        stays :attr:`pending` (a resumed search starts with it)."""
+        """Passes over ``queue``; what the budget or the time left unmeasured stays :attr:`pending`."""
         st, sched = self.state, self.scheduler
         queue = queue or sched.resweep()
         self.exhausted = not queue
@@ -189,9 +154,8 @@ class BatchedSearch:
         self.pending = queue
 
     def sweep(self, queue: list[Candidate]) -> list[Outcome]:
-        """Every flip of ``queue`` measured against the reference as it is,
-        winners never applied: each flip's change alone from one decision set
-        (bench/research/effects.py's table)."""
+        """Every flip of ``queue`` measured against the reference as it is, winners never
+        applied (bench/research/effects.py's table)."""
         st = self.state
         outs: list[Outcome] = []
         queue = list(queue)
@@ -204,10 +168,9 @@ class BatchedSearch:
         return outs
 
     def one_pass(self, queue: list[Candidate]) -> tuple[set[str], list[Outcome], list[Candidate]]:
-        """Measure every flip of ``queue`` (and the sites winners expose) by
-        batches, applying each batch's winners; returns the functions the
-        winners changed, the flips that did not pay and the flips the budget
-        or the time left unmeasured."""
+        """Measure ``queue`` (and the sites winners expose) by batches, applying each batch's
+        winners; returns the functions they changed, the flips that did not pay and the flips
+        left unmeasured."""
         st, sched = self.state, self.scheduler
         touched: set[str] = set()
         lost: list[Outcome] = []
@@ -235,8 +198,7 @@ class BatchedSearch:
 
 
 def _disjoint_best(won: list[Outcome]) -> tuple[list[Outcome], list[Outcome]]:
-    """Winners to apply together (best first, footprints disjoint; winners
-    measured in copies of one function share it) and the rest, to measure
+    """Winners to apply together (best first, footprints disjoint) and the rest, to measure
     again from the new reference."""
     keep: list[Outcome] = []
     later: list[Outcome] = []
@@ -254,23 +216,24 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
                           model: FlipGainModel | None = None, deadline: float | None = None,
                           max_batch: int = MAX_BATCH, resume: dict | None = None, prior=None) -> dict:
     """Probe ``module`` with ``policy`` (tune: the compiler's default), then
-    search by batches until ``budget`` compiles in all, the probe's two
-    counted; or go on from ``resume``, an earlier result.  ``prior``: a
-    P(inline) over feature records that orders the flips.  A probe the
-    ``deadline`` cuts gives status ``skipped`` (a later run probes again).
-    ``default_size``: -Oz's object, None to read it from the probe's plain
-    compile.  Returns the result ``tune`` stores (:func:`result_of`)."""
+    search by batches until ``budget`` compiles in all, the probe's counted;
+    or go on from ``resume``, an earlier result.  ``prior``: a P(inline) over
+    feature records that orders the flips.  A probe the ``deadline`` cuts
+    gives status ``skipped``.  ``default_size``: -Oz's object, None to read
+    it from the probe.  Returns the result ``tune`` stores (:func:`result_of`)."""
     t0 = time.monotonic()
-    earlier_seconds = float(resume.get("seconds") or 0.0) if resume is not None else 0.0
-    start_compiles = resume.get("start_compiles") if resume is not None else None
+    old = resume or {}
+    starts_only = cfg.get("starts_only")
     original = module
-    flags = list(resume.get("base_flags") or ()) if resume is not None else []
-    thresholds = resume.get("thresholds") if resume is not None else None
+    flags = list(old.get("base_flags") or ())
+    thresholds = old.get("thresholds")
+    policy_start = old.get("policy_start")
+    start_kind = old.get("start") or "base"
     module = with_flags(module, flags)
     if resume is not None:
         probe = resume["probe"]
     else:
-        # the user's deadline bounds the probe too: one cut by it is no failure, the module waits for a later run
+        # (one the user's deadline cut is no failure: the module waits for a later run)
         try:
             probe = _probe_within(module, policy, cfg, deadline)
         except MlgoHostError as e:
@@ -278,53 +241,50 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
                 return {"name": module.name, "status": "skipped", "compiles": 0}
             return {"name": module.name, "module_key": module.key, "status": "failed", "reason": str(e),
                     "default_size": default_size, "compiles": 2, "search": "batched"}
-    if default_size is None:
-        default_size = oz_size_of(probe)
-    spent = resume["compiles"] if resume is not None else None
+    if default_size is None:  # -Oz's object: the probe's plain compile, or (no decisions) its channel compile
+        default_size = int(probe.plain.text) if probe.plain is not None else int(probe.text)
+    spent = old.get("compiles")
     # (starts_only on a module never probed: its starts right after its probe, in the same task)
     probed = resume if resume is not None else {"probe": probe, "compiles": probe.compiles, "tried": [],
-                                                 "decisions": probe.episode.n} if cfg.get("starts_only") else None
+                                                 "decisions": probe.episode.n} if starts_only else None
     due = _starts_due(probed, cfg, budget, deadline)
-    if cfg.get("starts_only") and not due and resume is not None:  # (nothing to measure: it stays as it was)
+    if starts_only and not due and resume is not None:  # (nothing to measure: it stays as it was)
         return resume
-    policy_start = resume.get("policy_start") if resume is not None else None
-    start_kind = (resume.get("start") or "base") if resume is not None else "base"
     if due:
         thresholds, policy_start, start, cost = _best_start(original, policy, probed, default_size, cfg, deadline)
         spent = probed["compiles"] + cost
         if start is not None:  # the search starts over from that start's decisions
             module, flags, probe, start_kind = start
             resume = None
-    if cfg.get("starts_only"):  # (tune's starts stage: the result is a probe's, the next search goes on from it)
+    if starts_only:  # (tune's starts stage: the result is a probe's, the next search goes on from it)
         resume, budget = None, spent if spent is not None else probe.compiles
     s = search_of(module, probe, cfg, budget=budget, spent=spent,
                   model=model, deadline=deadline, max_batch=max_batch, prior=prior, copies=cfg.get("copies", True))
     s.state.default_slot = cfg.get("default_slot")
     if resume is not None:
         s.resume_from(resume)
-    elif cfg.get("starts_only") and start_kind == "policy":
+    elif starts_only and start_kind == "policy":
         _compile_policy_start(s, deadline)
     if probe.episode.n and (resume is not None or budget > s.ev.compiles):  # else: a probe only
         _run(s)
     res = result_of(s, default_size, time.monotonic() - t0)
     # (the flags are part of how the module is compiled, not of which module it is: a T keeps the corpus's key)
     res.update(module_key=original.key, base_flags=flags, thresholds=thresholds, policy_start=policy_start,
-               start=start_kind, seconds=round(earlier_seconds + time.monotonic() - t0, 3))
-    # (the compiles spent before the first flip: the probe's and the starts'; what tune's shares don't
-    # count as the search's)
+               start=start_kind, seconds=round(float(old.get("seconds") or 0.0) + time.monotonic() - t0, 3))
+    # (the compiles before the first flip, the probe's and the starts': tune's shares don't count them)
+    start_compiles = old.get("start_compiles")
     res["start_compiles"] = res["compiles"] if not res.get("tried") else \
         start_compiles if start_compiles is not None else spent if spent is not None else probe.compiles
     if flags and res["status"] == "ok" and (s.base is None or s.provisional) and probe.plain is not None \
             and probe.plain.text < default_size:
-        # the best is the threshold's own object, never compiled as a replay: a build gets the threshold
-        # alone, which compiles that very object (no replay file)
+        # the best is the threshold's own object: a build gets the threshold alone (no replay file)
         res.update(best_size=int(probe.plain.text), inline=None, scope=None)
     return res
 
 
 def _run(s: BatchedSearch) -> None:
-    """The search's passes; a compiler failure on the way ends it with what
-    it measured (the best set compiled, else the last size known for sure)."""
+    """The search's passes; a compiler failure ends it with what it measured (the best set
+    compiled, else the last size known for sure)."""
     try:
         s.run()
     except MlgoHostError as e:
@@ -335,17 +295,9 @@ def _run(s: BatchedSearch) -> None:
             s.base = s.state.start
 
 
-def oz_size_of(probe: Probe) -> int:
-    """-Oz's object from a probe: its plain compile's (the module's own
-    command), or, for a module without decisions, its channel compile's
-    (nothing was decided: the compiler's own object)."""
-    return int(probe.plain.text) if probe.plain is not None else int(probe.text)
-
-
 def _compile_policy_start(s: BatchedSearch, deadline: float | None) -> None:
-    """Compile the start policy's decisions by replay, in the task that
-    chose them: a build applies replay lines, so only that compile makes the
-    start a result (a run whose time ends before any flip keeps it)."""
+    """Compile the start policy's decisions by replay, in the task that chose them: a build
+    applies replay lines, so only that compile makes the start a result."""
     if deadline is not None and time.time() >= deadline:
         return
     try:
@@ -355,10 +307,8 @@ def _compile_policy_start(s: BatchedSearch, deadline: float | None) -> None:
 
 
 def _starts_due(resume: dict | None, cfg: dict, budget: int, deadline: float | None) -> bool:
-    """Measure the threshold starts (:mod:`.starts`) now?  Once per module,
-    after its probe and before any flip (:func:`starts_pending`), when its
-    compiles cover the thresholds and a second probe (its channel compile:
-    its plain one is the threshold's)."""
+    """Measure the starts (:mod:`.starts`) now?  Once per module, after its probe and before
+    any flip (:func:`starts_pending`), when its compiles cover them (:func:`starts_cost`)."""
     cost = starts_cost(cfg.get("thresholds") or (), cfg.get("start_policy") is not None)
     return bool(cost) and resume is not None and starts_pending(resume) and budget - resume["compiles"] >= cost \
         and (deadline is None or time.time() < deadline)
@@ -366,13 +316,10 @@ def _starts_due(resume: dict | None, cfg: dict, budget: int, deadline: float | N
 
 def _best_start(module: Module, policy, resume: dict, default_size: int, cfg: dict, deadline: float | None
                 ) -> tuple[dict[int, int | None], int | None, tuple[Module, list[str], Probe, str] | None, int]:
-    """Measure the module's other starts (each threshold of
-    ``cfg["thresholds"]``: a plain compile; ``cfg["start_policy"]``'s
-    decisions: a channel compile) and pick the smallest.  Returns the
-    threshold sizes, the start policy's size (None: none, or its probe
-    failed), the start to search from if one beats -Oz (module with its
-    flags, flags, probe, name: "policy" or "threshold T") and the compiles
-    spent."""
+    """Measure the module's other starts (``cfg["thresholds"]``, ``cfg["start_policy"]``) and
+    pick the smallest.  Returns the threshold sizes, the start policy's size (None: none, or
+    its probe failed), the start to search from if one beats -Oz (module with its flags,
+    flags, probe, name: "policy" or "threshold T") and the compiles spent."""
     plains: dict = {}
     sizes = measure_thresholds(module, cfg["thresholds"], clang=cfg["clang"], timeout=cfg.get("module_timeout", 300.0),
                                deadline=deadline, plains=plains) if cfg.get("thresholds") else {}
@@ -404,8 +351,7 @@ def _best_start(module: Module, policy, resume: dict, default_size: int, cfg: di
 
 
 def _probe_within(module: Module, policy, cfg: dict, deadline: float | None, plain=None, like=None) -> Probe:
-    """:func:`probe_module` with the module's timeout cut at the user's
-    ``deadline`` (an error, no compile, once it has passed)."""
+    """:func:`probe_module` with the timeout cut at the user's ``deadline`` (an error once it passed)."""
     timeout = within_deadline(cfg.get("module_timeout", 300.0), deadline)
     if timeout <= 0:
         raise MlgoHostError("the deadline passed before the probe")
@@ -415,9 +361,8 @@ def _probe_within(module: Module, policy, cfg: dict, deadline: float | None, pla
 
 def search_of(module: Module, probe: Probe, cfg: dict, *, budget: int, spent: int | None = None,
               **kw) -> BatchedSearch:
-    """A search of ``module`` from ``probe``: its replay evaluator (every
-    function with a decision in scope) with the compiles already ``spent``
-    counted (default: the probe's own)."""
+    """A search of ``module`` from ``probe``, the compiles already ``spent`` counted (default:
+    the probe's own)."""
     ev = ReplayEvaluator(module, {d.site.caller for d in probe.decisions}, clang=cfg["clang"],
                          timeout=cfg.get("module_timeout", 300.0))
     ev.compiles = probe.compiles if spent is None else spent

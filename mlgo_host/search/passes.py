@@ -1,8 +1,7 @@
-"""The pass scheduler: how a search's compiles (or its time) are shared
-among the modules, for ``tune`` and for each round of search-then-imitate
-(docs/search.md, "How tune shares compiles across files").  Results go to a
-store as they arrive: a :class:`~mlgo_host.search.tunedir.TuneStore`, or
-:class:`RoundResults` in memory.
+"""How a search's compiles (or its time) are shared among the modules, for
+``tune`` and each round of search-then-imitate (docs/search.md, "How tune
+shares compiles across files").  Results go to a store as they arrive: a
+:class:`~mlgo_host.search.tunedir.TuneStore`, or :class:`RoundResults`.
 """
 
 from __future__ import annotations
@@ -22,9 +21,7 @@ MAX_PASSES = 6
 
 
 class RoundResults:
-    """A store of search results in memory (the store :class:`Passes`
-    writes to when nothing is kept on disk): each module's latest result,
-    or ``skipped`` for one the deadline left unstarted."""
+    """Search results in memory: each module's latest, or ``skipped`` for one the deadline left unstarted."""
 
     def __init__(self):
         self.results: dict[str, dict] = {}
@@ -34,19 +31,11 @@ class RoundResults:
             return  # (a pass the deadline cut: the module keeps what it found)
         self.results[res["name"]] = res
 
-    def compiles(self, mods: Sequence[Module]) -> int:
-        return sum(self.results[m.name]["compiles"] for m in mods if m.name in self.results)
-
-    def all_results(self) -> list[dict]:
-        return [r for r in self.results.values() if r["status"] == "ok"]
-
 
 class Passes:
-    """The search of the modules: a probe of every module not searched yet,
-    its other starts, then passes, each module going on from its best, each
-    pass sharing what is left (:func:`shares`).  ``earlier``: results of
-    earlier searches whose flips the prior's model also learns from;
-    ``label`` begins every progress line."""
+    """A probe of every module not searched yet, its other starts, then passes, each sharing
+    what is left (:func:`shares`).  ``earlier``: results whose flips the flip model also
+    learns from; ``label`` begins every progress line."""
 
     #: the probe's compiles: the channel compile and the always-inline remarks
     PROBE = 2
@@ -73,11 +62,15 @@ class Passes:
         """Compiles still to spend (time mode: as many as the time allows)."""
         if self.per_module is None:
             return 10**9 if time.time() < self.deadline else 0
-        return int(self.per_module * len(self.mods)) - self.store.compiles(self.mods)
+        return int(self.per_module * len(self.mods)) - self.compiles()
+
+    def compiles(self) -> int:
+        """The compiles the store's results of the modules took."""
+        return sum(self.store.results[m.name]["compiles"] for m in self.mods if m.name in self.store.results)
 
     def _model(self) -> dict | None:
         """The flip-gain model fitted on every flip measured so far (with features)."""
-        m = fit_flip_model(self.earlier + self.store.all_results())
+        m = fit_flip_model(self.earlier + [r for r in self.store.results.values() if r["status"] == "ok"])
         return m.to_json() if m is not None else None
 
     def _run(self, tasks: list[tuple], desc: str) -> None:
@@ -91,18 +84,15 @@ class Passes:
         self.t0 = time.time()
         new = [m for m in self.mods if m.name not in self.store.results]
         if new and self.per_module is None:
-            # a deadline: each module's starts in its probe's task (no stage waits for the slowest module).
-            # First the modules that try the start policy (on validation nothing else finds as much per
-            # compile), the smallest first: a very big module (one compile can take minutes) does not hold
-            # back the others
+            # a deadline: each module's starts in its probe's task (no stage waits for the slowest module);
+            # first those trying the start policy (it finds the most per compile), the smallest first
             order = sorted(new, key=lambda m: (self.starts_of.of(m.language)[1] is None, m.size))
             self._timed("probe and starts", lambda: self._run(
                 [SearchTask(m.to_task(), self.PROBE + self.starts_of.cost(m.language), deadline=self.deadline,
                             prior=self.prior, starts_only=True) for m in order], f"{self.label}: probe and starts"))
         elif new and self.left() > 0:
-            # compiles and a deadline (a round of search-then-imitate): each probe goes on with its part of the
-            # compiles in its own task (by module size: nothing else is known before the probe), so a deadline
-            # that ends the round early finds flips measured, not only probes
+            # compiles and a deadline (a round of search-then-imitate): each probe goes on with its part of
+            # the compiles (by module size), so a deadline that ends the round early finds flips measured
             budgets = self._first_budgets(new) if self.deadline is not None else [self.PROBE] * len(new)
             model = self._model() if self.deadline is not None else None
             self._timed("probe", lambda: self._run(
@@ -121,10 +111,9 @@ class Passes:
                 total = int(np.ceil(self.FIRST_SHARE * left)) if first else left
                 budget = shares(open_, total, paid=not first)
             model = self._model()
-            before = self.store.compiles(self.mods)
-            # the longest shares first: the pass's last task then ends close to the others (its
-            # workers wait for it before the next pass shares again); under a deadline the modules not
-            # searched yet before them (short tasks: the deadline never finds them still queued)
+            before = self.compiles()
+            # the longest shares first, so the pass's last task ends close to the others; under a
+            # deadline the modules not searched yet before them (short tasks)
             tasks = sorted((SearchTask(self.by_name[r["name"]].to_task(), r["compiles"] + int(b), model, self.deadline,
                                        r, self.prior) for r, b in zip(open_, budget) if b > 0),
                            key=lambda t: (not t.resume["tried"] if timed else 0, (t.budget - t.resume["compiles"])
@@ -132,30 +121,24 @@ class Passes:
                            reverse=True)
             self._timed("passes", lambda: self._run(tasks, f"{self.label}: pass {k} ({self._past_start()}/{len(self.mods)} "
                                                            f"files searched past their start)"))
-            if self.store.compiles(self.mods) == before:
+            if self.compiles() == before:
                 return
 
-    #: the fewest compiles a module's first task gets under compiles and a deadline: its probe, a
-    #: reference, one batch and the final compile
+    #: the fewest compiles of a module's first task: its probe, a reference, one batch and the final compile
     FIRST_TASK = PROBE + 3
 
     def _first_budgets(self, new: list[Module]) -> list[int]:
-        """The compiles left shared among the ``new`` modules in proportion
-        to the square root of their bitcode size, at least
-        :data:`FIRST_TASK` each."""
+        """The compiles left shared by the square root of bitcode size, at least :data:`FIRST_TASK` each."""
         w = np.sqrt(np.maximum([float(m.size) for m in new], 1.0))
         return [max(self.FIRST_TASK, int(x)) for x in self.left() * w / w.sum()]
 
-    #: a deadline's passes: each gets this share of the compiles the time left allows, so that later
-    #: passes share again by the bytes each module paid per compile; the last one gets all of it
+    #: a deadline's pass shares this part of the time left (later passes share again by the bytes paid) ...
     PASS_SHARE = 0.5
-    #: ... once the time left is under this share of the run's whole time
+    #: ... or all of it once the time left is under this share of the run's whole time
     LAST_PASS = 0.2
 
     def _seconds_for_pass(self) -> float:
-        """With a deadline: the worker-seconds this pass shares: the
-        workers' time left, a share of it (:data:`PASS_SHARE`), or all of it
-        near the deadline."""
+        """The worker-seconds a deadline's pass shares (:data:`PASS_SHARE`, :data:`LAST_PASS`)."""
         now = time.time()
         whole = max(1e-3, self.deadline - self.t0)
         share = 1.0 if (self.deadline - now) < self.LAST_PASS * whole else self.PASS_SHARE
@@ -166,22 +149,18 @@ class Passes:
         return sum(1 for n, r in self.store.results.items() if n in self.by_name and r.get("tried"))
 
     def _timed(self, stage: str, step) -> None:
-        """Run ``step``, adding its wall time and compiles to the run's
-        account of where the time went (:attr:`spent`)."""
-        t, c = time.time(), self.store.compiles(self.mods)
+        """Run ``step``, adding its wall time and compiles to :attr:`spent`."""
+        t, c = time.time(), self.compiles()
         step()
-        if self.store.compiles(self.mods) == c:
+        if self.compiles() == c:
             return  # (a stage with nothing to do)
         got = self.spent.setdefault(stage, {"seconds": 0.0, "compiles": 0})
         got["seconds"] = round(got["seconds"] + time.time() - t, 1)
-        got["compiles"] += self.store.compiles(self.mods) - c
+        got["compiles"] += self.compiles() - c
 
     def starts(self) -> None:
-        """The other starts (:mod:`.starts`: inline thresholds, the start
-        policy's decisions) of every probed module with decisions and
-        nothing searched yet, before the passes share the compiles: a few
-        compiles each, and no flip finds what they find.  The most decisions
-        first, while the compiles left cover them."""
+        """The other starts (:mod:`.starts`) of every probed module with decisions and nothing
+        searched yet, before the passes: the most decisions first, while the compiles cover them."""
         cost = {n: self.starts_of.cost(m.language) for n, m in self.by_name.items()}
         due = sorted((r for r in self._open() if starts_pending(r) and cost[r["name"]]),
                      key=lambda r: -r.get("decisions", 0))
@@ -195,23 +174,20 @@ class Passes:
 
 
 def _flips_left(r: dict) -> int:
-    """The flips a module may still measure: its decisions not tried yet,
-    or the flips its search queued and did not measure (a second pass's
-    retries, the sites winners exposed), whichever is more."""
+    """The flips a module may still measure: its decisions not tried yet, or the flips its
+    search queued and did not measure, whichever is more."""
     return max(1, r.get("decisions", 1) - len(r["tried"]), len(r.get("pending") or ()))
 
 
 def known_start(r: dict):
-    """A stored batched result's compiled reference, or the probe's plain
-    compile standing in for it (:meth:`~mlgo_host.search.driver.BatchedSearch.begin`);
+    """A stored result's compiled reference, or the probe's plain compile standing in for it;
     None when the next search must compile its start."""
     return r.get("reference") or getattr(r.get("probe"), "plain", None)
 
 
 def _paid(r: dict) -> int:
-    """The bytes a module's flips found: its best below its start's object
-    (the start's own gain, a threshold's or the start policy's, is no
-    flip's: it says nothing of what the next compiles will find)."""
+    """The bytes a module's flips found: its best below its start's object (the start's own
+    gain is no flip's: it says nothing of what the next compiles will find)."""
     start = min(r["default_size"], r.get("replay_start_size") or r.get("start_size") or r["default_size"])
     return max(0, start - r["best_size"])
 
@@ -221,29 +197,16 @@ def _search_compiles(r: dict) -> int:
     return max(1, r["compiles"] - (r.get("start_compiles") or 0))
 
 
-#: the chance every flip not measured yet is given on top of the prior's: when the promising flips
-#: are all measured, what is left still goes to the modules with flips left (by their number)
+#: the chance every flip not measured yet gets on top of the prior's (modules with flips left still get some)
 FLOOR_P = 0.001
 #: bytes a module is credited before it paid (so one that has not yet still gets a share)
 PAID_PRIOR_BYTES = 8.0
 
 
 def shares(rows: list[dict], total: float, paid: bool, timed: bool = False) -> list[int]:
-    """``total`` compiles (``timed``: worker-seconds) shared among the
-    modules ``rows``; returns each module's compiles.  The weight of a
-    module: the flips the prior expects to pay among those it has not
-    measured (its ``promise``, plus :data:`FLOOR_P` per flip left), or
-    without a prior its flips left; with ``paid``, times the bytes its flips
-    found per compile of theirs (``timed``: per second) so far (plus
-    :data:`PAID_PRIOR_BYTES`; :func:`_paid`): where compiles found bytes, the
-    next ones are likelier to.  Under ``timed`` a module's compiles are its seconds over
-    its own seconds per compile (:func:`seconds_per_compile`): a module
-    whose compile takes a minute gets a share of the time, not of the
-    compiles.  The heaviest modules are served first (``timed``: after the
-    ones not searched yet, heaviest first too), each at least the
-    compiles one batch needs (its reference first when it has none), so a
-    small ``total`` goes where it pays instead of a compile to everyone; none
-    gets more than two compiles per flip left."""
+    """``total`` compiles (``timed``: worker-seconds, each module's at its :func:`seconds_per_compile`)
+    shared among ``rows`` by weight, heaviest first; returns each module's compiles.  The weights
+    and the order: docs/search.md, "How tune shares compiles across files"."""
     w = np.array([r["promise"] + FLOOR_P * _flips_left(r) if r.get("promise") is not None else _flips_left(r)
                   for r in rows], dtype=np.float64)
     cost = np.array([seconds_per_compile(r) if timed else 1.0 for r in rows])
@@ -251,8 +214,7 @@ def shares(rows: list[dict], total: float, paid: bool, timed: bool = False) -> l
         w *= np.array([(_paid(r) + PAID_PRIOR_BYTES) / _search_compiles(r) for r in rows]) / cost
     out = [0] * len(rows)
     rest, w_rest = float(total), float(w.sum())
-    # (under a deadline the modules no flip was measured in yet come first: none is left at its start
-    # while another is searched to exhaustion)
+    # (under a deadline the modules no flip was measured in yet come first)
     order = np.lexsort((-w, [bool(r["tried"]) for r in rows])) if timed else np.argsort(-w, kind="stable")
     for i in order:
         r, c = rows[i], cost[i]
@@ -272,12 +234,9 @@ def shares(rows: list[dict], total: float, paid: bool, timed: bool = False) -> l
 
 
 def first_batches_then_shares(rows: list[dict], seconds: float, paid: bool) -> list[int]:
-    """A deadline's pass: each module no flip was measured in yet gets its
-    first batch (:func:`batch_compiles`) and nothing more, the others share
-    what those leave of ``seconds`` (:func:`shares`).  A share by promise
-    alone would give a module whose search compiles cost far more than its
-    probe's (copies of its functions) most of the time before the others
-    had a batch."""
+    """A deadline's pass: each module no flip was measured in yet gets its first batch
+    (:func:`batch_compiles`) and nothing more, the others share what those leave of
+    ``seconds`` (part by size, :data:`SPREAD`; the rest by :func:`shares`)."""
     out = [0 if r["tried"] else batch_compiles(r) for r in rows]
     rest = seconds - sum(n * seconds_per_compile(r) for r, n in zip(rows, out))
     searched = [r for r in rows if r["tried"]]
@@ -289,15 +248,13 @@ def first_batches_then_shares(rows: list[dict], seconds: float, paid: bool) -> l
     return out
 
 
-#: of what a deadline's pass shares among the searched modules, the part spread by their size at -Oz
-#: (chosen on validation projects, docs/results.md): C files, whose flips find fewer bytes a second than
-#: C++ ones, would otherwise get little more than their first batch
+#: of what a deadline's pass shares among the searched modules, the part spread by their size at -Oz:
+#: C files, whose flips find fewer bytes a second than C++ ones, would otherwise get little more than a batch
 SPREAD = 0.3
 
 
 def by_size(rows: list[dict], seconds: float) -> list[int]:
-    """``seconds`` shared among ``rows`` in proportion to their .text at
-    -Oz, in compiles of each (none below one batch's)."""
+    """``seconds`` shared by .text at -Oz, in compiles of each (none below one batch's)."""
     size = np.array([max(1.0, float(r["default_size"])) for r in rows])
     n = [int(s / seconds_per_compile(r)) for r, s in zip(rows, seconds * size / size.sum())]
     return [min(k, _most(r)) if k >= batch_compiles(r) else 0 for r, k in zip(rows, n)]
@@ -309,13 +266,11 @@ def _most(r: dict) -> int:
 
 
 def batch_compiles(r: dict) -> int:
-    """The compiles of one batch of a module's search: the batch and the
-    final compile, its start's when it has no compiled start, and the
-    halves' when its last batch could not be read (``batch_cap``)."""
+    """The compiles of one batch: the batch and the final compile, the start's when it has no
+    compiled one, and the halves' when its last batch could not be read (``batch_cap``)."""
     return (2 if known_start(r) is not None else 3) + (2 if r.get("batch_cap") else 0)
 
 
 def seconds_per_compile(r: dict) -> float:
-    """A stored result's wall seconds per compile so far (its tasks' time
-    over its compiles; a result without it counts one second)."""
+    """A stored result's wall seconds per compile so far (one without ``seconds``: one second)."""
     return max(0.05, float(r.get("seconds") or r["compiles"]) / max(1, r["compiles"]))

@@ -1,14 +1,13 @@
 """The probe: a module compiled once over the channel, which gives each
 decision's features and names its call site (:mod:`.sites`).  The channel
-decides by index, so a flip shifts every later decision: the search probes
-once, then compiles its decision sets by the compiler's replay (:mod:`.replay`).
+decides by index, so the search probes once, then compiles its decision sets
+by the compiler's replay (:mod:`.replay`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
 import time
 
 from mlgo_host.corpus.corpus import Module
@@ -18,7 +17,7 @@ from mlgo_host.fsutil import scratch_dir
 from mlgo_host.measure.compile import compile_module
 from mlgo_host.measure.objsizes import object_sizes
 from mlgo_host.measure.sizes import llvm_tool
-from mlgo_host.search.replay import Measured
+from mlgo_host.search.replay import Measured, run_compile
 from mlgo_host.policies.heuristic import DefaultPolicy
 from mlgo_host.search.sites import (AmbiguousSites, DebugInfo, Decision, Site, always_inline_sites, debug_info,
                                    identify, inlined_keys, mandatory_sites, read_remarks)
@@ -32,8 +31,7 @@ class Probe:
     decisions: list[Decision]
     text: int
     wall_s: float
-    #: compiles it took: the channel's, and the plain one naming always-inline sites (none without decisions,
-    #: and none where the channel compile tells all it would: :func:`probe_module`)
+    #: compiles it took: the channel's, and the plain one naming always-inline sites (:func:`probe_module`)
     compiles: int = 2
     #: the plain compile (the compiler's own decisions): its sizes and the keys it inlined
     plain: Measured | None = None
@@ -50,13 +48,8 @@ def compile_with_remarks(module: Module, clang: str, timeout: float) -> tuple[st
     with scratch_dir("mlgo-plain-") as tmp:
         out = os.path.join(tmp, "module.o")
         cmd = module.compile_command(clang, out) + ["-Rpass=inline"]
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise CompilerError(f"module {module.name!r}: the plain compile did not finish within {timeout:g} s") from None
-        if r.returncode != 0:
-            raise CompilerError(f"module {module.name!r}: the plain compile failed", r.returncode, r.stderr[-2000:])
-        return r.stderr, Measured(object_sizes(out), inlined_keys(r.stderr), time.monotonic() - t0)
+        remarks = run_compile(cmd, module, "plain", out, timeout)
+        return remarks, Measured(object_sizes(out), inlined_keys(remarks), time.monotonic() - t0)
 
 
 def record_flags(path: str) -> list[str]:
@@ -71,11 +64,8 @@ def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str
     (:func:`compile_with_remarks`) or ``like`` (an earlier probe) saves the plain compile, and so
     does a probe with the compiler's own decisions."""
     t0 = time.monotonic()
-    # With the compiler's own decisions the channel's object is plain -Oz's byte for byte, and the keys
-    # the plain compile would report are the decisions' and the always_inline sites' (the record names
-    # those).  Where a remark fits copies of one body, only the plain compile's keys tell them apart:
-    # it is made.  (In C++ the compiler may also inline an always_inline call another inlining exposed,
-    # without a remark: the first batch then finds the reference's keys wrong and compiles the start.)
+    # with the compiler's own decisions the channel's object is plain -Oz's and the record names every
+    # key the plain compile would report; it is made only where a remark fits copies of one body
     one_compile = plain is None and like is None and isinstance(policy.for_language(module.language), DefaultPolicy)
     with scratch_dir("mlgo-probe-") as tmp:
         rec = os.path.join(tmp, "record.yaml")

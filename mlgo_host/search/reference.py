@@ -1,7 +1,6 @@
-"""The reference every flip is measured against (:attr:`SearchState.base`).  Winners
-are applied together and the next reference is *derived*, not compiled: their
-functions as their compile gave them, unverified until a later batch finds every
-function outside its footprints unchanged.
+"""The reference every flip is measured against (:attr:`SearchState.base`).  The
+next reference is *derived* from the winners' compiles, not compiled, and stays
+unverified until a later batch finds every function outside its footprints unchanged.
 """
 
 from __future__ import annotations
@@ -46,8 +45,7 @@ class Reference:
         st.start_text = st.base.text
         st.provisional = False
         self.copies.forget()
-        missing = set(st.inline) - st.base.inlined
-        st.broken |= missing
+        st.broken |= set(st.inline) - st.base.inlined
         return st.base
 
     def check_start(self, read: bool, why: str) -> bool:
@@ -55,11 +53,10 @@ class Reference:
         may be the replay's, not a flip's, so compile that (True: measure again)."""
         if not self.state.provisional or why == "footprints overlap":  # (no function was compared)
             return False
-        if read:
-            self.state.provisional = False
-            return False
-        self.compile_start()
-        return True
+        if not read:
+            self.compile_start()
+        self.state.provisional = False
+        return not read
 
     def accept(self, won: list[Outcome]) -> list[Candidate]:
         """Apply a batch's winners and derive the next reference; returns the winners kept."""
@@ -90,20 +87,17 @@ class Reference:
                 for k in [k for k, x in st.inline.items() if x.caller in c.release]:
                     del st.inline[k]
                 for k in answer:
-                    x = st.sites.setdefault(k, site_of_key(k))
-                    st.inline[k] = x
+                    st.inline[k] = st.sites.setdefault(k, site_of_key(k))
                 inlined = {k for k in inlined if outermost(k) not in c.release} | answer
             for s in c.sites:
-                under = {k for k, x in st.inline.items() if x.is_under(s)} if not c.inline else set()
                 if c.inline:
                     st.inline[s.key] = s
-                    inlined.add(s.key)
-                    inlined |= {k for k in o.measured.inlined if is_under_any(k, [s])}
+                    inlined |= {s.key} | {k for k in o.measured.inlined if is_under_any(k, [s])}
                 else:
-                    st.inline.pop(s.key, None)
-                    for k in under:
-                        del st.inline[k]
-                    inlined -= {s.key} | under | {k for k in inlined if is_under_any(k, [s])}
+                    gone = {s.key} | {k for k, x in st.inline.items() if x.is_under(s)}
+                    for k in gone:
+                        st.inline.pop(k, None)
+                    inlined -= gone | {k for k in inlined if is_under_any(k, [s])}
             st.unverified |= c.footprint | o.extra
         self.copies.forget()
         self.derived_by += [o.candidate for o in won]

@@ -1,7 +1,5 @@
 """A whole inlining decision set of a module in one compile, by the compiler's
-inline replay (scope ``Function``, fallback ``NeverInline``): every function with
-a decision is named, so a site left out is not inlined, and ``-Rpass=inline``
-tells which keys the compiler matched.
+inline replay (docs/search.md, "Decision sets compiled by replay").
 """
 
 from __future__ import annotations
@@ -32,6 +30,19 @@ def replay_text(inline: Iterable[Site], scope: Iterable[str]) -> str:
     return "".join(ln + "\n" for ln in lines)
 
 
+def run_compile(cmd: list[str], module: Module, what: str, out: str, timeout: float) -> str:
+    """Run ``module``'s ``what`` compile ``cmd`` into ``out``; returns its remarks (stderr)."""
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise CompilerError(f"module {module.name!r}: the {what} compile did not finish within "
+                            f"{timeout:g} s") from None
+    if r.returncode != 0 or not os.path.exists(out):
+        raise CompilerError(f"module {module.name!r}: the {what} compile failed", r.returncode,
+                            r.stderr[-2000:])
+    return r.stderr
+
+
 def replay_flags(path: str, fallback: str = "NeverInline") -> list[str]:
     """Flags applying replay file ``path``: sites not listed in the functions it names get ``fallback``."""
     return ["-mllvm", f"-cgscc-inline-replay={path}", "-mllvm", "-cgscc-inline-replay-scope=Function",
@@ -51,9 +62,8 @@ class Measured:
         return self.sizes.text
 
     def keyed_by(self, names: Iterable[str]) -> "Measured":
-        """This compile with its functions keyed by ``names`` where an alias is one
-        (:meth:`~mlgo_host.measure.objsizes.ObjectSizes.keyed_by`): the search names functions as the IR
-        does, by the sites' callers."""
+        """This compile with its functions keyed by ``names`` where an alias is one: the search names
+        functions as the IR does (:meth:`~mlgo_host.measure.objsizes.ObjectSizes.keyed_by`)."""
         sizes = self.sizes.keyed_by(names)
         return self if sizes is self.sizes else dataclasses.replace(self, sizes=sizes)
 
@@ -84,18 +94,11 @@ class ReplayEvaluator:
         cmd = module.compile_command(self.clang, out) + replay_flags(rf) + ["-Rpass=inline"]
         self.compiles += 1
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            raise CompilerError(f"module {self.module.name!r}: the replay compile did not finish within "
-                                f"{self.timeout:g} s") from None
+            return run_compile(cmd, self.module, "replay", out, self.timeout)
         finally:
             os.unlink(rf)
             if ir is not None:
                 os.unlink(module.bc_path)
-        if r.returncode != 0 or not os.path.exists(out):
-            raise CompilerError(f"module {self.module.name!r}: the replay compile failed", r.returncode,
-                                r.stderr[-2000:])
-        return r.stderr
 
     def measure(self, inline: Iterable[Site], ir: str | None = None, scope: Iterable[str] = (),
                 release: Iterable[str] = ()) -> Measured:

@@ -1,10 +1,7 @@
 """Call-site identity: which call site each inlining decision of a compile is.
-
-A :class:`Site` is keyed as the compiler's inline replay names it: the callee, then
-the call's location relative to the first line of the function it is written in,
-then the sites its code was inlined through, innermost first
-(``sq at big:3:71 @ f1:0:24``).  Keys survive edits that shift a file's lines.  The
-optimization record lacks the inline chain: :func:`identify` rebuilds it.
+A :class:`Site` is keyed as the compiler's inline replay names it
+(``sq at big:3:71 @ f1:0:24``, docs/search.md); the optimization record lacks
+the inline chain: :func:`identify` rebuilds it.
 """
 
 from __future__ import annotations
@@ -153,19 +150,12 @@ def read_remarks(text: str) -> list[Remark]:
         loc = None
         callee = None
         for ln in _joined(doc.splitlines()):
-            m = _TOP.match(ln)
-            if m:
+            if m := _TOP.match(ln):
                 fields.setdefault(m.group(1), _unquote(m.group(2)))
-                continue
-            if loc is None:
-                m = _LOC.match(ln)
-                if m:
-                    loc = (int(m.group(2)), int(m.group(3)), _unquote(m.group(1)))
-                    continue
-            if callee is None:
-                m = _CALLEE.match(ln)
-                if m:
-                    callee = _unquote(m.group(1))
+            elif loc is None and (m := _LOC.match(ln)):
+                loc = (int(m.group(2)), int(m.group(3)), _unquote(m.group(1)))
+            elif callee is None and (m := _CALLEE.match(ln)):
+                callee = _unquote(m.group(1))
         name = fields.get("Name", "")
         if name not in INLINED + NOT_INLINED or callee is None:
             continue
@@ -232,16 +222,24 @@ class DebugInfo:
         return info.name if info is not None else ir_name
 
 
-def debug_info(bitcode: str | os.PathLike, llvm_dis: str = "llvm-dis-19", timeout: float = 300.0) -> DebugInfo:
+def disassembled(bitcode: str | os.PathLike, llvm_dis: str, timeout: float) -> str:
+    """The module's textual IR, by ``llvm_dis``."""
     try:
         r = subprocess.run([llvm_dis, str(bitcode), "-o", "-"], capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
         raise CompilerError(f"{llvm_dis} not found (it comes with the compiler's llvm package)") from None
     except subprocess.TimeoutExpired:
         raise CompilerError(f"{llvm_dis} did not finish on {bitcode} within {timeout:g} s") from None
+    except OSError as e:
+        raise CompilerError(f"{llvm_dis} on {bitcode} failed: {e}") from None
     if r.returncode != 0:
-        raise CompilerError(f"{llvm_dis} failed on {bitcode}", r.returncode, r.stderr)
-    return read_debug_info(r.stdout.splitlines())
+        raise CompilerError(f"{llvm_dis} failed on {bitcode}", r.returncode, r.stderr[-2000:])
+    return r.stdout
+
+
+def debug_info(bitcode: str | os.PathLike, llvm_dis: str = "llvm-dis-19", timeout: float = 300.0
+               ) -> DebugInfo:
+    return read_debug_info(disassembled(bitcode, llvm_dis, timeout).splitlines())
 
 
 _DEFINE = re.compile(r'^define .*?@("(?:[^"\\]|\\.)*"|[-\w.$]+)\(.*!dbg !(\d+)')
@@ -249,7 +247,8 @@ _NODE = re.compile(r'^!(\d+) = distinct !DISubprogram\((.*)\)\s*$')
 _DIFILE = re.compile(r'^!(\d+) = !DIFile\(filename: "((?:[^"\\]|\\.)*)"')
 #: a direct call or invoke (an indirect one has a %value before any @)
 _CALL = re.compile(r'\b(?:call|invoke)\s[^@%]*@("(?:[^"\\]|\\.)*"|[-\w.$]+)\(')
-_FIELD = re.compile(r'\b(name|linkageName): "((?:[^"\\]|\\.)*)"|\b(line): (\d+)|\b(file): !(\d+)')
+#: a subprogram's field: its name, then its text (name, linkageName) or its number (line, file: !N)
+_FIELD = re.compile(r'\b(name|linkageName|line|file): (?:"((?:[^"\\]|\\.)*)"|!?(\d+))')
 
 
 def read_debug_info(ir_lines: Iterable[str]) -> DebugInfo:
@@ -262,31 +261,17 @@ def read_debug_info(ir_lines: Iterable[str]) -> DebugInfo:
         if body is not None and ln.startswith("  "):
             for c in _CALL.finditer(ln):
                 body.add(c.group(1).strip('"'))
-        elif ln.startswith("define "):
-            m = _DEFINE.match(ln)
-            if m:
-                defined[m.group(2)] = m.group(1).strip('"')
-                body = calls.setdefault(m.group(1).strip('"'), set())
+        elif m := _DEFINE.match(ln):
+            defined[m.group(2)] = m.group(1).strip('"')
+            body = calls.setdefault(m.group(1).strip('"'), set())
         elif ln.startswith("}"):
             body = None
-        elif ln.startswith("!"):
-            m = _DIFILE.match(ln)
-            if m:
-                files[m.group(1)] = m.group(2)
-                continue
-            if "DISPFlagDefinition" not in ln:
-                continue
-            m = _NODE.match(ln)
-            if not m:
-                continue
+        elif m := _DIFILE.match(ln):
+            files[m.group(1)] = m.group(2)
+        elif "DISPFlagDefinition" in ln and (m := _NODE.match(ln)):
             got: dict[str, str] = {}
-            for f in _FIELD.finditer(m.group(2)):
-                if f.group(1):
-                    got.setdefault(f.group(1), f.group(2))
-                elif f.group(3):
-                    got.setdefault("line", f.group(4))
-                elif f.group(5):
-                    got.setdefault("file", f.group(6))
+            for field, text, number in _FIELD.findall(m.group(2)):
+                got.setdefault(field, text or number)
             name = got.get("linkageName") or got.get("name")
             if name:  # (llvm-dis leaves out a line of 0: a C++ global initializer's, which the compiler counts from 0)
                 nodes[m.group(1)] = (name, int(got.get("line", 0)), got.get("file", ""))
@@ -326,15 +311,12 @@ class AmbiguousSites(CompilerError):
 
 def identify(remarks: Sequence[Remark], debug: DebugInfo, mandatory: Sequence[Site] = (),
              known: set[str] = frozenset(), exact: bool = False) -> list[Decision]:
-    """Every decision's :class:`Site`, by replaying the inline tree in decision
-    order: inlining ``G`` at ``s`` copies ``G``'s live sites into the caller
-    with ``s`` appended to their chain, and a decision is matched to a live
-    site by callee and innermost location.  ``mandatory``: the
-    ``always_inline`` sites, inlined before the first decision.  ``known``:
-    keys a compile with the same decisions inlined; where a remark cannot
-    tell copies of one body apart (the compiler may visit them in another
-    order than it copied them), the copy agreeing with ``known`` goes first.
-    ``exact``: raise :class:`AmbiguousSites` rather than take the first copy."""
+    """Every decision's :class:`Site`, by replaying the inline tree in decision order
+    (docs/search.md, "The probe and call-site keys").  ``mandatory``: the ``always_inline``
+    sites, inlined before the first decision.  ``known``: keys a compile with the same
+    decisions inlined; where a remark cannot tell copies of one body apart (the compiler may
+    visit them in another order than it copied them), the copy agreeing with ``known`` goes
+    first.  ``exact``: raise :class:`AmbiguousSites` rather than take the first copy."""
     live: dict[str, list[_Live]] = {}
     used: dict[str, set[str]] = {}  # caller -> keys its decisions took
     bodies: dict[str, list[Site]] = {}  # caller -> the sites whose callee's body it took in, in order
@@ -370,28 +352,27 @@ def _written_site(r: Remark, debug: DebugInfo, bodies: dict[str, list[Site]], us
     """The site of a decision no live site explains: a call written in its caller or in a body
     inlined into it, copies of that body taking the next key not ``used`` yet."""
     own = debug.functions.get(r.caller) or FunctionInfo(r.caller, r.line, r.file, r.caller)
+    here = Site(r.callee, r.caller, ((own.name, _offset(r.line, own.line), r.column),))
+    copies: list[Site] = []
     if r.line == 0:  # a call the optimizer made (merged calls): no line tells which body it is in
-        copies = [Site(r.callee, r.caller, ((own.name, _offset(0, own.line), r.column),))]
-        copies += [Site(r.callee, r.caller, ((w.name, _offset(0, w.line), r.column),) + path)
-                   for w, path in _all_bodies(r.caller, debug, bodies)]
-        free = [x for x in copies if x.key not in used] or copies[:1]
-        return free[_agreeing(range(len(free)), lambda k: free[k].key, r.inlined, known, exact)]
-    w = _written_by(r, debug, bodies, own) if r.file else None
-    if w is not None and w.name != own.name:
-        copies = [Site(r.callee, r.caller, ((w.name, _offset(r.line, w.line), r.column),) + path)
-                  for path in _body_paths(r.caller, w.name, debug, bodies)]
-        if copies:
-            free = [x for x in copies if x.key not in used] or copies[:1]
-            return free[_agreeing(range(len(free)), lambda k: free[k].key, r.inlined, known, exact)]
-    return Site(r.callee, r.caller, ((own.name, _offset(r.line, own.line), r.column),))
+        copies = [here] + [Site(r.callee, r.caller, ((w.name, _offset(0, w.line), r.column),) + path)
+                           for w, path in _all_bodies(r.caller, debug, bodies)]
+    else:
+        w = _written_by(r, debug, bodies, own) if r.file else None
+        if w is not None and w.name != own.name:
+            copies = [Site(r.callee, r.caller, ((w.name, _offset(r.line, w.line), r.column),) + path)
+                      for path in _body_paths(r.caller, w.name, debug, bodies)]
+    if not copies:
+        return here
+    free = [x for x in copies if x.key not in used] or copies[:1]
+    return free[_agreeing(range(len(free)), lambda k: free[k].key, r.inlined, known, exact)]
 
 
 def _written_by(r: Remark, debug: DebugInfo, bodies: dict[str, list[Site]], own: FunctionInfo) -> FunctionInfo | None:
-    """The function a call at ``r.file:r.line`` was written in: the last to
-    start at or before that line, unless it does not call ``r.callee`` and a
-    function inlined here starting on the same line does (a header included
-    under several macro names), or the function it is local to does (a
-    lambda's enclosing function's later lines read as the lambda's)."""
+    """The function a call at ``r.file:r.line`` was written in: the last to start at or before
+    that line, unless it does not call ``r.callee`` and a function inlined here starting on the
+    same line does (a header included under several macro names), or the function it is local
+    to does (a lambda's enclosing function's later lines read as the lambda's)."""
     w = debug.written_in(r.file, r.line)
     if w is None:
         return None
@@ -452,16 +433,10 @@ def _body_paths(caller: str, written: str, debug: DebugInfo, bodies: dict[str, l
                 yield inner + b.chain
 
 
-def final_functions(decisions: Sequence[Decision], defined: Iterable[str]) -> dict[str, frozenset[str]]:
-    """Function -> the functions of the object its code ends up in: itself if still defined, and
-    (transitively) every function it was inlined into."""
-    return final_functions_of([d.site for d in decisions if d.inlined],
-                              {d.site.caller for d in decisions} | {d.site.callee for d in decisions}, defined)
-
-
 def final_functions_of(inlined: Iterable[Site], names: Iterable[str], defined: Iterable[str]
                        ) -> dict[str, frozenset[str]]:
-    """:func:`final_functions` of the ``inlined`` sites, for the functions ``names``."""
+    """Each function of ``names`` -> the functions of the object its code ends up in under the
+    ``inlined`` sites: itself if still ``defined``, and (transitively) every function it was inlined into."""
     defined = set(defined)
     into: dict[str, set[str]] = {}
     for s in inlined:

@@ -1,13 +1,8 @@
-"""Where a module's search starts: the compiler's own decisions at `-Oz`,
-at another inline threshold, or the shipped policy's, whichever compiles
-smallest (`-Oz` included, so never from a larger object).
-
-`-Oz` weighs every call site against one threshold for the whole module; a
-flip changes one site, a threshold moves the heuristic's decisions
-everywhere at once, which no flip search finds.  A threshold start stays in
-the module's command line: the probe, every replay and the tuned build's
-flags carry it.  The grid and the starts per language were chosen on
-validation (docs/search.md, "Starts").
+"""Where a module's search starts: the compiler's own decisions at `-Oz`, at
+another inline threshold, or the shipped policy's, whichever compiles smallest.
+A threshold moves the heuristic's decisions everywhere at once, which no flip
+search finds; it stays in the module's command line (the probe, every replay
+and the tuned build's flags carry it).  docs/search.md, "Starts".
 """
 
 from __future__ import annotations
@@ -21,19 +16,15 @@ from mlgo_host.errors import CompilerError
 from mlgo_host.search.probe import compile_with_remarks
 from mlgo_host.search.replay import Measured
 
-#: the inline thresholds a search may start from besides -Oz's own (see the module docstring)
+#: the inline thresholds a search may start from besides -Oz's own
 START_THRESHOLDS: tuple[int, ...] = (50, 150, 450)
-#: how much smaller than -Oz's object a threshold's must be to become the start (a share of -Oz's;
-#: on validation no margin paid)
+#: how much smaller than -Oz's object (a share of it) a threshold's must be to become the start
 START_MARGIN = 0.0
-#: the compiles of a second probe, at the threshold a search starts from: its channel compile (the plain
-#: compile a probe also makes is that threshold's own, measured before: :func:`measure_thresholds`)
+#: the compiles of a second probe at the chosen threshold: its channel compile (its plain compile is
+#: the threshold's own, :func:`measure_thresholds`)
 REPROBE = 1
-#: the compiles of the start policy's start: its probe's channel compile (the plain compile is the first
-#: probe's, same command) and the replay of its decisions (what a build applies)
+#: the compiles of the start policy's start: its probe's channel compile and the replay of its decisions
 POLICY_START = 2
-
-
 #: the starts a module's search may take besides -Oz's own, per language: "thresholds" (each of
 #: START_THRESHOLDS) and "policy" (the shipped policy's decisions); bench/tune_starts.py measures them
 STARTS_BY_LANGUAGE: dict[str, tuple[str, ...]] = {"C": (), "C++": ("thresholds", "policy")}
@@ -41,9 +32,8 @@ STARTS_BY_LANGUAGE: dict[str, tuple[str, ...]] = {"C": (), "C++": ("thresholds",
 
 @dataclasses.dataclass(frozen=True)
 class Starts:
-    """The starts a run of ``tune`` may measure: its threshold grid (empty:
-    none), its start policy (a shipped policy's name; None: none) and, per
-    language, which of them a module of that language tries."""
+    """The starts a run of ``tune`` may measure: its threshold grid, its start policy (a shipped
+    policy's name) and, per language, which of them a module of that language tries."""
 
     thresholds: tuple[int, ...] = ()
     policy: str | None = None
@@ -61,15 +51,13 @@ class Starts:
 
 
 def starts_cost(thresholds: Sequence[int], policy: bool) -> int:
-    """The compiles a module's starts take at most: one per threshold and a
-    second probe's channel compile, and the start policy's
-    (:data:`POLICY_START`)."""
+    """The compiles a module's starts take at most (:data:`REPROBE`, :data:`POLICY_START`)."""
     return (len(thresholds) + REPROBE if thresholds else 0) + (POLICY_START if policy else 0)
 
 
 def starts_pending(result: dict) -> bool:
-    """Has a stored ``result``'s module its starts still to measure (probed,
-    with decisions, nothing searched or measured yet)?"""
+    """Has a stored ``result``'s module its starts still to measure (probed, with decisions,
+    nothing searched yet)?"""
     return result.get("thresholds") is None and not result["tried"] and result.get("reference") is None \
         and result.get("decisions", 0) > 0
 
@@ -80,47 +68,41 @@ def threshold_flags(threshold: int) -> list[str]:
 
 
 def with_flags(module: Module, flags: Sequence[str]) -> Module:
-    """``module`` compiled with ``flags`` added to its command (itself when
-    there are none).  Its :attr:`~Module.key` changes with them: callers
-    that store results keep the original module's key."""
+    """``module`` with ``flags`` added to its command.  Its :attr:`~Module.key` changes with them:
+    callers that store results keep the original module's key."""
     return dataclasses.replace(module, cmd=module.cmd + tuple(flags)) if flags else module
 
 
 def within_deadline(timeout: float, deadline: float | None) -> float:
-    """The time one compile may take: ``timeout``, cut at the user's
-    ``deadline`` (a ``time.time()``; <= 0 once it has passed)."""
+    """``timeout`` cut at the user's ``deadline`` (a ``time.time()``; <= 0 once it has passed)."""
     return timeout if deadline is None else min(timeout, deadline - time.time())
 
 
 def measure_thresholds(module: Module, thresholds: Sequence[int], *, clang: str, timeout: float,
                        deadline: float | None = None, plains: dict[int, tuple[str, Measured]] | None = None
                        ) -> dict[int, int | None]:
-    """The object's .text at each threshold, one plain compile each (None:
-    the compile failed or the ``deadline`` cut it).  Each is also the plain
-    compile of a probe at that threshold: kept in ``plains`` (threshold ->
-    remarks and sizes), the winner's probe does not compile it again."""
+    """The object's .text at each threshold, one plain compile each (None: the compile failed
+    or the ``deadline`` cut it).  Each is kept in ``plains`` (threshold -> remarks and sizes):
+    the winner's probe does not compile it again."""
     out: dict[int, int | None] = {}
-    for t in thresholds:
+    for t in map(int, thresholds):
+        out[t] = None
         left = within_deadline(timeout, deadline)
         if left <= 0:
-            out[int(t)] = None
             continue
         try:
             remarks, m = compile_with_remarks(with_flags(module, threshold_flags(t)), clang, left)
         except CompilerError:
-            out[int(t)] = None
             continue
-        out[int(t)] = int(m.text)
+        out[t] = int(m.text)
         if plains is not None:
-            plains[int(t)] = (remarks, m)
+            plains[t] = (remarks, m)
     return out
 
 
 def best_start(sizes: dict[int, int | None], oz_size: int, margin: float = START_MARGIN) -> int | None:
-    """The threshold whose object is the smallest, when it is smaller than
-    -Oz's own (``oz_size``) by more than ``margin`` of it; None when -Oz
-    stays the start.  Ties go to the lower threshold (the fewer inlined
-    copies)."""
+    """The threshold whose object is the smallest, when smaller than ``oz_size`` by more than
+    ``margin`` of it; else None.  Ties go to the lower threshold."""
     known = [(s, t) for t, s in sizes.items() if s is not None]
     if not known:
         return None

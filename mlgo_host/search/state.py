@@ -1,7 +1,6 @@
 """What every part of one module's batched search shares: the flip
 (:class:`Candidate`), its measurement (:class:`Outcome`) and the
-:class:`SearchState` (module, probe, evaluator, budget, the decision set, the
-reference every flip is measured against, and what the search reports).
+:class:`SearchState` (the decision set, its reference, what the search reports).
 """
 
 from __future__ import annotations
@@ -98,16 +97,14 @@ class SearchState:
         self.flips_in_copies = 0
         self.batches = 0
         self.splits: dict[str, int] = {}  # why batches were split: reason -> count
-        #: winners applied, in this search and the ones it resumes; and their number when the last sweep began
-        self.wins = 0
-        self.sweep_mark = 0
+        self.wins = 0  # winners applied, in this search and the ones it resumes
+        self.sweep_mark = 0  # their number when the last sweep began
         self.grouped = False  # the groups and answered flips were formed
         #: flips to undo, measured first: applied together, they came out larger than measured apart
         self.suspects: list[Candidate] = []
         #: (key, inline) of flips whose undoing paid: they read wrong beside others, so are measured alone
         self.interacting: set[tuple[str, bool]] = set()
-        #: flips per batch at most, once the compiles ran out while a batch that could not be read was split:
-        #: the next pass packs the halves it did not reach (None: the scheduler's own maximum)
+        #: flips per batch at most, once the compiles ran out while splitting a batch (docs/search.md)
         self.batch_cap: int | None = None
         self.default_slot: str | None = None  # what the probe's policy read the default from (imitation)
 

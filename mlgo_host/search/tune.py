@@ -1,12 +1,7 @@
 """``mlgo-host tune``: the best inlining decisions found for each module of
-your corpus, kept as the compiler's replay files a build applies
-(``serve --replay T``, ``MLGO_REPLAY=T``, ``tune --print-flags``).
-
-Each module is probed, measured at its other starts (:mod:`.starts`) and
-searched by batches of flips (:mod:`.driver`); :mod:`.passes` shares the
-compiles or the time among the modules.  Every result is written to ``T``
-as it arrives (:mod:`.tunedir`), so a killed run loses only the searches in
-flight and a second run goes on from each module's best.
+your corpus, kept as the compiler's replay files a build applies.  Every result
+is written to ``T`` as it arrives (:mod:`.tunedir`), so a killed run loses only
+the searches in flight and a second run goes on from each module's best.
 """
 
 from __future__ import annotations
@@ -39,17 +34,11 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
          prior: str | None = None, copies: bool = True, thresholds: bool = True,
          start_policy: str | None = None,
          starts_by_language: dict[str, Sequence[str]] | None = None) -> dict[str, Any]:
-    """Tune every module of ``corpus_dir`` (or the named ``modules``) into
-    ``output``; returns the summary (also in ``output/summary.json``).
-    ``prior``: a shipped policy whose P(inline) orders each module's flips
-    (None: the measured patterns); ``copies``: measure the flips of one
-    function in copies of it (:mod:`.copies`);
-    ``thresholds``: a search from the compiler's own decisions (no
-    ``policy``) may start from another inline threshold (:mod:`.starts`);
-    ``start_policy``: ... or from a shipped policy's decisions;
-    ``starts_by_language``: which of those a module of each language tries
-    (default :data:`~mlgo_host.search.starts.STARTS_BY_LANGUAGE`; each start
-    is measured: a module starts from the smallest, -Oz's own included)."""
+    """Tune every module of ``corpus_dir`` (or the named ``modules``) into ``output``; returns
+    the summary (also in ``output/summary.json``).  ``prior``: a shipped policy whose
+    P(inline) orders the flips; ``copies``: measure flips in copies (:mod:`.copies`);
+    ``thresholds``, ``start_policy``: the other starts a search from the compiler's own
+    decisions may take (:mod:`.starts`), per language as ``starts_by_language`` says."""
     t0 = time.monotonic()
     budget = _budget(budget_minutes, compiles_per_module)
     if jobs < 1:
@@ -71,13 +60,14 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
                      **pool_opts)
     try:
         pool.broadcast("set_policy", store.policy_blob())
-        spent0 = store.compiles(mods)
         passes = Passes(pool, store, mods, budget, deadline, progress, prior=prior, starts=starts)
+        spent0 = passes.compiles()
         passes.run()
     finally:
         pool.close()
     minutes = (time.monotonic() - t0) / 60.0
-    return store.report(mods, run_minutes=minutes, run_compiles=store.compiles(mods) - spent0, spent=passes.spent)
+    return store.report(mods, run_minutes=minutes, run_compiles=passes.compiles() - spent0,
+                        spent=passes.spent)
 
 
 def _budget(minutes: float | None, per_module: float | None) -> dict:
@@ -106,9 +96,8 @@ def _select(corpus, names: Sequence[str] | None, corpus_dir: str) -> list[Module
 
 
 def _check_meanings(policy: str | None, shipped: Sequence[str | None], clang: str, timeout: float) -> None:
-    """The search's policy and the ``shipped`` policies it uses (the prior,
-    the start policy) bound by meaning on ``clang`` before any compile: an
-    input one cannot supply is one error here, not one per worker."""
+    """The search's policy and the ``shipped`` ones it uses bound by meaning on ``clang`` before
+    any compile: an input one cannot supply is one error here, not one per worker."""
     slot = default_slot(clang, timeout)
     check_meanings(load_policy(policy or "default"), slot)
     for name in {n for n in shipped if n is not None}:
@@ -124,8 +113,7 @@ def summary_line(s: dict, output: str) -> str:
 
 
 def _time_line(s: dict) -> str:
-    """Where this run's time went: each stage's minutes and compiles, and
-    how many modules were searched past their start (how many to exhaustion)."""
+    """Where this run's time went: each stage's minutes and compiles, and the modules searched."""
     stages = s.get("time_spent") or {}
     if not stages:
         return ""

@@ -1,22 +1,22 @@
-"""A tune directory (``mlgo-host tune --output T``, layout in docs/search.md): written
-by :class:`TuneStore` as ``tune`` searches; :class:`TunedDir` finds the module of a
-compile and :class:`TunedPolicies` gives the policy that compiles it.
-"""
+"""A tune directory (``mlgo-host tune --output T``, layout in docs/search.md):
+written by :class:`TuneStore`; :class:`TunedDir` finds the module of a compile and
+:class:`TunedPolicies` gives the policy that compiles it."""
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import logging
 import os
 import pickle
+import shlex
 import shutil
 import urllib.parse
 from typing import Any, Sequence
 
 import numpy as np
 
+from mlgo_host.corpus.benchmark import sha256_of
 from mlgo_host.corpus.build import LOCATION_TRACKING
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.corpus.identity import IdentityIndex, command_identity, project_root, read_sources, relative_identity
@@ -47,14 +47,6 @@ def module_file(name: str, ext: str) -> str:
     return urllib.parse.quote(name, safe="") + ext
 
 
-def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def inline_replay_flags(path: str, changed: bool = False) -> list[str]:
     """Driver flags applying compiler replay file ``path``.  For a source edited since tuning
     the fallback is ``Original``, not ``NeverInline``: calls whose key moved get -Oz's decisions
@@ -64,8 +56,6 @@ def inline_replay_flags(path: str, changed: bool = False) -> list[str]:
 
 
 def shell_flags(flags: list[str]) -> str:
-    import shlex
-
     return " ".join(shlex.quote(f) for f in flags)
 
 
@@ -91,10 +81,6 @@ class TunedDir:
     def __len__(self) -> int:
         return len(self.modules)
 
-    def identified(self) -> int:
-        """Modules a build can be matched to (their identity is known)."""
-        return sum(1 for m in self.modules.values() if m.get("identity"))
-
     def match(self, argv, cwd: str, source: str, output: str) -> str | None:
         """The tuned module a compile is (``argv`` compiler first), or None."""
         try:
@@ -103,19 +89,14 @@ class TunedDir:
             return None
         return self.index.match(ident)
 
-    def inline_replay(self, name: str) -> str | None:
-        """Module ``name``'s compiler replay file (absolute), or None."""
-        rel = self.modules.get(name, {}).get("inline_replay")
-        return os.path.join(self.path, rel) if rel else None
-
     def flags_for(self, name: str | None, changed: bool = False) -> list[str]:
         """Module ``name``'s base flags (an inline threshold) and replay flags, each if any."""
         if not name or name not in self.modules:
             return []
         # the search was compiled with these: the replay's sizes are theirs
         base = [str(f) for f in self.modules[name].get("base_flags") or ()]
-        path = self.inline_replay(name)
-        return [*base, *inline_replay_flags(path, changed)] if path else base
+        rel = self.modules[name].get("inline_replay")
+        return [*base, *inline_replay_flags(os.path.join(self.path, rel), changed)] if rel else base
 
     def module_of_source(self, source: str) -> str | None:
         """The tuned module compiled from ``source`` (a path, maybe relative to the tune's root)."""
@@ -134,7 +115,7 @@ class TunedDir:
         if not want:
             return False
         try:
-            return file_sha256(source) != want
+            return sha256_of(source) != want
         except OSError:
             return True
 
@@ -229,12 +210,6 @@ class TuneStore:
         # normpath: the base is named relative to replays/, which a new T has not made yet
         return policy_blob_from_dir(os.path.normpath(os.path.join(self.path, REPLAYS, base)))
 
-    def compiles(self, mods: Sequence[Module]) -> int:
-        return sum(self.results[m.name]["compiles"] for m in mods if m.name in self.results)
-
-    def all_results(self) -> list[dict]:
-        return [r for r in self.results.values() if r["status"] == "ok"]
-
     def add(self, res: dict) -> None:
         """Keep one module's search result and write it out."""
         name = res["name"]
@@ -310,9 +285,8 @@ def _source_digest(identity: dict | None, root: str | None) -> str | None:
     """sha256 of a module's source as tuned (a build compares it)."""
     if not identity:
         return None
-    path = os.path.join(root or "", identity["source"])
     try:
-        return file_sha256(path)
+        return sha256_of(os.path.join(root or "", identity["source"]))
     except OSError:
         return None
 

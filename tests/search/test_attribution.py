@@ -12,7 +12,6 @@ from mlgo_host.measure.objsizes import ObjectSizes
 from mlgo_host.search.attribution import Attribution, clones_moved, made_or_dropped, pieces_moved
 from mlgo_host.search.replay import Measured
 from mlgo_host.search.sites import Site
-from mlgo_host.search.sites import final_functions
 from mlgo_host.search.state import Candidate
 
 
@@ -42,7 +41,7 @@ def test_an_overlapping_batch_is_detected_and_split(batched_corpus):
     st = s.state
     cands = s.candidates()
     a = cands[0]
-    final = final_functions(st.probe.decisions, st.base.sizes.functions)
+    final = st.final()
     # a second flip claiming the first one's functions: the attribution cannot tell them apart
     b = next(c for c in cands[1:] if c.key != a.key)
     b = Candidate(b.sites, b.inline, b.footprint | a.footprint, index=b.index)

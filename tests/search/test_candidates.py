@@ -13,7 +13,7 @@ from mlgo_host.search.driver import BatchedSearch
 from mlgo_host.search.probe import probe_module
 from mlgo_host.search.replay import ReplayEvaluator
 from mlgo_host.search.result import result_of
-from mlgo_host.search.sites import final_functions, unique_decisions
+from mlgo_host.search.sites import unique_decisions
 
 
 def test_a_prior_leads_the_order_and_its_promise_counts_the_flips_left(batched_corpus):
@@ -45,7 +45,7 @@ def test_an_outline_group_brings_its_callee_back_once_and_reads_from_its_footpri
     # a callee inlined at every call (gone from the object): all its calls left out together
     s = search(batched_corpus, budget=20)
     st = s.state
-    final = final_functions(st.probe.decisions, st.base.sizes.functions)
+    final = st.final()
     groups = s.cands.outline_groups(set(st.inline), final)  # (as if every single flip had lost)
     assert groups, "the generated module has no callee inlined everywhere"
     g = max(groups, key=lambda c: len(c.sites))
@@ -126,7 +126,7 @@ def test_an_answered_flip_leaves_its_callers_to_the_compiler_and_its_answer_repl
     s = search(batched_corpus, budget=40)
     st = s.state
     s.reference.compile_start()
-    final = final_functions(st.probe.decisions, st.base.sizes.functions)
+    final = st.final()
     answered = [a for a in (s.cands.answered(c) for c in s.cands.singles()) if a is not None]
     assert answered, "no flip of the generated module is written in a function others call"
     a = answered[0]
@@ -165,7 +165,7 @@ def test_a_flip_queued_before_a_winner_is_read_from_where_its_code_lands_now(bat
     s = search(batched_corpus, budget=60)
     st = s.state
     s.reference.compile()  # (a compiled reference, not the probe's plain compile)
-    final = final_functions(st.probe.decisions, st.base.sizes.functions)
+    final = st.final()
     cands = {c.key: c for c in s.cands.singles()}
     pairs = [(out, c) for out in cands.values() if out.sites[0].key in st.inline
              for c in cands.values() if c.sites[0].caller == out.sites[0].callee
