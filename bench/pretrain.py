@@ -117,10 +117,13 @@ def main() -> int:
     with open(os.path.join(root, "recipe.json"), "w") as f:
         json.dump(recipe, f, indent=1)
     if not args.no_install:
-        from mlgo_host.policies.saved import language_parts, say_no_saved_model, set_language_part
+        from mlgo_host.policies.bounds import max_users_of, set_inlining_bound
+        from mlgo_host.policies.saved import language_parts, read_metadata, say_no_saved_model, set_language_part
 
-        # the parts per language are made apart (bench/outline_model.py): a new network keeps them
+        # the parts per language are made apart (bench/outline_model.py), the inlining bound chosen apart
+        # (docs/results.md): a new network keeps them
         parts = {lang: p.model for lang, p in language_parts(INSTALL).items()} if os.path.isdir(INSTALL) else {}
+        bound = max_users_of(read_metadata(INSTALL)) if os.path.isdir(INSTALL) else None
         shutil.rmtree(INSTALL, ignore_errors=True)
         os.makedirs(INSTALL)
         for name in SHIPPED_FILES:
@@ -131,6 +134,8 @@ def main() -> int:
             model_file = os.path.join(root, f"{lang}_outline.json")
             model.save(model_file)
             set_language_part(INSTALL, lang, model_file)
+        if bound is not None:
+            set_inlining_bound(INSTALL, bound)
         with open(os.path.join(INSTALL, "recipe.json"), "w") as f:
             json.dump(recipe, f, indent=1)
     for k in ("heldout", "external"):

@@ -93,6 +93,8 @@ def _probs_of(policy: Policy, compiler_slot: str | None, language: str | None = 
     model's probability that leaving the callee out pays (the network elsewhere): the network
     learned from single flips, and carries little over to C."""
     net = policy.for_language(None)  # (the network of a policy with parts per language)
+    while not hasattr(net, "check_meanings") and hasattr(net, "base"):
+        net = net.base  # the network under its inlining bound
     check = getattr(net, "check_meanings", None)
     if check is None:
         return None
