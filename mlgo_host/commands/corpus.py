@@ -1,19 +1,28 @@
 """Build corpora in the layout of LLVM's mlgo-utils (corpus_description.json,
-per module <m>.bc and its NUL-separated cc1 command <m>.cmd); docs/corpora.md
-tells more.
+per module <m>.bc and its NUL-separated cc1 command <m>.cmd).
 
   build      from a compile database (compile_commands.json): each module's
-             bitcode before any LLVM pass and the cc1 job of the original
-             compile.  Failures are listed and skipped; modules already built
-             are kept.
+             bitcode before any LLVM pass (-Xclang -disable-llvm-passes, never
+             -O0 bitcode, which carries optnone) and the cc1 job of the
+             original compile.  Failures are listed and skipped; modules
+             already built are kept.
+
   benchmark  the reproducible benchmark corpus: C and C++ vendored in pinned
-             PyPI sdists, checked against their sha256, built at -Oz.
-  debian     Debian (bookworm main) source packages, each built by its own
-             build system under bear with clang-19 at -Oz.  A package that
-             does not build is skipped with its reason in OUTPUT/packages.json;
-             a second run builds what is missing.
+             PyPI sdists, checked against their sha256, built at -Oz;
+             idempotent.  --sources external builds projects the benchmark
+             does not contain, for measuring generalization; --sources
+             training, the benchmark's packages plus 23 more sdists.
+
+  debian     Debian (bookworm main) source packages of
+             mlgo_host/data/debian_packages.txt, each built by its own build
+             system under bear with clang-19 at -Oz; the recorded compiles
+             (vendored copies and tests left out) are modules PACKAGE/path.
+             A package that does not build is skipped with its reason in
+             OUTPUT/packages.json; a second run builds what is missing.
+
   combine    one corpus from several (mlgo-utils' combine_training_corpus):
-             project folders are linked into OUTPUT.
+             project folders are linked into OUTPUT, so names and the split
+             by project stay as they were.
 
 examples:
   mlgo-host corpus build --compile-commands build/compile_commands.json --output corpus/

@@ -9,9 +9,10 @@ Size = the `text` column of llvm-size; reward = 1 - (policy + 0.01) /
 reward, observations, status, reason).  Exit status 0, or 1 when no module
 could be evaluated.
 
---guard: the summary adds the guard's gain in bytes and its cost (default
-compiles made in this run, their CPU seconds); the CSV adds unguarded_text
-and kept (policy | default).
+--guard: each module keeps the smaller valid object of the policy's and the
+default's, as `serve --guard` does.  The summary adds the guard's gain in
+bytes and its cost (default compiles made in this run, their CPU seconds);
+the CSV adds unguarded_text and kept (policy | default).
 
 example: mlgo-host eval --corpus corpus/ --policy never --jobs 2 --output never.csv --plot never.png
 """

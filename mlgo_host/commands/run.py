@@ -12,8 +12,9 @@ after SIGINT/SIGTERM/SIGHUP (the compiler killed, FIFOs and temp files removed).
 (0-based over every decision of the compile), its base policy (or --policy)
 answering the rest.  The JSON adds "replay": {forced, applied, missed,
 decisions, stale}; stale: the file's fingerprint does not match this compile
-(the module changed), so forcing stopped at the first mismatch (format:
-docs/formats.md).
+(the module changed), so forcing stopped at the first mismatch.  Format:
+  {"format": "mlgo_host.replay/1", "advisor": "inline", "base": "default",
+   "forced": {"12": 1, "40": 0}, "module": ..., "observations": ..., "fingerprint": ...}
 
 --replay T (a tune directory): the replay of the tuned module this command
 compiles (matched as `serve --replay` matches), else --policy; the JSON adds

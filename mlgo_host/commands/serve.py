@@ -5,15 +5,28 @@ decision of the compiles that `mlgo-clang` / `mlgo-clang++` run on them,
 concurrently, until SIGINT/SIGTERM.  Per compile, one JSON line goes to
 --stats FILE (output, status, observations, decisions, duration, llvm-size
 text of the object); summarize them with `mlgo-host stats FILE`.  With
---guard it says which object was kept ("guard": "policy" | "default"); with
---replay T, whether the compile was tuned ("tuned": "tuned" | "stale" |
-"default"); a module tuned into compiler replays needs no slot: its client
-compiles it with the module's flags and reports it ("by": "flags").
+--collect DIR each compile's episode is kept for training.
+
+--guard: after a served compile succeeds, mlgo-clang compiles the same command
+plainly beside the output and keeps the smaller valid object; the stats line
+says which ("guard": "policy" | "default").  Clients override it with
+MLGO_GUARD=0/1.
+
+--replay T: a compile matched to a module `mlgo-host tune --output T` tuned
+(by source, object and flags relative to the project root) gets its replay;
+a module changed since falls back to --policy ("tuned": "stale"), other
+compiles get --policy ("default").  A module tuned into compiler replays
+needs no slot: its client compiles it with the module's flags and reports it
+("by": "flags").
 
 On SIGTERM/SIGINT: no new compiles; in-flight ones get --grace seconds, then
 their clients fall back to a plain compile; everything made in DIR is
 removed; exit status 0.  A restart on the same DIR removes what a killed
-server left behind.  More in docs/serving.md.
+server left behind.
+
+DIR (and T) steer every compile of the build, so they must be your own: a
+symbolic link, another user's directory or one that group or others can
+write to is refused (as ssh refuses a loose ~/.ssh).
 
 example:
   mlgo-host serve --channels /tmp/mlgo --slots 4 --policy default --stats build.jsonl &

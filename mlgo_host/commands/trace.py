@@ -1,11 +1,14 @@
 """Record a policy's observations and decisions over a corpus.
 
 Compiles every module of --corpus with --policy answering the --advisor's
-decisions and writes --output, atomically: trace.json (the index: advisor,
-policy, compiler, per module status, reason, observations, decisions and text
-size, totals) and logs/<module>.log (each module's decisions in clang's
-training-log format, the advice taken as the header's last feature); their
-formats are in docs/formats.md.
+decisions and writes --output, atomically:
+
+  trace.json         index: advisor, policy, compiler version, the feature
+                     carrying the compiler's default decision, per module
+                     status, reason, observations, decisions and text size,
+                     plus totals
+  logs/<module>.log  each module's decisions in clang's training-log format
+                     (the advice taken is the header's last feature)
 
 A module that fails is listed with its reason; the others are still traced.
 `mlgo-host vocab` and behavioural cloning read the default's trace.

@@ -1,11 +1,15 @@
 """Search the best inlining decisions of each module of your corpus and keep
 them as replays your build applies (`serve --replay T`).
 
-Each module is searched from the base policy (--policy): one channel compile
-names each decision's call site, then batches of flips are compiled by the
-compiler's own inline replay, each flip's gain read from the functions it
-touches and checked; winners are kept and the search goes on from the new
-best.  No module gets bigger than -Oz (docs/search.md).
+Each module is searched from the base policy (--policy; default: the
+compiler's own decisions): one channel compile names each decision's call
+site, then batches of flips are compiled by the compiler's own inline
+replay, each flip's gain read from the functions it touches and checked.
+The likeliest winners are measured first (--prior); winners are kept and the
+search goes on from the new best.  A C++ module first compiles at inline
+thresholds 50, 150 and 450 and with the shipped policy's decisions and starts
+from the smallest of those and -Oz; a C module starts from -Oz.  No module
+gets bigger than -Oz.
 
 T/ holds per module its best decisions as the compiler's replay file
 (replays/<module>.inline.txt: a build applies it with plain compiler flags,
@@ -15,8 +19,9 @@ tune.json, report.csv, report.png and summary.json.
 
 Budget: --compiles-per-module K (counting what T holds: rerunning a killed
 tune with the same K finishes it, a bigger K improves on it) or
---budget-minutes N (this run's wall time).  A second run continues each
-module from its best.
+--budget-minutes N (this run's wall time: part spread by the files' size, the
+rest going where the compiles found the most bytes per second).  A second run
+continues each module from its best.
 
 example:
   mlgo-host corpus build --compile-commands build/compile_commands.json --output corpus/
