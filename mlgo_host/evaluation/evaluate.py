@@ -1,9 +1,8 @@
 """Evaluate a policy over a corpus against the compiler's default heuristic.
 
-Pool workers compile each module without the channel (cached) and with the policy (numpy: no
-TensorFlow).  A module that fails in any way is a ``failed`` row with its reason.  The report is a
-CSV, a summary and optionally a scatter plot.  With the guard (:func:`apply_guard`) a module is never
-bigger than the default.
+Pool workers compile each module without the channel (cached) and with the policy (numpy: no TensorFlow).  A
+module that fails in any way is a ``failed`` row with its reason.  The report is a CSV, a summary and
+optionally a scatter plot.  With the guard (:func:`apply_guard`) a module is never bigger than the default.
 """
 
 from __future__ import annotations
@@ -119,16 +118,13 @@ class EvalReport:
             guard=guard_summary(self.rows) if self.guard else None,
         )
 
-    def to_csv(self) -> str:
+    def write_csv(self, path: str | os.PathLike) -> None:
         buf = io.StringIO()
         fields = CSV_FIELDS + GUARD_FIELDS if self.guard else CSV_FIELDS
         w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
         w.writeheader()
         w.writerows(r.csv_row() for r in self.rows)
-        return buf.getvalue()
-
-    def write_csv(self, path: str | os.PathLike) -> None:
-        atomic_write_bytes(str(path), self.to_csv().encode("utf-8"))
+        atomic_write_bytes(str(path), buf.getvalue().encode("utf-8"))
 
     def plot(self, path: str | os.PathLike) -> None:
         """Scatter of per-module size change (%) against baseline size."""

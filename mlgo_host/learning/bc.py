@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from mlgo_host.channel.problems import LEARNABLE, get_problem
 from mlgo_host.errors import ConfigError
-from mlgo_host.evaluation.traces import load_trace, vocab_from_trace
+from mlgo_host.evaluation.traces import Trace, vocab_from_trace
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.export import save_policy
 from mlgo_host.learning.networks import actor_logits, build_actor_network
@@ -77,7 +77,7 @@ def train_bc(
     t0 = time.monotonic()
     tf.random.set_seed(seed)
     norm = norm if norm is not None else GinNormConfig()
-    trace = load_trace(trace_dir)
+    trace = Trace(trace_dir)
     vocab, spec = _vocab_and_spec(trace, vocab_dir, num_buckets, seed)
     rng = np.random.default_rng(seed)
     train, held = _split_modules(_load_data(trace, spec), heldout_fraction, rng)
@@ -107,7 +107,7 @@ def _vocab_and_spec(trace, vocab_dir: str | None, num_buckets: int, seed: int) -
     if first is None:
         raise ConfigError(f"trace {trace.path} has no decisions")
     spec = PolicySpec.from_header(first.header, trace.advisor, vocab_names=vocab.names(),
-                                  default_slot=trace.default_slot)
+                                  default_slot=trace.index.get("default_slot"))
     return vocab, spec
 
 

@@ -1,7 +1,6 @@
-"""Saved policy directories from a TF actor network: the numpy weights and
-vocab the workers read, the metadata, and the tf-agents SavedModel with LLVM's
-``output_spec.json``.  Built beside the destination and renamed into place, so
-a reader sees the old or the new policy, never half of one.
+"""Saved policy directories from a TF actor network: the numpy weights and vocab the workers read, the
+metadata, and the tf-agents SavedModel with LLVM's ``output_spec.json``.  Built beside the destination and
+renamed into place, so a reader sees the old or the new policy, never half of one.
 """
 
 from __future__ import annotations
@@ -59,26 +58,19 @@ def save_policy(
     tmp = tempfile.mkdtemp(prefix="." + os.path.basename(dest) + ".", dir=parent)
     try:
         weights = export_actor_weights(actor_net)
-        activation = actor_activation(actor_net)
         NumpyActor.save_weights(os.path.join(tmp, WEIGHTS), weights)
         vdir = os.path.join(tmp, VOCAB_DIR)
         os.mkdir(vdir)
         Vocab({n: vocab[n] for n in spec.input_names}).write_into(vdir)
         hidden = [int(weights[f"hidden_{i}_bias"].shape[0]) for i in range(len(weights) // 2 - 1)]
         md = {
-            "format": FORMAT,
-            "advisor": spec.advisor,
-            "spec": spec.to_json(),
-            "norm": norm.to_json(),
-            "activation": activation,
+            "format": FORMAT, "advisor": spec.advisor, "spec": spec.to_json(), "norm": norm.to_json(),
+            "activation": actor_activation(actor_net),
             "fc_layer_params": list(fc_layer_params) if fc_layer_params is not None else hidden,
-            "input_features": list(spec.input_names),
-            "compiler": compiler,
+            "input_features": list(spec.input_names), "compiler": compiler,
             # what the compiler-dependent inputs meant (clang-19 vs 21+; checked when served)
-            "default_slot": spec.default_slot,
-            "feature_meanings": spec.feature_meanings(),
-            "training_step": int(training_step),
-            "saved_model": SAVED_MODEL_DIR if saved_model else None,
+            "default_slot": spec.default_slot, "feature_meanings": spec.feature_meanings(),
+            "training_step": int(training_step), "saved_model": SAVED_MODEL_DIR if saved_model else None,
         }
         if extra:
             md["extra"] = dict(extra)

@@ -11,13 +11,14 @@ from typing import Any
 import gin
 import numpy as np
 import tensorflow as tf
+from tf_agents.utils import common as tfa_common
 
 from mlgo_host.channel.codec import Header
 from mlgo_host.channel.problems import get_problem
 from mlgo_host.errors import ConfigError
 from mlgo_host.learning.export import save_policy
 from mlgo_host.learning.networks import tf_logits
-from mlgo_host.learning.ppo import create_ppo_agent, train_function
+from mlgo_host.learning.ppo import create_ppo_agent
 from mlgo_host.learning.preprocessing import GinNormConfig
 from mlgo_host.learning.trajectories import episodes_to_steps, episodes_to_trajectories
 from mlgo_host.learning.weights import import_actor_weights
@@ -70,7 +71,9 @@ class Learner:
         self.norm = GinNormConfig()
         self.agent = create_ppo_agent(self.spec, self.vocab, self.norm)
         self.actor = self.agent.actor_net
-        self._train = train_function(self.agent) if use_tf_function else self.agent.train
+        self._train = self.agent.train
+        if use_tf_function:  # traced once per batch shape
+            self._train = tfa_common.function(self.agent.train, autograph=False)
         self.ckpt = tf.train.Checkpoint(agent=self.agent)
         self.ckpt_dir = os.path.join(root_dir, "checkpoints")
         self.manager = tf.train.CheckpointManager(self.ckpt, self.ckpt_dir, max_to_keep=keep_checkpoints,

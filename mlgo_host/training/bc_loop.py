@@ -1,8 +1,7 @@
-"""Behavioural cloning from a corpus (``run.algorithm = 'bc'``): trace the
-default heuristic over the corpus' training split (PPO's seeded split, so
-held-out modules stay unseen), build the vocab, clone the default into the PPO
-actor as ``<root_dir>/saved_policy``.  ``trace/`` and ``vocab/`` are reused
-when the command is run again.
+"""Behavioural cloning from a corpus (``run.algorithm = 'bc'``): trace the default heuristic over the corpus'
+training split (PPO's seeded split, so held-out modules stay unseen), build the vocab, clone the default into
+the PPO actor as ``<root_dir>/saved_policy``.  ``trace/`` and ``vocab/`` are reused when the command is run
+again.
 """
 
 from __future__ import annotations

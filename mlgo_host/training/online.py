@@ -29,10 +29,9 @@ from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.reward import reward
-from mlgo_host.policies.vocab import VocabBuilder
-from mlgo_host.training.iteration import (Update, commit_iteration, numeric_metrics, open_learner,
-                                          percentile_summary, publish_policy, read_state, resolve_warmstart,
-                                          train_and_save)
+from mlgo_host.training.iteration import (Update, build_vocab, commit_iteration, numeric_metrics,
+                                          open_learner, percentile_summary, publish_policy, read_state,
+                                          resolve_warmstart, train_and_save)
 
 log = logging.getLogger("mlgo_host.train.online")
 
@@ -178,7 +177,7 @@ def _start_run_dir(root_dir: str, state: dict, header_json: dict, vocab_dir: str
     if source is not None:
         publish_policy(source, vocab_dir)  # any directory, not only a policy
     else:
-        _build_vocab(episodes, vocab_dir)
+        build_vocab(episodes, vocab_dir, "the collected episodes have")
 
 
 def _history_row(update: Update, episodes: list, metas: list[dict], dist: dict[str, float],
@@ -196,16 +195,6 @@ def _history_row(update: Update, episodes: list, metas: list[dict], dist: dict[s
         "train_s": round(update.train_s, 3), "save_s": round(update.save_s, 3), "setup_s": round(t_setup, 3),
         **numeric_metrics(update),
     }
-
-
-def _build_vocab(episodes: list, vocab_dir: str) -> None:
-    """Quantile vocab of the collected episodes' features."""
-    builder = VocabBuilder()
-    for ep in episodes:
-        builder.add(ep.features())
-    if not builder.observations:
-        raise ConfigError("the collected episodes have no observations; cannot build a vocab")
-    builder.build().save(vocab_dir)
 
 
 def _summary_line(row: dict) -> str:

@@ -1,10 +1,9 @@
 """Search, then imitate (``run.algorithm = 'search'``, ``configs/inlining/search.gin``).
 
-Each round searches the training modules around the current policy, trains the
-actor on every best trajectory and flip so far (:mod:`mlgo_host.learning.imitate`),
-chooses its gate on the validation split and publishes it as ``saved_policy/``
-when its validation total is the best so far; the held-out split is only
-reported.  A killed run resumes after its last completed round.
+Each round searches the training modules around the current policy, trains the actor on every best trajectory
+and flip so far (:mod:`mlgo_host.learning.imitate`), chooses its gate on the validation split and publishes it
+as ``saved_policy/`` when its validation total is the best so far; the held-out split is only reported.  A
+killed run resumes after its last completed round.
 """
 
 from __future__ import annotations
@@ -216,14 +215,11 @@ def _merge_round(root_dir: str, r: int, results: list[dict], data: dict | None =
     for res in results:
         if res["status"] != "ok":
             continue
-        name = res["name"]
-        old = data["best"].get(name)
-        if old is None or res["best_size"] < old["best_size"]:
-            if old is not None:  # its flips stay examples
-                data["flip_only"].append(dict(old, raw=b"", actions=np.zeros(0, np.int64)))
-            data["best"][name] = res
-        else:
-            data["flip_only"].append(dict(res, raw=b"", actions=np.zeros(0, np.int64)))
+        old = data["best"].get(res["name"])
+        best, other = (res, old) if old is None or res["best_size"] < old["best_size"] else (old, res)
+        data["best"][res["name"]] = best
+        if other is not None:  # its flips stay examples
+            data["flip_only"].append(dict(other, raw=b"", actions=np.zeros(0, np.int64)))
     _dump_pickle(os.path.join(root_dir, "search", "data.pkl"), data)
     return data
 
@@ -326,12 +322,12 @@ def _summary_line(row: dict) -> str:
     parts = [f"round {row['round']}:", f"search {pct(row['round_search_pct'])} (headroom {pct(row['headroom_pct'])})",
              f"{row['flips_accepted']}/{row['flips_tried']} flips kept",
              f"{row['flips_per_compile']:g} flips/compile", f"{row['compiles_per_minute']:.0f} compiles/min",
-             f"policy train {pct(row.get('train_policy_pct'))}", f"validation {pct(row['validation_pct'])} "
+             f"policy train {pct(row['train_policy_pct'])}", f"validation {pct(row['validation_pct'])} "
              f"(gate {row['gate']:g})"]
     if "heldout_pct" in row:
         parts.append(f"held-out {pct(row['heldout_pct'])}")
-    if row.get("modules_skipped") or row.get("modules_stopped_by_time"):
-        parts.append(f"(time up: search stopped in {row.get('modules_stopped_by_time', 0)} modules, "
-                     f"{row.get('modules_skipped', 0)} not started)")
-    parts.append(f"{row['round_s'] if 'round_s' in row else 0:.0f}s")
+    if row["modules_skipped"] or row["modules_stopped_by_time"]:
+        parts.append(f"(time up: search stopped in {row['modules_stopped_by_time']} modules, "
+                     f"{row['modules_skipped']} not started)")
+    parts.append(f"{row['round_s']:.0f}s")
     return " ".join(parts)

@@ -1,10 +1,8 @@
-"""The PPO training loop over a corpus (``run.algorithm = 'ppo'``); re-running
-resumes after the last completed iteration.
-
-The validation split chooses ``saved_policy/``, a warm start being the first
-candidate.  Its gate stays on every saved policy, but collection samples the
-raw actor: PPO's importance ratios need each decision's probability under the
-policy that made it, which a near-deterministic gated policy would not give.
+"""The PPO training loop over a corpus (``run.algorithm = 'ppo'``); re-running resumes after the last
+completed iteration.  The validation split chooses ``saved_policy/``, a warm start being the first candidate.
+Its gate stays on every saved policy, but collection samples the raw actor: PPO's importance ratios need
+each decision's probability under the policy that made it, which a near-deterministic gated policy would
+not give.
 """
 
 from __future__ import annotations
@@ -27,9 +25,9 @@ from mlgo_host.evaluation.evaluate import evaluate_on_pool
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.reward import MovingAverageBaseline, reward
-from mlgo_host.policies.vocab import VocabBuilder
-from mlgo_host.training.iteration import (STATE, commit_iteration, publish_policy, numeric_metrics, open_learner,
-                                          percentile_summary, read_state, resolve_warmstart, train_and_save)
+from mlgo_host.training.iteration import (STATE, build_vocab, commit_iteration, numeric_metrics, open_learner,
+                                          percentile_summary, publish_policy, read_state, resolve_warmstart,
+                                          train_and_save)
 from mlgo_host.training.workers import Workers
 from mlgo_host.workers.pool import EarlyExit, TaskOutcome, map_with_progress
 from mlgo_host.workers.worker import CollectTask, policy_blob_from_dir
@@ -76,8 +74,11 @@ def train(
     root_dir = os.path.abspath(root_dir)
     os.makedirs(root_dir, exist_ok=True)
     corpus = load_corpus(corpus_dir)
-    train_mods, val_mods, heldout_mods = _split(corpus, corpus_dir, heldout_fraction, validation_fraction, split_by,
-                                                heldout_modules, seed)
+    train_mods, val_mods, heldout_mods = split_three(corpus.modules, heldout_fraction, validation_fraction,
+                                                     seed, split_by)
+    if not train_mods:
+        raise ConfigError(f"corpus {corpus_dir} has no training modules")
+    heldout_mods = heldout_mods[:heldout_modules] if heldout_modules else heldout_mods
     state = read_state(root_dir)
     done = int(state.get("iteration", 0))
     if state:
@@ -197,18 +198,6 @@ class _Loop:
             state["best"] = {"iteration": iteration, "size_change_pct": val_row["size_change_pct"]}
             publish_policy(policy_dir, os.path.join(self.root_dir, "saved_policy"))
         row["saved_policy_iteration"] = state["best"]["iteration"]
-
-
-def _split(corpus, corpus_dir: str, heldout_fraction: float, validation_fraction: float, split_by: str,
-           heldout_modules: int, seed: int):
-    """(training, validation, held-out modules), the held-out cut to ``heldout_modules``."""
-    train_mods, val_mods, heldout_mods = split_three(corpus.modules, heldout_fraction, validation_fraction, seed,
-                                                     split_by)
-    if heldout_modules:
-        heldout_mods = heldout_mods[:heldout_modules]
-    if not train_mods:
-        raise ConfigError(f"corpus {corpus_dir} has no training modules")
-    return train_mods, val_mods, heldout_mods
 
 
 def _better(val_row: dict, best: dict | None, warm: dict | None = None) -> bool:
@@ -379,14 +368,7 @@ def _build_vocab(pool, modules, vocab_dir: str, root_dir: str, task_of, progress
     tasks = [CollectTask(task_of(m), 0, greedy=True, record=True) for m in modules]
     outcomes = map_with_progress(pool, "collect", tasks, desc="tracing the default policy for the vocab",
                                  progress=progress)
-    builder = VocabBuilder()
-    header = None
-    for o in outcomes:
-        if o.ok and o.value and o.value["episode"] is not None:
-            ep = Episode.from_state(o.value["episode"])
-            header = header or ep.header
-            builder.add(ep.features())
-    if not builder.observations:
-        raise ConfigError("tracing produced no observations; cannot build a vocab")
-    atomic_write_json(os.path.join(root_dir, "header.json"), header.to_json())
-    builder.build().save(vocab_dir)
+    episodes = [Episode.from_state(o.value["episode"]) for o in outcomes
+                if o.ok and o.value and o.value["episode"] is not None]
+    build_vocab(episodes, vocab_dir, "tracing produced")
+    atomic_write_json(os.path.join(root_dir, "header.json"), episodes[0].header.to_json())
