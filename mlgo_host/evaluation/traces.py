@@ -38,7 +38,6 @@ LOGS = "logs"
 @dataclasses.dataclass
 class TraceLog:
     """One module's decoded training log."""
-    name: str
     header: Header | None  # None: an empty log
     records: np.ndarray  # structured, one record per decision (fields = the header's features)
     advice_name: str
@@ -52,7 +51,7 @@ class TraceLog:
         return np.asarray(self.records[self.advice_name]).reshape(self.n)
 
 
-def read_log(path: str, advice_name: str, name: str | None = None) -> TraceLog:
+def read_log(path: str, advice_name: str) -> TraceLog:
     """Decode one module's training log."""
     try:
         with open(path, "rb") as f:
@@ -63,9 +62,8 @@ def read_log(path: str, advice_name: str, name: str | None = None) -> TraceLog:
         recs = codec.decode(data)
     except ProtocolError as e:
         raise ConfigError(f"trace log {path} is malformed: {e}") from None
-    name = name or os.path.basename(path)
     if not recs:
-        return TraceLog(name, None, np.zeros(0), advice_name)
+        return TraceLog(None, np.zeros(0), advice_name)
     header = recs[0]
     assert isinstance(header, Header)
     if header.feature(advice_name) is None:
@@ -73,7 +71,7 @@ def read_log(path: str, advice_name: str, name: str | None = None) -> TraceLog:
     obs = [r for r in recs if isinstance(r, Observation)]
     raw = b"".join(o.raw for o in obs)
     records = np.frombuffer(raw, dtype=header.record_dtype, count=len(obs))
-    return TraceLog(name, header, records, advice_name)
+    return TraceLog(header, records, advice_name)
 
 
 class Trace:
@@ -100,7 +98,7 @@ class Trace:
         for m in self.index.get("modules", []):
             if m.get("status") != "ok" or not m.get("log"):
                 continue
-            lg = read_log(os.path.join(self.path, m["log"]), self.advice_name, m["name"])
+            lg = read_log(os.path.join(self.path, m["log"]), self.advice_name)
             if lg.n:
                 yield lg
 

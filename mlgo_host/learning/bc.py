@@ -78,13 +78,22 @@ def train_bc(
     tf.random.set_seed(seed)
     norm = norm if norm is not None else GinNormConfig()
     trace = Trace(trace_dir)
-    vocab, spec = _vocab_and_spec(trace, vocab_dir, num_buckets, seed)
+    if not get_problem(trace.advisor).learnable:
+        raise ConfigError(f"behavioural cloning supports {' and '.join(LEARNABLE)} traces, "
+                          f"not {trace.advisor!r}")
+    vocab = Vocab.load(vocab_dir) if vocab_dir else vocab_from_trace(trace_dir, num_buckets=num_buckets,
+                                                                     seed=seed)
+    logs = list(trace.logs())
+    if not logs:
+        raise ConfigError(f"trace {trace.path} has no decisions")
+    spec = PolicySpec.from_header(logs[0].header, trace.advisor, vocab_names=vocab.names(),
+                                  default_slot=trace.index.get("default_slot"))
     rng = np.random.default_rng(seed)
-    train, held = _split_modules(_load_data(trace, spec), heldout_fraction, rng)
-    if fc_layer_params is None:
-        net = build_actor_network(spec, vocab, norm)
-    else:
-        net = build_actor_network(spec, vocab, norm, fc_layer_params=tuple(fc_layer_params))
+    mods = [_Data(numpy_observations(spec, lg.records, lg.n), lg.actions.astype(np.int64)) for lg in logs]
+    train, held = _split_modules(mods, heldout_fraction, rng)
+    # unset: the gin-bound (PPO actor's) layers
+    layers = {} if fc_layer_params is None else {"fc_layer_params": tuple(fc_layer_params)}
+    net = build_actor_network(spec, vocab, norm, **layers)
     steps = _fit(net, spec, learning_rate, train, held, epochs, batch_size, rng, progress)
     sp = save_policy(output_dir, net, spec, vocab, norm, compiler=trace.index.get("compiler"), training_step=0,
                      saved_model=saved_model,
@@ -98,28 +107,8 @@ def train_bc(
     return res
 
 
-def _vocab_and_spec(trace, vocab_dir: str | None, num_buckets: int, seed: int) -> tuple[Vocab, PolicySpec]:
-    """The vocab (given, else the trace's quantiles) and the trace's policy spec."""
-    if not get_problem(trace.advisor).learnable:
-        raise ConfigError(f"behavioural cloning supports {' and '.join(LEARNABLE)} traces, not {trace.advisor!r}")
-    vocab = Vocab.load(vocab_dir) if vocab_dir else vocab_from_trace(trace.path, num_buckets=num_buckets, seed=seed)
-    first = next(trace.logs(), None)
-    if first is None:
-        raise ConfigError(f"trace {trace.path} has no decisions")
-    spec = PolicySpec.from_header(first.header, trace.advisor, vocab_names=vocab.names(),
-                                  default_slot=trace.index.get("default_slot"))
-    return vocab, spec
-
-
-def _load_data(trace, spec: PolicySpec) -> list[tuple[str, dict, np.ndarray]]:
-    """Per module: its name, the observation dict (spec features) and actions."""
-    mods = [(lg.name, numpy_observations(spec, lg.records, lg.n), lg.actions.astype(np.int64)) for lg in trace.logs()]
-    if not mods:
-        raise ConfigError(f"trace {trace.path} has no decisions")
-    return mods
-
-
-def _split_modules(mods: list, heldout_fraction: float, rng: np.random.Generator) -> tuple[_Data, _Data | None]:
+def _split_modules(mods: list[_Data], heldout_fraction: float,
+                   rng: np.random.Generator) -> tuple[_Data, _Data | None]:
     """(training data, held-out data or None), split by module with a seeded shuffle."""
     order = rng.permutation(len(mods))
     n_held = 0
@@ -138,10 +127,9 @@ class _Data:
     y: np.ndarray
 
     @classmethod
-    def concat(cls, parts: list) -> "_Data":
-        keys = parts[0][1].keys()
-        return cls({k: np.concatenate([p[1][k] for p in parts]) for k in keys},
-                   np.concatenate([p[2] for p in parts]))
+    def concat(cls, parts: list[_Data]) -> _Data:
+        return cls({k: np.concatenate([p.x[k] for p in parts]) for k in parts[0].x},
+                   np.concatenate([p.y for p in parts]))
 
     @property
     def n(self) -> int:

@@ -136,9 +136,8 @@ def _defaults(records: np.ndarray, slot: str) -> np.ndarray:
 
 def choose_gate(sizes_by_threshold: dict[float, dict[str, int]], default_sizes: dict[str, int],
                 max_module_growth_pct: float = 1.0) -> tuple[float, dict[str, Any]]:
-    """(The gate threshold with the smallest validation total among those
-    under which no module grows more than ``max_module_growth_pct``, else 1.0
-    (always the default); the table of every threshold tried)."""
+    """(The gate threshold with the smallest validation total among those under which no module grows more
+    than ``max_module_growth_pct``, else 1.0 (always the default); the table of every threshold tried)."""
     table = {}
     for thr, sizes in sorted(sizes_by_threshold.items()):
         common = [m for m in default_sizes if m in sizes]

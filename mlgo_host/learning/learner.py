@@ -114,9 +114,8 @@ class Learner:
         self.ckpt.restore(path).assert_existing_objects_matched()
 
     def train(self, episodes: list, rewards: list[float], iteration: int) -> dict[str, Any]:
-        """One PPO update; returns loss metrics, entropy and the approximate KL
-        to the collecting policy.  The shuffle is seeded by (seed, iteration)
-        so a resumed run trains on the same batches."""
+        """One PPO update; returns loss metrics, entropy and the approximate KL to the collecting policy.  The
+        shuffle is seeded by (seed, iteration) so a resumed run trains on the same batches."""
         trajs = episodes_to_trajectories(
             self.spec, episodes, rewards, sequence_length=self.sequence_length, batch_size=self.batch_size,
             seed=self.seed * 1_000_003 + iteration, binding=self.binding)

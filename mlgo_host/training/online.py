@@ -57,7 +57,10 @@ def train_from_collected(
     root_dir = os.path.abspath(root_dir)
     collected_dir = os.path.abspath(collected_dir)
     warmstart_policy = resolve_warmstart(warmstart_policy)
-    state = _read_online_state(root_dir)
+    state = read_state(root_dir)
+    if state and (state.get("config") or {}).get("mode") != MODE:
+        raise ConfigError(f"{root_dir} holds a corpus training run; train from collected episodes in another "
+                          f"--root_dir (warm start from its saved_policy)")
     consumed: list[str] = list(state.get("consumed", []))
     done = int(state.get("iteration", 0))
     # the new episodes and their rewards first: no TensorFlow work yet
@@ -93,14 +96,6 @@ def train_from_collected(
         summaries.close()
     print(_summary_line(row), file=sys.stderr, flush=True)
     return row
-
-
-def _read_online_state(root_dir: str) -> dict[str, Any]:
-    state = read_state(root_dir)
-    if state and (state.get("config") or {}).get("mode") != MODE:
-        raise ConfigError(f"{root_dir} holds a corpus training run; train from collected episodes in another "
-                          f"--root_dir (warm start from its saved_policy)")
-    return state
 
 
 def _new_episodes(collected_dir: str, baseline_stats: str, consumed: list[str], done: int, advisor: str):
@@ -207,11 +202,10 @@ def _summary_line(row: dict) -> str:
     return " ".join(parts)
 
 
-def bind_common_macros() -> dict[str, Any]:
-    """Bind the :func:`train_from_collected` parameters the configuration
-    leaves unbound to common.gin's macros (the --gin_bindings spellings of
-    corpus training) and ``advisor`` to ``train.advisor``, so the operative
-    config records them.  Returns what it bound."""
+def bind_common_macros() -> None:
+    """Bind the :func:`train_from_collected` parameters the configuration leaves unbound to common.gin's
+    macros (the --gin_bindings spellings of corpus training) and ``advisor`` to ``train.advisor``, so the
+    operative config records them."""
     def bound(selector: str) -> bool:
         try:
             gin.query_parameter(selector)
@@ -230,7 +224,6 @@ def bind_common_macros() -> dict[str, Any]:
     with gin.unlock_config():
         for name, v in values.items():
             gin.bind_parameter(f"online.train_from_collected.{name}", v)
-    return values
 
 
 def _rel_outputs(records: list[dict]) -> dict[str, dict]:
@@ -243,15 +236,12 @@ def _rel_outputs(records: list[dict]) -> dict[str, dict]:
 
 
 def load_collected(directory: str, baseline_stats: str, delta: float = 0.01, *, exclude=(), strict: bool = False):
-    """(episodes, rewards, metas) of ``directory`` in file name order, rewards
-    against the ``text_size`` of the same modules in ``baseline_stats`` (of a
-    ``--policy default`` build); each meta gains ``file`` and ``baseline_text_size``.
-
-    A module is matched by its output path, else by its path relative to its
-    build's root (the common directory of all outputs, ``exclude``d files
-    included, so keys do not depend on what is left out).  Files in
-    ``exclude`` are not loaded.  Episodes without a size are skipped, and so
-    are those without a baseline size unless ``strict`` (a :class:`CorpusError`)."""
+    """(episodes, rewards, metas) of ``directory`` in file name order, rewards against the ``text_size`` of
+    the same modules in ``baseline_stats`` (of a ``--policy default`` build); each meta gains ``file`` and
+    ``baseline_text_size``.  A module is matched by its output path, else by its path relative to its build's
+    root (the common directory of all outputs, ``exclude``d files included, so keys do not depend on what is
+    left out).  Files in ``exclude`` are not loaded.  Episodes without a size are skipped, and so are those
+    without a baseline size unless ``strict`` (a :class:`CorpusError`)."""
     base_recs = [r for r in read_records(baseline_stats) if r.get("status") == "ok" and r.get("output")]
     base_abs = {r["output"]: r for r in base_recs}
     base_rel = _rel_outputs(base_recs)

@@ -29,6 +29,7 @@ from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.sizes import compiler_version
 from mlgo_host.policies.saved import METADATA, set_gate
 from mlgo_host.search.passes import Passes, RoundResults
+from mlgo_host.search.tunedir import load_tune_results
 from mlgo_host.training.iteration import STATE, publish_policy, read_state
 from mlgo_host.training.workers import Workers
 from mlgo_host.workers.worker import policy_blob_from_dir
@@ -137,17 +138,18 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, worker
         publish_policy(policy_dir, os.path.join(root_dir, "saved_policy"))
     row["train_policy_pct"] = _change_pct(results, "policy_size", empty=None)
     if heldout and held_mods:
-        row["heldout_pct"], row["heldout_bigger_1pct"] = _evaluate(pool, policy_dir, held_mods, progress,
-                                                                   f"round {r}: held-out")
+        report = _report(pool, policy_dir, None, held_mods, progress, f"round {r}: held-out")
+        row["heldout_pct"] = report.summary().change_percent or 0.0
+        # modules more than 1 % bigger than -Oz
+        row["heldout_bigger_1pct"] = sum(x.policy_text > 1.01 * x.baseline_text for x in report.rows if x.ok)
     return row
 
 
 def _search_round(root_dir, pool, r, base_dir, mods: list[Module], state, compiles, progress,
                   deadline: float | None = None, earlier: Sequence[dict] = ()) -> list[dict]:
-    """Search every module around the current policy with tune's pass scheduler,
-    the modules searched longest ago first; the prior learns from ``earlier``
-    rounds' flips too.  No compile starts after ``deadline`` (a ``time.time()``).
-    The results are kept so a run killed after the search resumes with them."""
+    """Search every module around the current policy with tune's pass scheduler, the modules searched longest
+    ago first; the prior learns from ``earlier`` rounds' flips too.  No compile starts after ``deadline`` (a
+    ``time.time()``). The results are kept so a run killed after the search resumes with them."""
     path = os.path.join(root_dir, "search", f"round-{r}.pkl")
     if os.path.exists(path):
         return _load_pickle(path)
@@ -174,9 +176,8 @@ def _dump_pickle(path: str, obj) -> None:
 
 
 def search_deadline(state: dict, run_end: float, now: float, round_search_minutes: float | None) -> float:
-    """When the next round's search stops dispatching compiles: the run's end
-    less what the last round needed after its search, and at most
-    ``round_search_minutes`` from ``now``."""
+    """When the next round's search stops dispatching compiles: the run's end less what the last round needed
+    after its search, and at most ``round_search_minutes`` from ``now``."""
     last = state["history"][-1] if state["history"] else None
     reserve = max(0.0, float(last["round_s"]) - float(last["search_s"])) if last else 0.0
     end = run_end - reserve
@@ -227,8 +228,6 @@ def _merge_round(root_dir: str, r: int, results: list[dict], data: dict | None =
 def _tune_results(path: str, val_mods: list[Module], held_mods: list[Module]) -> list[dict]:
     """A tune directory's search results but for the validation and held-out
     modules (no choice may read them)."""
-    from mlgo_host.search.tunedir import load_tune_results
-
     keep_out = {m.name for m in val_mods} | {m.name for m in held_mods}
     res = [r for r in load_tune_results(path) if r["name"] not in keep_out]
     if not res:
@@ -260,13 +259,6 @@ def _report(pool, policy_dir, threshold, mods, progress, desc) -> EvalReport:
         blob["files"][METADATA] = json.dumps(md).encode()
     pool.broadcast("set_policy", blob)
     return evaluate_on_pool(pool, mods, desc=desc, progress=progress)
-
-
-def _evaluate(pool, policy_dir, mods, progress, desc) -> tuple[float, int]:
-    """Total size change vs -Oz (%) and modules more than 1 % bigger."""
-    report = _report(pool, policy_dir, None, mods, progress, desc)
-    bigger = sum(r.policy_text > 1.01 * r.baseline_text for r in report.rows if r.ok)
-    return report.summary().change_percent or 0.0, int(bigger)
 
 
 def _load_state(root_dir: str) -> dict:

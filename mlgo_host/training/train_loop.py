@@ -29,7 +29,7 @@ from mlgo_host.training.iteration import (STATE, build_vocab, commit_iteration, 
                                           percentile_summary, publish_policy, read_state, resolve_warmstart,
                                           train_and_save)
 from mlgo_host.training.workers import Workers
-from mlgo_host.workers.pool import EarlyExit, TaskOutcome, map_with_progress
+from mlgo_host.workers.pool import EarlyExit, map_with_progress
 from mlgo_host.workers.worker import CollectTask, policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.train")
@@ -104,8 +104,7 @@ def train(
             root_dir=root_dir, pool=pool, learner=learner, task_of=task_of, sampler=sampler,
             moving_average=moving_average, use_moving_average=use_moving_average_baseline,
             early=EarlyExit(fraction=early_exit_fraction, grace_s=early_exit_grace_s, timeout_s=collection_timeout_s),
-            state=state, history=state.get("history", []), last_eval=state.get("last_eval"),
-            summaries=Summaries(root_dir), run_config=run_config, val_mods=val_mods,
+            state=state, summaries=Summaries(root_dir), run_config=run_config, val_mods=val_mods,
             reported=heldout_mods if report_heldout else [], num_iterations=num_iterations,
             modules_per_iteration=modules_per_iteration, eval_every=eval_every,
             saved_model_every_iteration=saved_model_every_iteration, seed=seed, progress=progress)
@@ -113,10 +112,11 @@ def train(
         blob = learner.policy_blob() if done < num_iterations else None
         for it in range(done, num_iterations):
             blob = loop.iteration(it, blob)
-        if not val_mods or state.get("best") is None:  # nothing to choose by (or nothing evaluated): the last policy
+        # nothing to choose by (or nothing evaluated): the last policy
+        if not val_mods or loop.state.get("best") is None:
             learner.save_policy(os.path.join(root_dir, "saved_policy"), step=max(num_iterations, done))
         loop.summaries.close()
-    return {"history": loop.history, "last_eval": loop.last_eval}
+    return {"history": loop.state.get("history", []), "last_eval": loop.state.get("last_eval")}
 
 
 def _open_run_learner(pool, root_dir: str, train_mods: list[Module], task_of, *, workers: Workers, advisor: str,
@@ -142,9 +142,7 @@ class _Loop:
     moving_average: MovingAverageBaseline
     use_moving_average: bool
     early: EarlyExit
-    state: dict[str, Any]
-    history: list[dict]
-    last_eval: dict | None
+    state: dict[str, Any]  # as state.json has it after the last iteration
     summaries: Summaries
     run_config: dict
     val_mods: list[Module]
@@ -174,30 +172,29 @@ class _Loop:
                               f"held-out eval {iteration}") if evaluating and self.reported else None)
         val_row = (_evaluate(self.pool, blob, self.val_mods, self.task_of, self.progress,
                              f"validation {iteration}") if evaluating and self.val_mods else None)
-        self.last_eval = eval_row or self.last_eval
         row = _history_row(iteration, len(tasks), batch, t_collect, update, eval_row)
         if val_row is not None:
             self._choose_saved_policy(iteration, update.policy_dir, val_row, row)
-        self.history.append(row)
-        run_state = {
-            "iteration": iteration, "moving_average": self.moving_average.state(), "history": self.history,
-            "last_eval": self.last_eval, "failures_last_iteration": batch.failures, "best": self.state.get("best"),
-            "warmstart_validation": self.state.get("warmstart_validation"), "config": self.run_config,
+        prior = self.state
+        self.state = {
+            "iteration": iteration, "moving_average": self.moving_average.state(),
+            "history": prior.get("history", []) + [row], "last_eval": eval_row or prior.get("last_eval"),
+            "failures_last_iteration": batch.failures, "best": prior.get("best"),
+            "warmstart_validation": prior.get("warmstart_validation"), "config": self.run_config,
         }
-        commit_iteration(self.root_dir, self.summaries, iteration, percentile_summary(batch.ok_rewards), row, eval_row,
-                         run_state)
+        commit_iteration(self.root_dir, self.summaries, iteration, percentile_summary(batch.ok_rewards), row,
+                         eval_row, self.state)
         print(_summary_line(row, num_iterations), file=sys.stderr, flush=True)
         return blob
 
     def _choose_saved_policy(self, iteration: int, policy_dir: str, val_row: dict, row: dict) -> None:
         """Publish the policy as ``saved_policy`` when its validation total is the best so far."""
-        state = self.state
         row["validation_size_change_pct"] = val_row["size_change_pct"]
         row["validation_bigger"] = val_row["bigger"]
-        if _better(val_row, state.get("best"), state.get("warmstart_validation")):
-            state["best"] = {"iteration": iteration, "size_change_pct": val_row["size_change_pct"]}
+        if _better(val_row, self.state.get("best"), self.state.get("warmstart_validation")):
+            self.state["best"] = {"iteration": iteration, "size_change_pct": val_row["size_change_pct"]}
             publish_policy(policy_dir, os.path.join(self.root_dir, "saved_policy"))
-        row["saved_policy_iteration"] = state["best"]["iteration"]
+        row["saved_policy_iteration"] = self.state["best"]["iteration"]
 
 
 def _better(val_row: dict, best: dict | None, warm: dict | None = None) -> bool:
@@ -232,19 +229,6 @@ def _validate_warmstart(learner, pool, root_dir: str, val_mods: list[Module], ta
     return state
 
 
-def _collect(pool, blob: dict, tasks: list[tuple], moving_average: MovingAverageBaseline, use_moving_average: bool,
-             early: EarlyExit, desc: str, progress: bool) -> tuple["Batch", float]:
-    """The tasks' episodes with the stochastic policy ``blob``, scored, and the seconds taken."""
-    t0 = time.monotonic()
-    pool.broadcast("set_policy", blob)
-    outcomes = map_with_progress(pool, "collect", tasks, desc=desc, progress=progress, early_exit=early)
-    t_collect = time.monotonic() - t0
-    batch = _score(outcomes, tasks, moving_average, use_moving_average)
-    for f in batch.failures:
-        log.warning("%s: module %s failed: %s", desc.split("/")[0], f["module"], f["reason"])
-    return batch, t_collect
-
-
 @dataclasses.dataclass
 class Batch:
     """One iteration's collection, scored."""
@@ -256,10 +240,14 @@ class Batch:
     decisions: int = 0
 
 
-def _score(outcomes: list[TaskOutcome], tasks: list[tuple], moving_average: MovingAverageBaseline,
-           use_moving_average: bool) -> Batch:
-    """Episodes and rewards: the training reward against the moving average
-    (or the default size), the reported one against the default size."""
+def _collect(pool, blob: dict, tasks: list[tuple], moving_average: MovingAverageBaseline,
+             use_moving_average: bool, early: EarlyExit, desc: str, progress: bool) -> tuple[Batch, float]:
+    """The tasks' episodes with the stochastic policy ``blob`` and the seconds taken; the training reward
+    against the moving average (or the default size), the reported one against the default size."""
+    t0 = time.monotonic()
+    pool.broadcast("set_policy", blob)
+    outcomes = map_with_progress(pool, "collect", tasks, desc=desc, progress=progress, early_exit=early)
+    t_collect = time.monotonic() - t0
     batch = Batch()
     # task order, not completion order: the batches depend only on what was collected
     for o in sorted(outcomes, key=lambda o: o.index):
@@ -267,6 +255,7 @@ def _score(outcomes: list[TaskOutcome], tasks: list[tuple], moving_average: Movi
         if not o.ok or r is None or r["status"] != "ok" or r["episode"] is None:
             reason = o.error if not o.ok else (r or {}).get("reason", "no episode")
             batch.failures.append({"module": tasks[o.index][0]["name"], "reason": reason})
+            log.warning("%s: module %s failed: %s", desc.split("/")[0], tasks[o.index][0]["name"], reason)
             continue
         if use_moving_average:
             train_reward = moving_average.reward(r["name"], r["policy_size"], r["baseline_size"])
@@ -278,7 +267,7 @@ def _score(outcomes: list[TaskOutcome], tasks: list[tuple], moving_average: Movi
         batch.episodes.append(Episode.from_state(r["episode"]))
         batch.rewards.append(train_reward)
         batch.decisions += r["observations"]
-    return batch
+    return batch, t_collect
 
 
 def _history_row(iteration: int, modules: int, batch: Batch, t_collect: float, update,

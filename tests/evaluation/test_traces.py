@@ -34,7 +34,7 @@ def test_default_trace_index_and_logs(default_trace, small_corpus):
         r = rows[m.name]
         if r["status"] != "ok":
             continue
-        lg = read_log(str(out / r["log"]), "inlining_decision", m.name)
+        lg = read_log(str(out / r["log"]), "inlining_decision")
         assert lg.n == r["observations"] > 0
         counts = {str(k): int(v) for k, v in zip(*np.unique(lg.actions, return_counts=True))}
         assert counts == r["decisions"]
