@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import tempfile
+from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -54,8 +55,7 @@ class TraceLog:
 def read_log(path: str, advice_name: str) -> TraceLog:
     """Decode one module's training log."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = Path(path).read_bytes()
     except OSError as e:
         raise ConfigError(f"cannot read trace log {path}: {e}") from None
     try:
@@ -120,10 +120,7 @@ class TraceWorker:
         try:
             res = compile_module(mod, self.policy, advisor=self.advisor, clang=self.clang, llvm_size=self.llvm_size,
                                  timeout=self.timeout, log_path=log_path)
-            log_bytes = None
-            if res.ok:
-                with open(log_path, "rb") as f:
-                    log_bytes = f.read()
+            log_bytes = Path(log_path).read_bytes() if res.ok else None
         finally:
             if os.path.exists(log_path):
                 os.unlink(log_path)

@@ -119,8 +119,7 @@ def random_features(spec: PolicySpec, vocab: Vocab, n: int, seed: int = 0) -> di
             span = max(hi - lo, 1.0)
             v = rng.uniform(lo - 0.25 * span, hi + 0.25 * span, shape)
             # half of the values exactly on boundaries (the ties matter)
-            pick = rng.random(shape) < 0.5
-            v = np.where(pick, rng.choice(b, shape), v)
+            v = np.where(rng.random(shape) < 0.5, rng.choice(b, shape), v)
         else:
             v = rng.uniform(-10, 10, shape)
         if f.dtype.kind in "iu":
@@ -150,14 +149,12 @@ def _output_spec(directory: str, saver: Any) -> list[dict]:
     names = {v: k for k, v in TF_DTYPES.items()}
     sm = tf.saved_model.load(directory)
     sig = sm.signatures["action"]
-    flat_specs = tf.nest.flatten(sig.structured_outputs)
-    index = {s.name.lower(): i for i, s in enumerate(flat_specs)}
-    tensors = sig.outputs
+    index = {s.name.lower(): i for i, s in enumerate(tf.nest.flatten(sig.structured_outputs))}
     entries = []
     wanted = [s.name for s in tf.nest.flatten(saver.policy_step_spec.action)]
     wanted += [s.name for s in tf.nest.flatten(saver.policy_step_spec.info)]
     for logging_name in wanted:
-        t = tensors[index[logging_name.lower()]]
+        t = sig.outputs[index[logging_name.lower()]]
         while t.op.name.startswith("Identity"):  # the real op behind the signature's identities
             t = t.op.inputs[0]
         op, _, port = t.name.partition(":")

@@ -21,7 +21,6 @@ from mlgo_host.fsutil import atomic_write_json, replace_dir
 from mlgo_host.policies.saved import gate_of, read_saved_policy
 from mlgo_host.policies.vocab import VocabBuilder
 from mlgo_host.learning.learner import Learner
-from mlgo_host.learning.summaries import Summaries
 
 STATE = "state.json"
 
@@ -118,13 +117,6 @@ def percentile_summary(values: list[float]) -> dict[str, float]:
 def numeric_metrics(update: Update) -> dict[str, float]:
     """The update's numeric metrics, for a history row."""
     return {k: v for k, v in update.metrics.items() if isinstance(v, (int, float))}
-
-
-def commit_iteration(root_dir: str, summaries: Summaries, iteration: int, reward_dist: dict[str, float],
-                     row: dict[str, Any], eval_row: dict[str, Any] | None, state: dict[str, Any]) -> None:
-    """Summaries of the iteration, then ``state.json`` (``state``) atomically, last."""
-    summaries.write_iteration(iteration, reward_dist, row, eval_row)
-    atomic_write_json(os.path.join(root_dir, STATE), state)
 
 
 def publish_policy(policy_dir: str, dest: str) -> None:

@@ -29,9 +29,9 @@ from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.reward import reward
-from mlgo_host.training.iteration import (Update, build_vocab, commit_iteration, numeric_metrics,
-                                          open_learner, percentile_summary, publish_policy, read_state,
-                                          resolve_warmstart, train_and_save)
+from mlgo_host.training.iteration import (STATE, Update, build_vocab, numeric_metrics, open_learner,
+                                          percentile_summary, publish_policy, read_state, resolve_warmstart,
+                                          train_and_save)
 
 log = logging.getLogger("mlgo_host.train.online")
 
@@ -84,16 +84,17 @@ def train_from_collected(
     config = state.get("config") or {}
     summaries = Summaries(root_dir)
     try:
-        commit_iteration(root_dir, summaries, update.iteration, dist, row, None, {
-            "iteration": update.iteration, "consumed": consumed + [m["file"] for m in metas],
-            "history": list(state.get("history", [])) + [row],
-            "config": {"mode": MODE, "advisor": advisor, "collected_dir": collected_dir,
-                       "baseline_stats": os.path.abspath(baseline_stats), "seed": seed, "vocab": vocab_dir,
-                       "vocab_source": config.get("vocab_source", source),
-                       "warmstart_policy": config.get("warmstart_policy", warmstart_policy)},
-        })
+        summaries.write_iteration(update.iteration, dist, row, None)
     finally:
         summaries.close()
+    atomic_write_json(os.path.join(root_dir, STATE), {  # last: the iteration is done
+        "iteration": update.iteration, "consumed": consumed + [m["file"] for m in metas],
+        "history": list(state.get("history", [])) + [row],
+        "config": {"mode": MODE, "advisor": advisor, "collected_dir": collected_dir,
+                   "baseline_stats": os.path.abspath(baseline_stats), "seed": seed, "vocab": vocab_dir,
+                   "vocab_source": config.get("vocab_source", source),
+                   "warmstart_policy": config.get("warmstart_policy", warmstart_policy)},
+    })
     print(_summary_line(row), file=sys.stderr, flush=True)
     return row
 
@@ -213,17 +214,14 @@ def bind_common_macros() -> None:
         except ValueError:
             return False
 
-    values: dict[str, Any] = {}
-    for name in MACRO_PARAMS:
-        if not bound(f"online.train_from_collected.{name}") and bound(f"%{name}"):
-            values[name] = gin.query_parameter(f"%{name}")
-    if not bound("online.train_from_collected.advisor") and bound("train.advisor"):
-        adv = gin.query_parameter("train.advisor")
-        if isinstance(adv, str):
-            values["advisor"] = adv
     with gin.unlock_config():
-        for name, v in values.items():
-            gin.bind_parameter(f"online.train_from_collected.{name}", v)
+        for name in MACRO_PARAMS:
+            if not bound(f"online.train_from_collected.{name}") and bound(f"%{name}"):
+                gin.bind_parameter(f"online.train_from_collected.{name}", gin.query_parameter(f"%{name}"))
+        if not bound("online.train_from_collected.advisor") and bound("train.advisor"):
+            advisor = gin.query_parameter("train.advisor")
+            if isinstance(advisor, str):
+                gin.bind_parameter("online.train_from_collected.advisor", advisor)
 
 
 def _rel_outputs(records: list[dict]) -> dict[str, dict]:

@@ -82,7 +82,12 @@ def train_search(
     if not train_mods or not val_mods:
         raise ConfigError(f"corpus {corpus_dir}: {len(train_mods)} training and {len(val_mods)} validation modules "
                           "(need at least one of each; lower the fractions or add modules)")
-    state = _load_state(root_dir)
+    state = read_state(root_dir)
+    if state:
+        log.info("resuming %s after round %d", root_dir, state["round"])
+    else:
+        state = {"format": "mlgo_host.search_state/1", "round": 0, "history": [], "best_val": None,
+                 "best_round": None, "best_policy": None, "default_slot": None, "searched": {}}
     if search_data:
         _merge_round(root_dir, 0, _tune_results(search_data, val_mods, held_mods))
     pool = workers.pool("mlgo_host.search.worker:SearchWorker", advisor="inline",
@@ -259,16 +264,6 @@ def _report(pool, policy_dir, threshold, mods, progress, desc) -> EvalReport:
         blob["files"][METADATA] = json.dumps(md).encode()
     pool.broadcast("set_policy", blob)
     return evaluate_on_pool(pool, mods, desc=desc, progress=progress)
-
-
-def _load_state(root_dir: str) -> dict:
-    state = read_state(root_dir)
-    if state:
-        log.info("resuming %s after round %d", root_dir, state["round"])
-        return state
-    return {"format": "mlgo_host.search_state/1", "round": 0, "history": [],
-            "best_val": None, "best_round": None, "best_policy": None, "default_slot": None,
-            "searched": {}}
 
 
 def _time_left(state: dict, t_start: float, budget_min: float) -> bool:

@@ -8,6 +8,7 @@ not give.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ from mlgo_host.evaluation.evaluate import evaluate_on_pool
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.reward import MovingAverageBaseline, reward
-from mlgo_host.training.iteration import (STATE, build_vocab, commit_iteration, numeric_metrics, open_learner,
+from mlgo_host.training.iteration import (STATE, build_vocab, numeric_metrics, open_learner,
                                           percentile_summary, publish_policy, read_state, resolve_warmstart,
                                           train_and_save)
 from mlgo_host.training.workers import Workers
@@ -83,10 +84,7 @@ def train(
     done = int(state.get("iteration", 0))
     if state:
         log.info("resuming %s after iteration %d", root_dir, done)
-
-    def task_of(m: Module) -> dict:
-        return m.to_task(ship_bitcode=ship_bitcode)
-
+    task_of = functools.partial(Module.to_task, ship_bitcode=ship_bitcode)
     with workers.pool(COLLECT_WORKER, advisor=advisor, baseline_cache=os.path.join(root_dir, "baselines")) as pool:
         learner = _open_run_learner(pool, root_dir, train_mods, task_of, workers=workers, advisor=advisor,
                                     vocab_path=vocab_path, warmstart_policy=warmstart_policy,
@@ -122,9 +120,15 @@ def train(
 def _open_run_learner(pool, root_dir: str, train_mods: list[Module], task_of, *, workers: Workers, advisor: str,
                       vocab_path: str | None, warmstart_policy: str | None, trace_modules: int, seed: int,
                       done: int, progress: bool):
-    """The learner after ``done`` iterations, on the run's vocab and channel header."""
-    vocab_path = _ensure_vocab(pool, root_dir, vocab_path, warmstart_policy,
-                               train_mods[:trace_modules] if trace_modules else train_mods, task_of, progress)
+    """The learner after ``done`` iterations, on the run's channel header and vocab: ``vocab_path``, else the
+    warm start's (its weights were trained on it), else ``root_dir/vocab``, traced the first time."""
+    if vocab_path is None and warmstart_policy:
+        vocab_path = os.path.join(warmstart_policy, "vocab")
+    elif vocab_path is None:
+        vocab_path = os.path.join(root_dir, "vocab")
+        if not os.path.isdir(vocab_path):
+            traced = train_mods[:trace_modules] if trace_modules else train_mods
+            _build_vocab(pool, traced, vocab_path, root_dir, task_of, progress)
     header_json = _ensure_header(pool, root_dir, train_mods, task_of)
     return open_learner(root_dir, header_json, advisor=advisor, vocab_dir=vocab_path, seed=seed,
                         clang=workers.clang_path, done=done, warmstart_policy=warmstart_policy)
@@ -182,8 +186,8 @@ class _Loop:
             "failures_last_iteration": batch.failures, "best": prior.get("best"),
             "warmstart_validation": prior.get("warmstart_validation"), "config": self.run_config,
         }
-        commit_iteration(self.root_dir, self.summaries, iteration, percentile_summary(batch.ok_rewards), row,
-                         eval_row, self.state)
+        self.summaries.write_iteration(iteration, percentile_summary(batch.ok_rewards), row, eval_row)
+        atomic_write_json(os.path.join(self.root_dir, STATE), self.state)  # last: the iteration is done
         print(_summary_line(row, num_iterations), file=sys.stderr, flush=True)
         return blob
 
@@ -318,20 +322,6 @@ def _evaluate(pool, blob: dict, modules: list[Module], task_of: Callable[[Module
             "change_pct": 100.0 * (worst.policy_text - worst.baseline_text) / max(worst.baseline_text, 1)},
         "eval_s": round(time.monotonic() - t0, 3),
     }
-
-
-def _ensure_vocab(pool, root_dir: str, vocab_path: str | None, warmstart_policy: str | None, modules, task_of,
-                  progress: bool) -> str:
-    """``vocab_path``, else the warm start's vocab (its weights were trained on
-    it), else ``root_dir/vocab``, traced over ``modules`` the first time."""
-    if vocab_path is not None:
-        return vocab_path
-    if warmstart_policy:
-        return os.path.join(warmstart_policy, "vocab")
-    vocab_path = os.path.join(root_dir, "vocab")
-    if not os.path.isdir(vocab_path):
-        _build_vocab(pool, modules, vocab_path, root_dir, task_of, progress)
-    return vocab_path
 
 
 def _ensure_header(pool, root_dir: str, modules, task_of) -> dict:
