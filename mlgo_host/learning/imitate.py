@@ -95,8 +95,9 @@ def train_imitation(
                          extra={"imitation": dict(extra or {}, examples=len(examples))})
     pred = sp.actor.greedy(examples.records)
     acc = float(np.sum((pred == y) * examples.weights) / np.sum(examples.weights))
+    defaults = (examples.records[default_slot].reshape(len(y), -1)[:, 0] != 0).astype(np.int64)
     return {"examples": len(examples), "loss": loss, "weighted_accuracy": acc,
-            "deviations_labelled": int(np.sum(y != _defaults(examples.records, default_slot)))}
+            "deviations_labelled": int(np.sum(y != defaults))}
 
 
 def fit_actor(header: Header, records: np.ndarray, targets: np.ndarray, weights: np.ndarray, loss_fn,
@@ -128,10 +129,6 @@ def fit_actor(header: Header, records: np.ndarray, targets: np.ndarray, weights:
     sp = save_policy(output_dir, net, spec, vocab, norm, compiler=compiler, saved_model=saved_model,
                      fc_layer_params=fc_layer_params, extra=extra)
     return sp, (losses[-1] if losses else float("nan"))
-
-
-def _defaults(records: np.ndarray, slot: str) -> np.ndarray:
-    return (records[slot].reshape(len(records), -1)[:, 0] != 0).astype(np.int64)
 
 
 def choose_gate(sizes_by_threshold: dict[float, dict[str, int]], default_sizes: dict[str, int],

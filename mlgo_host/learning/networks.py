@@ -49,15 +49,6 @@ class ColumnActorNetwork(network.DistributionNetwork):
         self._mask_name = mask_name
         self._num = num
 
-    # (the attribute names stay private: checkpoints key the weights by them)
-    @property
-    def dense_layers(self) -> list[tf.keras.layers.Dense]:
-        return list(self._dense)
-
-    @property
-    def logits_layer(self) -> tf.keras.layers.Dense:
-        return self._logits
-
     def call(self, observations, step_type=None, network_state=(), training=False, mask=None):
         del step_type, mask
         outer_rank = nest_utils.get_outer_rank(observations, self.input_tensor_spec)

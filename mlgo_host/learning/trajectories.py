@@ -67,8 +67,7 @@ def episodes_to_steps(spec: PolicySpec, episodes: Iterable[Any], rewards: Iterab
         n = ep.n
         if n == 0:
             continue
-        feats = ep.features()
-        o = numpy_observations(spec, feats, n, binding)
+        o = numpy_observations(spec, ep.features(), n, binding)
         for k, v in o.items():
             obs_parts[k].append(v)
         a = np.asarray(ep.actions).reshape(n).astype(np.int64)

@@ -17,8 +17,8 @@ from mlgo_host.policies.vocab import NormConfig, Vocab
 
 
 def _actor_dense_layers(actor_net) -> tuple[list[tf.keras.layers.Dense], tf.keras.layers.Dense]:
-    if isinstance(actor_net, ColumnActorNetwork):
-        return actor_net.dense_layers, actor_net.logits_layer
+    if isinstance(actor_net, ColumnActorNetwork):  # (its private names: checkpoints key the weights by them)
+        return list(actor_net._dense), actor_net._logits
     if isinstance(actor_net, actor_distribution_network.ActorDistributionNetwork):
         # private attributes, unavoidably: the network exposes neither its dense
         # layers nor its projection layer (tf-agents is pinned to 0.19.0)

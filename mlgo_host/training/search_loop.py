@@ -141,7 +141,6 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, worker
         state["best_val"], state["best_round"] = val["size_change_pct"], r
         state["best_policy"] = policy_dir
         publish_policy(policy_dir, os.path.join(root_dir, "saved_policy"))
-    row["train_policy_pct"] = _change_pct(results, "policy_size", empty=None)
     if heldout and held_mods:
         report = _report(pool, policy_dir, None, held_mods, progress, f"round {r}: held-out")
         row["heldout_pct"] = report.summary().change_percent or 0.0
@@ -291,6 +290,7 @@ def _round_row(r, results, data, fit, gate, val, t_search, t_train, t_gate, plan
         "modules_stopped_by_time": sum(x.get("stopped") == "time" for x in results),
         "flips_tried": len(flips), "flips_accepted": sum(f["accepted"] for f in flips),
         "round_search_pct": _change_pct(results, "best_size"),
+        "train_policy_pct": _change_pct(results, "policy_size", empty=None),
         "headroom_pct": _change_pct(list(data["best"].values()), "best_size"),
         "compiles_per_minute": round(60.0 * compiles / max(t_search, 1e-9), 1),
         # every compile counted (probes, references, splits), as bench/tune.py counts them
