@@ -180,17 +180,14 @@ def record_trace(
         rows[o.index] = o.value if o.ok else {"name": mods[o.index].name, "status": "failed",
                                               "reason": o.error, "observations": 0, "text_size": None,
                                               "decisions": {}}
-    index = {"format": FORMAT, "advisor": advisor, "policy": policy, "compiler": _compiler_line(clang),
+    try:
+        compiler = compiler_version(clang).splitlines()[0]
+    except Exception:  # noqa: BLE001 - only informative
+        compiler = None
+    index = {"format": FORMAT, "advisor": advisor, "policy": policy, "compiler": compiler,
              "default_slot": slot}
     _write_trace(output_dir, index, rows, rels)
     return index
-
-
-def _compiler_line(clang: str) -> str | None:
-    try:
-        return compiler_version(clang).splitlines()[0]
-    except Exception:  # noqa: BLE001 - only informative
-        return None
 
 
 def _write_trace(output_dir: str, index: dict, rows: list[dict], rels: list[str]) -> None:

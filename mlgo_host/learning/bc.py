@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
 import gin
 import numpy as np
@@ -46,9 +46,6 @@ class BCResult:
     epochs: int
     steps: int
     wall_s: float
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @gin.configurable(module="bc")
@@ -99,7 +96,7 @@ def train_bc(
                      saved_model=saved_model,
                      extra={"bc": {"trace_policy": trace.index.get("policy"), "epochs": epochs, "steps": steps}})
     res = _measure_saved(sp, spec, train, held, epochs=epochs, steps=steps, t0=t0)
-    atomic_write_json(os.path.join(sp.path, "bc_report.json"), res.as_dict())
+    atomic_write_json(os.path.join(sp.path, "bc_report.json"), dataclasses.asdict(res))
     ho = "n/a" if res.heldout_accuracy is None else f"{res.heldout_accuracy:.4f}"
     print(f"behavioural cloning: accuracy against the default decisions {res.accuracy:.4f} "
           f"(train {res.train_accuracy:.4f} on {res.train_decisions} decisions, held out {ho} on "

@@ -6,6 +6,7 @@ again.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -54,6 +55,6 @@ def train_bc_from_corpus(
         vocab_from_trace(trace_dir, vocab_dir, seed=seed)
     result = train_bc(trace_dir, os.path.join(root_dir, "saved_policy"), vocab_dir=vocab_dir, seed=seed,
                       progress=progress)
-    out = result.as_dict()
+    out = dataclasses.asdict(result)
     atomic_write_json(os.path.join(root_dir, "bc_result.json"), out)
     return out

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from mlgo_host.errors import ConfigError
-from mlgo_host.fsutil import atomic_write_json, replace_dir
+from mlgo_host.fsutil import replace_dir
 from mlgo_host.policies.saved import gate_of, read_saved_policy
 from mlgo_host.policies.vocab import VocabBuilder
 from mlgo_host.learning.learner import Learner

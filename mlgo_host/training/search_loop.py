@@ -153,7 +153,7 @@ def _search_round(root_dir, pool, r, base_dir, mods: list[Module], state, compil
                   deadline: float | None = None, earlier: Sequence[dict] = ()) -> list[dict]:
     """Search every module around the current policy with tune's pass scheduler, the modules searched longest
     ago first; the prior learns from ``earlier`` rounds' flips too.  No compile starts after ``deadline`` (a
-    ``time.time()``). The results are kept so a run killed after the search resumes with them."""
+    ``time.time()``).  The results are kept so a run killed after the search resumes with them."""
     path = os.path.join(root_dir, "search", f"round-{r}.pkl")
     if os.path.exists(path):
         return _load_pickle(path)
