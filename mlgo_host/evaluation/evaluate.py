@@ -1,9 +1,8 @@
 """Evaluate a policy over a corpus against the compiler's default heuristic.
 
-Pool workers compile each module without the channel (cached) and with the policy (numpy: no
-TensorFlow).  A module that fails in any way is a ``failed`` row with its reason.  The report is a
-CSV, a summary and optionally a scatter plot.  With the guard (:func:`apply_guard`) a module is never
-bigger than the default.
+Pool workers compile each module without the channel (cached) and with the policy (numpy: no TensorFlow).  A
+module that fails in any way is a ``failed`` row with its reason.  The report is a CSV, a summary and
+optionally a scatter plot.  With the guard (:func:`apply_guard`) a module is never bigger than the default.
 """
 
 from __future__ import annotations
@@ -42,7 +41,6 @@ class EvalRow:
     observations: int
     status: str
     reason: str = ""
-    wall_s: float = 0.0
     baseline_cpu_s: float | None = None  #: None: the size was cached
     policy_cpu_s: float | None = None
     #: with the guard: the policy's own size (None if its compile failed) and "policy" | "default"
@@ -119,16 +117,13 @@ class EvalReport:
             guard=guard_summary(self.rows) if self.guard else None,
         )
 
-    def to_csv(self) -> str:
+    def write_csv(self, path: str | os.PathLike) -> None:
         buf = io.StringIO()
         fields = CSV_FIELDS + GUARD_FIELDS if self.guard else CSV_FIELDS
         w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
         w.writeheader()
         w.writerows(r.csv_row() for r in self.rows)
-        return buf.getvalue()
-
-    def write_csv(self, path: str | os.PathLike) -> None:
-        atomic_write_bytes(str(path), self.to_csv().encode("utf-8"))
+        atomic_write_bytes(str(path), buf.getvalue().encode("utf-8"))
 
     def plot(self, path: str | os.PathLike) -> None:
         """Scatter of per-module size change (%) against baseline size."""
@@ -266,18 +261,15 @@ class EvalWorker:
                                      timeout=self.timeout)
         except Exception as e:  # noqa: BLE001 - e.g. a policy that raises
             return EvalRow(mod.name, base, None, None, 0, "failed", f"{type(e).__name__}: {e}")
-        row = _row_of(mod.name, base, base_cpu, res)
+        if res.ok:
+            row = EvalRow(mod.name, base, res.text_size, reward(res.text_size, base), res.observations, "ok",
+                          baseline_cpu_s=base_cpu, policy_cpu_s=res.compiler_cpu_s)
+        else:
+            row = EvalRow(mod.name, base, None, None, res.observations, "failed", res.reason,
+                          baseline_cpu_s=base_cpu)
         if self.tuned is not None:
             row.tuned = "tuned" if flags else self.tuned.outcome(pol, tuned)["tuned"]
         return row
-
-
-def _row_of(name: str, base: int, base_cpu, res) -> EvalRow:
-    if not res.ok:
-        return EvalRow(name, base, None, None, res.observations, "failed", res.reason, res.wall_s,
-                       baseline_cpu_s=base_cpu)
-    return EvalRow(name, base, res.text_size, reward(res.text_size, base), res.observations, "ok", "",
-                   res.wall_s, baseline_cpu_s=base_cpu, policy_cpu_s=res.compiler_cpu_s)
 
 
 def evaluate(
@@ -332,14 +324,14 @@ def evaluate(
     return report
 
 
-def evaluate_on_pool(pool, modules: Sequence[Module], *, desc: str, progress: bool = True, task_of=None,
-                     policy: str = "policy") -> EvalReport:
+def evaluate_on_pool(pool, modules: Sequence[Module], *, desc: str, progress: bool = True,
+                     task_of=None) -> EvalReport:
     """The greedy policy the collection workers of ``pool`` (the training loops') hold on ``modules``, as
     :func:`evaluate` reports it."""
     task_of = task_of or Module.to_task
     tasks = [CollectTask(task_of(m), 0, greedy=True, record=False) for m in modules]
     outcomes = map_with_progress(pool, "collect", tasks, desc=desc, progress=progress)
-    return _report(policy, modules, modules, outcomes, _collected_row)
+    return _report("policy", modules, modules, outcomes, _collected_row)
 
 
 def _collected_row(name: str, r: dict | None) -> EvalRow:
@@ -347,7 +339,7 @@ def _collected_row(name: str, r: dict | None) -> EvalRow:
         return EvalRow(name, (r or {}).get("baseline_size"), None, None, 0, "failed",
                        (r or {}).get("reason") or "no answer")
     return EvalRow(name, r["baseline_size"], r["policy_size"], reward(r["policy_size"], r["baseline_size"]),
-                   r["observations"], "ok", "", r.get("wall_s", 0.0))
+                   r["observations"], "ok")
 
 
 def _report(policy: str, modules: Sequence[Module], order: Sequence[Module], outcomes, row_of) -> EvalReport:

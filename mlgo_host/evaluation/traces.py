@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import tempfile
+from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -38,10 +39,8 @@ LOGS = "logs"
 @dataclasses.dataclass
 class TraceLog:
     """One module's decoded training log."""
-    name: str
     header: Header | None  # None: an empty log
     records: np.ndarray  # structured, one record per decision (fields = the header's features)
-    contexts: list[str]
     advice_name: str
 
     @property
@@ -53,20 +52,18 @@ class TraceLog:
         return np.asarray(self.records[self.advice_name]).reshape(self.n)
 
 
-def read_log(path: str, advice_name: str, name: str | None = None) -> TraceLog:
+def read_log(path: str, advice_name: str) -> TraceLog:
     """Decode one module's training log."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = Path(path).read_bytes()
     except OSError as e:
         raise ConfigError(f"cannot read trace log {path}: {e}") from None
     try:
         recs = codec.decode(data)
     except ProtocolError as e:
         raise ConfigError(f"trace log {path} is malformed: {e}") from None
-    name = name or os.path.basename(path)
     if not recs:
-        return TraceLog(name, None, np.zeros(0), [], advice_name)
+        return TraceLog(None, np.zeros(0), advice_name)
     header = recs[0]
     assert isinstance(header, Header)
     if header.feature(advice_name) is None:
@@ -74,7 +71,7 @@ def read_log(path: str, advice_name: str, name: str | None = None) -> TraceLog:
     obs = [r for r in recs if isinstance(r, Observation)]
     raw = b"".join(o.raw for o in obs)
     records = np.frombuffer(raw, dtype=header.record_dtype, count=len(obs))
-    return TraceLog(name, header, records, [o.context for o in obs], advice_name)
+    return TraceLog(header, records, advice_name)
 
 
 class Trace:
@@ -96,24 +93,14 @@ class Trace:
         self.advisor: str = self.index.get("advisor", "inline")
         self.advice_name = PROBLEMS[self.advisor].advice_name if self.advisor in PROBLEMS else ""
 
-    @property
-    def default_slot(self) -> str | None:
-        return self.index.get("default_slot")
-
-    @property
-    def modules(self) -> list[dict]:
-        return [m for m in self.index.get("modules", []) if m.get("status") == "ok" and m.get("log")]
-
     def logs(self) -> Iterator[TraceLog]:
         """Every non-empty module log, in index order."""
-        for m in self.modules:
-            lg = read_log(os.path.join(self.path, m["log"]), self.advice_name, m["name"])
+        for m in self.index.get("modules", []):
+            if m.get("status") != "ok" or not m.get("log"):
+                continue
+            lg = read_log(os.path.join(self.path, m["log"]), self.advice_name)
             if lg.n:
                 yield lg
-
-
-def load_trace(path: str) -> Trace:
-    return Trace(path)
 
 
 class TraceWorker:
@@ -133,10 +120,7 @@ class TraceWorker:
         try:
             res = compile_module(mod, self.policy, advisor=self.advisor, clang=self.clang, llvm_size=self.llvm_size,
                                  timeout=self.timeout, log_path=log_path)
-            log_bytes = None
-            if res.ok:
-                with open(log_path, "rb") as f:
-                    log_bytes = f.read()
+            log_bytes = Path(log_path).read_bytes() if res.ok else None
         finally:
             if os.path.exists(log_path):
                 os.unlink(log_path)
@@ -153,11 +137,6 @@ def _log_rel(name: str) -> str:
     if not safe or any(p in ("..", "") for p in safe.split("/")):
         raise CorpusError(f"module name {name!r} cannot be a log path")
     return os.path.join(LOGS, safe + ".log")
-
-
-def _failed_row(name: str, reason: str) -> dict:
-    return {"name": name, "status": "failed", "reason": reason, "observations": 0, "text_size": None,
-            "decisions": {}}
 
 
 def record_trace(
@@ -182,7 +161,10 @@ def record_trace(
     problem = get_problem(advisor)
     if jobs < 1:
         raise ConfigError("--jobs must be at least 1")
-    mods = _select(corpus_dir, names, max_modules)
+    corpus = load_corpus(corpus_dir)
+    mods = (list(corpus) if names is None else [corpus[n] for n in names])[:max_modules]
+    if not mods:
+        raise CorpusError(f"corpus {corpus_dir} has no modules")
     rels = [_log_rel(m.name) for m in mods]
     pol = load_policy(policy, seed=seed)  # a bad policy fails here, before any worker starts
     slot = problem.default_slot(clang, timeout)
@@ -195,28 +177,17 @@ def record_trace(
                                      progress=progress, leave=True)
     rows: list[dict] = [{}] * len(mods)
     for o in outcomes:  # a worker that raised fails its module, not the trace
-        rows[o.index] = o.value if o.ok else _failed_row(mods[o.index].name, o.error)
-    index = {"format": FORMAT, "advisor": advisor, "policy": policy, "compiler": _compiler_line(clang),
+        rows[o.index] = o.value if o.ok else {"name": mods[o.index].name, "status": "failed",
+                                              "reason": o.error, "observations": 0, "text_size": None,
+                                              "decisions": {}}
+    try:
+        compiler = compiler_version(clang).splitlines()[0]
+    except Exception:  # noqa: BLE001 - only informative
+        compiler = None
+    index = {"format": FORMAT, "advisor": advisor, "policy": policy, "compiler": compiler,
              "default_slot": slot}
     _write_trace(output_dir, index, rows, rels)
     return index
-
-
-def _select(corpus_dir: str, names: Sequence[str] | None, max_modules: int | None) -> list:
-    corpus = load_corpus(corpus_dir)
-    mods = list(corpus) if names is None else [corpus[n] for n in names]
-    if max_modules is not None:
-        mods = mods[:max_modules]
-    if not mods:
-        raise CorpusError(f"corpus {corpus_dir} has no modules")
-    return mods
-
-
-def _compiler_line(clang: str) -> str | None:
-    try:
-        return compiler_version(clang).splitlines()[0]
-    except Exception:  # noqa: BLE001 - only informative
-        return None
 
 
 def _write_trace(output_dir: str, index: dict, rows: list[dict], rels: list[str]) -> None:
@@ -249,7 +220,7 @@ def _write_trace(output_dir: str, index: dict, rows: list[dict], rels: list[str]
 def vocab_from_trace(trace_dir: str, output_dir: str | None = None, *, num_buckets: int = 1000,
                      sampling_fraction: float = 1.0, seed: int = 0):
     """Quantile vocab of every feature of a trace but the advice, written to ``output_dir`` if given."""
-    tr = load_trace(trace_dir)
+    tr = Trace(trace_dir)
     b = VocabBuilder(sampling_fraction=sampling_fraction, seed=seed, exclude=(tr.advice_name,))
     n = 0
     for lg in tr.logs():

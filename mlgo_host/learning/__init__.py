@@ -1,7 +1,6 @@
-"""Learning: everything that imports TensorFlow and tf-agents (nothing below
-this floor does; ``tests/test_layers.py`` checks it).  The policy in TF, PPO,
-behavioural cloning and imitation; the loops driving them are in
-:mod:`mlgo_host.training`.
+"""Learning: everything that imports TensorFlow and tf-agents (nothing below this floor does;
+``tests/test_layers.py`` checks it).  The policy in TF, PPO, behavioural cloning and imitation; the loops
+driving them are in :mod:`mlgo_host.training`.
 """
 
 import sys

@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
 import gin
 import numpy as np
@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from mlgo_host.channel.problems import LEARNABLE, get_problem
 from mlgo_host.errors import ConfigError
-from mlgo_host.evaluation.traces import load_trace, vocab_from_trace
+from mlgo_host.evaluation.traces import Trace, vocab_from_trace
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.export import save_policy
 from mlgo_host.learning.networks import actor_logits, build_actor_network
@@ -46,9 +46,6 @@ class BCResult:
     epochs: int
     steps: int
     wall_s: float
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @gin.configurable(module="bc")
@@ -77,20 +74,29 @@ def train_bc(
     t0 = time.monotonic()
     tf.random.set_seed(seed)
     norm = norm if norm is not None else GinNormConfig()
-    trace = load_trace(trace_dir)
-    vocab, spec = _vocab_and_spec(trace, vocab_dir, num_buckets, seed)
+    trace = Trace(trace_dir)
+    if not get_problem(trace.advisor).learnable:
+        raise ConfigError(f"behavioural cloning supports {' and '.join(LEARNABLE)} traces, "
+                          f"not {trace.advisor!r}")
+    vocab = Vocab.load(vocab_dir) if vocab_dir else vocab_from_trace(trace_dir, num_buckets=num_buckets,
+                                                                     seed=seed)
+    logs = list(trace.logs())
+    if not logs:
+        raise ConfigError(f"trace {trace.path} has no decisions")
+    spec = PolicySpec.from_header(logs[0].header, trace.advisor, vocab_names=vocab.names(),
+                                  default_slot=trace.index.get("default_slot"))
     rng = np.random.default_rng(seed)
-    train, held = _split_modules(_load_data(trace, spec), heldout_fraction, rng)
-    if fc_layer_params is None:
-        net = build_actor_network(spec, vocab, norm)
-    else:
-        net = build_actor_network(spec, vocab, norm, fc_layer_params=tuple(fc_layer_params))
+    mods = [_Data(numpy_observations(spec, lg.records, lg.n), lg.actions.astype(np.int64)) for lg in logs]
+    train, held = _split_modules(mods, heldout_fraction, rng)
+    # unset: the gin-bound (PPO actor's) layers
+    layers = {} if fc_layer_params is None else {"fc_layer_params": tuple(fc_layer_params)}
+    net = build_actor_network(spec, vocab, norm, **layers)
     steps = _fit(net, spec, learning_rate, train, held, epochs, batch_size, rng, progress)
     sp = save_policy(output_dir, net, spec, vocab, norm, compiler=trace.index.get("compiler"), training_step=0,
                      saved_model=saved_model,
                      extra={"bc": {"trace_policy": trace.index.get("policy"), "epochs": epochs, "steps": steps}})
     res = _measure_saved(sp, spec, train, held, epochs=epochs, steps=steps, t0=t0)
-    atomic_write_json(os.path.join(sp.path, "bc_report.json"), res.as_dict())
+    atomic_write_json(os.path.join(sp.path, "bc_report.json"), dataclasses.asdict(res))
     ho = "n/a" if res.heldout_accuracy is None else f"{res.heldout_accuracy:.4f}"
     print(f"behavioural cloning: accuracy against the default decisions {res.accuracy:.4f} "
           f"(train {res.train_accuracy:.4f} on {res.train_decisions} decisions, held out {ho} on "
@@ -98,28 +104,8 @@ def train_bc(
     return res
 
 
-def _vocab_and_spec(trace, vocab_dir: str | None, num_buckets: int, seed: int) -> tuple[Vocab, PolicySpec]:
-    """The vocab (given, else the trace's quantiles) and the trace's policy spec."""
-    if not get_problem(trace.advisor).learnable:
-        raise ConfigError(f"behavioural cloning supports {' and '.join(LEARNABLE)} traces, not {trace.advisor!r}")
-    vocab = Vocab.load(vocab_dir) if vocab_dir else vocab_from_trace(trace.path, num_buckets=num_buckets, seed=seed)
-    first = next(trace.logs(), None)
-    if first is None:
-        raise ConfigError(f"trace {trace.path} has no decisions")
-    spec = PolicySpec.from_header(first.header, trace.advisor, vocab_names=vocab.names(),
-                                  default_slot=trace.default_slot)
-    return vocab, spec
-
-
-def _load_data(trace, spec: PolicySpec) -> list[tuple[str, dict, np.ndarray]]:
-    """Per module: its name, the observation dict (spec features) and actions."""
-    mods = [(lg.name, numpy_observations(spec, lg.records, lg.n), lg.actions.astype(np.int64)) for lg in trace.logs()]
-    if not mods:
-        raise ConfigError(f"trace {trace.path} has no decisions")
-    return mods
-
-
-def _split_modules(mods: list, heldout_fraction: float, rng: np.random.Generator) -> tuple[_Data, _Data | None]:
+def _split_modules(mods: list[_Data], heldout_fraction: float,
+                   rng: np.random.Generator) -> tuple[_Data, _Data | None]:
     """(training data, held-out data or None), split by module with a seeded shuffle."""
     order = rng.permutation(len(mods))
     n_held = 0
@@ -138,10 +124,9 @@ class _Data:
     y: np.ndarray
 
     @classmethod
-    def concat(cls, parts: list) -> "_Data":
-        keys = parts[0][1].keys()
-        return cls({k: np.concatenate([p[1][k] for p in parts]) for k in keys},
-                   np.concatenate([p[2] for p in parts]))
+    def concat(cls, parts: list[_Data]) -> _Data:
+        return cls({k: np.concatenate([p.x[k] for p in parts]) for k in parts[0].x},
+                   np.concatenate([p.y for p in parts]))
 
     @property
     def n(self) -> int:

@@ -1,7 +1,6 @@
-"""Saved policy directories from a TF actor network: the numpy weights and
-vocab the workers read, the metadata, and the tf-agents SavedModel with LLVM's
-``output_spec.json``.  Built beside the destination and renamed into place, so
-a reader sees the old or the new policy, never half of one.
+"""Saved policy directories from a TF actor network: the numpy weights and vocab the workers read, the
+metadata, and the tf-agents SavedModel with LLVM's ``output_spec.json``.  Built beside the destination and
+renamed into place, so a reader sees the old or the new policy, never half of one.
 """
 
 from __future__ import annotations
@@ -59,26 +58,19 @@ def save_policy(
     tmp = tempfile.mkdtemp(prefix="." + os.path.basename(dest) + ".", dir=parent)
     try:
         weights = export_actor_weights(actor_net)
-        activation = actor_activation(actor_net)
         NumpyActor.save_weights(os.path.join(tmp, WEIGHTS), weights)
         vdir = os.path.join(tmp, VOCAB_DIR)
         os.mkdir(vdir)
         Vocab({n: vocab[n] for n in spec.input_names}).write_into(vdir)
         hidden = [int(weights[f"hidden_{i}_bias"].shape[0]) for i in range(len(weights) // 2 - 1)]
         md = {
-            "format": FORMAT,
-            "advisor": spec.advisor,
-            "spec": spec.to_json(),
-            "norm": norm.to_json(),
-            "activation": activation,
+            "format": FORMAT, "advisor": spec.advisor, "spec": spec.to_json(), "norm": norm.to_json(),
+            "activation": actor_activation(actor_net),
             "fc_layer_params": list(fc_layer_params) if fc_layer_params is not None else hidden,
-            "input_features": list(spec.input_names),
-            "compiler": compiler,
+            "input_features": list(spec.input_names), "compiler": compiler,
             # what the compiler-dependent inputs meant (clang-19 vs 21+; checked when served)
-            "default_slot": spec.default_slot,
-            "feature_meanings": spec.feature_meanings(),
-            "training_step": int(training_step),
-            "saved_model": SAVED_MODEL_DIR if saved_model else None,
+            "default_slot": spec.default_slot, "feature_meanings": spec.feature_meanings(),
+            "training_step": int(training_step), "saved_model": SAVED_MODEL_DIR if saved_model else None,
         }
         if extra:
             md["extra"] = dict(extra)
@@ -127,8 +119,7 @@ def random_features(spec: PolicySpec, vocab: Vocab, n: int, seed: int = 0) -> di
             span = max(hi - lo, 1.0)
             v = rng.uniform(lo - 0.25 * span, hi + 0.25 * span, shape)
             # half of the values exactly on boundaries (the ties matter)
-            pick = rng.random(shape) < 0.5
-            v = np.where(pick, rng.choice(b, shape), v)
+            v = np.where(rng.random(shape) < 0.5, rng.choice(b, shape), v)
         else:
             v = rng.uniform(-10, 10, shape)
         if f.dtype.kind in "iu":
@@ -158,14 +149,12 @@ def _output_spec(directory: str, saver: Any) -> list[dict]:
     names = {v: k for k, v in TF_DTYPES.items()}
     sm = tf.saved_model.load(directory)
     sig = sm.signatures["action"]
-    flat_specs = tf.nest.flatten(sig.structured_outputs)
-    index = {s.name.lower(): i for i, s in enumerate(flat_specs)}
-    tensors = sig.outputs
+    index = {s.name.lower(): i for i, s in enumerate(tf.nest.flatten(sig.structured_outputs))}
     entries = []
     wanted = [s.name for s in tf.nest.flatten(saver.policy_step_spec.action)]
     wanted += [s.name for s in tf.nest.flatten(saver.policy_step_spec.info)]
     for logging_name in wanted:
-        t = tensors[index[logging_name.lower()]]
+        t = sig.outputs[index[logging_name.lower()]]
         while t.op.name.startswith("Identity"):  # the real op behind the signature's identities
             t = t.op.inputs[0]
         op, _, port = t.name.partition(":")

@@ -1,32 +1,32 @@
-"""Imitate the searched decisions (:mod:`mlgo_host.search.driver`): weighted
-behavioural cloning, then a gate.
+"""Imitate the searched decisions (:mod:`mlgo_host.search.driver`): weighted behavioural cloning, then a gate.
 
-Examples: every decision of each module's best trajectory (weight
-``untried_weight``), and every flip tried, labelled with the flipped action
-when it shrank the object, else the original one, weighted by the bytes at
-stake.  The network is the PPO actor plus the compiler's default decision as
-an input, so it learns where deviating from the default pays.  Deployed
-decisions go through a gate (:func:`choose_gate`, kept in the policy's
-metadata): leave the default only where the other action's probability is
-above it.
+Examples: every decision of each module's best trajectory (weight 1), and every flip tried, labelled with the
+flipped action when it shrank the object, else the original one, weighted by the bytes at stake.  The network
+is the PPO actor plus the compiler's default decision as an input, so it learns where deviating from the
+default pays.  Deployed decisions go through a gate (:func:`choose_gate`, kept in the policy's metadata):
+leave the default only where the other action's probability is above it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Any, Sequence
 
 import gin
 import numpy as np
+import tensorflow as tf
 
 from mlgo_host.channel.codec import Header
 from mlgo_host.errors import ConfigError
+from mlgo_host.learning.bc import adam_step, epoch_losses
+from mlgo_host.learning.export import save_policy
+from mlgo_host.learning.networks import build_actor_network
+from mlgo_host.learning.tensor_specs import numpy_observations
 from mlgo_host.policies.specs import PolicySpec
 from mlgo_host.policies.vocab import NormConfig, Vocab, VocabBuilder
-from mlgo_host.learning.bc import adam_step, epoch_losses
 
-log = logging.getLogger("mlgo_host.imitate")
+#: a flip's weight: the bytes at stake, clipped
+MAX_FLIP_WEIGHT = 4096.0
 
 
 @dataclasses.dataclass
@@ -42,8 +42,7 @@ class Examples:
         return int(self.labels.shape[0])
 
 
-def examples_from_search(results: Sequence[dict], *, untried_weight: float = 1.0,
-                         max_flip_weight: float = 4096.0) -> Examples:
+def examples_from_search(results: Sequence[dict]) -> Examples:
     """The imitation examples of search results sharing one header."""
     ok = [r for r in results if r.get("status") == "ok" and r.get("header")]
     if not ok:
@@ -55,13 +54,13 @@ def examples_from_search(results: Sequence[dict], *, untried_weight: float = 1.0
         traj = np.frombuffer(r["raw"], dtype=dt)
         recs.append(traj)
         labels.append(np.asarray(r["actions"], dtype=np.int64))
-        weights.append(np.full(len(traj), float(untried_weight)))
+        weights.append(np.full(len(traj), 1.0))
         for f in r["flips"]:
             if not f.get("raw"):  # a site a flip exposed: no channel decision, no features
                 continue
             recs.append(np.frombuffer(f["raw"], dtype=dt))
             labels.append(np.array([1 - f["from"] if f["accepted"] else f["from"]], dtype=np.int64))
-            weights.append(np.array([min(max(abs(float(f["delta"])), 1.0), max_flip_weight)]))
+            weights.append(np.array([min(max(abs(float(f["delta"])), 1.0), MAX_FLIP_WEIGHT)]))
     return Examples(header, np.concatenate(recs), np.concatenate(labels), np.concatenate(weights))
 
 
@@ -83,7 +82,6 @@ def train_imitation(
     extra: dict | None = None,
 ) -> dict[str, Any]:
     """Train the actor on ``examples`` (weighted cross-entropy), save it; returns a summary."""
-    import tensorflow as tf
 
     def cross_entropy(logits, labels, wts):
         ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
@@ -97,8 +95,9 @@ def train_imitation(
                          extra={"imitation": dict(extra or {}, examples=len(examples))})
     pred = sp.actor.greedy(examples.records)
     acc = float(np.sum((pred == y) * examples.weights) / np.sum(examples.weights))
+    defaults = (examples.records[default_slot].reshape(len(y), -1)[:, 0] != 0).astype(np.int64)
     return {"examples": len(examples), "loss": loss, "weighted_accuracy": acc,
-            "deviations_labelled": int(np.sum(y != _defaults(examples.records, default_slot)))}
+            "deviations_labelled": int(np.sum(y != defaults))}
 
 
 def fit_actor(header: Header, records: np.ndarray, targets: np.ndarray, weights: np.ndarray, loss_fn,
@@ -109,12 +108,6 @@ def fit_actor(header: Header, records: np.ndarray, targets: np.ndarray, weights:
     """The actor (the default decision an input) fitted by Adam to
     ``loss_fn(logits [N, 2], targets, weights)`` (weights scaled to mean 1) and
     saved; returns the saved policy and the last epoch's mean loss."""
-    import tensorflow as tf
-
-    from mlgo_host.learning.export import save_policy
-    from mlgo_host.learning.networks import build_actor_network
-    from mlgo_host.learning.tensor_specs import numpy_observations
-
     tf.random.set_seed(seed)
     rng = np.random.default_rng(seed)
     norm = norm if norm is not None else NormConfig(with_square=True)
@@ -130,22 +123,18 @@ def fit_actor(header: Header, records: np.ndarray, targets: np.ndarray, weights:
     y = np.asarray(targets, dtype=np.int64 if tdt == tf.int64 else np.float32)
     w = (weights / weights.mean()).astype(np.float32)
     net = build_actor_network(spec, vocab, norm, fc_layer_params=tuple(fc_layer_params))
-    step = adam_step(net, spec, learning_rate, loss_fn, tf.TensorSpec([None], tdt), tf.TensorSpec([None], tf.float32))
+    step = adam_step(net, spec, learning_rate, loss_fn, tf.TensorSpec([None], tdt),
+                     tf.TensorSpec([None], tf.float32))
     losses = [float(np.mean(epoch_losses(step, x, (y, w), batch_size, rng))) for _ in range(epochs)]
     sp = save_policy(output_dir, net, spec, vocab, norm, compiler=compiler, saved_model=saved_model,
                      fc_layer_params=fc_layer_params, extra=extra)
     return sp, (losses[-1] if losses else float("nan"))
 
 
-def _defaults(records: np.ndarray, slot: str) -> np.ndarray:
-    return (records[slot].reshape(len(records), -1)[:, 0] != 0).astype(np.int64)
-
-
 def choose_gate(sizes_by_threshold: dict[float, dict[str, int]], default_sizes: dict[str, int],
                 max_module_growth_pct: float = 1.0) -> tuple[float, dict[str, Any]]:
-    """(The gate threshold with the smallest validation total among those
-    under which no module grows more than ``max_module_growth_pct``, else 1.0
-    (always the default); the table of every threshold tried)."""
+    """(The gate threshold with the smallest validation total among those under which no module grows more
+    than ``max_module_growth_pct``, else 1.0 (always the default); the table of every threshold tried)."""
     table = {}
     for thr, sizes in sorted(sizes_by_threshold.items()):
         common = [m for m in default_sizes if m in sizes]

@@ -11,13 +11,14 @@ from typing import Any
 import gin
 import numpy as np
 import tensorflow as tf
+from tf_agents.utils import common as tfa_common
 
 from mlgo_host.channel.codec import Header
 from mlgo_host.channel.problems import get_problem
 from mlgo_host.errors import ConfigError
 from mlgo_host.learning.export import save_policy
 from mlgo_host.learning.networks import tf_logits
-from mlgo_host.learning.ppo import create_ppo_agent, train_function
+from mlgo_host.learning.ppo import create_ppo_agent
 from mlgo_host.learning.preprocessing import GinNormConfig
 from mlgo_host.learning.trajectories import episodes_to_steps, episodes_to_trajectories
 from mlgo_host.learning.weights import import_actor_weights
@@ -70,7 +71,9 @@ class Learner:
         self.norm = GinNormConfig()
         self.agent = create_ppo_agent(self.spec, self.vocab, self.norm)
         self.actor = self.agent.actor_net
-        self._train = train_function(self.agent) if use_tf_function else self.agent.train
+        self._train = self.agent.train
+        if use_tf_function:  # traced once per batch shape
+            self._train = tfa_common.function(self.agent.train, autograph=False)
         self.ckpt = tf.train.Checkpoint(agent=self.agent)
         self.ckpt_dir = os.path.join(root_dir, "checkpoints")
         self.manager = tf.train.CheckpointManager(self.ckpt, self.ckpt_dir, max_to_keep=keep_checkpoints,
@@ -111,9 +114,8 @@ class Learner:
         self.ckpt.restore(path).assert_existing_objects_matched()
 
     def train(self, episodes: list, rewards: list[float], iteration: int) -> dict[str, Any]:
-        """One PPO update; returns loss metrics, entropy and the approximate KL
-        to the collecting policy.  The shuffle is seeded by (seed, iteration)
-        so a resumed run trains on the same batches."""
+        """One PPO update; returns loss metrics, entropy and the approximate KL to the collecting policy.  The
+        shuffle is seeded by (seed, iteration) so a resumed run trains on the same batches."""
         trajs = episodes_to_trajectories(
             self.spec, episodes, rewards, sequence_length=self.sequence_length, batch_size=self.batch_size,
             seed=self.seed * 1_000_003 + iteration, binding=self.binding)

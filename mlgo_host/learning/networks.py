@@ -1,7 +1,6 @@
-"""The TF networks of a policy, each with the vocab normalization as
-preprocessing layers: tf-agents' ``ActorDistributionNetwork`` for the inliner
-(as ml-compiler-opt's ``ppo_nn_agent.gin``), :class:`ColumnActorNetwork` for
-eviction, and a ``ValueNetwork``.  Only activations the numpy actor also has
+"""The TF networks of a policy, each with the vocab normalization as preprocessing layers: tf-agents'
+``ActorDistributionNetwork`` for the inliner (as ml-compiler-opt's ``ppo_nn_agent.gin``),
+:class:`ColumnActorNetwork` for eviction, and a ``ValueNetwork``.  Only activations the numpy actor also has
 are accepted.
 """
 
@@ -20,7 +19,7 @@ from tf_agents.utils import nest_utils
 
 from mlgo_host.errors import ConfigError
 from mlgo_host.learning.preprocessing import preprocessing_layers
-from mlgo_host.learning.tensor_specs import action_spec, observation_spec, observations_from_features
+from mlgo_host.learning.tensor_specs import action_spec, numpy_observations, observation_spec
 from mlgo_host.policies.actor import ACTIVATIONS
 from mlgo_host.policies.specs import BINARY, MASKED_CHOICE, PolicySpec
 from mlgo_host.policies.vocab import NormConfig, Vocab
@@ -49,15 +48,6 @@ class ColumnActorNetwork(network.DistributionNetwork):
             bias_initializer=tf.keras.initializers.Zeros(), name="logits")
         self._mask_name = mask_name
         self._num = num
-
-    # (the attribute names stay private: checkpoints key the weights by them)
-    @property
-    def dense_layers(self) -> list[tf.keras.layers.Dense]:
-        return list(self._dense)
-
-    @property
-    def logits_layer(self) -> tf.keras.layers.Dense:
-        return self._logits
 
     def call(self, observations, step_type=None, network_state=(), training=False, mask=None):
         del step_type, mask
@@ -119,7 +109,8 @@ def build_value_network(spec: PolicySpec, vocab: Vocab, norm: NormConfig,
 
 def tf_logits(actor_net, spec: PolicySpec, features: Any) -> np.ndarray:
     """The TF actor's logits ``[N, num_actions]`` on N records, as numpy."""
-    return actor_logits(actor_net, observations_from_features(spec, features)).numpy()
+    obs = {k: tf.constant(v) for k, v in numpy_observations(spec, features).items()}
+    return actor_logits(actor_net, obs).numpy()
 
 
 def actor_logits(actor_net, obs) -> tf.Tensor:

@@ -1,22 +1,14 @@
-"""The tf-agents PPO agent of a policy (gin-configurable), fresh or
-warm-started from saved weights, and its training step as a ``tf.function``.
-"""
+"""The tf-agents PPO agent of a policy (gin-configurable) and its training step as a ``tf.function``."""
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
-
 import gin
-import numpy as np
 import tensorflow as tf
 from tf_agents.agents.ppo import ppo_agent, ppo_clip_agent
-from tf_agents.utils import common as tfa_common
 
 from mlgo_host.learning.networks import build_actor_network, build_value_network
 from mlgo_host.learning.preprocessing import GinNormConfig
 from mlgo_host.learning.tensor_specs import action_spec, time_step_spec
-from mlgo_host.learning.weights import import_actor_weights, load_weights
-from mlgo_host.policies.saved import read_saved_policy
 from mlgo_host.policies.specs import PolicySpec
 from mlgo_host.policies.vocab import NormConfig, Vocab
 
@@ -41,22 +33,13 @@ def create_ppo_agent(
     policy_l2_reg: float = 1e-6,
     gradient_clipping: float | None = None,
     normalize_rewards: bool = False,
-    warm_start: str | Mapping[str, np.ndarray] | None = None,
-    actor_fc_layer_params: Sequence[int] | None = None,
     debug_summaries: bool = False,
 ):
-    """A ``PPOClipAgent`` (``PPOAgent`` with the KL penalty when not
-    ``clip_agent``); ``warm_start``: a saved policy directory, an ``actor.npz``
-    or a weight dict.  Defaults follow ml-compiler-opt's inlining PPO config
-    (discount 0, lambda 0: every decision gets its module's reward)."""
+    """A ``PPOClipAgent`` (``PPOAgent`` with the KL penalty when not ``clip_agent``).  Defaults follow
+    ml-compiler-opt's inlining PPO config (discount 0, lambda 0: every decision gets its module's reward)."""
     norm = norm if norm is not None else GinNormConfig()
-    if actor_fc_layer_params is not None:
-        actor = build_actor_network(spec, vocab, norm, fc_layer_params=tuple(actor_fc_layer_params))
-    else:
-        actor = build_actor_network(spec, vocab, norm)
+    actor = build_actor_network(spec, vocab, norm)
     value = build_value_network(spec, vocab, norm)
-    if warm_start is not None:
-        import_actor_weights(actor, load_weights(warm_start))
     optimizer = tf.keras.optimizers.Adam(learning_rate=learning_rate, epsilon=adam_epsilon)
     common = dict(
         optimizer=optimizer, actor_net=actor, value_net=value, importance_ratio_clipping=importance_ratio_clipping,
@@ -74,18 +57,3 @@ def create_ppo_agent(
     optimizer.build(sorted(actor.trainable_weights + value.trainable_weights, key=lambda v: v.name))
     return agent
 
-
-def create_ppo_agent_from_saved(path: str, **kwargs):
-    """``(agent, saved_policy)``: a PPO agent with a saved policy's spec, vocab,
-    normalization, layer sizes and actor weights."""
-    sp = read_saved_policy(path)
-    a = sp.actor
-    layers = sp.metadata.get("fc_layer_params") or [w.shape[1] for w, _ in a.hidden]
-    agent = create_ppo_agent(sp.spec, a.vocab, a.norm, warm_start=a.weights(), actor_fc_layer_params=layers,
-                             **kwargs)
-    return agent, sp
-
-
-def train_function(agent):
-    """``agent.train`` wrapped in a ``tf.function`` (traced once per batch shape)."""
-    return tfa_common.function(agent.train, autograph=False)

@@ -29,11 +29,6 @@ def time_step_spec(spec: PolicySpec) -> ts.TimeStep:
     return ts.time_step_spec(observation_spec(spec), tf.TensorSpec(shape=(), dtype=tf.float32, name="reward"))
 
 
-def observations_from_features(spec: PolicySpec, features: Any, n: int | None = None) -> dict[str, tf.Tensor]:
-    """:func:`numpy_observations` as tensors."""
-    return {k: tf.constant(v) for k, v in numpy_observations(spec, features, n).items()}
-
-
 def numpy_observations(spec: PolicySpec, features: Any, n: int | None = None,
                        binding: InputBinding = SAME_NAMES) -> dict[str, np.ndarray]:
     """Every spec feature of N records as numpy arrays of TF shapes, each input

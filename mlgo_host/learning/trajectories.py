@@ -18,10 +18,9 @@ from mlgo_host.policies.specs import BINARY, SAME_NAMES, InputBinding, PolicySpe
 
 
 def old_logits(spec: PolicySpec, actions: np.ndarray, logps: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
-    """The collecting policy's logits rebuilt from the log-probability of the
-    action taken (all episodes keep): exact for 2 actions; for a masked choice
-    the rest is spread evenly over the other legal columns (the importance
-    ratio stays exact, the KL is approximate)."""
+    """The collecting policy's logits rebuilt from the log-probability of the action taken (all episodes
+    keep): exact for 2 actions; for a masked choice the rest is spread evenly over the other legal columns
+    (the importance ratio stays exact, the KL is approximate)."""
     n = actions.shape[0]
     lp = np.minimum(np.asarray(logps, np.float64), np.log1p(-1e-6))
     rest = np.log(-np.expm1(lp))  # log(1 - p)
@@ -68,8 +67,7 @@ def episodes_to_steps(spec: PolicySpec, episodes: Iterable[Any], rewards: Iterab
         n = ep.n
         if n == 0:
             continue
-        feats = ep.features()
-        o = numpy_observations(spec, feats, n, binding)
+        o = numpy_observations(spec, ep.features(), n, binding)
         for k, v in o.items():
             obs_parts[k].append(v)
         a = np.asarray(ep.actions).reshape(n).astype(np.int64)

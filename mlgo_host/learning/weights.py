@@ -3,7 +3,6 @@ actor (:mod:`mlgo_host.policies.actor`) reads, both ways."""
 
 from __future__ import annotations
 
-import os
 from typing import Mapping
 
 import numpy as np
@@ -18,8 +17,8 @@ from mlgo_host.policies.vocab import NormConfig, Vocab
 
 
 def _actor_dense_layers(actor_net) -> tuple[list[tf.keras.layers.Dense], tf.keras.layers.Dense]:
-    if isinstance(actor_net, ColumnActorNetwork):
-        return actor_net.dense_layers, actor_net.logits_layer
+    if isinstance(actor_net, ColumnActorNetwork):  # (its private names: checkpoints key the weights by them)
+        return list(actor_net._dense), actor_net._logits
     if isinstance(actor_net, actor_distribution_network.ActorDistributionNetwork):
         # private attributes, unavoidably: the network exposes neither its dense
         # layers nor its projection layer (tf-agents is pinned to 0.19.0)
@@ -71,11 +70,3 @@ def import_actor_weights(actor_net, weights: Mapping[str, np.ndarray]) -> None:
 def numpy_actor(actor_net, spec: PolicySpec, vocab: Vocab, norm: NormConfig) -> NumpyActor:
     """The numpy twin of a TF actor."""
     return NumpyActor(spec, vocab, norm, export_actor_weights(actor_net), activation=actor_activation(actor_net))
-
-
-def load_weights(src: str | Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """A weight dict, an ``actor.npz`` or a saved policy directory -> the weight dict."""
-    if isinstance(src, Mapping):
-        return dict(src)
-    path = os.path.join(src, "actor.npz") if os.path.isdir(src) else src
-    return NumpyActor.load_weights(path)

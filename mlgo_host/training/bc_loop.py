@@ -1,12 +1,12 @@
-"""Behavioural cloning from a corpus (``run.algorithm = 'bc'``): trace the
-default heuristic over the corpus' training split (PPO's seeded split, so
-held-out modules stay unseen), build the vocab, clone the default into the PPO
-actor as ``<root_dir>/saved_policy``.  ``trace/`` and ``vocab/`` are reused
-when the command is run again.
+"""Behavioural cloning from a corpus (``run.algorithm = 'bc'``): trace the default heuristic over the corpus'
+training split (PPO's seeded split, so held-out modules stay unseen), build the vocab, clone the default into
+the PPO actor as ``<root_dir>/saved_policy``.  ``trace/`` and ``vocab/`` are reused when the command is run
+again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -55,6 +55,6 @@ def train_bc_from_corpus(
         vocab_from_trace(trace_dir, vocab_dir, seed=seed)
     result = train_bc(trace_dir, os.path.join(root_dir, "saved_policy"), vocab_dir=vocab_dir, seed=seed,
                       progress=progress)
-    out = result.as_dict()
+    out = dataclasses.asdict(result)
     atomic_write_json(os.path.join(root_dir, "bc_result.json"), out)
     return out

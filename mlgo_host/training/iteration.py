@@ -1,9 +1,7 @@
-"""The steps every PPO iteration shares, whether its episodes come from a
-corpus (:mod:`~mlgo_host.training.train_loop`) or from real builds
-(:mod:`~mlgo_host.training.online`): open the learner (restored, warm-started
-or fresh), train and save, commit.  ``state.json`` is written last and
-atomically: it marks the iteration done, so a killed run redoes it from the
-previous checkpoint.
+"""The steps every PPO iteration shares, whether its episodes come from a corpus
+(:mod:`~mlgo_host.training.train_loop`) or from real builds (:mod:`~mlgo_host.training.online`): open the
+learner (restored, warm-started or fresh), train and save, commit.  ``state.json`` is written last and
+atomically: it marks the iteration done, so a killed run redoes it from the previous checkpoint.
 """
 
 from __future__ import annotations
@@ -19,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from mlgo_host.errors import ConfigError
-from mlgo_host.fsutil import atomic_write_json, replace_dir
+from mlgo_host.fsutil import replace_dir
 from mlgo_host.policies.saved import gate_of, read_saved_policy
+from mlgo_host.policies.vocab import VocabBuilder
 from mlgo_host.learning.learner import Learner
-from mlgo_host.learning.summaries import Summaries
 
 STATE = "state.json"
 
@@ -96,6 +94,16 @@ def train_and_save(learner: Learner, root_dir: str, iteration: int, episodes: li
     return Update(iteration, metrics, policy_dir, train_s=t1 - t0, save_s=time.monotonic() - t1)
 
 
+def build_vocab(episodes: list, vocab_dir: str, source: str) -> None:
+    """Quantile vocab of the episodes' features; ``source`` starts the error when they have none."""
+    builder = VocabBuilder()
+    for ep in episodes:
+        builder.add(ep.features())
+    if not builder.observations:
+        raise ConfigError(f"{source} no observations; cannot build a vocab")
+    builder.build().save(vocab_dir)
+
+
 def percentile_summary(values: list[float]) -> dict[str, float]:
     """p10 ... p90 and the mean (ml-compiler-opt's reward_distribution)."""
     if not values:
@@ -109,13 +117,6 @@ def percentile_summary(values: list[float]) -> dict[str, float]:
 def numeric_metrics(update: Update) -> dict[str, float]:
     """The update's numeric metrics, for a history row."""
     return {k: v for k, v in update.metrics.items() if isinstance(v, (int, float))}
-
-
-def commit_iteration(root_dir: str, summaries: Summaries, iteration: int, reward_dist: dict[str, float],
-                     row: dict[str, Any], eval_row: dict[str, Any] | None, state: dict[str, Any]) -> None:
-    """Summaries of the iteration, then ``state.json`` (``state``) atomically, last."""
-    summaries.write_iteration(iteration, reward_dist, row, eval_row)
-    atomic_write_json(os.path.join(root_dir, STATE), state)
 
 
 def publish_policy(policy_dir: str, dest: str) -> None:

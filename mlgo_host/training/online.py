@@ -29,8 +29,7 @@ from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.reward import reward
-from mlgo_host.policies.vocab import VocabBuilder
-from mlgo_host.training.iteration import (Update, commit_iteration, numeric_metrics, open_learner,
+from mlgo_host.training.iteration import (STATE, Update, build_vocab, numeric_metrics, open_learner,
                                           percentile_summary, publish_policy, read_state, resolve_warmstart,
                                           train_and_save)
 
@@ -58,7 +57,10 @@ def train_from_collected(
     root_dir = os.path.abspath(root_dir)
     collected_dir = os.path.abspath(collected_dir)
     warmstart_policy = resolve_warmstart(warmstart_policy)
-    state = _read_online_state(root_dir)
+    state = read_state(root_dir)
+    if state and (state.get("config") or {}).get("mode") != MODE:
+        raise ConfigError(f"{root_dir} holds a corpus training run; train from collected episodes in another "
+                          f"--root_dir (warm start from its saved_policy)")
     consumed: list[str] = list(state.get("consumed", []))
     done = int(state.get("iteration", 0))
     # the new episodes and their rewards first: no TensorFlow work yet
@@ -82,26 +84,19 @@ def train_from_collected(
     config = state.get("config") or {}
     summaries = Summaries(root_dir)
     try:
-        commit_iteration(root_dir, summaries, update.iteration, dist, row, None, {
-            "iteration": update.iteration, "consumed": consumed + [m["file"] for m in metas],
-            "history": list(state.get("history", [])) + [row],
-            "config": {"mode": MODE, "advisor": advisor, "collected_dir": collected_dir,
-                       "baseline_stats": os.path.abspath(baseline_stats), "seed": seed, "vocab": vocab_dir,
-                       "vocab_source": config.get("vocab_source", source),
-                       "warmstart_policy": config.get("warmstart_policy", warmstart_policy)},
-        })
+        summaries.write_iteration(update.iteration, dist, row, None)
     finally:
         summaries.close()
+    atomic_write_json(os.path.join(root_dir, STATE), {  # last: the iteration is done
+        "iteration": update.iteration, "consumed": consumed + [m["file"] for m in metas],
+        "history": list(state.get("history", [])) + [row],
+        "config": {"mode": MODE, "advisor": advisor, "collected_dir": collected_dir,
+                   "baseline_stats": os.path.abspath(baseline_stats), "seed": seed, "vocab": vocab_dir,
+                   "vocab_source": config.get("vocab_source", source),
+                   "warmstart_policy": config.get("warmstart_policy", warmstart_policy)},
+    })
     print(_summary_line(row), file=sys.stderr, flush=True)
     return row
-
-
-def _read_online_state(root_dir: str) -> dict[str, Any]:
-    state = read_state(root_dir)
-    if state and (state.get("config") or {}).get("mode") != MODE:
-        raise ConfigError(f"{root_dir} holds a corpus training run; train from collected episodes in another "
-                          f"--root_dir (warm start from its saved_policy)")
-    return state
 
 
 def _new_episodes(collected_dir: str, baseline_stats: str, consumed: list[str], done: int, advisor: str):
@@ -178,7 +173,7 @@ def _start_run_dir(root_dir: str, state: dict, header_json: dict, vocab_dir: str
     if source is not None:
         publish_policy(source, vocab_dir)  # any directory, not only a policy
     else:
-        _build_vocab(episodes, vocab_dir)
+        build_vocab(episodes, vocab_dir, "the collected episodes have")
 
 
 def _history_row(update: Update, episodes: list, metas: list[dict], dist: dict[str, float],
@@ -198,16 +193,6 @@ def _history_row(update: Update, episodes: list, metas: list[dict], dist: dict[s
     }
 
 
-def _build_vocab(episodes: list, vocab_dir: str) -> None:
-    """Quantile vocab of the collected episodes' features."""
-    builder = VocabBuilder()
-    for ep in episodes:
-        builder.add(ep.features())
-    if not builder.observations:
-        raise ConfigError("the collected episodes have no observations; cannot build a vocab")
-    builder.build().save(vocab_dir)
-
-
 def _summary_line(row: dict) -> str:
     parts = [f"iteration {row['iteration']}:",
              f"reward mean {row['reward_mean']:+.4f}" if row.get("reward_mean") is not None else "reward n/a",
@@ -218,11 +203,10 @@ def _summary_line(row: dict) -> str:
     return " ".join(parts)
 
 
-def bind_common_macros() -> dict[str, Any]:
-    """Bind the :func:`train_from_collected` parameters the configuration
-    leaves unbound to common.gin's macros (the --gin_bindings spellings of
-    corpus training) and ``advisor`` to ``train.advisor``, so the operative
-    config records them.  Returns what it bound."""
+def bind_common_macros() -> None:
+    """Bind the :func:`train_from_collected` parameters the configuration leaves unbound to common.gin's
+    macros (the --gin_bindings spellings of corpus training) and ``advisor`` to ``train.advisor``, so the
+    operative config records them."""
     def bound(selector: str) -> bool:
         try:
             gin.query_parameter(selector)
@@ -230,18 +214,14 @@ def bind_common_macros() -> dict[str, Any]:
         except ValueError:
             return False
 
-    values: dict[str, Any] = {}
-    for name in MACRO_PARAMS:
-        if not bound(f"online.train_from_collected.{name}") and bound(f"%{name}"):
-            values[name] = gin.query_parameter(f"%{name}")
-    if not bound("online.train_from_collected.advisor") and bound("train.advisor"):
-        adv = gin.query_parameter("train.advisor")
-        if isinstance(adv, str):
-            values["advisor"] = adv
     with gin.unlock_config():
-        for name, v in values.items():
-            gin.bind_parameter(f"online.train_from_collected.{name}", v)
-    return values
+        for name in MACRO_PARAMS:
+            if not bound(f"online.train_from_collected.{name}") and bound(f"%{name}"):
+                gin.bind_parameter(f"online.train_from_collected.{name}", gin.query_parameter(f"%{name}"))
+        if not bound("online.train_from_collected.advisor") and bound("train.advisor"):
+            advisor = gin.query_parameter("train.advisor")
+            if isinstance(advisor, str):
+                gin.bind_parameter("online.train_from_collected.advisor", advisor)
 
 
 def _rel_outputs(records: list[dict]) -> dict[str, dict]:
@@ -254,15 +234,12 @@ def _rel_outputs(records: list[dict]) -> dict[str, dict]:
 
 
 def load_collected(directory: str, baseline_stats: str, delta: float = 0.01, *, exclude=(), strict: bool = False):
-    """(episodes, rewards, metas) of ``directory`` in file name order, rewards
-    against the ``text_size`` of the same modules in ``baseline_stats`` (of a
-    ``--policy default`` build); each meta gains ``file`` and ``baseline_text_size``.
-
-    A module is matched by its output path, else by its path relative to its
-    build's root (the common directory of all outputs, ``exclude``d files
-    included, so keys do not depend on what is left out).  Files in
-    ``exclude`` are not loaded.  Episodes without a size are skipped, and so
-    are those without a baseline size unless ``strict`` (a :class:`CorpusError`)."""
+    """(episodes, rewards, metas) of ``directory`` in file name order, rewards against the ``text_size`` of
+    the same modules in ``baseline_stats`` (of a ``--policy default`` build); each meta gains ``file`` and
+    ``baseline_text_size``.  A module is matched by its output path, else by its path relative to its build's
+    root (the common directory of all outputs, ``exclude``d files included, so keys do not depend on what is
+    left out).  Files in ``exclude`` are not loaded.  Episodes without a size are skipped, and so are those
+    without a baseline size unless ``strict`` (a :class:`CorpusError`)."""
     base_recs = [r for r in read_records(baseline_stats) if r.get("status") == "ok" and r.get("output")]
     base_abs = {r["output"]: r for r in base_recs}
     base_rel = _rel_outputs(base_recs)

@@ -1,10 +1,9 @@
 """Search, then imitate (``run.algorithm = 'search'``, ``configs/inlining/search.gin``).
 
-Each round searches the training modules around the current policy, trains the
-actor on every best trajectory and flip so far (:mod:`mlgo_host.learning.imitate`),
-chooses its gate on the validation split and publishes it as ``saved_policy/``
-when its validation total is the best so far; the held-out split is only
-reported.  A killed run resumes after its last completed round.
+Each round searches the training modules around the current policy, trains the actor on every best trajectory
+and flip so far (:mod:`mlgo_host.learning.imitate`), chooses its gate on the validation split and publishes it
+as ``saved_policy/`` when its validation total is the best so far; the held-out split is only reported.  A
+killed run resumes after its last completed round.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.sizes import compiler_version
 from mlgo_host.policies.saved import METADATA, set_gate
 from mlgo_host.search.passes import Passes, RoundResults
+from mlgo_host.search.tunedir import load_tune_results
 from mlgo_host.training.iteration import STATE, publish_policy, read_state
 from mlgo_host.training.workers import Workers
 from mlgo_host.workers.worker import policy_blob_from_dir
@@ -82,7 +82,12 @@ def train_search(
     if not train_mods or not val_mods:
         raise ConfigError(f"corpus {corpus_dir}: {len(train_mods)} training and {len(val_mods)} validation modules "
                           "(need at least one of each; lower the fractions or add modules)")
-    state = _load_state(root_dir)
+    state = read_state(root_dir)
+    if state:
+        log.info("resuming %s after round %d", root_dir, state["round"])
+    else:
+        state = {"format": "mlgo_host.search_state/1", "round": 0, "history": [], "best_val": None,
+                 "best_round": None, "best_policy": None, "default_slot": None, "searched": {}}
     if search_data:
         _merge_round(root_dir, 0, _tune_results(search_data, val_mods, held_mods))
     pool = workers.pool("mlgo_host.search.worker:SearchWorker", advisor="inline",
@@ -136,19 +141,19 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, worker
         state["best_val"], state["best_round"] = val["size_change_pct"], r
         state["best_policy"] = policy_dir
         publish_policy(policy_dir, os.path.join(root_dir, "saved_policy"))
-    row["train_policy_pct"] = _change_pct(results, "policy_size", empty=None)
     if heldout and held_mods:
-        row["heldout_pct"], row["heldout_bigger_1pct"] = _evaluate(pool, policy_dir, held_mods, progress,
-                                                                   f"round {r}: held-out")
+        report = _report(pool, policy_dir, None, held_mods, progress, f"round {r}: held-out")
+        row["heldout_pct"] = report.summary().change_percent or 0.0
+        # modules more than 1 % bigger than -Oz
+        row["heldout_bigger_1pct"] = sum(x.policy_text > 1.01 * x.baseline_text for x in report.rows if x.ok)
     return row
 
 
 def _search_round(root_dir, pool, r, base_dir, mods: list[Module], state, compiles, progress,
                   deadline: float | None = None, earlier: Sequence[dict] = ()) -> list[dict]:
-    """Search every module around the current policy with tune's pass scheduler,
-    the modules searched longest ago first; the prior learns from ``earlier``
-    rounds' flips too.  No compile starts after ``deadline`` (a ``time.time()``).
-    The results are kept so a run killed after the search resumes with them."""
+    """Search every module around the current policy with tune's pass scheduler, the modules searched longest
+    ago first; the prior learns from ``earlier`` rounds' flips too.  No compile starts after ``deadline`` (a
+    ``time.time()``).  The results are kept so a run killed after the search resumes with them."""
     path = os.path.join(root_dir, "search", f"round-{r}.pkl")
     if os.path.exists(path):
         return _load_pickle(path)
@@ -175,9 +180,8 @@ def _dump_pickle(path: str, obj) -> None:
 
 
 def search_deadline(state: dict, run_end: float, now: float, round_search_minutes: float | None) -> float:
-    """When the next round's search stops dispatching compiles: the run's end
-    less what the last round needed after its search, and at most
-    ``round_search_minutes`` from ``now``."""
+    """When the next round's search stops dispatching compiles: the run's end less what the last round needed
+    after its search, and at most ``round_search_minutes`` from ``now``."""
     last = state["history"][-1] if state["history"] else None
     reserve = max(0.0, float(last["round_s"]) - float(last["search_s"])) if last else 0.0
     end = run_end - reserve
@@ -216,14 +220,11 @@ def _merge_round(root_dir: str, r: int, results: list[dict], data: dict | None =
     for res in results:
         if res["status"] != "ok":
             continue
-        name = res["name"]
-        old = data["best"].get(name)
-        if old is None or res["best_size"] < old["best_size"]:
-            if old is not None:  # its flips stay examples
-                data["flip_only"].append(dict(old, raw=b"", actions=np.zeros(0, np.int64)))
-            data["best"][name] = res
-        else:
-            data["flip_only"].append(dict(res, raw=b"", actions=np.zeros(0, np.int64)))
+        old = data["best"].get(res["name"])
+        best, other = (res, old) if old is None or res["best_size"] < old["best_size"] else (old, res)
+        data["best"][res["name"]] = best
+        if other is not None:  # its flips stay examples
+            data["flip_only"].append(dict(other, raw=b"", actions=np.zeros(0, np.int64)))
     _dump_pickle(os.path.join(root_dir, "search", "data.pkl"), data)
     return data
 
@@ -231,8 +232,6 @@ def _merge_round(root_dir: str, r: int, results: list[dict], data: dict | None =
 def _tune_results(path: str, val_mods: list[Module], held_mods: list[Module]) -> list[dict]:
     """A tune directory's search results but for the validation and held-out
     modules (no choice may read them)."""
-    from mlgo_host.search.tunedir import load_tune_results
-
     keep_out = {m.name for m in val_mods} | {m.name for m in held_mods}
     res = [r for r in load_tune_results(path) if r["name"] not in keep_out]
     if not res:
@@ -266,23 +265,6 @@ def _report(pool, policy_dir, threshold, mods, progress, desc) -> EvalReport:
     return evaluate_on_pool(pool, mods, desc=desc, progress=progress)
 
 
-def _evaluate(pool, policy_dir, mods, progress, desc) -> tuple[float, int]:
-    """Total size change vs -Oz (%) and modules more than 1 % bigger."""
-    report = _report(pool, policy_dir, None, mods, progress, desc)
-    bigger = sum(r.policy_text > 1.01 * r.baseline_text for r in report.rows if r.ok)
-    return report.summary().change_percent or 0.0, int(bigger)
-
-
-def _load_state(root_dir: str) -> dict:
-    state = read_state(root_dir)
-    if state:
-        log.info("resuming %s after round %d", root_dir, state["round"])
-        return state
-    return {"format": "mlgo_host.search_state/1", "round": 0, "history": [],
-            "best_val": None, "best_round": None, "best_policy": None, "default_slot": None,
-            "searched": {}}
-
-
 def _time_left(state: dict, t_start: float, budget_min: float) -> bool:
     """Would another round, as long as the last, fit the budget?"""
     spent = time.monotonic() - t_start
@@ -308,6 +290,7 @@ def _round_row(r, results, data, fit, gate, val, t_search, t_train, t_gate, plan
         "modules_stopped_by_time": sum(x.get("stopped") == "time" for x in results),
         "flips_tried": len(flips), "flips_accepted": sum(f["accepted"] for f in flips),
         "round_search_pct": _change_pct(results, "best_size"),
+        "train_policy_pct": _change_pct(results, "policy_size", empty=None),
         "headroom_pct": _change_pct(list(data["best"].values()), "best_size"),
         "compiles_per_minute": round(60.0 * compiles / max(t_search, 1e-9), 1),
         # every compile counted (probes, references, splits), as bench/tune.py counts them
@@ -326,12 +309,12 @@ def _summary_line(row: dict) -> str:
     parts = [f"round {row['round']}:", f"search {pct(row['round_search_pct'])} (headroom {pct(row['headroom_pct'])})",
              f"{row['flips_accepted']}/{row['flips_tried']} flips kept",
              f"{row['flips_per_compile']:g} flips/compile", f"{row['compiles_per_minute']:.0f} compiles/min",
-             f"policy train {pct(row.get('train_policy_pct'))}", f"validation {pct(row['validation_pct'])} "
+             f"policy train {pct(row['train_policy_pct'])}", f"validation {pct(row['validation_pct'])} "
              f"(gate {row['gate']:g})"]
     if "heldout_pct" in row:
         parts.append(f"held-out {pct(row['heldout_pct'])}")
-    if row.get("modules_skipped") or row.get("modules_stopped_by_time"):
-        parts.append(f"(time up: search stopped in {row.get('modules_stopped_by_time', 0)} modules, "
-                     f"{row.get('modules_skipped', 0)} not started)")
-    parts.append(f"{row['round_s'] if 'round_s' in row else 0:.0f}s")
+    if row["modules_skipped"] or row["modules_stopped_by_time"]:
+        parts.append(f"(time up: search stopped in {row['modules_stopped_by_time']} modules, "
+                     f"{row['modules_skipped']} not started)")
+    parts.append(f"{row['round_s']:.0f}s")
     return " ".join(parts)

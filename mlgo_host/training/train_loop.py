@@ -1,15 +1,14 @@
-"""The PPO training loop over a corpus (``run.algorithm = 'ppo'``); re-running
-resumes after the last completed iteration.
-
-The validation split chooses ``saved_policy/``, a warm start being the first
-candidate.  Its gate stays on every saved policy, but collection samples the
-raw actor: PPO's importance ratios need each decision's probability under the
-policy that made it, which a near-deterministic gated policy would not give.
+"""The PPO training loop over a corpus (``run.algorithm = 'ppo'``); re-running resumes after the last
+completed iteration.  The validation split chooses ``saved_policy/``, a warm start being the first candidate.
+Its gate stays on every saved policy, but collection samples the raw actor: PPO's importance ratios need
+each decision's probability under the policy that made it, which a near-deterministic gated policy would
+not give.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -27,11 +26,11 @@ from mlgo_host.evaluation.evaluate import evaluate_on_pool
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.reward import MovingAverageBaseline, reward
-from mlgo_host.policies.vocab import VocabBuilder
-from mlgo_host.training.iteration import (STATE, commit_iteration, publish_policy, numeric_metrics, open_learner,
-                                          percentile_summary, read_state, resolve_warmstart, train_and_save)
+from mlgo_host.training.iteration import (STATE, build_vocab, numeric_metrics, open_learner,
+                                          percentile_summary, publish_policy, read_state, resolve_warmstart,
+                                          train_and_save)
 from mlgo_host.training.workers import Workers
-from mlgo_host.workers.pool import EarlyExit, TaskOutcome, map_with_progress
+from mlgo_host.workers.pool import EarlyExit, map_with_progress
 from mlgo_host.workers.worker import CollectTask, policy_blob_from_dir
 
 log = logging.getLogger("mlgo_host.train")
@@ -76,16 +75,16 @@ def train(
     root_dir = os.path.abspath(root_dir)
     os.makedirs(root_dir, exist_ok=True)
     corpus = load_corpus(corpus_dir)
-    train_mods, val_mods, heldout_mods = _split(corpus, corpus_dir, heldout_fraction, validation_fraction, split_by,
-                                                heldout_modules, seed)
+    train_mods, val_mods, heldout_mods = split_three(corpus.modules, heldout_fraction, validation_fraction,
+                                                     seed, split_by)
+    if not train_mods:
+        raise ConfigError(f"corpus {corpus_dir} has no training modules")
+    heldout_mods = heldout_mods[:heldout_modules] if heldout_modules else heldout_mods
     state = read_state(root_dir)
     done = int(state.get("iteration", 0))
     if state:
         log.info("resuming %s after iteration %d", root_dir, done)
-
-    def task_of(m: Module) -> dict:
-        return m.to_task(ship_bitcode=ship_bitcode)
-
+    task_of = functools.partial(Module.to_task, ship_bitcode=ship_bitcode)
     with workers.pool(COLLECT_WORKER, advisor=advisor, baseline_cache=os.path.join(root_dir, "baselines")) as pool:
         learner = _open_run_learner(pool, root_dir, train_mods, task_of, workers=workers, advisor=advisor,
                                     vocab_path=vocab_path, warmstart_policy=warmstart_policy,
@@ -103,8 +102,7 @@ def train(
             root_dir=root_dir, pool=pool, learner=learner, task_of=task_of, sampler=sampler,
             moving_average=moving_average, use_moving_average=use_moving_average_baseline,
             early=EarlyExit(fraction=early_exit_fraction, grace_s=early_exit_grace_s, timeout_s=collection_timeout_s),
-            state=state, history=state.get("history", []), last_eval=state.get("last_eval"),
-            summaries=Summaries(root_dir), run_config=run_config, val_mods=val_mods,
+            state=state, summaries=Summaries(root_dir), run_config=run_config, val_mods=val_mods,
             reported=heldout_mods if report_heldout else [], num_iterations=num_iterations,
             modules_per_iteration=modules_per_iteration, eval_every=eval_every,
             saved_model_every_iteration=saved_model_every_iteration, seed=seed, progress=progress)
@@ -112,18 +110,25 @@ def train(
         blob = learner.policy_blob() if done < num_iterations else None
         for it in range(done, num_iterations):
             blob = loop.iteration(it, blob)
-        if not val_mods or state.get("best") is None:  # nothing to choose by (or nothing evaluated): the last policy
+        # nothing to choose by (or nothing evaluated): the last policy
+        if not val_mods or loop.state.get("best") is None:
             learner.save_policy(os.path.join(root_dir, "saved_policy"), step=max(num_iterations, done))
         loop.summaries.close()
-    return {"history": loop.history, "last_eval": loop.last_eval}
+    return {"history": loop.state.get("history", []), "last_eval": loop.state.get("last_eval")}
 
 
 def _open_run_learner(pool, root_dir: str, train_mods: list[Module], task_of, *, workers: Workers, advisor: str,
                       vocab_path: str | None, warmstart_policy: str | None, trace_modules: int, seed: int,
                       done: int, progress: bool):
-    """The learner after ``done`` iterations, on the run's vocab and channel header."""
-    vocab_path = _ensure_vocab(pool, root_dir, vocab_path, warmstart_policy,
-                               train_mods[:trace_modules] if trace_modules else train_mods, task_of, progress)
+    """The learner after ``done`` iterations, on the run's channel header and vocab: ``vocab_path``, else the
+    warm start's (its weights were trained on it), else ``root_dir/vocab``, traced the first time."""
+    if vocab_path is None and warmstart_policy:
+        vocab_path = os.path.join(warmstart_policy, "vocab")
+    elif vocab_path is None:
+        vocab_path = os.path.join(root_dir, "vocab")
+        if not os.path.isdir(vocab_path):
+            traced = train_mods[:trace_modules] if trace_modules else train_mods
+            _build_vocab(pool, traced, vocab_path, root_dir, task_of, progress)
     header_json = _ensure_header(pool, root_dir, train_mods, task_of)
     return open_learner(root_dir, header_json, advisor=advisor, vocab_dir=vocab_path, seed=seed,
                         clang=workers.clang_path, done=done, warmstart_policy=warmstart_policy)
@@ -141,9 +146,7 @@ class _Loop:
     moving_average: MovingAverageBaseline
     use_moving_average: bool
     early: EarlyExit
-    state: dict[str, Any]
-    history: list[dict]
-    last_eval: dict | None
+    state: dict[str, Any]  # as state.json has it after the last iteration
     summaries: Summaries
     run_config: dict
     val_mods: list[Module]
@@ -173,42 +176,29 @@ class _Loop:
                               f"held-out eval {iteration}") if evaluating and self.reported else None)
         val_row = (_evaluate(self.pool, blob, self.val_mods, self.task_of, self.progress,
                              f"validation {iteration}") if evaluating and self.val_mods else None)
-        self.last_eval = eval_row or self.last_eval
         row = _history_row(iteration, len(tasks), batch, t_collect, update, eval_row)
         if val_row is not None:
             self._choose_saved_policy(iteration, update.policy_dir, val_row, row)
-        self.history.append(row)
-        run_state = {
-            "iteration": iteration, "moving_average": self.moving_average.state(), "history": self.history,
-            "last_eval": self.last_eval, "failures_last_iteration": batch.failures, "best": self.state.get("best"),
-            "warmstart_validation": self.state.get("warmstart_validation"), "config": self.run_config,
+        prior = self.state
+        self.state = {
+            "iteration": iteration, "moving_average": self.moving_average.state(),
+            "history": prior.get("history", []) + [row], "last_eval": eval_row or prior.get("last_eval"),
+            "failures_last_iteration": batch.failures, "best": prior.get("best"),
+            "warmstart_validation": prior.get("warmstart_validation"), "config": self.run_config,
         }
-        commit_iteration(self.root_dir, self.summaries, iteration, percentile_summary(batch.ok_rewards), row, eval_row,
-                         run_state)
+        self.summaries.write_iteration(iteration, percentile_summary(batch.ok_rewards), row, eval_row)
+        atomic_write_json(os.path.join(self.root_dir, STATE), self.state)  # last: the iteration is done
         print(_summary_line(row, num_iterations), file=sys.stderr, flush=True)
         return blob
 
     def _choose_saved_policy(self, iteration: int, policy_dir: str, val_row: dict, row: dict) -> None:
         """Publish the policy as ``saved_policy`` when its validation total is the best so far."""
-        state = self.state
         row["validation_size_change_pct"] = val_row["size_change_pct"]
         row["validation_bigger"] = val_row["bigger"]
-        if _better(val_row, state.get("best"), state.get("warmstart_validation")):
-            state["best"] = {"iteration": iteration, "size_change_pct": val_row["size_change_pct"]}
+        if _better(val_row, self.state.get("best"), self.state.get("warmstart_validation")):
+            self.state["best"] = {"iteration": iteration, "size_change_pct": val_row["size_change_pct"]}
             publish_policy(policy_dir, os.path.join(self.root_dir, "saved_policy"))
-        row["saved_policy_iteration"] = state["best"]["iteration"]
-
-
-def _split(corpus, corpus_dir: str, heldout_fraction: float, validation_fraction: float, split_by: str,
-           heldout_modules: int, seed: int):
-    """(training, validation, held-out modules), the held-out cut to ``heldout_modules``."""
-    train_mods, val_mods, heldout_mods = split_three(corpus.modules, heldout_fraction, validation_fraction, seed,
-                                                     split_by)
-    if heldout_modules:
-        heldout_mods = heldout_mods[:heldout_modules]
-    if not train_mods:
-        raise ConfigError(f"corpus {corpus_dir} has no training modules")
-    return train_mods, val_mods, heldout_mods
+        row["saved_policy_iteration"] = self.state["best"]["iteration"]
 
 
 def _better(val_row: dict, best: dict | None, warm: dict | None = None) -> bool:
@@ -243,19 +233,6 @@ def _validate_warmstart(learner, pool, root_dir: str, val_mods: list[Module], ta
     return state
 
 
-def _collect(pool, blob: dict, tasks: list[tuple], moving_average: MovingAverageBaseline, use_moving_average: bool,
-             early: EarlyExit, desc: str, progress: bool) -> tuple["Batch", float]:
-    """The tasks' episodes with the stochastic policy ``blob``, scored, and the seconds taken."""
-    t0 = time.monotonic()
-    pool.broadcast("set_policy", blob)
-    outcomes = map_with_progress(pool, "collect", tasks, desc=desc, progress=progress, early_exit=early)
-    t_collect = time.monotonic() - t0
-    batch = _score(outcomes, tasks, moving_average, use_moving_average)
-    for f in batch.failures:
-        log.warning("%s: module %s failed: %s", desc.split("/")[0], f["module"], f["reason"])
-    return batch, t_collect
-
-
 @dataclasses.dataclass
 class Batch:
     """One iteration's collection, scored."""
@@ -267,10 +244,14 @@ class Batch:
     decisions: int = 0
 
 
-def _score(outcomes: list[TaskOutcome], tasks: list[tuple], moving_average: MovingAverageBaseline,
-           use_moving_average: bool) -> Batch:
-    """Episodes and rewards: the training reward against the moving average
-    (or the default size), the reported one against the default size."""
+def _collect(pool, blob: dict, tasks: list[tuple], moving_average: MovingAverageBaseline,
+             use_moving_average: bool, early: EarlyExit, desc: str, progress: bool) -> tuple[Batch, float]:
+    """The tasks' episodes with the stochastic policy ``blob`` and the seconds taken; the training reward
+    against the moving average (or the default size), the reported one against the default size."""
+    t0 = time.monotonic()
+    pool.broadcast("set_policy", blob)
+    outcomes = map_with_progress(pool, "collect", tasks, desc=desc, progress=progress, early_exit=early)
+    t_collect = time.monotonic() - t0
     batch = Batch()
     # task order, not completion order: the batches depend only on what was collected
     for o in sorted(outcomes, key=lambda o: o.index):
@@ -278,6 +259,7 @@ def _score(outcomes: list[TaskOutcome], tasks: list[tuple], moving_average: Movi
         if not o.ok or r is None or r["status"] != "ok" or r["episode"] is None:
             reason = o.error if not o.ok else (r or {}).get("reason", "no episode")
             batch.failures.append({"module": tasks[o.index][0]["name"], "reason": reason})
+            log.warning("%s: module %s failed: %s", desc.split("/")[0], tasks[o.index][0]["name"], reason)
             continue
         if use_moving_average:
             train_reward = moving_average.reward(r["name"], r["policy_size"], r["baseline_size"])
@@ -289,7 +271,7 @@ def _score(outcomes: list[TaskOutcome], tasks: list[tuple], moving_average: Movi
         batch.episodes.append(Episode.from_state(r["episode"]))
         batch.rewards.append(train_reward)
         batch.decisions += r["observations"]
-    return batch
+    return batch, t_collect
 
 
 def _history_row(iteration: int, modules: int, batch: Batch, t_collect: float, update,
@@ -342,20 +324,6 @@ def _evaluate(pool, blob: dict, modules: list[Module], task_of: Callable[[Module
     }
 
 
-def _ensure_vocab(pool, root_dir: str, vocab_path: str | None, warmstart_policy: str | None, modules, task_of,
-                  progress: bool) -> str:
-    """``vocab_path``, else the warm start's vocab (its weights were trained on
-    it), else ``root_dir/vocab``, traced over ``modules`` the first time."""
-    if vocab_path is not None:
-        return vocab_path
-    if warmstart_policy:
-        return os.path.join(warmstart_policy, "vocab")
-    vocab_path = os.path.join(root_dir, "vocab")
-    if not os.path.isdir(vocab_path):
-        _build_vocab(pool, modules, vocab_path, root_dir, task_of, progress)
-    return vocab_path
-
-
 def _ensure_header(pool, root_dir: str, modules, task_of) -> dict:
     """``root_dir/header.json``, the first time from default-policy compiles of ``modules``."""
     header_path = os.path.join(root_dir, "header.json")
@@ -379,14 +347,7 @@ def _build_vocab(pool, modules, vocab_dir: str, root_dir: str, task_of, progress
     tasks = [CollectTask(task_of(m), 0, greedy=True, record=True) for m in modules]
     outcomes = map_with_progress(pool, "collect", tasks, desc="tracing the default policy for the vocab",
                                  progress=progress)
-    builder = VocabBuilder()
-    header = None
-    for o in outcomes:
-        if o.ok and o.value and o.value["episode"] is not None:
-            ep = Episode.from_state(o.value["episode"])
-            header = header or ep.header
-            builder.add(ep.features())
-    if not builder.observations:
-        raise ConfigError("tracing produced no observations; cannot build a vocab")
-    atomic_write_json(os.path.join(root_dir, "header.json"), header.to_json())
-    builder.build().save(vocab_dir)
+    episodes = [Episode.from_state(o.value["episode"]) for o in outcomes
+                if o.ok and o.value and o.value["episode"] is not None]
+    build_vocab(episodes, vocab_dir, "tracing produced")
+    atomic_write_json(os.path.join(root_dir, "header.json"), episodes[0].header.to_json())

@@ -11,7 +11,7 @@ import pytest
 from mlgo_host.channel import codec
 from mlgo_host.cli import main
 from mlgo_host.errors import ConfigError
-from mlgo_host.evaluation.traces import load_trace, read_log, record_trace
+from mlgo_host.evaluation.traces import Trace, read_log, record_trace
 from mlgo_host.policies.vocab import Vocab
 
 
@@ -34,7 +34,7 @@ def test_default_trace_index_and_logs(default_trace, small_corpus):
         r = rows[m.name]
         if r["status"] != "ok":
             continue
-        lg = read_log(str(out / r["log"]), "inlining_decision", m.name)
+        lg = read_log(str(out / r["log"]), "inlining_decision")
         assert lg.n == r["observations"] > 0
         counts = {str(k): int(v) for k, v in zip(*np.unique(lg.actions, return_counts=True))}
         assert counts == r["decisions"]
@@ -66,7 +66,7 @@ def test_vocab_command(default_trace, tmp_path, capsys):
     vocab = Vocab.load(str(tmp_path / "v"))
     assert printed["features"] == len(vocab)
     assert "inlining_decision" not in vocab and "cost_estimate" in vocab
-    trace = load_trace(str(out))
+    trace = Trace(str(out))
     allv = np.concatenate([lg.records["cost_estimate"].ravel() for lg in trace.logs()]).astype(float)
     np.testing.assert_allclose(vocab["cost_estimate"].raw, np.quantile(allv, np.linspace(0, 1, 50)))
     rc = main(["vocab", "--trace", str(out), "--output", str(tmp_path / "s"), "--sampling_fraction", "0.3"])

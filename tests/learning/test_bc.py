@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from mlgo_host.evaluation.traces import load_trace  # noqa: E402
+from mlgo_host.evaluation.traces import Trace  # noqa: E402
 from mlgo_host.learning.bc import train_bc  # noqa: E402
 from mlgo_host.policies import saved  # noqa: E402
 
@@ -26,7 +26,7 @@ def test_behavioural_cloning_on_a_default_trace(default_trace, tmp_path):
     pol = saved.read_saved_policy(str(tmp_path / "bc"))
     assert index["default_slot"] in pol.spec.discarded and "inlining_default" in pol.spec.discarded
     hits = n = 0
-    for lg in load_trace(str(out)).logs():
+    for lg in Trace(str(out)).logs():
         hits += int(np.sum(pol.actor.greedy(lg.records) == lg.actions))
         n += lg.n
     assert hits / n == pytest.approx(res.accuracy)

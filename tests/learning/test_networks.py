@@ -13,7 +13,7 @@ from _policy_helpers import spec_vocab  # noqa: E402
 
 from mlgo_host.errors import ConfigError  # noqa: E402
 from mlgo_host.learning.networks import build_actor_network, build_value_network, tf_logits  # noqa: E402
-from mlgo_host.learning.tensor_specs import observations_from_features  # noqa: E402
+from mlgo_host.learning.tensor_specs import numpy_observations  # noqa: E402
 from mlgo_host.policies.vocab import NormConfig  # noqa: E402
 
 
@@ -33,7 +33,8 @@ def test_the_value_network_scores_each_observation(inline_session):
     spec, vocab = spec_vocab(inline_session)
     net = build_value_network(spec, vocab, NormConfig(), fc_layer_params=(8,))
     ep = inline_session[1]
-    values, _ = net(observations_from_features(spec, ep.features()), step_type=None, network_state=())
+    obs = {k: tf.constant(v) for k, v in numpy_observations(spec, ep.features()).items()}
+    values, _ = net(obs, step_type=None, network_state=())
     assert values.shape == (ep.n,) and np.all(np.isfinite(values.numpy()))
 
 

@@ -1,6 +1,5 @@
 """The tf-agents PPO agent trains on real episodes (inliner and eviction),
-its numpy twin still matches it afterwards, and it warm-starts from a saved
-policy."""
+and its numpy twin still matches it afterwards."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ tf = pytest.importorskip("tensorflow")
 from _policy_helpers import observations, spec_vocab  # noqa: E402
 
 from mlgo_host.learning.networks import tf_logits  # noqa: E402
-from mlgo_host.learning.ppo import create_ppo_agent, create_ppo_agent_from_saved  # noqa: E402
+from mlgo_host.learning.ppo import create_ppo_agent  # noqa: E402
 from mlgo_host.learning.trajectories import episodes_to_trajectories  # noqa: E402
 from mlgo_host.learning.weights import export_actor_weights, numpy_actor  # noqa: E402
 from mlgo_host.policies.actor import NumpyPolicy  # noqa: E402
@@ -43,10 +42,3 @@ def test_ppo_agent_trains_on_real_episodes(request, session_name):
     fin = np.isfinite(ln)
     assert np.max(np.abs(lt[fin] - ln[fin])) < 1e-5
 
-
-def test_the_agent_warm_starts_from_a_saved_policy(saved_inliner):
-    d, *_ = saved_inliner
-    agent, sp = create_ppo_agent_from_saved(str(d))
-    got = export_actor_weights(agent.actor_net)
-    for k, v in sp.actor.weights().items():
-        np.testing.assert_array_equal(got[k], v)
