@@ -55,6 +55,22 @@ def replace_dir(tmp_dir: str, final_dir: str) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def dir_built_aside(dest: str) -> Iterator[str]:
+    """A private directory beside ``dest`` to write into: when the block ends normally it replaces
+    ``dest`` (:func:`replace_dir`), when it raises it is removed."""
+    dest = os.path.abspath(dest)
+    parent = os.path.dirname(dest)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="." + os.path.basename(dest) + ".", dir=parent)
+    try:
+        yield tmp
+        replace_dir(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 class _Critical(threading.local):
     depth = 0
     pending: "BaseException | None" = None

@@ -12,7 +12,7 @@ import tempfile
 import pytest
 
 from mlgo_host.channel.fifo import SignalExit, install_signal_cleanup
-from mlgo_host.fsutil import scratch_dir
+from mlgo_host.fsutil import dir_built_aside, scratch_dir
 
 Unwound = SignalExit
 
@@ -62,3 +62,21 @@ def test_the_directory_is_private_and_gone_after_an_error(unwinding_sigterm):
             assert os.stat(d).st_mode & 0o777 == 0o700
             raise ValueError()
     assert not os.path.exists(d)
+
+
+def test_a_directory_built_aside_replaces_the_old_one_whole_or_not_at_all(tmp_path):
+    dest = tmp_path / "out"
+    dest.mkdir()
+    (dest / "old").write_text("old")
+    with pytest.raises(RuntimeError):
+        with dir_built_aside(str(dest)) as tmp:
+            (tmp_path / "half").write_text(tmp)
+            with open(os.path.join(tmp, "new"), "w") as f:
+                f.write("half")
+            raise RuntimeError("killed while writing")
+    assert sorted(os.listdir(dest)) == ["old"]  # the old one intact
+    assert sorted(os.listdir(tmp_path)) == ["half", "out"]  # and nothing left beside it
+    with dir_built_aside(str(dest)) as tmp:
+        with open(os.path.join(tmp, "new"), "w") as f:
+            f.write("whole")
+    assert sorted(os.listdir(dest)) == ["new"] and sorted(os.listdir(tmp_path)) == ["half", "out"]

@@ -24,7 +24,7 @@ from mlgo_host.channel.codec import Header, Observation
 from mlgo_host.channel.problems import PROBLEMS, get_problem
 from mlgo_host.corpus.corpus import Module, load_corpus
 from mlgo_host.errors import ConfigError, CorpusError, ProtocolError
-from mlgo_host.fsutil import atomic_write_json, replace_dir
+from mlgo_host.fsutil import atomic_write_json, dir_built_aside
 from mlgo_host.measure.compile import compile_module
 from mlgo_host.measure.sizes import compiler_version
 from mlgo_host.policies import load_policy, check_meanings
@@ -192,11 +192,7 @@ def record_trace(
 
 def _write_trace(output_dir: str, index: dict, rows: list[dict], rels: list[str]) -> None:
     """Logs, then ``trace.json`` (``index`` with the rows and totals), renamed into place."""
-    dest = os.path.abspath(output_dir)
-    parent = os.path.dirname(dest)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="." + os.path.basename(dest) + ".", dir=parent)
-    try:
+    with dir_built_aside(output_dir) as tmp:
         for row, rel in zip(rows, rels):
             log_bytes = row.pop("log_bytes", None)
             row["log"] = rel if row["status"] == "ok" else None
@@ -211,10 +207,6 @@ def _write_trace(output_dir: str, index: dict, rows: list[dict], rels: list[str]
                            "observations": sum(r["observations"] for r in ok),
                            "text_size": sum(r["text_size"] or 0 for r in ok)}
         atomic_write_json(os.path.join(tmp, INDEX), index)
-        replace_dir(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def vocab_from_trace(trace_dir: str, output_dir: str | None = None, *, num_buckets: int = 1000,

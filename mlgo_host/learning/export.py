@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import warnings
 from typing import Any, Mapping
 
@@ -17,7 +15,7 @@ import tensorflow as tf
 from tf_agents.policies import actor_policy, greedy_policy, policy_saver
 
 from mlgo_host.errors import ConfigError
-from mlgo_host.fsutil import replace_dir
+from mlgo_host.fsutil import dir_built_aside
 from mlgo_host.learning.networks import tf_logits
 from mlgo_host.learning.preprocessing import TF_DTYPES
 from mlgo_host.learning.tensor_specs import action_spec, time_step_spec
@@ -52,11 +50,7 @@ def save_policy(
     missing = [n for n in spec.input_names if n not in vocab]
     if missing:
         raise ConfigError(f"the vocab has no boundaries for input features {missing}")
-    dest = os.path.abspath(path)
-    parent = os.path.dirname(dest)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="." + os.path.basename(dest) + ".", dir=parent)
-    try:
+    with dir_built_aside(path) as tmp:
         weights = export_actor_weights(actor_net)
         NumpyActor.save_weights(os.path.join(tmp, WEIGHTS), weights)
         vdir = os.path.join(tmp, VOCAB_DIR)
@@ -81,11 +75,7 @@ def save_policy(
             write_saved_model(os.path.join(tmp, SAVED_MODEL_DIR), actor_net, spec)
         sp = read_saved_policy(tmp)
         _check_export(actor_net, sp.actor, spec)
-        replace_dir(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    sp.path = dest
+    sp.path = os.path.abspath(path)
     return sp
 
 

@@ -26,7 +26,6 @@ from mlgo_host.measure.sizes import compiler_version, text_size
 
 if TYPE_CHECKING:  # pragma: no cover
     from mlgo_host.policies.base import Policy
-    from mlgo_host.policies.replay import Replay
 
 
 def default_cache_dir() -> Path:
@@ -138,36 +137,6 @@ def compile_module(module: "Module", policy: "Policy", advisor: str = "inline", 
         return res.returncode, res.stderr_tail, fields
 
     return _measured(module, "mlgo-mod-", llvm_size, clang, run)
-
-
-@dataclasses.dataclass
-class ReplayOutcome:
-    """A module compiled with a replay: the result, the replay with this compile's fingerprint and
-    module name (what a search keeps as a module's best), and what the replay did."""
-
-    result: ModuleResult
-    replay: "Replay"
-    applied: int
-    stale: bool
-
-    @property
-    def text_size(self) -> int | None:
-        return self.result.text_size
-
-
-def compile_replay(module: "Module", replay: "Replay", base: "Policy | None" = None, *,
-                   advisor: str | None = None, clang: str = "clang-19", llvm_size: str | None = None,
-                   timeout: float = 300.0, record: bool = False) -> ReplayOutcome:
-    """Compile ``module`` with ``replay``'s forced actions over ``base`` (default: the replay's own)."""
-    from mlgo_host.policies.replay import ReplayPolicy, replay_policy
-
-    pol = ReplayPolicy(replay, base) if base is not None else replay_policy(replay)
-    res = compile_module(module, pol, advisor=advisor or replay.advisor, clang=clang, llvm_size=llvm_size,
-                         timeout=timeout, record=record)
-    made = replay.with_fingerprint(pol) if res.ok else replay
-    if res.ok and made.module is None:
-        made = dataclasses.replace(made, module=module.name)
-    return ReplayOutcome(res, made, pol.applied, pol.stale)
 
 
 def compile_plain(module: "Module", clang: str = "clang-19", llvm_size: str | None = None, timeout: float = 300.0,

@@ -10,14 +10,12 @@ import dataclasses
 import math
 import os
 import re
-import shutil
-import tempfile
 from typing import Iterable, Mapping
 
 import numpy as np
 
 from mlgo_host.errors import ConfigError
-from mlgo_host.fsutil import replace_dir
+from mlgo_host.fsutil import dir_built_aside
 
 BUCKETS_SUFFIX = ".buckets"
 DEFAULT_NUM_BUCKETS = 1000
@@ -153,15 +151,8 @@ class Vocab(dict[str, FeatureVocab]):
 
     def save(self, directory: str) -> None:
         """Write the vocab directory atomically (built aside, replacing an existing one)."""
-        parent = os.path.dirname(os.path.abspath(directory))
-        os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix="." + os.path.basename(os.path.abspath(directory)) + ".", dir=parent)
-        try:
+        with dir_built_aside(directory) as tmp:
             self.write_into(tmp)
-            replace_dir(tmp, directory)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
 
     def write_into(self, directory: str) -> None:
         """Write the ``.buckets`` files into an existing (private) directory."""

@@ -10,14 +10,13 @@ import dataclasses
 import json
 import os
 import shutil
-import tempfile
 import time
 from typing import Any
 
 import numpy as np
 
 from mlgo_host.errors import ConfigError
-from mlgo_host.fsutil import replace_dir
+from mlgo_host.fsutil import dir_built_aside
 from mlgo_host.policies.saved import gate_of, read_saved_policy
 from mlgo_host.policies.vocab import VocabBuilder
 from mlgo_host.learning.learner import Learner
@@ -121,10 +120,5 @@ def numeric_metrics(update: Update) -> dict[str, float]:
 
 def publish_policy(policy_dir: str, dest: str) -> None:
     """``dest`` becomes a copy of a directory in one rename: a reader never sees half of it."""
-    tmp = tempfile.mkdtemp(prefix="." + os.path.basename(dest) + ".", dir=os.path.dirname(dest))
-    try:
+    with dir_built_aside(dest) as tmp:
         shutil.copytree(policy_dir, tmp, dirs_exist_ok=True)
-        replace_dir(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

@@ -237,22 +237,3 @@ def test_stale_fingerprint_falls_back_to_the_base(csrc, tmp_path):
     assert w["replay"]["stale"] and w["replay"]["applied"] == 0
     assert (tmp_path / "w.o").read_bytes() == (tmp_path / "d.o").read_bytes()
     assert base["text_size"] == w["text_size"]
-
-
-@needs_clang
-def test_compile_replay_on_a_corpus_module(small_corpus):
-    from mlgo_host.corpus.corpus import load_corpus
-    from mlgo_host.measure.compile import compile_module, compile_replay
-
-    mod = load_corpus(small_corpus).modules[0]
-    ref = compile_module(mod, load_policy("default"), record=True)
-    assert ref.ok and ref.episode.n > 10
-    default = [int(a) for a in ref.episode.actions]
-    forced = {1: 1 - default[1], 6: 1 - default[6]}
-    first = compile_replay(mod, Replay(forced), record=True)
-    assert first.result.ok and first.applied == 2 and not first.stale
-    acts = [int(a) for a in first.result.episode.actions]
-    assert acts[1] == forced[1] and acts[6] == forced[6] and acts[0] == default[0]
-    assert first.replay.module == mod.name and first.replay.observations == first.result.episode.n
-    again = compile_replay(mod, first.replay)
-    assert (again.text_size, again.applied, again.stale) == (first.text_size, 2, False)
