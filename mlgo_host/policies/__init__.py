@@ -8,7 +8,7 @@ from mlgo_host.policies.base import Policy
 from mlgo_host.policies.heuristic import HEURISTICS, make_heuristic
 from mlgo_host.policies.loading import load_base_policy
 
-__all__ = ["Policy", "HEURISTICS", "make_heuristic", "load_policy", "check_meanings"]
+__all__ = ["Policy", "HEURISTICS", "make_heuristic", "load_policy", "check_meanings", "network_of"]
 
 
 def load_policy(name_or_path: str, seed: int = 0, greedy: bool = True) -> Policy:
@@ -20,12 +20,19 @@ def load_policy(name_or_path: str, seed: int = 0, greedy: bool = True) -> Policy
     return load_base_policy(name_or_path, seed=seed, greedy=greedy)
 
 
-def check_meanings(policy: Policy, compiler_slot: str | None) -> None:
-    """Bind a saved policy's inputs (a replay's base's) by meaning before the first compile, so an
-    input the compiler cannot supply is one ConfigError (or warning) in the command, not one per worker."""
+def network_of(policy: Policy):
+    """The saved network under ``policy``'s wrappers (a replay's base, the network of a policy with
+    parts per language, the network under its inlining bound), or None (a heuristic)."""
     from mlgo_host.policies.actor import NumpyPolicy
 
     while policy is not None and not isinstance(policy, NumpyPolicy):
-        policy = getattr(policy, "base", None)  # a replay's base policy
-    if policy is not None:
-        policy.check_meanings(compiler_slot)
+        policy = getattr(policy, "base", None)
+    return policy
+
+
+def check_meanings(policy: Policy, compiler_slot: str | None) -> None:
+    """Bind a saved policy's inputs (a replay's base's) by meaning before the first compile, so an
+    input the compiler cannot supply is one ConfigError (or warning) in the command, not one per worker."""
+    net = network_of(policy)
+    if net is not None:
+        net.check_meanings(compiler_slot)

@@ -13,7 +13,7 @@ import numpy as np
 from mlgo_host.channel.default_slot import default_slot
 from mlgo_host.errors import MlgoHostError
 from mlgo_host.measure.compile import BaselineCache, baseline_size
-from mlgo_host.policies import load_policy
+from mlgo_host.policies import load_policy, network_of
 from mlgo_host.policies.base import Policy
 from mlgo_host.policies.outline import OutlinePolicy
 from mlgo_host.progress import progress_bar
@@ -92,13 +92,10 @@ def _probs_of(policy: Policy, compiler_slot: str | None, language: str | None = 
     ``language`` is an outline rule gives, for the inlinings that rule may refuse, one minus its
     model's probability that leaving the callee out pays (the network elsewhere): the network
     learned from single flips, and carries little over to C."""
-    net = policy.for_language(None)  # (the network of a policy with parts per language)
-    while not hasattr(net, "check_meanings") and hasattr(net, "base"):
-        net = net.base  # the network under its inlining bound
-    check = getattr(net, "check_meanings", None)
-    if check is None:
+    net = network_of(policy)
+    if net is None:
         return None
-    actor, binding = net.actor, check(compiler_slot)
+    actor, binding = net.actor, net.check_meanings(compiler_slot)
     part = policy.for_language(language) if language else net
     outline = part.model if isinstance(part, OutlinePolicy) and compiler_slot else None
 
