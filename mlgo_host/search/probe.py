@@ -19,8 +19,8 @@ from mlgo_host.measure.objsizes import object_sizes
 from mlgo_host.measure.sizes import llvm_tool
 from mlgo_host.search.replay import Measured, run_compile
 from mlgo_host.policies.heuristic import DefaultPolicy
-from mlgo_host.search.sites import (AmbiguousSites, DebugInfo, Decision, Site, always_inline_sites, debug_info,
-                                   identify, inlined_keys, mandatory_sites, read_remarks)
+from mlgo_host.search.sites import (AmbiguousSites, DebugInfo, Decision, Site, always_inline_sites, disassembled,
+                                   identify, inlined_keys, mandatory_sites, read_debug_info, read_remarks)
 
 
 @dataclasses.dataclass
@@ -52,13 +52,7 @@ def compile_with_remarks(module: Module, clang: str, timeout: float) -> tuple[st
         return remarks, Measured(object_sizes(out), inlined_keys(remarks), time.monotonic() - t0)
 
 
-def record_flags(path: str) -> list[str]:
-    """cc1 flags writing the inliner's optimization record (YAML) to ``path``."""
-    return ["-opt-record-file", path, "-opt-record-passes", "inline", "-opt-record-format", "yaml"]
-
-
-def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str | None = None,
-                 timeout: float = 300.0, debug: DebugInfo | None = None,
+def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str | None = None, timeout: float = 300.0,
                  plain: tuple[str, Measured] | None = None, like: Probe | None = None) -> Probe:
     """Compile ``module`` over the channel and name every decision's call site; ``plain``
     (:func:`compile_with_remarks`) or ``like`` (an earlier probe) saves the plain compile, and so
@@ -68,9 +62,10 @@ def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str
     # key the plain compile would report; it is made only where a remark fits copies of one body
     one_compile = plain is None and like is None and isinstance(policy.for_language(module.language), DefaultPolicy)
     with scratch_dir("mlgo-probe-") as tmp:
-        rec = os.path.join(tmp, "record.yaml")
+        rec = os.path.join(tmp, "record.yaml")  # (the inliner's optimization record, by cc1 flags)
+        record_flags = ["-opt-record-file", rec, "-opt-record-passes", "inline", "-opt-record-format", "yaml"]
         res = compile_module(module, policy, clang=clang, llvm_size=llvm_size, timeout=timeout, record=True,
-                             extra_args=record_flags(rec), sizes=one_compile)
+                             extra_args=record_flags, sizes=one_compile)
         if not res.ok or res.episode is None:
             raise CompilerError(f"module {module.name!r}: the probe compile failed: {res.reason}")
         with open(rec, encoding="utf-8", errors="replace") as f:
@@ -82,8 +77,7 @@ def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str
                             "(the record and the channel disagree)")
     if ep.n == 0:  # nothing to name: the plain compile would only cost
         return Probe(ep, [], int(res.text_size), time.monotonic() - t0, compiles=1)
-    if debug is None:
-        debug = debug_info(module.bc_path, llvm_tool(clang, "llvm-dis"), timeout)
+    debug = read_debug_info(disassembled(module.bc_path, llvm_tool(clang, "llvm-dis"), timeout).splitlines())
     decisions = None
     if one_compile:
         compiles, mandatory = 1, always_inline_sites(record)

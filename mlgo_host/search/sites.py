@@ -209,13 +209,7 @@ class DebugInfo:
 
     def written_in(self, file: str, line: int) -> FunctionInfo | None:
         """The last function of ``file`` starting at or before ``line``."""
-        best = None
-        for f in self.by_file.get(file, ()):
-            if f.line <= line:
-                best = f
-            else:
-                break
-        return best
+        return next((f for f in reversed(self.by_file.get(file, ())) if f.line <= line), None)
 
     def debug_name(self, ir_name: str) -> str:
         info = self.functions.get(ir_name)
@@ -235,11 +229,6 @@ def disassembled(bitcode: str | os.PathLike, llvm_dis: str, timeout: float) -> s
     if r.returncode != 0:
         raise CompilerError(f"{llvm_dis} failed on {bitcode}", r.returncode, r.stderr[-2000:])
     return r.stdout
-
-
-def debug_info(bitcode: str | os.PathLike, llvm_dis: str = "llvm-dis-19", timeout: float = 300.0
-               ) -> DebugInfo:
-    return read_debug_info(disassembled(bitcode, llvm_dis, timeout).splitlines())
 
 
 _DEFINE = re.compile(r'^define .*?@("(?:[^"\\]|\\.)*"|[-\w.$]+)\(.*!dbg !(\d+)')
