@@ -22,7 +22,7 @@ from mlgo_host.search.probe import Probe, probe_module
 from mlgo_host.search.reference import Reference
 from mlgo_host.search.replay import ReplayEvaluator
 from mlgo_host.search.result import result_of
-from mlgo_host.search.scheduling import MAX_BATCH, Scheduler
+from mlgo_host.search.scheduling import Scheduler
 from mlgo_host.search.sites import site_of_line
 from mlgo_host.search.starts import (best_start, measure_thresholds, starts_cost, starts_pending,
                                      threshold_flags, with_flags, within_deadline)
@@ -46,14 +46,13 @@ class BatchedSearch:
     measure the flips of one function in copies of it (:mod:`.copies`)."""
 
     def __init__(self, module: Module, probe: Probe, evaluator: ReplayEvaluator, *, budget: int,
-                 model: FlipGainModel | None = None, deadline: float | None = None, max_batch: int = MAX_BATCH,
-                 prior=None, copies: bool = True):
+                 model: FlipGainModel | None = None, deadline: float | None = None, prior=None, copies: bool = True):
         self.state = SearchState(module, probe, evaluator, budget=budget, deadline=deadline)
         self.cands = Candidates(self.state, model=model, prior=prior)
         self.attribution = Attribution(self.state)
         self.copies = Copies(self.state, self.attribution, enabled=copies)
         self.reference = Reference(self.state, self.cands, self.copies)
-        self.scheduler = Scheduler(self.state, self.cands, self.copies, self.reference, max_batch=max_batch)
+        self.scheduler = Scheduler(self.state, self.cands, self.copies, self.reference)
         self.measurer = Measurer(self.state, self.attribution, self.copies, self.reference)
         #: flips queued but not measured when the budget or the time ran out (kept for a resumed search)
         self.pending: list[Candidate] = []
@@ -77,8 +76,6 @@ class BatchedSearch:
     batches_of = _of_part("scheduler", "batches_of", "Flips packed into batches.")
     measure = _of_part("measurer", "measure", "Each flip of a batch measured.")
     begin = _of_part("reference", "begin", "The start and the reference.")
-    finish = _of_part("reference", "finish", "The best set compiled.")
-    promise = _of_part("cands", "promise", "The flips the prior expects to pay, not measured yet.")
 
     def resume_from(self, res: dict) -> None:
         """Go on from an earlier result: its best set, its compile of it (or
@@ -116,7 +113,7 @@ class BatchedSearch:
         keys = {c.key for c in self.pending}
         self.scheduler.early = [c for c in self.cands.early_outlines() if c.key not in keys]
         self._passes(self.pending + [c for c in self.cands.singles() if c.key not in st.tried and c.key not in keys])
-        self.finish()
+        self.reference.finish()
 
     @property
     def stopped(self) -> str:
@@ -214,7 +211,7 @@ def _disjoint_best(won: list[Outcome]) -> tuple[list[Outcome], list[Outcome]]:
 
 def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, default_size: int | None,
                           model: FlipGainModel | None = None, deadline: float | None = None,
-                          max_batch: int = MAX_BATCH, resume: dict | None = None, prior=None) -> dict:
+                          resume: dict | None = None, prior=None) -> dict:
     """Probe ``module`` with ``policy`` (tune: the compiler's default), then
     search by batches until ``budget`` compiles in all, the probe's counted;
     or go on from ``resume``, an earlier result.  ``prior``: a P(inline) over
@@ -259,7 +256,7 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
     if starts_only:  # (tune's starts stage: the result is a probe's, the next search goes on from it)
         resume, budget = None, spent if spent is not None else probe.compiles
     s = search_of(module, probe, cfg, budget=budget, spent=spent,
-                  model=model, deadline=deadline, max_batch=max_batch, prior=prior, copies=cfg.get("copies", True))
+                  model=model, deadline=deadline, prior=prior, copies=cfg.get("copies", True))
     s.state.default_slot = cfg.get("default_slot")
     if resume is not None:
         s.resume_from(resume)
@@ -290,7 +287,7 @@ def _run(s: BatchedSearch) -> None:
     except MlgoHostError as e:
         log.warning("%s: batched search stopped: %s", s.module.name, e)
         try:
-            s.finish()
+            s.reference.finish()
         except MlgoHostError:
             s.base = s.state.start
 

@@ -103,7 +103,7 @@ def search_result(s: BatchedSearch, default_size: int, wall_s: float) -> SearchR
         no_copies=sorted((r if isinstance(r, str) else list(r) for r in s.copies.no_copies), key=str),
         not_in_copies=sorted(s.copies.not_in_copies),
         broken_keys=len(st.broken), broken=sorted(st.broken), decisions=ep.n, wall_s=wall_s,
-        tried=sorted(st.tried), promise=s.promise(),
+        tried=sorted(st.tried), promise=s.cands.promise(),
         stopped=s.stopped if st.base is not None else ("budget" if ep.n else "exhausted"),
         reference=st.base if st.base is not None and st.compiled and not st.provisional else None,
         inline=sorted(x.replay_line() for x in st.inline.values()) if use_replay else None,

@@ -78,13 +78,11 @@ def plain(c: Candidate) -> bool:
 class Scheduler:
     """Batches and budgets of one module's search (see the module docstring)."""
 
-    def __init__(self, state: SearchState, candidates: Candidates, copies: Copies, reference: Reference,
-                 max_batch: int = MAX_BATCH):
+    def __init__(self, state: SearchState, candidates: Candidates, copies: Copies, reference: Reference):
         self.state = state
         self.candidates = candidates
         self.copies = copies
         self.reference = reference
-        self.max_batch = max_batch
         #: outline groups measured before the single flips (see :meth:`.Candidates.early_outlines`)
         self.early: list[Candidate] = []
 
@@ -92,7 +90,7 @@ class Scheduler:
         """Greedy packing: disjoint footprints, and the flips inlining calls of one callee leave one
         out (else together they may delete it, which none predicts)."""
         out: list[Batch] = []
-        most = min(self.max_batch, self.state.batch_cap or self.max_batch)
+        most = min(MAX_BATCH, self.state.batch_cap or MAX_BATCH)
         roots = {id(c): self.copies.root(c) for c in cands if (c.key, c.inline) not in self.state.interacting}
         many = Counter(roots.values())
         for c in cands:

@@ -17,7 +17,7 @@ from mlgo_host.corpus.corpus import Module, load_corpus
 from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.policies import check_meanings, load_policy
 from mlgo_host.search.passes import Passes
-from mlgo_host.search.starts import START_THRESHOLDS, STARTS_BY_LANGUAGE, Starts
+from mlgo_host.search.starts import START_THRESHOLDS, Starts
 from mlgo_host.search.tunedir import TuneStore
 from mlgo_host.shipped import resolve_policy
 from mlgo_host.workers.pool import make_pool
@@ -32,13 +32,12 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
          ray_address: str | None = None, clang: str = "clang-19", llvm_size: str | None = None,
          module_timeout: float = 300.0, modules: Sequence[str] | None = None, progress: bool = True,
          prior: str | None = None, copies: bool = True, thresholds: bool = True,
-         start_policy: str | None = None,
-         starts_by_language: dict[str, Sequence[str]] | None = None) -> dict[str, Any]:
+         start_policy: str | None = None) -> dict[str, Any]:
     """Tune every module of ``corpus_dir`` (or the named ``modules``) into ``output``; returns
     the summary (also in ``output/summary.json``).  ``prior``: a shipped policy whose
     P(inline) orders the flips; ``copies``: measure flips in copies (:mod:`.copies`);
     ``thresholds``, ``start_policy``: the other starts a search from the compiler's own
-    decisions may take (:mod:`.starts`), per language as ``starts_by_language`` says."""
+    decisions may take (:mod:`.starts`), per language as :data:`.starts.STARTS_BY_LANGUAGE` says."""
     t0 = time.monotonic()
     budget = _budget(budget_minutes, compiles_per_module)
     if jobs < 1:
@@ -49,14 +48,12 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
     deadline = time.time() + 60.0 * budget_minutes if budget_minutes is not None else None
     pool_opts = {"ray_address": ray_address} if backend == "ray" else {}
     from_default = store.manifest["base"] == "default"
-    by_language = tuple((k, tuple(v)) for k, v in (starts_by_language or STARTS_BY_LANGUAGE).items())
-    starts = Starts(START_THRESHOLDS if thresholds and from_default else (), start_policy if from_default else None,
-                    by_language)
+    starts = Starts(START_THRESHOLDS if thresholds and from_default else (), start_policy if from_default else None)
     pool = make_pool(backend, jobs, "mlgo_host.search.worker:SearchWorker",
                      {"clang": clang, "llvm_size": llvm_size, "advisor": "inline", "module_timeout": module_timeout,
                       "baseline_cache": os.path.join(store.path, "baselines"), "copies": copies,
                       "thresholds": starts.thresholds, "start_policy": starts.policy,
-                      "starts_by_language": by_language},
+                      "starts_by_language": starts.by_language},
                      **pool_opts)
     try:
         pool.broadcast("set_policy", store.policy_blob())
