@@ -83,14 +83,11 @@ class ReplayEvaluator:
         """Compile with exactly ``inline`` inlined (in the scope and ``scope``) into ``out``; returns the
         remarks.  ``ir``: text instead of the bitcode; ``release``: functions left to the heuristic."""
         rf = out + ".replay.txt"
-        with open(rf, "w", encoding="utf-8") as f:
-            f.write(replay_text(inline, (self.scope | set(scope)) - set(release)))
+        Path(rf).write_text(replay_text(inline, (self.scope | set(scope)) - set(release)), encoding="utf-8")
         module = self.module
         if ir is not None:
-            ll = out + ".ll"
-            with open(ll, "w", encoding="utf-8") as f:
-                f.write(ir)
-            module = dataclasses.replace(module, bc_path=Path(ll))
+            module = dataclasses.replace(module, bc_path=Path(out + ".ll"))
+            module.bc_path.write_text(ir, encoding="utf-8")
         cmd = module.compile_command(self.clang, out) + replay_flags(rf) + ["-Rpass=inline"]
         self.compiles += 1
         try:

@@ -404,11 +404,7 @@ def _agreeing(candidates, key_of, inlined: bool, known: set[str], exact: bool = 
         return None
     if exact and not known and len({key_of(c) for c in candidates}) > 1:
         raise AmbiguousSites(f"{key_of(candidates[0])}: a remark fits {len(candidates)} copies of one body")
-    if known:
-        for c in candidates:
-            if (key_of(c) in known) == inlined:
-                return c
-    return candidates[0]
+    return next((c for c in candidates if known and (key_of(c) in known) == inlined), candidates[0])
 
 
 def _body_paths(caller: str, written: str, debug: DebugInfo, bodies: dict[str, list[Site]],
