@@ -270,16 +270,13 @@ class RayCluster:
             self._inner = (factory, dict(kwargs or {}))
             actors = self.live()
         refs = [a.start.remote(factory, kwargs or {}) for _, a in actors]
-        errors = []
         for (i, a), r in zip(actors, refs):
             try:
                 self._ray.get(r)
             except self._ray.exceptions.RayActorError:
                 self.replace(i, a)  # the replacement gets the inner worker too
             except self._ray.exceptions.RayTaskError as e:
-                errors.append(_cause(e))
-        if errors:
-            raise WorkerPoolError(f"the worker failed to start:\n{errors[0]}")
+                raise WorkerPoolError(f"the worker failed to start:\n{_cause(e)}") from None
 
     def remember_broadcast(self, method: str, refs: tuple) -> None:
         with self._lock:
