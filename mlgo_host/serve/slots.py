@@ -94,14 +94,14 @@ def unlink_quiet(path: str) -> None:
         os.unlink(path)
 
 
-def try_lock(path: str, exclusive: bool = True) -> int | None:
+def try_lock(path: str) -> int | None:
     """The fd holding a non-blocking flock of ``path`` (created if missing); None when someone else holds it."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except (FileNotFoundError, NotADirectoryError):
         return None
     try:
-        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
         os.close(fd)
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):

@@ -75,11 +75,6 @@ def _serve(conn: Connection, worker, running: list[bool]) -> None:
             break
 
 
-def _last_line(tb: str) -> str:
-    lines = [ln for ln in tb.strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else "no reason given"
-
-
 #: how long a closing pool waits for its workers to leave on their own (an idle one does at once)
 STOP_IDLE_S = 2.0
 #: how long a worker stopped by SIGTERM may take to kill its compile and remove its files
@@ -109,7 +104,7 @@ class WorkerPool(Pool):
             tag, info = c.recv()
             if tag != "ready":
                 self.close()
-                err = WorkerPoolError(f"worker {i} failed to start: {_last_line(info)}")
+                err = WorkerPoolError(f"worker {i} failed to start: {info.strip().splitlines()[-1]}")
                 err.details = info  # the worker's whole traceback, for debugging
                 raise err
 

@@ -1,14 +1,8 @@
 """The Ray backend of the worker pool: :class:`RayPool` has :class:`~mlgo_host.workers.pool.WorkerPool`'s
-interface and semantics, with Ray actors (:class:`RayWorker`, one CPU each) as workers (docs/ray.md).
-
-* The last broadcast of each method is replayed on the replacement of a dead actor. A task whose
-  actor died, or whose compiler died of a SIGKILL the actor did not send (Ray kills an actor's
-  children first), is retried :data:`MAX_RETRIES` times on another actor. A slot whose actors keep
-  dying, or whose replacement is not up in time, is dropped; with no actor left the pool raises.
-* ``ray.cancel`` cannot interrupt a synchronous actor's task, so ``cancel`` runs in a second
-  concurrency group: it kills the compilers the actor started until the call returns.
-* Each actor starts a watchdog process (:mod:`mlgo_host.workers.ray_watchdog`) that cleans up its
-  compilers and private directory when it dies without doing so.
+interface and semantics, with Ray actors (:class:`RayWorker`, one CPU each) as workers (docs/ray.md: how
+failures are handled). A dead actor is replaced and its task retried on another; ``cancel`` runs in a
+concurrency group of its own (``ray.cancel`` cannot interrupt a synchronous actor's task); a watchdog per
+actor (:mod:`mlgo_host.workers.ray_watchdog`) cleans up after one that died without doing so.
 """
 
 from __future__ import annotations
@@ -35,8 +29,6 @@ from mlgo_host import procs
 from mlgo_host.channel.process import killed_from_outside
 from mlgo_host.errors import ConfigError, MlgoHostError, WorkerPoolError
 from mlgo_host.workers.tasks import STRAGGLER, Cancelled, Collection, EarlyExit, Pool, TaskOutcome, new_worker
-
-__all__ = ["RayWorker", "RayCluster", "RayPool", "ensure_ray"]
 
 _CANCEL_WAIT_S = 30.0  # how long a cancelled straggler may take to answer (as the local pool)
 _ASYNC_CANCEL_AFTER_S = 0.5  # still running this long after its compilers were killed: raise Cancelled in it
@@ -278,16 +270,13 @@ class RayCluster:
             self._inner = (factory, dict(kwargs or {}))
             actors = self.live()
         refs = [a.start.remote(factory, kwargs or {}) for _, a in actors]
-        errors = []
         for (i, a), r in zip(actors, refs):
             try:
                 self._ray.get(r)
             except self._ray.exceptions.RayActorError:
                 self.replace(i, a)  # the replacement gets the inner worker too
             except self._ray.exceptions.RayTaskError as e:
-                errors.append(_cause(e))
-        if errors:
-            raise WorkerPoolError(f"the worker failed to start:\n{errors[0]}")
+                raise WorkerPoolError(f"the worker failed to start:\n{_cause(e)}") from None
 
     def remember_broadcast(self, method: str, refs: tuple) -> None:
         with self._lock:

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.errors import ConfigError
-from mlgo_host.fsutil import atomic_path
+from mlgo_host.fsutil import atomic_path, dir_built_aside
 from mlgo_host.measure.compile import baseline_size, compile_module
 from mlgo_host.policies import load_policy
 from mlgo_host.policies.base import Policy
@@ -42,13 +42,12 @@ def _materialize(blob: dict, root: str) -> str:
         digest.update(blob["files"][k])
     d = os.path.join(root, "policy-" + digest.hexdigest()[:16])
     if not os.path.isdir(d):
-        tmp = tempfile.mkdtemp(dir=root)
-        for rel, data in blob["files"].items():
-            p = os.path.join(tmp, rel)
-            os.makedirs(os.path.dirname(p), exist_ok=True)
-            with open(p, "wb") as f:
-                f.write(data)
-        os.rename(tmp, d)
+        with dir_built_aside(d) as tmp:
+            for rel, data in blob["files"].items():
+                p = os.path.join(tmp, rel)
+                os.makedirs(os.path.dirname(p), exist_ok=True)
+                with open(p, "wb") as f:
+                    f.write(data)
     return d
 
 

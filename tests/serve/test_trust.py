@@ -145,11 +145,11 @@ def test_a_server_never_keeps_a_lock_file_a_stopping_server_removed(tmp_path, mo
     real_try_lock = S.try_lock
     handed = []
 
-    def try_lock(p, exclusive=True):
+    def try_lock(p):
         if not handed:
             handed.append(stale)
             return stale
-        return real_try_lock(p, exclusive)
+        return real_try_lock(p)
 
     monkeypatch.setattr(S, "try_lock", try_lock)
     fd = S.lock_server(root, 1.0)
