@@ -135,13 +135,10 @@ class CompilerProcess:
                 os.close(self._pidfd)
             self._pidfd = -1
 
-    def wait(self, timeout: float | None) -> int | None:
-        """The exit status (reaped, its group killed) within ``timeout`` s (None: forever), else None."""
+    def wait(self, timeout: float) -> int | None:
+        """The exit status (reaped, its group killed) within ``timeout`` s, else None."""
         if self.proc.returncode is not None:
             return self.proc.returncode
-        if timeout is None:
-            os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOWAIT)
-            return self._reap()
         deadline = time.monotonic() + max(timeout, 0.0)
         if self._pidfd >= 0:
             p = select.poll()
