@@ -80,10 +80,8 @@ class CompilerProcess:
         except BaseException:
             self._log.close()
             raise
-        try:
+        with contextlib.suppress(AttributeError, OSError):  # (no pidfd: wait() polls)
             self._pidfd = os.pidfd_open(self.proc.pid)
-        except (AttributeError, OSError):
-            self._pidfd = -1
 
     @property
     def pid(self) -> int:
