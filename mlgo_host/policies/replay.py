@@ -119,7 +119,7 @@ def _check_fingerprint(fp: Any, where: str) -> None:
     for h in digests:
         if not isinstance(h, str) or len(h) != 2 * _DIGEST_SIZE or not _is_hex(h):
             raise ConfigError(f"{where}: fingerprint digest {h!r} is not {2 * _DIGEST_SIZE} hex digits")
-    for k in at if isinstance(at, dict) else ():
+    for k in at:  # a dict: anything else failed above
         if not str(k).isdigit():
             raise ConfigError(f"{where}: fingerprint index {k!r} is not a non-negative integer")
 
