@@ -18,7 +18,7 @@ import struct
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
 
-from mlgo_host.channel.spec import TensorSpec, record_dtype
+from mlgo_host.channel.spec import FORMATS, TensorSpec, record_dtype
 from mlgo_host.errors import ProtocolError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -67,7 +67,7 @@ class Header:
         fields = sorted({(self.offset(n), n) for n in names})
         fmt, pos = "<", 0
         for off, n in fields:
-            fmt += "x" * (off - pos) + _STRUCT[self.feature(n).ctype][1:]  # type: ignore[union-attr]
+            fmt += "x" * (off - pos) + FORMATS[self.feature(n).ctype][0][1:]  # type: ignore[union-attr]
             pos = off + self.feature(n).itemsize  # type: ignore[union-attr]
         unpack = struct.Struct(fmt).unpack_from
         at = {n: i for i, (_, n) in enumerate(fields)}
@@ -352,16 +352,12 @@ def encode_observation(index: int, payload: bytes) -> bytes:
     return b'{"observation":%d}\n' % index + payload + b"\n"
 
 
-_STRUCT = {"int64_t": "<q", "int32_t": "<i", "float": "<f", "double": "<d", "uint64_t": "<Q", "uint32_t": "<I",
-           "int16_t": "<h", "uint16_t": "<H", "int8_t": "<b", "uint8_t": "<B"}
-
-
 class AdviceEncoder:
     """Turns an advice value into exactly the advice tensor's bytes."""
 
     def __init__(self, spec: TensorSpec):
         self.spec = spec
-        self._scalar = struct.Struct(_STRUCT[spec.ctype]) if spec.size == 1 else None
+        self._scalar = struct.Struct(FORMATS[spec.ctype][0]) if spec.size == 1 else None
 
     def encode(self, value: Any) -> bytes:
         if self._scalar is not None:

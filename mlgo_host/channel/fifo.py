@@ -75,16 +75,13 @@ class Channel:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ChannelTimeout(f"timed out waiting for {waiting_for} from the compiler")
-            if poller.poll(min(remaining, 0.25) * 1000.0):
+            ready = poller.poll(min(remaining, 0.25) * 1000.0)
+            if ready or not alive():  # (not alive: gone without closing its end, drain what is left)
                 try:
                     return os.read(self.rfd, 1 << 16)
                 except BlockingIOError:
-                    continue
-            if not alive():  # gone without closing its end: drain what is left
-                try:
-                    return os.read(self.rfd, 1 << 16)
-                except BlockingIOError:
-                    return b""
+                    if not ready:
+                        return b""
 
     def close_fds(self) -> None:
         for attr in ("wfd", "rfd"):

@@ -80,10 +80,8 @@ class CompilerProcess:
         except BaseException:
             self._log.close()
             raise
-        try:
+        with contextlib.suppress(AttributeError, OSError):  # (no pidfd: wait() polls)
             self._pidfd = os.pidfd_open(self.proc.pid)
-        except (AttributeError, OSError):
-            self._pidfd = -1
 
     @property
     def pid(self) -> int:
@@ -135,13 +133,10 @@ class CompilerProcess:
                 os.close(self._pidfd)
             self._pidfd = -1
 
-    def wait(self, timeout: float | None) -> int | None:
-        """The exit status (reaped, its group killed) within ``timeout`` s (None: forever), else None."""
+    def wait(self, timeout: float) -> int | None:
+        """The exit status (reaped, its group killed) within ``timeout`` s, else None."""
         if self.proc.returncode is not None:
             return self.proc.returncode
-        if timeout is None:
-            os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOWAIT)
-            return self._reap()
         deadline = time.monotonic() + max(timeout, 0.0)
         if self._pidfd >= 0:
             p = select.poll()

@@ -137,11 +137,9 @@ class _Watchdog:
             return
         try:
             while True:
-                try:
+                with contextlib.suppress(OSError):  # (BlockingIOError: drained)
                     while os.read(fd, 1 << 16):
                         pass
-                except (BlockingIOError, OSError):
-                    pass
                 if self._ev.wait(0.05):
                     return
         finally:

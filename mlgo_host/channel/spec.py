@@ -5,7 +5,9 @@ channel and training logs describe them: the only source of byte counts in the h
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import struct
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from mlgo_host.errors import ProtocolError
@@ -15,23 +17,20 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # numpy is imported on first use only: the default inliner session never needs it.
 
-#: C scalar name -> (size in bytes, little-endian numpy dtype string)
-_CTYPES: Mapping[str, tuple[int, str]] = {
-    "float": (4, "<f4"), "double": (8, "<f8"),
-    "int8_t": (1, "i1"), "uint8_t": (1, "u1"), "int16_t": (2, "<i2"), "uint16_t": (2, "<u2"),
-    "int32_t": (4, "<i4"), "uint32_t": (4, "<u4"), "int64_t": (8, "<i8"), "uint64_t": (8, "<u8"),
+#: C scalar name -> (little-endian ``struct`` format, little-endian numpy dtype string)
+FORMATS: Mapping[str, tuple[str, str]] = {
+    "float": ("<f", "<f4"), "double": ("<d", "<f8"),
+    "int8_t": ("<b", "i1"), "uint8_t": ("<B", "u1"), "int16_t": ("<h", "<i2"), "uint16_t": ("<H", "<u2"),
+    "int32_t": ("<i", "<i4"), "uint32_t": ("<I", "<u4"), "int64_t": ("<q", "<i8"), "uint64_t": ("<Q", "<u8"),
 }
-_DTYPES: "dict[str, np.dtype] | None" = None
 
 
+@functools.cache
 def c_types() -> "Mapping[str, np.dtype]":
     """C scalar name -> little-endian numpy dtype; also the module attribute ``C_TYPES``."""
-    global _DTYPES
-    if _DTYPES is None:
-        import numpy as np
+    import numpy as np
 
-        _DTYPES = {k: np.dtype(v) for k, (_, v) in _CTYPES.items()}
-    return _DTYPES
+    return {k: np.dtype(v) for k, (_, v) in FORMATS.items()}
 
 
 def __getattr__(name: str) -> Any:  # PEP 562: ``C_TYPES`` built on first access
@@ -55,7 +54,7 @@ class TensorSpec:
     port: int = 0
 
     def __post_init__(self) -> None:
-        if self.ctype not in _CTYPES:
+        if self.ctype not in FORMATS:
             raise ProtocolError(f"tensor {self.name!r}: unknown type {self.ctype!r}")
         if not isinstance(self.name, str) or not self.name:
             raise ProtocolError(f"tensor name must be a non-empty string, got {self.name!r}")
@@ -70,7 +69,7 @@ class TensorSpec:
 
     @property
     def itemsize(self) -> int:
-        return _CTYPES[self.ctype][0]
+        return struct.calcsize(FORMATS[self.ctype][0])
 
     @property
     def size(self) -> int:
@@ -97,7 +96,7 @@ class TensorSpec:
             raise ProtocolError(f"{where} {name!r}: shape must be a list of integers")
         if not isinstance(port, int) or isinstance(port, bool):
             raise ProtocolError(f"{where} {name!r}: port must be an integer")
-        if ctype not in _CTYPES:
+        if ctype not in FORMATS:
             raise ProtocolError(f"{where} {name!r}: unknown type {ctype!r}")
         return cls(name=name, ctype=ctype, shape=tuple(shape), port=port)
 

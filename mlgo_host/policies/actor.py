@@ -585,14 +585,13 @@ class NumpyPolicy(Policy):
             bxor(bits, t32, out=t32)
             add(t32, offs, out=k64)
             take(search(k64, "right"), axis=0, out=X3)
-            out0 = buf0 if first_hidden is not None else obuf
-            dot(X2, w1a, out=out0)
-            add(out0, b1a, out=out0)
+            dot(X2, w1a, out=buf0)  # (no hidden layer: buf0 is obuf)
+            add(buf0, b1a, out=buf0)
             if with_z:
                 with np.errstate(invalid="ignore", over="ignore"):
                     z = (V - zmean) / zscale
                 z[~np.isfinite(z)] = 0.0
-                out0 += dot(z, w1z_ext if first_hidden is not None else w1z_ext[:, : out0.shape[1]])
+                add(buf0, dot(z, w1z_ext), out=buf0)
             if first_hidden is not None:
                 activate(hv0, first_hidden[3], out=hv0)
                 x = buf0

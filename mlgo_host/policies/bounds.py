@@ -1,11 +1,7 @@
-"""A bound on the inlinings a learned policy adds to ``-Oz``'s: none of a callee with many uses.
-
-Inlining a callee at some of its call sites keeps its body and adds a copy at each: a network that
-says "inline" where ``-Oz`` does not, site after site, for a callee of many uses, can make a file
-tens of percent bigger.  The inlinings that pay at ``-Oz`` are mostly of callees with two or
-three uses, whose body goes away once every site is inlined.  The bound keeps the policy's answer
-except an inlining ``-Oz`` would not make of a callee with more than ``max_users`` uses, where it
-answers ``-Oz``'s.  A saved policy carries it in its metadata (``extra_inlining_max_users``).
+"""A bound on the inlinings a learned policy adds to ``-Oz``'s: none of a callee with more than
+``max_users`` uses, where ``-Oz``'s "no" stands.  Each such inlining keeps the callee's body and adds
+a copy (site after site, tens of percent of a file; docs/training.md), while the inlinings that pay
+are mostly of callees of two or three uses.  Saved in the metadata as ``extra_inlining_max_users``.
 """
 
 from __future__ import annotations

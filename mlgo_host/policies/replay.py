@@ -1,10 +1,7 @@
 """Replay files (docs/formats.md): forced actions at given decision indices (0-based over the
 compile's observations; the channel's own ids restart per function), a base policy elsewhere.
-
-A forced action changes what the compiler asks next, so a replay is tied to its module by the
-fingerprint, a running hash of the observations' raw bytes at each forced decision and at the end.
-At the first mismatch (or a forced action the advisor rejects) the replay defers to the base and
-is ``stale``; a difference after the last forced decision makes it stale at the end.
+A forced action changes what the compiler asks next: from the first mismatch with the recorded
+fingerprint (or a forced action the advisor rejects) the base answers and the replay is ``stale``.
 """
 
 from __future__ import annotations
@@ -26,10 +23,6 @@ FORMAT = "mlgo_host.replay/1"
 WHAT = "replay file"  # how formats.py's messages name it
 HASH = "blake2b-64"
 _DIGEST_SIZE = 8
-
-
-def new_stream_hash():
-    return hashlib.blake2b(digest_size=_DIGEST_SIZE)
 
 
 @dataclasses.dataclass
@@ -126,7 +119,7 @@ def _check_fingerprint(fp: Any, where: str) -> None:
     for h in digests:
         if not isinstance(h, str) or len(h) != 2 * _DIGEST_SIZE or not _is_hex(h):
             raise ConfigError(f"{where}: fingerprint digest {h!r} is not {2 * _DIGEST_SIZE} hex digits")
-    for k in at if isinstance(at, dict) else ():
+    for k in at:  # a dict: anything else failed above
         if not str(k).isdigit():
             raise ConfigError(f"{where}: fingerprint index {k!r} is not a non-negative integer")
 
@@ -155,7 +148,7 @@ def stream_fingerprint(raw: bytes, nbytes: int, forced) -> dict:
     """The fingerprint :class:`ReplayPolicy` records, from a recorded episode's observation bytes
     (``nbytes`` each): a search keeps its best compile without compiling it again."""
     want = {int(i) for i in forced}
-    h = new_stream_hash()
+    h = hashlib.blake2b(digest_size=_DIGEST_SIZE)
     at = {}
     for i in range(len(raw) // nbytes if nbytes else 0):
         h.update(raw[i * nbytes:(i + 1) * nbytes])
@@ -182,7 +175,7 @@ class ReplayPolicy(Policy):
         self.stale_at: int | None = None  # first decision whose check failed
         self.stale_reason = ""
         self._forced = self.replay.forced  # emptied when the replay goes stale
-        self._hash = new_stream_hash()
+        self._hash = hashlib.blake2b(digest_size=_DIGEST_SIZE)
         self._at: dict[int, bytes] = {}
 
     def bind(self, header, advisor) -> None:
