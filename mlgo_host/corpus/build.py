@@ -290,10 +290,7 @@ def entry_identity(entry: CompileEntry) -> dict:
 def read_sources_file(path: str | os.PathLike) -> dict[str, dict]:
     """Module name -> identity from a ``module_sources.json``."""
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise CorpusError(f"{p}: unreadable module sources: {e}") from None
+    doc = read_json(p, "no module sources")
     if not isinstance(doc, dict) or doc.get("format") != SOURCES_FORMAT or not isinstance(doc.get("modules"), dict):
         raise CorpusError(f"{p}: not a {SOURCES_FORMAT} file")
     return doc["modules"]
