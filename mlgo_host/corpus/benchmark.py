@@ -7,6 +7,7 @@ extracted trees, built modules), so a second run takes seconds.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import hashlib
@@ -136,11 +137,9 @@ def fetch(pkg: Package, cache_dir: Path, downloader=pip_download) -> Path:
     sdists.mkdir(parents=True, exist_ok=True)
     target = sdists / pkg.filename
     if target.exists():
-        try:
+        with contextlib.suppress(CorpusError):  # a corrupt or foreign cached file: download again
             verify(target, pkg.sha256, pkg.requirement)
             return target
-        except CorpusError:
-            pass  # a corrupt or foreign cached file: download again
     with tempfile.TemporaryDirectory(prefix=".dl-", dir=sdists, ignore_cleanup_errors=True) as d:
         tmp = Path(d)
         downloader(pkg.requirement, tmp)

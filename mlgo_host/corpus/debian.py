@@ -11,6 +11,7 @@ project works as for the other corpora.  ``packages.json`` in the output keeps e
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -72,18 +73,17 @@ def read_packages_file(path: str | os.PathLike | None = None) -> list[str]:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"{p}: cannot read the packages file: {e.strerror or e}") from None
-    names: list[str] = []
+    names: dict[str, None] = {}  # in order, each once
     for n, line in enumerate(text.splitlines(), 1):
         name = line.split("#", 1)[0].strip()
         if not name:
             continue
         if not _NAME_RE.fullmatch(name):
             raise ConfigError(f"{p}:{n}: {name!r} is not a Debian source package name")
-        if name not in names:
-            names.append(name)
+        names[name] = None
     if not names:
         raise ConfigError(f"{p}: the packages file names no package")
-    return names
+    return list(names)
 
 
 def select_packages(allowed: Sequence[str], requested: str | Sequence[str] | None) -> list[str]:
@@ -414,12 +414,10 @@ def _build_tree(name: str, st: Settings, log, step: Callable[[str], None]) -> tu
     tree = pkg_dir / _tree_name(dsc)
     stamp = tree / BUILT_STAMP
     if stamp.is_file() and (pkg_dir / DATABASE).is_file():
-        try:
+        with contextlib.suppress(ValueError):
             info = json.loads(stamp.read_text())
             if info.get("dsc") == dsc.name:
                 return tree, info
-        except ValueError:
-            pass
     step("extract")
     for old in pkg_dir.iterdir():
         if old.is_dir():
