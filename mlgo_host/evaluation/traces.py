@@ -1,9 +1,5 @@
 """Traces: a policy's observations and decisions over a corpus, on disk (written by ``mlgo-host trace``,
-read by ``vocab`` and behavioural cloning).
-
-A trace directory holds ``trace.json`` (the policy, the compiler, and per module its status, log,
-observations, decisions and object size) and ``logs/<module>.log`` per module that compiled, in the
-training-log format of LLVM's development mode, the advice taken as the last feature.  It is built
+read by ``vocab`` and behavioural cloning; the format is in docs/formats.md).  A trace directory is built
 next to its destination and renamed into place.
 """
 
