@@ -241,8 +241,8 @@ def build_corpus(entries: Sequence[CompileEntry], output: str | os.PathLike, *, 
     by_name = dict(zip(names, entries))
     made: dict[str, bool] = {}  #: module -> built now (else already there)
     failures: list[tuple[str, str]] = []
-    bar = progress_bar(total=len(entries), desc="corpus", enabled=progress)
-    with cf.ThreadPoolExecutor(max_workers=jobs) as ex:
+    with progress_bar(total=len(entries), desc="corpus", enabled=progress) as bar, \
+            cf.ThreadPoolExecutor(max_workers=jobs) as ex:
         futs = {ex.submit(build_module, clang, e, n, out_dir, opt_level, timeout, force): (e, n)
                 for e, n in zip(entries, names)}
         try:
@@ -257,8 +257,6 @@ def build_corpus(entries: Sequence[CompileEntry], output: str | os.PathLike, *, 
             # Ctrl-C: start no more compiles (leaving the block would wait for every queued one)
             ex.shutdown(wait=True, cancel_futures=True)
             raise
-        finally:
-            bar.close()
     if not made:
         raise CorpusError(f"no module could be built ({len(failures)} failures; first: "
                           f"{failures[0][0]}: {failures[0][1]})")

@@ -554,8 +554,7 @@ def build_debian(output: str | os.PathLike, *, packages: str | Sequence[str] | N
             except StepFailed as e:
                 raise ConfigError(f"{e} (run it by hand to see why)") from None
     st.cache.mkdir(parents=True, exist_ok=True)
-    bar = progress_bar(total=len(todo), desc="debian", unit="package", enabled=progress)
-    try:
+    with progress_bar(total=len(todo), desc="debian", unit="package", enabled=progress) as bar:
         for name in todo:
             bar.set_postfix_str(name)
             entry, built = build_package(name, st, step=lambda s, n=name: bar.set_postfix_str(f"{n}: {s}"))
@@ -575,6 +574,4 @@ def build_debian(output: str | os.PathLike, *, packages: str | Sequence[str] | N
             else:
                 bar.write(f"{name}: skipped: {entry['reason']} ({minutes})", file=sys.stderr)
             bar.update(1)
-    finally:
-        bar.close()
     return result
