@@ -1,12 +1,11 @@
-"""A corpus from Debian source packages (bookworm main), each built as upstream builds it.
+"""A corpus from Debian source packages (bookworm main), each built as upstream builds it (docs/corpora.md
+tells the steps, the module names and what ``packages.json`` and ``logs/`` keep).
 
 Only the packages of a packages file are built (by default ``mlgo_host/data/debian_packages.txt``, kept
 apart from the external corpus's projects so that evaluations stay honest).  A source is extracted
 afresh for every build: ``bear`` records only the compiles that run, so a tree left half built would
 give an incomplete compile database.  Only the build proper runs under ``bear`` (configure's test
-compiles are no code of the package).  Module names start with the package's name, so the split by
-project works as for the other corpora.  ``packages.json`` in the output keeps each package's outcome
-(``ok`` with its modules, or ``skipped`` with a reason), ``logs/NAME.log`` its build log.
+compiles are no code of the package).
 """
 
 from __future__ import annotations
