@@ -78,29 +78,28 @@ def apt_entries(etc_apt: str | os.PathLike = "/etc/apt") -> list[tuple[Path, dic
     return out
 
 
-def _serves(stanza: dict[str, str], kind: str, suite: str, component: str) -> bool:
-    return (kind in stanza.get("types", "").split() and suite in stanza.get("suites", "").split()
-            and component in stanza.get("components", "").split()
+def _serves(stanza: dict[str, str], kind: str) -> bool:
+    return (kind in stanza.get("types", "").split() and SUITE in stanza.get("suites", "").split()
+            and COMPONENT in stanza.get("components", "").split()
             and stanza.get("enabled", "yes").lower() != "no")
 
 
-def ensure_deb_src(etc_apt: str | os.PathLike = "/etc/apt", suite: str = SUITE,
-                   component: str = COMPONENT) -> Path | None:
-    """When no enabled deb-src entry serves ``suite``'s ``component``, write :data:`DEB_SRC_FILE`, a deb-src
-    stanza mirroring the suite's deb.debian.org ``deb`` entry, and return its path (the caller runs
-    ``apt-get update``); None when nothing was needed."""
+def ensure_deb_src(etc_apt: str | os.PathLike = "/etc/apt") -> Path | None:
+    """When no enabled deb-src entry serves :data:`SUITE`'s :data:`COMPONENT`, write :data:`DEB_SRC_FILE`,
+    a deb-src stanza mirroring the suite's deb.debian.org ``deb`` entry, and return its path (the caller
+    runs ``apt-get update``); None when nothing was needed."""
     entries = apt_entries(etc_apt)
-    if any(_serves(s, "deb-src", suite, component) for _, s in entries):
+    if any(_serves(s, "deb-src") for _, s in entries):
         return None
-    mirror = [(f, s) for f, s in entries if _serves(s, "deb", suite, component)]
+    mirror = [(f, s) for f, s in entries if _serves(s, "deb")]
     # the Debian archive proper, not the security one nor a third party's
     mirror.sort(key=lambda fs: ("deb.debian.org" not in fs[1].get("uris", ""), "security" in fs[1].get("uris", "")))
     if not mirror:
-        raise ConfigError(f"apt has no '{suite} {component}' deb entry to mirror for sources; add a deb-src "
-                          f"line for {suite} {component} to /etc/apt/sources.list.d/")
+        raise ConfigError(f"apt has no '{SUITE} {COMPONENT}' deb entry to mirror for sources; add a deb-src "
+                          f"line for {SUITE} {COMPONENT} to /etc/apt/sources.list.d/")
     f, s = mirror[0]
-    lines = [f"# Added by mlgo-host corpus debian: the sources of {suite} {component}, mirroring {f}.",
-             "Types: deb-src", f"URIs: {s['uris']}", f"Suites: {suite}", f"Components: {component}"]
+    lines = [f"# Added by mlgo-host corpus debian: the sources of {SUITE} {COMPONENT}, mirroring {f}.",
+             "Types: deb-src", f"URIs: {s['uris']}", f"Suites: {SUITE}", f"Components: {COMPONENT}"]
     if s.get("signed-by"):
         lines.append(f"Signed-By: {s['signed-by']}")
     path = Path(etc_apt) / "sources.list.d" / DEB_SRC_FILE
@@ -109,7 +108,7 @@ def ensure_deb_src(etc_apt: str | os.PathLike = "/etc/apt", suite: str = SUITE,
         atomic_write_bytes(str(path), text.encode())
         os.chmod(path, 0o644)
     except PermissionError:
-        raise ConfigError(f"apt has no {suite} {component} sources and {path} needs root; write it as root: "
+        raise ConfigError(f"apt has no {SUITE} {COMPONENT} sources and {path} needs root; write it as root: "
                           + " / ".join(lines[1:])) from None
     return path
 

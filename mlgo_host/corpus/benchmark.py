@@ -7,10 +7,10 @@ extracted trees, built modules), so a second run takes seconds.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -25,6 +25,7 @@ from typing import Any, Iterable, Sequence
 
 from mlgo_host.errors import CorpusError
 from mlgo_host.corpus.build import BuildReport, build_corpus, load_compile_commands, write_compile_commands
+from mlgo_host.corpus.corpus import read_json
 
 EXTRACTED_STAMP = ".mlgo-extracted"
 
@@ -80,13 +81,7 @@ def resolve_spec_path(spec: str | os.PathLike | None = None) -> Path:
 def load_spec(path: str | os.PathLike | None = None) -> BenchmarkSpec:
     """Read and check a benchmark source list (see :func:`resolve_spec_path`)."""
     p = resolve_spec_path(path)
-    try:
-        raw = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        names = ", ".join(PACKAGED_SPECS)
-        raise CorpusError(f"{p}: benchmark source list not found (give a path or one of: {names})") from None
-    except json.JSONDecodeError as e:
-        raise CorpusError(f"{p}: not valid JSON: {e.msg} at line {e.lineno}") from None
+    raw = read_json(p, f"benchmark source list not found (give a path or one of: {', '.join(PACKAGED_SPECS)})")
     try:
         pkgs = []
         for d in raw["packages"]:
@@ -142,11 +137,9 @@ def fetch(pkg: Package, cache_dir: Path, downloader=pip_download) -> Path:
     sdists.mkdir(parents=True, exist_ok=True)
     target = sdists / pkg.filename
     if target.exists():
-        try:
+        with contextlib.suppress(CorpusError):  # a corrupt or foreign cached file: download again
             verify(target, pkg.sha256, pkg.requirement)
             return target
-        except CorpusError:
-            pass  # a corrupt or foreign cached file: download again
     with tempfile.TemporaryDirectory(prefix=".dl-", dir=sdists, ignore_cleanup_errors=True) as d:
         tmp = Path(d)
         downloader(pkg.requirement, tmp)

@@ -241,8 +241,8 @@ def build_corpus(entries: Sequence[CompileEntry], output: str | os.PathLike, *, 
     by_name = dict(zip(names, entries))
     made: dict[str, bool] = {}  #: module -> built now (else already there)
     failures: list[tuple[str, str]] = []
-    bar = progress_bar(total=len(entries), desc="corpus", enabled=progress)
-    with cf.ThreadPoolExecutor(max_workers=jobs) as ex:
+    with progress_bar(total=len(entries), desc="corpus", enabled=progress) as bar, \
+            cf.ThreadPoolExecutor(max_workers=jobs) as ex:
         futs = {ex.submit(build_module, clang, e, n, out_dir, opt_level, timeout, force): (e, n)
                 for e, n in zip(entries, names)}
         try:
@@ -257,8 +257,6 @@ def build_corpus(entries: Sequence[CompileEntry], output: str | os.PathLike, *, 
             # Ctrl-C: start no more compiles (leaving the block would wait for every queued one)
             ex.shutdown(wait=True, cancel_futures=True)
             raise
-        finally:
-            bar.close()
     if not made:
         raise CorpusError(f"no module could be built ({len(failures)} failures; first: "
                           f"{failures[0][0]}: {failures[0][1]})")
@@ -290,10 +288,7 @@ def entry_identity(entry: CompileEntry) -> dict:
 def read_sources_file(path: str | os.PathLike) -> dict[str, dict]:
     """Module name -> identity from a ``module_sources.json``."""
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise CorpusError(f"{p}: unreadable module sources: {e}") from None
+    doc = read_json(p, "no module sources")
     if not isinstance(doc, dict) or doc.get("format") != SOURCES_FORMAT or not isinstance(doc.get("modules"), dict):
         raise CorpusError(f"{p}: not a {SOURCES_FORMAT} file")
     return doc["modules"]

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from mlgo_host.corpus.corpus import DESCRIPTION, project_of, write_description
+from mlgo_host.corpus.corpus import DESCRIPTION, project_of, read_json, write_description
 from mlgo_host.errors import CorpusError
 
 #: which corpora the links point into
@@ -19,12 +19,7 @@ SOURCES = "combined_from.json"
 
 def _description(corpus: Path) -> dict:
     path = corpus / DESCRIPTION
-    try:
-        desc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CorpusError(f"{path}: no corpus description (is {corpus} a corpus directory?)") from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise CorpusError(f"{path}: cannot read: {e}") from None
+    desc = read_json(path, f"no corpus description (is {corpus} a corpus directory?)")
     if not isinstance(desc, dict) or not isinstance(desc.get("modules"), list) or not desc["modules"]:
         raise CorpusError(f"{path}: expected an object with a non-empty 'modules' list")
     if desc.get("has_thinlto", False):

@@ -251,13 +251,6 @@ def _hashed_part(units: Sequence[str], fraction: float, seed: int, at_least_one:
     return part
 
 
-def is_heldout(name: str, fraction: float, seed: int = 0) -> bool:
-    """Whether ``name`` falls in the held-out part of a ``fraction`` split."""
-    if not 0.0 <= fraction <= 1.0:
-        raise CorpusError(f"held-out fraction must be in [0, 1], got {fraction}")
-    return _hash01(name, seed) < fraction
-
-
 def _hash01(name: str, seed: int) -> float:
     salt = f"{seed}:" if seed else ""
     return int.from_bytes(hashlib.sha256((salt + name).encode()).digest()[:8], "big") / 2**64

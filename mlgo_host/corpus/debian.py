@@ -1,16 +1,16 @@
-"""A corpus from Debian source packages (bookworm main), each built as upstream builds it.
+"""A corpus from Debian source packages (bookworm main), each built as upstream builds it (docs/corpora.md
+tells the steps, the module names and what ``packages.json`` and ``logs/`` keep).
 
 Only the packages of a packages file are built (by default ``mlgo_host/data/debian_packages.txt``, kept
 apart from the external corpus's projects so that evaluations stay honest).  A source is extracted
 afresh for every build: ``bear`` records only the compiles that run, so a tree left half built would
 give an incomplete compile database.  Only the build proper runs under ``bear`` (configure's test
-compiles are no code of the package).  Module names start with the package's name, so the split by
-project works as for the other corpora.  ``packages.json`` in the output keeps each package's outcome
-(``ok`` with its modules, or ``skipped`` with a reason), ``logs/NAME.log`` its build log.
+compiles are no code of the package).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -72,18 +72,17 @@ def read_packages_file(path: str | os.PathLike | None = None) -> list[str]:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"{p}: cannot read the packages file: {e.strerror or e}") from None
-    names: list[str] = []
+    names: dict[str, None] = {}  # in order, each once
     for n, line in enumerate(text.splitlines(), 1):
         name = line.split("#", 1)[0].strip()
         if not name:
             continue
         if not _NAME_RE.fullmatch(name):
             raise ConfigError(f"{p}:{n}: {name!r} is not a Debian source package name")
-        if name not in names:
-            names.append(name)
+        names[name] = None
     if not names:
         raise ConfigError(f"{p}: the packages file names no package")
-    return names
+    return list(names)
 
 
 def select_packages(allowed: Sequence[str], requested: str | Sequence[str] | None) -> list[str]:
@@ -414,12 +413,10 @@ def _build_tree(name: str, st: Settings, log, step: Callable[[str], None]) -> tu
     tree = pkg_dir / _tree_name(dsc)
     stamp = tree / BUILT_STAMP
     if stamp.is_file() and (pkg_dir / DATABASE).is_file():
-        try:
+        with contextlib.suppress(ValueError):
             info = json.loads(stamp.read_text())
             if info.get("dsc") == dsc.name:
                 return tree, info
-        except ValueError:
-            pass
     step("extract")
     for old in pkg_dir.iterdir():
         if old.is_dir():
@@ -556,8 +553,7 @@ def build_debian(output: str | os.PathLike, *, packages: str | Sequence[str] | N
             except StepFailed as e:
                 raise ConfigError(f"{e} (run it by hand to see why)") from None
     st.cache.mkdir(parents=True, exist_ok=True)
-    bar = progress_bar(total=len(todo), desc="debian", unit="package", enabled=progress)
-    try:
+    with progress_bar(total=len(todo), desc="debian", unit="package", enabled=progress) as bar:
         for name in todo:
             bar.set_postfix_str(name)
             entry, built = build_package(name, st, step=lambda s, n=name: bar.set_postfix_str(f"{n}: {s}"))
@@ -577,6 +573,4 @@ def build_debian(output: str | os.PathLike, *, packages: str | Sequence[str] | N
             else:
                 bar.write(f"{name}: skipped: {entry['reason']} ({minutes})", file=sys.stderr)
             bar.update(1)
-    finally:
-        bar.close()
     return result

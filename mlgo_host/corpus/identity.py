@@ -38,12 +38,9 @@ def read_sources(corpus_dir: str | os.PathLike) -> dict[str, dict]:
 
 
 def common_dir(paths: Iterable[str]) -> str:
-    """The common directory of files ``paths``, or ""."""
-    dirs = [os.path.dirname(p) for p in paths if p]
-    if not dirs:
-        return ""
+    """The common directory of files ``paths``, or "" (none, or absolute and relative mixed)."""
     try:
-        return os.path.commonpath(dirs)
+        return os.path.commonpath([os.path.dirname(p) for p in paths if p])
     except ValueError:
         return ""
 

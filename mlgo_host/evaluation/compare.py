@@ -15,16 +15,10 @@ ALPHA = 0.05
 SAMPLES = 2000
 
 
-def paired_saving(new: Mapping[str, int], old: Mapping[str, int]) -> np.ndarray:
-    """Bytes ``new`` saves against ``old`` per module both measured (sorted by name)."""
-    names = sorted(set(new) & set(old))
-    return np.array([old[n] - new[n] for n in names], dtype=np.float64)
-
-
 def significantly_smaller(new: Mapping[str, int], old: Mapping[str, int]) -> bool:
     """Whether ``new``'s total over the modules both measured is smaller than ``old``'s in at least
     ``1 - ALPHA`` of ``SAMPLES`` paired bootstrap resamples of the modules (seeded)."""
-    d = paired_saving(new, old)
+    d = np.array([old[n] - new[n] for n in sorted(set(new) & set(old))], dtype=np.float64)  # bytes saved
     if len(d) == 0 or d.sum() <= 0:
         return False
     rng = np.random.default_rng(0)

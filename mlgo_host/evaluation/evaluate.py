@@ -87,8 +87,14 @@ class EvalSummary:
                          f"({'n/a' if ch is None else f'{ch:+.3f}%'})")
             lines.append(f"modules smaller: {self.smaller}, equal: {self.equal}, bigger: {self.bigger}; "
                          f"mean reward {self.mean_reward:+.5f}")
-        if self.guard is not None:
-            lines.append(_guard_text(self.guard))
+        g = self.guard
+        if g is not None:
+            gain = "n/a" if g["gain_percent"] is None else f"{g['gain_percent']:.3f}%"
+            lines.append(f"guard: kept the policy's object on {g['kept_policy']} modules, the default's on "
+                         f"{g['kept_default']} ({g['rescued']} failed policy compiles); gain {g['gain_bytes']} bytes "
+                         f"({gain}) vs the unguarded policy; cost {g['default_compiles']} default compiles, "
+                         f"{g['default_cpu_s']:.2f} CPU s this run (cached sizes are free; policy compiles: "
+                         f"{g['policy_cpu_s']:.2f} CPU s)")
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
@@ -196,14 +202,6 @@ def by_project(rows: Sequence[EvalRow]) -> dict[str, dict[str, Any]]:
         a[3] += 1
     return {p: {"modules": n, "oz_text": b, "policy_text": t, "change_pct": round(100.0 * (t - b) / b, 3) if b else 0.0,
                 "bigger_1pct": big} for p, (b, t, big, n) in sorted(acc.items())}
-
-
-def _guard_text(g: dict) -> str:
-    gain = "n/a" if g["gain_percent"] is None else f"{g['gain_percent']:.3f}%"
-    return (f"guard: kept the policy's object on {g['kept_policy']} modules, the default's on {g['kept_default']} "
-            f"({g['rescued']} failed policy compiles); gain {g['gain_bytes']} bytes ({gain}) vs the unguarded "
-            f"policy; cost {g['default_compiles']} default compiles, {g['default_cpu_s']:.2f} CPU s this run "
-            f"(cached sizes are free; policy compiles: {g['policy_cpu_s']:.2f} CPU s)")
 
 
 def select_modules(corpus, modules: int | None = None, split: str = "all", heldout_fraction: float = 0.1,

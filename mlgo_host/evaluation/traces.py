@@ -1,9 +1,5 @@
 """Traces: a policy's observations and decisions over a corpus, on disk (written by ``mlgo-host trace``,
-read by ``vocab`` and behavioural cloning).
-
-A trace directory holds ``trace.json`` (the policy, the compiler, and per module its status, log,
-observations, decisions and object size) and ``logs/<module>.log`` per module that compiled, in the
-training-log format of LLVM's development mode, the advice taken as the last feature.  It is built
+read by ``vocab`` and behavioural cloning; the format is in docs/formats.md).  A trace directory is built
 next to its destination and renamed into place.
 """
 
@@ -81,8 +77,7 @@ class Trace:
         self.path = path
         ip = os.path.join(path, INDEX)
         try:
-            with open(ip, encoding="utf-8") as f:
-                self.index = json.load(f)
+            self.index = json.loads(Path(ip).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"{path!r} is not a trace directory (no {INDEX}; "
                               "make one with `mlgo-host trace`)") from None
@@ -122,8 +117,7 @@ class TraceWorker:
                                  timeout=self.timeout, log_path=log_path)
             log_bytes = Path(log_path).read_bytes() if res.ok else None
         finally:
-            if os.path.exists(log_path):
-                os.unlink(log_path)
+            Path(log_path).unlink(missing_ok=True)
         return {"name": mod.name, "status": res.status, "reason": res.reason, "observations": res.observations,
                 "text_size": res.text_size, "decisions": dict(res.decisions), "wall_s": round(res.wall_s, 3),
                 "log_bytes": log_bytes}
@@ -199,8 +193,7 @@ def _write_trace(output_dir: str, index: dict, rows: list[dict], rels: list[str]
             if row["log"]:
                 path = os.path.join(tmp, rel)
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "wb") as f:
-                    f.write(log_bytes or b"")
+                Path(path).write_bytes(log_bytes or b"")
         ok = [r for r in rows if r["status"] == "ok"]
         index["modules"] = rows
         index["totals"] = {"modules": len(rows), "ok": len(ok), "failed": len(rows) - len(ok),

@@ -148,15 +148,6 @@ def compile_plain(module: "Module", clang: str = "clang-19", llvm_size: str | No
     return _measured(module, "mlgo-base-", llvm_size, clang, run)
 
 
-def plain_size(module: "Module", clang: str = "clang-19", llvm_size: str | None = None,
-               timeout: float = 300.0) -> int:
-    """The text size of ``module`` compiled without the channel; CompilerError on failure."""
-    res = compile_plain(module, clang, llvm_size, timeout)
-    if not res.ok:
-        raise CompilerError(f"module {module.name!r}: the default compile failed: {res.reason}")
-    return int(res.text_size)
-
-
 def baseline_size(module: "Module", clang: str = "clang-19", llvm_size: str | None = None,
                   cache_dir: str | os.PathLike | None = None, timeout: float = 300.0,
                   advisor: str = "inline") -> int:
@@ -167,14 +158,17 @@ def baseline_size(module: "Module", clang: str = "clang-19", llvm_size: str | No
 def baseline_size_info(module: "Module", clang: str = "clang-19", llvm_size: str | None = None,
                        cache_dir: str | os.PathLike | None = None, timeout: float = 300.0,
                        advisor: str = "inline") -> tuple[int, float | None]:
-    """:func:`baseline_size` and the CPU seconds it cost now (None when cached).  The CPU is this
-    process's waited-for children's: call it from one thread at a time."""
+    """:func:`baseline_size` and the CPU seconds it cost now (None when cached); CompilerError when the
+    compile fails.  The CPU is this process's waited-for children's: call it from one thread at a time."""
     cache = BaselineCache(cache_dir)
     got = cache.get(module, clang, advisor)
     if got is not None:
         return got, None
     cpu0 = _children_cpu_s()
-    size = plain_size(module, clang, llvm_size, timeout)
+    res = compile_plain(module, clang, llvm_size, timeout)
+    if not res.ok:
+        raise CompilerError(f"module {module.name!r}: the default compile failed: {res.reason}")
+    size = int(res.text_size)
     cpu = _children_cpu_s() - cpu0
     cache.put(module, clang, size, advisor)
     return size, cpu

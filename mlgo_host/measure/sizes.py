@@ -56,15 +56,13 @@ def _first_found(cands: list[str], tool: str, clang: str, hint: str = "") -> str
     return p
 
 
-def text_size(obj_path: str | os.PathLike, llvm_size: str | None = None, timeout: float = 60.0,
-              clang: str = "clang-19") -> int:
+def text_size(obj_path: str | os.PathLike, llvm_size: str | None = None, clang: str = "clang-19") -> int:
     """The Berkeley ``text`` of one object, measured by ``clang``'s llvm-size unless ``llvm_size``."""
     tool = find_llvm_size(llvm_size, clang)
     try:
-        r = subprocess.run([tool, "--format=berkeley", str(obj_path)], capture_output=True, text=True,
-                           timeout=timeout)
+        r = subprocess.run([tool, "--format=berkeley", str(obj_path)], capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired:
-        raise CompilerError(f"llvm-size did not finish on {obj_path} within {timeout:g} s") from None
+        raise CompilerError(f"llvm-size did not finish on {obj_path} within 60 s") from None
     if r.returncode != 0:
         raise CompilerError(f"llvm-size failed on {obj_path}", r.returncode, r.stderr)
     lines = [ln.split() for ln in r.stdout.strip().splitlines() if ln.strip()]

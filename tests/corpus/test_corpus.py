@@ -17,7 +17,7 @@ import pytest
 from _corpus_helpers import CLANG, build_small_corpus, write_project
 from mlgo_host.errors import CorpusError
 from mlgo_host.corpus import benchmark
-from mlgo_host.corpus.corpus import (DESCRIPTION, Corpus, Module, Sampler, clean_cc1, is_heldout, load_corpus,
+from mlgo_host.corpus.corpus import (DESCRIPTION, Corpus, Module, Sampler, clean_cc1, load_corpus,
                                     project_of, split_names, split_three,
                                        write_description)
 from mlgo_host.corpus.build import LOCATION_TRACKING, CompileEntry, build_corpus, compile_flags, load_compile_commands, module_names
@@ -283,19 +283,23 @@ def test_without_replacement_covers_every_module_once_per_epoch():
 
 
 def test_split_is_deterministic_stable_and_sized():
-    names = [f"lib/file_{i}" for i in range(3000)]
-    held = {n for n in names if is_heldout(n, 0.2)}
+    names = [f"lib/file_{i}" for i in range(3000)]  # one project: split by module
+
+    def heldout(fraction, seed=0):
+        return {n for n, part in split_names(names, fraction, 0.0, seed).items() if part == "heldout"}
+
+    held = heldout(0.2)
     assert 0.17 < len(held) / len(names) < 0.23
-    assert held == {n for n in names if is_heldout(n, 0.2)}
-    assert held != {n for n in names if is_heldout(n, 0.2, seed=5)}
-    assert not any(is_heldout(n, 0.0) for n in names) and all(is_heldout(n, 1.0) for n in names)
+    assert held == heldout(0.2)
+    assert held != heldout(0.2, seed=5)
+    assert not heldout(0.0)
     c = Corpus(Path("."), _fake(200), [])
     train, heldout = c.split(0.3)
     assert len(train) + len(heldout) == 200 and not {m.name for m in train} & {m.name for m in heldout}
     bigger = Corpus(Path("."), _fake(400), [])
     assert {m.name for m in heldout} <= {m.name for m in bigger.split(0.3)[1]}
     with pytest.raises(CorpusError):
-        is_heldout("x", 1.5)
+        split_names(["x"], 1.5, 0.0)
 
 
 def test_a_project_is_whole_on_one_side_of_every_split():

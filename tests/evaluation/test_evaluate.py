@@ -14,9 +14,9 @@ import pytest
 
 from _corpus_helpers import build_small_corpus
 from mlgo_host.cli import main
-from mlgo_host.corpus.corpus import DESCRIPTION, is_heldout, load_corpus
+from mlgo_host.corpus.corpus import DESCRIPTION, _hash01, load_corpus
 from mlgo_host.evaluation.evaluate import CSV_FIELDS, evaluate, select_modules
-from mlgo_host.measure.compile import plain_size
+from mlgo_host.measure.compile import compile_plain
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def test_default_policy_gives_reward_zero_and_identical_sizes(corpus_dir, tmp_pa
     for r in rows:
         assert r["status"] == "ok" and r["reason"] == ""
         assert r["policy_text"] == r["baseline_text"] and float(r["reward"]) == 0.0
-        assert int(r["baseline_text"]) == plain_size(c[r["module"]])
+        assert int(r["baseline_text"]) == compile_plain(c[r["module"]]).text_size
     assert sum(int(r["observations"]) for r in rows) > 0
     printed = capsys.readouterr().out
     assert "4 ok, 0 failed" in printed and "+0.000%" in printed and "equal: 4" in printed
@@ -97,7 +97,7 @@ def test_module_selection(corpus_dir, tmp_path):
     c = load_corpus(corpus_dir)
     held = select_modules(c, split="heldout", heldout_fraction=0.5)
     train = select_modules(c, split="train", heldout_fraction=0.5)
-    assert {m.name for m in held} == {m.name for m in c.modules if is_heldout(m.name, 0.5)}
+    assert {m.name for m in held} == {m.name for m in c.modules if _hash01(m.name, 0) < 0.5}
     assert {m.name for m in held} | {m.name for m in train} == {m.name for m in c.modules}
     two = select_modules(c, modules=2)
     assert len(two) == 2 and len({m.name for m in two}) == 2

@@ -17,7 +17,7 @@ from mlgo_host.policies.vocab import Vocab
 
 def test_default_trace_index_and_logs(default_trace, small_corpus):
     from mlgo_host.corpus.corpus import load_corpus
-    from mlgo_host.measure.compile import plain_size
+    from mlgo_host.measure.compile import compile_plain
 
     out, index = default_trace
     assert json.loads((out / "trace.json").read_text()) == index
@@ -39,7 +39,7 @@ def test_default_trace_index_and_logs(default_trace, small_corpus):
         counts = {str(k): int(v) for k, v in zip(*np.unique(lg.actions, return_counts=True))}
         assert counts == r["decisions"]
         # the default policy reproduces the compiler's -Oz object: same text size
-        assert r["text_size"] == plain_size(m)
+        assert r["text_size"] == compile_plain(m).text_size
     assert index["totals"]["observations"] == sum(m["observations"] for m in index["modules"] if m["status"] == "ok")
     assert not [p for p in out.parent.iterdir() if p.name != out.name]  # no temp dirs left
 

@@ -14,7 +14,7 @@ import pytest
 from _corpus_helpers import CLANG, build_small_corpus
 from mlgo_host.corpus.corpus import load_corpus
 from mlgo_host.errors import CompilerError, ConfigError
-from mlgo_host.measure.compile import BaselineCache, baseline_size, compile_module, plain_size
+from mlgo_host.measure.compile import BaselineCache, baseline_size, compile_module, compile_plain
 from mlgo_host.measure.reward import MovingAverageBaseline, reward
 from mlgo_host.measure.sizes import text_size
 from mlgo_host.measure.sizes import llvm_tool_candidates
@@ -80,7 +80,7 @@ def test_baseline_is_cached_on_disk_and_reused(corpus, tmp_path):
     m = corpus["mathx"]
     cache = tmp_path / "baselines"
     first = baseline_size(m, clang=clang, cache_dir=cache)
-    assert first == plain_size(m, clang=CLANG)
+    assert first == compile_plain(m, clang=CLANG).text_size
     n = len(log.read_text().splitlines())
     assert baseline_size(m, clang=clang, cache_dir=cache) == first  # a new process would read the same file
     assert BaselineCache(cache).get(m, clang) == first
@@ -100,13 +100,13 @@ def test_default_policy_reproduces_the_plain_compile(corpus, private_tmp):
         res = compile_module(m, load_policy("default"), clang=CLANG)
         assert res.ok, res.reason
         assert res.observations > 0
-        assert res.text_size == plain_size(m, clang=CLANG)
+        assert res.text_size == compile_plain(m, clang=CLANG).text_size
     assert list(private_tmp.iterdir()) == []
 
 
 def test_never_inline_changes_the_size_and_record_gives_the_episode(corpus, private_tmp):
     m = corpus["mathx"]
-    base = plain_size(m, clang=CLANG)
+    base = compile_plain(m, clang=CLANG).text_size
     res = compile_module(m, load_policy("never"), clang=CLANG, record=True)
     assert res.ok and res.text_size > base and reward(res.text_size, base) < 0
     assert res.episode is not None and res.episode.n == res.observations > 0
@@ -121,7 +121,7 @@ def test_a_policy_with_parts_per_language_answers_a_module_with_its_languages_pa
     assert m.language == "C"
     by_c = compile_module(m, ByLanguage(load_policy("never"), {"C": load_policy("default")}), clang=CLANG)
     by_base = compile_module(m, ByLanguage(load_policy("never"), {"C++": load_policy("default")}), clang=CLANG)
-    assert by_c.text_size == plain_size(m, clang=CLANG) and set(by_base.decisions) == {"0"}
+    assert by_c.text_size == compile_plain(m, clang=CLANG).text_size and set(by_base.decisions) == {"0"}
 
 
 def test_failures_are_results_with_a_reason(corpus, tmp_path, private_tmp, monkeypatch):
@@ -144,7 +144,7 @@ def test_failures_are_results_with_a_reason(corpus, tmp_path, private_tmp, monke
     res = compile_module(garbage, load_policy("default"), clang=CLANG)
     assert res.status == "failed" and "status 1" in res.reason
     with pytest.raises(CompilerError, match="default compile failed"):
-        plain_size(garbage, clang=CLANG)
+        baseline_size(garbage, clang=CLANG, cache_dir=tmp_path / "baselines")
     broken = dataclasses.replace(m, error="missing bitcode x.bc")
     assert compile_module(broken, load_policy("default")).reason == "missing bitcode x.bc"
     assert list(private_tmp.iterdir()) == []
