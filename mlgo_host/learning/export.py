@@ -40,13 +40,9 @@ def save_policy(
     saved_model: bool = True,
     fc_layer_params: Any = None,
 ) -> SavedPolicy:
-    """Write a saved policy directory from a TF actor network.
-
-    ``compiler``: the ``--version`` line of the training compiler.
-    ``saved_model=False`` skips the SavedModel (seconds of TF work) when only
-    workers read the directory.  The numpy actor read back from the files is
-    checked against the TF actor before the directory is moved into place.
-    """
+    """Write a saved policy directory from a TF actor network, checked: the numpy actor read back from its
+    files must give the TF actor's logits.  ``compiler``: the training compiler's ``--version`` line;
+    ``saved_model=False`` skips the SavedModel (seconds of TF work) when only workers read the directory."""
     missing = [n for n in spec.input_names if n not in vocab]
     if missing:
         raise ConfigError(f"the vocab has no boundaries for input features {missing}")
