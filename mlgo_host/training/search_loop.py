@@ -138,8 +138,7 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, worker
     set_gate(policy_dir, gate, chosen_on="validation", round=r, table={str(k): v for k, v in table.items()})
     row = _round_row(r, results, data, fit, gate, val, t_search, t2 - t1, time.monotonic() - t2, compiles)
     if state.get("best_val") is None or val["size_change_pct"] < state["best_val"]:
-        state["best_val"], state["best_round"] = val["size_change_pct"], r
-        state["best_policy"] = policy_dir
+        state.update(best_val=val["size_change_pct"], best_round=r, best_policy=policy_dir)
         publish_policy(policy_dir, os.path.join(root_dir, "saved_policy"))
     if heldout and held_mods:
         report = _report(pool, policy_dir, None, held_mods, progress, f"round {r}: held-out")
