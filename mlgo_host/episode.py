@@ -37,16 +37,14 @@ class Episode:
         return cls(Header.from_json(d["header"]), d["raw"], d["actions"], d["logps"], list(d["contexts"]))
 
 
+@dataclasses.dataclass(slots=True)
 class EpisodeRecorder:
     """Appends decisions during a session; :meth:`finish` builds the Episode."""
 
-    __slots__ = ("raws", "actions", "logps", "contexts")
-
-    def __init__(self) -> None:
-        self.raws: list[bytes] = []
-        self.actions: list[Any] = []
-        self.logps: list[float] = []
-        self.contexts: list[str] = []
+    raws: list[bytes] = dataclasses.field(default_factory=list)
+    actions: list[Any] = dataclasses.field(default_factory=list)
+    logps: list[float] = dataclasses.field(default_factory=list)
+    contexts: list[str] = dataclasses.field(default_factory=list)
 
     def add(self, obs, action, logp: float) -> None:
         self.raws.append(obs.raw)

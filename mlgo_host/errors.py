@@ -36,7 +36,6 @@ class CompilerError(MlgoHostError):
 
     def __init__(self, message: str, returncode: int | None = None, stderr_tail: str = ""):
         self.returncode = returncode
-        self.stderr_tail = stderr_tail
         text = message
         if returncode is not None:
             text += f" (exit status {returncode})"

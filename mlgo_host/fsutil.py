@@ -41,31 +41,26 @@ def atomic_write_json(path: str, obj: Any, indent: int | None = 1) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=indent, sort_keys=True) + "\n").encode())
 
 
-def replace_dir(tmp_dir: str, final_dir: str) -> None:
-    """Move a fully written directory into place; the old one is renamed aside first, so ``final_dir``
-    is always a complete directory (modulo one rename)."""
-    old = None
-    if os.path.exists(final_dir):
-        old = final_dir + f".old-{os.getpid()}"
-        if os.path.exists(old):
-            shutil.rmtree(old)
-        os.rename(final_dir, old)
-    os.rename(tmp_dir, final_dir)
-    if old:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 @contextlib.contextmanager
 def dir_built_aside(dest: str) -> Iterator[str]:
-    """A private directory beside ``dest`` to write into: when the block ends normally it replaces
-    ``dest`` (:func:`replace_dir`), when it raises it is removed."""
+    """A private directory beside ``dest`` to write into: when the block ends normally it replaces ``dest``
+    (the old one renamed aside first, so ``dest`` is always a complete directory, modulo one rename), when it
+    raises it is removed."""
     dest = os.path.abspath(dest)
     parent = os.path.dirname(dest)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="." + os.path.basename(dest) + ".", dir=parent)
     try:
         yield tmp
-        replace_dir(tmp, dest)
+        old = None
+        if os.path.exists(dest):
+            old = dest + f".old-{os.getpid()}"
+            if os.path.exists(old):
+                shutil.rmtree(old)
+            os.rename(dest, old)
+        os.rename(tmp, dest)
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

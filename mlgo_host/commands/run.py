@@ -35,7 +35,7 @@ import sys
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from mlgo_host.channel.problems import PROBLEMS  # noqa: E402  (imports numpy)
-from mlgo_host.errors import ConfigError  # noqa: E402
+from mlgo_host.errors import ConfigError, MlgoHostError  # noqa: E402
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -176,7 +176,6 @@ def _tuned(args: argparse.Namespace, cmd: list[str]):
 
 def _text_size(returncode: int, output: str | None, compiler: str) -> int | None:
     """The text size of a compile's object file; None when it made none."""
-    from mlgo_host.errors import MlgoHostError
     from mlgo_host.measure.sizes import text_size
 
     if returncode != 0 or not output or output == "-":

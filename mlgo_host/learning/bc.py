@@ -65,12 +65,8 @@ def train_bc(
     saved_model: bool = True,
     progress: bool = True,
 ) -> BCResult:
-    """Train the actor to imitate the traced decisions; save the policy.
-
-    ``vocab_dir`` None: the vocab is computed from the trace.  ``fc_layer_params``
-    None: the PPO actor's (so the result warm-starts it).  ``heldout_fraction``
-    of the modules (at least one of two or more) measure accuracy on unseen code.
-    """
+    """Train the actor to imitate the traced decisions and save the policy; ``heldout_fraction`` of the
+    modules measure the accuracy on unseen code."""
     t0 = time.monotonic()
     tf.random.set_seed(seed)
     norm = norm if norm is not None else GinNormConfig()
@@ -88,7 +84,7 @@ def train_bc(
     rng = np.random.default_rng(seed)
     mods = [_Data(numpy_observations(spec, lg.records, lg.n), lg.actions.astype(np.int64)) for lg in logs]
     train, held = _split_modules(mods, heldout_fraction, rng)
-    # unset: the gin-bound (PPO actor's) layers
+    # unset: the gin-bound (PPO actor's) layers, so the result warm-starts PPO
     layers = {} if fc_layer_params is None else {"fc_layer_params": tuple(fc_layer_params)}
     net = build_actor_network(spec, vocab, norm, **layers)
     steps = _fit(net, spec, learning_rate, train, held, epochs, batch_size, rng, progress)

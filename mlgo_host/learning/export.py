@@ -38,15 +38,10 @@ def save_policy(
     training_step: int = 0,
     extra: Mapping[str, Any] | None = None,
     saved_model: bool = True,
-    fc_layer_params: Any = None,
 ) -> SavedPolicy:
-    """Write a saved policy directory from a TF actor network.
-
-    ``compiler``: the ``--version`` line of the training compiler.
-    ``saved_model=False`` skips the SavedModel (seconds of TF work) when only
-    workers read the directory.  The numpy actor read back from the files is
-    checked against the TF actor before the directory is moved into place.
-    """
+    """Write a saved policy directory from a TF actor network, checked: the numpy actor read back from its
+    files must give the TF actor's logits.  ``compiler``: the training compiler's ``--version`` line;
+    ``saved_model=False`` skips the SavedModel (seconds of TF work) when only workers read the directory."""
     missing = [n for n in spec.input_names if n not in vocab]
     if missing:
         raise ConfigError(f"the vocab has no boundaries for input features {missing}")
@@ -56,11 +51,10 @@ def save_policy(
         vdir = os.path.join(tmp, VOCAB_DIR)
         os.mkdir(vdir)
         Vocab({n: vocab[n] for n in spec.input_names}).write_into(vdir)
-        hidden = [int(weights[f"hidden_{i}_bias"].shape[0]) for i in range(len(weights) // 2 - 1)]
         md = {
             "format": FORMAT, "advisor": spec.advisor, "spec": spec.to_json(), "norm": norm.to_json(),
             "activation": actor_activation(actor_net),
-            "fc_layer_params": list(fc_layer_params) if fc_layer_params is not None else hidden,
+            "fc_layer_params": [int(weights[f"hidden_{i}_bias"].shape[0]) for i in range(len(weights) // 2 - 1)],
             "input_features": list(spec.input_names), "compiler": compiler,
             # what the compiler-dependent inputs meant (clang-19 vs 21+; checked when served)
             "default_slot": spec.default_slot, "feature_meanings": spec.feature_meanings(),

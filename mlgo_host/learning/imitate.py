@@ -126,8 +126,7 @@ def fit_actor(header: Header, records: np.ndarray, targets: np.ndarray, weights:
     step = adam_step(net, spec, learning_rate, loss_fn, tf.TensorSpec([None], tdt),
                      tf.TensorSpec([None], tf.float32))
     losses = [float(np.mean(epoch_losses(step, x, (y, w), batch_size, rng))) for _ in range(epochs)]
-    sp = save_policy(output_dir, net, spec, vocab, norm, compiler=compiler, saved_model=saved_model,
-                     fc_layer_params=fc_layer_params, extra=extra)
+    sp = save_policy(output_dir, net, spec, vocab, norm, compiler=compiler, saved_model=saved_model, extra=extra)
     return sp, (losses[-1] if losses else float("nan"))
 
 

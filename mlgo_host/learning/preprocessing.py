@@ -48,23 +48,13 @@ def normalize_fn(fv: FeatureVocab, cfg: NormConfig) -> Callable[[tf.Tensor], tf.
 
 
 def _tile_columns(fn, width: int):
-    """A scalar feature of an eviction policy, repeated for every column."""
-
-    def tiled(obs):
-        y = fn(obs)  # [N, w]
-        return tf.tile(tf.expand_dims(y, -2), [1, width, 1])
-
-    return tiled
+    """A scalar feature of an eviction policy (``[N, w]``), repeated for every column."""
+    return lambda obs: tf.tile(tf.expand_dims(fn(obs), -2), [1, width, 1])
 
 
 def _discard(*width: int):
-    """A zero-width float32 output of an unused feature: ``[N, 0]``, or ``[N, W, 0]`` given ``width``
-    (eviction)."""
-
-    def f(obs):
-        return tf.zeros(tf.stack([tf.shape(obs)[0], *width, 0]), tf.float32)
-
-    return f
+    """A zero-width float32 output of an unused feature: ``[N, 0]``, or ``[N, W, 0]`` given ``width`` (eviction)."""
+    return lambda obs: tf.zeros(tf.stack([tf.shape(obs)[0], *width, 0]), tf.float32)
 
 
 def preprocessing_layers(spec: PolicySpec, vocab: Vocab, cfg: NormConfig) -> dict[str, tf.keras.layers.Layer]:

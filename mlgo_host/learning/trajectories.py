@@ -14,7 +14,7 @@ from tf_agents.trajectories import trajectory
 
 from mlgo_host.errors import ConfigError
 from mlgo_host.learning.tensor_specs import numpy_observations
-from mlgo_host.policies.specs import BINARY, SAME_NAMES, InputBinding, PolicySpec
+from mlgo_host.policies.specs import SAME_NAMES, InputBinding, PolicySpec
 
 
 def old_logits(spec: PolicySpec, actions: np.ndarray, logps: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
@@ -26,11 +26,6 @@ def old_logits(spec: PolicySpec, actions: np.ndarray, logps: np.ndarray, mask: n
     rest = np.log(-np.expm1(lp))  # log(1 - p)
     A = spec.num_actions
     floor = np.finfo(np.float32).min
-    if spec.action.kind == BINARY:
-        out = np.empty((n, 2))
-        out[np.arange(n), actions] = lp
-        out[np.arange(n), 1 - actions] = rest
-        return out.astype(np.float32)
     legal = (mask.reshape(n, A) != 0) if mask is not None else np.ones((n, A), bool)
     legal[np.arange(n), actions] = True
     k = legal.sum(axis=1)

@@ -7,6 +7,7 @@ atomically: it marks the iteration done, so a killed run redoes it from the prev
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ from mlgo_host.fsutil import dir_built_aside
 from mlgo_host.policies.saved import gate_of, read_saved_policy
 from mlgo_host.policies.vocab import VocabBuilder
 from mlgo_host.learning.learner import Learner
+from mlgo_host.shipped import SHIPPED, resolve_policy
 
 STATE = "state.json"
 
@@ -41,10 +43,6 @@ def resolve_warmstart(name_or_path: str | None) -> str | None:
     absolute saved policy directory; anything else fails before any work."""
     if not name_or_path:
         return None
-    import difflib
-
-    from mlgo_host.shipped import SHIPPED, resolve_policy
-
     path = resolve_policy(name_or_path)
     if not os.path.isfile(os.path.join(path, "metadata.json")):
         close = difflib.get_close_matches(name_or_path, sorted(SHIPPED), n=1)

@@ -14,6 +14,7 @@ rewarded against the same module's default-policy size.  The first one fixes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -82,11 +83,8 @@ def train_from_collected(
     dist = percentile_summary(rewards)
     row = _history_row(update, episodes, metas, dist, t_setup)
     config = state.get("config") or {}
-    summaries = Summaries(root_dir)
-    try:
+    with contextlib.closing(Summaries(root_dir)) as summaries:
         summaries.write_iteration(update.iteration, dist, row, None)
-    finally:
-        summaries.close()
     atomic_write_json(os.path.join(root_dir, STATE), {  # last: the iteration is done
         "iteration": update.iteration, "consumed": consumed + [m["file"] for m in metas],
         "history": list(state.get("history", [])) + [row],

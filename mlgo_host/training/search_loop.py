@@ -8,6 +8,7 @@ killed run resumes after its last completed round.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -92,8 +93,7 @@ def train_search(
         _merge_round(root_dir, 0, _tune_results(search_data, val_mods, held_mods))
     pool = workers.pool("mlgo_host.search.worker:SearchWorker", advisor="inline",
                         baseline_cache=os.path.join(root_dir, "baselines"))
-    summaries = Summaries(root_dir)
-    try:
+    with pool, contextlib.closing(Summaries(root_dir)) as summaries:
         while state["round"] < max_rounds and _time_left(state, t_start, time_budget_minutes):
             t0 = time.monotonic()
             r = state["round"] + 1
@@ -109,9 +109,6 @@ def train_search(
         if state.get("best_policy") and not os.path.isdir(os.path.join(root_dir, "saved_policy")):
             publish_policy(state["best_policy"], os.path.join(root_dir, "saved_policy"))
         return state
-    finally:
-        summaries.close()
-        pool.close()
 
 
 def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, workers, compiles, thresholds,
@@ -138,8 +135,7 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, worker
     set_gate(policy_dir, gate, chosen_on="validation", round=r, table={str(k): v for k, v in table.items()})
     row = _round_row(r, results, data, fit, gate, val, t_search, t2 - t1, time.monotonic() - t2, compiles)
     if state.get("best_val") is None or val["size_change_pct"] < state["best_val"]:
-        state["best_val"], state["best_round"] = val["size_change_pct"], r
-        state["best_policy"] = policy_dir
+        state.update(best_val=val["size_change_pct"], best_round=r, best_policy=policy_dir)
         publish_policy(policy_dir, os.path.join(root_dir, "saved_policy"))
     if heldout and held_mods:
         report = _report(pool, policy_dir, None, held_mods, progress, f"round {r}: held-out")

@@ -176,7 +176,7 @@ class _Loop:
                               f"held-out eval {iteration}") if evaluating and self.reported else None)
         val_row = (_evaluate(self.pool, blob, self.val_mods, self.task_of, self.progress,
                              f"validation {iteration}") if evaluating and self.val_mods else None)
-        row = _history_row(iteration, len(tasks), batch, t_collect, update, eval_row)
+        row = _history_row(len(tasks), batch, t_collect, update, eval_row)
         if val_row is not None:
             self._choose_saved_policy(iteration, update.policy_dir, val_row, row)
         prior = self.state
@@ -274,10 +274,9 @@ def _collect(pool, blob: dict, tasks: list[tuple], moving_average: MovingAverage
     return batch, t_collect
 
 
-def _history_row(iteration: int, modules: int, batch: Batch, t_collect: float, update,
-                 eval_row: dict | None) -> dict[str, Any]:
+def _history_row(modules: int, batch: Batch, t_collect: float, update, eval_row: dict | None) -> dict[str, Any]:
     row = {
-        "iteration": iteration, "modules": modules, "ok": len(batch.ok_rewards), "failures": len(batch.failures),
+        "iteration": update.iteration, "modules": modules, "ok": len(batch.ok_rewards), "failures": len(batch.failures),
         "reward_mean": percentile_summary(batch.ok_rewards).get("mean"), "decisions": batch.decisions,
         "collect_s": round(t_collect, 3), "train_s": round(update.train_s, 3), "save_s": round(update.save_s, 3),
         "modules_per_minute": round(60.0 * len(batch.ok_rewards) / max(t_collect, 1e-9), 2),
