@@ -236,27 +236,27 @@ def shares(rows: list[dict], total: float, paid: bool, timed: bool = False) -> l
 def first_batches_then_shares(rows: list[dict], seconds: float, paid: bool) -> list[int]:
     """A deadline's pass: each module no flip was measured in yet gets its first batch
     (:func:`batch_compiles`) and nothing more, the others share what those leave of
-    ``seconds`` (part by size, :data:`SPREAD`; the rest by :func:`shares`)."""
+    ``seconds`` (part the same for each, :data:`SPREAD`; the rest by :func:`shares`)."""
     out = [0 if r["tried"] else batch_compiles(r) for r in rows]
     rest = seconds - sum(n * seconds_per_compile(r) for r, n in zip(rows, out))
     searched = [r for r in rows if r["tried"]]
     if searched and rest > 0:
-        spread = by_size(searched, SPREAD * rest)
+        spread = evenly(searched, SPREAD * rest)
         rest -= sum(n * seconds_per_compile(r) for r, n in zip(searched, spread))
         got = iter([min(a + b, _most(r)) for r, a, b in zip(searched, spread, shares(searched, rest, paid, True))])
         out = [next(got) if r["tried"] else n for r, n in zip(rows, out)]
     return out
 
 
-#: of what a deadline's pass shares among the searched modules, the part spread by their size at -Oz:
-#: C files, whose flips find fewer bytes a second than C++ ones, would otherwise get little more than a batch
-SPREAD = 0.3
+#: of what a deadline's pass shares among the searched modules, the part each gets the same seconds of,
+#: whatever it found: C files, whose flips find fewer bytes a second than C++ ones, would otherwise get
+#: little more than a batch (chosen on validation projects short of time for C: docs/results.md)
+SPREAD = 0.9
 
 
-def by_size(rows: list[dict], seconds: float) -> list[int]:
-    """``seconds`` shared by .text at -Oz, in compiles of each (none below one batch's)."""
-    size = np.array([max(1.0, float(r["default_size"])) for r in rows])
-    n = [int(s / seconds_per_compile(r)) for r, s in zip(rows, seconds * size / size.sum())]
+def evenly(rows: list[dict], seconds: float) -> list[int]:
+    """``seconds`` shared evenly among ``rows``, in compiles of each (none below one batch's)."""
+    n = [int(seconds / len(rows) / seconds_per_compile(r)) for r in rows]
     return [min(k, _most(r)) if k >= batch_compiles(r) else 0 for r, k in zip(rows, n)]
 
 

@@ -6,7 +6,7 @@ modules.  The scheduler's runs with the real compiler are ``tune``'s tests
 
 from __future__ import annotations
 
-from mlgo_host.search.passes import (SPREAD, batch_compiles, by_size, first_batches_then_shares, seconds_per_compile,
+from mlgo_host.search.passes import (SPREAD, batch_compiles, evenly, first_batches_then_shares, seconds_per_compile,
                                      shares)
 
 
@@ -91,19 +91,19 @@ def test_what_a_start_gained_is_no_flips_pay():
     assert a > b
 
 
-def test_a_deadline_spreads_part_of_each_pass_by_the_size_of_the_code():
+def test_a_deadline_spreads_part_of_each_pass_evenly():
     """A module whose flips found nothing yet (C, whose flips pay fewer bytes a
-    second) still gets a share of the pass by its bytes at -Oz, beside one
-    whose flips paid much: without it, it would get its batch and no more."""
+    second) still gets its even share of the pass, beside one whose flips paid
+    much: without it, it would get its batch and no more."""
     paying = dict(_row("paying", 4.0, gain=400, compiles=10, decisions=400, reference=object(), tried=30), seconds=10.0)
     still = dict(_row("still", 4.0, gain=0, compiles=10, decisions=400, reference=object(), tried=30), seconds=10.0)
     alone = shares([paying, still], 200.0, paid=True, timed=True)
     got = first_batches_then_shares([paying, still], 200.0, paid=True)
     assert alone[1] < 0.2 * sum(alone) and got[1] >= int(SPREAD * 200.0 / 2 / 1.0) > alone[1]
     assert got[0] > got[1] and sum(got) <= 200  # (the rest still goes where the bytes were found)
-    # a module the size share gives less than a batch gets none of it (its seconds stay in the rest)
-    tiny = dict(still, name="tiny", default_size=1)
-    assert by_size([paying, tiny], 10.0) == [9, 0]
+    # a module whose even share is less than a batch gets none of it (its seconds stay in the rest)
+    slow = dict(still, name="slow", seconds=100.0)
+    assert evenly([paying, slow], 10.0) == [5, 0]
 
 
 def test_a_module_whose_last_batch_could_not_be_read_gets_room_for_the_halves():
