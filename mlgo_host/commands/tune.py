@@ -19,8 +19,8 @@ tune.json, report.csv, report.png and summary.json.
 
 Budget: --compiles-per-module K (counting what T holds: rerunning a killed
 tune with the same K finishes it, a bigger K improves on it) or
---budget-minutes N (this run's wall time: part spread by the files' size, the
-rest going where the compiles found the most bytes per second).  A second run
+--budget-minutes N (this run's wall time: most of it shared evenly among the
+files, the rest going where the compiles found the most bytes per second).  A second run
 continues each module from its best.
 
 example:
