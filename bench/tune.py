@@ -29,6 +29,11 @@ with `tune --no-thresholds` (every search from -Oz's decisions; by default
 a module first compiles at a few inline thresholds and starts from the
 smallest: mlgo_host.search.starts), side by side.
 
+With --split all --language C --per-module 14 30 --modules-from '' it measures
+the prior on one language of a corpus of whole projects (e.g. the validation
+corpus's C): each prior's tune at those fixed compiles per file, against the
+greedy pass over every decision (bench/results/tune_prior_c.json).
+
 usage: .venv/bin/python bench/tune.py [--corpus bench_corpus] [--jobs 2] [--modules-from JSON]
 (build the corpus first: mlgo-host corpus benchmark --output bench_corpus)
 """
@@ -141,6 +146,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", default="bench_corpus", help="the benchmark corpus (mlgo-host corpus benchmark)")
     ap.add_argument("--heldout-fraction", type=float, default=0.2)
+    ap.add_argument("--split", choices=("heldout", "all"), default="heldout",
+                    help="the modules: the held-out split by module (default) or every module of the corpus")
+    ap.add_argument("--language", choices=("C", "C++"), default=None, help="only the modules of this language")
+    ap.add_argument("--per-module", type=float, nargs="+", default=None, metavar="K",
+                    help="tune at these compiles per module instead of a fifth of the greedy pass's and as many")
     ap.add_argument("--max-bc-kb", type=float, default=100.0, help="without --modules-from: leave out modules with "
                                                                     "more bitcode")
     ap.add_argument("--modules-from", metavar="JSON", default=os.path.join(HERE, "results", "tune.json"),
@@ -160,7 +170,9 @@ def main() -> int:
                     help="reuse the greedy pass of an earlier run's JSON (same modules; its compiles and gains are "
                          "deterministic, its minutes are that run's)")
     args = ap.parse_args()
-    _, held = load_corpus(args.corpus).split(args.heldout_fraction, seed=0, by="module")
+    corpus = load_corpus(args.corpus)
+    held = corpus.split(args.heldout_fraction, seed=0, by="module")[1] if args.split == "heldout" else corpus.modules
+    held = [m for m in held if args.language is None or m.language == args.language]
     if args.modules_from and os.path.exists(args.modules_from):
         with open(args.modules_from) as f:
             names = set(json.load(f)["greedy"]["per_module"])
@@ -169,7 +181,8 @@ def main() -> int:
         which = f"the {len(mods)} modules of {os.path.basename(args.modules_from)}'s greedy pass"
     else:
         mods = sorted((m for m in held if m.size <= 1024 * args.max_bc_kb), key=lambda m: m.name)
-        which = f"{len(mods)} of {len(held)} held-out modules (bitcode <= {args.max_bc_kb:g} KB)"
+        which = f"{len(mods)} of {len(held)} {args.language or ''} modules of the {args.split} split " \
+                f"(bitcode <= {args.max_bc_kb:g} KB)"
     work = args.work or tempfile.mkdtemp(prefix="bench-tune-")
     os.makedirs(work, exist_ok=True)
     print(f"{which}; work dir {work}", file=sys.stderr)
@@ -181,6 +194,8 @@ def main() -> int:
         greedy = greedy_run(mods, args.jobs, work, args.clang)
     print(f"greedy pass: {greedy['gain_pct']:.3f}% smaller than -Oz, {greedy['compiles_per_module']} compiles/module, "
           f"{greedy['minutes']:.1f} min", file=sys.stderr)
+    if args.per_module:
+        return _fixed_budgets(args, mods, work, greedy, which)
     per_module = greedy["compiles"] / max(greedy["searched"], 1)
     runs = {}
     for prior in args.priors:  # the default (first) prior's runs are the ones the goals read
@@ -217,6 +232,29 @@ def main() -> int:
         print(f"{k:>10}: {r['gain_pct']:6.3f}% smaller than -Oz ({r['gain_bytes']} of {r['default_text']} bytes), "
               f"{r['improved']}/{r['searched']} modules smaller, {r['compiles']} compiles "
               f"({r['compiles_per_module']}/module), {r['minutes']:.1f} min{extra}")
+    for g, ok in goals.items():
+        print(f"goal {g}: {'met' if ok else 'NOT met'}")
+    return 0
+
+
+def _fixed_budgets(args, mods, work: str, greedy: dict, which: str) -> int:
+    """Each prior's tune at each of ``--per-module``'s compiles per module, against the greedy pass."""
+    runs = {}
+    for prior in args.priors:
+        p = None if prior == "patterns" else prior
+        for k in args.per_module:
+            label = f"tune_{k:g}_{prior.replace('-', '_')}"
+            runs[label] = tune_run(args.corpus, mods, args.jobs, work, k, args.clang, label, p)
+            r = runs[label]
+            print(f"{label}: {r['gain_pct']:.3f}% ({r['gain_bytes']} B), {r['compiles']} compiles, "
+                  f"{100.0 * r['gain_bytes'] / max(greedy['gain_bytes'], 1):.0f} % of the greedy pass's bytes",
+                  file=sys.stderr)
+    goals = {f"{label} >= the greedy pass": r["gain_bytes"] >= greedy["gain_bytes"] for label, r in runs.items()}
+    res = {"corpus": os.path.basename(os.path.normpath(args.corpus)), "split": args.split, "language": args.language,
+           "modules": which, "jobs": args.jobs, "greedy": greedy, **runs, "goals": goals}
+    atomic_write_json(args.out, res)
+    print(f"greedy pass: {greedy['gain_pct']:.3f}% ({greedy['gain_bytes']} B), "
+          f"{greedy['compiles_per_module']} compiles/module", file=sys.stderr)
     for g, ok in goals.items():
         print(f"goal {g}: {'met' if ok else 'NOT met'}")
     return 0
