@@ -6,8 +6,8 @@ Each ``--corpus ROLE=DIR[:heldout]`` is measured for every ``--policy``:
 every trainer uses: by project, ``--heldout-fraction``, seed 0).  Roles are
 labels: ``validation`` (where choices are made), ``heldout``, ``external``
 (reported only).  For each policy, role and language (C, C++): the total
-``.text`` change, the files more than 1 % bigger, the largest growth (and
-its file) and the change per project.
+``.text`` change, the files more than 1 % bigger (and their names), the
+largest growth (and its file) and the change per project.
 
 Writes ``bench/results/generalization.json`` (``--output``) and prints one
 markdown table row per policy, role and language.
@@ -58,6 +58,7 @@ def language_figures(rows, language_of: dict[str, str]) -> dict[str, dict]:
                      "bigger": sum(1 for r in rs if r.policy_text > r.baseline_text),
                      "bigger_1pct": sum(1 for g, _ in growth if g > 1.0),
                      "worst_pct": round(worst[0], 3), "worst_file": worst[1],
+                     "files_bigger_1pct": {m: round(g, 3) for g, m in sorted(growth, reverse=True) if g > 1.0},
                      "per_project": by_project(rs)}
     return out
 

@@ -10,8 +10,10 @@ from scratch with its recorded recipe, and measure it.
 3. the saved policy against ``-Oz`` on the held-out split and on the
    external corpus, per project (reported only: nothing is chosen there);
 4. installed into ``mlgo_host/data/policies/pretrained-oz/`` (numpy weights,
-   metadata with compiler, feature meanings and gate, vocab) with
-   ``recipe.json`` (this recipe and the figures).
+   metadata with compiler and feature meanings, vocab) with ``recipe.json``
+   (this recipe and the figures).  The installed policy's C part, inlining
+   bound and gate, chosen apart on validation projects (docs/results.md),
+   are kept.
 
 Resumable: every step keeps its output under ``--root`` and a second run
 continues the training where it stopped (``make pretrain`` runs it).
@@ -118,12 +120,14 @@ def main() -> int:
         json.dump(recipe, f, indent=1)
     if not args.no_install:
         from mlgo_host.policies.bounds import max_users_of, set_inlining_bound
-        from mlgo_host.policies.saved import language_parts, read_metadata, say_no_saved_model, set_language_part
+        from mlgo_host.policies.saved import (language_parts, read_metadata, say_no_saved_model, set_gate,
+                                              set_language_part)
 
-        # the parts per language are made apart (bench/outline_model.py), the inlining bound chosen apart
-        # (docs/results.md): a new network keeps them
+        # the parts per language are made apart (bench/outline_model.py), the inlining bound and the gate
+        # chosen apart on validation projects (docs/results.md): a new network keeps them
         parts = {lang: p.model for lang, p in language_parts(INSTALL).items()} if os.path.isdir(INSTALL) else {}
-        bound = max_users_of(read_metadata(INSTALL)) if os.path.isdir(INSTALL) else None
+        installed = read_metadata(INSTALL) if os.path.isdir(INSTALL) else {}
+        bound, gate = max_users_of(installed), installed.get("gate")
         shutil.rmtree(INSTALL, ignore_errors=True)
         os.makedirs(INSTALL)
         for name in SHIPPED_FILES:
@@ -136,6 +140,8 @@ def main() -> int:
             set_language_part(INSTALL, lang, model_file)
         if bound is not None:
             set_inlining_bound(INSTALL, bound)
+        if gate is not None:
+            set_gate(INSTALL, gate.pop("threshold"), **gate)
         with open(os.path.join(INSTALL, "recipe.json"), "w") as f:
             json.dump(recipe, f, indent=1)
     for k in ("heldout", "external"):
