@@ -181,8 +181,8 @@ def main() -> int:
         which = f"the {len(mods)} modules of {os.path.basename(args.modules_from)}'s greedy pass"
     else:
         mods = sorted((m for m in held if m.size <= 1024 * args.max_bc_kb), key=lambda m: m.name)
-        which = f"{len(mods)} of {len(held)} {args.language or ''} modules of the {args.split} split " \
-                f"(bitcode <= {args.max_bc_kb:g} KB)"
+        lang = f"{args.language} " if args.language else ""
+        which = f"{len(mods)} of {len(held)} {lang}modules of the {args.split} split (bitcode <= {args.max_bc_kb:g} KB)"
     work = args.work or tempfile.mkdtemp(prefix="bench-tune-")
     os.makedirs(work, exist_ok=True)
     print(f"{which}; work dir {work}", file=sys.stderr)
