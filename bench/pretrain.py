@@ -119,7 +119,7 @@ def main() -> int:
     with open(os.path.join(root, "recipe.json"), "w") as f:
         json.dump(recipe, f, indent=1)
     if not args.no_install:
-        from mlgo_host.policies.bounds import max_users_of, set_inlining_bound
+        from mlgo_host.policies.bounds import bound_of, set_inlining_bound
         from mlgo_host.policies.saved import (language_parts, read_metadata, say_no_saved_model, set_gate,
                                               set_language_part)
 
@@ -127,7 +127,7 @@ def main() -> int:
         # chosen apart on validation projects (docs/results.md): a new network keeps them
         parts = {lang: p.model for lang, p in language_parts(INSTALL).items()} if os.path.isdir(INSTALL) else {}
         installed = read_metadata(INSTALL) if os.path.isdir(INSTALL) else {}
-        bound, gate = max_users_of(installed), installed.get("gate")
+        bound, gate = bound_of(installed), installed.get("gate")
         shutil.rmtree(INSTALL, ignore_errors=True)
         os.makedirs(INSTALL)
         for name in SHIPPED_FILES:
@@ -138,7 +138,7 @@ def main() -> int:
             model_file = os.path.join(root, f"{lang}_outline.json")
             model.save(model_file)
             set_language_part(INSTALL, lang, model_file)
-        if bound is not None:
+        if bound:
             set_inlining_bound(INSTALL, bound)
         if gate is not None:
             set_gate(INSTALL, gate.pop("threshold"), **gate)

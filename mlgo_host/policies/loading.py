@@ -16,14 +16,14 @@ def load_base_policy(name_or_path: str, seed: int = 0, greedy: bool = True) -> P
         return make_heuristic(name_or_path, seed=seed)
     name_or_path = resolve_policy(name_or_path)
     if os.path.isdir(name_or_path):
-        from mlgo_host.policies.bounds import BoundedInlining, max_users_of
+        from mlgo_host.policies.bounds import BoundedInlining, bound_of
         from mlgo_host.policies.outline import ByLanguage
         from mlgo_host.policies.saved import METADATA, language_parts, load_saved_policy, read_metadata
 
         policy = load_saved_policy(name_or_path, greedy=greedy, seed=seed)
-        max_users = max_users_of(read_metadata(name_or_path), os.path.join(name_or_path, METADATA))
-        if max_users is not None and greedy:  # training samples the network itself
-            policy = BoundedInlining(policy, max_users)
+        bound = bound_of(read_metadata(name_or_path), os.path.join(name_or_path, METADATA))
+        if bound and greedy:  # training samples the network itself
+            policy = BoundedInlining(policy, bound)
         parts = language_parts(name_or_path)
         return ByLanguage(policy, parts) if parts else policy
     raise ConfigError(
