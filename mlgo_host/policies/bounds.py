@@ -28,6 +28,8 @@ USERS, FUNCTIONS = "callee_users", "node_count"
 
 @dataclasses.dataclass(frozen=True)
 class InliningBound:
+    """What a policy may add to ``-Oz``'s inlinings (None: no such bound)."""
+
     max_users: int | None = None
     min_functions: int | None = None
 
