@@ -225,7 +225,8 @@ def test_a_task_whose_compiler_is_killed_from_outside_is_retried_and_its_live_ac
 
 
 def test_stragglers_are_cancelled_and_their_compilers_killed(ray_pool, corpus, worker_kwargs):
-    pool = ray_pool(FACTORY, worker_kwargs)
+    # the slow module's policy sleeps at each decision: it is mid-compile when the deadline comes
+    pool = ray_pool("_slow_worker:SlowModuleWorker", worker_kwargs)
     pool.broadcast("set_policy", {"heuristic": "default"})
     tasks = _slow_tasks(corpus)[:5]  # the slow module and four small ones
     early = EarlyExit(fraction=0.8, grace_s=0.1, grace_factor=0.05, timeout_s=600)
