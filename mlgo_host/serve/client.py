@@ -211,13 +211,12 @@ class _Spawned:
             err = f.read()
         self.pid = pid
         self.returncode: int | None = None
+        self.pidfd = -1  # (wait() below reaps a child that could not exec)
         if err:
             self.wait(None)
             raise FileNotFoundError(f"cannot run {cmd[0]!r}: {err.decode(errors='replace')}")
-        try:
+        with contextlib.suppress(AttributeError, OSError):
             self.pidfd = os.pidfd_open(pid)
-        except (AttributeError, OSError):
-            self.pidfd = -1
 
     def wait(self, timeout: float | None) -> int | None:
         """Exit status (negative = killed by that signal) or None on timeout."""

@@ -307,3 +307,19 @@ def test_collect_keeps_episodes_with_rewards(tmp_path):
     for rwd, meta in zip(rewards, metas):
         b = text_size(os.path.join(base_dir, os.path.basename(meta["output"])))
         assert rwd == pytest.approx(1 - (meta["text_size"] + 0.01) / (b + 0.01))
+
+
+def test_a_compiler_that_cannot_run_is_one_line_and_frees_the_slot(tmp_path):
+    d = str(tmp_path)
+    (src,) = write_sources(d, 1)
+    ch = str(tmp_path / "ch")
+    with ServerProc(ch, slots=1, policy="default") as srv:
+        r = mlgo_clang(["-Oz", "-c", src, "-o", os.path.join(d, "a.o")], ch, "fail",
+                       MLGO_CLANG=os.path.join(d, "no-such-clang"))
+        assert r.returncode == 127, r.stderr
+        assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+        assert "cannot run" in r.stderr and "no-such-clang" in r.stderr and "MLGO_CLANG" in r.stderr
+        # the slot serves the next compile
+        r = mlgo_clang(["-Oz", "-c", src, "-o", os.path.join(d, "b.o")], ch, "fail", timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert srv.terminate() == 0
