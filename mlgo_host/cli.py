@@ -28,8 +28,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
 SERVES_POLICIES = ("run", "eval", "trace", "serve", "tune", "train")
 
 
+class Parser(argparse.ArgumentParser):
+    """A usage error in one line, as every other error of the tool (``--help`` shows the usage)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mlgo-host",
         description="Train and serve LLVM's ML optimization advisors (inliner, register allocation)\n"
         "through clang's interactive channel, with a stock clang-19.",

@@ -24,6 +24,12 @@ class StatsError(CorpusError):
     """A stats file is missing or has a malformed line."""
 
 
+#: the record fields the summaries compute with, and the types they must have when present (not null)
+NUMBERS = ("duration_s",)
+COUNTS = ("text_size", "observations")
+TEXTS = ("status", "output", "build")
+
+
 def read_records(path: str) -> list[dict]:
     try:
         f = open(path, encoding="utf-8")
@@ -31,17 +37,34 @@ def read_records(path: str) -> list[dict]:
         raise StatsError(f"cannot read stats file {path}: {e.strerror}") from None
     out = []
     with f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError as e:
-                raise StatsError(f"{path}:{i}: not a JSON line ({e.msg} at column {e.colno})") from None
-            if not isinstance(rec, dict) or "status" not in rec:
-                raise StatsError(f"{path}:{i}: not a compile record (no 'status')")
-            out.append(rec)
+        try:
+            for i, line in enumerate(f, 1):
+                if line.strip():
+                    out.append(_record(line, f"{path}:{i}"))
+        except UnicodeDecodeError:
+            raise StatsError(f"{path}: not a stats file (not UTF-8 text)") from None
     return out
+
+
+def _record(line: str, where: str) -> dict:
+    """One stats line, its fields of the types :mod:`mlgo_host.serve.stats` computes with."""
+    try:
+        rec = json.loads(line)
+    except ValueError as e:
+        raise StatsError(f"{where}: not a JSON line ({e.msg}; column {e.colno})") from None
+    if not isinstance(rec, dict) or "status" not in rec:
+        raise StatsError(f"{where}: not a compile record (no 'status')")
+    kinds = [(COUNTS, int, "an integer"), (NUMBERS, (int, float), "a number"), (TEXTS, str, "a string")]
+    for names, kind, says in kinds:
+        for k in names:
+            v = rec.get(k)
+            if v is not None and (not isinstance(v, kind) or isinstance(v, bool) or v != v):
+                raise StatsError(f"{where}: '{k}' must be {says}, not {v!r}")
+    d = rec.get("decisions")
+    if d is not None and not (isinstance(d, dict) and all(isinstance(n, int) and not isinstance(n, bool)
+                                                          for n in d.values())):
+        raise StatsError(f"{where}: 'decisions' must map each advice to a count, not {d!r}")
+    return rec
 
 
 def save_episode(directory: str, rec: dict, episode) -> str:

@@ -4,12 +4,28 @@ scratch directories that a signal cannot leave behind."""
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import os
 import shutil
 import tempfile
 import threading
 from typing import Any, Iterator
+
+from mlgo_host.errors import ConfigError
+
+
+def check_file_target(path: str | os.PathLike, what: str = "file") -> None:
+    """ConfigError when ``path`` cannot become a file: it is a directory, or its directory cannot be made
+    (checked before the work whose result it keeps, which would otherwise be lost at the end)."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise ConfigError(f"{path}: is a directory (the {what} to write is a file)")
+    d = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot make its directory {d}: {e.strerror or e}") from None
 
 
 @contextlib.contextmanager
@@ -18,6 +34,7 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[str]:
     file name (``np.savez``, a compiler's ``-o``): it replaces ``path`` when the block ends normally and
     is removed when it raises. Nothing is created before the writer does (its mode is the writer's)."""
     path = os.fspath(path)
+    check_file_target(path)
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     tmp = os.path.join(d, f".{os.path.basename(path)}.{os.getpid()}.{threading.get_ident()}{suffix}")
@@ -41,11 +58,28 @@ def atomic_write_json(path: str, obj: Any, indent: int | None = 1) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=indent, sort_keys=True) + "\n").encode())
 
 
+def check_replaceable(dest: str, marker: str, what: str) -> None:
+    """ConfigError unless ``dest`` is absent, an empty directory or a ``what`` written before (it holds a
+    file matching ``marker``): an output path that names anything else (a corpus, the input itself, a
+    file) is not replaced and lost."""
+    if not os.path.lexists(dest):
+        return
+    if os.path.islink(dest) or not os.path.isdir(dest):
+        raise ConfigError(f"{dest}: exists and is not a directory; the {what} is written as a new directory")
+    names = os.listdir(dest)
+    if names and not fnmatch.filter(names, marker):
+        raise ConfigError(f"{dest}: not a {what} (no {marker}), and it would be replaced as a whole; "
+                          "name a new or empty directory")
+
+
 @contextlib.contextmanager
-def dir_built_aside(dest: str) -> Iterator[str]:
+def dir_built_aside(dest: str, replaces: tuple[str, str] | None = None) -> Iterator[str]:
     """A private directory beside ``dest`` to write into: when the block ends normally it replaces ``dest``
     (the old one renamed aside first, so ``dest`` is always a complete directory, modulo one rename), when it
-    raises it is removed."""
+    raises it is removed.  ``replaces`` = (marker, what): ``dest`` is checked by :func:`check_replaceable`
+    first (a user's output path; callers that own ``dest`` leave it None)."""
+    if replaces is not None:
+        check_replaceable(dest, *replaces)
     dest = os.path.abspath(dest)
     parent = os.path.dirname(dest)
     os.makedirs(parent, exist_ok=True)

@@ -106,3 +106,41 @@ def test_stats_into_a_closed_pipe_ends_quietly(tmp_path):
     finally:
         os.close(w)
     assert (p.returncode, p.stderr) == (141, "")
+
+
+def _cli(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mlgo_host", *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["run", "--timeout", "nan", "--", "clang-19", "-c", "x.c"], "a time limit is a finite number of seconds"),
+    (["run", "--timeout", "inf", "--", "clang-19", "-c", "x.c"], "a time limit is a finite number of seconds"),
+    (["run", "--seed", "-1", "--policy", "random", "--", "clang-19", "-c", "x.c"], "a seed is 0 or more"),
+    (["eval", "--corpus", "c", "--timeout", "1e400"], "a time limit"),
+    (["serve", "--channels", "ch", "--grace", "-1"], "a wait is a finite number of seconds, 0 or more"),
+    (["trace", "--corpus", "c", "--output", "t", "--modules", "-1"], "must be 1 or more"),
+    (["stats", "f", "--top", "0"], "must be 1 or more"),
+    (["run", "--no-such-flag"], "unrecognized arguments"),
+])
+def test_a_bad_option_value_is_one_line_and_exit_2(tmp_path, args, says):
+    r = _cli(*args, cwd=str(tmp_path))
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and says in r.stderr and "--help" in r.stderr, r.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_trace_and_vocab_never_replace_a_directory_they_did_not_make(small_corpus, default_trace, tmp_path):
+    before = sorted(p.name for p in small_corpus.iterdir())
+    r = _cli("trace", "--corpus", str(small_corpus), "--output", str(small_corpus), "--no-progress")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not a trace directory" in r.stderr, r.stderr
+    assert sorted(p.name for p in small_corpus.iterdir()) == before
+    trace_dir = str(default_trace[0])
+    r = _cli("vocab", "--trace", trace_dir, "--output", trace_dir)
+    assert r.returncode == 2 and "not a vocab directory" in r.stderr, r.stderr
+    assert os.path.exists(os.path.join(trace_dir, "trace.json"))
+    # a vocab written before is replaced, as the help says
+    out = str(tmp_path / "vocab")
+    for _ in range(2):
+        r = _cli("vocab", "--trace", trace_dir, "--output", out, "--num-buckets", "8")
+        assert r.returncode == 0, r.stderr

@@ -12,7 +12,9 @@ import tempfile
 import pytest
 
 from mlgo_host.channel.fifo import SignalExit, install_signal_cleanup
-from mlgo_host.fsutil import dir_built_aside, scratch_dir
+from mlgo_host.errors import ConfigError
+from mlgo_host.fsutil import (atomic_write_json, check_file_target, check_replaceable, dir_built_aside,
+                              scratch_dir)
 
 Unwound = SignalExit
 
@@ -80,3 +82,39 @@ def test_a_directory_built_aside_replaces_the_old_one_whole_or_not_at_all(tmp_pa
         with open(os.path.join(tmp, "new"), "w") as f:
             f.write("whole")
     assert sorted(os.listdir(dest)) == ["new"] and sorted(os.listdir(tmp_path)) == ["half", "out"]
+
+
+def test_an_output_directory_replaces_only_what_it_made(tmp_path):
+    """An output path naming another directory (a corpus, the input) or a file is refused, and kept."""
+    check_replaceable(str(tmp_path / "new"), "trace.json", "trace directory")  # absent
+    (tmp_path / "empty").mkdir()
+    check_replaceable(str(tmp_path / "empty"), "trace.json", "trace directory")
+    made = tmp_path / "made"
+    made.mkdir()
+    (made / "trace.json").write_text("{}")
+    with dir_built_aside(str(made), replaces=("trace.json", "trace directory")) as tmp:
+        open(os.path.join(tmp, "trace.json"), "w").close()
+    assert os.listdir(made) == ["trace.json"]
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "corpus_description.json").write_text("{}")
+    with pytest.raises(ConfigError, match="not a trace directory \\(no trace.json\\)"):
+        with dir_built_aside(str(corpus), replaces=("trace.json", "trace directory")):
+            pass
+    with pytest.raises(ConfigError, match="not a vocab directory"):
+        check_replaceable(str(corpus), "*.buckets", "vocab directory")
+    (tmp_path / "file").write_text("mine")
+    with pytest.raises(ConfigError, match="exists and is not a directory"):
+        check_replaceable(str(tmp_path / "file"), "trace.json", "trace directory")
+    assert os.listdir(corpus) == ["corpus_description.json"] and (tmp_path / "file").read_text() == "mine"
+
+
+def test_a_file_output_that_is_a_directory_is_refused_before_the_work(tmp_path):
+    with pytest.raises(ConfigError, match="is a directory \\(the report to write is a file\\)"):
+        check_file_target(str(tmp_path), "report")
+    with pytest.raises(ConfigError, match="is a directory"):
+        atomic_write_json(str(tmp_path), {})
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ConfigError, match="cannot make its directory"):
+        check_file_target(str(tmp_path / "f" / "x.json"))
+    check_file_target(str(tmp_path / "sub" / "x.json"))  # a missing directory is made

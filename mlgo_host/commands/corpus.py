@@ -40,7 +40,7 @@ import functools
 import os
 import sys
 
-from mlgo_host.commands.help import HelpFormatter
+from mlgo_host.commands.help import HelpFormatter, seconds
 from mlgo_host.errors import ConfigError
 
 
@@ -105,7 +105,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="parallel compiles (default: the number of CPUs)")
     p.add_argument("--clang", default="clang-19", metavar="PATH",
                    help="clang driver that emits the bitcode and the cc1 commands")
-    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="time one compile may take")
+    p.add_argument("--timeout", type=seconds, default=300.0, metavar="SECONDS", help="time one compile may take")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 

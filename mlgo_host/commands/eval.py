@@ -26,8 +26,9 @@ import sys
 
 from mlgo_host.channel.problems import PROBLEMS
 from mlgo_host.corpus.corpus import SPLIT_UNITS
-from mlgo_host.commands.help import LLVM_SIZE_HELP, add_aliased
+from mlgo_host.commands.help import LLVM_SIZE_HELP, add_aliased, seconds, seed
 from mlgo_host.errors import ConfigError
+from mlgo_host.fsutil import check_file_target
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,11 +55,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                 help="with --worker-backend ray: the cluster to join (default: start a local Ray)")
     p.add_argument("--clang", default="clang-19", metavar="PATH", help="clang binary compiling the modules")
     p.add_argument("--llvm-size", default=None, metavar="PATH", help=LLVM_SIZE_HELP)
-    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="time one module compile may take")
+    p.add_argument("--timeout", type=seconds, default=300.0, metavar="SECONDS", help="time one module compile may take")
     p.add_argument("--baseline-cache", metavar="DIR", default=None,
                    help="where default-heuristic sizes are cached (default: $MLGO_HOST_CACHE/baselines, "
                         "else $XDG_CACHE_HOME/mlgo_host/baselines, i.e. ~/.cache/mlgo_host/baselines)")
-    p.add_argument("--seed", type=int, default=0, help="seed of stochastic policies and salt of the split")
+    p.add_argument("--seed", type=seed, default=0, help="seed of stochastic policies and salt of the split")
     p.add_argument("--guard", action="store_true",
                    help="keep each module's smaller valid object of the policy's and the default's "
                         "(never bigger than the default); report the guard's gain and cost")
@@ -76,10 +77,11 @@ def run(args: argparse.Namespace) -> int:
     from mlgo_host.evaluation.evaluate import evaluate
 
     install_signal_cleanup()  # SIGTERM unwinds: the pool stops its workers and their compiles
-    if args.timeout <= 0:
-        raise ConfigError(f"--timeout must be positive, got {args.timeout:g}")
     if not 0.0 <= args.heldout_fraction <= 1.0:
         raise ConfigError(f"--heldout-fraction must be in [0, 1], got {args.heldout_fraction}")
+    for path, what in ((args.output, "report"), (args.plot, "plot")):
+        if path:
+            check_file_target(path, what)  # before the compiles, whose results it keeps
     report = evaluate(
         args.corpus, args.policy, modules=args.modules, split=args.split, heldout_fraction=args.heldout_fraction,
         split_by=args.split_by, jobs=args.jobs, advisor=args.advisor, clang=args.clang, llvm_size=args.llvm_size,

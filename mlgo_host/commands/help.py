@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -33,3 +34,35 @@ def add_aliased(p: argparse.ArgumentParser, option: str, **kw) -> None:
 #: the --llvm-size option's help, the same wherever a command measures objects
 LLVM_SIZE_HELP = ("llvm-size binary (default: the one of --clang's LLVM: llvm-size-N for clang-N, "
                   "else the llvm-size beside the clang binary)")
+
+
+def seconds(text: str) -> float:
+    """argparse type of a time limit: a finite number of seconds above 0 (not nan, not inf)."""
+    value = float(text)  # (argparse reports a ValueError as "invalid seconds value")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a time limit is a finite number of seconds above 0")
+    return value
+
+
+def seconds_from_zero(text: str) -> float:
+    """argparse type of a wait that may be none: a finite number of seconds, 0 or more."""
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a wait is a finite number of seconds, 0 or more")
+    return value
+
+
+def at_least_one(text: str) -> int:
+    """argparse type of a count of things to take (modules, lines): 1 or more."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be 1 or more")
+    return value
+
+
+def seed(text: str) -> int:
+    """argparse type of a random seed: numpy's generators take 0 or more."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a seed is 0 or more")
+    return value

@@ -35,7 +35,9 @@ import sys
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from mlgo_host.channel.problems import PROBLEMS  # noqa: E402  (imports numpy)
+from mlgo_host.commands.help import seconds, seed  # noqa: E402
 from mlgo_host.errors import ConfigError, MlgoHostError  # noqa: E402
+from mlgo_host.fsutil import check_file_target  # noqa: E402
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,9 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--save-replay", metavar="OUT",
                    help="with --actions: write the replay to OUT with this compile's fingerprint and decision "
                         "count, so later compiles of a changed module are detected as stale")
-    p.add_argument("--seed", type=int, default=0, help="seed of stochastic policies (random, --sample)")
+    p.add_argument("--seed", type=seed, default=0, help="seed of stochastic policies (random, --sample)")
     p.add_argument("--sample", action="store_true", help="sample from a saved policy instead of its greedy choice")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS", help="time the whole compile may take")
+    p.add_argument("--timeout", type=seconds, default=600.0, metavar="SECONDS", help="time the whole compile may take")
     p.add_argument("--log", metavar="FILE", help="write observations and the advice taken in clang's training-log format")
     p.add_argument("--pin", metavar="CPU", type=int, nargs="?", const=-1, default=None,
                    help="run the host and the compiler on one CPU (CPU omitted: the current one); "
@@ -97,8 +99,9 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError("--actions and --replay T: give one of them")
     if args.save_replay and not args.actions:
         raise ConfigError("--save-replay needs --actions FILE (the forced actions to fingerprint)")
-    if args.timeout <= 0:
-        raise ConfigError(f"--timeout must be positive, got {args.timeout:g}")
+    for path, what in ((args.log, "training log"), (args.save_replay, "replay")):
+        if path:
+            check_file_target(path, what)
     name = None  # the tuned module whose replay answers (--replay T)
     if args.replay:
         pols, matched = _tuned(args, cmd)

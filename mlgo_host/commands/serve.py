@@ -39,6 +39,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from mlgo_host.commands.help import seconds, seconds_from_zero, seed
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from mlgo_host.channel.problems import PROBLEMS
@@ -58,11 +60,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "a tune directory's flags included; created at start, even if no compile comes")
     p.add_argument("--collect", metavar="DIR",
                    help="keep each compile's episode (.npz) for training; saved policies sample, not greedy")
-    p.add_argument("--seed", type=int, default=0, help="seed of stochastic policies (slot K uses seed+K)")
+    p.add_argument("--seed", type=seed, default=0, help="seed of stochastic policies (slot K uses seed+K)")
     p.add_argument("--sample", action="store_true", help="sample from a saved policy (implied by --collect)")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=seconds, default=600.0, metavar="SECONDS",
                    help="time one compile's session may take")
-    p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
+    p.add_argument("--grace", type=seconds_from_zero, default=10.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, time in-flight compiles get before they are aborted")
     p.add_argument("--compiler", default=None, metavar="PATH",
                    help="compiler whose inliner default-decision slot is detected at start "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from mlgo_host.commands.help import at_least_one
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="only this build (its MLGO_BUILD label, or 'server <id>'; default: every build)")
     p.add_argument("--baseline", metavar="FILE2",
                    help="compare module sizes with the last build of FILE2 (e.g. a --policy default build)")
-    p.add_argument("--top", type=int, default=None, metavar="N",
+    p.add_argument("--top", type=at_least_one, default=None, metavar="N",
                    help="list only the N largest modules (default: all)")
     p.add_argument("--json", action="store_true", help="print the summaries as JSON")
 

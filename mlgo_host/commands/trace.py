@@ -23,7 +23,7 @@ import json
 import sys
 
 from mlgo_host.channel.problems import LEARNABLE
-from mlgo_host.commands.help import LLVM_SIZE_HELP, add_aliased
+from mlgo_host.commands.help import LLVM_SIZE_HELP, add_aliased, at_least_one, seconds, seed
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,10 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                 help="with --worker-backend ray: the cluster to join (default: start a local Ray)")
     p.add_argument("--clang", default="clang-19", metavar="PATH", help="the clang driver to compile with")
     add_aliased(p, "--llvm-size", default=None, metavar="PATH", help=LLVM_SIZE_HELP)
-    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="time one module's compile may take")
-    p.add_argument("--modules", type=int, default=None, metavar="N",
+    p.add_argument("--timeout", type=seconds, default=300.0, metavar="SECONDS", help="time one module's compile may take")
+    p.add_argument("--modules", type=at_least_one, default=None, metavar="N",
                    help="trace only the first N modules (default: all)")
-    p.add_argument("--seed", type=int, default=0, help="seed of stochastic policies")
+    p.add_argument("--seed", type=seed, default=0, help="seed of stochastic policies")
     add_aliased(p, "--no-progress", action="store_true", help="no progress bar on stderr")
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from mlgo_host.commands.help import add_aliased
+from mlgo_host.commands.help import add_aliased, seed
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_aliased(p, "--sampling-fraction", type=float, default=1.0, metavar="F",
                 help="fraction of the observations to use, in (0, 1]")
     add_aliased(p, "--num-buckets", type=int, default=1000, metavar="N", help="quantiles per feature, 1..1000")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampling (with --sampling-fraction < 1)")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the sampling (with --sampling-fraction < 1)")
 
 
 def run(args: argparse.Namespace) -> int:

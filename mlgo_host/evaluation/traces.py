@@ -20,11 +20,11 @@ from mlgo_host.channel.codec import Header, Observation
 from mlgo_host.channel.problems import PROBLEMS, get_problem
 from mlgo_host.corpus.corpus import Module, load_corpus
 from mlgo_host.errors import ConfigError, CorpusError, ProtocolError
-from mlgo_host.fsutil import atomic_write_json, dir_built_aside
+from mlgo_host.fsutil import atomic_write_json, check_replaceable, dir_built_aside
 from mlgo_host.measure.compile import compile_module
 from mlgo_host.measure.sizes import compiler_version
 from mlgo_host.policies import load_policy, check_meanings
-from mlgo_host.policies.vocab import VocabBuilder
+from mlgo_host.policies.vocab import BUCKETS_SUFFIX, VocabBuilder
 from mlgo_host.workers.pool import make_pool, map_with_progress
 
 FORMAT = "mlgo_host.trace/1"
@@ -155,6 +155,7 @@ def record_trace(
     problem = get_problem(advisor)
     if jobs < 1:
         raise ConfigError("--jobs must be at least 1")
+    check_replaceable(output_dir, INDEX, "trace directory")  # (replaced as a whole at the end)
     corpus = load_corpus(corpus_dir)
     mods = (list(corpus) if names is None else [corpus[n] for n in names])[:max_modules]
     if not mods:
@@ -186,7 +187,7 @@ def record_trace(
 
 def _write_trace(output_dir: str, index: dict, rows: list[dict], rels: list[str]) -> None:
     """Logs, then ``trace.json`` (``index`` with the rows and totals), renamed into place."""
-    with dir_built_aside(output_dir) as tmp:
+    with dir_built_aside(output_dir, replaces=(INDEX, "trace directory")) as tmp:
         for row, rel in zip(rows, rels):
             log_bytes = row.pop("log_bytes", None)
             row["log"] = rel if row["status"] == "ok" else None
@@ -205,6 +206,8 @@ def _write_trace(output_dir: str, index: dict, rows: list[dict], rels: list[str]
 def vocab_from_trace(trace_dir: str, output_dir: str | None = None, *, num_buckets: int = 1000,
                      sampling_fraction: float = 1.0, seed: int = 0):
     """Quantile vocab of every feature of a trace but the advice, written to ``output_dir`` if given."""
+    if output_dir is not None:
+        check_replaceable(output_dir, "*" + BUCKETS_SUFFIX, "vocab directory")  # (replaced as a whole)
     tr = Trace(trace_dir)
     b = VocabBuilder(sampling_fraction=sampling_fraction, seed=seed, exclude=(tr.advice_name,))
     n = 0

@@ -89,3 +89,13 @@ def test_stats_reader_errors_say_where(tmp_path):
         read_records(str(p))
     with pytest.raises(MlgoHostError, match="cannot read stats file"):
         read_records(os.path.join(str(tmp_path), "missing.jsonl"))
+    for line, says in [('{"status": "ok", "text_size": "big"}', "'text_size' must be an integer, not 'big'"),
+                       ('{"status": "ok", "decisions": [1, 2]}', "'decisions' must map each advice to a count"),
+                       ('{"status": "ok", "decisions": {"1": "x"}}', "'decisions' must map"),
+                       ('{"status": 3}', "'status' must be a string")]:
+        p.write_text('{"status": "ok"}\n' + line + "\n")
+        with pytest.raises(MlgoHostError, match=":2: " + says.replace("(", r"\(")):
+            read_records(str(p))
+    p.write_bytes(b"\xff\xfe\x00garbage\n")
+    with pytest.raises(MlgoHostError, match="not UTF-8 text"):
+        read_records(str(p))
