@@ -144,3 +144,12 @@ def test_trace_and_vocab_never_replace_a_directory_they_did_not_make(small_corpu
     for _ in range(2):
         r = _cli("vocab", "--trace", trace_dir, "--output", out, "--num-buckets", "8")
         assert r.returncode == 0, r.stderr
+
+
+def test_a_policy_of_another_advisor_is_refused_at_start(small_corpus, tmp_path):
+    for args in (["eval", "--corpus", str(small_corpus), "--no-progress"],
+                 ["serve", "--channels", str(tmp_path / "ch")]):
+        r = _cli(*args, "--advisor", "regalloc-evict", "--policy", "pretrained-oz")
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert "answers the inline advisor, not regalloc-evict" in r.stderr
+    assert not os.path.exists(tmp_path / "ch") or os.listdir(tmp_path / "ch") == []

@@ -299,7 +299,7 @@ def evaluate(
     # fail fast on a bad policy, in this process
     pol = load_policy(policy, seed=seed, greedy=True)
     find_llvm_size(llvm_size, clang)
-    check_meanings(pol, get_problem(advisor).default_slot(clang, timeout))
+    check_meanings(pol, get_problem(advisor).default_slot(clang, timeout), advisor)
     if selected is None:
         selected = select_modules(load_corpus(corpus_dir), modules, split, heldout_fraction, seed, split_by)
     if not selected:

@@ -85,6 +85,10 @@ class Trace:
             raise ConfigError(f"{ip}: unreadable: {e}") from None
         if not isinstance(self.index, dict) or self.index.get("format") != FORMAT:
             raise ConfigError(f"{ip}: not a {FORMAT} index")
+        mods = self.index.get("modules", [])
+        if not isinstance(mods, list) or not all(isinstance(m, dict) and isinstance(m.get("log") or "", str)
+                                                 for m in mods):
+            raise ConfigError(f"{ip}: 'modules' must be a list of module records (with their 'log' paths)")
         self.advisor: str = self.index.get("advisor", "inline")
         self.advice_name = PROBLEMS[self.advisor].advice_name if self.advisor in PROBLEMS else ""
 
@@ -163,7 +167,7 @@ def record_trace(
     rels = [_log_rel(m.name) for m in mods]
     pol = load_policy(policy, seed=seed)  # a bad policy fails here, before any worker starts
     slot = problem.default_slot(clang, timeout)
-    check_meanings(pol, slot)
+    check_meanings(pol, slot, advisor)
     worker = {"policy": policy, "seed": seed, "advisor": advisor, "clang": clang, "llvm_size": llvm_size,
               "timeout": timeout}
     with make_pool(worker_backend, min(jobs, len(mods)), "mlgo_host.evaluation.traces:TraceWorker", worker,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from mlgo_host.errors import ConfigError
 from mlgo_host.policies.base import Policy
 from mlgo_host.policies.heuristic import HEURISTICS, make_heuristic
 from mlgo_host.policies.loading import load_base_policy
@@ -30,9 +31,15 @@ def network_of(policy: Policy):
     return policy
 
 
-def check_meanings(policy: Policy, compiler_slot: str | None) -> None:
+def check_meanings(policy: Policy, compiler_slot: str | None, advisor: str | None = None) -> None:
     """Bind a saved policy's inputs (a replay's base's) by meaning before the first compile, so an
-    input the compiler cannot supply is one ConfigError (or warning) in the command, not one per worker."""
+    input the compiler cannot supply, or a policy of another ``advisor``, is one ConfigError (or
+    warning) in the command, not one per worker or compile."""
     net = network_of(policy)
-    if net is not None:
-        net.check_meanings(compiler_slot)
+    if net is None:
+        return
+    trained_for = net.actor.spec.advisor
+    if advisor is not None and trained_for != advisor:
+        raise ConfigError(f"policy {net.name!r} answers the {trained_for} advisor, not {advisor} "
+                          f"(--advisor {trained_for})")
+    net.check_meanings(compiler_slot)

@@ -78,6 +78,8 @@ class NumpyActor:
         self.hidden: list[tuple[np.ndarray, np.ndarray]] = []
         i = 0
         while f"hidden_{i}_kernel" in weights:
+            if f"hidden_{i}_bias" not in weights:
+                raise ConfigError(f"actor weights have hidden_{i}_kernel but no hidden_{i}_bias")
             self.hidden.append((np.asarray(weights[f"hidden_{i}_kernel"], np.float64),
                                 np.asarray(weights[f"hidden_{i}_bias"], np.float64)))
             i += 1

@@ -458,7 +458,7 @@ class Server:
             flags = get_advisor(self.advisor_name).flags(S.BASE_PLACEHOLDER, "clang")
             adv = self.make_advisor(self.compiler, self.timeout)  # its slot detected at start, within one session's timeout
             # a policy input this compiler cannot supply: one error now, not one per compile of the build
-            check_meanings(pol, getattr(adv, "default_slot", None))
+            check_meanings(pol, getattr(adv, "default_slot", None), self.advisor_name)
             if self.collect_dir:
                 os.makedirs(self.collect_dir, exist_ok=True)
             if self.stats_path:

@@ -87,3 +87,10 @@ def test_trace_command_and_bad_inputs(small_corpus, tmp_path, capsys):
     with pytest.raises(ConfigError):
         record_trace(str(small_corpus), str(tmp_path / "x"), policy="no-such-policy", progress=False)
     assert not os.path.exists(tmp_path / "x")
+    # an index whose modules are not module records
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for modules in (5, ["x"], [{"status": "ok", "log": 3}]):
+        (bad / "trace.json").write_text(json.dumps({"format": "mlgo_host.trace/1", "modules": modules}))
+        assert main(["vocab", "--trace", str(bad), "--output", str(tmp_path / "v")]) == 2
+        assert "'modules' must be a list of module records" in capsys.readouterr().err

@@ -64,6 +64,12 @@ def _wrong_layer(path):
     NumpyActor.save_weights(str(path), w)
 
 
+def _no_bias(path):
+    w = NumpyActor.load_weights(str(path))
+    del w["hidden_0_bias"]
+    NumpyActor.save_weights(str(path), w)
+
+
 def _one_buckets_file(d):
     return sorted((d / VOCAB_DIR).iterdir())[0]
 
@@ -74,6 +80,7 @@ DAMAGE = {
     "no weights": (WEIGHTS, os.unlink, "missing"),
     "weights that are text": (WEIGHTS, lambda p: p.write_text("hello"), "not a readable .npz"),
     "weights of the wrong shape": (WEIGHTS, _wrong_layer, "layer 0"),
+    "a layer without its bias": (WEIGHTS, _no_bias, "no hidden_0_bias"),
     "truncated metadata": (METADATA, _truncate, "unreadable"),
     "metadata spec not a mapping": (METADATA, _spec_not_a_dict, METADATA),
     "binary vocab file": (None, lambda p: p.write_bytes(b"\xff\xfe\x00\x81" * 8), "not a text file"),
