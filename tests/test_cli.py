@@ -153,3 +153,18 @@ def test_a_policy_of_another_advisor_is_refused_at_start(small_corpus, tmp_path)
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
         assert "answers the inline advisor, not regalloc-evict" in r.stderr
     assert not os.path.exists(tmp_path / "ch") or os.listdir(tmp_path / "ch") == []
+
+
+def test_serve_refuses_more_slots_than_its_open_file_limit_and_a_collect_file(tmp_path):
+    import resource
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    r = subprocess.run([sys.executable, "-m", "mlgo_host", "serve", "--channels", str(tmp_path / "ch"),
+                        "--slots", "1000"], capture_output=True, text=True, timeout=60, preexec_fn=low_limit)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--slots 1000: more slots than" in r.stderr, r.stderr
+    (tmp_path / "file").write_text("")
+    r = _cli("serve", "--channels", str(tmp_path / "ch"), "--collect", str(tmp_path / "file"))
+    assert r.returncode == 2 and "--collect: cannot make the directory" in r.stderr.splitlines()[-1], r.stderr
+    assert (tmp_path / "file").read_text() == "" and os.listdir(tmp_path / "ch") == []

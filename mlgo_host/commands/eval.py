@@ -82,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
     for path, what in ((args.output, "report"), (args.plot, "plot")):
         if path:
             check_file_target(path, what)  # before the compiles, whose results it keeps
+    if args.baseline_cache and os.path.exists(args.baseline_cache) and not os.path.isdir(args.baseline_cache):
+        raise ConfigError(f"--baseline-cache {args.baseline_cache}: not a directory")
     report = evaluate(
         args.corpus, args.policy, modules=args.modules, split=args.split, heldout_fraction=args.heldout_fraction,
         split_by=args.split_by, jobs=args.jobs, advisor=args.advisor, clang=args.clang, llvm_size=args.llvm_size,

@@ -70,6 +70,8 @@ def load_compile_commands(path: str | os.PathLike) -> list[CompileEntry]:
         where = f"{p}: entry {i}"
         if not isinstance(e, dict) or "directory" not in e or "file" not in e:
             raise CorpusError(f"{where}: needs 'directory', 'file' and 'command' or 'arguments'")
+        if not all(isinstance(e[k], str) and e[k] for k in ("directory", "file")):
+            raise CorpusError(f"{where}: 'directory' and 'file' must be non-empty strings (paths)")
         if isinstance(e.get("arguments"), list) and e["arguments"]:
             args = [str(a) for a in e["arguments"]]
         elif isinstance(e.get("command"), str) and e["command"].strip():
@@ -175,7 +177,7 @@ def cc1_command(clang: str, entry: CompileEntry, flags: Sequence[str], timeout: 
 
 def _tail(text: str, n: int = 400) -> str:
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    errs = [ln for ln in lines if "error" in ln]
+    errs = [ln for ln in lines if "error:" in ln]  # (a diagnostic; "error" alone matches -ferror-limit in a cc1 line)
     return " | ".join((errs or lines)[-3:])[-n:]
 
 

@@ -293,6 +293,18 @@ def _status(error: str | None, done: list[dict], opened: bool) -> str:
     return "ok"
 
 
+#: files a slot keeps open (its control FIFO's two ends) and what a served compile opens beside them
+FILES_PER_SLOT = 6
+
+
+def max_slots() -> int:
+    """The most slots the open-file limit leaves room for (the slots' FIFOs, a session's files each)."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return max(1, (soft - 64) // FILES_PER_SLOT) if soft != resource.RLIM_INFINITY else 1 << 20
+
+
 class Server:
     def __init__(self, root: str, slots: int = 2, policy: str = "default", advisor: str = "inline",
                  stats_path: str | None = None, collect_dir: str | None = None, timeout: float = 600.0,
@@ -300,6 +312,9 @@ class Server:
                  verbose: bool = False, pin: bool = False, guard: bool = False, replay_dir: str | None = None):
         if slots < 1:
             raise ConfigError(f"--slots must be at least 1, got {slots}")
+        if slots > max_slots():
+            raise ConfigError(f"--slots {slots}: more slots than this process may open files for "
+                              f"(at most {max_slots()} under its open-file limit)")
         get_problem(advisor)  # an unknown one: ConfigError
         self.root = os.path.abspath(root)
         self.nslots = slots
@@ -460,7 +475,11 @@ class Server:
             # a policy input this compiler cannot supply: one error now, not one per compile of the build
             check_meanings(pol, getattr(adv, "default_slot", None), self.advisor_name)
             if self.collect_dir:
-                os.makedirs(self.collect_dir, exist_ok=True)
+                try:
+                    os.makedirs(self.collect_dir, exist_ok=True)
+                except OSError as e:
+                    raise ConfigError(f"--collect: cannot make the directory {self.collect_dir}: "
+                                      f"{e.strerror}") from None
             if self.stats_path:
                 # there from the start: a build whose compiles all bypass the slots still has a stats file
                 try:

@@ -61,6 +61,9 @@ def test_bad_compile_databases_raise_corpus_error(tmp_path):
     p.write_text(json.dumps([{"directory": "/", "file": "a.c"}]))
     with pytest.raises(CorpusError, match="entry 0.*command"):
         load_compile_commands(p)
+    p.write_text(json.dumps([{"directory": 5, "file": "a.c", "command": "cc -c a.c"}]))
+    with pytest.raises(CorpusError, match="entry 0: 'directory' and 'file' must be non-empty strings"):
+        load_compile_commands(p)
     with pytest.raises(CorpusError, match="not found"):
         load_compile_commands(tmp_path / "missing.json")
 
@@ -111,17 +114,21 @@ def test_failures_are_listed_and_skipped_and_rebuild_is_idempotent(tmp_path):
     db_path = write_project(tmp_path)
     (tmp_path / "src" / "broken.c").write_text("int f( { return 1; }\n")
     (tmp_path / "src" / "unopt.c").write_text("static int g(int x){return x+1;} int h(int y){return g(y);}\n")
+    (tmp_path / "src" / "two.c").write_text("int two(void) { return 2; }\n")
     db = json.loads(db_path.read_text())
     db += [
         {"directory": str(tmp_path), "file": "src/broken.c", "command": "cc -Oz -c src/broken.c -o o/broken.o"},
         {"directory": str(tmp_path), "file": "src/gone.c", "command": "cc -Oz -c src/gone.c -o o/gone.o"},
         {"directory": str(tmp_path), "file": "src/unopt.c", "command": "cc -c src/unopt.c -o o/unopt.o"},
+        # two sources with one -o: the driver's own error is the reason, not a cc1 line naming -ferror-limit
+        {"directory": str(tmp_path), "file": "src/two.c", "command": "cc -Oz -c src/unopt.c src/two.c -o o/two.o"},
     ]
     db_path.write_text(json.dumps(db))
     out = tmp_path / "corpus"
     rep = build_corpus(load_compile_commands(db_path), out, clang=CLANG, jobs=2, progress=False)
     failed = dict(rep.failures)
-    assert set(Path(f).name for f in failed) == {"broken.c", "gone.c", "unopt.c"}
+    assert set(Path(f).name for f in failed) == {"broken.c", "gone.c", "unopt.c", "two.c"}
+    assert "error:" in failed[str(tmp_path / "src/two.c")], failed
     assert "expected" in failed[str(tmp_path / "src/broken.c")]
     assert "does not exist" in failed[str(tmp_path / "src/gone.c")]
     assert "-O0" in failed[str(tmp_path / "src/unopt.c")]
