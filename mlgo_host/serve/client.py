@@ -249,14 +249,18 @@ class _Spawned:
 
 
 def _env_float(name: str, default: float) -> float:
+    """Seconds from the environment: a finite number, 0 or more (else a warning and ``default``)."""
     v = os.environ.get(name)
     if not v:
         return default
     try:
-        return float(v)
+        seconds = float(v)
     except ValueError:
-        _say("warning", f"{name}={v!r} is not a number; using {default:g}")
+        seconds = -1.0
+    if not 0.0 <= seconds < float("inf"):  # (also false for nan)
+        _say("warning", f"{name}={v!r} is not a number of seconds, 0 or more; using {default:g}")
         return default
+    return seconds
 
 
 def _guard(plain: list[str], output: str) -> dict:

@@ -99,3 +99,14 @@ def test_stats_reader_errors_say_where(tmp_path):
     p.write_bytes(b"\xff\xfe\x00garbage\n")
     with pytest.raises(MlgoHostError, match="not UTF-8 text"):
         read_records(str(p))
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "soon"])
+def test_a_wait_from_the_environment_is_seconds_0_or_more(value, monkeypatch, capfd):
+    from mlgo_host.serve.client import _env_float
+
+    monkeypatch.setenv("MLGO_WAIT", value)
+    assert _env_float("MLGO_WAIT", 600.0) == 600.0
+    assert f"MLGO_WAIT={value!r} is not a number of seconds, 0 or more; using 600" in capfd.readouterr().err
+    monkeypatch.setenv("MLGO_WAIT", "2.5")
+    assert _env_float("MLGO_WAIT", 600.0) == 2.5
