@@ -91,6 +91,8 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError("no compiler command given (mlgo-host run [options] -- COMPILER ARGS...)")
     if args.replay and not os.path.isdir(args.replay):
         # --replay is a tune directory, as for serve and eval; a file is what --actions takes
+        if not os.path.exists(args.replay):
+            raise ConfigError(f"--replay {args.replay}: no such tune directory")
         if args.actions:
             raise ConfigError(f"--replay {args.replay}: not a tune directory")
         print("mlgo-host run: warning: --replay FILE is deprecated: use --actions FILE", file=sys.stderr)

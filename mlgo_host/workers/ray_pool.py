@@ -204,6 +204,10 @@ def ensure_ray(ray_address: str | None = None) -> None:
         ray_log.handlers[:] = [held]
         try:
             ctx = ray.init(address=ray_address or None, include_dashboard=False, log_to_driver=False)
+        except ConnectionError as e:  # no cluster there: Ray's held records only repeat the attempts
+            ray_log.handlers[:] = terminal
+            raise ConfigError(f"--ray-address {ray_address}: cannot join a Ray cluster there "
+                              f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
         except BaseException:
             ray_log.handlers[:] = terminal
             for r in held.buffer:  # they say why Ray did not start
