@@ -1,7 +1,8 @@
 """Record a policy's observations and decisions over a corpus.
 
 Compiles every module of --corpus with --policy answering the --advisor's
-decisions and writes --output, atomically:
+decisions and writes --output, atomically (a new or empty directory, or a
+trace written before, which it replaces; another directory is refused):
 
   trace.json         index: advisor, policy, compiler version, the feature
                      carrying the compiler's default decision, per module

@@ -1,8 +1,9 @@
 """Compute per-feature quantile vocabularies from a trace.
 
 Writes one <feature>.buckets file per feature of the trace's logs into
---output (replaced as a whole): the --num-buckets quantiles of its observed
-values, one per line, as ml-compiler-opt's generate_vocab does.
+--output (replaced as a whole, so only a new or empty directory or a vocab
+written before; another is refused): the --num-buckets quantiles of its
+observed values, one per line, as ml-compiler-opt's generate_vocab does.
 
 example: mlgo-host vocab --trace out/trace --output out/vocab
 """
