@@ -83,7 +83,7 @@ def train_search(
     if not train_mods or not val_mods:
         raise ConfigError(f"corpus {corpus_dir}: {len(train_mods)} training and {len(val_mods)} validation modules "
                           "(need at least one of each; lower the fractions or add modules)")
-    state = read_state(root_dir)
+    state = read_state(root_dir, required=("round", "history"))
     if state:
         log.info("resuming %s after round %d", root_dir, state["round"])
     else:

@@ -42,6 +42,29 @@ def test_a_root_dir_that_is_a_file_is_refused(tmp_path, capsys):
     assert f.read_text() == "mine"
 
 
+@pytest.mark.parametrize("state, problem", [
+    ("[]", "a JSON list, not an object"), ('{"iteration": "one"}', "iteration is 'one', not a count"),
+    ('{"iteration": 1, "history": 5, "moving_average": {"decay": 0.8, "averages": {}}}', "history is 5"),
+    ('{"iteration": 1, "history": []}', "no moving_average"),
+    ('{"iteration": 1, "history": [], "moving_average": {}}', "moving_average: KeyError('decay')")])
+def test_a_damaged_state_json_names_it_and_stays(small_corpus, tmp_path, capsys, state, problem):
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "state.json").write_text(state)
+    err = _train(capsys, root, small_corpus, PPO_GIN, "num_workers=1")
+    assert f"{root / 'state.json'}: unreadable state ({problem}" in err, err
+    assert sorted(os.listdir(root)) == ["state.json"] and (root / "state.json").read_text() == state
+
+
+def test_an_empty_header_json_names_it_and_stays(small_corpus, tmp_path, capsys):
+    root = tmp_path / "root"
+    (root / "vocab").mkdir(parents=True)  # a vocab already there: no tracing before the header is read
+    (root / "header.json").write_text("")
+    err = _train(capsys, root, small_corpus, PPO_GIN, "num_workers=1")
+    assert f"{root / 'header.json'}: unreadable channel header" in err, err
+    assert (root / "header.json").read_text() == "" and os.path.isdir(root / "vocab")
+
+
 def test_an_empty_episode_file_is_named_like_a_garbage_one(tmp_path, capsys):
     collected = tmp_path / "collected"
     collected.mkdir()

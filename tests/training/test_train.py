@@ -5,8 +5,10 @@ policies that `mlgo-host run` loads, and resuming after a real SIGTERM."""
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -35,6 +37,25 @@ TAGS = ([f"reward_distribution/p{p}" for p in range(10, 100, 10)]
 def _cmd(root, corpus) -> list[str]:
     return [sys.executable, "-m", "mlgo_host", "train", "--root_dir", str(root), "--corpus", str(corpus),
             "--gin_files", PPO_GIN, "--gin_bindings", *BINDINGS, "--no_progress"]
+
+
+def _files(root) -> dict[str, str]:
+    """Every file under ``root`` and a hash of its bytes."""
+    out = {}
+    for r, _, files in os.walk(root):
+        for n in files:
+            with open(os.path.join(r, n), "rb") as f:
+                out[os.path.relpath(os.path.join(r, n), root)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def _refused(cmd, tmp) -> str:
+    """The one line a refused run says (exit status 2, no traceback)."""
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=run_env(tmp))
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("mlgo-host train: error: "), p.stderr[-3000:]
+    return last
 
 
 def _leftovers(tmp) -> list[str]:
@@ -158,3 +179,19 @@ def test_a_killed_run_resumes_where_it_stopped(trained, corpus, tmp_path):
     # module sizes as the uninterrupted run
     assert final["moving_average"] == ref["moving_average"]
     assert final["history"][1]["decisions"] == ref["history"][1]["decisions"]
+
+
+@pytest.mark.parametrize("damage", ["garbage index", "truncated data"])
+def test_a_damaged_checkpoint_is_named_and_kept(trained, tmp_path, corpus, damage):
+    root = tmp_path / "root"
+    shutil.copytree(trained[0], root)
+    if damage == "garbage index":
+        (root / "checkpoints" / "ckpt-2.index").write_bytes(b"not a checkpoint index")
+    else:
+        (data,) = glob.glob(str(root / "checkpoints" / "ckpt-2.data-*"))
+        with open(data, "r+b") as f:
+            f.truncate(os.path.getsize(data) // 2)
+    before = _files(root)
+    err = _refused(_cmd(root, corpus), tmp_path / "tmp")
+    assert f"checkpoint {root / 'checkpoints' / 'ckpt-2'} (iteration 2) cannot be restored: " in err, err
+    assert _files(root) == before
