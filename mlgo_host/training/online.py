@@ -29,6 +29,7 @@ from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.reward import reward
+from mlgo_host.training.checks import check_counts
 from mlgo_host.training.iteration import (STATE, Update, build_vocab, numeric_metrics, open_learner,
                                           percentile_summary, publish_policy, read_header, read_state,
                                           resolve_warmstart, train_and_save)
@@ -54,6 +55,7 @@ def train_from_collected(
     progress: bool = True,
 ) -> dict[str, Any]:
     """One PPO update on the new episodes of ``collected_dir``; returns its history row."""
+    check_counts("online.train_from_collected", 0, seed=seed)  # a negative one fails the update's shuffle
     root_dir = os.path.abspath(root_dir)
     collected_dir = os.path.abspath(collected_dir)
     warmstart_policy = resolve_warmstart(warmstart_policy)

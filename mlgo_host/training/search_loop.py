@@ -31,6 +31,7 @@ from mlgo_host.measure.sizes import compiler_version
 from mlgo_host.policies.saved import METADATA, set_gate
 from mlgo_host.search.passes import Passes, RoundResults
 from mlgo_host.search.tunedir import load_tune_results
+from mlgo_host.training.checks import check_counts, check_positive
 from mlgo_host.training.iteration import STATE, publish_policy, read_state
 from mlgo_host.training.workers import Workers
 from mlgo_host.workers.worker import policy_blob_from_dir
@@ -71,6 +72,7 @@ def train_search(
     """Run rounds of search and imitation; returns the state.  ``search_data``:
     a tune directory whose flips and best trajectories are imitated too (as
     round 0); ``round_search_minutes`` None: a round searches until the time is up."""
+    _check_params(time_budget_minutes, max_rounds, compiles_per_round, round_search_minutes, seed)
     workers = workers or Workers()
     t_start = time.monotonic()
     # wall clock: the searches' deadline is checked in the workers (processes, or other machines with Ray)
@@ -109,6 +111,15 @@ def train_search(
         if state.get("best_policy") and not os.path.isdir(os.path.join(root_dir, "saved_policy")):
             publish_policy(state["best_policy"], os.path.join(root_dir, "saved_policy"))
         return state
+
+
+def _check_params(time_budget_minutes: float, max_rounds: int, compiles_per_round: int,
+                  round_search_minutes: float | None, seed: int) -> None:
+    """What ``train_search`` is given, before any work (0 rounds would publish nothing, and say nothing)."""
+    check_positive("search_loop.train_search", time_budget_minutes=time_budget_minutes,
+                   round_search_minutes=round_search_minutes)
+    check_counts("search_loop.train_search", 1, max_rounds=max_rounds, compiles_per_round=compiles_per_round)
+    check_counts("search_loop.train_search", 0, seed=seed)
 
 
 def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, workers, compiles, thresholds,

@@ -25,6 +25,7 @@ from mlgo_host.evaluation.evaluate import evaluate_on_pool
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.reward import MovingAverageBaseline, reward
+from mlgo_host.training.checks import check_counts
 from mlgo_host.training.iteration import (STATE, build_vocab, numeric_metrics, open_learner,
                                           percentile_summary, publish_policy, read_header, read_state,
                                           resolve_warmstart, train_and_save)
@@ -68,6 +69,7 @@ def train(
 ) -> dict[str, Any]:
     """Train a policy; returns its history and last held-out evaluation.
     ``report_heldout=False`` leaves the held-out split to ``mlgo-host eval``."""
+    _check_params(num_iterations, modules_per_iteration, eval_every, seed, heldout_modules, trace_modules)
     workers = workers or Workers()
     warmstart_policy = resolve_warmstart(warmstart_policy)  # a bad name fails before any compile
     # absolute: workers (Ray actors too) may run in another directory
@@ -113,6 +115,14 @@ def train(
             learner.save_policy(os.path.join(root_dir, "saved_policy"), step=max(num_iterations, done))
         loop.summaries.close()
     return {"history": loop.state.get("history", []), "last_eval": loop.state.get("last_eval")}
+
+
+def _check_params(num_iterations: int, modules_per_iteration: int, eval_every: int, seed: int,
+                  heldout_modules: int, trace_modules: int) -> None:
+    """The counts ``train`` is given, before any work (0 iterations would still publish an untrained policy)."""
+    check_counts("train", 1, num_iterations=num_iterations, modules_per_iteration=modules_per_iteration)
+    check_counts("train", 0, eval_every=eval_every, seed=seed, heldout_modules=heldout_modules,
+                 trace_modules=trace_modules)
 
 
 def _moving_average(root_dir: str, state: dict, decay: float) -> MovingAverageBaseline:

@@ -34,6 +34,30 @@ def _train(capsys, root, corpus, gin_file=PPO_GIN, *bindings) -> str:
     return err
 
 
+@pytest.mark.parametrize("gin_file, binding, named", [
+    (PPO_GIN, "num_iterations=0", "train.num_iterations = 0: must be a whole number >= 1"),
+    (PPO_GIN, "num_iterations=-1", "train.num_iterations = -1"),
+    (PPO_GIN, "num_iterations='abc'", "train.num_iterations = 'abc'"),
+    (PPO_GIN, "modules_per_iteration=0", "train.modules_per_iteration = 0"),
+    (PPO_GIN, "seed=-1", "train.seed = -1: must be a whole number >= 0"),
+    (BC_GIN, "seed=-1", "bc_loop.train_bc_from_corpus.seed = -1"),
+    (SEARCH_GIN, "search_loop.train_search.max_rounds=0", "search_loop.train_search.max_rounds = 0"),
+])
+def test_a_parameter_out_of_range_is_refused_before_any_work(tmp_path, capsys, gin_file, binding, named):
+    # the corpus is missing: the parameters are checked before it is read
+    err = _train(capsys, tmp_path / "root", tmp_path / "no-corpus", gin_file, binding)
+    assert named in err, err
+    assert not os.path.exists(tmp_path / "root")
+
+
+def test_a_configuration_naming_no_algorithm_is_refused(tmp_path, capsys):
+    empty = tmp_path / "empty.gin"
+    empty.write_text("")
+    err = _train(capsys, tmp_path / "root", tmp_path / "no-corpus", empty)
+    assert "sets no run.algorithm" in err, err
+    assert not os.path.exists(tmp_path / "root")
+
+
 def test_a_root_dir_that_is_a_file_is_refused(tmp_path, capsys):
     f = tmp_path / "f"
     f.write_text("mine")
