@@ -17,7 +17,7 @@ from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.bc import train_bc
 from mlgo_host.evaluation.traces import INDEX, record_trace, vocab_from_trace
-from mlgo_host.training.checks import check_counts
+from mlgo_host.training.checks import check_counts, claim_root
 from mlgo_host.training.workers import Workers
 
 
@@ -42,6 +42,7 @@ def train_bc_from_corpus(
     train_mods, _ = corpus.split(heldout_fraction, seed=seed, by=split_by)
     if not train_mods:
         raise ConfigError(f"corpus {corpus_dir} has no training modules")
+    claim_root(root_dir, "bc", corpus_dir)
     trace_dir = os.path.join(root_dir, "trace")
     if not os.path.exists(os.path.join(trace_dir, INDEX)):
         index = record_trace(corpus_dir, trace_dir, policy="default", advisor=advisor,

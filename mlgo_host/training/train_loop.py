@@ -25,7 +25,7 @@ from mlgo_host.evaluation.evaluate import evaluate_on_pool
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.reward import MovingAverageBaseline, reward
-from mlgo_host.training.checks import check_counts
+from mlgo_host.training.checks import check_counts, claim_root
 from mlgo_host.training.iteration import (STATE, build_vocab, numeric_metrics, open_learner,
                                           percentile_summary, publish_policy, read_header, read_state,
                                           resolve_warmstart, train_and_save)
@@ -81,6 +81,7 @@ def train(
     if not train_mods:
         raise ConfigError(f"corpus {corpus_dir} has no training modules")
     heldout_mods = heldout_mods[:heldout_modules] if heldout_modules else heldout_mods
+    claim_root(root_dir, "ppo", corpus_dir)
     state = read_state(root_dir, required=("iteration", "moving_average"))
     done = int(state.get("iteration", 0))
     moving_average = _moving_average(root_dir, state, moving_average_decay)  # a damaged one: before any work

@@ -4,12 +4,14 @@ work, and the root keeps what it held."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import gin
 import pytest
 
 from mlgo_host.cli import main
+from mlgo_host.errors import ConfigError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PPO_GIN = os.path.join(REPO, "configs", "inlining", "ppo.gin")
@@ -99,3 +101,35 @@ def test_an_empty_episode_file_is_named_like_a_garbage_one(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert f"{collected / 'ep.npz'}: not a collected episode" in err, err
+
+
+def test_a_new_root_records_its_algorithm_and_corpus_and_refuses_others(tmp_path):
+    from mlgo_host.training.checks import RUN_RECORD, claim_root
+
+    root, corpus = tmp_path / "root", tmp_path / "corpus"
+    root.mkdir()
+    corpus.mkdir()
+    claim_root(str(root), "ppo", str(corpus))
+    assert json.loads((root / RUN_RECORD).read_text()) == {"algorithm": "ppo", "corpus": str(corpus)}
+    (root / "state.json").write_text("{}")  # output: now there is something to keep
+    claim_root(str(root), "ppo", str(corpus) + "/")  # the same corpus, spelt otherwise
+    with pytest.raises(ConfigError, match=r"started with run\.algorithm 'ppo', not 'bc' \("):
+        claim_root(str(root), "bc", str(corpus))
+    with pytest.raises(ConfigError, match=f"started with --corpus {corpus}, not {tmp_path / 'other'} "):
+        claim_root(str(root), "ppo", str(tmp_path / "other"))
+
+
+def test_a_root_from_before_the_record_resumes_unchecked(tmp_path):
+    from mlgo_host.training.checks import RUN_RECORD, claim_root
+
+    (tmp_path / "state.json").write_text("{}")
+    claim_root(str(tmp_path), "bc", str(tmp_path / "other"))
+    assert not os.path.exists(tmp_path / RUN_RECORD)  # and it gets none: it could be a wrong guess
+
+
+def test_a_root_that_stopped_before_any_output_takes_the_new_configuration(tmp_path):
+    from mlgo_host.training.checks import RUN_RECORD, claim_root
+
+    claim_root(str(tmp_path), "ppo", str(tmp_path / "typo"))
+    claim_root(str(tmp_path), "ppo", str(tmp_path / "corpus"))
+    assert json.loads((tmp_path / RUN_RECORD).read_text())["corpus"] == str(tmp_path / "corpus")

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.slow
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PPO_GIN = os.path.join(REPO, "configs", "inlining", "ppo.gin")
+BC_GIN = os.path.join(REPO, "configs", "inlining", "bc.gin")
 # t7 falls in the held-out part of a 0.25 split (seed 0); t0..t5 are trained on.
 SIZES = {"t0": 10, "t1": 25, "t2": 14, "t3": 30, "t4": 18, "t5": 22, "t7": 16}
 BINDINGS = ["num_iterations=2", "modules_per_iteration=4", "eval_every=1", "heldout_fraction=0.25",
@@ -34,9 +35,9 @@ TAGS = ([f"reward_distribution/p{p}" for p in range(10, 100, 10)]
            "perf/collect_s", "perf/train_s", "failures/modules"])
 
 
-def _cmd(root, corpus) -> list[str]:
+def _cmd(root, corpus, gin_file=PPO_GIN) -> list[str]:
     return [sys.executable, "-m", "mlgo_host", "train", "--root_dir", str(root), "--corpus", str(corpus),
-            "--gin_files", PPO_GIN, "--gin_bindings", *BINDINGS, "--no_progress"]
+            "--gin_files", gin_file, "--gin_bindings", *BINDINGS, "--no_progress"]
 
 
 def _files(root) -> dict[str, str]:
@@ -179,6 +180,22 @@ def test_a_killed_run_resumes_where_it_stopped(trained, corpus, tmp_path):
     # module sizes as the uninterrupted run
     assert final["moving_average"] == ref["moving_average"]
     assert final["history"][1]["decisions"] == ref["history"][1]["decisions"]
+
+
+def test_a_root_refuses_another_algorithm_or_corpus(trained, corpus, tmp_path):
+    """Resuming the PPO root with bc.gin would replace its saved_policy with a BC one; with another corpus it
+    would go on training on other modules.  Both are refused, and the root stays as it was."""
+    root = tmp_path / "root"
+    shutil.copytree(trained[0], root)
+    assert json.loads((root / "run.json").read_text()) == {"algorithm": "ppo", "corpus": str(corpus)}
+    other = tmp_path / "other-corpus"
+    shutil.copytree(corpus, other)
+    before = _files(root)
+    err = _refused(_cmd(root, corpus, BC_GIN), tmp_path / "tmp")
+    assert f"--root_dir {root} holds a run started with run.algorithm 'ppo', not 'bc'" in err, err
+    err = _refused(_cmd(root, other), tmp_path / "tmp")
+    assert f"started with --corpus {corpus}, not {other}" in err, err
+    assert _files(root) == before
 
 
 @pytest.mark.parametrize("damage", ["garbage index", "truncated data"])
