@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 
 import numpy as np
 
@@ -84,6 +85,10 @@ def save_episode(directory: str, rec: dict, episode) -> str:
     return name
 
 
+#: what np.load raises on a file that is no episode: garbage, an empty file (EOFError), a cut zip
+_NOT_AN_EPISODE = (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile)
+
+
 def load_episode(path: str):
     """(Episode, meta) of one ``.npz`` file written by :func:`save_episode`."""
     try:
@@ -91,7 +96,7 @@ def load_episode(path: str):
             header = Header.from_json(json.loads(str(z["header"])))
             ep = Episode(header, z["raw"].tobytes(), z["actions"], z["logps"], json.loads(str(z["contexts"])))
             meta = json.loads(str(z["meta"]))
-    except (OSError, KeyError, ValueError) as e:
+    except _NOT_AN_EPISODE as e:
         raise CorpusError(f"{path}: not a collected episode ({e})") from None
     if len(ep.raw) != ep.n * header.observation_nbytes:
         raise CorpusError(f"{path}: {len(ep.raw)} feature bytes for {ep.n} decisions "
@@ -104,5 +109,5 @@ def read_meta(path: str) -> dict:
     try:
         with np.load(path, allow_pickle=False) as z:
             return json.loads(str(z["meta"]))
-    except (OSError, KeyError, ValueError) as e:
+    except _NOT_AN_EPISODE as e:
         raise CorpusError(f"{path}: not a collected episode ({e})") from None

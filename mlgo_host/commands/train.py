@@ -52,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--collected needs --baseline-stats FILE (the stats of a --policy default build)")
     if args.corpus is not None and args.baseline_stats is not None:
         raise ConfigError("--baseline-stats goes with --collected, not --corpus")
+    if os.path.exists(args.root_dir) and not os.path.isdir(args.root_dir):
+        raise ConfigError(f"--root_dir {args.root_dir} is a file, not a directory")
 
     install_signal_cleanup()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -111,7 +111,14 @@ class Learner:
         path = os.path.join(self.ckpt_dir, f"ckpt-{iteration}")
         if not tf.io.gfile.exists(path + ".index"):
             raise ConfigError(f"no checkpoint for iteration {iteration} in {self.ckpt_dir} (state.json says it was done)")
-        self.ckpt.restore(path).assert_existing_objects_matched()
+        try:
+            self.ckpt.restore(path).assert_existing_objects_matched()
+        except (tf.errors.OpError, IndexError, AssertionError, ValueError) as e:
+            # a damaged .index (OpError) or cut .data file (IndexError, from TF's reader), or another network's
+            # (AssertionError): the run cannot go on from it
+            what = (getattr(e, "message", None) or str(e)).strip().splitlines()
+            raise ConfigError(f"checkpoint {path} (iteration {iteration}) cannot be restored: "
+                              f"{what[0][:300] if what else type(e).__name__}") from None
 
     def train(self, episodes: list, rewards: list[float], iteration: int) -> dict[str, Any]:
         """One PPO update; returns loss metrics, entropy and the approximate KL to the collecting policy.  The

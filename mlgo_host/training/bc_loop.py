@@ -17,6 +17,7 @@ from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.bc import train_bc
 from mlgo_host.evaluation.traces import INDEX, record_trace, vocab_from_trace
+from mlgo_host.training.checks import check_counts, claim_root
 from mlgo_host.training.workers import Workers
 
 
@@ -34,12 +35,14 @@ def train_bc_from_corpus(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Trace → vocab → behavioural cloning → ``root_dir/saved_policy``; returns the BC result."""
+    _check_params(seed, max_trace_modules)
     workers = workers or Workers()
     os.makedirs(root_dir, exist_ok=True)
     corpus = load_corpus(corpus_dir)
     train_mods, _ = corpus.split(heldout_fraction, seed=seed, by=split_by)
     if not train_mods:
         raise ConfigError(f"corpus {corpus_dir} has no training modules")
+    claim_root(root_dir, "bc", corpus_dir)
     trace_dir = os.path.join(root_dir, "trace")
     if not os.path.exists(os.path.join(trace_dir, INDEX)):
         index = record_trace(corpus_dir, trace_dir, policy="default", advisor=advisor,
@@ -58,3 +61,9 @@ def train_bc_from_corpus(
     out = dataclasses.asdict(result)
     atomic_write_json(os.path.join(root_dir, "bc_result.json"), out)
     return out
+
+
+def _check_params(seed: int, max_trace_modules: int | None) -> None:
+    """What ``train_bc_from_corpus`` is given, before any work (a negative seed fails every trace)."""
+    check_counts("bc_loop.train_bc_from_corpus", 0, seed=seed)
+    check_counts("bc_loop.train_bc_from_corpus", 1, max_trace_modules=max_trace_modules)

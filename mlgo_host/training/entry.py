@@ -20,8 +20,11 @@ from mlgo_host.training.train_loop import train
 
 
 @gin.configurable(module="run")
-def run(root_dir: str, corpus_dir: str, algorithm: str = "ppo", progress: bool = True):
-    os.makedirs(root_dir, exist_ok=True)
+def run(root_dir: str, corpus_dir: str, algorithm: str | None = None, progress: bool = True):
+    # each trainer makes root_dir after checking its parameters
+    if algorithm is None:  # no default: a configuration that names no trainer is not one (an empty file)
+        raise ConfigError("the gin configuration sets no run.algorithm ('ppo', 'bc' or 'search'); "
+                          "start from configs/inlining/ppo.gin, bc.gin or search.gin")
     if algorithm == "ppo":
         result = train(root_dir, corpus_dir, progress=progress)
     elif algorithm == "bc":

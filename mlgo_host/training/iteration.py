@@ -26,16 +26,59 @@ from mlgo_host.shipped import SHIPPED, resolve_policy
 STATE = "state.json"
 
 
-def read_state(root_dir: str) -> dict[str, Any]:
-    """``root_dir/state.json`` ({} before the first completed iteration)."""
+#: what a state.json field is, when there: a count, or a container of that type
+_STATE_COUNTS = ("iteration", "round")
+_STATE_CONTAINERS = {"history": list, "consumed": list, "moving_average": dict, "config": dict}
+
+
+def read_state(root_dir: str, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``root_dir/state.json`` ({} before the first completed iteration); once there, it has the
+    ``required`` fields.  A state this cannot resume from is a :class:`ConfigError` naming the file."""
     path = os.path.join(root_dir, STATE)
     if not os.path.exists(path):
         return {}
     try:
         with open(path) as f:
-            return json.load(f)
+            state = json.load(f)
     except (OSError, ValueError) as e:
         raise ConfigError(f"{path}: unreadable state ({e}); move it away to start over") from None
+    problem = _state_problem(state, required)
+    if problem:
+        raise ConfigError(f"{path}: unreadable state ({problem}); move it away to start over")
+    return state
+
+
+def _state_problem(state: Any, required: tuple[str, ...]) -> str | None:
+    """What makes ``state`` no state.json a trainer wrote, if anything."""
+    if not isinstance(state, dict):
+        return f"a JSON {type(state).__name__}, not an object"
+    for k in _STATE_COUNTS:
+        v = state.get(k, 0)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            return f"{k} is {_short(v)}, not a count"
+    for k, kind in _STATE_CONTAINERS.items():
+        if k in state and not isinstance(state[k], kind):
+            return f"{k} is {_short(state[k])}, not a JSON {'array' if kind is list else 'object'}"
+    missing = [k for k in required if k not in state] if state else []
+    return f"no {', '.join(missing)}" if missing else None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def read_header(path: str) -> dict:
+    """The channel header a run trains on (``root_dir/header.json``)."""
+    try:
+        with open(path) as f:
+            header = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: unreadable channel header ({e}); move it away to have it written again") from None
+    if not isinstance(header, dict):
+        raise ConfigError(f"{path}: unreadable channel header (not a JSON object); move it away to have it "
+                          f"written again")
+    return header
 
 
 def resolve_warmstart(name_or_path: str | None) -> str | None:

@@ -15,7 +15,6 @@ rewarded against the same module's default-policy size.  The first one fixes
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import sys
@@ -30,9 +29,10 @@ from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.reward import reward
+from mlgo_host.training.checks import check_counts
 from mlgo_host.training.iteration import (STATE, Update, build_vocab, numeric_metrics, open_learner,
-                                          percentile_summary, publish_policy, read_state, resolve_warmstart,
-                                          train_and_save)
+                                          percentile_summary, publish_policy, read_header, read_state,
+                                          resolve_warmstart, train_and_save)
 
 log = logging.getLogger("mlgo_host.train.online")
 
@@ -55,6 +55,7 @@ def train_from_collected(
     progress: bool = True,
 ) -> dict[str, Any]:
     """One PPO update on the new episodes of ``collected_dir``; returns its history row."""
+    check_counts("online.train_from_collected", 0, seed=seed)  # a negative one fails the update's shuffle
     root_dir = os.path.abspath(root_dir)
     collected_dir = os.path.abspath(collected_dir)
     warmstart_policy = resolve_warmstart(warmstart_policy)
@@ -130,11 +131,9 @@ def _check_header(episodes: list, root_dir: str, collected_dir: str) -> dict:
         raise ConfigError(f"the new episodes in {collected_dir} have different channel headers "
                           f"(different compilers or flags in one collection)")
     header_path = os.path.join(root_dir, "header.json")
-    if os.path.exists(header_path):
-        with open(header_path) as f:
-            if json.load(f) != header_json:
-                raise ConfigError(f"the new episodes' channel header differs from the one {root_dir} was "
-                                  f"trained on ({header_path}): a different compiler or flags")
+    if os.path.exists(header_path) and read_header(header_path) != header_json:
+        raise ConfigError(f"the new episodes' channel header differs from the one {root_dir} was "
+                          f"trained on ({header_path}): a different compiler or flags")
     return header_json
 
 

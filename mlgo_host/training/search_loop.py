@@ -31,6 +31,7 @@ from mlgo_host.measure.sizes import compiler_version
 from mlgo_host.policies.saved import METADATA, set_gate
 from mlgo_host.search.passes import Passes, RoundResults
 from mlgo_host.search.tunedir import load_tune_results
+from mlgo_host.training.checks import check_counts, check_positive, claim_root
 from mlgo_host.training.iteration import STATE, publish_policy, read_state
 from mlgo_host.training.workers import Workers
 from mlgo_host.workers.worker import policy_blob_from_dir
@@ -71,19 +72,22 @@ def train_search(
     """Run rounds of search and imitation; returns the state.  ``search_data``:
     a tune directory whose flips and best trajectories are imitated too (as
     round 0); ``round_search_minutes`` None: a round searches until the time is up."""
+    _check_params(time_budget_minutes, max_rounds, compiles_per_round, round_search_minutes, seed)
     workers = workers or Workers()
     t_start = time.monotonic()
     # wall clock: the searches' deadline is checked in the workers (processes, or other machines with Ray)
     run_end = time.time() + 60.0 * time_budget_minutes
     root_dir = os.path.abspath(root_dir)
-    os.makedirs(os.path.join(root_dir, "search"), exist_ok=True)
     corpus = load_corpus(corpus_dir)
     train_mods, val_mods, held_mods = split_three(corpus.modules, heldout_fraction, validation_fraction, seed,
                                                    split_by)
     if not train_mods or not val_mods:
         raise ConfigError(f"corpus {corpus_dir}: {len(train_mods)} training and {len(val_mods)} validation modules "
                           "(need at least one of each; lower the fractions or add modules)")
-    state = read_state(root_dir)
+    os.makedirs(root_dir, exist_ok=True)
+    claim_root(root_dir, "search", corpus_dir)  # before search/: a refused root stays as it was
+    os.makedirs(os.path.join(root_dir, "search"), exist_ok=True)
+    state = read_state(root_dir, required=("round", "history"))
     if state:
         log.info("resuming %s after round %d", root_dir, state["round"])
     else:
@@ -109,6 +113,15 @@ def train_search(
         if state.get("best_policy") and not os.path.isdir(os.path.join(root_dir, "saved_policy")):
             publish_policy(state["best_policy"], os.path.join(root_dir, "saved_policy"))
         return state
+
+
+def _check_params(time_budget_minutes: float, max_rounds: int, compiles_per_round: int,
+                  round_search_minutes: float | None, seed: int) -> None:
+    """What ``train_search`` is given, before any work (0 rounds would publish nothing, and say nothing)."""
+    check_positive("search_loop.train_search", time_budget_minutes=time_budget_minutes,
+                   round_search_minutes=round_search_minutes)
+    check_counts("search_loop.train_search", 1, max_rounds=max_rounds, compiles_per_round=compiles_per_round)
+    check_counts("search_loop.train_search", 0, seed=seed)
 
 
 def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, workers, compiles, thresholds,

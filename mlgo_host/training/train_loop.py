@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import os
 import sys
@@ -26,9 +25,10 @@ from mlgo_host.evaluation.evaluate import evaluate_on_pool
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.reward import MovingAverageBaseline, reward
+from mlgo_host.training.checks import check_counts, claim_root
 from mlgo_host.training.iteration import (STATE, build_vocab, numeric_metrics, open_learner,
-                                          percentile_summary, publish_policy, read_state, resolve_warmstart,
-                                          train_and_save)
+                                          percentile_summary, publish_policy, read_header, read_state,
+                                          resolve_warmstart, train_and_save)
 from mlgo_host.training.workers import Workers
 from mlgo_host.workers.pool import EarlyExit, map_with_progress
 from mlgo_host.workers.worker import CollectTask, policy_blob_from_dir
@@ -69,6 +69,7 @@ def train(
 ) -> dict[str, Any]:
     """Train a policy; returns its history and last held-out evaluation.
     ``report_heldout=False`` leaves the held-out split to ``mlgo-host eval``."""
+    _check_params(num_iterations, modules_per_iteration, eval_every, seed, heldout_modules, trace_modules)
     workers = workers or Workers()
     warmstart_policy = resolve_warmstart(warmstart_policy)  # a bad name fails before any compile
     # absolute: workers (Ray actors too) may run in another directory
@@ -80,8 +81,10 @@ def train(
     if not train_mods:
         raise ConfigError(f"corpus {corpus_dir} has no training modules")
     heldout_mods = heldout_mods[:heldout_modules] if heldout_modules else heldout_mods
-    state = read_state(root_dir)
+    claim_root(root_dir, "ppo", corpus_dir)
+    state = read_state(root_dir, required=("iteration", "moving_average"))
     done = int(state.get("iteration", 0))
+    moving_average = _moving_average(root_dir, state, moving_average_decay)  # a damaged one: before any work
     if state:
         log.info("resuming %s after iteration %d", root_dir, done)
     task_of = functools.partial(Module.to_task, ship_bitcode=ship_bitcode)
@@ -89,8 +92,6 @@ def train(
         learner = _open_run_learner(pool, root_dir, train_mods, task_of, workers=workers, advisor=advisor,
                                     vocab_path=vocab_path, warmstart_policy=warmstart_policy,
                                     trace_modules=trace_modules, seed=seed, done=done, progress=progress)
-        moving_average = (MovingAverageBaseline.from_state(state["moving_average"]) if state
-                 else MovingAverageBaseline(decay=moving_average_decay))
         run_config = {"advisor": advisor, "corpus_dir": os.path.abspath(corpus_dir), "seed": seed,
                       "warmstart_policy": warmstart_policy}
         if warmstart_policy and val_mods and eval_every and not done and state.get("best") is None:
@@ -115,6 +116,25 @@ def train(
             learner.save_policy(os.path.join(root_dir, "saved_policy"), step=max(num_iterations, done))
         loop.summaries.close()
     return {"history": loop.state.get("history", []), "last_eval": loop.state.get("last_eval")}
+
+
+def _check_params(num_iterations: int, modules_per_iteration: int, eval_every: int, seed: int,
+                  heldout_modules: int, trace_modules: int) -> None:
+    """The counts ``train`` is given, before any work (0 iterations would still publish an untrained policy)."""
+    check_counts("train", 1, num_iterations=num_iterations, modules_per_iteration=modules_per_iteration)
+    check_counts("train", 0, eval_every=eval_every, seed=seed, heldout_modules=heldout_modules,
+                 trace_modules=trace_modules)
+
+
+def _moving_average(root_dir: str, state: dict, decay: float) -> MovingAverageBaseline:
+    """The resumed run's moving averages (state.json's), else new ones."""
+    if not state:
+        return MovingAverageBaseline(decay=decay)
+    try:
+        return MovingAverageBaseline.from_state(state["moving_average"])
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ConfigError(f"{os.path.join(root_dir, STATE)}: unreadable state (moving_average: {e!r}); "
+                          f"move it away to start over") from None
 
 
 def _open_run_learner(pool, root_dir: str, train_mods: list[Module], task_of, *, workers: Workers, advisor: str,
@@ -336,8 +356,7 @@ def _ensure_header(pool, root_dir: str, modules, task_of) -> dict:
                 break
         else:
             raise ConfigError("no training module produced a channel header (are they all failing?)")
-    with open(header_path) as f:
-        return json.load(f)
+    return read_header(header_path)
 
 
 def _build_vocab(pool, modules, vocab_dir: str, root_dir: str, task_of, progress: bool) -> None:

@@ -5,8 +5,10 @@ policies that `mlgo-host run` loads, and resuming after a real SIGTERM."""
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -22,6 +24,7 @@ pytestmark = pytest.mark.slow
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PPO_GIN = os.path.join(REPO, "configs", "inlining", "ppo.gin")
+BC_GIN = os.path.join(REPO, "configs", "inlining", "bc.gin")
 # t7 falls in the held-out part of a 0.25 split (seed 0); t0..t5 are trained on.
 SIZES = {"t0": 10, "t1": 25, "t2": 14, "t3": 30, "t4": 18, "t5": 22, "t7": 16}
 BINDINGS = ["num_iterations=2", "modules_per_iteration=4", "eval_every=1", "heldout_fraction=0.25",
@@ -32,9 +35,28 @@ TAGS = ([f"reward_distribution/p{p}" for p in range(10, 100, 10)]
            "perf/collect_s", "perf/train_s", "failures/modules"])
 
 
-def _cmd(root, corpus) -> list[str]:
+def _cmd(root, corpus, gin_file=PPO_GIN) -> list[str]:
     return [sys.executable, "-m", "mlgo_host", "train", "--root_dir", str(root), "--corpus", str(corpus),
-            "--gin_files", PPO_GIN, "--gin_bindings", *BINDINGS, "--no_progress"]
+            "--gin_files", gin_file, "--gin_bindings", *BINDINGS, "--no_progress"]
+
+
+def _files(root) -> dict[str, str]:
+    """Every file under ``root`` and a hash of its bytes."""
+    out = {}
+    for r, _, files in os.walk(root):
+        for n in files:
+            with open(os.path.join(r, n), "rb") as f:
+                out[os.path.relpath(os.path.join(r, n), root)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def _refused(cmd, tmp) -> str:
+    """The one line a refused run says (exit status 2, no traceback)."""
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=run_env(tmp))
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("mlgo-host train: error: "), p.stderr[-3000:]
+    return last
 
 
 def _leftovers(tmp) -> list[str]:
@@ -158,3 +180,35 @@ def test_a_killed_run_resumes_where_it_stopped(trained, corpus, tmp_path):
     # module sizes as the uninterrupted run
     assert final["moving_average"] == ref["moving_average"]
     assert final["history"][1]["decisions"] == ref["history"][1]["decisions"]
+
+
+def test_a_root_refuses_another_algorithm_or_corpus(trained, corpus, tmp_path):
+    """Resuming the PPO root with bc.gin would replace its saved_policy with a BC one; with another corpus it
+    would go on training on other modules.  Both are refused, and the root stays as it was."""
+    root = tmp_path / "root"
+    shutil.copytree(trained[0], root)
+    assert json.loads((root / "run.json").read_text()) == {"algorithm": "ppo", "corpus": str(corpus)}
+    other = tmp_path / "other-corpus"
+    shutil.copytree(corpus, other)
+    before = _files(root)
+    err = _refused(_cmd(root, corpus, BC_GIN), tmp_path / "tmp")
+    assert f"--root_dir {root} holds a run started with run.algorithm 'ppo', not 'bc'" in err, err
+    err = _refused(_cmd(root, other), tmp_path / "tmp")
+    assert f"started with --corpus {corpus}, not {other}" in err, err
+    assert _files(root) == before
+
+
+@pytest.mark.parametrize("damage", ["garbage index", "truncated data"])
+def test_a_damaged_checkpoint_is_named_and_kept(trained, tmp_path, corpus, damage):
+    root = tmp_path / "root"
+    shutil.copytree(trained[0], root)
+    if damage == "garbage index":
+        (root / "checkpoints" / "ckpt-2.index").write_bytes(b"not a checkpoint index")
+    else:
+        (data,) = glob.glob(str(root / "checkpoints" / "ckpt-2.data-*"))
+        with open(data, "r+b") as f:
+            f.truncate(os.path.getsize(data) // 2)
+    before = _files(root)
+    err = _refused(_cmd(root, corpus), tmp_path / "tmp")
+    assert f"checkpoint {root / 'checkpoints' / 'ckpt-2'} (iteration 2) cannot be restored: " in err, err
+    assert _files(root) == before

@@ -1,0 +1,70 @@
+"""What a trainer checks before any work: its gin parameters' ranges (a count of 0 would run nothing and
+still publish a policy, a negative seed fails every module), and that its root directory is its own run's
+(``run.json``: resuming a root with another algorithm or corpus would replace what it holds)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from mlgo_host.errors import ConfigError
+from mlgo_host.fsutil import atomic_write_json
+
+RUN_RECORD = "run.json"
+
+
+def check_counts(configurable: str, minimum: int, **values) -> None:
+    """Each of ``values`` (``configurable``'s parameters) a whole number of at least ``minimum``;
+    a parameter bound to None is left to the trainer's own meaning of None."""
+    for name, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ConfigError(f"{configurable}.{name} = {value!r}: must be a whole number >= {minimum}")
+
+
+def check_positive(configurable: str, **values) -> None:
+    """Each of ``values`` a number above 0 (None left to the trainer)."""
+    for name, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:  # NaN too
+            raise ConfigError(f"{configurable}.{name} = {value!r}: must be a number > 0")
+
+
+def claim_root(root_dir: str, algorithm: str, corpus_dir: str) -> None:
+    """Refuse ``root_dir`` when its ``run.json`` says it was started with another algorithm or corpus;
+    record them when it holds nothing yet.  Other settings may change on a resume (more iterations, other
+    workers).  A root from before the record has none and resumes unchecked (a guess could be wrong)."""
+    path = os.path.join(root_dir, RUN_RECORD)
+    this = {"algorithm": algorithm, "corpus": os.path.abspath(corpus_dir)}
+    if not set(os.listdir(root_dir)) - {RUN_RECORD}:  # new, or stopped before any output: nothing to keep
+        atomic_write_json(path, this)
+        return
+    if not os.path.exists(path):
+        return
+    was = _read_record(path)
+    differs = []
+    if was.get("algorithm") != algorithm:
+        differs.append(f"run.algorithm {was.get('algorithm')!r}, not {algorithm!r}")
+    if not _same_path(was.get("corpus"), this["corpus"]):
+        differs.append(f"--corpus {was.get('corpus')}, not {this['corpus']}")
+    if differs:
+        raise ConfigError(f"--root_dir {root_dir} holds a run started with {' and '.join(differs)} ({path}); "
+                          f"resume it with its own configuration, or give another --root_dir")
+
+
+def _read_record(path: str) -> dict:
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: unreadable run record ({e})") from None
+    if not isinstance(record, dict):
+        raise ConfigError(f"{path}: unreadable run record (not a JSON object)")
+    return record
+
+
+def _same_path(a, b: str) -> bool:
+    """The same directory, however spelt (a symlink, a trailing slash)."""
+    return isinstance(a, str) and os.path.realpath(a) == os.path.realpath(b)
