@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import logging
 import os
 import pickle
@@ -65,7 +66,48 @@ def read_manifest(path: str) -> dict:
     doc = read_format_json(mf, FORMAT, "tune directory", hint="make one with mlgo-host tune")
     if not isinstance(doc.get("modules"), dict):
         raise ConfigError(f"{mf}: a tune directory's manifest without its 'modules' object")
+    for key in ("root", "base", "policy_source"):
+        _check_field(mf, key, doc.get(key), str)
+    for name, entry in doc["modules"].items():
+        check_module_entry(mf, name, entry)
     return doc
+
+
+def check_module_entry(mf: str, name: str, m: Any) -> None:
+    """ConfigError naming manifest ``mf`` and the field when module ``name``'s entry holds a field of the
+    wrong type (hand-edited or corrupt): every reader (a build's wrapper too) trusts them once read here."""
+    where = f"modules.{name}"
+    if not isinstance(m, dict):
+        raise ConfigError(f"{mf}: {where} must be an object, got {_shown(m)}")
+    for key in ("replay", "inline_replay", "source_sha256", "status"):
+        _check_field(mf, f"{where}.{key}", m.get(key), str)
+    for key in ("default_size", "best_size", "policy_size", "compiles"):
+        _check_field(mf, f"{where}.{key}", m.get(key), int)
+    _check_field(mf, f"{where}.base_flags", m.get("base_flags"), list, str)
+    ident = m.get("identity")
+    if not ident:  # (none recorded: every reader takes a falsy one so)
+        return
+    if not isinstance(ident, dict):
+        raise ConfigError(f"{mf}: {where}.identity must be an object or null, got {_shown(ident)}")
+    for key, kind, item in (("source", str, None), ("output", str, None), ("flags", list, str)):
+        _check_field(mf, f"{where}.identity.{key}", ident.get(key), kind, item, null=False)
+
+
+def _check_field(mf: str, field: str, v: Any, kind: type, item: type | None = None, null: bool = True) -> None:
+    """ConfigError naming ``field`` unless ``v`` is a ``kind`` (of ``item``s), or None when ``null``."""
+    if v is None and null:
+        return
+    # (a JSON true is a Python int: no size or count)
+    ok = isinstance(v, kind) and not isinstance(v, bool) and (item is None or all(isinstance(x, item) for x in v))
+    if not ok:
+        want = {str: "a string", int: "an integer", list: "a list"}[kind] + (" of strings" if item is str else "")
+        raise ConfigError(f"{mf}: {field} must be {want}{' or null' if null else ''}, got {_shown(v)}")
+
+
+def _shown(v: Any) -> str:
+    """A field's value as its JSON, cut short (the error stays one line)."""
+    text = json.dumps(v)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class TunedDir:

@@ -240,3 +240,60 @@ def test_a_deadline_is_shared_by_every_module_and_the_summary_says_where_the_tim
     assert sum(v["compiles"] for v in s["time_spent"].values()) == s["run_compiles"]
     (line,) = [ln for ln in r.stdout.splitlines() if ln.startswith("time: ")]
     assert "probe " in line and f"{len(searched)} of 3 modules searched past their start" in line
+
+
+def _copy_T(t, tmp_path):
+    """A copy of T and a checkout of the project with its obj/ (each test damages its own)."""
+    root = t.parent
+    mine, proj = tmp_path / "T", tmp_path / "checkout"
+    shutil.copytree(t, mine)
+    shutil.copytree(root / "project", proj)
+    shutil.rmtree(proj / "obj", ignore_errors=True)
+    (proj / "obj").mkdir()
+    return mine, proj
+
+
+def _mlgo_clang_k(proj, t, fallback: str = "plain") -> subprocess.CompletedProcess:
+    cmd = [os.path.join(BIN, "mlgo-clang"), "-Oz", "-Isrc", "-c", "src/k.c", "-o", "obj/k.o"]
+    return subprocess.run(cmd, cwd=proj, env=dict(env_without_mlgo(), MLGO_REPLAY=str(t), MLGO_FALLBACK=fallback),
+                          capture_output=True, text=True, timeout=120)
+
+
+def _is_plain_k(proj) -> bool:
+    subprocess.run(["clang-19", "-Oz", "-Isrc", "-c", "src/k.c", "-o", "obj/plain.o"], cwd=proj, check=True)
+    return (proj / "obj" / "k.o").read_bytes() == (proj / "obj" / "plain.o").read_bytes()
+
+
+@pytest.mark.parametrize("field,value,says", [
+    ("modules.k", 5, "modules.k must be an object, got 5"),
+    ("modules.k.identity.source", 5, "modules.k.identity.source must be a string, got 5"),
+    ("modules.k.inline_replay", 5, "modules.k.inline_replay must be a string or null, got 5"),
+    ("root", 5, "root must be a string or null, got 5"),
+    ("modules.k.base_flags", "-mllvm", 'modules.k.base_flags must be a list of strings or null, got "-mllvm"'),
+    ("modules.k.base_flags", [5], "modules.k.base_flags must be a list of strings or null, got [5]"),
+    ("modules.k.identity.flags", "-Oz", 'modules.k.identity.flags must be a list of strings, got "-Oz"'),
+])
+def test_a_manifest_field_of_the_wrong_type_is_one_line_and_the_wrapper_compiles_plainly(tuned, tmp_path, field,
+                                                                                         value, says):
+    root, corpus, t0, _ = tuned
+    t, proj = _copy_T(t0, tmp_path)
+    doc = read_manifest(t)
+    *path, last = field.split(".")
+    d = doc
+    for k in path:
+        d = d[k]
+    d[last] = value
+    (t / "tune.json").write_text(json.dumps(doc))
+    why = f"{t / 'tune.json'}: {says}"
+    r = _mlgo_clang_k(proj, t)  # the wrapper never crashes: its warning, the compiler's own object
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == f"mlgo-clang: warning: MLGO_REPLAY: {why}; compiling without the tuned flags\n", r.stderr
+    assert _is_plain_k(proj)
+    for cmd in (("tune", "--print-flags", str(t), "src/k.c"),
+                ("run", "--replay", str(t), "--", "clang-19", "-Oz", "-Isrc", "-c", "src/k.c", "-o", "obj/k.o"),
+                ("eval", "--corpus", str(corpus), "--replay", str(t), "--jobs", "1", "--no-progress",
+                 "--baseline-cache", str(tmp_path / "b")),
+                ("serve", "--channels", str(tmp_path / "ch"), "--replay", str(t)),
+                ("tune", "--corpus", str(corpus), "--output", str(t), "--jobs", "1", "--no-progress")):
+        r = mlgo_host(*cmd, cwd=proj, timeout=120)
+        assert r.returncode == 2 and r.stderr == f"mlgo-host {cmd[0]}: error: {why}\n", (cmd, r.stderr)
