@@ -49,8 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", metavar="T", help="tune directory to create or continue")
     p.add_argument("--print-flags", nargs=2, metavar=("T", "FILE"), default=None,
                    help="print the compiler flags that apply T's tuned decisions to source FILE (for build systems "
-                        "that add flags per file) and exit 0; nothing for a file T did not improve or never saw "
-                        "(a note on stderr); a T that is no tune directory is an error (exit 2)")
+                        "that add flags per file) and exit 0; nothing for a file T did not improve or never saw, or "
+                        "whose replay file is missing or damaged (a note on stderr); a T that is no tune directory "
+                        "is an error (exit 2)")
     p.add_argument("--prior", default="pretrained-oz", metavar="{pretrained-oz,patterns,DIR}",
                    help="what orders each module's flips: pretrained-oz (default), the shipped policy's "
                         "probability of the other action (for C, its C part's where that part may refuse an inlining); "
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     from mlgo_host.search.tune import progress_default, summary_line, tune
 
     if args.print_flags:
-        from mlgo_host.search.tunedir import TunedDir, shell_flags
+        from mlgo_host.search.tunedir import TunedDir, UnusableReplay, shell_flags
 
         t, source = args.print_flags
         tuned = TunedDir(t)
@@ -113,10 +114,14 @@ def run(args: argparse.Namespace) -> int:
                   f"{len(tuned)} modules): nothing to add, the compiler decides", file=sys.stderr)
             return 0
         changed = tuned.changed(name, source)
+        try:
+            flags = tuned.flags_for(name, changed)
+        except UnusableReplay as e:  # a flag naming it would fail the compile: as for a file T never saw
+            print(f"mlgo-host tune: note: {source}: {e}: nothing to add, the compiler decides", file=sys.stderr)
+            return 0
         if changed:
             print(f"mlgo-host tune: note: {source} changed since it was tuned: its flags keep the tuned sites that "
                   "still match and let the compiler decide the rest", file=sys.stderr)
-        flags = tuned.flags_for(name, changed)
         if flags:
             print(shell_flags(flags))
         return 0

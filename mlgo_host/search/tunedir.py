@@ -56,6 +56,34 @@ def inline_replay_flags(path: str, changed: bool = False) -> list[str]:
     return [*LOCATION_TRACKING, *replay_flags(path, "Original" if changed else "NeverInline")]
 
 
+class UnusableReplay(ConfigError):
+    """A tuned module's compiler replay file cannot be applied: missing, unreadable or not replay lines
+    (clang would fail the compile on it)."""
+
+
+def check_inline_replay(path: str, name: str, tdir: str) -> None:
+    """UnusableReplay unless ``path`` is a replay file clang can apply (what its parser takes: every
+    line names a call site), for module ``name`` of tune directory ``tdir``."""
+    what = f"tuned module {name}: its replay file {path}"
+    again = f"(mlgo-host tune --output {tdir} writes it again)"
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+    except FileNotFoundError:
+        raise UnusableReplay(f"{what} is missing {again}") from None
+    except UnicodeDecodeError:
+        raise UnusableReplay(f"{what} is not UTF-8 text {again}") from None
+    except OSError as e:
+        raise UnusableReplay(f"{what} is unreadable ({e.strerror}) {again}") from None
+    for k, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue  # (clang skips blank lines)
+        try:
+            site_of_line(line)
+        except ValueError:
+            raise UnusableReplay(f"{what} is no replay file (line {k}: {line[:60]!r}) {again}") from None
+
+
 def shell_flags(flags: list[str]) -> str:
     return " ".join(shlex.quote(f) for f in flags)
 
@@ -132,13 +160,18 @@ class TunedDir:
         return self.index.match(ident)
 
     def flags_for(self, name: str | None, changed: bool = False) -> list[str]:
-        """Module ``name``'s base flags (an inline threshold) and replay flags, each if any."""
+        """Module ``name``'s base flags (an inline threshold) and replay flags, each if any;
+        UnusableReplay when its replay file is gone or damaged (the compile would fail on it)."""
         if not name or name not in self.modules:
             return []
         # the search was compiled with these: the replay's sizes are theirs
-        base = [str(f) for f in self.modules[name].get("base_flags") or ()]
+        base = list(self.modules[name].get("base_flags") or ())
         rel = self.modules[name].get("inline_replay")
-        return [*base, *inline_replay_flags(os.path.join(self.path, rel), changed)] if rel else base
+        if not rel:
+            return base
+        path = os.path.join(self.path, rel)
+        check_inline_replay(path, name, self.path)
+        return [*base, *inline_replay_flags(path, changed)]
 
     def module_of_source(self, source: str) -> str | None:
         """The tuned module compiled from ``source`` (a path, maybe relative to the tune's root)."""
@@ -243,7 +276,16 @@ class TuneStore:
             if m.name in results and results[m.name].get("module_key") != m.key:
                 log.warning("tune: %s changed since it was tuned: searching it again", m.name)
                 del results[m.name]
-        return cls(path, manifest, results, rel)
+        store = cls(path, manifest, results, rel)
+        store.restore_replays()
+        return store
+
+    def restore_replays(self) -> None:
+        """Write again each result's compiler replay file that is missing or damaged (a build would
+        fall back to -Oz for its module): the result in data/ says what it holds."""
+        for r in self.results.values():
+            if r["status"] == "ok":
+                self._write_inline_replay(r, only_changed=True)
 
     def policy_blob(self) -> dict:
         base = self.manifest["base"]
@@ -267,14 +309,21 @@ class TuneStore:
         self.manifest["modules"][name] = self._entry(res)
         atomic_write_json(os.path.join(self.path, MANIFEST), self.manifest)
 
-    def _write_inline_replay(self, r: dict) -> None:
-        """The compiler's replay file of the module's best set (none when it is -Oz's object)."""
+    def _write_inline_replay(self, r: dict, only_changed: bool = False) -> None:
+        """The compiler's replay file of the module's best set (none when it is -Oz's object);
+        ``only_changed``: left as it is when it already holds that."""
         path = os.path.join(self.path, REPLAYS, module_file(r["name"], INLINE_REPLAY_EXT))
         if r.get("inline") is None:
             if os.path.exists(path):
                 os.unlink(path)
             return
-        atomic_write_bytes(path, replay_text([site_of_line(ln) for ln in r["inline"]], r["scope"]).encode())
+        data = replay_text([site_of_line(ln) for ln in r["inline"]], r["scope"]).encode()
+        if only_changed and _holds(path, data):
+            return
+        try:
+            atomic_write_bytes(path, data)
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot write the replay file ({e.strerror})") from None
 
     def _entry(self, r: dict) -> dict:
         has = r["status"] == "ok" and r.get("inline") is not None
@@ -331,6 +380,14 @@ def _source_digest(identity: dict | None, root: str | None) -> str | None:
         return sha256_of(os.path.join(root or "", identity["source"]))
     except OSError:
         return None
+
+
+def _holds(path: str, data: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read() == data
+    except OSError:
+        return False
 
 
 def _policy_key(policy: str) -> str:

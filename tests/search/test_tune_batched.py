@@ -264,6 +264,58 @@ def _is_plain_k(proj) -> bool:
     return (proj / "obj" / "k.o").read_bytes() == (proj / "obj" / "plain.o").read_bytes()
 
 
+def _unreadable(p):  # (root reads any mode: a directory in its place is what no one can read as a file)
+    p.unlink()
+    p.mkdir()
+
+
+REPLAY_DAMAGE = {"missing": (lambda p: p.unlink(), "is missing"),
+                 "unreadable": (_unreadable, "is unreadable (Is a directory)"),
+                 "garbage": (lambda p: p.write_text("hello world\n"), "is no replay file (line 1: 'hello world')")}
+
+
+@pytest.mark.parametrize("damage", sorted(REPLAY_DAMAGE))
+def test_a_missing_or_damaged_replay_file_fails_no_build_and_tune_writes_it_again(tuned, tmp_path, damage):
+    # clang fails a compile whose replay file it cannot read or parse: the wrapper must not hand it one
+    root, corpus, t0, man = tuned
+    assert man["modules"]["k"]["inline_replay"], man["modules"]["k"]
+    t, proj = _copy_T(t0, tmp_path)
+    replay = t / "replays" / "k.inline.txt"
+    spoil, words = REPLAY_DAMAGE[damage]
+    spoil(replay)
+    why = f"tuned module k: its replay file {replay} {words} (mlgo-host tune --output {t} writes it again)"
+    r = _mlgo_clang_k(proj, t)  # one warning, the compiler's own object
+    assert r.returncode == 0 and r.stderr == f"mlgo-clang: warning: MLGO_REPLAY: {why}; compiling without the " \
+                                             "tuned flags\n", r.stderr
+    assert _is_plain_k(proj)
+    (proj / "obj" / "k.o").unlink()
+    r = _mlgo_clang_k(proj, t, "fail")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and why in r.stderr and not (proj / "obj" / "k.o").exists()
+    # --print-flags: as for a file T never saw, no flag naming a file that is not there
+    r = mlgo_host("tune", "--print-flags", str(t), "src/k.c", cwd=proj)
+    assert r.returncode == 0 and r.stdout == "" and r.stderr.count("\n") == 1, r.stdout + r.stderr
+    assert r.stderr.startswith(f"mlgo-host tune: note: src/k.c: {why}: nothing to add"), r.stderr
+    # run and eval: the one-line error of a tune directory they cannot apply
+    r = mlgo_host("run", "--replay", str(t), "--", "clang-19", "-Oz", "-Isrc", "-c", "src/k.c", "-o", "obj/k.o",
+                  cwd=proj)
+    assert r.returncode == 2 and r.stderr == f"mlgo-host run: error: {why}\n", r.stderr
+    r = mlgo_host("eval", "--corpus", str(corpus), "--replay", str(t), "--jobs", "1", "--no-progress",
+                  "--baseline-cache", str(tmp_path / "b"))
+    assert r.returncode == 2 and r.stderr == f"mlgo-host eval: error: {why}\n", r.stderr
+    # tune again on T: the result in data/ writes the file again (no broken entry kept)
+    r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--compiles-per-module", "12", "--jobs", "2",
+                  "--no-progress")
+    if damage == "unreadable":  # (a directory of the user's is not removed: said in one line)
+        assert r.returncode == 2 and r.stderr == f"mlgo-host tune: error: {replay}: cannot write the replay file " \
+                                                 "(Is a directory)\n", r.stderr
+        return
+    assert r.returncode == 0, r.stderr
+    assert replay.read_bytes() == (t0 / "replays" / "k.inline.txt").read_bytes()
+    r = _mlgo_clang_k(proj, t, "fail")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert text_size(proj / "obj" / "k.o") == man["modules"]["k"]["best_size"]
+
+
 @pytest.mark.parametrize("field,value,says", [
     ("modules.k", 5, "modules.k must be an object, got 5"),
     ("modules.k.identity.source", 5, "modules.k.identity.source must be a string, got 5"),
