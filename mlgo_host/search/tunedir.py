@@ -418,6 +418,10 @@ def _load_results(data_dir: str) -> dict[str, dict]:
                 r = pickle.load(f)
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError) as e:
             raise ConfigError(f"{p}: unreadable tune data ({e}); remove it to search that module again") from None
+        if not (isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("status"), str)):
+            # a valid pickle of something else (a file put there by hand)
+            raise ConfigError(f"{p}: unreadable tune data (a {type(r).__name__}, not a module's search result); "
+                              "remove it to search that module again")
         out[r["name"]] = r
     return out
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -195,3 +196,17 @@ def test_search_gin_imitates_what_tune_found(tmp_path):
     kept = set(data["best"]) | {x["name"] for x in data["flip_only"]}
     assert tuned - {"t3", "t7", "t8"} <= kept
     assert not {"t3", "t7", "t8"} & kept
+
+
+@needs_clang
+@pytest.mark.parametrize("thing", [[1, 2], {"no": "name"}])
+def test_tune_data_of_another_object_is_one_line(corpus, tmp_path, thing):
+    t = tmp_path / "T"
+    assert _tune(corpus, t, "--compiles-per-module", "2", "--modules", "t") == 0
+    p = t / "data" / "t.pkl"
+    p.write_bytes(pickle.dumps(thing))  # a valid pickle, not a search result
+    r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--jobs", "1", "--no-progress", timeout=120)
+    kind = type(thing).__name__
+    assert r.returncode == 2 and r.stderr == (f"mlgo-host tune: error: {p}: unreadable tune data (a {kind}, not a "
+                                              "module's search result); remove it to search that module again\n"), \
+        r.stderr
