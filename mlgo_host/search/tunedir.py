@@ -256,6 +256,11 @@ class TuneStore:
         path = os.path.abspath(path)
         if os.path.exists(path) and not os.path.isdir(path):
             raise ConfigError(f"--output {path} exists and is not a directory")
+        for sub in (REPLAYS, DATA):  # (each result is written there)
+            p = os.path.join(path, sub)
+            if os.path.lexists(p) and not os.path.isdir(p):
+                raise ConfigError(f"{p} is not a directory: a tune directory keeps its {sub} there "
+                                  "(move it away to continue T)")
         mf = os.path.join(path, MANIFEST)
         if os.path.exists(mf):
             manifest = read_manifest(path)

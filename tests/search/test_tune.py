@@ -10,6 +10,7 @@ import csv
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -210,3 +211,17 @@ def test_tune_data_of_another_object_is_one_line(corpus, tmp_path, thing):
     assert r.returncode == 2 and r.stderr == (f"mlgo-host tune: error: {p}: unreadable tune data (a {kind}, not a "
                                               "module's search result); remove it to search that module again\n"), \
         r.stderr
+
+
+@needs_clang
+@pytest.mark.parametrize("sub", ["replays", "data"])
+def test_a_T_whose_replays_or_data_is_a_file_is_one_line(corpus, tmp_path, sub):
+    t = tmp_path / "T"
+    assert _tune(corpus, t, "--compiles-per-module", "2", "--modules", "t") == 0
+    shutil.rmtree(t / sub, ignore_errors=True)
+    (t / sub).write_text("")
+    # k has a winning flip: its replay file and result are written, or would be
+    r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--compiles-per-module", "6", "--modules", "k",
+                  "--jobs", "1", "--no-progress", timeout=120)
+    assert r.returncode == 2 and r.stderr == (f"mlgo-host tune: error: {t / sub} is not a directory: a tune directory "
+                                              f"keeps its {sub} there (move it away to continue T)\n"), r.stderr
