@@ -146,6 +146,11 @@ def test_a_saved_policy_orders_the_flips_as_its_shipped_twin(corpus, tmp_path):
     (["--compiles-per-module", "5", "--budget-minutes", "1"], "not allowed with"),
     (["--compiles-per-module", "1"], "at least 2"),
     (["--budget-minutes", "0"], "must be positive"),
+    # (nan passes "<= 0" and inf overflows later: neither is a time)
+    (["--budget-minutes", "nan"], "--budget-minutes must be positive and finite, got nan"),
+    (["--budget-minutes", "inf"], "--budget-minutes must be positive and finite, got inf"),
+    (["--timeout", "nan"], "--timeout must be positive and finite, got nan"),
+    (["--timeout", "inf"], "--timeout must be positive and finite, got inf"),
 ])
 def test_bad_budgets_are_one_line_errors(tmp_path, args, msg):
     r = mlgo_host("tune", "--corpus", str(tmp_path), "--output", str(tmp_path / "T"), *args, timeout=60)
@@ -225,3 +230,13 @@ def test_a_T_whose_replays_or_data_is_a_file_is_one_line(corpus, tmp_path, sub):
                   "--jobs", "1", "--no-progress", timeout=120)
     assert r.returncode == 2 and r.stderr == (f"mlgo-host tune: error: {t / sub} is not a directory: a tune directory "
                                               f"keeps its {sub} there (move it away to continue T)\n"), r.stderr
+
+
+@needs_clang
+def test_a_missing_llvm_size_is_one_line_before_any_search(corpus, tmp_path):
+    t = tmp_path / "T"
+    r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--llvm-size", "/no/such", "--no-progress",
+                  timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("mlgo-host tune: error: llvm-size not found (tried /no/such)"), r.stderr
+    assert not t.exists()  # no module recorded as failed
