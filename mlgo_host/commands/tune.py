@@ -17,6 +17,9 @@ MLGO_REPLAY=T with mlgo-clang, or --print-flags T FILE), the flips measured
 (data/, training data for search.gin: --gin_bindings "search_data='T'"),
 tune.json, report.csv, report.png and summary.json.
 
+Exit status 0, or 1 when no module could be tuned (every one failed: each
+says why on stderr).  A module that failed is searched again by the next run.
+
 Budget: --compiles-per-module K (counting what T holds: rerunning a killed
 tune with the same K finishes it, a bigger K improves on it) or
 --budget-minutes N (this run's wall time: most of it shared evenly among the
@@ -139,4 +142,4 @@ def run(args: argparse.Namespace) -> int:
     if s["identified"] < s["tuned"]:
         print(f"note: {s['tuned'] - s['identified']} tuned modules have no recorded source (corpus built before "
               "module_sources.json): builds cannot be matched to them (rebuild the corpus with mlgo-host corpus build)")
-    return 0
+    return 1 if s["failed"] and not s["tuned"] else 0

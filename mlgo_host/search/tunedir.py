@@ -281,6 +281,10 @@ class TuneStore:
             if m.name in results and results[m.name].get("module_key") != m.key:
                 log.warning("tune: %s changed since it was tuned: searching it again", m.name)
                 del results[m.name]
+            elif m.name in results and results[m.name]["status"] == "failed":
+                # a failure is no result: its cause may be gone (a missing tool, a timeout too short)
+                log.warning("tune: %s failed last time: searching it again", m.name)
+                del results[m.name]
         store = cls(path, manifest, results, rel)
         store.restore_replays()
         return store

@@ -240,3 +240,18 @@ def test_a_missing_llvm_size_is_one_line_before_any_search(corpus, tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert r.stderr.startswith("mlgo-host tune: error: llvm-size not found (tried /no/such)"), r.stderr
     assert not t.exists()  # no module recorded as failed
+
+
+@needs_clang
+def test_a_run_whose_every_module_failed_exits_1_and_the_next_run_searches_them_again(corpus, tmp_path):
+    t = tmp_path / "T"
+    args = ("tune", "--corpus", str(corpus), "--output", str(t), "--compiles-per-module", "2", "--modules", "t", "k",
+            "--jobs", "2", "--no-progress")
+    r = mlgo_host(*args, "--timeout", "0.001", timeout=120)  # no compile starts that fast
+    assert r.returncode == 1 and "2 failed" in r.stdout, r.stdout + r.stderr
+    assert {m["status"] for m in read_manifest(t)["modules"].values()} == {"failed"}
+    # a failure is not a result: with a timeout that allows a compile, both are searched
+    r = mlgo_host(*args, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "t failed last time: searching it again" in r.stderr and "k failed last time" in r.stderr
+    assert {m["status"] for m in read_manifest(t)["modules"].values()} == {"ok"}
