@@ -17,6 +17,9 @@ MLGO_REPLAY=T with mlgo-clang, or --print-flags T FILE), the flips measured
 (data/, training data for search.gin: --gin_bindings "search_data='T'"),
 tune.json, report.csv, report.png and summary.json.
 
+Exit status 0, or 1 when no module could be tuned (every one failed: each
+says why on stderr).  A module that failed is searched again by the next run.
+
 Budget: --compiles-per-module K (counting what T holds: rerunning a killed
 tune with the same K finishes it, a bigger K improves on it) or
 --budget-minutes N (this run's wall time: most of it shared evenly among the
@@ -49,8 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", metavar="T", help="tune directory to create or continue")
     p.add_argument("--print-flags", nargs=2, metavar=("T", "FILE"), default=None,
                    help="print the compiler flags that apply T's tuned decisions to source FILE (for build systems "
-                        "that add flags per file) and exit 0; nothing for a file T did not improve or never saw "
-                        "(a note on stderr); a T that is no tune directory is an error (exit 2)")
+                        "that add flags per file) and exit 0; nothing for a file T did not improve or never saw, or "
+                        "whose replay file is missing or damaged (a note on stderr); a T that is no tune directory "
+                        "is an error (exit 2)")
     p.add_argument("--prior", default="pretrained-oz", metavar="{pretrained-oz,patterns,DIR}",
                    help="what orders each module's flips: pretrained-oz (default), the shipped policy's "
                         "probability of the other action (for C, its C part's where that part may refuse an inlining); "
@@ -101,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     from mlgo_host.search.tune import progress_default, summary_line, tune
 
     if args.print_flags:
-        from mlgo_host.search.tunedir import TunedDir, shell_flags
+        from mlgo_host.search.tunedir import TunedDir, UnusableReplay, shell_flags
 
         t, source = args.print_flags
         tuned = TunedDir(t)
@@ -113,17 +117,19 @@ def run(args: argparse.Namespace) -> int:
                   f"{len(tuned)} modules): nothing to add, the compiler decides", file=sys.stderr)
             return 0
         changed = tuned.changed(name, source)
+        try:
+            flags = tuned.flags_for(name, changed)
+        except UnusableReplay as e:  # a flag naming it would fail the compile: as for a file T never saw
+            print(f"mlgo-host tune: note: {source}: {e}: nothing to add, the compiler decides", file=sys.stderr)
+            return 0
         if changed:
             print(f"mlgo-host tune: note: {source} changed since it was tuned: its flags keep the tuned sites that "
                   "still match and let the compiler decide the rest", file=sys.stderr)
-        flags = tuned.flags_for(name, changed)
         if flags:
             print(shell_flags(flags))
         return 0
     if not args.corpus or not args.output:
         raise ConfigError("give --corpus DIR and --output T (or --print-flags T FILE)")
-    if args.timeout <= 0:
-        raise ConfigError(f"--timeout must be positive, got {args.timeout:g}")
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # unwinds like Ctrl-C: T keeps the modules finished
     s = tune(args.corpus, args.output, policy=args.policy, budget_minutes=args.budget_minutes,
              compiles_per_module=args.compiles_per_module, jobs=args.jobs, backend=args.backend,
@@ -136,4 +142,4 @@ def run(args: argparse.Namespace) -> int:
     if s["identified"] < s["tuned"]:
         print(f"note: {s['tuned'] - s['identified']} tuned modules have no recorded source (corpus built before "
               "module_sources.json): builds cannot be matched to them (rebuild the corpus with mlgo-host corpus build)")
-    return 0
+    return 1 if s["failed"] and not s["tuned"] else 0

@@ -307,8 +307,10 @@ def evaluate(
     worker = {"policy": policy, "seed": seed, "advisor": advisor, "clang": clang, "llvm_size": llvm_size,
               "timeout": timeout, "cache_dir": None if cache_dir is None else str(cache_dir),
               "replay_dir": None if replay_dir is None else os.path.abspath(replay_dir)}
-    if replay_dir is not None:
-        TunedDir(os.path.abspath(replay_dir))  # fail fast on a bad directory, in this process
+    if replay_dir is not None:  # fail fast on a bad directory or replay file, in this process
+        tuned = TunedDir(os.path.abspath(replay_dir))
+        for m in selected:
+            tuned.flags_for(m.name)
     # big modules first, so that a slow one does not finish last alone
     order = sorted(selected, key=lambda m: -m.size)
     with make_pool(worker_backend, min(jobs, len(order)), "mlgo_host.evaluation.evaluate:EvalWorker", worker,

@@ -7,6 +7,7 @@ the searches in flight and a second run goes on from each module's best.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import time
@@ -15,6 +16,7 @@ from typing import Any, Sequence
 from mlgo_host.channel.default_slot import default_slot
 from mlgo_host.corpus.corpus import Module, load_corpus
 from mlgo_host.errors import ConfigError, CorpusError
+from mlgo_host.measure.sizes import find_llvm_size
 from mlgo_host.policies import check_meanings, load_policy
 from mlgo_host.search.passes import Passes
 from mlgo_host.search.starts import START_THRESHOLDS, Starts
@@ -42,7 +44,10 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
     budget = _budget(budget_minutes, compiles_per_module)
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    _check_positive("--timeout", module_timeout)
     mods = _select(load_corpus(corpus_dir), modules, corpus_dir)
+    # the tools every search needs, found before any: a missing one would fail each module as it came
+    find_llvm_size(llvm_size, clang)
     _check_meanings(policy, (prior, start_policy), clang, module_timeout)
     store = TuneStore.open(output, corpus_dir, policy, clang, mods)
     deadline = time.time() + 60.0 * budget_minutes if budget_minutes is not None else None
@@ -70,13 +75,19 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
 def _budget(minutes: float | None, per_module: float | None) -> dict:
     if minutes is not None and per_module is not None:
         raise ConfigError("give --budget-minutes or --compiles-per-module, not both")
-    if minutes is not None and minutes <= 0:
-        raise ConfigError(f"--budget-minutes must be positive, got {minutes:g}")
-    if per_module is not None and per_module < 2:
+    if minutes is not None:
+        _check_positive("--budget-minutes", minutes)
+    if per_module is not None and not (math.isfinite(per_module) and per_module >= 2):
         raise ConfigError(f"--compiles-per-module must be at least 2 (a start and a flip), got {per_module:g}")
     if minutes is None and per_module is None:
         per_module = DEFAULT_COMPILES_PER_MODULE
     return {"minutes": minutes, "per_module": per_module}
+
+
+def _check_positive(option: str, value: float) -> None:
+    """ConfigError unless ``value`` is a positive finite number (nan passes ``<= 0``, inf overflows later)."""
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"{option} must be positive and finite, got {value:g}")
 
 
 def _select(corpus, names: Sequence[str] | None, corpus_dir: str) -> list[Module]:

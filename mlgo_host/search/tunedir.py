@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import logging
 import os
 import pickle
@@ -55,6 +56,34 @@ def inline_replay_flags(path: str, changed: bool = False) -> list[str]:
     return [*LOCATION_TRACKING, *replay_flags(path, "Original" if changed else "NeverInline")]
 
 
+class UnusableReplay(ConfigError):
+    """A tuned module's compiler replay file cannot be applied: missing, unreadable or not replay lines
+    (clang would fail the compile on it)."""
+
+
+def check_inline_replay(path: str, name: str, tdir: str) -> None:
+    """UnusableReplay unless ``path`` is a replay file clang can apply (what its parser takes: every
+    line names a call site), for module ``name`` of tune directory ``tdir``."""
+    what = f"tuned module {name}: its replay file {path}"
+    again = f"(mlgo-host tune --output {tdir} writes it again)"
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+    except FileNotFoundError:
+        raise UnusableReplay(f"{what} is missing {again}") from None
+    except UnicodeDecodeError:
+        raise UnusableReplay(f"{what} is not UTF-8 text {again}") from None
+    except OSError as e:
+        raise UnusableReplay(f"{what} is unreadable ({e.strerror}) {again}") from None
+    for k, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue  # (clang skips blank lines)
+        try:
+            site_of_line(line)
+        except ValueError:
+            raise UnusableReplay(f"{what} is no replay file (line {k}: {line[:60]!r}) {again}") from None
+
+
 def shell_flags(flags: list[str]) -> str:
     return " ".join(shlex.quote(f) for f in flags)
 
@@ -65,7 +94,48 @@ def read_manifest(path: str) -> dict:
     doc = read_format_json(mf, FORMAT, "tune directory", hint="make one with mlgo-host tune")
     if not isinstance(doc.get("modules"), dict):
         raise ConfigError(f"{mf}: a tune directory's manifest without its 'modules' object")
+    for key in ("root", "base", "policy_source"):
+        _check_field(mf, key, doc.get(key), str)
+    for name, entry in doc["modules"].items():
+        check_module_entry(mf, name, entry)
     return doc
+
+
+def check_module_entry(mf: str, name: str, m: Any) -> None:
+    """ConfigError naming manifest ``mf`` and the field when module ``name``'s entry holds a field of the
+    wrong type (hand-edited or corrupt): every reader (a build's wrapper too) trusts them once read here."""
+    where = f"modules.{name}"
+    if not isinstance(m, dict):
+        raise ConfigError(f"{mf}: {where} must be an object, got {_shown(m)}")
+    for key in ("replay", "inline_replay", "source_sha256", "status"):
+        _check_field(mf, f"{where}.{key}", m.get(key), str)
+    for key in ("default_size", "best_size", "policy_size", "compiles"):
+        _check_field(mf, f"{where}.{key}", m.get(key), int)
+    _check_field(mf, f"{where}.base_flags", m.get("base_flags"), list, str)
+    ident = m.get("identity")
+    if not ident:  # (none recorded: every reader takes a falsy one so)
+        return
+    if not isinstance(ident, dict):
+        raise ConfigError(f"{mf}: {where}.identity must be an object or null, got {_shown(ident)}")
+    for key, kind, item in (("source", str, None), ("output", str, None), ("flags", list, str)):
+        _check_field(mf, f"{where}.identity.{key}", ident.get(key), kind, item, null=False)
+
+
+def _check_field(mf: str, field: str, v: Any, kind: type, item: type | None = None, null: bool = True) -> None:
+    """ConfigError naming ``field`` unless ``v`` is a ``kind`` (of ``item``s), or None when ``null``."""
+    if v is None and null:
+        return
+    # (a JSON true is a Python int: no size or count)
+    ok = isinstance(v, kind) and not isinstance(v, bool) and (item is None or all(isinstance(x, item) for x in v))
+    if not ok:
+        want = {str: "a string", int: "an integer", list: "a list"}[kind] + (" of strings" if item is str else "")
+        raise ConfigError(f"{mf}: {field} must be {want}{' or null' if null else ''}, got {_shown(v)}")
+
+
+def _shown(v: Any) -> str:
+    """A field's value as its JSON, cut short (the error stays one line)."""
+    text = json.dumps(v)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class TunedDir:
@@ -90,13 +160,18 @@ class TunedDir:
         return self.index.match(ident)
 
     def flags_for(self, name: str | None, changed: bool = False) -> list[str]:
-        """Module ``name``'s base flags (an inline threshold) and replay flags, each if any."""
+        """Module ``name``'s base flags (an inline threshold) and replay flags, each if any;
+        UnusableReplay when its replay file is gone or damaged (the compile would fail on it)."""
         if not name or name not in self.modules:
             return []
         # the search was compiled with these: the replay's sizes are theirs
-        base = [str(f) for f in self.modules[name].get("base_flags") or ()]
+        base = list(self.modules[name].get("base_flags") or ())
         rel = self.modules[name].get("inline_replay")
-        return [*base, *inline_replay_flags(os.path.join(self.path, rel), changed)] if rel else base
+        if not rel:
+            return base
+        path = os.path.join(self.path, rel)
+        check_inline_replay(path, name, self.path)
+        return [*base, *inline_replay_flags(path, changed)]
 
     def module_of_source(self, source: str) -> str | None:
         """The tuned module compiled from ``source`` (a path, maybe relative to the tune's root)."""
@@ -181,6 +256,11 @@ class TuneStore:
         path = os.path.abspath(path)
         if os.path.exists(path) and not os.path.isdir(path):
             raise ConfigError(f"--output {path} exists and is not a directory")
+        for sub in (REPLAYS, DATA):  # (each result is written there)
+            p = os.path.join(path, sub)
+            if os.path.lexists(p) and not os.path.isdir(p):
+                raise ConfigError(f"{p} is not a directory: a tune directory keeps its {sub} there "
+                                  "(move it away to continue T)")
         mf = os.path.join(path, MANIFEST)
         if os.path.exists(mf):
             manifest = read_manifest(path)
@@ -201,7 +281,20 @@ class TuneStore:
             if m.name in results and results[m.name].get("module_key") != m.key:
                 log.warning("tune: %s changed since it was tuned: searching it again", m.name)
                 del results[m.name]
-        return cls(path, manifest, results, rel)
+            elif m.name in results and results[m.name]["status"] == "failed":
+                # a failure is no result: its cause may be gone (a missing tool, a timeout too short)
+                log.warning("tune: %s failed last time: searching it again", m.name)
+                del results[m.name]
+        store = cls(path, manifest, results, rel)
+        store.restore_replays()
+        return store
+
+    def restore_replays(self) -> None:
+        """Write again each result's compiler replay file that is missing or damaged (a build would
+        fall back to -Oz for its module): the result in data/ says what it holds."""
+        for r in self.results.values():
+            if r["status"] == "ok":
+                self._write_inline_replay(r, only_changed=True)
 
     def policy_blob(self) -> dict:
         base = self.manifest["base"]
@@ -225,14 +318,21 @@ class TuneStore:
         self.manifest["modules"][name] = self._entry(res)
         atomic_write_json(os.path.join(self.path, MANIFEST), self.manifest)
 
-    def _write_inline_replay(self, r: dict) -> None:
-        """The compiler's replay file of the module's best set (none when it is -Oz's object)."""
+    def _write_inline_replay(self, r: dict, only_changed: bool = False) -> None:
+        """The compiler's replay file of the module's best set (none when it is -Oz's object);
+        ``only_changed``: left as it is when it already holds that."""
         path = os.path.join(self.path, REPLAYS, module_file(r["name"], INLINE_REPLAY_EXT))
         if r.get("inline") is None:
             if os.path.exists(path):
                 os.unlink(path)
             return
-        atomic_write_bytes(path, replay_text([site_of_line(ln) for ln in r["inline"]], r["scope"]).encode())
+        data = replay_text([site_of_line(ln) for ln in r["inline"]], r["scope"]).encode()
+        if only_changed and _holds(path, data):
+            return
+        try:
+            atomic_write_bytes(path, data)
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot write the replay file ({e.strerror})") from None
 
     def _entry(self, r: dict) -> dict:
         has = r["status"] == "ok" and r.get("inline") is not None
@@ -291,6 +391,14 @@ def _source_digest(identity: dict | None, root: str | None) -> str | None:
         return None
 
 
+def _holds(path: str, data: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read() == data
+    except OSError:
+        return False
+
+
 def _policy_key(policy: str) -> str:
     return policy if policy in HEURISTICS else os.path.abspath(policy)
 
@@ -319,6 +427,10 @@ def _load_results(data_dir: str) -> dict[str, dict]:
                 r = pickle.load(f)
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError) as e:
             raise ConfigError(f"{p}: unreadable tune data ({e}); remove it to search that module again") from None
+        if not (isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("status"), str)):
+            # a valid pickle of something else (a file put there by hand)
+            raise ConfigError(f"{p}: unreadable tune data (a {type(r).__name__}, not a module's search result); "
+                              "remove it to search that module again")
         out[r["name"]] = r
     return out
 

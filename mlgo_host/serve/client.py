@@ -108,21 +108,23 @@ def _say(kind: str, msg: str) -> None:
         os.write(2, f"{PROG}: {kind}: {msg}\n".encode())
 
 
-def _tuned_flags(tuned: str, plain: list[str], plan: dict, quiet: bool) -> tuple[list[str], str, dict]:
-    """(this compile's tuned module's flags or [], why ``tuned`` is unusable or "", its report's fields)."""
+def _tuned_flags(tuned: str, plain: list[str], plan: dict, quiet: bool,
+                 label: str = "MLGO_REPLAY") -> tuple[list[str], str, dict]:
+    """(this compile's tuned module's flags or [], why ``tuned`` is unusable or "" (after ``label``),
+    its report's fields)."""
     from mlgo_host.search.tunedir import TunedDir
     from mlgo_host.errors import MlgoHostError
     from mlgo_host.serve.trust import untrusted_tune_dir
 
     if why := untrusted_tune_dir(tuned):
-        return [], f"MLGO_REPLAY: {why}", {}
+        return [], f"{label}: {why}", {}
     try:
         t = TunedDir(tuned)
+        name = t.match(plain, os.getcwd(), plan["source"], plan["output"])
+        changed = name is not None and t.changed(name, plan["source"])
+        flags = t.flags_for(name, changed)  # (its replay file checked: clang fails on a missing one)
     except MlgoHostError as e:
-        return [], f"MLGO_REPLAY: {e}", {}
-    name = t.match(plain, os.getcwd(), plan["source"], plan["output"])
-    changed = name is not None and t.changed(name, plan["source"])
-    flags = t.flags_for(name, changed)
+        return [], f"{label}: {e}", {}
     if flags and changed and not quiet:
         _say("note", f"{plan['source']} changed since it was tuned ({t.path}): its tuned sites that still match "
                      "are inlined, the compiler decides the rest (tune it again to refresh them)")
@@ -363,9 +365,11 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
     if info is None:
         return fallback(why)
     if info.get("replay") and not tuned:  # serve --replay T: T's compiler replays need no slot
-        flags, _, module = _tuned_flags(info["replay"], plain, plan, quiet)
+        flags, why, module = _tuned_flags(info["replay"], plain, plan, quiet, "serve --replay")
         if flags:
             return _by_flags(plain + flags, plan, module, root, info)
+        if why and not quiet:  # (damaged since the server started): the server's policy serves it
+            _say("warning", f"{why}; compiling without the tuned flags")
     k, lock_fd, gen = _acquire(root, info, _env_float("MLGO_WAIT", 600.0), stale_s)
     if k is None:
         return fallback(gen)

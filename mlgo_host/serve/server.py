@@ -376,6 +376,17 @@ class Server:
         cpus = sorted(os.sched_getaffinity(0))
         return cpus[k % len(cpus)]
 
+    def _warn_unusable_replays(self) -> None:
+        """One line per tuned module whose replay file cannot be applied: its compiles are served by the
+        policy (each client says so too), not failed by clang."""
+        from mlgo_host.search.tunedir import UnusableReplay
+
+        for name in self.tuned_dir.modules:
+            try:
+                self.tuned_dir.flags_for(name)
+            except UnusableReplay as e:
+                self.log(f"warning: --replay: {e}; its compiles are served by the policy")
+
     def log(self, msg: str) -> None:
         sys.stderr.write(f"mlgo-host serve: {msg}\n")
         sys.stderr.flush()
@@ -467,6 +478,7 @@ class Server:
                 if self.advisor_name != "inline":
                     raise ConfigError(f"--replay {self.replay_dir}: tuned replays are inlining decisions, "
                                       f"not {self.advisor_name}")
+                self._warn_unusable_replays()
             if self.collect_dir and not getattr(pol, "stochastic", False):
                 self.log(f"--collect with the deterministic policy {self.policy_name!r}: episodes carry "
                          "log-probability 0 (usable for behavioural cloning, not for PPO)")

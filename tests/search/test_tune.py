@@ -9,6 +9,8 @@ from __future__ import annotations
 import csv
 import json
 import os
+import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -144,6 +146,11 @@ def test_a_saved_policy_orders_the_flips_as_its_shipped_twin(corpus, tmp_path):
     (["--compiles-per-module", "5", "--budget-minutes", "1"], "not allowed with"),
     (["--compiles-per-module", "1"], "at least 2"),
     (["--budget-minutes", "0"], "must be positive"),
+    # (nan passes "<= 0" and inf overflows later: neither is a time)
+    (["--budget-minutes", "nan"], "--budget-minutes must be positive and finite, got nan"),
+    (["--budget-minutes", "inf"], "--budget-minutes must be positive and finite, got inf"),
+    (["--timeout", "nan"], "--timeout must be positive and finite, got nan"),
+    (["--timeout", "inf"], "--timeout must be positive and finite, got inf"),
 ])
 def test_bad_budgets_are_one_line_errors(tmp_path, args, msg):
     r = mlgo_host("tune", "--corpus", str(tmp_path), "--output", str(tmp_path / "T"), *args, timeout=60)
@@ -195,3 +202,56 @@ def test_search_gin_imitates_what_tune_found(tmp_path):
     kept = set(data["best"]) | {x["name"] for x in data["flip_only"]}
     assert tuned - {"t3", "t7", "t8"} <= kept
     assert not {"t3", "t7", "t8"} & kept
+
+
+@needs_clang
+@pytest.mark.parametrize("thing", [[1, 2], {"no": "name"}])
+def test_tune_data_of_another_object_is_one_line(corpus, tmp_path, thing):
+    t = tmp_path / "T"
+    assert _tune(corpus, t, "--compiles-per-module", "2", "--modules", "t") == 0
+    p = t / "data" / "t.pkl"
+    p.write_bytes(pickle.dumps(thing))  # a valid pickle, not a search result
+    r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--jobs", "1", "--no-progress", timeout=120)
+    kind = type(thing).__name__
+    assert r.returncode == 2 and r.stderr == (f"mlgo-host tune: error: {p}: unreadable tune data (a {kind}, not a "
+                                              "module's search result); remove it to search that module again\n"), \
+        r.stderr
+
+
+@needs_clang
+@pytest.mark.parametrize("sub", ["replays", "data"])
+def test_a_T_whose_replays_or_data_is_a_file_is_one_line(corpus, tmp_path, sub):
+    t = tmp_path / "T"
+    assert _tune(corpus, t, "--compiles-per-module", "2", "--modules", "t") == 0
+    shutil.rmtree(t / sub, ignore_errors=True)
+    (t / sub).write_text("")
+    # k has a winning flip: its replay file and result are written, or would be
+    r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--compiles-per-module", "6", "--modules", "k",
+                  "--jobs", "1", "--no-progress", timeout=120)
+    assert r.returncode == 2 and r.stderr == (f"mlgo-host tune: error: {t / sub} is not a directory: a tune directory "
+                                              f"keeps its {sub} there (move it away to continue T)\n"), r.stderr
+
+
+@needs_clang
+def test_a_missing_llvm_size_is_one_line_before_any_search(corpus, tmp_path):
+    t = tmp_path / "T"
+    r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--llvm-size", "/no/such", "--no-progress",
+                  timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("mlgo-host tune: error: llvm-size not found (tried /no/such)"), r.stderr
+    assert not t.exists()  # no module recorded as failed
+
+
+@needs_clang
+def test_a_run_whose_every_module_failed_exits_1_and_the_next_run_searches_them_again(corpus, tmp_path):
+    t = tmp_path / "T"
+    args = ("tune", "--corpus", str(corpus), "--output", str(t), "--compiles-per-module", "2", "--modules", "t", "k",
+            "--jobs", "2", "--no-progress")
+    r = mlgo_host(*args, "--timeout", "0.001", timeout=120)  # no compile starts that fast
+    assert r.returncode == 1 and "2 failed" in r.stdout, r.stdout + r.stderr
+    assert {m["status"] for m in read_manifest(t)["modules"].values()} == {"failed"}
+    # a failure is not a result: with a timeout that allows a compile, both are searched
+    r = mlgo_host(*args, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "t failed last time: searching it again" in r.stderr and "k failed last time" in r.stderr
+    assert {m["status"] for m in read_manifest(t)["modules"].values()} == {"ok"}

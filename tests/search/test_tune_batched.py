@@ -240,3 +240,112 @@ def test_a_deadline_is_shared_by_every_module_and_the_summary_says_where_the_tim
     assert sum(v["compiles"] for v in s["time_spent"].values()) == s["run_compiles"]
     (line,) = [ln for ln in r.stdout.splitlines() if ln.startswith("time: ")]
     assert "probe " in line and f"{len(searched)} of 3 modules searched past their start" in line
+
+
+def _copy_T(t, tmp_path):
+    """A copy of T and a checkout of the project with its obj/ (each test damages its own)."""
+    root = t.parent
+    mine, proj = tmp_path / "T", tmp_path / "checkout"
+    shutil.copytree(t, mine)
+    shutil.copytree(root / "project", proj)
+    shutil.rmtree(proj / "obj", ignore_errors=True)
+    (proj / "obj").mkdir()
+    return mine, proj
+
+
+def _mlgo_clang_k(proj, t, fallback: str = "plain") -> subprocess.CompletedProcess:
+    cmd = [os.path.join(BIN, "mlgo-clang"), "-Oz", "-Isrc", "-c", "src/k.c", "-o", "obj/k.o"]
+    return subprocess.run(cmd, cwd=proj, env=dict(env_without_mlgo(), MLGO_REPLAY=str(t), MLGO_FALLBACK=fallback),
+                          capture_output=True, text=True, timeout=120)
+
+
+def _is_plain_k(proj) -> bool:
+    subprocess.run(["clang-19", "-Oz", "-Isrc", "-c", "src/k.c", "-o", "obj/plain.o"], cwd=proj, check=True)
+    return (proj / "obj" / "k.o").read_bytes() == (proj / "obj" / "plain.o").read_bytes()
+
+
+def _unreadable(p):  # (root reads any mode: a directory in its place is what no one can read as a file)
+    p.unlink()
+    p.mkdir()
+
+
+REPLAY_DAMAGE = {"missing": (lambda p: p.unlink(), "is missing"),
+                 "unreadable": (_unreadable, "is unreadable (Is a directory)"),
+                 "garbage": (lambda p: p.write_text("hello world\n"), "is no replay file (line 1: 'hello world')")}
+
+
+@pytest.mark.parametrize("damage", sorted(REPLAY_DAMAGE))
+def test_a_missing_or_damaged_replay_file_fails_no_build_and_tune_writes_it_again(tuned, tmp_path, damage):
+    # clang fails a compile whose replay file it cannot read or parse: the wrapper must not hand it one
+    root, corpus, t0, man = tuned
+    assert man["modules"]["k"]["inline_replay"], man["modules"]["k"]
+    t, proj = _copy_T(t0, tmp_path)
+    replay = t / "replays" / "k.inline.txt"
+    spoil, words = REPLAY_DAMAGE[damage]
+    spoil(replay)
+    why = f"tuned module k: its replay file {replay} {words} (mlgo-host tune --output {t} writes it again)"
+    r = _mlgo_clang_k(proj, t)  # one warning, the compiler's own object
+    assert r.returncode == 0 and r.stderr == f"mlgo-clang: warning: MLGO_REPLAY: {why}; compiling without the " \
+                                             "tuned flags\n", r.stderr
+    assert _is_plain_k(proj)
+    (proj / "obj" / "k.o").unlink()
+    r = _mlgo_clang_k(proj, t, "fail")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and why in r.stderr and not (proj / "obj" / "k.o").exists()
+    # --print-flags: as for a file T never saw, no flag naming a file that is not there
+    r = mlgo_host("tune", "--print-flags", str(t), "src/k.c", cwd=proj)
+    assert r.returncode == 0 and r.stdout == "" and r.stderr.count("\n") == 1, r.stdout + r.stderr
+    assert r.stderr.startswith(f"mlgo-host tune: note: src/k.c: {why}: nothing to add"), r.stderr
+    # run and eval: the one-line error of a tune directory they cannot apply
+    r = mlgo_host("run", "--replay", str(t), "--", "clang-19", "-Oz", "-Isrc", "-c", "src/k.c", "-o", "obj/k.o",
+                  cwd=proj)
+    assert r.returncode == 2 and r.stderr == f"mlgo-host run: error: {why}\n", r.stderr
+    r = mlgo_host("eval", "--corpus", str(corpus), "--replay", str(t), "--jobs", "1", "--no-progress",
+                  "--baseline-cache", str(tmp_path / "b"))
+    assert r.returncode == 2 and r.stderr == f"mlgo-host eval: error: {why}\n", r.stderr
+    # tune again on T: the result in data/ writes the file again (no broken entry kept)
+    r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--compiles-per-module", "12", "--jobs", "2",
+                  "--no-progress")
+    if damage == "unreadable":  # (a directory of the user's is not removed: said in one line)
+        assert r.returncode == 2 and r.stderr == f"mlgo-host tune: error: {replay}: cannot write the replay file " \
+                                                 "(Is a directory)\n", r.stderr
+        return
+    assert r.returncode == 0, r.stderr
+    assert replay.read_bytes() == (t0 / "replays" / "k.inline.txt").read_bytes()
+    r = _mlgo_clang_k(proj, t, "fail")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert text_size(proj / "obj" / "k.o") == man["modules"]["k"]["best_size"]
+
+
+@pytest.mark.parametrize("field,value,says", [
+    ("modules.k", 5, "modules.k must be an object, got 5"),
+    ("modules.k.identity.source", 5, "modules.k.identity.source must be a string, got 5"),
+    ("modules.k.inline_replay", 5, "modules.k.inline_replay must be a string or null, got 5"),
+    ("root", 5, "root must be a string or null, got 5"),
+    ("modules.k.base_flags", "-mllvm", 'modules.k.base_flags must be a list of strings or null, got "-mllvm"'),
+    ("modules.k.base_flags", [5], "modules.k.base_flags must be a list of strings or null, got [5]"),
+    ("modules.k.identity.flags", "-Oz", 'modules.k.identity.flags must be a list of strings, got "-Oz"'),
+])
+def test_a_manifest_field_of_the_wrong_type_is_one_line_and_the_wrapper_compiles_plainly(tuned, tmp_path, field,
+                                                                                         value, says):
+    root, corpus, t0, _ = tuned
+    t, proj = _copy_T(t0, tmp_path)
+    doc = read_manifest(t)
+    *path, last = field.split(".")
+    d = doc
+    for k in path:
+        d = d[k]
+    d[last] = value
+    (t / "tune.json").write_text(json.dumps(doc))
+    why = f"{t / 'tune.json'}: {says}"
+    r = _mlgo_clang_k(proj, t)  # the wrapper never crashes: its warning, the compiler's own object
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == f"mlgo-clang: warning: MLGO_REPLAY: {why}; compiling without the tuned flags\n", r.stderr
+    assert _is_plain_k(proj)
+    for cmd in (("tune", "--print-flags", str(t), "src/k.c"),
+                ("run", "--replay", str(t), "--", "clang-19", "-Oz", "-Isrc", "-c", "src/k.c", "-o", "obj/k.o"),
+                ("eval", "--corpus", str(corpus), "--replay", str(t), "--jobs", "1", "--no-progress",
+                 "--baseline-cache", str(tmp_path / "b")),
+                ("serve", "--channels", str(tmp_path / "ch"), "--replay", str(t)),
+                ("tune", "--corpus", str(corpus), "--output", str(t), "--jobs", "1", "--no-progress")):
+        r = mlgo_host(*cmd, cwd=proj, timeout=120)
+        assert r.returncode == 2 and r.stderr == f"mlgo-host {cmd[0]}: error: {why}\n", (cmd, r.stderr)

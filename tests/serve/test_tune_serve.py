@@ -235,3 +235,28 @@ def test_a_tune_dir_another_user_could_change_steers_no_compile(batched, tmp_pat
         os.chown(t, 0, -1)
     r = compile_k(t, "fail")
     assert r.returncode == 0 and r.stderr == "" and text_size(out) == man["modules"]["k"]["best_size"], r.stderr
+
+
+def test_serve_replay_with_a_replay_file_gone_serves_that_module_by_the_policy(batched, tmp_path):
+    # clang fails a compile whose replay file is not there: the client says so once and the policy serves it
+    root, t0, man = batched
+    assert man["modules"]["k"]["inline_replay"], man["modules"]["k"]
+    t = tmp_path / "T"
+    shutil.copytree(t0, t)
+    replay = t / "replays" / "k.inline.txt"
+    replay.unlink()
+    proj = _checkout(root, "checkout-gone")
+    (proj / "obj").mkdir()
+    why = f"tuned module k: its replay file {replay} is missing (mlgo-host tune --output {t} writes it again)"
+    stats = str(tmp_path / "s.jsonl")
+    with ServerProc(str(tmp_path / "ch"), slots=1, stats=stats, extra=("--replay", str(t))) as srv:
+        env = dict(env_without_mlgo(), MLGO_CHANNELS=srv.channels, MLGO_FALLBACK="fail")
+        r = subprocess.run([os.path.join(BIN, "mlgo-clang"), "-Oz", "-Isrc", "-c", "src/k.c", "-o", "obj/k.o"],
+                           cwd=proj, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert r.stderr == f"mlgo-clang: warning: serve --replay: {why}; compiling without the tuned flags\n"
+        assert f"warning: --replay: {why}; its compiles are served by the policy" in srv.output()
+        assert srv.terminate() == 0
+    assert text_size_of_plain(proj, tmp_path) == text_size(proj / "obj" / "k.o") == man["modules"]["k"]["default_size"]
+    (rec,) = read_stats(stats)
+    assert rec["status"] == "ok" and rec["tuned"] == "default" and "by" not in rec, rec
