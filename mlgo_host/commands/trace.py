@@ -41,7 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                 help="with --worker-backend ray: the cluster to join (default: start a local Ray)")
     p.add_argument("--clang", default="clang-19", metavar="PATH", help="the clang driver to compile with")
     add_aliased(p, "--llvm-size", default=None, metavar="PATH", help=LLVM_SIZE_HELP)
-    p.add_argument("--timeout", type=seconds, default=300.0, metavar="SECONDS", help="time one module's compile may take")
+    p.add_argument("--timeout", type=seconds, default=300.0, metavar="SECONDS",
+                   help="time one module's compile may take")
     p.add_argument("--modules", type=at_least_one, default=None, metavar="N",
                    help="trace only the first N modules (default: all)")
     p.add_argument("--seed", type=seed, default=0, help="seed of stochastic policies")
