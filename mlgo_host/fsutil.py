@@ -20,7 +20,7 @@ def check_file_target(path: str | os.PathLike, what: str = "file") -> None:
     (checked before the work whose result it keeps, which would otherwise be lost at the end)."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        raise ConfigError(f"{path}: is a directory (the {what} to write is a file)")
+        raise ConfigError(f"{path}: is a directory, where a {what} is to be written")
     d = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(d, exist_ok=True)

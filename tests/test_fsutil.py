@@ -110,7 +110,7 @@ def test_an_output_directory_replaces_only_what_it_made(tmp_path):
 
 
 def test_a_file_output_that_is_a_directory_is_refused_before_the_work(tmp_path):
-    with pytest.raises(ConfigError, match="is a directory \\(the report to write is a file\\)"):
+    with pytest.raises(ConfigError, match="is a directory, where a report is to be written"):
         check_file_target(str(tmp_path), "report")
     with pytest.raises(ConfigError, match="is a directory"):
         atomic_write_json(str(tmp_path), {})

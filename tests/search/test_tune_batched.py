@@ -306,8 +306,8 @@ def test_a_missing_or_damaged_replay_file_fails_no_build_and_tune_writes_it_agai
     r = mlgo_host("tune", "--corpus", str(corpus), "--output", str(t), "--compiles-per-module", "12", "--jobs", "2",
                   "--no-progress")
     if damage == "unreadable":  # (a directory of the user's is not removed: said in one line)
-        assert r.returncode == 2 and r.stderr == f"mlgo-host tune: error: {replay}: cannot write the replay file " \
-                                                 "(Is a directory)\n", r.stderr
+        assert r.returncode == 2 and r.stderr == f"mlgo-host tune: error: {replay}: is a directory, where a file " \
+                                                 "is to be written\n", r.stderr
         return
     assert r.returncode == 0, r.stderr
     assert replay.read_bytes() == (t0 / "replays" / "k.inline.txt").read_bytes()
