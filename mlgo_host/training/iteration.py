@@ -22,6 +22,7 @@ from mlgo_host.policies.saved import gate_of, read_saved_policy
 from mlgo_host.policies.vocab import VocabBuilder
 from mlgo_host.learning.learner import Learner
 from mlgo_host.shipped import SHIPPED, resolve_policy
+from mlgo_host.training.checks import read_json_object
 
 STATE = "state.json"
 
@@ -70,15 +71,7 @@ def _short(value: Any) -> str:
 
 def read_header(path: str) -> dict:
     """The channel header a run trains on (``root_dir/header.json``)."""
-    try:
-        with open(path) as f:
-            header = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{path}: unreadable channel header ({e}); move it away to have it written again") from None
-    if not isinstance(header, dict):
-        raise ConfigError(f"{path}: unreadable channel header (not a JSON object); move it away to have it "
-                          f"written again")
-    return header
+    return read_json_object(path, "channel header", "; move it away to have it written again")
 
 
 def resolve_warmstart(name_or_path: str | None) -> str | None:

@@ -7,23 +7,15 @@ from __future__ import annotations
 import json
 import os
 
-import gin
 import pytest
 
 from mlgo_host.cli import main
 from mlgo_host.errors import ConfigError
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PPO_GIN = os.path.join(REPO, "configs", "inlining", "ppo.gin")
-BC_GIN = os.path.join(REPO, "configs", "inlining", "bc.gin")
+from test_gin_bindings import BC_GIN, PPO_GIN, REPO
+
 SEARCH_GIN = os.path.join(REPO, "configs", "inlining", "search.gin")
-
-
-@pytest.fixture(autouse=True)
-def fresh_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
+pytestmark = pytest.mark.usefixtures("fresh_gin")
 
 
 def _train(capsys, root, corpus, gin_file=PPO_GIN, *bindings) -> str:

@@ -15,12 +15,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PPO_GIN = os.path.join(REPO, "configs", "inlining", "ppo.gin")
 BC_GIN = os.path.join(REPO, "configs", "inlining", "bc.gin")
 
-
-@pytest.fixture(autouse=True)
-def fresh_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
+pytestmark = pytest.mark.usefixtures("fresh_gin")
 
 
 def _train(tmp_path, capsys, *bindings, gin_file=PPO_GIN, corpus=None) -> tuple[int, str]:
