@@ -34,9 +34,8 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[str]:
     file name (``np.savez``, a compiler's ``-o``): it replaces ``path`` when the block ends normally and
     is removed when it raises. Nothing is created before the writer does (its mode is the writer's)."""
     path = os.fspath(path)
-    check_file_target(path)
+    check_file_target(path)  # (makes its directory)
     d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
     tmp = os.path.join(d, f".{os.path.basename(path)}.{os.getpid()}.{threading.get_ident()}{suffix}")
     try:
         yield tmp
