@@ -1,6 +1,7 @@
 """The reader of the package's versioned JSON files (policy metadata, replays, tune manifests, ...):
-objects whose ``"format"`` is ``"mlgo_host.KIND/N"``. Every fault is a :class:`ConfigError` naming the
-file, in the same words whatever the kind (``what``: "saved policy", "replay file", ...)."""
+objects whose ``"format"`` is ``"mlgo_host.KIND/N"``, and of its plain JSON object files (a training
+root's state, header and run record). Every fault is a :class:`ConfigError` naming the file, in the
+same words whatever the kind (``what``: "saved policy", "replay file", ...)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,19 @@ def check_format(doc: Any, fmt: str, what: str, where: str) -> dict:
         raise ConfigError(f"{where}: a {what} from a newer mlgo_host (format {got!r}, this one reads "
                           f"{want[1]}); upgrade mlgo_host")
     raise ConfigError(f"{where}: not a {what} (format {got!r}, expected {fmt!r})")
+
+
+def read_json_object(path: str | os.PathLike, what: str, hint: str = "") -> dict:
+    """The JSON object in ``path``; ConfigError naming it and ``what`` it is when it cannot be read or is not
+    an object (``hint``: what the user can do)."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: unreadable {what} ({e}){hint}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: unreadable {what} (a JSON {type(doc).__name__}, not an object){hint}")
+    return doc
 
 
 def read_format_json(path: str | os.PathLike, fmt: str, what: str, hint: str = "") -> dict:

@@ -4,10 +4,10 @@ still publish a policy, a negative seed fails every module), and that its root d
 
 from __future__ import annotations
 
-import json
 import os
 
 from mlgo_host.errors import ConfigError
+from mlgo_host.formats import read_json_object
 from mlgo_host.fsutil import atomic_write_json
 
 RUN_RECORD = "run.json"
@@ -56,19 +56,6 @@ def claim_root(root_dir: str, algorithm: str, corpus_dir: str) -> None:
 
 def _read_record(path: str) -> dict:
     return read_json_object(path, "run record")
-
-
-def read_json_object(path: str, what: str, hint: str = "") -> dict:
-    """The JSON object in ``path``; ConfigError naming it and ``what`` it is when it cannot be read or is not
-    an object (``hint``: what the user can do)."""
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{path}: unreadable {what} ({e}){hint}") from None
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{path}: unreadable {what} (not a JSON object){hint}")
-    return doc
 
 
 def _same_path(a, b: str) -> bool:

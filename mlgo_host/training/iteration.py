@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import os
 import shutil
 import time
@@ -17,12 +16,12 @@ from typing import Any
 import numpy as np
 
 from mlgo_host.errors import ConfigError
+from mlgo_host.formats import read_json_object
 from mlgo_host.fsutil import dir_built_aside
 from mlgo_host.policies.saved import gate_of, read_saved_policy
 from mlgo_host.policies.vocab import VocabBuilder
 from mlgo_host.learning.learner import Learner
 from mlgo_host.shipped import SHIPPED, resolve_policy
-from mlgo_host.training.checks import read_json_object
 
 STATE = "state.json"
 
@@ -38,21 +37,15 @@ def read_state(root_dir: str, required: tuple[str, ...] = ()) -> dict[str, Any]:
     path = os.path.join(root_dir, STATE)
     if not os.path.exists(path):
         return {}
-    try:
-        with open(path) as f:
-            state = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{path}: unreadable state ({e}); move it away to start over") from None
+    state = read_json_object(path, "state", "; move it away to start over")
     problem = _state_problem(state, required)
     if problem:
         raise ConfigError(f"{path}: unreadable state ({problem}); move it away to start over")
     return state
 
 
-def _state_problem(state: Any, required: tuple[str, ...]) -> str | None:
+def _state_problem(state: dict, required: tuple[str, ...]) -> str | None:
     """What makes ``state`` no state.json a trainer wrote, if anything."""
-    if not isinstance(state, dict):
-        return f"a JSON {type(state).__name__}, not an object"
     for k in _STATE_COUNTS:
         v = state.get(k, 0)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
