@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-from mlgo_host.errors import ConfigError
 from mlgo_host.policies.base import Policy
 from mlgo_host.policies.heuristic import HEURISTICS, make_heuristic
 from mlgo_host.policies.loading import load_base_policy
@@ -38,8 +37,6 @@ def check_meanings(policy: Policy, compiler_slot: str | None, advisor: str | Non
     net = network_of(policy)
     if net is None:
         return
-    trained_for = net.actor.spec.advisor
-    if advisor is not None and trained_for != advisor:
-        raise ConfigError(f"policy {net.name!r} answers the {trained_for} advisor, not {advisor} "
-                          f"(--advisor {trained_for})")
+    if advisor is not None:
+        net.check_advisor(advisor)
     net.check_meanings(compiler_slot)

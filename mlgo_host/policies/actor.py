@@ -194,8 +194,8 @@ class NumpyPolicy(Policy):
     def bind(self, header, advisor) -> None:
         super().bind(header, advisor)
         spec = self.actor.spec
-        if advisor is not None and getattr(advisor, "name", spec.advisor) != spec.advisor:
-            raise ConfigError(f"this policy was trained for {spec.advisor}, not {advisor.name}")
+        if advisor is not None:
+            self.check_advisor(getattr(advisor, "name", spec.advisor))
         slot = getattr(advisor, "default_slot", None)
         self._binding = self.check_meanings(slot)
         try:
@@ -214,6 +214,13 @@ class NumpyPolicy(Policy):
         self.fast_path = self._bind_int_fast(header)
         if not self.fast_path:
             self._bind_generic(header)
+
+    def check_advisor(self, advisor: str) -> None:
+        """ConfigError unless the policy answers ``advisor``'s decisions."""
+        trained_for = self.actor.spec.advisor
+        if advisor != trained_for:
+            raise ConfigError(f"policy {self.name!r} answers the {trained_for} advisor, not {advisor} "
+                              f"(--advisor {trained_for})")
 
     def check_meanings(self, compiler_slot: str | None) -> InputBinding:
         """The inputs bound by meaning (:meth:`PolicySpec.bind_inputs`); an input the compiler sends in no
