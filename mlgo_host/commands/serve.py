@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
                  pin=args.pin, guard=args.guard, replay_dir=args.replay)
     srv.install_signals()
     srv.start()
-    if srv.stopping.is_set():  # signalled while starting
+    if srv.signalled is not None:  # signalled while starting
         srv.shutdown()
         return 0
     tuned = f"{len(srv.tuned_dir)} tuned modules from {srv.replay_dir}, " if srv.tuned_dir is not None else ""

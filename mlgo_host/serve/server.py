@@ -337,6 +337,7 @@ class Server:
         self.tuned_dir = None
         self.id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.stopping = threading.Event()
+        self.signalled: int | None = None  # the stop signal received (see install_signals)
         self.slots: list[Slot] = []
         #: off the slots' critical path: llvm-size, the episode file, one stats line (one O_APPEND write)
         self.records: queue.Queue = queue.Queue()
@@ -538,12 +539,22 @@ class Server:
             os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
 
     def install_signals(self) -> None:
-        """SIGTERM/SIGINT/SIGHUP stop the server cleanly (main thread only)."""
+        """SIGTERM/SIGINT/SIGHUP stop the server cleanly (main thread only). The handler only records
+        the signal: ``Event.set`` takes a lock that the interrupted main thread may be holding inside
+        ``Event.wait``, and would then wait for itself forever."""
+        def on_signal(signum, frame):
+            self.signalled = signum
+
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, lambda signum, frame: self.stopping.set())
+            signal.signal(sig, on_signal)
 
     def serve_forever(self) -> int:
-        while not self.stopping.wait(1.0):
+        next_beat = time.monotonic()
+        while self.signalled is None and not self.stopping.is_set():
+            time.sleep(0.1)
+            if time.monotonic() < next_beat:
+                continue
+            next_beat = time.monotonic() + 1.0
             self.heartbeat()
             self.collect_reports()
             for i, s in enumerate(self.slots):
