@@ -68,6 +68,11 @@ def _detecting_clang(compiler: str) -> str | None:
     return cand if os.path.exists(cand) else None
 
 
+def _is_llvm_tool(path: str) -> bool:
+    """Whether the binary (symbolic links resolved) is named as an LLVM ``opt`` or ``llc`` is."""
+    return os.path.basename(path).split("-")[0] in ("opt", "llc")
+
+
 class _NeverAndRecord:
     """The detecting session's policy and recorder: answers 0 (so every call site is asked) and keeps
     the two candidate slots' values of each decision.  By shape only: the channel floor does not
@@ -167,6 +172,9 @@ def default_slot(compiler: str, timeout: float = 60.0) -> str:
     slot = data.get(key)
     if slot not in SLOTS:
         clang = _detecting_clang(compiler)
+        if clang is None and not _is_llvm_tool(path):
+            raise ConfigError(f"{compiler} is not clang, opt or llc: the interactive channel is LLVM's "
+                              "(clang 17 or newer)")
         if clang is None:
             raise ConfigError(f"cannot determine the inliner's default-decision slot of {compiler}: no clang next to "
                               f"it to detect the slot with; set {ENV_OVERRIDE} to {' or '.join(SLOTS)}")

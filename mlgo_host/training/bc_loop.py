@@ -17,7 +17,7 @@ from mlgo_host.errors import ConfigError
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.bc import train_bc
 from mlgo_host.evaluation.traces import INDEX, record_trace, vocab_from_trace
-from mlgo_host.training.checks import check_counts, claim_root
+from mlgo_host.training.checks import check_counts, claim_root, make_root
 from mlgo_host.training.workers import Workers
 
 
@@ -37,12 +37,12 @@ def train_bc_from_corpus(
     """Trace → vocab → behavioural cloning → ``root_dir/saved_policy``; returns the BC result."""
     _check_params(seed, max_trace_modules)
     workers = workers or Workers()
-    os.makedirs(root_dir, exist_ok=True)
+    make_root(root_dir)
     corpus = load_corpus(corpus_dir)
     train_mods, _ = corpus.split(heldout_fraction, seed=seed, by=split_by)
     if not train_mods:
         raise ConfigError(f"corpus {corpus_dir} has no training modules")
-    claim_root(root_dir, "bc", corpus_dir)
+    claim_root(root_dir, "bc", corpus_dir, dict(heldout_fraction=heldout_fraction, split_by=split_by, seed=seed))
     trace_dir = os.path.join(root_dir, "trace")
     if not os.path.exists(os.path.join(trace_dir, INDEX)):
         index = record_trace(corpus_dir, trace_dir, policy="default", advisor=advisor,

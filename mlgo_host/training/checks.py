@@ -32,12 +32,34 @@ def check_positive(configurable: str, **values) -> None:
             raise ConfigError(f"{configurable}.{name} = {value!r}: must be a number > 0")
 
 
-def claim_root(root_dir: str, algorithm: str, corpus_dir: str) -> None:
-    """Refuse ``root_dir`` when its ``run.json`` says it was started with another algorithm or corpus;
-    record them when it holds nothing yet.  Other settings may change on a resume (more iterations, other
-    workers).  A root from before the record has none and resumes unchecked (a guess could be wrong)."""
+def check_fraction(configurable: str, low_open: bool, high_open: bool, **values) -> None:
+    """Each of ``values`` a number between 0 and 1, each end excluded where ``low_open`` / ``high_open``."""
+    for name, value in values.items():
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = ok and (0 < value if low_open else 0 <= value) and (value < 1 if high_open else value <= 1)
+        if not ok:
+            ends = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
+            raise ConfigError(f"{configurable}.{name} = {value!r}: must be a number in {ends}")
+
+
+def make_root(root_dir: str) -> None:
+    """Create ``root_dir`` (and its parents) if needed; a path that cannot be one is a ConfigError."""
+    try:
+        os.makedirs(root_dir, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--root_dir {root_dir}: cannot make the directory: {e.strerror}") from None
+
+
+def claim_root(root_dir: str, algorithm: str, corpus_dir: str, split: dict | None = None) -> None:
+    """Refuse ``root_dir`` when its ``run.json`` says it was started with another algorithm, corpus or
+    ``split`` (the settings that choose the training, validation and held-out modules: another split
+    would train on modules held out before); record them when it holds nothing yet.  Other settings
+    may change on a resume (more iterations, other workers).  A root from before the record has none
+    and resumes unchecked (a guess could be wrong); one recorded without a split is not checked for it."""
     path = os.path.join(root_dir, RUN_RECORD)
     this = {"algorithm": algorithm, "corpus": os.path.abspath(corpus_dir)}
+    if split is not None:
+        this["split"] = split
     if not set(os.listdir(root_dir)) - {RUN_RECORD}:  # new, or stopped before any output: nothing to keep
         atomic_write_json(path, this)
         return
@@ -49,9 +71,15 @@ def claim_root(root_dir: str, algorithm: str, corpus_dir: str) -> None:
         differs.append(f"run.algorithm {was.get('algorithm')!r}, not {algorithm!r}")
     if not _same_path(was.get("corpus"), this["corpus"]):
         differs.append(f"--corpus {was.get('corpus')}, not {this['corpus']}")
+    if split is not None and "split" in was and was["split"] != split:
+        differs.append(f"the split {_settings(was['split'])}, not {_settings(split)}")
     if differs:
         raise ConfigError(f"--root_dir {root_dir} holds a run started with {' and '.join(differs)} ({path}); "
                           f"resume it with its own configuration, or give another --root_dir")
+
+
+def _settings(split) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in sorted(split.items())) if isinstance(split, dict) else repr(split)
 
 
 def _read_record(path: str) -> dict:

@@ -29,7 +29,7 @@ from mlgo_host.errors import ConfigError, CorpusError
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.reward import reward
-from mlgo_host.training.checks import check_counts
+from mlgo_host.training.checks import check_counts, make_root
 from mlgo_host.training.iteration import (STATE, Update, build_vocab, numeric_metrics, open_learner,
                                           percentile_summary, publish_policy, read_header, read_state,
                                           resolve_warmstart, train_and_save)
@@ -161,7 +161,7 @@ def _vocab_source(root_dir: str, state: dict, warmstart_policy: str | None,
 def _start_run_dir(root_dir: str, state: dict, header_json: dict, vocab_dir: str, source: str | None,
                    episodes: list) -> None:
     """The first invocation's header.json and vocab/."""
-    os.makedirs(root_dir, exist_ok=True)
+    make_root(root_dir)
     header_path = os.path.join(root_dir, "header.json")
     if not os.path.exists(header_path):
         atomic_write_json(header_path, header_json)

@@ -31,7 +31,7 @@ from mlgo_host.measure.sizes import compiler_version
 from mlgo_host.policies.saved import METADATA, set_gate
 from mlgo_host.search.passes import Passes, RoundResults
 from mlgo_host.search.tunedir import load_tune_results
-from mlgo_host.training.checks import check_counts, check_positive, claim_root
+from mlgo_host.training.checks import check_counts, check_positive, claim_root, make_root
 from mlgo_host.training.iteration import STATE, publish_policy, read_state
 from mlgo_host.training.workers import Workers
 from mlgo_host.workers.worker import policy_blob_from_dir
@@ -84,8 +84,10 @@ def train_search(
     if not train_mods or not val_mods:
         raise ConfigError(f"corpus {corpus_dir}: {len(train_mods)} training and {len(val_mods)} validation modules "
                           "(need at least one of each; lower the fractions or add modules)")
-    os.makedirs(root_dir, exist_ok=True)
-    claim_root(root_dir, "search", corpus_dir)  # before search/: a refused root stays as it was
+    make_root(root_dir)
+    split = dict(heldout_fraction=heldout_fraction, validation_fraction=validation_fraction, split_by=split_by,
+                 seed=seed)
+    claim_root(root_dir, "search", corpus_dir, split)  # before search/: a refused root stays as it was
     os.makedirs(os.path.join(root_dir, "search"), exist_ok=True)
     state = read_state(root_dir, required=("round", "history"))
     if state:

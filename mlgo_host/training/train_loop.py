@@ -25,7 +25,7 @@ from mlgo_host.evaluation.evaluate import evaluate_on_pool
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.reward import MovingAverageBaseline, reward
-from mlgo_host.training.checks import check_counts, claim_root
+from mlgo_host.training.checks import check_counts, check_fraction, check_positive, claim_root, make_root
 from mlgo_host.training.iteration import (STATE, build_vocab, numeric_metrics, open_learner,
                                           percentile_summary, publish_policy, read_header, read_state,
                                           resolve_warmstart, train_and_save)
@@ -70,18 +70,23 @@ def train(
     """Train a policy; returns its history and last held-out evaluation.
     ``report_heldout=False`` leaves the held-out split to ``mlgo-host eval``."""
     _check_params(num_iterations, modules_per_iteration, eval_every, seed, heldout_modules, trace_modules)
+    check_fraction("train", False, True, moving_average_decay=moving_average_decay)
+    check_fraction("train", True, False, early_exit_fraction=early_exit_fraction)
+    check_positive("train", early_exit_grace_s=early_exit_grace_s, collection_timeout_s=collection_timeout_s)
     workers = workers or Workers()
     warmstart_policy = resolve_warmstart(warmstart_policy)  # a bad name fails before any compile
     # absolute: workers (Ray actors too) may run in another directory
     root_dir = os.path.abspath(root_dir)
-    os.makedirs(root_dir, exist_ok=True)
+    make_root(root_dir)
     corpus = load_corpus(corpus_dir)
     train_mods, val_mods, heldout_mods = split_three(corpus.modules, heldout_fraction, validation_fraction,
                                                      seed, split_by)
     if not train_mods:
         raise ConfigError(f"corpus {corpus_dir} has no training modules")
     heldout_mods = heldout_mods[:heldout_modules] if heldout_modules else heldout_mods
-    claim_root(root_dir, "ppo", corpus_dir)
+    claim_root(root_dir, "ppo", corpus_dir, split=dict(heldout_fraction=heldout_fraction,
+                                                        validation_fraction=validation_fraction,
+                                                        split_by=split_by, seed=seed))
     state = read_state(root_dir, required=("iteration", "moving_average"))
     done = int(state.get("iteration", 0))
     moving_average = _moving_average(root_dir, state, moving_average_decay)  # a damaged one: before any work

@@ -100,3 +100,10 @@ def test_meanings_of_each_slot():
     assert ds.feature_meanings(ds.FIXED_SLOT)[ds.BUGGY_SLOT] == ds.BLOCK_COUNT
     with pytest.raises(ConfigError):
         ds.feature_meanings("num_loops")
+
+
+def test_a_compiler_that_is_not_llvm_is_named_as_such(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    gcc = _script(tmp_path / "gcc", "exit 0")
+    with pytest.raises(ConfigError, match=r"gcc is not clang, opt or llc: the interactive channel is LLVM's"):
+        ds.default_slot(gcc)

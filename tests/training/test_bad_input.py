@@ -36,6 +36,9 @@ def _train(capsys, root, corpus, gin_file=PPO_GIN, *bindings) -> str:
     (PPO_GIN, "seed=-1", "train.seed = -1: must be a whole number >= 0"),
     (BC_GIN, "seed=-1", "bc_loop.train_bc_from_corpus.seed = -1"),
     (SEARCH_GIN, "search_loop.train_search.max_rounds=0", "search_loop.train_search.max_rounds = 0"),
+    (PPO_GIN, "train.moving_average_decay=1.0", "train.moving_average_decay = 1.0: must be a number in [0, 1)"),
+    (PPO_GIN, "train.early_exit_fraction=0", "train.early_exit_fraction = 0: must be a number in (0, 1]"),
+    (PPO_GIN, "train.collection_timeout_s=0", "train.collection_timeout_s = 0: must be a number > 0"),
 ])
 def test_a_parameter_out_of_range_is_refused_before_any_work(tmp_path, capsys, gin_file, binding, named):
     # the corpus is missing: the parameters are checked before it is read
@@ -57,6 +60,14 @@ def test_a_root_dir_that_is_a_file_is_refused(tmp_path, capsys):
     f.write_text("mine")
     err = _train(capsys, f, tmp_path / "no-corpus")
     assert f"--root_dir {f} is a file" in err, err
+    assert f.read_text() == "mine"
+
+
+def test_a_root_dir_inside_a_file_is_refused(small_corpus, tmp_path, capsys):
+    f = tmp_path / "f"
+    f.write_text("mine")
+    err = _train(capsys, f / "root", small_corpus, BC_GIN)
+    assert f"--root_dir {f / 'root'}: cannot make the directory: Not a directory" in err, err
     assert f.read_text() == "mine"
 
 
@@ -109,6 +120,18 @@ def test_a_new_root_records_its_algorithm_and_corpus_and_refuses_others(tmp_path
         claim_root(str(root), "bc", str(corpus))
     with pytest.raises(ConfigError, match=f"started with --corpus {corpus}, not {tmp_path / 'other'} "):
         claim_root(str(root), "ppo", str(tmp_path / "other"))
+
+
+def test_a_resume_with_another_split_is_refused(tmp_path):
+    from mlgo_host.training.checks import claim_root
+
+    split = dict(heldout_fraction=0.2, split_by="project", seed=0)
+    claim_root(str(tmp_path), "bc", str(tmp_path / "corpus"), split)
+    (tmp_path / "saved_policy").mkdir()
+    claim_root(str(tmp_path), "bc", str(tmp_path / "corpus"), dict(split))
+    with pytest.raises(ConfigError, match=r"started with the split heldout_fraction=0\.2, seed=0, split_by='project', "
+                                          r"not heldout_fraction=0\.2, seed=1, split_by='project' \("):
+        claim_root(str(tmp_path), "bc", str(tmp_path / "corpus"), dict(split, seed=1))
 
 
 def test_a_root_from_before_the_record_resumes_unchecked(tmp_path):

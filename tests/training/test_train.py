@@ -183,11 +183,13 @@ def test_a_killed_run_resumes_where_it_stopped(trained, corpus, tmp_path):
 
 
 def test_a_root_refuses_another_algorithm_or_corpus(trained, corpus, tmp_path):
-    """Resuming the PPO root with bc.gin would replace its saved_policy with a BC one; with another corpus it
-    would go on training on other modules.  Both are refused, and the root stays as it was."""
+    """Resuming the PPO root with bc.gin would replace its saved_policy with a BC one; with another corpus or
+    split seed it would go on training on other modules.  Each is refused, and the root stays as it was."""
     root = tmp_path / "root"
     shutil.copytree(trained[0], root)
-    assert json.loads((root / "run.json").read_text()) == {"algorithm": "ppo", "corpus": str(corpus)}
+    record = json.loads((root / "run.json").read_text())
+    assert {k: record[k] for k in ("algorithm", "corpus")} == {"algorithm": "ppo", "corpus": str(corpus)}
+    assert record["split"]["seed"] == 0
     other = tmp_path / "other-corpus"
     shutil.copytree(corpus, other)
     before = _files(root)
@@ -195,6 +197,8 @@ def test_a_root_refuses_another_algorithm_or_corpus(trained, corpus, tmp_path):
     assert f"--root_dir {root} holds a run started with run.algorithm 'ppo', not 'bc'" in err, err
     err = _refused(_cmd(root, other), tmp_path / "tmp")
     assert f"started with --corpus {corpus}, not {other}" in err, err
+    err = _refused([a if a != "seed=0" else "seed=1" for a in _cmd(root, corpus)], tmp_path / "tmp")
+    assert "started with the split " in err and "seed=0, " in err and "seed=1, " in err, err
     assert _files(root) == before
 
 
