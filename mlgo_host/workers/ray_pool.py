@@ -15,6 +15,7 @@ import logging
 import logging.handlers
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -198,6 +199,7 @@ def ensure_ray(ray_address: str | None = None) -> None:
         ray = _ray()
         if ray.is_initialized():
             return
+        _check_reachable(ray_address)
         ray_log = logging.getLogger("ray")
         held = logging.handlers.BufferingHandler(sys.maxsize)  # records kept until their file is known
         terminal = ray_log.handlers[:]
@@ -230,6 +232,21 @@ def ensure_ray(ray_address: str | None = None) -> None:
     what = f"joined the cluster at {address}" if ray_address else "started a local Ray instance"
     sys.stderr.write(f"ray: {what}{cpus}; Ray's own messages: {path}\n")
     sys.stderr.flush()
+
+
+def _check_reachable(ray_address: str | None, timeout: float = 5.0) -> None:
+    """A ``host:port`` (or ``ray://host:port``) address where nothing answers is refused at once: Ray
+    itself retries for minutes, printing a line per attempt.  ``auto`` and no address are Ray's to find."""
+    if not ray_address or ray_address in ("auto", "local"):
+        return
+    host, sep, port = ray_address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"--ray-address {ray_address}: expected HOST:PORT, ray://HOST:PORT or auto")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise ConfigError(f"--ray-address {ray_address}: nothing answers there ({e.strerror or e}); "
+                          "is the cluster's head started (`ray start --head`)?") from None
 
 
 def _ray_driver_log(ctx) -> str:

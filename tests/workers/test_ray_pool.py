@@ -100,6 +100,25 @@ def ray_pool(ray_instance):
         p.close()
 
 
+@pytest.mark.parametrize("form", ["127.0.0.1:{port}", "ray://127.0.0.1:{port}", "127.0.0.1"])
+def test_an_address_where_nothing_answers_is_one_line_at_once(form):
+    """Ray itself retries such an address for minutes, a line per attempt; it is refused before ray.init."""
+    import socket
+
+    from mlgo_host.errors import ConfigError
+    from mlgo_host.workers.ray_pool import ensure_ray
+
+    if ray.is_initialized():
+        pytest.skip("a Ray instance of this process is up: ensure_ray would use it")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free once closed: nothing listens there
+    address = form.format(port=port)
+    with pytest.raises(ConfigError, match=rf"--ray-address {address}: (nothing answers there|expected HOST:PORT)"):
+        ensure_ray(address)
+    assert not ray.is_initialized()
+
+
 def test_ray_pool_gives_the_local_pools_sizes(ray_instance, corpus, worker_kwargs, local_sizes):
     sizes_random = local_sizes["random"]
     # the seeded random policy really decides something: not the -Oz sizes
@@ -282,3 +301,4 @@ def test_one_training_iteration_on_ray_matches_the_local_backend(ray_instance, s
     assert local["moving_average"]["averages"] == remote["moving_average"]["averages"]
     assert len(local["moving_average"]["averages"]) >= 2
     assert local["history"][0]["decisions"] == remote["history"][0]["decisions"] > 0
+
