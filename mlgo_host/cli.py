@@ -9,6 +9,7 @@ import os
 import sys
 import warnings
 
+import mlgo_host
 from mlgo_host.commands.help import HelpFormatter
 from mlgo_host.errors import CompatibilityWarning, MlgoHostError
 
@@ -39,10 +40,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = Parser(
         prog="mlgo-host",
         description="Train and serve LLVM's ML optimization advisors (inliner, register allocation)\n"
-        "through clang's interactive channel, with a stock clang-19.",
+        "through clang's interactive channel, with a stock clang (19 and 22 tested).",
         epilog="`mlgo-host COMMAND --help` describes a command and its options.",
         formatter_class=HelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {mlgo_host.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         if only is not None and name != only:

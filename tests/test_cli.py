@@ -35,6 +35,17 @@ def test_top_level_help_lists_every_command_with_a_line(capsys, monkeypatch):
     assert main([]) == 2  # no command: the help, exit 2
 
 
+def test_version_is_the_packages(capsys):
+    import tomllib
+
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml"), "rb") as f:
+        version = tomllib.load(f)["project"]["version"]
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out == f"mlgo-host {version}\n"
+
+
 def test_every_option_has_help_and_no_empty_defaults(capsys):
     subs = dict(_subparsers(build_parser()))
     assert set(COMMANDS) <= set(subs) and {"corpus build", "corpus benchmark"} <= set(subs)
