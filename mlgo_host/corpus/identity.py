@@ -65,6 +65,22 @@ class IdentityIndex:
 
     def match(self, identity: dict) -> str | None:
         """The module name ``identity`` is, or None."""
+        for name, rel, flags in self._same_files(identity):
+            if flags == rel["flags"]:
+                return name
+        return None
+
+    def other_flags(self, identity: dict) -> tuple[str, list[str], list[str]] | None:
+        """For a compile of a module's source into its object with other flags: (that module, the flags
+        only the compile has, the flags only the module has); None when no module has those files."""
+        for name, rel, flags in self._same_files(identity):
+            if flags != rel["flags"]:
+                return name, [f for f in flags if f not in rel["flags"]], [f for f in rel["flags"] if f not in flags]
+        return None
+
+    def _same_files(self, identity: dict):
+        """(name, relative identity, the compile's flags relative to the module's root) of each module
+        whose source and object ``identity`` compiles."""
         out = identity["output"]
         for name, rel in self.by_object.get(os.path.basename(out), ()):
             tail = os.sep + rel["output"]
@@ -73,6 +89,4 @@ class IdentityIndex:
             root = out[: -len(tail)] or os.sep
             if os.path.normpath(os.path.join(root, rel["source"])) != identity["source"]:
                 continue
-            if [f.replace(root, ROOT) for f in identity["flags"]] == rel["flags"]:
-                return name
-        return None
+            yield name, rel, [f.replace(root, ROOT) for f in identity["flags"]]

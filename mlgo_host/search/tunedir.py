@@ -159,6 +159,14 @@ class TunedDir:
             return None
         return self.index.match(ident)
 
+    def other_flags(self, argv, cwd: str, source: str, output: str) -> tuple[str, list[str], list[str]] | None:
+        """For a compile that :meth:`match` does not find but whose source and object are a tuned module's:
+        (the module, the flags only the compile has, those only the module was tuned with)."""
+        try:
+            return self.index.other_flags(command_identity(list(argv), cwd, source, output))
+        except (ValueError, TypeError):
+            return None
+
     def flags_for(self, name: str | None, changed: bool = False) -> list[str]:
         """Module ``name``'s base flags (an inline threshold) and replay flags, each if any;
         UnusableReplay when its replay file is gone or damaged (the compile would fail on it)."""

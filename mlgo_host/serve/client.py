@@ -125,12 +125,27 @@ def _tuned_flags(tuned: str, plain: list[str], plan: dict, quiet: bool,
         flags = t.flags_for(name, changed)  # (its replay file checked: clang fails on a missing one)
     except MlgoHostError as e:
         return [], f"{label}: {e}", {}
+    if name is None and not quiet:
+        _note_other_flags(t, plain, plan)
     if flags and changed and not quiet:
         _say("note", f"{plan['source']} changed since it was tuned ({t.path}): its tuned sites that still match "
                      "are inlined, the compiler decides the rest (tune it again to refresh them)")
     m = t.modules.get(name or "", {})
     return flags, "", {"tune_dir": t.path, "module": name, "changed": changed,
                        "default_size": m.get("default_size"), "best_size": m.get("best_size")}
+
+
+def _note_other_flags(t, plain: list[str], plan: dict) -> None:
+    """One note when this compile is a tuned module's (its source and object) with other flags: its
+    tuned decisions are not applied (a build reconfigured without the tuned flags gets nothing)."""
+    miss = t.other_flags(plain, os.getcwd(), plan["source"], plan["output"])
+    if miss is None or not t.modules[miss[0]].get("inline_replay"):
+        return
+    _, here, there = miss
+    shown = "; ".join(f"{what}: {' '.join(fl[:4])}{' ...' if len(fl) > 4 else ''}"
+                      for what, fl in (("only here", here), ("only when tuned", there)) if fl) or "flags in another order"
+    _say("note", f"{plan['source']} was tuned ({t.path}) with other flags ({shown}): compiled without its tuned "
+                 "decisions")
 
 
 def _by_flags(cmd: list[str], plan: dict, tuned: dict, root: str | None, info: dict | None) -> int:

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from _serve_util import BIN, ServerProc, needs_clang, plain_object, read_stats
+from _serve_util import BIN, CLANG, ServerProc, needs_clang, plain_object, read_stats
 from _tune_helpers import build_project_corpus, env_without_mlgo, json_replay_tune, mlgo_host, read_manifest
 from mlgo_host.measure.sizes import text_size
 from mlgo_host.serve.stats import aggregate
@@ -177,6 +177,26 @@ def test_a_server_records_the_compiles_mlgo_replay_gives_flags_and_an_empty_buil
     assert rec["text_size"] == text_size(proj / "obj" / "k.o") == man["modules"]["k"]["best_size"]
     assert rec["output"] == str(proj / "obj" / "k.o") and rec["tune_dir"] == str(t)
     assert not os.path.exists(tmp_path / "ch" / "reports")  # the server removed what it made
+
+
+def test_a_tuned_file_compiled_with_other_flags_gets_one_note_and_a_plain_compile(batched, tmp_path):
+    """A build reconfigured without the tuned flags (CMake resets CMAKE_C_FLAGS with the compiler) would
+    otherwise get nothing from T without a word."""
+    root, t, man = batched
+    name = next(n for n in OBJS if man["modules"][n].get("inline_replay"))
+    proj = _checkout(root, "checkout-flags")
+    (proj / "obj").mkdir()
+    cmd = [os.path.join(BIN, "mlgo-clang"), "-O2", "-Isrc", "-c", f"src/{name}.c", "-o", f"obj/{name}.o"]
+    r = subprocess.run(cmd, cwd=proj, env=dict(env_without_mlgo(), MLGO_REPLAY=str(t)), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == (f"mlgo-clang: note: {proj}/src/{name}.c was tuned ({t}) with other flags (only here: -O2; only "
+                        "when tuned: -Oz): compiled without its tuned decisions\n"), r.stderr
+    subprocess.run([CLANG, *cmd[1:-1], "obj/plain.o"], cwd=proj, check=True, timeout=120)
+    assert (proj / "obj" / f"{name}.o").read_bytes() == (proj / "obj" / "plain.o").read_bytes()
+    quiet = subprocess.run(cmd, cwd=proj, env=dict(env_without_mlgo(), MLGO_REPLAY=str(t), MLGO_QUIET="1"),
+                           capture_output=True, text=True, timeout=120)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
 
 
 def test_serve_replay_of_a_missing_dir_is_one_line(tmp_path):
