@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+
 from mlgo_host.commands.help import at_least_one
 
 

@@ -139,7 +139,8 @@ def _note_other_flags(t, plain: list[str], plan: dict) -> None:
     """One note when this compile is a tuned module's (its source and object) with other flags: its
     tuned decisions are not applied (a build reconfigured without the tuned flags gets nothing)."""
     miss = t.other_flags(plain, os.getcwd(), plan["source"], plan["output"])
-    if miss is None or not t.modules[miss[0]].get("inline_replay"):
+    tuned = t.modules[miss[0]] if miss is not None else {}
+    if not (tuned.get("inline_replay") or tuned.get("base_flags")):  # (what flags_for adds: nothing lost)
         return
     _, here, there = miss
     shown = "; ".join(f"{what}: {' '.join(fl[:4])}{' ...' if len(fl) > 4 else ''}"
