@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(os.path.join(out, "demo_result.json"), "w") as f:
         json.dump({"table": table, "timings_s": {k: round(v, 1) for k, v in timings.items()}}, f, indent=1)
     print(format_table(table))
-    print()
+    print(_gate_note(os.path.join(search_root, "saved_policy")))
     print("minutes: " + ", ".join(f"{k} {v / 60:.1f}" for k, v in timings.items()))
     print(f"per-module CSVs: {out}/heldout_*.csv; learning curve: {curve or '(no round yet)'}")
     print(f"TensorBoard:     tensorboard --logdir {search_root}   (then open http://localhost:6006)")
@@ -170,6 +170,19 @@ def _evaluate_heldout(args: argparse.Namespace, corpus: str, out: str, bc_root: 
             print(f"demo: {e}", file=sys.stderr)
         return heldout_table(corpus, policies, out, jobs=args.workers, guard_row="search + imitate",
                              replays={"tune (searched there)": tuned})
+
+
+def _gate_note(policy_dir: str) -> str:
+    """What the search policy's gate says about its row (an empty line when it leaves the default)."""
+    from mlgo_host.policies.saved import read_metadata
+
+    gate = read_metadata(policy_dir).get("gate", {})
+    if gate.get("threshold", 0.0) < 1.0:
+        return ""
+    rule = gate.get("rule", {})
+    return (f"search + imitate: no gate made the validation project(s) {rule.get('min_gain_pct', 0):g} % smaller "
+            f"than -Oz with no module {rule.get('max_module_growth_pct', 1):g} % bigger,\nso that policy keeps "
+            "clang's own decisions (the gate: docs/training.md).\n")
 
 
 def heldout_names(corpus: str) -> list[str]:

@@ -130,10 +130,21 @@ def fit_actor(header: Header, records: np.ndarray, targets: np.ndarray, weights:
     return sp, (losses[-1] if losses else float("nan"))
 
 
+@dataclasses.dataclass(frozen=True)
+class GateRule:
+    """What a gate threshold must do on the validation split to be chosen."""
+
+    #: no validation module may grow more than this, in % of its -Oz size
+    max_module_growth_pct: float = 1.0
+    #: the validation total must be at least this much smaller than -Oz's, in %: a saving below it is
+    #: what picking the best of a few thresholds and rounds on a few projects finds by chance
+    min_gain_pct: float = 0.1
+
+
 def choose_gate(sizes_by_threshold: dict[float, dict[str, int]], default_sizes: dict[str, int],
-                max_module_growth_pct: float = 1.0) -> tuple[float, dict[str, Any]]:
-    """(The gate threshold with the smallest validation total among those under which no module grows more
-    than ``max_module_growth_pct``, else 1.0 (always the default); the table of every threshold tried)."""
+                rule: GateRule = GateRule()) -> tuple[float, dict[str, Any]]:
+    """(The gate threshold with the smallest validation total among those that meet ``rule``, else 1.0
+    (always the default); the table of every threshold tried)."""
     table = {}
     for thr, sizes in sorted(sizes_by_threshold.items()):
         common = [m for m in default_sizes if m in sizes]
@@ -143,7 +154,8 @@ def choose_gate(sizes_by_threshold: dict[float, dict[str, int]], default_sizes: 
         table[thr] = {"size_change_pct": 100.0 * (p - d) / d if d else 0.0, "worst_module_pct": worst,
                       "modules": len(common), "missing": len(default_sizes) - len(common)}
     ok = [(v["size_change_pct"], -t, t) for t, v in table.items()
-          if v["worst_module_pct"] <= max_module_growth_pct and v["missing"] == 0 and v["size_change_pct"] < 0]
+          if v["worst_module_pct"] <= rule.max_module_growth_pct and v["missing"] == 0
+          and v["size_change_pct"] < 0 and v["size_change_pct"] <= -rule.min_gain_pct]
     if not ok:
         return 1.0, table
     return min(ok)[2], table

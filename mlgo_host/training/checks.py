@@ -25,11 +25,20 @@ def check_counts(configurable: str, minimum: int, **values) -> None:
 
 def check_positive(configurable: str, **values) -> None:
     """Each of ``values`` a number above 0 (None left to the trainer)."""
+    _check_numbers(configurable, lambda v: v > 0, "> 0", values)
+
+
+def check_at_least_zero(configurable: str, **values) -> None:
+    """Each of ``values`` a number of at least 0 (None left to the trainer)."""
+    _check_numbers(configurable, lambda v: v >= 0, ">= 0", values)
+
+
+def _check_numbers(configurable: str, ok, words: str, values: dict) -> None:
     for name, value in values.items():
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:  # NaN too
-            raise ConfigError(f"{configurable}.{name} = {value!r}: must be a number > 0")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):  # NaN fails too
+            raise ConfigError(f"{configurable}.{name} = {value!r}: must be a number {words}")
 
 
 def check_fraction(configurable: str, low_open: bool, high_open: bool, **values) -> None:

@@ -9,6 +9,7 @@ killed run resumes after its last completed round.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -25,13 +26,13 @@ from mlgo_host.corpus.corpus import Module, load_corpus, split_three
 from mlgo_host.errors import ConfigError
 from mlgo_host.evaluation.evaluate import EvalReport, evaluate_on_pool
 from mlgo_host.fsutil import atomic_path, atomic_write_json
-from mlgo_host.learning.imitate import choose_gate, examples_from_search, train_imitation
+from mlgo_host.learning.imitate import GateRule, choose_gate, examples_from_search, train_imitation
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.sizes import compiler_version
 from mlgo_host.policies.saved import METADATA, set_gate
 from mlgo_host.search.passes import Passes, RoundResults
 from mlgo_host.search.tunedir import load_tune_results
-from mlgo_host.training.checks import check_counts, check_positive, claim_root, make_root
+from mlgo_host.training.checks import check_at_least_zero, check_counts, check_positive, claim_root, make_root
 from mlgo_host.training.iteration import STATE, publish_policy, read_state
 from mlgo_host.training.workers import Workers
 from mlgo_host.workers.worker import policy_blob_from_dir
@@ -63,6 +64,7 @@ def train_search(
     validation_fraction: float = 0.2,
     split_by: str = "project",
     max_module_growth_pct: float = 1.0,
+    min_validation_gain_pct: float = 0.1,
     gate_thresholds: tuple = GATE_THRESHOLDS,
     evaluate_heldout: bool = True,
     seed: int = 0,
@@ -73,6 +75,9 @@ def train_search(
     a tune directory whose flips and best trajectories are imitated too (as
     round 0); ``round_search_minutes`` None: a round searches until the time is up."""
     _check_params(time_budget_minutes, max_rounds, compiles_per_round, round_search_minutes, seed)
+    check_at_least_zero("search_loop.train_search", max_module_growth_pct=max_module_growth_pct,
+                        min_validation_gain_pct=min_validation_gain_pct)
+    rule = GateRule(max_module_growth_pct, min_validation_gain_pct)
     workers = workers or Workers()
     t_start = time.monotonic()
     # wall clock: the searches' deadline is checked in the workers (processes, or other machines with Ray)
@@ -105,7 +110,7 @@ def train_search(
             r = state["round"] + 1
             deadline = search_deadline(state, run_end, time.time(), round_search_minutes)
             row = _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, workers, compiles_per_round,
-                             gate_thresholds, max_module_growth_pct, evaluate_heldout, seed, progress, deadline)
+                             gate_thresholds, rule, evaluate_heldout, seed, progress, deadline)
             row["round_s"] = round(time.monotonic() - t0, 1)
             state["history"].append(row)
             state["round"] = r
@@ -127,7 +132,7 @@ def _check_params(time_budget_minutes: float, max_rounds: int, compiles_per_roun
 
 
 def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, workers, compiles, thresholds,
-               max_growth, heldout, seed, progress, deadline=None) -> dict[str, Any]:
+               rule, heldout, seed, progress, deadline=None) -> dict[str, Any]:
     base_dir = state.get("best_policy")
     data = _read_data(root_dir)  # the search's prior learns from it, then this round joins it
     t0 = time.monotonic()
@@ -146,8 +151,9 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, worker
                           compiler=compiler_version(workers.clang_path).splitlines()[0], seed=seed + r,
                           extra={"round": r})
     t2 = time.monotonic()
-    gate, table, val = _choose_gate(pool, policy_dir, val_mods, thresholds, max_growth, progress, r)
-    set_gate(policy_dir, gate, chosen_on="validation", round=r, table={str(k): v for k, v in table.items()})
+    gate, table, val = _choose_gate(pool, policy_dir, val_mods, thresholds, rule, progress, r)
+    set_gate(policy_dir, gate, chosen_on="validation", round=r, rule=dataclasses.asdict(rule),
+             table={str(k): v for k, v in table.items()})
     row = _round_row(r, results, data, fit, gate, val, t_search, t2 - t1, time.monotonic() - t2, compiles)
     if state.get("best_val") is None or val["size_change_pct"] < state["best_val"]:
         state.update(best_val=val["size_change_pct"], best_round=r, best_policy=policy_dir)
@@ -251,7 +257,7 @@ def _tune_results(path: str, val_mods: list[Module], held_mods: list[Module]) ->
     return res
 
 
-def _choose_gate(pool, policy_dir, val_mods, thresholds, max_growth, progress, r):
+def _choose_gate(pool, policy_dir, val_mods, thresholds, rule, progress, r):
     """The best gate threshold on the validation split, its table and validation row."""
     sizes: dict[float, dict[str, int]] = {}
     defaults: dict[str, int] = {}
@@ -260,7 +266,7 @@ def _choose_gate(pool, policy_dir, val_mods, thresholds, max_growth, progress, r
         ok = [x for x in report.rows if x.ok]
         sizes[thr] = {x.module: x.policy_text for x in ok}
         defaults.update({x.module: x.baseline_text for x in ok})
-    gate, table = choose_gate(sizes, defaults, max_growth)
+    gate, table = choose_gate(sizes, defaults, rule)
     row = table.get(gate, {"size_change_pct": 0.0, "worst_module_pct": 0.0})
     return gate, table, {k: row[k] for k in ("size_change_pct", "worst_module_pct")}
 
