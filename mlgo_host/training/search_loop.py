@@ -29,6 +29,7 @@ from mlgo_host.fsutil import atomic_path, atomic_write_json
 from mlgo_host.learning.imitate import GateRule, choose_gate, examples_from_search, train_imitation
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.sizes import compiler_version
+from mlgo_host.policies.bounds import MAX_USERS_KEY, MIN_FUNCTIONS_KEY, bound_of, set_inlining_bound
 from mlgo_host.policies.saved import METADATA, set_gate
 from mlgo_host.search.passes import Passes, RoundResults
 from mlgo_host.search.tunedir import load_tune_results
@@ -65,6 +66,8 @@ def train_search(
     split_by: str = "project",
     max_module_growth_pct: float = 1.0,
     min_validation_gain_pct: float = 0.1,
+    extra_inlining_max_users: int | None = 3,
+    extra_inlining_min_functions: int | None = 150,
     gate_thresholds: tuple = GATE_THRESHOLDS,
     evaluate_heldout: bool = True,
     seed: int = 0,
@@ -78,6 +81,8 @@ def train_search(
     check_at_least_zero("search_loop.train_search", max_module_growth_pct=max_module_growth_pct,
                         min_validation_gain_pct=min_validation_gain_pct)
     rule = GateRule(max_module_growth_pct, min_validation_gain_pct)
+    bound = bound_of({MAX_USERS_KEY: extra_inlining_max_users, MIN_FUNCTIONS_KEY: extra_inlining_min_functions},
+                     "search_loop.train_search")
     workers = workers or Workers()
     t_start = time.monotonic()
     # wall clock: the searches' deadline is checked in the workers (processes, or other machines with Ray)
@@ -110,7 +115,7 @@ def train_search(
             r = state["round"] + 1
             deadline = search_deadline(state, run_end, time.time(), round_search_minutes)
             row = _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, workers, compiles_per_round,
-                             gate_thresholds, rule, evaluate_heldout, seed, progress, deadline)
+                             gate_thresholds, rule, bound, evaluate_heldout, seed, progress, deadline)
             row["round_s"] = round(time.monotonic() - t0, 1)
             state["history"].append(row)
             state["round"] = r
@@ -132,7 +137,7 @@ def _check_params(time_budget_minutes: float, max_rounds: int, compiles_per_roun
 
 
 def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, workers, compiles, thresholds,
-               rule, heldout, seed, progress, deadline=None) -> dict[str, Any]:
+               rule, bound, heldout, seed, progress, deadline=None) -> dict[str, Any]:
     base_dir = state.get("best_policy")
     data = _read_data(root_dir)  # the search's prior learns from it, then this round joins it
     t0 = time.monotonic()
@@ -150,6 +155,8 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, worker
     fit = train_imitation(examples_from_search(seen), policy_dir, default_slot=state["default_slot"],
                           compiler=compiler_version(workers.clang_path).splitlines()[0], seed=seed + r,
                           extra={"round": r})
+    if bound:  # before the gate: it is chosen for the policy as it will run
+        set_inlining_bound(policy_dir, bound)
     t2 = time.monotonic()
     gate, table, val = _choose_gate(pool, policy_dir, val_mods, thresholds, rule, progress, r)
     set_gate(policy_dir, gate, chosen_on="validation", round=r, rule=dataclasses.asdict(rule),

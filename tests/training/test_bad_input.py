@@ -41,6 +41,8 @@ def _train(capsys, root, corpus, gin_file=PPO_GIN, *bindings) -> str:
     (PPO_GIN, "train.collection_timeout_s=0", "train.collection_timeout_s = 0: must be a number > 0"),
     (SEARCH_GIN, "search_loop.train_search.min_validation_gain_pct=-0.1",
      "search_loop.train_search.min_validation_gain_pct = -0.1: must be a number >= 0"),
+    (SEARCH_GIN, "search_loop.train_search.extra_inlining_max_users=0",
+     "search_loop.train_search: bad extra_inlining_max_users 0"),
     (SEARCH_GIN, "search_loop.train_search.max_module_growth_pct='1'",
      "search_loop.train_search.max_module_growth_pct = '1': must be a number >= 0"),
 ])

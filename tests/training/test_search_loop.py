@@ -65,6 +65,9 @@ def test_rounds_search_imitate_gate_and_keep_the_best_by_validation(trained):
     assert st["best_round"] == best["round"]
     md = json.load(open(os.path.join(root, "saved_policy", "metadata.json")))
     assert md["gate"]["chosen_on"] == "validation" and md["gate"]["round"] == best["round"]
+    # the gate's rule and the bounds on added inlinings, as search.gin sets them
+    assert md["gate"]["rule"] == {"max_module_growth_pct": 1.0, "min_gain_pct": 0.1}
+    assert (md["extra_inlining_max_users"], md["extra_inlining_min_functions"]) == (3, 150)
     assert os.path.isfile(os.path.join(root, "saved_policy", "saved_model", "output_spec.json"))
 
     import tensorflow as tf
