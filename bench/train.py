@@ -5,8 +5,8 @@
    the same modules, with baselines already cached, the stochastic numpy
    policy of a saved policy (the BC warm start when there is one), rounds
    alternating between the two worker counts.  Goal: 2 workers >= 1.8x.
-2. Quality (``--quality``): the ``make demo`` pipeline with a fixed budget
-   (behavioural cloning warm start + N PPO iterations), then the greedy
+2. Quality (``--quality``): behavioural cloning, then N PPO iterations from
+   it, split by project as ``make demo`` splits, then the greedy
    policies on the held-out split against clang's -Oz: total .text change,
    mean per-module reward, worst module; the held-out curve as a PNG.
    Goal: held-out total >= 1.5% smaller than -Oz, no module > 1% larger.
@@ -87,15 +87,27 @@ def collection_scaling(corpus_dir: str, policy: str, modules: int, rounds: int, 
 
 def quality(workdir: str, corpus_dir: str, iterations: int, modules_per_iteration: int, eval_every: int,
             png: str) -> dict:
+    """Behavioural cloning, then PPO from it (``bc.gin``, ``ppo.gin``), split by project as ``make demo``
+    splits; both greedy policies on the held-out projects against -Oz."""
+    import subprocess
+
     from mlgo_host import demo
     from mlgo_host.evaluation.plots import plot_training
 
     t0 = time.perf_counter()
-    rc = demo.main(["--output", workdir, "--corpus", corpus_dir, "--iterations", str(iterations),
-                    "--modules-per-iteration", str(modules_per_iteration), "--eval-every", str(eval_every)])
-    assert rc == 0
-    with open(os.path.join(workdir, "demo_result.json")) as f:
-        res = json.load(f)
+    configs = os.path.join(os.path.dirname(HERE), "configs", "inlining")
+    common = ["num_workers=2", f"heldout_fraction={demo.HELDOUT_FRACTION}"]
+    ppo_bindings = [f"warmstart_policy='{os.path.join(workdir, 'bc', 'saved_policy')}'",
+                    f"num_iterations={iterations}", f"modules_per_iteration={modules_per_iteration}",
+                    f"eval_every={eval_every}"]
+    for run, gin, extra in (("bc", "bc.gin", []), ("ppo", "ppo.gin", ppo_bindings)):
+        subprocess.run([sys.executable, "-m", "mlgo_host", "train", "--root_dir", os.path.join(workdir, run),
+                        "--corpus", corpus_dir, "--gin_files", os.path.join(configs, gin),
+                        "--gin_bindings", *common, *extra], check=True)
+    policies = {"behavioural cloning": os.path.join(workdir, "bc", "saved_policy"),
+                "PPO": os.path.join(workdir, "ppo", "saved_policy")}
+    res = {"table": demo.heldout_table(corpus_dir, policies, workdir, jobs=2),
+           "timings_s": {"all": round(time.perf_counter() - t0, 1)}}
     with open(os.path.join(workdir, "ppo", "state.json")) as f:
         history = json.load(f)["history"]
     plot_training(os.path.join(workdir, "ppo", "state.json"), png,

@@ -239,7 +239,7 @@ def format_table(table: dict) -> str:
     for r in rows:
         ch = r["change_percent"]
         w = r["worst_module"]
-        worst = "" if w is None else f"{w['module']} {w['change_percent']:+.2f}%"
+        worst = "" if w is None or w["change_percent"] <= 0 else f"{w['module']} {w['change_percent']:+.2f}%"
         lines.append(f"{r['policy']:<26}{r['policy_total']:>13,}{(f'{ch:+.3f}%' if ch is not None else 'n/a'):>10}"
                      f"{r['smaller']:>9}{r['equal']:>7}{r['bigger']:>8}{r['mean_reward']:>+13.5f}  {worst}")
     return "\n".join(lines)
