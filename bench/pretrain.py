@@ -90,7 +90,12 @@ def main() -> int:
     # the shipped policy's recipe splits file by file (the training corpus's
     # validation and held-out files share projects with its training files)
     bindings = [f"num_workers={args.workers}", f"time_budget_minutes={args.minutes}",
-                f"compiles_per_round={args.compiles_per_round}", "seed=0", "split_by='module'"]
+                f"compiles_per_round={args.compiles_per_round}", "seed=0", "split_by='module'",
+                # the network's recipe: rounds without bounds, any validation saving (the installed
+                # bounds and gate are put on the network after training, below)
+                "search_loop.train_search.min_validation_gain_pct=0.0",
+                "search_loop.train_search.extra_inlining_max_users=None",
+                "search_loop.train_search.extra_inlining_min_functions=None"]
     run_dir = os.path.join(root, "search")
     if not args.measure_only:
         _mlgo(["train", "--root_dir", run_dir, "--corpus", train_corpus,
