@@ -25,7 +25,8 @@ from mlgo_host.evaluation.evaluate import evaluate_on_pool
 from mlgo_host.fsutil import atomic_write_json
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.reward import MovingAverageBaseline, reward
-from mlgo_host.training.checks import check_counts, check_fraction, check_positive, claim_root, make_root
+from mlgo_host.training.checks import (check_at_least_zero, check_counts, check_fraction, check_positive, claim_root,
+                                      make_root)
 from mlgo_host.training.iteration import (STATE, build_vocab, numeric_metrics, open_learner,
                                           percentile_summary, publish_policy, read_header, read_state,
                                           resolve_warmstart, train_and_save)
@@ -59,6 +60,7 @@ def train(
     use_moving_average_baseline: bool = True,
     moving_average_decay: float = 0.8,
     early_exit_fraction: float = 0.9,
+    min_validation_gain_pct: float = 0.1,
     early_exit_grace_s: float = 60.0,
     collection_timeout_s: float = 1800.0,
     trace_modules: int = 0,
@@ -73,6 +75,7 @@ def train(
     check_fraction("train", False, True, moving_average_decay=moving_average_decay)
     check_fraction("train", True, False, early_exit_fraction=early_exit_fraction)
     check_positive("train", early_exit_grace_s=early_exit_grace_s, collection_timeout_s=collection_timeout_s)
+    check_at_least_zero("train", min_validation_gain_pct=min_validation_gain_pct)
     workers = workers or Workers()
     warmstart_policy = resolve_warmstart(warmstart_policy)  # a bad name fails before any compile
     # absolute: workers (Ray actors too) may run in another directory
@@ -110,7 +113,7 @@ def train(
             early=EarlyExit(fraction=early_exit_fraction, grace_s=early_exit_grace_s, timeout_s=collection_timeout_s),
             state=state, summaries=Summaries(root_dir), run_config=run_config, val_mods=val_mods,
             reported=heldout_mods if report_heldout else [], num_iterations=num_iterations,
-            modules_per_iteration=modules_per_iteration, eval_every=eval_every,
+            modules_per_iteration=modules_per_iteration, eval_every=eval_every, min_gain=min_validation_gain_pct,
             saved_model_every_iteration=saved_model_every_iteration, seed=seed, progress=progress)
         # the current policy's TF-free files, shipped to the workers
         blob = learner.policy_blob() if done < num_iterations else None
@@ -179,6 +182,7 @@ class _Loop:
     num_iterations: int
     modules_per_iteration: int
     eval_every: int
+    min_gain: float  # the validation saving, in % of -Oz's total, that replaces a warm start
     saved_model_every_iteration: bool
     seed: int
     progress: bool
@@ -220,20 +224,22 @@ class _Loop:
         """Publish the policy as ``saved_policy`` when its validation total is the best so far."""
         row["validation_size_change_pct"] = val_row["size_change_pct"]
         row["validation_bigger"] = val_row["bigger"]
-        if _better(val_row, self.state.get("best"), self.state.get("warmstart_validation")):
+        if _better(val_row, self.state.get("best"), self.state.get("warmstart_validation"), self.min_gain):
             self.state["best"] = {"iteration": iteration, "size_change_pct": val_row["size_change_pct"]}
             publish_policy(policy_dir, os.path.join(self.root_dir, "saved_policy"))
         row["saved_policy_iteration"] = self.state["best"]["iteration"]
 
 
-def _better(val_row: dict, best: dict | None, warm: dict | None = None) -> bool:
+def _better(val_row: dict, best: dict | None, warm: dict | None = None, min_gain: float = 0.0) -> bool:
     """Is this the best validation total so far (ties: the later policy)?
-    Against the warm start the saving must also be significant over the
-    validation modules: the best of many iterations is smaller by chance alone."""
+    Against the warm start the saving must also be at least ``min_gain`` (in % of
+    -Oz's total) and significant over the validation modules: the best of many
+    iterations is smaller by chance alone."""
     if best is None:
         return True
     if best["iteration"] == 0:
-        if val_row["size_change_pct"] >= best["size_change_pct"]:
+        saving = best["size_change_pct"] - val_row["size_change_pct"]
+        if saving <= 0 or saving < min_gain:
             return False
         return warm is None or "policy_sizes" not in warm or significantly_smaller(
             val_row.get("policy_sizes", {}), warm["policy_sizes"])

@@ -57,6 +57,9 @@ def test_only_a_strictly_better_policy_replaces_the_warm_start():
     assert not _better({"size_change_pct": -0.5}, start)
     assert not _better({"size_change_pct": -0.4}, start)
     assert _better({"size_change_pct": -0.6}, start)
+    # a saving below the minimum keeps the warm start
+    assert not _better({"size_change_pct": -0.55}, start, min_gain=0.1)
+    assert _better({"size_change_pct": -0.65}, start, min_gain=0.1)
     # between PPO policies a tie still goes to the later one
     assert _better({"size_change_pct": -0.5}, {"iteration": 3, "size_change_pct": -0.5})
     assert _better({"size_change_pct": 1.0}, None)
