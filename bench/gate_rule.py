@@ -13,10 +13,10 @@ validation and held-out projects, without and with the bounds on added inlinings
 functions). Each rule then picks its gate per round and its round by validation, as the loop does,
 and the held-out figures of what it picks are reported:
 
-* before: no bounds, any validation saving;
-* bounds, any saving;
-* no bounds, at least 0.1 %;
-* after (``search.gin`` now): bounds and at least 0.1 %.
+* neither: no bounds, any validation saving;
+* bounds: the bounds, any saving;
+* min gain: no bounds, at least 0.1 %;
+* both (``search.gin``'s defaults): the bounds and at least 0.1 %.
 
 Writes ``bench/results/gate_rule.json`` (``--output``) and prints one line per run and rule.
 
@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from mlgo_host.fsutil import atomic_write_json  # noqa: E402
 
 BOUND = (3, 150)
-RULES = {"before": (False, 0.0), "bounds": (True, 0.0), "min gain": (False, 0.1), "after": (True, 0.1)}
+RULES = {"neither": (False, 0.0), "bounds": (True, 0.0), "min gain": (False, 0.1), "both": (True, 0.1)}
 
 
 def measure(root: str, corpus, seed: int, heldout_fraction: float, gates: list[float], jobs: int) -> list[dict]:
