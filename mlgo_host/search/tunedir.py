@@ -138,6 +138,15 @@ def _shown(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def identity_of(argv, cwd: str, source: str, output: str) -> dict | None:
+    """A compile's identity (``argv`` compiler first), as :class:`IdentityIndex` looks it up; None when
+    ``argv`` has none."""
+    try:
+        return command_identity(list(argv), cwd, source, output)
+    except (ValueError, TypeError):
+        return None
+
+
 class TunedDir:
     """The tuned modules of ``path``, found by module name or by the identity of a compile."""
 
@@ -153,19 +162,8 @@ class TunedDir:
 
     def match(self, argv, cwd: str, source: str, output: str) -> str | None:
         """The tuned module a compile is (``argv`` compiler first), or None."""
-        try:
-            ident = command_identity(list(argv), cwd, source, output)
-        except (ValueError, TypeError):
-            return None
-        return self.index.match(ident)
-
-    def other_flags(self, argv, cwd: str, source: str, output: str) -> tuple[str, list[str], list[str]] | None:
-        """For a compile that :meth:`match` does not find but whose source and object are a tuned module's:
-        (the module, the flags only the compile has, those only the module was tuned with)."""
-        try:
-            return self.index.other_flags(command_identity(list(argv), cwd, source, output))
-        except (ValueError, TypeError):
-            return None
+        ident = identity_of(argv, cwd, source, output)
+        return None if ident is None else self.index.match(ident)
 
     def flags_for(self, name: str | None, changed: bool = False) -> list[str]:
         """Module ``name``'s base flags (an inline threshold) and replay flags, each if any;

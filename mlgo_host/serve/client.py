@@ -112,7 +112,7 @@ def _tuned_flags(tuned: str, plain: list[str], plan: dict, quiet: bool,
                  label: str = "MLGO_REPLAY") -> tuple[list[str], str, dict]:
     """(this compile's tuned module's flags or [], why ``tuned`` is unusable or "" (after ``label``),
     its report's fields)."""
-    from mlgo_host.search.tunedir import TunedDir
+    from mlgo_host.search.tunedir import TunedDir, identity_of
     from mlgo_host.errors import MlgoHostError
     from mlgo_host.serve.trust import untrusted_tune_dir
 
@@ -120,13 +120,14 @@ def _tuned_flags(tuned: str, plain: list[str], plan: dict, quiet: bool,
         return [], f"{label}: {why}", {}
     try:
         t = TunedDir(tuned)
-        name = t.match(plain, os.getcwd(), plan["source"], plan["output"])
+        ident = identity_of(plain, os.getcwd(), plan["source"], plan["output"])
+        name = None if ident is None else t.index.match(ident)
         changed = name is not None and t.changed(name, plan["source"])
         flags = t.flags_for(name, changed)  # (its replay file checked: clang fails on a missing one)
     except MlgoHostError as e:
         return [], f"{label}: {e}", {}
-    if name is None and not quiet:
-        _note_other_flags(t, plain, plan)
+    if name is None and ident is not None and not quiet:
+        _note_other_flags(t, ident, plan)
     if flags and changed and not quiet:
         _say("note", f"{plan['source']} changed since it was tuned ({t.path}): its tuned sites that still match "
                      "are inlined, the compiler decides the rest (tune it again to refresh them)")
@@ -135,16 +136,18 @@ def _tuned_flags(tuned: str, plain: list[str], plan: dict, quiet: bool,
                        "default_size": m.get("default_size"), "best_size": m.get("best_size")}
 
 
-def _note_other_flags(t, plain: list[str], plan: dict) -> None:
-    """One note when this compile is a tuned module's (its source and object) with other flags: its
-    tuned decisions are not applied (a build reconfigured without the tuned flags gets nothing)."""
-    miss = t.other_flags(plain, os.getcwd(), plan["source"], plan["output"])
-    tuned = t.modules[miss[0]] if miss is not None else {}
-    if not (tuned.get("inline_replay") or tuned.get("base_flags")):  # (what flags_for adds: nothing lost)
+def _note_other_flags(t, ident: dict, plan: dict) -> None:
+    """One note when this compile (``ident``) is a tuned module's (its source and object) with other flags:
+    its tuned decisions are not applied (a build reconfigured without the tuned flags gets nothing)."""
+    miss = t.index.other_flags(ident)
+    if miss is None:
         return
-    _, here, there = miss
+    name, here, there = miss
+    if not (t.modules[name].get("inline_replay") or t.modules[name].get("base_flags")):  # what flags_for adds
+        return
     shown = "; ".join(f"{what}: {' '.join(fl[:4])}{' ...' if len(fl) > 4 else ''}"
-                      for what, fl in (("only here", here), ("only when tuned", there)) if fl) or "flags in another order"
+                      for what, fl in (("only here", here), ("only when tuned", there)) if fl)
+    shown = shown or "flags in another order"
     _say("note", f"{plan['source']} was tuned ({t.path}) with other flags ({shown}): compiled without its tuned "
                  "decisions")
 
