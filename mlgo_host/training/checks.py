@@ -33,22 +33,19 @@ def check_at_least_zero(configurable: str, **values) -> None:
     _check_numbers(configurable, lambda v: v >= 0, ">= 0", values)
 
 
-def _check_numbers(configurable: str, ok, words: str, values: dict) -> None:
+def check_fraction(configurable: str, low_open: bool, high_open: bool, **values) -> None:
+    """Each of ``values`` a number between 0 and 1, each end excluded where ``low_open`` / ``high_open``."""
+    ends = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
+    _check_numbers(configurable, lambda v: (0 < v if low_open else 0 <= v) and (v < 1 if high_open else v <= 1),
+                   f"in {ends}", values, none_ok=False)
+
+
+def _check_numbers(configurable: str, ok, words: str, values: dict, none_ok: bool = True) -> None:
     for name, value in values.items():
-        if value is None:
+        if value is None and none_ok:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):  # NaN fails too
             raise ConfigError(f"{configurable}.{name} = {value!r}: must be a number {words}")
-
-
-def check_fraction(configurable: str, low_open: bool, high_open: bool, **values) -> None:
-    """Each of ``values`` a number between 0 and 1, each end excluded where ``low_open`` / ``high_open``."""
-    for name, value in values.items():
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        ok = ok and (0 < value if low_open else 0 <= value) and (value < 1 if high_open else value <= 1)
-        if not ok:
-            ends = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
-            raise ConfigError(f"{configurable}.{name} = {value!r}: must be a number in {ends}")
 
 
 def make_root(root_dir: str) -> None:
