@@ -1,5 +1,8 @@
 """The PPO training loop over a corpus (``run.algorithm = 'ppo'``); re-running resumes after the last
-completed iteration.  The validation split chooses ``saved_policy/``, a warm start being the first candidate.
+completed iteration.  The validation split chooses ``saved_policy/`` by the gate's rule (no validation module
+more than ``max_module_growth_pct`` bigger than under ``-Oz``, and a significant saving of at least
+``min_validation_gain_pct`` against the warm start, else against ``-Oz``'s own decisions).  When no iteration
+meets it, a run without a warm start publishes its last policy gated at 1.0: ``-Oz``'s decisions.
 Its gate stays on every saved policy, but collection samples the raw actor: PPO's importance ratios need
 each decision's probability under the policy that made it, which a near-deterministic gated policy would
 not give.
@@ -22,7 +25,8 @@ from mlgo_host.episode import Episode
 from mlgo_host.errors import ConfigError
 from mlgo_host.evaluation.compare import significantly_smaller
 from mlgo_host.evaluation.evaluate import evaluate_on_pool
-from mlgo_host.fsutil import atomic_write_json
+from mlgo_host.fsutil import atomic_write_json, dir_built_aside
+from mlgo_host.learning.imitate import GateRule
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.reward import MovingAverageBaseline, reward
 from mlgo_host.training.checks import (check_at_least_zero, check_counts, check_fraction, check_positive, claim_root,
@@ -31,6 +35,7 @@ from mlgo_host.training.iteration import (STATE, build_vocab, numeric_metrics, o
                                           percentile_summary, publish_policy, read_header, read_state,
                                           resolve_warmstart, train_and_save)
 from mlgo_host.training.workers import Workers
+from mlgo_host.policies.saved import set_gate
 from mlgo_host.workers.pool import EarlyExit, map_with_progress
 from mlgo_host.workers.worker import CollectTask, policy_blob_from_dir
 
@@ -61,6 +66,7 @@ def train(
     moving_average_decay: float = 0.8,
     early_exit_fraction: float = 0.9,
     min_validation_gain_pct: float = 0.1,
+    max_module_growth_pct: float = 1.0,
     early_exit_grace_s: float = 60.0,
     collection_timeout_s: float = 1800.0,
     trace_modules: int = 0,
@@ -75,7 +81,8 @@ def train(
     check_fraction("train", False, True, moving_average_decay=moving_average_decay)
     check_fraction("train", True, False, early_exit_fraction=early_exit_fraction)
     check_positive("train", early_exit_grace_s=early_exit_grace_s, collection_timeout_s=collection_timeout_s)
-    check_at_least_zero("train", min_validation_gain_pct=min_validation_gain_pct)
+    check_at_least_zero("train", min_validation_gain_pct=min_validation_gain_pct,
+                        max_module_growth_pct=max_module_growth_pct)
     workers = workers or Workers()
     warmstart_policy = resolve_warmstart(warmstart_policy)  # a bad name fails before any compile
     # absolute: workers (Ray actors too) may run in another directory
@@ -96,6 +103,7 @@ def train(
     if state:
         log.info("resuming %s after iteration %d", root_dir, done)
     task_of = functools.partial(Module.to_task, ship_bitcode=ship_bitcode)
+    rule = GateRule(max_module_growth_pct, min_validation_gain_pct)
     with workers.pool(COLLECT_WORKER, advisor=advisor, baseline_cache=os.path.join(root_dir, "baselines")) as pool:
         learner = _open_run_learner(pool, root_dir, train_mods, task_of, workers=workers, advisor=advisor,
                                     vocab_path=vocab_path, warmstart_policy=warmstart_policy,
@@ -104,7 +112,7 @@ def train(
                       "warmstart_policy": warmstart_policy}
         if warmstart_policy and val_mods and eval_every and not done and state.get("best") is None:
             state = _validate_warmstart(learner, pool, root_dir, val_mods, task_of, progress, moving_average,
-                                        run_config)
+                                        run_config, rule)
         sampler = corpus.sampler(train_mods, seed=seed, strategy=sampling_strategy)
         sampler.skip(done * modules_per_iteration)
         loop = _Loop(
@@ -113,15 +121,18 @@ def train(
             early=EarlyExit(fraction=early_exit_fraction, grace_s=early_exit_grace_s, timeout_s=collection_timeout_s),
             state=state, summaries=Summaries(root_dir), run_config=run_config, val_mods=val_mods,
             reported=heldout_mods if report_heldout else [], num_iterations=num_iterations,
-            modules_per_iteration=modules_per_iteration, eval_every=eval_every, min_gain=min_validation_gain_pct,
+            modules_per_iteration=modules_per_iteration, eval_every=eval_every,
+            rule=rule,
             saved_model_every_iteration=saved_model_every_iteration, seed=seed, progress=progress)
         # the current policy's TF-free files, shipped to the workers
         blob = learner.policy_blob() if done < num_iterations else None
         for it in range(done, num_iterations):
             blob = loop.iteration(it, blob)
-        # nothing to choose by (or nothing evaluated): the last policy
-        if not val_mods or loop.state.get("best") is None:
-            learner.save_policy(os.path.join(root_dir, "saved_policy"), step=max(num_iterations, done))
+        last = max(num_iterations, done)
+        if val_mods and eval_every and loop.state.get("best") is None:
+            _publish_default_decisions(learner, root_dir, last, advisor, loop.rule)
+        elif loop.state.get("best") is None:  # nothing to choose by: the last policy
+            learner.save_policy(os.path.join(root_dir, "saved_policy"), step=last)
         loop.summaries.close()
     return {"history": loop.state.get("history", []), "last_eval": loop.state.get("last_eval")}
 
@@ -182,7 +193,7 @@ class _Loop:
     num_iterations: int
     modules_per_iteration: int
     eval_every: int
-    min_gain: float  # the validation saving, in % of -Oz's total, that replaces a warm start
+    rule: GateRule  # what a policy does on validation to become saved_policy
     saved_model_every_iteration: bool
     seed: int
     progress: bool
@@ -224,42 +235,76 @@ class _Loop:
         """Publish the policy as ``saved_policy`` when its validation total is the best so far."""
         row["validation_size_change_pct"] = val_row["size_change_pct"]
         row["validation_bigger"] = val_row["bigger"]
-        if _better(val_row, self.state.get("best"), self.state.get("warmstart_validation"), self.min_gain):
+        row["validation_worst_pct"] = _worst_pct(val_row)
+        best = self.state.get("best")
+        # the policy to beat: the warm start while it is saved_policy, else -Oz's decisions
+        baseline = (self.state["warmstart_validation"] if best is not None and best["iteration"] == 0
+                    else {"policy_sizes": val_row["baseline_sizes"]})
+        if _better(val_row, best, baseline, self.rule):
             self.state["best"] = {"iteration": iteration, "size_change_pct": val_row["size_change_pct"]}
             publish_policy(policy_dir, os.path.join(self.root_dir, "saved_policy"))
-        row["saved_policy_iteration"] = self.state["best"]["iteration"]
+        row["saved_policy_iteration"] = (self.state.get("best") or {}).get("iteration")
 
 
-def _better(val_row: dict, best: dict | None, warm: dict | None = None, min_gain: float = 0.0) -> bool:
-    """Is this the best validation total so far (ties: the later policy)?
-    Against the warm start the saving must also be at least ``min_gain`` (in % of
-    -Oz's total) and significant over the validation modules: the best of many
-    iterations is smaller by chance alone."""
-    if best is None:
-        return True
-    if best["iteration"] == 0:
-        saving = best["size_change_pct"] - val_row["size_change_pct"]
-        if saving <= 0 or saving < min_gain:
-            return False
-        return warm is None or "policy_sizes" not in warm or significantly_smaller(
-            val_row.get("policy_sizes", {}), warm["policy_sizes"])
-    return val_row["size_change_pct"] <= best["size_change_pct"]
+def _better(val_row: dict, best: dict | None, baseline: dict | None = None, rule: GateRule = GateRule()) -> bool:
+    """May this policy replace ``best`` (None: nothing published yet, the baseline is ``-Oz``'s decisions)?
+    It must keep every validation module within ``rule``'s growth.  Against the baseline (iteration 0, a warm
+    start, or ``-Oz``) the saving must be at least ``rule.min_gain_pct`` (in % of -Oz's total) and
+    significant over the validation modules (``baseline["policy_sizes"]``): the best of many iterations is
+    smaller by chance alone.  Against a policy that already passed that, smaller or equal is enough (ties: the
+    later policy)."""
+    if val_row.get("ok", 0) < val_row.get("modules", 0) or _worst_pct(val_row) > rule.max_module_growth_pct:
+        return False
+    if best is not None and best["iteration"] > 0:
+        return val_row["size_change_pct"] <= best["size_change_pct"]
+    saving = (best["size_change_pct"] if best is not None else 0.0) - val_row["size_change_pct"]
+    if saving <= 0 or saving < rule.min_gain_pct:
+        return False
+    return baseline is None or "policy_sizes" not in baseline or significantly_smaller(
+        val_row.get("policy_sizes", {}), baseline["policy_sizes"])
+
+
+def _worst_pct(val_row: dict) -> float:
+    """The largest growth of a validation module against -Oz, in % (0 when none grew)."""
+    worst = val_row.get("worst_module") or {}
+    return max(0.0, worst.get("change_pct", 0.0))
+
+
+def _publish_default_decisions(learner, root_dir: str, step: int, advisor: str, rule: GateRule) -> None:
+    """No iteration met ``rule`` on validation: ``saved_policy`` becomes the last policy gated at 1.0, which
+    answers ``-Oz``'s decision at every site (an advisor without a default decision: the last policy)."""
+    dest = os.path.join(root_dir, "saved_policy")
+    with dir_built_aside(dest) as tmp:
+        learner.save_policy(tmp, step=step)
+        if advisor == "inline":
+            set_gate(tmp, 1.0, chosen_on="validation", rule=dataclasses.asdict(rule), met_by_no_iteration=True)
+    what = ("the last policy gated at 1.0, which keeps -Oz's decisions" if advisor == "inline"
+            else "the last policy, unvalidated (this advisor has no default decision to keep)")
+    print(f"no iteration's validation met the rule (no module more than {rule.max_module_growth_pct:g} % bigger, "
+          f"at least {rule.min_gain_pct:g} % smaller than -Oz): saved_policy is {what}", file=sys.stderr, flush=True)
 
 
 def _validate_warmstart(learner, pool, root_dir: str, val_mods: list[Module], task_of, progress: bool,
-                        moving_average: MovingAverageBaseline, run_config: dict) -> dict[str, Any]:
-    """The warm start as the first ``saved_policy``: ``policy/0/``, evaluated
-    on validation, then ``state.json`` at iteration 0; returns that state."""
+                        moving_average: MovingAverageBaseline, run_config: dict, rule: GateRule) -> dict[str, Any]:
+    """The warm start, ``policy/0/``, evaluated on validation; the first ``saved_policy`` when it keeps every
+    validation module within ``rule``'s growth (else the policy to beat is ``-Oz``'s decisions); then
+    ``state.json`` at iteration 0; returns that state."""
     policy_dir = os.path.join(root_dir, "policy", "0")
     learner.save_policy(policy_dir, step=0, saved_model=True)
     val_row = _evaluate(pool, policy_blob_from_dir(policy_dir), val_mods, task_of, progress, "validation 0 (warm start)")
-    publish_policy(policy_dir, os.path.join(root_dir, "saved_policy"))
+    kept = val_row["ok"] == val_row["modules"] and _worst_pct(val_row) <= rule.max_module_growth_pct
+    if kept:
+        publish_policy(policy_dir, os.path.join(root_dir, "saved_policy"))
     state = {"iteration": 0, "moving_average": moving_average.state(), "history": [], "last_eval": None,
-             "failures_last_iteration": [], "best": {"iteration": 0, "size_change_pct": val_row["size_change_pct"]},
+             "failures_last_iteration": [],
+             "best": {"iteration": 0, "size_change_pct": val_row["size_change_pct"]} if kept else None,
              "warmstart_validation": val_row, "config": run_config}
     atomic_write_json(os.path.join(root_dir, STATE), state)
     print(f"iteration 0 (warm start): validation size {val_row['size_change_pct']:+.3f}% vs -Oz "
-          f"({val_row['ok']}/{val_row['modules']} modules, {val_row['bigger']} bigger): saved_policy",
+          f"({val_row['ok']}/{val_row['modules']} modules, {val_row['bigger']} bigger, worst "
+          f"{_worst_pct(val_row):+.2f}%): " + ("saved_policy" if kept else
+                                               f"not published (a module more than {rule.max_module_growth_pct:g} % "
+                                               "bigger, or one that failed); the policy to beat is -Oz's decisions"),
           file=sys.stderr, flush=True)
     return state
 
@@ -326,8 +371,10 @@ def _summary_line(row: dict, total: int) -> str:
              f"{row['decisions_per_second']:.0f} decisions/s",
              f"collect {row['collect_s']:.1f}s", f"train {row['train_s']:.1f}s", f"save {row['save_s']:.1f}s"]
     if "validation_size_change_pct" in row:
-        parts.append(f"validation size {row['validation_size_change_pct']:+.3f}% vs -Oz "
-                     f"(saved_policy: iteration {row['saved_policy_iteration']})")
+        saved = row["saved_policy_iteration"]
+        parts.append(f"validation size {row['validation_size_change_pct']:+.3f}% vs -Oz, worst module "
+                     f"{row['validation_worst_pct']:+.2f}% (saved_policy: "
+                     f"{'none meets the rule yet' if saved is None else f'iteration {saved}'})")
     if "heldout_size_change_pct" in row:
         parts.append(f"held-out size {row['heldout_size_change_pct']:+.3f}% vs -Oz")
     return " ".join(parts)
@@ -346,6 +393,7 @@ def _evaluate(pool, blob: dict, modules: list[Module], task_of: Callable[[Module
     return {
         "modules": s.modules, "ok": s.ok, "baseline_total": s.baseline_total, "policy_total": s.policy_total,
         "policy_sizes": {r.module: r.policy_text for r in ok},
+        "baseline_sizes": {r.module: r.baseline_text for r in ok},
         "size_change_pct": s.change_percent or 0.0, "smaller": s.smaller, "equal": s.equal, "bigger": s.bigger,
         "worst_module": None if worst is None else {
             "module": worst.module, "baseline": worst.baseline_text, "policy": worst.policy_text,

@@ -27,8 +27,9 @@ PPO_GIN = os.path.join(REPO, "configs", "inlining", "ppo.gin")
 BC_GIN = os.path.join(REPO, "configs", "inlining", "bc.gin")
 # t7 falls in the held-out part of a 0.25 split (seed 0); t0..t5 are trained on.
 SIZES = {"t0": 10, "t1": 25, "t2": 14, "t3": 30, "t4": 18, "t5": 22, "t7": 16}
+# A minimum validation saving no policy reaches: saved_policy falls back to -Oz's decisions, deterministically.
 BINDINGS = ["num_iterations=2", "modules_per_iteration=4", "eval_every=1", "heldout_fraction=0.25",
-            "num_workers=2", "seed=0"]
+            "num_workers=2", "seed=0", "train.min_validation_gain_pct=1000.0"]
 TAGS = ([f"reward_distribution/p{p}" for p in range(10, 100, 10)]
         + ["reward_distribution/mean", "heldout/size_change_pct", "loss/policy_gradient_loss", "loss/entropy",
            "loss/kl", "loss/total_loss", "perf/modules_per_minute", "perf/decisions_per_second",
@@ -137,6 +138,32 @@ def test_saved_policy_serves_a_real_compile(trained, tmp_path):
     out = json.loads(p.stdout)
     assert out["observations"] > 0 and sum(out["decisions"].values()) == out["observations"]
     assert out["text_size"] > 0
+
+
+def test_when_no_iteration_meets_the_rule_saved_policy_keeps_clang_s_decisions(trained, tmp_path):
+    """No warm start, and no iteration saves the (unreachable) minimum on validation: saved_policy is the last
+    policy gated at 1.0, and it compiles a module exactly as -Oz does."""
+    root, p, _ = trained
+    st = read_state(root)
+    assert st["best"] is None
+    assert all(h["saved_policy_iteration"] is None and "validation_worst_pct" in h for h in st["history"])
+    assert "no iteration's validation met the rule" in p.stderr and "none meets the rule yet" in p.stderr
+    md = json.loads((root / "saved_policy" / "metadata.json").read_text())
+    assert md["gate"]["threshold"] == 1.0 and md["gate"]["met_by_no_iteration"] is True
+    assert md["training_step"] == 2
+    from _corpus_helpers import generated_c_source
+
+    src = tmp_path / "m.c"
+    src.write_text(generated_c_source(30, 5))
+    sizes = {}
+    for policy in (str(root / "saved_policy"), str(root / "policy" / "2"), "default"):
+        r = subprocess.run([sys.executable, "-m", "mlgo_host", "run", "--policy", policy, "--", "clang-19", "-Oz",
+                            "-c", str(src), "-o", str(tmp_path / "m.o")], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        sizes[policy] = json.loads(r.stdout)
+    saved, last, oz = sizes.values()
+    assert saved["decisions"] == oz["decisions"] and saved["text_size"] == oz["text_size"]
+    assert last["decisions"] != oz["decisions"]  # the ungated policy would have answered otherwise
 
 
 def test_a_killed_run_resumes_where_it_stopped(trained, corpus, tmp_path):

@@ -1,4 +1,4 @@
-"""PPO warm-started from a saved policy keeps its place (issue 17): the
+"""PPO warm-started from a saved policy keeps its place: the
 shipped policy's name (``warmstart_policy='pretrained-oz'``) or a directory
 starts the actor from its weights exactly, with its gate and vocab; the warm
 start is evaluated on the validation split before any update and stays
@@ -24,6 +24,7 @@ from mlgo_host.errors import ConfigError
 from mlgo_host.policies.saved import gate_of, read_saved_policy
 from mlgo_host.shipped import shipped_policy_dir
 from mlgo_host.training.iteration import resolve_warmstart
+from mlgo_host.learning.imitate import GateRule
 from mlgo_host.training.train_loop import _better
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -52,17 +53,43 @@ def test_resolve_warmstart_takes_a_shipped_name_or_a_directory(tmp_path):
         resolve_warmstart(str(tmp_path))
 
 
+ANY_SAVING = GateRule(max_module_growth_pct=1.0, min_gain_pct=0.0)
+
+
 def test_only_a_strictly_better_policy_replaces_the_warm_start():
     start = {"iteration": 0, "size_change_pct": -0.5}
-    assert not _better({"size_change_pct": -0.5}, start)
-    assert not _better({"size_change_pct": -0.4}, start)
-    assert _better({"size_change_pct": -0.6}, start)
+    assert not _better({"size_change_pct": -0.5}, start, rule=ANY_SAVING)
+    assert not _better({"size_change_pct": -0.4}, start, rule=ANY_SAVING)
+    assert _better({"size_change_pct": -0.6}, start, rule=ANY_SAVING)
     # a saving below the minimum keeps the warm start
-    assert not _better({"size_change_pct": -0.55}, start, min_gain=0.1)
-    assert _better({"size_change_pct": -0.65}, start, min_gain=0.1)
+    assert not _better({"size_change_pct": -0.55}, start, rule=GateRule(min_gain_pct=0.1))
+    assert _better({"size_change_pct": -0.65}, start, rule=GateRule(min_gain_pct=0.1))
     # between PPO policies a tie still goes to the later one
     assert _better({"size_change_pct": -0.5}, {"iteration": 3, "size_change_pct": -0.5})
-    assert _better({"size_change_pct": 1.0}, None)
+
+
+def test_without_a_warm_start_the_policy_to_beat_is_clang_s_own_decisions():
+    # nothing published yet: the baseline is -Oz (0 %), with the same minimum saving
+    assert not _better({"size_change_pct": 1.0}, None, rule=ANY_SAVING)
+    assert not _better({"size_change_pct": 0.0}, None, rule=ANY_SAVING)
+    assert not _better({"size_change_pct": -0.05}, None, rule=GateRule(min_gain_pct=0.1))
+    assert _better({"size_change_pct": -0.2}, None, rule=GateRule(min_gain_pct=0.1))
+    # and significantly smaller than -Oz's sizes over the validation modules
+    oz = {"policy_sizes": {f"m{i}": 1000 for i in range(100)}}
+    lucky = dict(oz["policy_sizes"], m0=600, **{f"m{i}": 1005 for i in range(1, 41)})
+    assert not _better({"size_change_pct": -0.2, "policy_sizes": lucky}, None, oz, ANY_SAVING)
+
+
+def test_a_policy_that_grows_a_validation_module_past_the_limit_is_never_published():
+    grew = {"size_change_pct": -3.0, "modules": 4, "ok": 4, "worst_module": {"module": "m", "change_pct": 1.5}}
+    assert not _better(grew, None, rule=ANY_SAVING)
+    assert not _better(grew, {"iteration": 0, "size_change_pct": 0.0}, rule=ANY_SAVING)
+    assert not _better(grew, {"iteration": 2, "size_change_pct": -1.0}, rule=ANY_SAVING)
+    assert _better(grew, {"iteration": 2, "size_change_pct": -1.0},
+                   rule=GateRule(max_module_growth_pct=2.0, min_gain_pct=0.0))
+    # a validation that did not compile every module chooses nothing
+    partial = {"size_change_pct": -3.0, "modules": 4, "ok": 3, "worst_module": None}
+    assert not _better(partial, {"iteration": 2, "size_change_pct": -1.0}, rule=ANY_SAVING)
 
 
 def test_against_the_warm_start_a_smaller_total_must_be_significant():
@@ -72,8 +99,8 @@ def test_against_the_warm_start_a_smaller_total_must_be_significant():
     start = {"iteration": 0, "size_change_pct": -0.5}
     lucky = dict(warm["policy_sizes"], m0=600, **{f"m{i}": 1005 for i in range(1, 41)})
     broad = dict(warm["policy_sizes"], **{f"m{i}": 995 for i in range(40)})
-    assert not _better({"size_change_pct": -0.6, "policy_sizes": lucky}, start, warm)
-    assert _better({"size_change_pct": -0.6, "policy_sizes": broad}, start, warm)
+    assert not _better({"size_change_pct": -0.6, "policy_sizes": lucky}, start, warm, ANY_SAVING)
+    assert _better({"size_change_pct": -0.6, "policy_sizes": broad}, start, warm, ANY_SAVING)
 
 
 def test_a_bad_warmstart_name_is_one_line_before_any_work(tmp_path, capsys):
