@@ -425,7 +425,7 @@ def run_session(cmd: list[str], advisor: Advisor | str, policy: Policy | None, *
         except BaseException:
             proc.kill()
             raise
-        if log is not None:
+        if log is not None and opened:  # a compile that opened no channel has nothing to log
             log.commit()
             log = None
         return SessionResult(

@@ -138,6 +138,9 @@ def _run(args: argparse.Namespace) -> int:
 
         write_replay(args.save_replay, policy.replay.with_fingerprint(policy))  # type: ignore[union-attr]
     out["text_size"] = _text_size(res.returncode, res.output, cmd[0])
+    if args.log and res.contexts == 0:
+        print(f"mlgo-host run: no training log written to {args.log}: the compiler opened no channel "
+              f"(no {args.advisor} decisions to ask, e.g. at -O0)", file=sys.stderr)
     me = resource.getrusage(resource.RUSAGE_SELF)
     out["host_cpu_s"] = round(me.ru_utime + me.ru_stime, 4)
     if res.returncode != 0 and res.stderr_tail:

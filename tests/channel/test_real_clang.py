@@ -92,6 +92,19 @@ def test_log_decodes_with_advice_last(cdir, tmp_path):
     assert not list(tmp_path.glob("run.log.*.tmp"))
 
 
+def test_a_compile_that_opens_no_channel_writes_no_log_and_says_so(cdir, tmp_path):
+    # -O0 runs no inliner: the compiler never opens the channel, so there is no header to log
+    log = tmp_path / "run.log"
+    tdir = tmp_path / "tmp"
+    tdir.mkdir()
+    r = run_cli(["run", "--log", str(log), "--", "clang-19", "-O0", "-c", str(cdir / "tiny.c"), "-o",
+                 str(tmp_path / "x.o")], {"TMPDIR": str(tdir)}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["contexts"] == 0
+    assert f"no training log written to {log}: the compiler opened no channel" in r.stderr
+    assert not log.exists() and not list(tmp_path.glob("run.log.*")) and leftovers(tdir) == []
+
+
 class _Checked(Policy):
     """Default advice, checked against the observation's own mask."""
 
