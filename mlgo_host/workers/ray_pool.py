@@ -235,8 +235,9 @@ def ensure_ray(ray_address: str | None = None) -> None:
 
 
 def _check_reachable(ray_address: str | None, timeout: float = 5.0) -> None:
-    """A ``host:port`` (or ``ray://host:port``) address where nothing answers is refused at once: Ray
-    itself retries for minutes, printing a line per attempt.  ``auto`` and no address are Ray's to find."""
+    """A ``host:port`` (or ``ray://host:port``) address where nothing answers, or where what answers does
+    not speak gRPC (as a Ray head's GCS and client server do), is refused at once: Ray itself retries for
+    minutes, printing a line per attempt.  ``auto`` and no address are Ray's to find."""
     if not ray_address or ray_address in ("auto", "local"):
         return
     host, sep, port = ray_address.removeprefix("ray://").rpartition(":")
@@ -247,6 +248,17 @@ def _check_reachable(ray_address: str | None, timeout: float = 5.0) -> None:
     except OSError as e:
         raise ConfigError(f"--ray-address {ray_address}: nothing answers there ({e.strerror or e}); "
                           "is the cluster's head started (`ray start --head`)?") from None
+    import grpc
+
+    channel = grpc.insecure_channel(f"{host}:{port}")
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+    except grpc.FutureTimeoutError:
+        raise ConfigError(f"--ray-address {ray_address}: something answers there, but not a Ray head (no gRPC "
+                          f"handshake in {timeout:g} s); is it the head's GCS port (6379) or client port "
+                          "(ray://...:10001)?") from None
+    finally:
+        channel.close()
 
 
 def _ray_driver_log(ctx) -> str:

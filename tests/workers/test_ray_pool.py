@@ -119,6 +119,29 @@ def test_an_address_where_nothing_answers_is_one_line_at_once(form):
     assert not ray.is_initialized()
 
 
+def test_an_address_that_answers_but_is_not_ray_is_one_line_without_ray_s_retries(capfd):
+    """An HTTP server, not a Ray head: the TCP connection is accepted, the gRPC handshake is not."""
+    import http.server
+    import threading
+
+    from mlgo_host.errors import ConfigError
+    from mlgo_host.workers.ray_pool import ensure_ray
+
+    if ray.is_initialized():
+        pytest.skip("a Ray instance of this process is up: ensure_ray would use it")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        address = f"127.0.0.1:{server.server_address[1]}"
+        with pytest.raises(ConfigError, match=rf"--ray-address {address}: something answers there, but not a Ray "):
+            ensure_ray(address)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not ray.is_initialized()
+    assert "retry" not in capfd.readouterr().err.lower()
+
+
 def test_ray_pool_gives_the_local_pools_sizes(ray_instance, corpus, worker_kwargs, local_sizes):
     sizes_random = local_sizes["random"]
     # the seeded random policy really decides something: not the -Oz sizes
