@@ -264,6 +264,13 @@ def _better(val_row: dict, best: dict | None, baseline: dict | None = None, rule
         val_row.get("policy_sizes", {}), baseline["policy_sizes"])
 
 
+def _warm_start_kept(val_row: dict, rule: GateRule) -> bool:
+    """Is the warm start, evaluated on validation, the first ``saved_policy``?  It needs no saving, but may
+    not be bigger than ``-Oz`` in total, nor make a module grow past ``rule``'s limit."""
+    return (val_row["ok"] == val_row["modules"] and _worst_pct(val_row) <= rule.max_module_growth_pct
+            and val_row["size_change_pct"] <= 0.0)
+
+
 def _worst_pct(val_row: dict) -> float:
     """The largest growth of a validation module against -Oz, in % (0 when none grew)."""
     worst = val_row.get("worst_module") or {}
@@ -287,12 +294,12 @@ def _publish_default_decisions(learner, root_dir: str, step: int, advisor: str, 
 def _validate_warmstart(learner, pool, root_dir: str, val_mods: list[Module], task_of, progress: bool,
                         moving_average: MovingAverageBaseline, run_config: dict, rule: GateRule) -> dict[str, Any]:
     """The warm start, ``policy/0/``, evaluated on validation; the first ``saved_policy`` when it keeps every
-    validation module within ``rule``'s growth (else the policy to beat is ``-Oz``'s decisions); then
-    ``state.json`` at iteration 0; returns that state."""
+    validation module within ``rule``'s growth and the total no bigger than ``-Oz``'s (else the policy to beat
+    is ``-Oz``'s decisions); then ``state.json`` at iteration 0; returns that state."""
     policy_dir = os.path.join(root_dir, "policy", "0")
     learner.save_policy(policy_dir, step=0, saved_model=True)
     val_row = _evaluate(pool, policy_blob_from_dir(policy_dir), val_mods, task_of, progress, "validation 0 (warm start)")
-    kept = val_row["ok"] == val_row["modules"] and _worst_pct(val_row) <= rule.max_module_growth_pct
+    kept = _warm_start_kept(val_row, rule)
     if kept:
         publish_policy(policy_dir, os.path.join(root_dir, "saved_policy"))
     state = {"iteration": 0, "moving_average": moving_average.state(), "history": [], "last_eval": None,
@@ -303,8 +310,9 @@ def _validate_warmstart(learner, pool, root_dir: str, val_mods: list[Module], ta
     print(f"iteration 0 (warm start): validation size {val_row['size_change_pct']:+.3f}% vs -Oz "
           f"({val_row['ok']}/{val_row['modules']} modules, {val_row['bigger']} bigger, worst "
           f"{_worst_pct(val_row):+.2f}%): " + ("saved_policy" if kept else
-                                               f"not published (a module more than {rule.max_module_growth_pct:g} % "
-                                               "bigger, or one that failed); the policy to beat is -Oz's decisions"),
+                                               "not published (bigger than -Oz in total, a module more than "
+                                               f"{rule.max_module_growth_pct:g} % bigger, or one that failed); "
+                                               "the policy to beat is -Oz's decisions"),
           file=sys.stderr, flush=True)
     return state
 

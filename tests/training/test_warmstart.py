@@ -25,7 +25,7 @@ from mlgo_host.policies.saved import gate_of, read_saved_policy
 from mlgo_host.shipped import shipped_policy_dir
 from mlgo_host.training.iteration import resolve_warmstart
 from mlgo_host.learning.imitate import GateRule
-from mlgo_host.training.train_loop import _better
+from mlgo_host.training.train_loop import _better, _warm_start_kept
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PPO_GIN = os.path.join(REPO, "configs", "inlining", "ppo.gin")
@@ -90,6 +90,18 @@ def test_a_policy_that_grows_a_validation_module_past_the_limit_is_never_publish
     # a validation that did not compile every module chooses nothing
     partial = {"size_change_pct": -3.0, "modules": 4, "ok": 3, "worst_module": None}
     assert not _better(partial, {"iteration": 2, "size_change_pct": -1.0}, rule=ANY_SAVING)
+
+
+def test_a_warm_start_bigger_than_clang_s_decisions_is_not_published():
+    def row(pct, worst=0.0, ok=4):
+        return {"size_change_pct": pct, "modules": 4, "ok": ok, "worst_module": {"module": "m", "change_pct": worst}}
+
+    rule = GateRule(max_module_growth_pct=1.0, min_gain_pct=0.1)
+    assert _warm_start_kept(row(-0.5, 0.8), rule)
+    assert _warm_start_kept(row(0.0), rule)  # no saving needed: the user chose it
+    assert not _warm_start_kept(row(0.017), rule)  # bigger than -Oz in total
+    assert not _warm_start_kept(row(-0.5, 1.2), rule)  # a module past the limit
+    assert not _warm_start_kept(row(-0.5, ok=3), rule)  # a module that failed
 
 
 def test_against_the_warm_start_a_smaller_total_must_be_significant():
