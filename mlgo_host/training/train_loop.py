@@ -1,8 +1,8 @@
 """The PPO training loop over a corpus (``run.algorithm = 'ppo'``); re-running resumes after the last
 completed iteration.  The validation split chooses ``saved_policy/`` by the gate's rule (no validation module
 more than ``max_module_growth_pct`` bigger than under ``-Oz``, and a significant saving of at least
-``min_validation_gain_pct`` against the warm start, else against ``-Oz``'s own decisions).  When no iteration
-meets it, a run without a warm start publishes its last policy gated at 1.0: ``-Oz``'s decisions.
+``min_validation_gain_pct`` against a warm start no bigger than ``-Oz``, else against ``-Oz``'s own decisions).
+When nothing meets it, ``saved_policy/`` is the last policy gated at 1.0: ``-Oz``'s decisions.
 Its gate stays on every saved policy, but collection samples the raw actor: PPO's importance ratios need
 each decision's probability under the policy that made it, which a near-deterministic gated policy would
 not give.
@@ -29,13 +29,13 @@ from mlgo_host.fsutil import atomic_write_json, dir_built_aside
 from mlgo_host.learning.imitate import GateRule
 from mlgo_host.learning.summaries import Summaries
 from mlgo_host.measure.reward import MovingAverageBaseline, reward
+from mlgo_host.policies.saved import set_gate
 from mlgo_host.training.checks import (check_at_least_zero, check_counts, check_fraction, check_positive, claim_root,
                                       make_root)
 from mlgo_host.training.iteration import (STATE, build_vocab, numeric_metrics, open_learner,
                                           percentile_summary, publish_policy, read_header, read_state,
                                           resolve_warmstart, train_and_save)
 from mlgo_host.training.workers import Workers
-from mlgo_host.policies.saved import set_gate
 from mlgo_host.workers.pool import EarlyExit, map_with_progress
 from mlgo_host.workers.worker import CollectTask, policy_blob_from_dir
 
@@ -121,8 +121,7 @@ def train(
             early=EarlyExit(fraction=early_exit_fraction, grace_s=early_exit_grace_s, timeout_s=collection_timeout_s),
             state=state, summaries=Summaries(root_dir), run_config=run_config, val_mods=val_mods,
             reported=heldout_mods if report_heldout else [], num_iterations=num_iterations,
-            modules_per_iteration=modules_per_iteration, eval_every=eval_every,
-            rule=rule,
+            modules_per_iteration=modules_per_iteration, eval_every=eval_every, rule=rule,
             saved_model_every_iteration=saved_model_every_iteration, seed=seed, progress=progress)
         # the current policy's TF-free files, shipped to the workers
         blob = learner.policy_blob() if done < num_iterations else None
@@ -232,7 +231,7 @@ class _Loop:
         return blob
 
     def _choose_saved_policy(self, iteration: int, policy_dir: str, val_row: dict, row: dict) -> None:
-        """Publish the policy as ``saved_policy`` when its validation total is the best so far."""
+        """Publish the policy as ``saved_policy`` when the rule lets it replace the one there (:func:`_better`)."""
         row["validation_size_change_pct"] = val_row["size_change_pct"]
         row["validation_bigger"] = val_row["bigger"]
         row["validation_worst_pct"] = _worst_pct(val_row)
