@@ -129,7 +129,7 @@ def train(
             blob = loop.iteration(it, blob)
         last = max(num_iterations, done)
         if val_mods and eval_every and loop.state.get("best") is None:
-            _publish_default_decisions(learner, root_dir, last, advisor, loop.rule)
+            _publish_fallback(learner, root_dir, last, advisor, loop.rule, loop.state.get("history", []))
         elif loop.state.get("best") is None:  # nothing to choose by: the last policy
             learner.save_policy(os.path.join(root_dir, "saved_policy"), step=last)
         loop.summaries.close()
@@ -276,17 +276,23 @@ def _worst_pct(val_row: dict) -> float:
     return max(0.0, worst.get("change_pct", 0.0))
 
 
-def _publish_default_decisions(learner, root_dir: str, step: int, advisor: str, rule: GateRule) -> None:
-    """No iteration met ``rule`` on validation: ``saved_policy`` becomes the last policy gated at 1.0, which
-    answers ``-Oz``'s decision at every site (an advisor without a default decision: the last policy)."""
+def _publish_fallback(learner, root_dir: str, step: int, advisor: str, rule: GateRule, history: list) -> None:
+    """No policy met ``rule`` on validation.  For the inliner ``saved_policy`` becomes the last policy gated at
+    1.0, which answers ``-Oz``'s decision at every site; an advisor without a default decision to keep gets
+    the evaluated policy with the smallest validation total."""
     dest = os.path.join(root_dir, "saved_policy")
-    with dir_built_aside(dest) as tmp:
-        learner.save_policy(tmp, step=step)
-        if advisor == "inline":
+    if advisor == "inline":
+        with dir_built_aside(dest) as tmp:
+            learner.save_policy(tmp, step=step)
             set_gate(tmp, 1.0, chosen_on="validation", rule=dataclasses.asdict(rule), met_by_no_iteration=True)
-    what = ("the last policy gated at 1.0, which keeps -Oz's decisions" if advisor == "inline"
-            else "the last policy, unvalidated (this advisor has no default decision to keep)")
-    print(f"no iteration's validation met the rule (no module more than {rule.max_module_growth_pct:g} % bigger, "
+        what = "the last policy gated at 1.0, which keeps -Oz's decisions"
+    else:
+        rows = [r for r in history if r.get("validation_size_change_pct") is not None]
+        pick = min(rows, key=lambda r: (r["validation_size_change_pct"], -r["iteration"]))["iteration"] if rows else step
+        publish_policy(os.path.join(root_dir, "policy", str(pick)), dest)
+        what = (f"iteration {pick}, the smallest on validation (this advisor has no default decision to keep; "
+                "use it knowing it did not meet the rule)")
+    print(f"no policy's validation met the rule (no module more than {rule.max_module_growth_pct:g} % bigger, "
           f"at least {rule.min_gain_pct:g} % smaller than -Oz): saved_policy is {what}", file=sys.stderr, flush=True)
 
 

@@ -147,7 +147,7 @@ def test_when_no_iteration_meets_the_rule_saved_policy_keeps_clang_s_decisions(t
     st = read_state(root)
     assert st["best"] is None
     assert all(h["saved_policy_iteration"] is None and "validation_worst_pct" in h for h in st["history"])
-    assert "no iteration's validation met the rule" in p.stderr and "none meets the rule yet" in p.stderr
+    assert "no policy's validation met the rule" in p.stderr and "none meets the rule yet" in p.stderr
     md = json.loads((root / "saved_policy" / "metadata.json").read_text())
     assert md["gate"]["threshold"] == 1.0 and md["gate"]["met_by_no_iteration"] is True
     assert md["training_step"] == 2
@@ -164,6 +164,31 @@ def test_when_no_iteration_meets_the_rule_saved_policy_keeps_clang_s_decisions(t
     saved, last, oz = sizes.values()
     assert saved["decisions"] == oz["decisions"] and saved["text_size"] == oz["text_size"]
     assert last["decisions"] != oz["decisions"]  # the ungated policy would have answered otherwise
+
+
+def test_an_advisor_without_a_default_decision_falls_back_to_the_smallest_validation_policy(tmp_path):
+    """The eviction advisor has no "-Oz decision" to keep: when no policy meets the (unreachable) minimum,
+    saved_policy is the evaluated policy with the smallest validation total."""
+    from mlgo_host.corpus.synth import pressure_module
+
+    corpus = build_generated_corpus(tmp_path / "evict", {}, sources={
+        f"p{k}": pressure_module(2, 30 + 2 * k, seed=k) for k in range(8)})
+    root = tmp_path / "root"
+    p = subprocess.run([sys.executable, "-m", "mlgo_host", "train", "--root_dir", str(root), "--corpus", str(corpus),
+                        "--gin_files", os.path.join(REPO, "configs", "regalloc", "ppo.gin"), "--gin_bindings",
+                        "num_iterations=3", "modules_per_iteration=3", "eval_every=1", "num_workers=2", "seed=0",
+                        "heldout_fraction=0.25", "train.min_validation_gain_pct=1000.0", "--no_progress"],
+                       capture_output=True, text=True, timeout=600, env=run_env(tmp_path / "tmp"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    st = read_state(root)
+    assert st["best"] is None
+    rows = [(h["validation_size_change_pct"], -h["iteration"]) for h in st["history"]]
+    assert len(rows) == 3
+    pick = -min(rows)[1]
+    assert pick != 3  # (seeded) the smallest is not the last policy, so the two fallbacks differ here
+    assert f"saved_policy is iteration {pick}, the smallest on validation" in p.stderr
+    assert _files(root / "saved_policy") == _files(root / "policy" / str(pick))
+    assert "gate" not in json.loads((root / "saved_policy" / "metadata.json").read_text())
 
 
 def test_a_killed_run_resumes_where_it_stopped(trained, corpus, tmp_path):
