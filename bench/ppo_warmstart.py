@@ -108,9 +108,10 @@ def main() -> int:
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as f:
         json.dump(result, f, indent=1)
-    best = result["saved_policy"] or {}
-    print(f"saved_policy: iteration {best.get('iteration')} (0 = the warm start), validation "
-          f"{best.get('size_change_pct', float('nan')):+.3f}% vs -Oz")
+    best = result["saved_policy"]
+    print("saved_policy: -Oz's decisions (no policy met the rule on validation)" if best is None else
+          f"saved_policy: iteration {best['iteration']} (0 = the warm start), validation "
+          f"{best['size_change_pct']:+.3f}% vs -Oz")
     for k, ref in (("heldout", "heldout_pct"), ("external", "external_pct")):
         r = result[k]
         print(f"{k:>8}: {r['change_pct']:+.3f}% vs -Oz ({r['policy_text']} vs {r['oz_text']} bytes, {r['modules']} "
