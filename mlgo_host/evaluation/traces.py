@@ -119,7 +119,8 @@ class TraceWorker:
         try:
             res = compile_module(mod, self.policy, advisor=self.advisor, clang=self.clang, llvm_size=self.llvm_size,
                                  timeout=self.timeout, log_path=log_path)
-            log_bytes = Path(log_path).read_bytes() if res.ok else None
+            # a compile that opened no channel (nothing for the advisor) writes no log: an empty one
+            log_bytes = (Path(log_path).read_bytes() if os.path.exists(log_path) else b"") if res.ok else None
         finally:
             Path(log_path).unlink(missing_ok=True)
         return {"name": mod.name, "status": res.status, "reason": res.reason, "observations": res.observations,

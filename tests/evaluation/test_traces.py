@@ -94,3 +94,17 @@ def test_trace_command_and_bad_inputs(small_corpus, tmp_path, capsys):
         (bad / "trace.json").write_text(json.dumps({"format": "mlgo_host.trace/1", "modules": modules}))
         assert main(["vocab", "--trace", str(bad), "--output", str(tmp_path / "v")]) == 2
         assert "'modules' must be a list of module records" in capsys.readouterr().err
+
+
+def test_a_module_that_opens_no_channel_is_traced_with_no_decisions(tmp_path):
+    """The eviction advisor never opens the channel for a module without function bodies: its row is
+    ok with no decisions, beside a module that has them."""
+    from _corpus_helpers import build_generated_corpus
+    from mlgo_host.corpus import synth
+
+    corpus = build_generated_corpus(tmp_path / "c", {}, sources={
+        "nobody": synth.no_body_module(), "pressure": synth.pressure_module(2, 36, seed=5)})
+    index = record_trace(str(corpus), str(tmp_path / "trace"), advisor="regalloc-evict", progress=False)
+    rows = {m["name"].rsplit("/", 1)[-1].split(".")[0]: m for m in index["modules"]}
+    assert {r["status"] for r in rows.values()} == {"ok"}, rows
+    assert rows["nobody"]["observations"] == 0 and rows["pressure"]["observations"] > 0
