@@ -40,6 +40,7 @@ def _train(capsys, root, corpus, gin_file=PPO_GIN, *bindings) -> str:
     (PPO_GIN, "train.early_exit_fraction=0", "train.early_exit_fraction = 0: must be a number in (0, 1]"),
     (PPO_GIN, "train.collection_timeout_s=0", "train.collection_timeout_s = 0: must be a number > 0"),
     (PPO_GIN, "train.min_validation_gain_pct=-1", "train.min_validation_gain_pct = -1: must be a number >= 0"),
+    (PPO_GIN, "train.max_module_growth_pct=-1", "train.max_module_growth_pct = -1: must be a number >= 0"),
     (SEARCH_GIN, "search_loop.train_search.min_validation_gain_pct=-0.1",
      "search_loop.train_search.min_validation_gain_pct = -0.1: must be a number >= 0"),
     (SEARCH_GIN, "search_loop.train_search.extra_inlining_max_users=0",
