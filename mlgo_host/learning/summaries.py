@@ -33,6 +33,10 @@ class Summaries:
         values.update({f"loss/{k}": row.get(k) for k in LOSS_KEYS})
         values.update({f"perf/{k}": row[k] for k in PERF_KEYS if k in row})
         values["failures/modules"] = row.get("failures", 0)
+        if "validation_size_change_pct" in row:  # what chooses saved_policy
+            values.update({"validation/size_change_pct": row["validation_size_change_pct"],
+                           "validation/worst_module_pct": row["validation_worst_pct"],
+                           "validation/modules_bigger": row["validation_bigger"]})
         if eval_row is not None:
             values.update({"heldout/size_change_pct": eval_row["size_change_pct"],
                            "heldout/modules_bigger": eval_row["bigger"],

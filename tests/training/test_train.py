@@ -31,7 +31,8 @@ SIZES = {"t0": 10, "t1": 25, "t2": 14, "t3": 30, "t4": 18, "t5": 22, "t7": 16}
 BINDINGS = ["num_iterations=2", "modules_per_iteration=4", "eval_every=1", "heldout_fraction=0.25",
             "num_workers=2", "seed=0", "train.min_validation_gain_pct=1000.0"]
 TAGS = ([f"reward_distribution/p{p}" for p in range(10, 100, 10)]
-        + ["reward_distribution/mean", "heldout/size_change_pct", "loss/policy_gradient_loss", "loss/entropy",
+        + ["reward_distribution/mean", "heldout/size_change_pct", "validation/size_change_pct",
+           "validation/worst_module_pct", "loss/policy_gradient_loss", "loss/entropy",
            "loss/kl", "loss/total_loss", "perf/modules_per_minute", "perf/decisions_per_second",
            "perf/collect_s", "perf/train_s", "failures/modules"])
 
