@@ -140,6 +140,14 @@ class GateRule:
     #: what picking the best of a few thresholds and rounds on a few projects finds by chance
     min_gain_pct: float = 0.1
 
+    def admits(self, worst_module_pct: float, complete: bool) -> bool:
+        """A candidate at all: every validation module compiled, none grew past the limit."""
+        return complete and worst_module_pct <= self.max_module_growth_pct
+
+    def saves(self, saving_pct: float) -> bool:
+        """A saving (in % of -Oz's total) large enough to replace what is there."""
+        return saving_pct > 0 and saving_pct >= self.min_gain_pct
+
 
 def choose_gate(sizes_by_threshold: dict[float, dict[str, int]], default_sizes: dict[str, int],
                 rule: GateRule = GateRule()) -> tuple[float, dict[str, Any]]:
@@ -154,8 +162,7 @@ def choose_gate(sizes_by_threshold: dict[float, dict[str, int]], default_sizes: 
         table[thr] = {"size_change_pct": 100.0 * (p - d) / d if d else 0.0, "worst_module_pct": worst,
                       "modules": len(common), "missing": len(default_sizes) - len(common)}
     ok = [(v["size_change_pct"], -t, t) for t, v in table.items()
-          if v["worst_module_pct"] <= rule.max_module_growth_pct and v["missing"] == 0
-          and v["size_change_pct"] < 0 and v["size_change_pct"] <= -rule.min_gain_pct]
+          if rule.admits(v["worst_module_pct"], v["missing"] == 0) and rule.saves(-v["size_change_pct"])]
     if not ok:
         return 1.0, table
     return min(ok)[2], table

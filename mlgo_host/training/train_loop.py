@@ -252,12 +252,11 @@ def _better(val_row: dict, best: dict | None, baseline: dict | None = None, rule
     significant over the validation modules (``baseline["policy_sizes"]``): the best of many iterations is
     smaller by chance alone.  Against a policy that already passed that, smaller or equal is enough (ties: the
     later policy)."""
-    if val_row.get("ok", 0) < val_row.get("modules", 0) or _worst_pct(val_row) > rule.max_module_growth_pct:
+    if not rule.admits(_worst_pct(val_row), val_row.get("ok", 0) >= val_row.get("modules", 0)):
         return False
     if best is not None and best["iteration"] > 0:
         return val_row["size_change_pct"] <= best["size_change_pct"]
-    saving = (best["size_change_pct"] if best is not None else 0.0) - val_row["size_change_pct"]
-    if saving <= 0 or saving < rule.min_gain_pct:
+    if not rule.saves((best["size_change_pct"] if best is not None else 0.0) - val_row["size_change_pct"]):
         return False
     return baseline is None or "policy_sizes" not in baseline or significantly_smaller(
         val_row.get("policy_sizes", {}), baseline["policy_sizes"])
@@ -266,8 +265,7 @@ def _better(val_row: dict, best: dict | None, baseline: dict | None = None, rule
 def _warm_start_kept(val_row: dict, rule: GateRule) -> bool:
     """Is the warm start, evaluated on validation, the first ``saved_policy``?  It needs no saving, but may
     not be bigger than ``-Oz`` in total, nor make a module grow past ``rule``'s limit."""
-    return (val_row["ok"] == val_row["modules"] and _worst_pct(val_row) <= rule.max_module_growth_pct
-            and val_row["size_change_pct"] <= 0.0)
+    return rule.admits(_worst_pct(val_row), val_row["ok"] == val_row["modules"]) and val_row["size_change_pct"] <= 0.0
 
 
 def _worst_pct(val_row: dict) -> float:
@@ -288,7 +286,8 @@ def _publish_fallback(learner, root_dir: str, step: int, advisor: str, rule: Gat
         what = "the last policy gated at 1.0, which keeps -Oz's decisions"
     else:
         rows = [r for r in history if r.get("validation_size_change_pct") is not None]
-        pick = min(rows, key=lambda r: (r["validation_size_change_pct"], -r["iteration"]))["iteration"] if rows else step
+        smallest = min(rows, key=lambda r: (r["validation_size_change_pct"], -r["iteration"]), default=None)
+        pick = step if smallest is None else smallest["iteration"]
         publish_policy(os.path.join(root_dir, "policy", str(pick)), dest)
         what = (f"iteration {pick}, the smallest on validation (this advisor has no default decision to keep; "
                 "use it knowing it did not meet the rule)")
