@@ -38,19 +38,15 @@ class Advisor:
 
     def flags(self, base: str, compiler: str) -> list[str]:
         bare = list(self.enable_flags) + [f"{self.channel_flag}={base}"]
-        if is_clang_driver(compiler):
-            return [x for f in bare for x in ("-mllvm", f)]
-        return bare
+        return [x for f in bare for x in ("-mllvm", f)] if is_clang_driver(compiler) else bare
 
     def bind(self, header: Header) -> None:
         """Check the header describes this advisor; precompute offsets."""
         if header.advice is None:
             raise ProtocolError(f"{self.name}: the header has no advice spec")
         if header.advice.name != self.advice_name:
-            raise ProtocolError(
-                f"{self.name}: the compiler asks for advice {header.advice.name!r}, expected {self.advice_name!r} "
-                "(wrong --advisor for this channel?)"
-            )
+            raise ProtocolError(f"{self.name}: the compiler asks for advice {header.advice.name!r}, expected "
+                                f"{self.advice_name!r} (wrong --advisor for this channel?)")
         self.header = header
 
     def default_advice(self, obs: Observation) -> Any:

@@ -263,8 +263,7 @@ class Decoder:
         if key == "context":
             if not isinstance(val, str):
                 raise self._err(f"context name must be a string: {line[:80]!r}", start)
-            self.context = val
-            self._ctx = val
+            self.context = self._ctx = val
             return Context(val)
         if key not in ("observation", "outcome"):
             raise self._err(f"unknown event {key!r}", start)

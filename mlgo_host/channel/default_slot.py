@@ -54,11 +54,6 @@ def _cache_file() -> str:
     return os.path.join(base, "mlgo_host", "default_slot.json")
 
 
-def _key(path: str) -> str:
-    st = os.stat(path)
-    return hashlib.sha1(f"{path}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
-
-
 def _detecting_clang(compiler: str) -> str | None:
     """The compiler itself, or the clang next to an ``opt``/``llc`` binary."""
     if is_clang_driver(compiler):
@@ -66,11 +61,6 @@ def _detecting_clang(compiler: str) -> str | None:
     real = os.path.realpath(shutil.which(compiler) or compiler)
     cand = os.path.join(os.path.dirname(real), "clang")
     return cand if os.path.exists(cand) else None
-
-
-def _is_llvm_tool(path: str) -> bool:
-    """Whether the binary (symbolic links resolved) is named as an LLVM ``opt`` or ``llc`` is."""
-    return os.path.basename(path).split("-")[0] in ("opt", "llc")
 
 
 class _NeverAndRecord:
@@ -166,13 +156,14 @@ def default_slot(compiler: str, timeout: float = 60.0) -> str:
     path = os.path.realpath(found or compiler)
     if path in _MEMO:
         return _MEMO[path]
-    key = _key(path)
+    st = os.stat(path)
+    key = hashlib.sha1(f"{path}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
     cache = _cache_file()
     data = _read_cache(cache)
     slot = data.get(key)
     if slot not in SLOTS:
         clang = _detecting_clang(compiler)
-        if clang is None and not _is_llvm_tool(path):
+        if clang is None and os.path.basename(path).split("-")[0] not in ("opt", "llc"):
             raise ConfigError(f"{compiler} is not clang, opt or llc: the interactive channel is LLVM's "
                               "(clang 17 or newer)")
         if clang is None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import select
 import shutil
@@ -32,8 +31,7 @@ class Channel:
         self.base = os.path.join(self.dir, name)
         self.in_path = self.base + ".in"
         self.out_path = self.base + ".out"
-        self.wfd = -1
-        self.rfd = -1
+        self.wfd = self.rfd = -1
         try:
             for p in (self.in_path, self.out_path):
                 if os.path.lexists(p):
@@ -62,7 +60,7 @@ class Channel:
                 raise ChannelTimeout(f"the compiler did not open {self.in_path} before the deadline")
             time.sleep(delay)
             delay = min(delay * 2, max_delay)
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        os.set_blocking(fd, True)
         self.wfd = fd
         self.rfd = os.open(self.out_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         return True
@@ -84,12 +82,11 @@ class Channel:
                         return b""
 
     def close_fds(self) -> None:
-        for attr in ("wfd", "rfd"):
-            fd = getattr(self, attr)
+        for fd in (self.wfd, self.rfd):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-                setattr(self, attr, -1)
+        self.wfd = self.rfd = -1
 
     def close(self) -> None:
         """Close the ends and remove the FIFOs (and the directory if ours)."""

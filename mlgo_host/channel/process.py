@@ -70,10 +70,8 @@ class CompilerProcess:
         self._pidfd = -1
         self._log = open(log_path, "w+b")
         try:
-            self.proc = subprocess.Popen(
-                _dies_with_host(argv), stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
-                start_new_session=True, close_fds=True,
-            )
+            self.proc = subprocess.Popen(_dies_with_host(argv), stdin=subprocess.DEVNULL, stdout=self._log,
+                                         stderr=self._log, start_new_session=True, close_fds=True)
         except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
             self._log.close()
             raise CompilerError(f"cannot start the compiler {argv[0]!r}: {e.strerror or e}") from None
@@ -93,9 +91,7 @@ class CompilerProcess:
 
     @property
     def cpu_s(self) -> float | None:
-        if self.rusage is None:
-            return None
-        return self.rusage.ru_utime + self.rusage.ru_stime
+        return None if self.rusage is None else self.rusage.ru_utime + self.rusage.ru_stime
 
     def _exited(self) -> bool:
         try:

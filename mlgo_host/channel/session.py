@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import os
 import threading
 import time
@@ -26,9 +25,7 @@ class Policy(Protocol):
     """Who answers (structural: the channel floor does not import :mod:`mlgo_host.policies`)."""
 
     def bind(self, header: Header, advisor: Advisor) -> None: ...
-
     def act(self, obs: Observation) -> Any: ...
-
     def act_logp(self, obs: Observation) -> tuple[Any, float]: ...
 
 
@@ -36,7 +33,6 @@ class Recorder(Protocol):
     """What records the decisions (structural, e.g. :class:`mlgo_host.episode.EpisodeRecorder`)."""
 
     def add(self, obs: Observation, action: Any, logp: float) -> None: ...
-
     def finish(self, header: Header) -> Any: ...
 
 
@@ -59,13 +55,11 @@ class SessionResult:
     serve_cpu_s: float | None = None
 
     def summary(self) -> dict[str, Any]:
-        return {
-            "advisor": self.advisor, "observations": self.observations, "contexts": self.contexts,
-            "decisions": self.decisions, "returncode": self.returncode, "output": self.output,
-            "wall_s": round(self.wall_s, 4),
-            "compiler_cpu_s": None if self.compiler_cpu_s is None else round(self.compiler_cpu_s, 4),
-            "serve_cpu_s": None if self.serve_cpu_s is None else round(self.serve_cpu_s, 4),
-        }
+        return {"advisor": self.advisor, "observations": self.observations, "contexts": self.contexts,
+                "decisions": self.decisions, "returncode": self.returncode, "output": self.output,
+                "wall_s": round(self.wall_s, 4),
+                "compiler_cpu_s": None if self.compiler_cpu_s is None else round(self.compiler_cpu_s, 4),
+                "serve_cpu_s": None if self.serve_cpu_s is None else round(self.serve_cpu_s, 4)}
 
 
 @dataclasses.dataclass
@@ -161,8 +155,7 @@ def serve_channel(chan: Channel, advisor: Advisor, policy: Policy | None, *, dea
     cpu0 = time.thread_time()
     session = None
     if data:
-        fl = fcntl.fcntl(chan.rfd, fcntl.F_GETFL)
-        fcntl.fcntl(chan.rfd, fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
+        os.set_blocking(chan.rfd, True)
         wd = _Watchdog(deadline, chan.out_path, chan.in_path)
         try:
             header, records = _read_header(dec, data, chan.rfd, wd)
@@ -210,7 +203,7 @@ def _finish(dec: Decoder, session: _Session | None, recorder: Recorder | None, s
         for advice, k in ((1, session.n_yes), (0, session.n_flag - session.n_yes)):
             if k:
                 counts[advice] = counts.get(advice, 0) + k
-    tally.decisions = {str(k): v for k, v in sorted(counts.items(), key=lambda kv: kv[0])}
+    tally.decisions = {str(k): v for k, v in sorted(counts.items())}
     if recorder is not None:
         tally.episode = recorder.finish(session.header)
     return tally
@@ -239,10 +232,32 @@ class _Session:
         spec = header.advice  # advisor.bind refused a header without one
         encode = codec.AdviceEncoder(spec).encode
         self.count = advisor.discrete
+        validate = advisor.validate
+        counts = self.counts if self.count else None
         # discrete advice is a small int: its bytes are memoized
         memo: dict[Any, bytes] | None = {} if self.count and spec.size == 1 else None
-        self.decide = _decider(act, act_logp, recorder, advisor.validate, encode, memo,
-                               self.counts if self.count else None)
+
+        def decide(obs: Observation) -> bytes:
+            """The advice bytes of an observation: policy, record, check, encoding (memoized), count."""
+            if recorder is not None:
+                advice, logp = act_logp(obs)
+                recorder.add(obs, advice, logp)
+            else:
+                advice = act(obs)
+            validate(obs, advice)
+            if memo is not None:
+                b = memo.get(advice)
+                if b is None:
+                    b = encode(advice)
+                    if len(memo) < 256:
+                        memo[advice] = b
+            else:
+                b = encode(advice)
+            if counts is not None:
+                counts[advice] = counts.get(advice, 0) + 1
+            return b
+
+        self.decide = decide
         #: default-flag loop: offset of the default flag from the event line's "\n" (-1: no such loop)
         self.flag = -1
         self.yes = self.no = b""
@@ -362,34 +377,6 @@ class _Session:
         return cur if cur is not rbuf else bytes(memoryview(rbuf)[:m])
 
 
-def _decider(act: Callable[[Observation], Any], act_logp: Callable[[Observation], tuple[Any, float]],
-             recorder: Recorder | None, validate: Callable[[Observation, Any], None],
-             encode: Callable[[Any], bytes], memo: dict[Any, bytes] | None,
-             counts: dict[Any, int] | None) -> Callable[[Observation], bytes]:
-    """The advice bytes of an observation: policy, record, check, encoding (memoized), count."""
-
-    def decide(obs: Observation) -> bytes:
-        if recorder is not None:
-            advice, logp = act_logp(obs)
-            recorder.add(obs, advice, logp)
-        else:
-            advice = act(obs)
-        validate(obs, advice)
-        if memo is not None:
-            b = memo.get(advice)
-            if b is None:
-                b = encode(advice)
-                if len(memo) < 256:
-                    memo[advice] = b
-        else:
-            b = encode(advice)
-        if counts is not None:
-            counts[advice] = counts.get(advice, 0) + 1
-        return b
-
-    return decide
-
-
 def run_session(cmd: list[str], advisor: Advisor | str, policy: Policy | None, *, timeout: float = 300.0,
                 log_path: str | None = None, recorder: Recorder | None = None, tmpdir: str | None = None,
                 pin_cpu: int | None = None, start: float | None = None) -> SessionResult:
@@ -428,12 +415,10 @@ def run_session(cmd: list[str], advisor: Advisor | str, policy: Policy | None, *
         if log is not None and opened:  # a compile that opened no channel has nothing to log
             log.commit()
             log = None
-        return SessionResult(
-            advisor=adv.name, returncode=rc, observations=tally.observations, contexts=tally.contexts,
-            decisions=tally.decisions, wall_s=time.monotonic() - t0, stderr_tail=proc.stderr_tail(),
-            header=tally.header, episode=tally.episode, output=output_of(list(cmd)),
-            compiler_cpu_s=proc.cpu_s, serve_cpu_s=tally.serve_cpu_s if opened else None,
-        )
+        return SessionResult(advisor=adv.name, returncode=rc, observations=tally.observations, contexts=tally.contexts,
+                             decisions=tally.decisions, wall_s=time.monotonic() - t0, stderr_tail=proc.stderr_tail(),
+                             header=tally.header, episode=tally.episode, output=output_of(list(cmd)),
+                             compiler_cpu_s=proc.cpu_s, serve_cpu_s=tally.serve_cpu_s if opened else None)
     finally:
         if log is not None:
             log.abort()

@@ -30,11 +30,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def default_cache_dir() -> Path:
     """``$MLGO_HOST_CACHE``, else ``$XDG_CACHE_HOME/mlgo_host``."""
-    env = os.environ.get("MLGO_HOST_CACHE")
-    if env:
-        return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "mlgo_host"
+    return Path(os.environ.get("MLGO_HOST_CACHE") or os.path.join(base, "mlgo_host"))
 
 
 class BaselineCache:

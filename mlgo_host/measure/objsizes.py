@@ -20,8 +20,9 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import os
+import re
 import struct
-from collections import Counter
+from collections import Counter, namedtuple
 from typing import Iterable
 
 from mlgo_host.errors import CompilerError
@@ -117,13 +118,7 @@ class _Section:
         return self.type == SHT_X86_64_UNWIND or self.name == ".eh_frame"
 
 
-@dataclasses.dataclass
-class _Symbol:
-    name: str
-    kind: int
-    shndx: int
-    value: int
-    size: int = 0
+_Symbol = namedtuple("_Symbol", "name kind shndx value size")
 
 
 class _Elf:
@@ -316,11 +311,7 @@ def _add_shared(elf: _Elf, sec: _Section, starts: set[int], refs: list[tuple[int
     ``shared`` by content with the functions whose code refers into each."""
     data = bytes(elf.contents(sec))
     if sec.flags & SHF_STRINGS and sec.entsize == 1:
-        cuts = [0]
-        end = data.find(b"\0")
-        while 0 <= end < len(data) - 1:
-            cuts.append(end + 1)
-            end = data.find(b"\0", end + 1)
+        cuts = [0] + [m.end() for m in re.finditer(b"\0", data[:-1])]
     elif sec.flags & SHF_MERGE and sec.entsize > 0:
         cuts = list(range(0, len(data), sec.entsize))
     else:
@@ -388,8 +379,7 @@ def _code(sec: _Section, funcs: _Functions, index: int, padding: dict[str, int])
 
 def _eh_frame(elf: _Elf, index: int, funcs: _Functions, lsdas: dict[int, dict[int, str]]) -> Counter[str]:
     """Each FDE to the function its pc_begin points into; notes each FDE's LSDA (its other relocation)."""
-    sec = elf.sections[index]
-    fdes = _fde_extents(elf, sec)
+    fdes = _fde_extents(elf, elf.sections[index])
     starts = [start for start, _, _ in fdes]
     relocs = [(off, sym.shndx, sym.value + addend) for off, sym, _type, addend in elf.relocations(index)]
     owners: dict[int, str] = {}  # FDE start -> its function
@@ -453,12 +443,7 @@ def _code_references(elf: _Elf, funcs: _Functions) -> tuple[dict[int, list[tuple
                 continue
             if sym.kind == STT_OBJECT:
                 named.add(sym.shndx)
-            if rtype in GOT_RELATIVE:
-                target = sym.value
-            elif rtype in PC_RELATIVE:
-                target = sym.value + addend + 4
-            else:
-                target = sym.value + addend
+            target = sym.value if rtype in GOT_RELATIVE else sym.value + addend + (4 if rtype in PC_RELATIVE else 0)
             owner = funcs.at(shndx, off)
             if owner is not None:
                 refs.setdefault(sym.shndx, []).append((target, owner))

@@ -27,36 +27,14 @@ from mlgo_host.policies.specs import (ALLOW_CHANGED_INPUTS, BINARY, SAME_NAMES, 
                                       changed_inputs_allowed)
 from mlgo_host.policies.vocab import NormConfig, Vocab, int_thresholds
 
-
-def _relu(x, out):
-    return np.maximum(x, 0.0, out=out)
-
-
-def _tanh(x, out):
-    return np.tanh(x, out=out)
-
-
-def _sigmoid(x, out):
-    np.negative(x, out=out)
-    np.exp(out, out=out)
-    np.add(out, 1.0, out=out)
-    return np.reciprocal(out, out=out)
-
-
-def _elu(x, out):
-    neg = np.expm1(np.minimum(x, 0.0))
-    np.maximum(x, 0.0, out=out)
-    return np.add(out, neg, out=out)
-
-
-def _linear(x, out):
-    if out is not x:
-        np.copyto(out, x)
-    return out
-
-
-#: activation name (as in the metadata) -> in-place numpy function
-ACTIVATIONS: dict[str, Callable] = {"relu": _relu, "tanh": _tanh, "sigmoid": _sigmoid, "elu": _elu, "linear": _linear}
+#: activation name (as in the metadata) -> the function applying it in place
+ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "relu": lambda x: np.maximum(x, 0.0, out=x),
+    "tanh": lambda x: np.tanh(x, out=x),
+    "sigmoid": lambda x: np.divide(1.0, np.exp(-x) + 1.0, out=x),
+    "elu": lambda x: np.add(np.maximum(x, 0.0), np.expm1(np.minimum(x, 0.0)), out=x),
+    "linear": lambda x: x,
+}
 
 _BLOCK = 4096  # uniforms drawn at a time
 _ZERO8 = bytes(8)
@@ -150,8 +128,7 @@ class NumpyActor:
         act = ACTIVATIONS[self.activation]
         h = np.asarray(self.inputs(features, binding), np.float64)
         for w, b in self.hidden:
-            h = h @ w + b
-            act(h, h)
+            h = act(h @ w + b)
         out = h @ self.out_w + self.out_b
         if self.spec.action.kind == BINARY:
             return out
@@ -194,8 +171,7 @@ class NumpyPolicy(Policy):
     def bind(self, header, advisor) -> None:
         super().bind(header, advisor)
         spec = self.actor.spec
-        if advisor is not None:
-            self.check_advisor(getattr(advisor, "name", spec.advisor))
+        self.check_advisor(advisor.name)
         slot = getattr(advisor, "default_slot", None)
         self._binding = self.check_meanings(slot)
         try:
@@ -240,8 +216,9 @@ class NumpyPolicy(Policy):
         return binding
 
     def _layers(self, w1_rows: np.ndarray, lead: tuple[int, ...], bias0: np.ndarray | None = None):
-        """(kernel with bias row, out buffer, hidden view) per layer, the first kernel's rows being
-        ``w1_rows`` (this header's input layout); a constant 1 column carries the biases."""
+        """(kernel with bias row, out buffer, hidden view, zeros) per layer, the first kernel's rows being
+        ``w1_rows`` (this header's input layout; a constant 1 column carries the biases), and the activation
+        as ``f(view, zeros, out=view)`` (relu: one ufunc call)."""
         layers = self.actor.layers
         mats = []
         for k, (w, b) in enumerate(layers):
@@ -251,27 +228,12 @@ class NumpyPolicy(Policy):
             aug = np.zeros((rows.shape[0] + 1, units + (0 if last else 1)), np.float64)
             aug[:-1, :units] = rows
             aug[-1, :units] = b if (k or bias0 is None) else bias0
-            if not last:
-                aug[-1, units] = 1.0  # propagate the constant 1
             buf = np.zeros(lead + (aug.shape[1],), np.float64)
             if not last:
-                buf[..., units] = 1.0
-            mats.append((aug, buf, buf[..., :units]))
-        return mats
-
-    def _hidden(self, mats):
-        """(kernel, out, hidden view, zeros) per hidden layer and the activation as
-        ``f(view, zeros, out=view)`` (relu: one ufunc call)."""
-        hidden = [(m[0], m[1], m[2], np.zeros(m[2].shape)) for m in mats[:-1]]
-        name = self.actor.activation
-        if name == "relu":
-            return hidden, np.maximum
-        fn = ACTIVATIONS[name]
-
-        def act(view, zero, out):
-            return fn(view, out)
-
-        return hidden, act
+                aug[-1, units] = buf[..., units] = 1.0  # propagate the constant 1
+            mats.append((aug, buf, buf[..., :units], np.zeros(lead + (units,))))
+        fn = ACTIVATIONS[self.actor.activation]
+        return mats, (np.maximum if self.actor.activation == "relu" else lambda view, zero, out: fn(view))
 
     def _bind_int_fast(self, header) -> bool:
         """All inputs int64 scalars (the inliner): one clip, add, searchsorted and take normalize them all."""
@@ -288,9 +250,7 @@ class NumpyPolicy(Policy):
         cfg = a.norm
         w0 = cfg.width - int(cfg.with_z_score)
         S = nb // 8
-        lo = np.zeros(S, np.int64)
-        off_arr = np.zeros(S, np.int64)
-        hi = np.zeros(S, np.int64)
+        lo, hi, off_arr = np.zeros((3, S), np.int64)
         keys: list[int] = []
         rows = [np.zeros((1, w0))]
         base = 0
@@ -334,7 +294,7 @@ class NumpyPolicy(Policy):
                 wz = w1[j * cfg.width + w0] / float(fv.scale32)
                 w1_rows[S * w0 + s] = wz
                 bias -= float(fv.mean32) * wz
-        mats = self._layers(w1_rows, (), bias0=bias)
+        mats, activate = self._layers(w1_rows, (), bias0=bias)
         xin = np.zeros(D + 1)
         xin[-1] = 1.0
         x2d = xin[: S * w0].reshape(S, w0)
@@ -344,7 +304,7 @@ class NumpyPolicy(Policy):
         clip, add, copyto = _clip_ufunc, np.add, np.copyto
         take = NV.take  # the method: np.take's wrapper costs more
         searchsorted = G.searchsorted
-        hidden, activate = self._hidden(mats)
+        hidden = mats[:-1]
         wout = mats[-1][0]
         wdiff = np.ascontiguousarray(wout[:, 1] - wout[:, 0])
         mv = self._mv
@@ -373,22 +333,37 @@ class NumpyPolicy(Policy):
         self._install_binary()
         return True
 
+    def _install(self, act_logp, act=None) -> None:
+        self.act = act or (lambda obs: act_logp(obs)[0])  # type: ignore[method-assign]
+        self.act_logp = act_logp  # type: ignore[method-assign]
+
     def _install_binary(self) -> None:
         diff = self._diff
         uniform = self._uniform
         exp, log1p = math.exp, math.log1p
-
         if self.greedy and self.gate is not None:
-            act, act_logp = self._gated(diff)
-        elif self.greedy:
-            def act(obs):
-                return 1 if diff(obs.raw) > 0.0 else 0
+            # the default decision unless the model puts more than ``gate`` on the other action:
+            # P(1) = sigmoid(d) > gate  <=>  d > logit(gate); P(0) > gate <=> d < -logit(gate)
+            off = self._default_off
+            g = min(self.gate, 1.0 - 1e-12)
+            thr = math.inf if self.gate >= 1.0 else math.log(g / (1.0 - g))
 
+            def act(obs):
+                raw = obs.raw
+                d = diff(raw)
+                if raw[off : off + 8] != _ZERO8:  # the default inlines
+                    return 0 if d < -thr else 1
+                return 1 if d > thr else 0
+
+            self._install(lambda obs: (act(obs), 0.0), act)
+        elif self.greedy:
             def act_logp(obs):
                 d = diff(obs.raw)
                 return (1, -_softplus(-d)) if d > 0.0 else (0, -_softplus(d))
+
+            self._install(act_logp, lambda obs: 1 if diff(obs.raw) > 0.0 else 0)
         else:
-            def act_logp(obs):
+            def sample(obs):
                 d = diff(obs.raw)
                 r = uniform()
                 # P(1) = sigmoid(d): log P(1) = -softplus(-d), log P(0) = log P(1) - d
@@ -397,81 +372,14 @@ class NumpyPolicy(Policy):
                     return 1, lp1
                 return 0, lp1 - d
 
-            def act(obs):
-                return act_logp(obs)[0]
-
-        self.act = act  # type: ignore[method-assign]
-        self.act_logp = act_logp  # type: ignore[method-assign]
-
-    def _gated(self, diff):
-        """Greedy: the default decision unless the model puts more than ``gate`` on the other action."""
-        off = self._default_off
-        # P(1) = sigmoid(d) > gate  <=>  d > logit(gate); P(0) > gate <=> d < -logit(gate)
-        g = min(self.gate, 1.0 - 1e-12)
-        thr = math.inf if self.gate >= 1.0 else math.log(g / (1.0 - g))
-
-        def act(obs):
-            raw = obs.raw
-            d = diff(raw)
-            if raw[off : off + 8] != _ZERO8:  # the default inlines
-                return 0 if d < -thr else 1
-            return 1 if d > thr else 0
-
-        def act_logp(obs):
-            return act(obs), 0.0
-
-        return act, act_logp
+            self._install(sample)
 
     def _bind_generic(self, header) -> None:
-        """The inliner with any feature types: one searchsorted per feature."""
-        a = self.actor
-        cfg = a.norm
-        w0 = cfg.width - int(cfg.with_z_score)
-        xin = np.zeros((1, a.input_dim + 1))
-        xin[:, -1] = 1.0
-        steps = []
-        for j, f in enumerate(a.spec.inputs):
-            fv = a.vocab[f.name]
-            view = np.ndarray((f.size,), dtype=f.dtype, buffer=self._buf,
-                              offset=header.offset(self._binding.source(f.name)))
-            if f.dtype.kind in "iu":  # integers: exact int64 thresholds
-                bounds, conv = int_thresholds(fv.boundaries), None
-            else:
-                bounds, conv = fv.boundaries, (None if f.ctype == "float" else np.float32)
-            table = fv.values_table(cfg).astype(np.float64)
-            cols = xin[:, j * cfg.width : j * cfg.width + w0]
-            zcol = xin[:, j * cfg.width + w0] if cfg.with_z_score and fv.z_enabled else None
-            tmp = np.zeros((f.size, w0))
-            steps.append((view, bounds.searchsorted, conv, table.take, cols, zcol, tmp, fv.mean32, fv.scale32))
-        mats = self._layers(a.layers[0][0], (1,))
-        hidden, activate = self._hidden(mats)
-        wout, obuf = mats[-1][0], mats[-1][1]
-        mv = self._mv
-        dot, copyto = np.dot, np.copyto
-
-        def outputs(raw: bytes) -> np.ndarray:
-            mv[:] = raw
-            for view, bucket, conv, take, cols, zcol, tmp, m32, s32 in steps:
-                take(bucket(view if conv is None else view.astype(conv), "right"), axis=0, out=tmp)
-                copyto(cols, tmp)
-                if zcol is not None:
-                    z = (view.astype(np.float32) - m32) / s32
-                    z[~np.isfinite(z)] = 0.0  # inf/NaN inputs
-                    copyto(zcol, z)
-            x = xin
-            for w, out, hv, zero in hidden:
-                dot(x, w, out=out)
-                activate(hv, zero, out=hv)
-                x = out
-            dot(x, wout, out=obuf)
-            return obuf[0]
+        """The inliner with any feature types: its one row of features normalized as eviction's columns."""
+        outputs = self._columns_outputs(header)
 
         def diff(raw: bytes) -> float:
-            if cfg.with_z_score:
-                with np.errstate(invalid="ignore", over="ignore"):
-                    o = outputs(raw)
-            else:
-                o = outputs(raw)
+            o = outputs(raw)
             return float(o[1] - o[0])
 
         self._diff = diff
@@ -497,20 +405,16 @@ class NumpyPolicy(Policy):
                 a_ = best
             return a_, float(lg[a_] - mx - math.log(tot))
 
-        def act(obs):
-            return act_logp(obs)[0]
-
-        self.act = act  # type: ignore[method-assign]
-        self.act_logp = act_logp  # type: ignore[method-assign]
+        self._install(act_logp)
 
     def _columns_outputs(self, header):
-        """Eviction logits, all columns normalized at once: inputs copied into a float32 ``[W, F]``,
-        mapped to monotone integer keys (float32 bits, shifted per feature), then one searchsorted
-        and one take.  NaN becomes +inf (the last bucket, as ``Bucketize``)."""
+        """Eviction logits (or the inliner's two, of its one row), all columns normalized at once: inputs copied
+        into a float32 ``[W, F]``, mapped to monotone integer keys (float32 bits, shifted per feature), then one
+        searchsorted and one take.  NaN becomes +inf (the last bucket, as ``Bucketize``)."""
         spec, a = self.actor.spec, self.actor
         cfg = a.norm
         w0 = cfg.width - int(cfg.with_z_score)
-        R = int(spec.width)  # type: ignore[arg-type]
+        R = int(spec.width or 1)
         buf = self._buf
         feats = sorted((header.offset(self._binding.source(f.name)), j, f) for j, f in enumerate(spec.inputs))
         F = len(feats)
@@ -531,10 +435,6 @@ class NumpyPolicy(Policy):
             copies.append((V[:, i : i + k], src.T))
             i += k
 
-        def keys32(x: np.ndarray) -> np.ndarray:
-            bits = (np.asarray(x, np.float32) + np.float32(0.0)).view(np.int32)
-            return bits ^ ((bits >> 31) & 0x7FFFFFFF)
-
         G: list[np.ndarray] = []
         rows = [np.zeros((1, w0))]
         w1 = a.layers[0][0]
@@ -544,7 +444,8 @@ class NumpyPolicy(Policy):
         zscale = np.ones(F, np.float32)
         for c, (_, j, f) in enumerate(feats):
             fv = a.vocab[f.name]
-            kb = np.sort(keys32(fv.boundaries).astype(np.int64))
+            fbits = (fv.boundaries + np.float32(0.0)).view(np.int32)  # float32 bits as monotone keys
+            kb = np.sort((fbits ^ ((fbits >> 31) & 0x7FFFFFFF)).astype(np.int64))
             u = np.unique(kb)
             counts = np.concatenate([[0], np.searchsorted(kb, u, side="right")])
             base = np.int64(c) << 32
@@ -557,23 +458,22 @@ class NumpyPolicy(Policy):
         Gs = np.concatenate(G).astype(np.int64)
         NV = np.concatenate(rows, axis=0)
         offs = (np.arange(F, dtype=np.int64) << 32)
-        mats = self._layers(w1q, (R,))
-        aug0, buf0, hv0 = mats[0]
+        mats, activate = self._layers(w1q, (R,))
+        aug0, buf0, hv0, zero0 = mats[0]
         w1a = np.ascontiguousarray(aug0[:-1])
         b1a = aug0[-1].copy()
         w1z_ext = np.zeros((F, aug0.shape[1]))
         w1z_ext[:, : w1z.shape[1]] = w1z
-        hidden, activate = self._hidden(mats)
-        first_hidden = hidden[0] if hidden else None
-        rest = hidden[1:]
+        has_hidden = len(mats) > 1
+        rest = mats[1:-1]
         wout, obuf = mats[-1][0], mats[-1][1]
         X3 = np.zeros((R, F, w0))
         X2 = X3.reshape(R, F * w0)
         t32 = np.zeros((R, F), np.int32)
         k64 = np.zeros((R, F), np.int64)
         bits = V.view(np.int32)
-        mask = np.ndarray((R,), dtype=spec.mask.dtype, buffer=buf,  # type: ignore[union-attr]
-                          offset=header.offset(spec.mask.name))  # type: ignore[union-attr]
+        mask = None if spec.mask is None else np.ndarray((R,), dtype=spec.mask.dtype, buffer=buf,
+                                                         offset=header.offset(spec.mask.name))
         illegal = np.zeros(R, bool)
         mv = self._mv
         copyto, add, dot = np.copyto, np.add, np.dot
@@ -601,14 +501,16 @@ class NumpyPolicy(Policy):
                     z = (V - zmean) / zscale
                 z[~np.isfinite(z)] = 0.0
                 add(buf0, dot(z, w1z_ext), out=buf0)
-            if first_hidden is not None:
-                activate(hv0, first_hidden[3], out=hv0)
+            if has_hidden:
+                activate(hv0, zero0, out=hv0)
                 x = buf0
                 for w, out, hv, zero in rest:
                     dot(x, w, out=out)
                     activate(hv, zero, out=hv)
                     x = out
                 dot(x, wout, out=obuf)
+            if mask is None:
+                return obuf[0]
             lg = obuf[:, 0]
             np.equal(mask, 0, out=illegal)
             lg[illegal] = ninf

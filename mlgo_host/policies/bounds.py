@@ -1,14 +1,7 @@
-"""Bounds on the inlinings a learned policy adds to ``-Oz``'s, where ``-Oz``'s "no" stands:
-
-* none of a callee with more than ``max_users`` uses: each such inlining keeps the callee's body and
-  adds a copy (site after site, tens of percent of a file; docs/training.md), while the inlinings that
-  pay are mostly of callees of two or three uses;
-* none in a module of fewer than ``min_functions`` functions (the compiler's ``node_count``): one
-  inlining that does not pay is a larger share of a small file, and small files hold few of the bytes
-  the added inlinings win.
-
-Saved in the metadata as ``extra_inlining_max_users`` and ``extra_inlining_min_functions``.
-"""
+"""Bounds on the inlinings a learned policy adds to ``-Oz``'s, where ``-Oz``'s "no" stands (docs/training.md):
+none of a callee with more than ``max_users`` uses, none in a module of fewer than ``min_functions`` functions
+(the compiler's ``node_count``).  Saved in the metadata as ``extra_inlining_max_users`` and
+``extra_inlining_min_functions``."""
 
 from __future__ import annotations
 

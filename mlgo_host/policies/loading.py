@@ -26,6 +26,5 @@ def load_base_policy(name_or_path: str, seed: int = 0, greedy: bool = True) -> P
             policy = BoundedInlining(policy, bound)
         parts = language_parts(name_or_path)
         return ByLanguage(policy, parts) if parts else policy
-    raise ConfigError(
-        f"policy {name_or_path!r} is neither a heuristic ({', '.join(HEURISTICS)}), a shipped policy "
-        f"({', '.join(SHIPPED)}) nor a saved policy directory (nor an existing replay file)")
+    raise ConfigError(f"policy {name_or_path!r} is neither a heuristic ({', '.join(HEURISTICS)}), a shipped policy "
+                      f"({', '.join(SHIPPED)}) nor a saved policy directory (nor an existing replay file)")

@@ -38,13 +38,9 @@ class Replay:
     path: str | None = dataclasses.field(default=None, compare=False)
 
     def to_json(self) -> dict:
-        d: dict[str, Any] = {"format": FORMAT, "advisor": self.advisor, "base": self.base,
-                             "forced": {str(i): a for i, a in sorted(self.forced.items())}}
-        for k in ("module", "observations", "fingerprint"):
-            v = getattr(self, k)
-            if v is not None:
-                d[k] = v
-        return d
+        return {"format": FORMAT, "advisor": self.advisor, "base": self.base,
+                "forced": {str(i): a for i, a in sorted(self.forced.items())},
+                **{k: v for k in ("module", "observations", "fingerprint") if (v := getattr(self, k)) is not None}}
 
     @classmethod
     def from_json(cls, d: Any, where: str = "replay") -> "Replay":
@@ -77,8 +73,7 @@ class Replay:
 
     def with_fingerprint(self, policy: "ReplayPolicy") -> "Replay":
         """This replay with the fingerprint and observation count of ``policy``'s most recent session."""
-        return dataclasses.replace(self, fingerprint=policy.observed_fingerprint(),
-                                   observations=policy.seen)
+        return dataclasses.replace(self, fingerprint=policy.observed_fingerprint(), observations=policy.seen)
 
 
 def _parse_forced(raw: Any, advisor: str, where: str) -> dict[int, Any]:
@@ -98,13 +93,11 @@ def _parse_forced(raw: Any, advisor: str, where: str) -> dict[int, Any]:
 
 def _parse_action(a: Any, advisor: str, where: str) -> Any:
     kind = PROBLEMS[advisor].action_kind
-    if kind == BINARY:
-        if type(a) is not int or a not in (0, 1):
-            raise ConfigError(f"{where}: an inlining decision is 0 or 1, got {a!r}")
-    elif kind == MASKED_CHOICE:
-        if type(a) is not int or a < 0:
-            raise ConfigError(f"{where}: an eviction index is a non-negative integer, got {a!r}")
-    elif type(a) not in (int, float):
+    if kind == BINARY and (type(a) is not int or a not in (0, 1)):
+        raise ConfigError(f"{where}: an inlining decision is 0 or 1, got {a!r}")
+    if kind == MASKED_CHOICE and (type(a) is not int or a < 0):
+        raise ConfigError(f"{where}: an eviction index is a non-negative integer, got {a!r}")
+    if kind not in (BINARY, MASKED_CHOICE) and type(a) not in (int, float):
         raise ConfigError(f"{where}: a priority is a number, got {a!r}")
     return a
 
@@ -170,8 +163,7 @@ class ReplayPolicy(Policy):
         self._reset()
 
     def _reset(self) -> None:
-        self.seen = 0
-        self.applied = 0
+        self.seen = self.applied = 0
         self.stale_at: int | None = None  # first decision whose check failed
         self.stale_reason = ""
         self._forced = self.replay.forced  # emptied when the replay goes stale

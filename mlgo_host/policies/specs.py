@@ -22,6 +22,7 @@ from mlgo_host.channel.spec import C_TYPES
 from mlgo_host.errors import ConfigError
 
 INPUT, MASK, DISCARD = "input", "mask", "discard"
+MASK_FEATURE = "mask"
 
 #: set to 1 (``--allow-changed-inputs``) to serve a policy with lost inputs from their own slots
 ALLOW_CHANGED_INPUTS = "MLGO_ALLOW_CHANGED_INPUTS"
@@ -29,9 +30,6 @@ ALLOW_CHANGED_INPUTS = "MLGO_ALLOW_CHANGED_INPUTS"
 
 def changed_inputs_allowed() -> bool:
     return os.environ.get(ALLOW_CHANGED_INPUTS, "") not in ("", "0")
-
-
-MASK_FEATURE = "mask"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,14 +175,9 @@ class PolicySpec:
         carrying what it meant when the spec was made (clang-19's ``callee_basic_block_count`` is
         clang-22's ``inlining_default``)."""
         carrier = {m: n for n, m in feature_meanings(compiler_slot).items()} if compiler_slot else {}
-        sources: dict[str, str] = {}
-        lost: list[tuple[str, str, str]] = []
-        for name, was, now in self.meaning_changes(compiler_slot):
-            if was in carrier:
-                sources[name] = carrier[was]
-            else:
-                lost.append((name, was, now))
-        return InputBinding(sources, tuple(lost))
+        changes = self.meaning_changes(compiler_slot)
+        return InputBinding({name: carrier[was] for name, was, _ in changes if was in carrier},
+                            tuple(c for c in changes if c[1] not in carrier))
 
     @classmethod
     def from_header(cls, header: Header, advisor: Any, *, vocab_names: Iterable[str] | None = None,
@@ -213,7 +206,6 @@ class PolicySpec:
         for f in discard:
             drop.setdefault(f, "discarded by configuration")
         vocab = None if vocab_names is None else set(vocab_names)
-
         width = None
         if kind == MASKED_CHOICE:
             m = header.feature(MASK_FEATURE)
@@ -277,14 +269,11 @@ class PolicySpec:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "PolicySpec":
         try:
-            spec = cls(
-                advisor=str(d["advisor"]),
-                features=tuple(FeatureSpec.from_json(f) for f in d["features"]),
-                action=ActionSpec.from_json(d["action"]),
-                width=None if d.get("width") is None else int(d["width"]),
-                discarded=dict(d.get("discarded", {})),
-                default_slot=None if d.get("default_slot") is None else str(d["default_slot"]),
-            )
+            spec = cls(advisor=str(d["advisor"]), features=tuple(FeatureSpec.from_json(f) for f in d["features"]),
+                       action=ActionSpec.from_json(d["action"]),
+                       width=None if d.get("width") is None else int(d["width"]),
+                       discarded=dict(d.get("discarded", {})),
+                       default_slot=None if d.get("default_slot") is None else str(d["default_slot"]))
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"bad policy spec: {e}") from None
         problem = PROBLEMS.get(spec.advisor)

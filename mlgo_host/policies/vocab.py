@@ -180,16 +180,13 @@ class VocabBuilder:
         if records.size == 0:
             return
         if self.fraction < 1.0:
-            keep = self.rng.random(records.shape[0]) < self.fraction
-            records = records[keep]
+            records = records[self.rng.random(records.shape[0]) < self.fraction]
             if records.size == 0:
                 return
         self.observations += int(records.shape[0])
         for name in records.dtype.names or ():
-            if name in self.exclude:
-                continue
-            col = records[name]
-            self._chunks.setdefault(name, []).append(np.ascontiguousarray(col).reshape(-1).astype(np.float64))
+            if name not in self.exclude:
+                self._chunks.setdefault(name, []).append(np.ravel(records[name]).astype(np.float64))
 
     def build(self, num_buckets: int = DEFAULT_NUM_BUCKETS) -> Vocab:
         """``num_buckets`` quantiles of each feature's finite values (no vocab for a feature without)."""
