@@ -36,33 +36,26 @@ LLVM_SIZE_HELP = ("llvm-size binary (default: the one of --clang's LLVM: llvm-si
                   "else the llvm-size beside the clang binary)")
 
 
-def seconds(text: str) -> float:
-    """argparse type of a time limit: a finite number of seconds above 0 (not nan, not inf)."""
-    value = float(text)  # (argparse reports a ValueError as "invalid seconds value")
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a time limit is a finite number of seconds above 0")
-    return value
+def _checked(name: str, convert, ok, rule: str):
+    """An argparse type named ``name`` (argparse reports a ValueError of ``convert`` as "invalid NAME
+    value") that refuses, saying ``rule``, a value ``ok`` rejects."""
+    def parse(text: str):
+        value = convert(text)
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{text!r}: {rule}")
+        return value
+
+    parse.__name__ = name
+    return parse
 
 
-def seconds_from_zero(text: str) -> float:
-    """argparse type of a wait that may be none: a finite number of seconds, 0 or more."""
-    value = float(text)
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a wait is a finite number of seconds, 0 or more")
-    return value
-
-
-def at_least_one(text: str) -> int:
-    """argparse type of a count of things to take (modules, lines): 1 or more."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be 1 or more")
-    return value
-
-
-def seed(text: str) -> int:
-    """argparse type of a random seed: numpy's generators take 0 or more."""
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a seed is 0 or more")
-    return value
+#: a time limit (not nan, not inf)
+seconds = _checked("seconds", float, lambda v: math.isfinite(v) and v > 0,
+                   "a time limit is a finite number of seconds above 0")
+#: a wait that may be none
+seconds_from_zero = _checked("seconds_from_zero", float, lambda v: math.isfinite(v) and v >= 0,
+                             "a wait is a finite number of seconds, 0 or more")
+#: a count of things to take (modules, lines)
+at_least_one = _checked("at_least_one", int, lambda v: v >= 1, "must be 1 or more")
+#: a random seed: numpy's generators take 0 or more
+seed = _checked("seed", int, lambda v: v >= 0, "a seed is 0 or more")

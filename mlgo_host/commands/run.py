@@ -107,8 +107,7 @@ def _run(args: argparse.Namespace) -> int:
     name = None  # the tuned module whose replay answers (--replay T)
     if args.replay:
         pols, matched = _tuned(args, cmd)
-        flags = pols.tuned.flags_for(matched)
-        if flags:  # tuned into a compiler replay: plain compiler flags, no channel
+        if flags := pols.tuned.flags_for(matched):  # tuned into a compiler replay: plain compiler flags, no channel
             return _run_with_flags(cmd, flags, matched, args.timeout)
         policy, name = pols.for_module(matched)
     elif args.actions:
@@ -177,9 +176,7 @@ def _tuned(args: argparse.Namespace, cmd: list[str]):
     pols = TunedPolicies(TunedDir(args.replay), load_policy(args.policy or "default", seed=args.seed,
                                                                greedy=not args.sample), args.seed, not args.sample)
     plan = classify(cmd[1:])
-    if not plan["compile"]:
-        return pols, None
-    return pols, pols.tuned.match(cmd, os.getcwd(), plan["source"], plan["output"])
+    return pols, (pols.tuned.match(cmd, os.getcwd(), plan["source"], plan["output"]) if plan["compile"] else None)
 
 
 def _text_size(returncode: int, output: str | None, compiler: str) -> int | None:

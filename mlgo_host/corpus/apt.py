@@ -24,14 +24,6 @@ TOOL_PACKAGES = {"bear": ("bear",), "autoreconf": ("autoconf", "automake", "auto
 APT_OPTS = ("-q", "-o", "DPkg::Lock::Timeout=600")
 
 
-def _privileged(argv: Sequence[str]) -> list[str]:
-    if os.geteuid() == 0:
-        return list(argv)
-    if shutil.which("sudo"):
-        return ["sudo", "-n", *argv]
-    raise ConfigError(f"{argv[0]} needs root (run as root or install sudo)")
-
-
 def _deb822_stanzas(text: str) -> list[dict[str, str]]:
     stanzas: list[dict[str, str]] = [{}]
     last = None
@@ -85,9 +77,8 @@ def _serves(stanza: dict[str, str], kind: str) -> bool:
 
 
 def ensure_deb_src(etc_apt: str | os.PathLike = "/etc/apt") -> Path | None:
-    """When no enabled deb-src entry serves :data:`SUITE`'s :data:`COMPONENT`, write :data:`DEB_SRC_FILE`,
-    a deb-src stanza mirroring the suite's deb.debian.org ``deb`` entry, and return its path (the caller
-    runs ``apt-get update``); None when nothing was needed."""
+    """When no enabled deb-src entry serves :data:`SUITE`'s :data:`COMPONENT`, write :data:`DEB_SRC_FILE`
+    mirroring the suite's ``deb`` entry and return its path (then run ``apt-get update``); else None."""
     entries = apt_entries(etc_apt)
     if any(_serves(s, "deb-src") for _, s in entries):
         return None
@@ -103,9 +94,8 @@ def ensure_deb_src(etc_apt: str | os.PathLike = "/etc/apt") -> Path | None:
     if s.get("signed-by"):
         lines.append(f"Signed-By: {s['signed-by']}")
     path = Path(etc_apt) / "sources.list.d" / DEB_SRC_FILE
-    text = "\n".join(lines) + "\n"
     try:
-        atomic_write_bytes(str(path), text.encode())
+        atomic_write_bytes(str(path), ("\n".join(lines) + "\n").encode())
         os.chmod(path, 0o644)
     except PermissionError:
         raise ConfigError(f"apt has no {SUITE} {COMPONENT} sources and {path} needs root; write it as root: "
@@ -113,17 +103,21 @@ def ensure_deb_src(etc_apt: str | os.PathLike = "/etc/apt") -> Path | None:
     return path
 
 
-def run_apt(argv: Sequence[str], log, timeout: float) -> None:
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    action = next((a for a in argv[1:] if not a.startswith("-") and not a.startswith("DPkg")), "")
-    run_logged(_privileged(argv), cwd=None, env=env, log=log, timeout=timeout, what=f"{argv[0]} {action}")
+def run_apt(args: Sequence[str], log, timeout: float) -> None:
+    """``apt-get ARGS...`` as root, non-interactive."""
+    argv = ["apt-get", *APT_OPTS, *args]
+    if os.geteuid() != 0:
+        if not shutil.which("sudo"):
+            raise ConfigError("apt-get needs root (run as root or install sudo)")
+        argv = ["sudo", "-n", *argv]
+    run_logged(argv, cwd=None, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"), log=log, timeout=timeout,
+               what=f"apt-get {args[0]}")
 
 
 def ensure_tools(tools: Iterable[str], log, timeout: float) -> None:
     """Install the Debian packages of the missing tools."""
-    pkgs = sorted({p for t in tools if shutil.which(t) is None for p in TOOL_PACKAGES[t]})
-    if pkgs:
-        run_apt(["apt-get", *APT_OPTS, "install", "-y", "--no-install-recommends", *pkgs], log, timeout)
+    if pkgs := sorted({p for t in tools if shutil.which(t) is None for p in TOOL_PACKAGES[t]}):
+        run_apt(["install", "-y", "--no-install-recommends", *pkgs], log, timeout)
 
 
 # -- running a step ------------------------------------------------------------------
@@ -184,8 +178,7 @@ def log_tail(log, since: int = 0, n: int = 2) -> str:
     except OSError:
         return ""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("$ ")]
-    diag = [ln for ln in lines if re.search(r":\d+:(\d+:)? (fatal )?error: ", ln)]
-    if diag:
+    if diag := [ln for ln in lines if re.search(r":\d+:(\d+:)? (fatal )?error: ", ln)]:
         return re.sub(r"^\S*/", "", diag[0])  # the file's name, not its path in the cache
     errs = [ln for ln in lines if re.search(r"\berror\b|^E: |not found|No such", ln, re.I)]
     return " | ".join((errs or lines)[-n:])

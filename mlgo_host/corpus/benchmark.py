@@ -1,9 +1,6 @@
-"""The benchmark corpus: the C and C++ vendored in PyPI source distributions at pinned versions.
-
-A source list (``mlgo_host/data/benchmark_sources.json``) names each sdist with its sha256 and the
-sources to compile with their flags.  Every step skips work already done (cached and verified archives,
-extracted trees, built modules), so a second run takes seconds.
-"""
+"""The benchmark corpus: the C and C++ vendored in PyPI source distributions at pinned versions, which
+a source list (``mlgo_host/data/benchmark_sources.json``) names with their sha256, sources and flags.
+Every step skips work already done (verified archives, extracted trees, built modules)."""
 
 from __future__ import annotations
 
@@ -71,8 +68,7 @@ DEFAULT_SPEC = "benchmark"
 def resolve_spec_path(spec: str | os.PathLike | None = None) -> Path:
     """The default list, a packaged list's short name (it wins over a same-named file: write ./NAME),
     or a path."""
-    if spec is None:
-        spec = DEFAULT_SPEC
+    spec = DEFAULT_SPEC if spec is None else spec
     if isinstance(spec, str) and spec in PACKAGED_SPECS:
         return Path(str(resources.files("mlgo_host") / "data" / PACKAGED_SPECS[spec]))
     return Path(spec)
@@ -103,11 +99,8 @@ def default_cache_dir() -> Path:
 
 
 def sha256_of(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def verify(path: Path, expected: str, what: str) -> None:
@@ -218,8 +211,7 @@ def build_benchmark(output: str | os.PathLike, *, cache_dir: str | os.PathLike |
         raise CorpusError(f"no package of the benchmark list matches {list(packages or [])}")
     entries: list[dict[str, Any]] = []
     for pkg in chosen:
-        archive = fetch(pkg, cache, downloader=downloader)
-        top = extract(archive, cache / "src")
+        top = extract(fetch(pkg, cache, downloader=downloader), cache / "src")
         entries += compile_entries(pkg, top, clang, spec.opt_level)
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,11 +1,8 @@
-"""Build an mlgo-utils corpus from a compile database, with the configured clang.
-
-A module's ``.bc`` is the frontend's output before any LLVM pass (never ``-O0`` bitcode, which
-carries ``optnone``), with location tracking on (:data:`LOCATION_TRACKING`); its ``.cmd`` is the cc1
-job of the original object compile without input and ``-o``, the NUL-separated form mlgo-utils
-extracts from ``.llvmcmd``, so optimization and target flags are kept.  Both are written atomically;
-a module already built is not rebuilt unless its source is newer, so a build resumes.
-"""
+"""Build an mlgo-utils corpus from a compile database.  A module's ``.bc`` is the frontend's output
+before any LLVM pass (never ``-O0`` bitcode, which carries ``optnone``); its ``.cmd`` is the cc1 job of
+the original object compile without input and ``-o`` (the NUL-separated form mlgo-utils extracts from
+``.llvmcmd``), so optimization and target flags are kept.  A module is rebuilt only when its source is
+newer, so a build resumes."""
 
 from __future__ import annotations
 
@@ -148,13 +145,11 @@ def numbered(stems: Iterable[str]) -> list[str]:
 
 def cc1_command(clang: str, entry: CompileEntry, flags: Sequence[str], timeout: float = 120.0) -> list[str]:
     """The cc1 job of the object compile (``clang -###``) without program, ``-o`` and input."""
-    dry_run_out = "mlgo-host-probe.o"
-    r = subprocess.run([clang, "-###", *flags, "-c", entry.source, "-o", dry_run_out], cwd=entry.directory,
+    r = subprocess.run([clang, "-###", *flags, "-c", entry.source, "-o", "mlgo-host-probe.o"], cwd=entry.directory,
                        capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         raise CorpusError(_tail(r.stderr) or f"clang -### exited with {r.returncode}")
-    lines = (ln.strip() for ln in r.stderr.splitlines())
-    jobs = [shlex.split(ln) for ln in lines if ln.startswith('"') and '"-cc1"' in ln]
+    jobs = [shlex.split(ln) for ln in map(str.strip, r.stderr.splitlines()) if ln.startswith('"') and '"-cc1"' in ln]
     if len(jobs) != 1:
         raise CorpusError(f"the driver ran {len(jobs)} cc1 jobs for this entry (expected 1: offloading, "
                           "several -arch or driver-level -fembed-bitcode are not supported)")
@@ -264,9 +259,8 @@ def build_corpus(entries: Sequence[CompileEntry], output: str | os.PathLike, *, 
                           f"{failures[0][0]}: {failures[0][1]})")
     write_description(out_dir, made)
     write_sources(out_dir, {n: entry_identity(by_name[n]) for n in made})
-    failures.sort()
     built = sum(made.values())
-    return BuildReport(modules=sorted(made), built=built, reused=len(made) - built, failures=failures,
+    return BuildReport(modules=sorted(made), built=built, reused=len(made) - built, failures=sorted(failures),
                        cxx=sum(by_name[n].is_cxx for n in made))
 
 

@@ -1,7 +1,5 @@
-"""Combine corpora into one by linking their project folders, as mlgo-utils'
-``combine_training_corpus`` does: module names and the split by project stay those of the corpora.
-A project found in two corpora is an error (its files could land on both sides of a split).
-"""
+"""Combine corpora into one by linking their project folders, as mlgo-utils' ``combine_training_corpus``
+does (docs/corpora.md): module names and the split by project stay those of the corpora."""
 
 from __future__ import annotations
 

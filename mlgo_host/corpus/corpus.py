@@ -1,11 +1,5 @@
-"""Read corpora in the format of LLVM's mlgo-utils, sample and split them.
-
-A corpus is a directory with ``corpus_description.json`` (``modules``, ``has_thinlto``, optionally
-``global_command_override``) and, per module, ``m.bc`` (bitcode before any LLVM pass) and ``m.cmd``
-(its NUL-separated cc1 command, as mlgo-utils extracts it from ``.llvmcmd``).  The cleaned command
-compiles the bitcode to an object byte-identical to ``clang -Oz -c`` of the source.  A broken module
-is kept in :attr:`Corpus.broken` with its reason, so the rest stays usable.
-"""
+"""Read corpora in the format of LLVM's mlgo-utils (docs/corpora.md), sample and split them.  A broken
+module is kept in :attr:`Corpus.broken` with its reason, so the rest stays usable."""
 
 from __future__ import annotations
 
@@ -92,7 +86,6 @@ class Module:
                    size=int(task.get("size", 0)), error=task.get("error"))
 
     def compile_command(self, clang: str, output: str | os.PathLike) -> list[str]:
-        """The command compiling this module's bitcode to the object ``output`` with ``clang``."""
         if self.error is not None:
             raise CorpusError(f"module {self.name!r}: {self.error}")
         return [clang, *self.cmd, "-x", "ir", str(self.bc_path), "-o", str(output)]
@@ -213,8 +206,7 @@ def split_three(modules: Sequence[Module], heldout_fraction: float, validation_f
                 seed: int = 0, by: str = "project") -> tuple[list[Module], list[Module], list[Module]]:
     """Deterministic train / validation / held-out split (see :func:`split_names`)."""
     part = split_names([m.name for m in modules], heldout_fraction, validation_fraction, seed, by)
-    train, val, held = ([m for m in modules if part[m.name] == p] for p in ("train", "validation", "heldout"))
-    return train, val, held
+    return tuple([m for m in modules if part[m.name] == p] for p in ("train", "validation", "heldout"))
 
 
 def split_names(names: Iterable[str], heldout_fraction: float, validation_fraction: float, seed: int = 0,
@@ -282,7 +274,6 @@ def _load_module(root: Path, name: str, override: tuple[str, ...] | None) -> Mod
 
 
 def write_description(root: str | os.PathLike, names: Iterable[str]) -> Path:
-    """Write ``corpus_description.json`` atomically."""
     path = Path(root) / DESCRIPTION
     desc = {"modules": sorted(names), "has_thinlto": False}
     atomic_write_bytes(str(path), (json.dumps(desc, indent=2) + "\n").encode())

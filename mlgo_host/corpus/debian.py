@@ -1,12 +1,7 @@
-"""A corpus from Debian source packages (bookworm main), each built as upstream builds it (docs/corpora.md
-tells the steps, the module names and what ``packages.json`` and ``logs/`` keep).
-
-Only the packages of a packages file are built (by default ``mlgo_host/data/debian_packages.txt``, kept
-apart from the external corpus's projects so that evaluations stay honest).  A source is extracted
-afresh for every build: ``bear`` records only the compiles that run, so a tree left half built would
-give an incomplete compile database.  Only the build proper runs under ``bear`` (configure's test
-compiles are no code of the package).
-"""
+"""A corpus from the Debian source packages (bookworm main) of a packages file, each built as upstream
+builds it (docs/corpora.md: the steps, the module names, ``packages.json`` and ``logs/``).  A source is
+extracted afresh for every build: ``bear`` records only the compiles that run, so a tree left half built
+would give an incomplete compile database."""
 
 from __future__ import annotations
 
@@ -24,8 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Collection, Iterable, Sequence
 
-from mlgo_host.corpus.apt import (APT_OPTS, COMPONENT, SUITE, TOOL_PACKAGES, StepFailed, ensure_deb_src,
-                                  ensure_tools, log_size, log_tail, run_apt, run_logged)
+from mlgo_host.corpus.apt import (COMPONENT, SUITE, TOOL_PACKAGES, StepFailed, ensure_deb_src, ensure_tools,
+                                  log_size, log_tail, run_apt, run_logged)
 from mlgo_host.corpus.build import (CXX_EXTS, BuildReport, CompileEntry, build_corpus, load_compile_commands,
                                     numbered)
 from mlgo_host.corpus.corpus import write_description
@@ -94,8 +89,7 @@ def select_packages(allowed: Sequence[str], requested: str | Sequence[str] | Non
     want = [n.strip() for n in requested if n.strip()]
     if not want:
         raise ConfigError("--packages names no package")
-    unknown = [n for n in want if n not in allowed]
-    if unknown:
+    if unknown := [n for n in want if n not in allowed]:
         raise ConfigError(f"not in the packages file: {', '.join(unknown)} (only the packages it lists may be "
                           "built; see --packages-file)")
     return list(dict.fromkeys(want))
@@ -170,7 +164,6 @@ def select_entries(package: str, entries: Iterable[CompileEntry], tree: str | os
 # -- the build system ------------------------------------------------------------
 
 def _debian_file(tree: Path, name: str) -> str:
-    """debian/NAME's text, "" when there is none."""
     try:
         return (tree / "debian" / name).read_text(errors="replace")
     except OSError:
@@ -179,11 +172,9 @@ def _debian_file(tree: Path, name: str) -> str:
 
 def _debian_hint(tree: Path) -> str | None:
     """``--buildsystem=X`` in debian/rules, else a build dependency on cmake or meson."""
-    m = re.search(r"--buildsystem[= ]+(\w+)", _debian_file(tree, "rules"))
-    if m:
+    if m := re.search(r"--buildsystem[= ]+(\w+)", _debian_file(tree, "rules")):
         return {"autoconf": "autotools", "cmake": "cmake", "meson": "meson", "makefile": "make"}.get(m.group(1))
-    control = _debian_file(tree, "control")
-    m = re.search(r"^Build-Depends(?:-Arch|-Indep)?:(.*(?:\n[ \t].*)*)", control, re.M)
+    m = re.search(r"^Build-Depends(?:-Arch|-Indep)?:(.*(?:\n[ \t].*)*)", _debian_file(tree, "control"), re.M)
     deps = {re.split(r"[\s(:\[<]", d.strip(), maxsplit=1)[0] for d in m.group(1).replace("|", ",").split(",")} \
         if m else set()
     return next((system for system in ("meson", "cmake") if system in deps), None)
@@ -228,7 +219,7 @@ def _autoconf_generated(configure: Path) -> bool:
 class Step:
     argv: tuple[str, ...]
     cwd: Path
-    under_bear: bool = False  #: the build proper, whose compiles are recorded
+    under_bear: bool = False  #: the build proper, whose compiles are recorded (not configure's tests)
     optional: bool = False  #: a failure is logged and the build goes on
 
 
@@ -387,8 +378,7 @@ def _dsc_of(name: str, pkg_dir: Path, log, timeout: float) -> Path:
 def _tree_name(dsc: Path) -> str:
     """``iniparser-4.1`` for ``iniparser_4.1-6.dsc``, as dpkg-source names it."""
     source, _, version = dsc.stem.partition("_")
-    upstream = version.rsplit("-", 1)[0] if "-" in version else version
-    return f"{source}-{upstream}"
+    return f"{source}-{version.rsplit('-', 1)[0]}"
 
 
 @dataclasses.dataclass
@@ -432,7 +422,7 @@ def _build_tree(name: str, st: Settings, log, step: Callable[[str], None]) -> tu
         step("build-dep")
         since = log_size(log)
         try:
-            run_apt(["apt-get", *APT_OPTS, "build-dep", "-y", "--only-source", name], log, st.build_timeout)
+            run_apt(["build-dep", "-y", "--only-source", name], log, st.build_timeout)
         except StepFailed as e:
             raise PackageSkipped(f"{e}: {log_tail(log, since)}") from None
     src = source_directory(tree)
@@ -494,8 +484,7 @@ def build_package(name: str, st: Settings,
             except CorpusError as e:
                 raise PackageSkipped(f"unusable compile database: {e}") from None
             sel = select_entries(name, entries, tree, st.packages)
-            entry["compiles"] = len(entries)
-            entry["left_out"] = sel.left_out
+            entry.update(compiles=len(entries), left_out=sel.left_out)
             if not sel.entries:
                 why = ", ".join(f"{v} {k}" for k, v in sel.left_out.items()) or "none recorded"
                 raise PackageSkipped(f"the build recorded no C/C++ compile of its own ({why})")
@@ -538,18 +527,16 @@ def build_debian(output: str | os.PathLike, *, packages: str | Sequence[str] | N
                   jobs=max(1, jobs or os.cpu_count() or 1), build_deps=build_deps, build_timeout=build_timeout,
                   timeout=timeout, progress=progress, packages=tuple(listed))
     todo = [n for n in chosen if needs_work(report.get(n), out, retry_skipped)]
-    kept = [n for n in chosen if n not in todo and (report.get(n) or {}).get("status") != "ok"]
-    if kept:
+    if kept := [n for n in chosen if n not in todo and (report.get(n) or {}).get("status") != "ok"]:
         say(f"kept as skipped before (--retry-skipped to try again): {', '.join(kept)}")
     result = DebianReport(report, chosen, [], [])
     if todo:
         with open(os.devnull, "w") as quiet:
             try:
                 ensure_tools(["dpkg-source", "bear"], quiet, build_timeout)
-                added = ensure_deb_src()
-                if added:
+                if added := ensure_deb_src():
                     say(f"added {added} (the sources of {SUITE} {COMPONENT}); apt-get update")
-                    run_apt(["apt-get", *APT_OPTS, "update"], quiet, build_timeout)
+                    run_apt(["update"], quiet, build_timeout)
             except StepFailed as e:
                 raise ConfigError(f"{e} (run it by hand to see why)") from None
     st.cache.mkdir(parents=True, exist_ok=True)
@@ -560,8 +547,7 @@ def build_debian(output: str | os.PathLike, *, packages: str | Sequence[str] | N
             report[name] = entry
             save_report(report_path, report)
             # build_corpus described only this package's modules
-            modules = corpus_modules(report)
-            if modules:
+            if modules := corpus_modules(report):
                 write_description(out, modules)
             result.attempted.append(name)
             if built is not None:

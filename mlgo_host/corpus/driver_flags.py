@@ -29,16 +29,11 @@ def strip_driver_flags(args: Sequence[str], *, is_input: Callable[[str], bool] |
     (its language, its sample profile)."""
     with_value = OUTPUT_WITH_VALUE + (SOURCE_ONLY_WITH_VALUE if bitcode_input else ())
     out: list[str] = []
-    i = 0
-    while i < len(args):
-        a = args[i]
-        i += 1
+    rest = iter(args)
+    for a in rest:
         if a in with_value:
-            i += 1  # its value
-        elif a in OUTPUT_ALONE or a.startswith(OUTPUT_PREFIXES) or a.split("=", 1)[0] in with_value:
-            continue
-        elif is_input is not None and is_input(a):
-            continue
-        else:
+            next(rest, None)  # its value
+        elif not (a in OUTPUT_ALONE or a.startswith(OUTPUT_PREFIXES) or a.split("=", 1)[0] in with_value
+                  or (is_input is not None and is_input(a))):
             out.append(a)
     return out

@@ -19,9 +19,8 @@ ROOT = "${ROOT}"
 
 def command_identity(argv: Sequence[str], cwd: str, source: str, output: str) -> dict:
     """The identity of a compile as the wrapper sees it (``argv``: compiler first)."""
-    entry = CompileEntry(Path(cwd), Path(os.path.normpath(os.path.join(cwd, source))), tuple(argv),
-                         Path(os.path.normpath(os.path.join(cwd, output))))
-    return entry_identity(entry)
+    return entry_identity(CompileEntry(Path(cwd), Path(os.path.normpath(os.path.join(cwd, source))), tuple(argv),
+                                       Path(os.path.normpath(os.path.join(cwd, output)))))
 
 
 def read_sources(corpus_dir: str | os.PathLike) -> dict[str, dict]:

@@ -1,13 +1,7 @@
 """``mlgo-clang`` / ``mlgo-clang++``: a drop-in compiler whose optimization decisions a running
-``mlgo-host serve`` answers. A command compiling one source to an object, optimizing, takes a free
-slot of the server in MLGO_CHANNELS, runs the real compiler with the slot's channel flags and reports
-its exit status to the server; a tuned module of ``MLGO_REPLAY=T`` (or ``serve --replay T``) gets T's
-flags instead, without a slot; every other command runs unchanged (docs/serving.md).
-
-Never hangs: every wait is bounded and checks the server's liveness (a compiler left blocking on its
-FIFOs is killed, then the fallback applies); the compiler dies with the client (PR_SET_PDEATHSIG).
-Runs once per compile: nothing heavy is imported.
-"""
+``mlgo-host serve`` answers (docs/serving.md).  Never hangs: every wait is bounded and checks the
+server's liveness (a compiler left blocking on its FIFOs is killed, then the fallback applies); the
+compiler dies with the client (PR_SET_PDEATHSIG).  Runs once per compile: nothing heavy is imported."""
 
 from __future__ import annotations
 
@@ -21,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from mlgo_host.serve import slots as S
-from mlgo_host.serve.trust import untrusted
+from mlgo_host.serve.trust import untrusted, untrusted_tune_dir
 
 PROG = "mlgo-clang"
 
@@ -114,7 +108,6 @@ def _tuned_flags(tuned: str, plain: list[str], plan: dict, quiet: bool,
     its report's fields)."""
     from mlgo_host.search.tunedir import TunedDir, identity_of
     from mlgo_host.errors import MlgoHostError
-    from mlgo_host.serve.trust import untrusted_tune_dir
 
     if why := untrusted_tune_dir(tuned):
         return [], f"{label}: {why}", {}
@@ -139,8 +132,7 @@ def _tuned_flags(tuned: str, plain: list[str], plan: dict, quiet: bool,
 def _note_other_flags(t, ident: dict, plan: dict) -> None:
     """One note when this compile (``ident``) is a tuned module's (its source and object) with other flags:
     its tuned decisions are not applied (a build reconfigured without the tuned flags gets nothing)."""
-    miss = t.index.other_flags(ident)
-    if miss is None:
+    if (miss := t.index.other_flags(ident)) is None:
         return
     name, here, there = miss
     if not (t.modules[name].get("inline_replay") or t.modules[name].get("base_flags")):  # what flags_for adds
@@ -169,20 +161,15 @@ def _by_flags(cmd: list[str], plan: dict, tuned: dict, root: str | None, info: d
         if proc.returncode is None:
             proc.kill()
             S.remove_temp_outputs(plan["output"], t0)
-    _report(root, {"time": t0, "client_pid": os.getpid(), "cwd": os.getcwd(), "source": plan["source"],
-                   "output": plan["output"], "compiler": _which(cmd[0]) or cmd[0],
-                   "build": os.environ.get("MLGO_BUILD") or None, "returncode": rc,
-                   "wall_s": round(time.time() - t0, 4), **tuned})
-    return rc if rc >= 0 else 128 - rc
-
-
-def _report(root: str, doc: dict) -> None:
-    """Hand the server the record of a compile it did not serve (never fails the compile)."""
+    doc = {"time": t0, "client_pid": os.getpid(), "cwd": os.getcwd(), "source": plan["source"],
+           "output": plan["output"], "compiler": _which(cmd[0]) or cmd[0],
+           "build": os.environ.get("MLGO_BUILD") or None, "returncode": rc,
+           "wall_s": round(time.time() - t0, 4), **tuned}
     d = os.path.join(root, S.REPORTS)
-    if untrusted(d):
-        return
-    with contextlib.suppress(OSError):
-        S.write_atomic(os.path.join(d, f"{os.getpid()}-{time.monotonic_ns()}.json"), json.dumps(doc).encode())
+    if not untrusted(d):  # (a report that cannot be written never fails the compile)
+        with contextlib.suppress(OSError):
+            S.write_atomic(os.path.join(d, f"{os.getpid()}-{time.monotonic_ns()}.json"), json.dumps(doc).encode())
+    return rc if rc >= 0 else 128 - rc
 
 
 def _exec(cmd: list[str]) -> int:
@@ -448,8 +435,7 @@ class _SlotCompile:
                 return fallback(why)
             self._send_done(rc)
             if rc != 0:
-                why = self._given_up()
-                if why is not None:
+                if (why := self._given_up()) is not None:
                     return fallback(why)
             return rc if rc >= 0 else 128 - rc
         finally:
@@ -483,8 +469,7 @@ class _SlotCompile:
     def _wait(self) -> tuple[int | None, str]:
         """(exit status, ""), or (None, why) with the compiler killed when the server went away."""
         while True:
-            rc = self.proc.wait(0.5)
-            if rc is not None:
+            if (rc := self.proc.wait(0.5)) is not None:
                 return rc, ""
             live, why = S.server_status(self.root, self.stale_s, self.sid, in_flight=True)
             nxt = S.read_text(os.path.join(self.sdir, S.READY))

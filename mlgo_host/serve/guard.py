@@ -1,11 +1,6 @@
-"""The guard of served builds: never an object bigger than the default's.
-
-After a served compile succeeded, ``mlgo-clang`` compiles the same command plainly into a temporary
-file beside the output and keeps the smaller valid object (llvm-size text; the policy's on a tie) in
-place. Side outputs the served compile wrote are not written again; commands whose side outputs are
-named after the object are not guarded. On by ``serve --guard`` or ``MLGO_GUARD=1``; runs in the
-client, so it imports nothing heavy.
-"""
+"""The guard of served builds (docs/serving.md): after a served compile, ``mlgo-clang`` compiles the
+command plainly beside the output and keeps the smaller valid object (the policy's on a tie).  Runs in
+the client, so it imports nothing heavy."""
 
 from __future__ import annotations
 

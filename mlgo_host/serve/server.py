@@ -116,18 +116,19 @@ class Slot(threading.Thread):
         self.kill_compilers()
 
     def kill_compilers(self) -> None:
-        """SIGKILL our processes naming this slot's channel base (the session's compilers)."""
-        for pid in S.processes_using(self.base):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        """SIGKILL our processes with an argument ``...=BASE`` of this slot's channel (the session's compilers)."""
+        arg_end = b"=" + self.base.encode() + b"\0"
+        for pid, cmd in procs.own_processes():
+            if arg_end in cmd + b"\0":
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
 
     def run(self) -> None:
         srv = self.server
         try:
             self.policy = srv.make_policy(self.k)
             self.tuned = srv.make_tuned(self.k, self.policy)
-            cpu = srv.pin_cpu(self.k)
-            if cpu is not None:
+            if (cpu := srv.pin_cpu(self.k)) is not None:
                 os.sched_setaffinity(0, {cpu})  # this thread only (Linux)
             while not srv.stopping.is_set():
                 self.n += 1

@@ -16,7 +16,7 @@
 
 The server is alive while ``server.lock`` is locked, ``server.json`` names the same id and the
 heartbeat is fresh: a SIGKILLed server is gone at once, a stopped or wedged one after ``stale_s``.
-Imported by ``mlgo-clang`` on every compile: standard library and :mod:`mlgo_host.procs` only.
+Imported by ``mlgo-clang`` on every compile: standard library only.
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ import fcntl
 import json
 import os
 import time
-
-from mlgo_host import procs
 
 SERVER_LOCK = "server.lock"
 SERVER_JSON = "server.json"
@@ -182,12 +180,6 @@ def server_status(root: str, stale_s: float, expect_id: str | None = None,
     if age > stale_s:
         return None, f"the server of {root} (pid {info.get('pid')}) has not answered for {age:.0f} s"
     return info, ""
-
-
-def processes_using(base: str) -> list[int]:
-    """Pids of this user's processes with an argument ``...=base`` (a slot's compilers)."""
-    arg_end = b"=" + base.encode() + b"\0"
-    return [pid for pid, cmd in procs.own_processes() if arg_end in cmd + b"\0"]
 
 
 def remove_temp_outputs(output: str | None, since: float) -> None:

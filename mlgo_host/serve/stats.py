@@ -82,8 +82,7 @@ def compare(build: dict, baseline: dict) -> dict[str, Any]:
     """Per-module text size against a baseline build (matched by the output path relative to each
     build's root); totals over modules sized in both."""
     base = {r["module"]: r for r in baseline["rows"]}
-    tot_p = tot_b = 0
-    matched = 0
+    tot_p = tot_b = matched = 0
     for row in build["rows"]:
         b = base.get(row["module"])
         row["baseline_text_size"] = b["text_size"] if b else None
@@ -108,19 +107,16 @@ def format_build(b: dict, top: int | None = None) -> str:
         f"  {b['compiles']} compiles, {b['modules']} modules ({st}); text size {b['text_size']} bytes "
         f"over {b['sized_modules']} objects; {b['observations']} decisions{rate}; compile time {b['compile_s']:.2f} s",
     ]
-    g = b.get("guard")
-    if g:
+    if g := b.get("guard"):
         k = g["kept"]
         lines.append(f"  guard: kept the policy's object {k['policy']}x, the default's {k['default']}x "
                      f"(skipped {k['skipped']}); {g['saved_bytes']} bytes saved vs the policy's objects; "
                      f"plain compiles {g['guard_s']:.2f} s")
-    t = b.get("tuned")
-    if t:
+    if t := b.get("tuned"):
         lines.append(f"  tuned replays: {t['tuned']} tuned, {t['stale']} stale (changed since tuning), "
                      f"{t['default']} default (no tuned module); {t['saved_bytes']} bytes saved vs -Oz "
                      "by the tuned ones")
-    cmp = b.get("compare")
-    if cmp:
+    if cmp := b.get("compare"):
         ch = f"{100.0 * cmp['size_change']:+.2f}%" if cmp["size_change"] is not None else "n/a"
         lines.append(f"  vs {cmp['baseline']}: {cmp['text_size']} vs {cmp['baseline_text_size']} bytes "
                      f"over {cmp['matched']} common modules ({ch})")
@@ -128,10 +124,8 @@ def format_build(b: dict, top: int | None = None) -> str:
     if top is not None:
         rows = sorted(rows, key=lambda r: -(r["text_size"] or 0))[:top]
     w = max([len("module")] + [len(r["module"]) for r in rows])
-    head = f"  {'module':<{w}}  {'text':>9}  {'obs':>6}  {'inline':>6}  {'time_s':>7}  status"
-    if cmp:
-        head += "  (baseline, change)"
-    lines.append(head)
+    lines.append(f"  {'module':<{w}}  {'text':>9}  {'obs':>6}  {'inline':>6}  {'time_s':>7}  status"
+                 + ("  (baseline, change)" if cmp else ""))
     for r in rows:
         rate = f"{100.0 * r['inline_rate']:5.1f}%" if r["inline_rate"] is not None else "     -"
         size = str(r["text_size"]) if r["text_size"] is not None else "-"

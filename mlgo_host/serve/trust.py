@@ -1,8 +1,6 @@
-"""Whether a directory that steers compiles (a channels or tune directory) can be trusted: on a
-shared machine, another user who can write there (or a symbolic link's owner) could put their own
-FIFOs, flags or replays there. The rule is ssh's for ``~/.ssh``: owned by you (or root), writable by
-no one else. Imported by ``mlgo-clang`` on every compile: standard library only.
-"""
+"""Whether a directory that steers compiles (channels, tune directory) can be trusted: by ssh's rule for
+``~/.ssh``, owned by you (or root), writable by no one else (docs/serving.md).  Imported by
+``mlgo-clang`` on every compile: standard library only."""
 
 from __future__ import annotations
 
@@ -29,11 +27,15 @@ def untrusted(path: str) -> str:
                 "one someone else controls)")
     if not stat.S_ISDIR(st.st_mode):
         return f"{path} is not a directory"
-    me = os.geteuid()
-    if st.st_uid not in (me, 0):
-        return f"{path} is owned by {_user(st.st_uid)}, not by you: its owner decides what is in it"
-    loose = [who for who, bit in (("group", stat.S_IWGRP), ("others", stat.S_IWOTH)) if st.st_mode & bit]
-    if loose:
+    if st.st_uid not in (os.geteuid(), 0):
+        import pwd
+
+        try:
+            owner = f"{pwd.getpwuid(st.st_uid).pw_name} (uid {st.st_uid})"
+        except KeyError:
+            owner = f"uid {st.st_uid}"
+        return f"{path} is owned by {owner}, not by you: its owner decides what is in it"
+    if loose := [who for who, bit in (("group", stat.S_IWGRP), ("others", stat.S_IWOTH)) if st.st_mode & bit]:
         return (f"{path} is writable by {' and '.join(loose)} (mode {stat.S_IMODE(st.st_mode):04o}): "
                 f"another user could replace the files in it (chmod go-w {path})")
     return ""
@@ -47,12 +49,3 @@ def untrusted_tune_dir(path: str) -> str:
         if why := untrusted(d):
             return why
     return ""
-
-
-def _user(uid: int) -> str:
-    import pwd
-
-    try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:
-        return f"uid {uid}"
