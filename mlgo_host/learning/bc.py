@@ -1,8 +1,5 @@
-"""Behavioural cloning: a warm start that imitates the compiler's default.
-
-:func:`train_bc` trains the PPO actor network on a trace of the default
-policy (``mlgo-host trace``) with a cross-entropy loss and saves a policy
-directory PPO can start from.  Gin-configurable (``configs/inlining/bc.gin``).
+"""Behavioural cloning: :func:`train_bc` trains the PPO actor on a trace of the compiler's default policy
+(``mlgo-host trace``) with a cross-entropy loss and saves a policy PPO can warm-start from.
 """
 
 from __future__ import annotations
@@ -128,16 +125,13 @@ class _Data:
     def n(self) -> int:
         return int(self.y.shape[0])
 
-    def rows(self, idx) -> dict[str, np.ndarray]:
-        return {k: v[idx] for k, v in self.x.items()}
-
 
 def adam_step(net, spec: PolicySpec, learning_rate: float, loss_fn, *arg_specs):
-    """A compiled Adam step of ``net`` on ``loss_fn(logits, *args)`` over a batch of ``spec``'s
-    observations and ``args`` (as ``arg_specs``); returns the loss."""
+    """A compiled Adam step of ``net`` on ``loss_fn(logits, *args)`` over a batch of ``spec``'s observations
+    and ``args`` (as ``arg_specs``); returns the loss."""
     opt = tf.keras.optimizers.Adam(learning_rate=learning_rate)
 
-    @tf.function(input_signature=[obs_spec_batched(observation_spec(spec)), *arg_specs])
+    @tf.function(input_signature=[_batched_obs_spec(spec), *arg_specs])
     def step(obs, *args):
         with tf.GradientTape() as tape:
             loss = loss_fn(actor_logits(net, obs), *args)
@@ -165,12 +159,12 @@ def _fit(net, spec: PolicySpec, learning_rate: float, train: _Data, held: _Data 
 
     step = adam_step(net, spec, learning_rate, cross_entropy, tf.TensorSpec([None], tf.int64))
     predict = tf.function(lambda obs: tf.argmax(actor_logits(net, obs), axis=-1),
-                          input_signature=[obs_spec_batched(observation_spec(spec))])
+                          input_signature=[_batched_obs_spec(spec)])
 
     def accuracy(data: _Data | None) -> float:
         if data is None:
             return float("nan")
-        hits = sum(int(np.sum(predict(data.rows(slice(s, s + 8192))).numpy() == data.y[s : s + 8192]))
+        hits = sum(int(np.sum(predict({k: v[s : s + 8192] for k, v in data.x.items()}).numpy() == data.y[s : s + 8192]))
                    for s in range(0, data.n, 8192))
         return hits / max(1, data.n)
 
@@ -203,5 +197,5 @@ def _measure_saved(sp, spec: PolicySpec, train: _Data, held: _Data | None, *, ep
         steps=steps, wall_s=time.monotonic() - t0)
 
 
-def obs_spec_batched(obs_spec: dict) -> dict:
-    return {k: tf.TensorSpec([None] + list(s.shape), s.dtype, name=k) for k, s in obs_spec.items()}
+def _batched_obs_spec(spec: PolicySpec) -> dict:
+    return {k: tf.TensorSpec([None] + list(s.shape), s.dtype, name=k) for k, s in observation_spec(spec).items()}

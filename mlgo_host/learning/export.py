@@ -1,6 +1,5 @@
 """Saved policy directories from a TF actor network: the numpy weights and vocab the workers read, the
-metadata, and the tf-agents SavedModel with LLVM's ``output_spec.json``.  Built beside the destination and
-renamed into place, so a reader sees the old or the new policy, never half of one.
+metadata, and the tf-agents SavedModel with LLVM's ``output_spec.json``.
 """
 
 from __future__ import annotations
@@ -39,9 +38,8 @@ def save_policy(
     extra: Mapping[str, Any] | None = None,
     saved_model: bool = True,
 ) -> SavedPolicy:
-    """Write a saved policy directory from a TF actor network, checked: the numpy actor read back from its
-    files must give the TF actor's logits.  ``compiler``: the training compiler's ``--version`` line;
-    ``saved_model=False`` skips the SavedModel (seconds of TF work) when only workers read the directory."""
+    """Write a saved policy directory (built aside, renamed into place), checked: the numpy actor read back
+    must give the TF actor's logits.  ``saved_model=False`` skips the SavedModel (seconds of TF work)."""
     missing = [n for n in spec.input_names if n not in vocab]
     if missing:
         raise ConfigError(f"the vocab has no boundaries for input features {missing}")
@@ -74,7 +72,6 @@ def save_policy(
 
 
 def _check_export(actor_net: Any, actor: NumpyActor, spec: PolicySpec, n: int = 64) -> None:
-    """The numpy actor read back must give the TF actor's logits."""
     feats = random_features(spec, actor.vocab, n, seed=0)
     lt = tf_logits(actor_net, spec, feats)
     ln = actor.logits(feats)
@@ -85,8 +82,8 @@ def _check_export(actor_net: Any, actor: NumpyActor, spec: PolicySpec, n: int = 
 
 
 def random_features(spec: PolicySpec, vocab: Vocab, n: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """``n`` random observations spread over each input's vocab range and
-    beyond; a mask gets random legal columns (at least one)."""
+    """``n`` random observations spread over each input's vocab range and beyond; a mask gets random legal
+    columns (at least one)."""
     rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}
     for f in spec.features:
@@ -114,8 +111,8 @@ def random_features(spec: PolicySpec, vocab: Vocab, n: int, seed: int = 0) -> di
 
 
 def write_saved_model(directory: str, actor_net: Any, spec: PolicySpec) -> None:
-    """tf-agents PolicySaver SavedModel of the greedy policy of ``actor_net``,
-    plus ``output_spec.json`` (as ml-compiler-opt's policy saver writes it)."""
+    """tf-agents PolicySaver SavedModel of the greedy policy of ``actor_net``, plus ``output_spec.json`` (as
+    ml-compiler-opt's policy saver writes it)."""
     pol = greedy_policy.GreedyPolicy(actor_policy.ActorPolicy(
         time_step_spec(spec), action_spec(spec), actor_network=actor_net))
     saver = policy_saver.PolicySaver(pol, batch_size=1, use_nest_path_signatures=False)

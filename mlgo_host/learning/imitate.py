@@ -1,10 +1,7 @@
-"""Imitate the searched decisions (:mod:`mlgo_host.search.driver`): weighted behavioural cloning, then a gate.
-
-Examples: every decision of each module's best trajectory (weight 1), and every flip tried, labelled with the
-flipped action when it shrank the object, else the original one, weighted by the bytes at stake.  The network
-is the PPO actor plus the compiler's default decision as an input, so it learns where deviating from the
-default pays.  Deployed decisions go through a gate (:func:`choose_gate`, kept in the policy's metadata):
-leave the default only where the other action's probability is above it.
+"""Imitate the searched decisions (:mod:`mlgo_host.search.driver`): weighted behavioural cloning of each
+module's best trajectory and every flip tried (labelled with what shrank the object, weighted by the bytes at
+stake), the compiler's default decision an input; then a gate (:func:`choose_gate`): leave the default only
+where the other action's probability is above it.
 """
 
 from __future__ import annotations
@@ -31,8 +28,6 @@ MAX_FLIP_WEIGHT = 4096.0
 
 @dataclasses.dataclass
 class Examples:
-    """Structured feature records, labels and weights (one row per example)."""
-
     header: Header
     records: np.ndarray
     labels: np.ndarray
@@ -105,9 +100,8 @@ def fit_actor(header: Header, records: np.ndarray, targets: np.ndarray, weights:
               fc_layer_params: Sequence[int] = (40, 40, 20), epochs: int = 20, batch_size: int = 512,
               learning_rate: float = 3e-3, seed: int = 0, compiler: str | None = None, saved_model: bool = True,
               extra: dict | None = None):
-    """The actor (the default decision an input) fitted by Adam to
-    ``loss_fn(logits [N, 2], targets, weights)`` (weights scaled to mean 1) and
-    saved; returns the saved policy and the last epoch's mean loss."""
+    """The actor (the default decision an input) fitted by Adam to ``loss_fn(logits [N, 2], targets, weights)``
+    (weights scaled to mean 1) and saved; returns the saved policy and the last epoch's mean loss."""
     tf.random.set_seed(seed)
     rng = np.random.default_rng(seed)
     norm = norm if norm is not None else NormConfig(with_square=True)

@@ -1,9 +1,8 @@
-"""The learner: one training run's tf-agents PPO agent, its training step,
-saved policies and TF checkpoints (one per iteration, restored on resume).
-"""
+"""The learner: one training run's tf-agents PPO agent, saved policies and TF checkpoints (one per iteration)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from typing import Any
@@ -121,8 +120,8 @@ class Learner:
                               f"{what[0][:300] if what else type(e).__name__}") from None
 
     def train(self, episodes: list, rewards: list[float], iteration: int) -> dict[str, Any]:
-        """One PPO update; returns loss metrics, entropy and the approximate KL to the collecting policy.  The
-        shuffle is seeded by (seed, iteration) so a resumed run trains on the same batches."""
+        """One PPO update; returns loss metrics, entropy and the approximate KL to the collecting policy (the
+        shuffle seeded by (seed, iteration): a resumed run trains on the same batches)."""
         trajs = episodes_to_trajectories(
             self.spec, episodes, rewards, sequence_length=self.sequence_length, batch_size=self.batch_size,
             seed=self.seed * 1_000_003 + iteration, binding=self.binding)
@@ -132,10 +131,8 @@ class Learner:
             metrics.setdefault("total_loss", []).append(float(info.loss))
             extra = info.extra._asdict() if hasattr(info.extra, "_asdict") else dict(info.extra or {})
             for k, v in extra.items():
-                try:
+                with contextlib.suppress(TypeError, ValueError):
                     metrics.setdefault(k, []).append(float(np.mean(np.asarray(v))))
-                except (TypeError, ValueError):
-                    pass
         out = {k: float(np.mean(v)) for k, v in metrics.items() if v}
         out.update(self._entropy_and_kl(episodes))
         out["batches"] = len(trajs)
@@ -158,9 +155,8 @@ class Learner:
 
 
 def _bound_start(start: PolicySpec, compiler_slot: str, header: Header) -> tuple[PolicySpec, InputBinding]:
-    """A warm start made on another kind of compiler keeps its inputs, each
-    read from the feature of this compiler that carries its meaning.  An input
-    this compiler cannot supply is an error: the weights never saw it."""
+    """A warm start made on another kind of compiler keeps its inputs, each read from the feature of this
+    compiler that carries its meaning; one this compiler cannot supply is an error."""
     binding = start.bind_inputs(compiler_slot)
     if binding.lost:
         name, was, now = binding.lost[0]

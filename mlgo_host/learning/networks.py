@@ -1,7 +1,5 @@
-"""The TF networks of a policy, each with the vocab normalization as preprocessing layers: tf-agents'
-``ActorDistributionNetwork`` for the inliner (as ml-compiler-opt's ``ppo_nn_agent.gin``),
-:class:`ColumnActorNetwork` for eviction, and a ``ValueNetwork``.  Only activations the numpy actor also has
-are accepted.
+"""The TF networks of a policy, the vocab normalization as preprocessing layers: tf-agents'
+``ActorDistributionNetwork`` for the inliner, :class:`ColumnActorNetwork` for eviction, a ``ValueNetwork``.
 """
 
 from __future__ import annotations
@@ -21,13 +19,13 @@ from mlgo_host.errors import ConfigError
 from mlgo_host.learning.preprocessing import preprocessing_layers
 from mlgo_host.learning.tensor_specs import action_spec, numpy_observations, observation_spec
 from mlgo_host.policies.actor import ACTIVATIONS
-from mlgo_host.policies.specs import BINARY, MASKED_CHOICE, PolicySpec
+from mlgo_host.policies.specs import BINARY, PolicySpec
 from mlgo_host.policies.vocab import NormConfig, Vocab
 
 
 class ColumnActorNetwork(network.DistributionNetwork):
-    """Eviction actor: the same dense layers score every column ``[N, W, D]``;
-    masked columns get the dtype's minimum logit (tf-agents' convention)."""
+    """Eviction actor: the same dense layers score every column ``[N, W, D]``; masked columns get the dtype's
+    minimum logit (tf-agents' convention)."""
 
     def __init__(self, input_tensor_spec, output_tensor_spec, preprocessing: Mapping[str, tf.keras.layers.Layer],
                  fc_layer_params: Sequence[int] = (40, 40, 20), activation_fn=tf.keras.activations.relu,
@@ -75,7 +73,7 @@ def activation_name(fn) -> str:
 def build_actor_network(spec: PolicySpec, vocab: Vocab, norm: NormConfig,
                         fc_layer_params: Sequence[int] = (40, 40, 20),
                         activation_fn=tf.keras.activations.relu) -> network.DistributionNetwork:
-    """The actor network of ``spec``, variables created."""
+    """The actor network of ``spec``, variables created; only activations the numpy actor has."""
     if activation_name(activation_fn) not in ACTIVATIONS:
         raise ConfigError(f"activation {activation_fn!r} has no numpy version (have {', '.join(ACTIVATIONS)})")
     obs_spec = observation_spec(spec)
@@ -85,11 +83,9 @@ def build_actor_network(spec: PolicySpec, vocab: Vocab, norm: NormConfig,
             obs_spec, action_spec(spec), preprocessing_layers=pre,
             preprocessing_combiner=tf.keras.layers.Concatenate(), fc_layer_params=tuple(fc_layer_params),
             activation_fn=activation_fn, name="ActorDistributionNetwork")
-    elif spec.action.kind == MASKED_CHOICE:
+    else:  # MASKED_CHOICE: PolicySpec rejects any other kind
         net = ColumnActorNetwork(obs_spec, action_spec(spec), pre, fc_layer_params=tuple(fc_layer_params),
                                  activation_fn=activation_fn, mask_name=spec.mask.name)  # type: ignore[union-attr]
-    else:  # pragma: no cover - PolicySpec rejects it
-        raise ConfigError(f"unsupported action kind {spec.action.kind!r}")
     net.create_variables(obs_spec)
     return net
 
@@ -114,6 +110,5 @@ def tf_logits(actor_net, spec: PolicySpec, features: Any) -> np.ndarray:
 
 
 def actor_logits(actor_net, obs) -> tf.Tensor:
-    """The TF actor's logits tensor on an observation dict."""
     dist, _ = actor_net(obs, step_type=None, network_state=(), training=False)
     return dist.logits_parameter() if hasattr(dist, "logits_parameter") else dist.logits

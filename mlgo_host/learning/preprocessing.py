@@ -1,6 +1,5 @@
-"""The vocab normalization (:meth:`FeatureVocab.normalize`, which tests check
-it equals) as TF preprocessing layers: ``Bucketize`` on the float32 value over
-the number of boundaries, then ``x*x``, ``sqrt(x)`` and the z-score as configured.
+"""The vocab normalization (:meth:`FeatureVocab.normalize`, which tests check it equals) as TF preprocessing
+layers: ``Bucketize`` over the number of boundaries, then ``x*x``, ``sqrt(x)`` and the z-score as configured.
 """
 
 from __future__ import annotations
@@ -58,8 +57,8 @@ def _discard(*width: int):
 
 
 def preprocessing_layers(spec: PolicySpec, vocab: Vocab, cfg: NormConfig) -> dict[str, tf.keras.layers.Layer]:
-    """A fresh Keras layer per observation feature (zero-width for discarded
-    ones and the mask), giving ``[N, width]`` or ``[N, W, width]`` (eviction)."""
+    """A fresh Keras layer per observation feature (zero-width for discarded ones and the mask), giving
+    ``[N, width]`` or ``[N, W, width]`` (eviction)."""
     layers = {}
     binary = spec.action.kind == BINARY
     for f in spec.features:

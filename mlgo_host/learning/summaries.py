@@ -1,6 +1,4 @@
-"""TensorBoard summaries of training under ``root_dir/train``.  PPO's tags
-follow ml-compiler-opt where it has them (``reward_distribution/p10`` ...).
-"""
+"""TensorBoard summaries under ``root_dir/train``; PPO's tags as ml-compiler-opt's (``reward_distribution/p10``)."""
 
 from __future__ import annotations
 
@@ -28,7 +26,6 @@ class Summaries:
 
     def write_iteration(self, step: int, reward_dist: dict[str, float], row: dict[str, Any],
                         eval_row: dict[str, Any] | None) -> None:
-        """A PPO iteration's scalars."""
         values = {f"reward_distribution/{k}": v for k, v in reward_dist.items()}
         values.update({f"loss/{k}": row.get(k) for k in LOSS_KEYS})
         values.update({f"perf/{k}": row[k] for k in PERF_KEYS if k in row})

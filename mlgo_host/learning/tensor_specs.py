@@ -1,5 +1,4 @@
-"""The tf-agents specs of a policy's observations, action and time steps, and
-records as observation dicts in those shapes."""
+"""The tf-agents specs of a policy's observations, action and time steps; records as observations."""
 
 from __future__ import annotations
 
@@ -31,8 +30,8 @@ def time_step_spec(spec: PolicySpec) -> ts.TimeStep:
 
 def numpy_observations(spec: PolicySpec, features: Any, n: int | None = None,
                        binding: InputBinding = SAME_NAMES) -> dict[str, np.ndarray]:
-    """Every spec feature of N records as numpy arrays of TF shapes, each input
-    read from the feature ``binding`` names; missing discarded features are zeros."""
+    """Every spec feature of N records as numpy arrays of TF shapes, each input read from the feature
+    ``binding`` names; missing discarded features are zeros."""
     names = set(features.dtype.names) if hasattr(features, "dtype") and features.dtype.names else set(features)
     if n is None:
         first = next(binding.source(f.name) for f in spec.features if binding.source(f.name) in names)

@@ -1,6 +1,5 @@
-"""Episodes -> the trajectories ``agent.train`` takes, cut into fixed-length
-sequences and batched (ml-compiler-opt's ``create_sequence_example_dataset_fn``
-without tf.data)."""
+"""Episodes -> the trajectories ``agent.train`` takes, cut into fixed-length sequences and batched
+(ml-compiler-opt's ``create_sequence_example_dataset_fn`` without tf.data)."""
 
 from __future__ import annotations
 
@@ -37,8 +36,6 @@ def old_logits(spec: PolicySpec, actions: np.ndarray, logps: np.ndarray, mask: n
 
 @dataclasses.dataclass
 class StepArrays:
-    """Flat per-decision arrays of many episodes (numpy)."""
-
     observation: dict[str, np.ndarray]
     action: np.ndarray
     logits: np.ndarray
@@ -53,9 +50,8 @@ class StepArrays:
 
 def episodes_to_steps(spec: PolicySpec, episodes: Iterable[Any], rewards: Iterable[Any],
                       binding: InputBinding = SAME_NAMES) -> StepArrays:
-    """Episodes concatenated step by step.  ``rewards``: per episode, a scalar
-    for every decision (ml-compiler-opt's convention) or one per decision.
-    Step types as ``trajectory.from_episode`` (the last next step is LAST)."""
+    """Episodes concatenated step by step.  ``rewards``: per episode, a scalar for every decision
+    (ml-compiler-opt's convention) or one per decision.  Step types as ``trajectory.from_episode``."""
     obs_parts: dict[str, list[np.ndarray]] = {f.name: [] for f in spec.features}
     acts, logits, rews, st, nst = [], [], [], [], []
     for ep, r in zip(episodes, rewards, strict=True):
@@ -96,9 +92,8 @@ def episodes_to_trajectories(
     shuffle: bool = True,
     binding: InputBinding = SAME_NAMES,
 ) -> list[trajectory.Trajectory]:
-    """Batches ``[B, T, ...]`` for ``agent.train``: all decisions in order, cut
-    into windows of ``sequence_length``, shuffled (seeded) and grouped
-    ``batch_size`` at a time (``None``: one batch); remainders are dropped."""
+    """Batches ``[B, T, ...]``: all decisions in order, cut into windows of ``sequence_length``, shuffled
+    (seeded) and grouped ``batch_size`` at a time (``None``: one batch); remainders are dropped."""
     if sequence_length < 2:
         raise ConfigError("sequence_length must be at least 2 (PPO needs a next step)")
     steps = episodes_to_steps(spec, episodes, rewards, binding)

@@ -1,5 +1,4 @@
-"""An actor's dense-layer weights between a TF network and the dict the numpy
-actor (:mod:`mlgo_host.policies.actor`) reads, both ways."""
+"""An actor's dense-layer weights between a TF network and the numpy actor's dict, both ways."""
 
 from __future__ import annotations
 
@@ -68,5 +67,4 @@ def import_actor_weights(actor_net, weights: Mapping[str, np.ndarray]) -> None:
 
 
 def numpy_actor(actor_net, spec: PolicySpec, vocab: Vocab, norm: NormConfig) -> NumpyActor:
-    """The numpy twin of a TF actor."""
     return NumpyActor(spec, vocab, norm, export_actor_weights(actor_net), activation=actor_activation(actor_net))

@@ -1,7 +1,6 @@
 """Behavioural cloning from a corpus (``run.algorithm = 'bc'``): trace the default heuristic over the corpus'
-training split (PPO's seeded split, so held-out modules stay unseen), build the vocab, clone the default into
-the PPO actor as ``<root_dir>/saved_policy``.  ``trace/`` and ``vocab/`` are reused when the command is run
-again.
+training split (PPO's, so held-out modules stay unseen), build the vocab, clone the default into the PPO actor
+as ``<root_dir>/saved_policy``.  ``trace/`` and ``vocab/`` are reused when run again.
 """
 
 from __future__ import annotations
@@ -35,7 +34,8 @@ def train_bc_from_corpus(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Trace → vocab → behavioural cloning → ``root_dir/saved_policy``; returns the BC result."""
-    _check_params(seed, max_trace_modules)
+    check_counts("bc_loop.train_bc_from_corpus", 0, seed=seed)  # a negative seed fails every trace
+    check_counts("bc_loop.train_bc_from_corpus", 1, max_trace_modules=max_trace_modules)
     workers = workers or Workers()
     make_root(root_dir)
     corpus = load_corpus(corpus_dir)
@@ -61,9 +61,3 @@ def train_bc_from_corpus(
     out = dataclasses.asdict(result)
     atomic_write_json(os.path.join(root_dir, "bc_result.json"), out)
     return out
-
-
-def _check_params(seed: int, max_trace_modules: int | None) -> None:
-    """What ``train_bc_from_corpus`` is given, before any work (a negative seed fails every trace)."""
-    check_counts("bc_loop.train_bc_from_corpus", 0, seed=seed)
-    check_counts("bc_loop.train_bc_from_corpus", 1, max_trace_modules=max_trace_modules)

@@ -14,30 +14,25 @@ RUN_RECORD = "run.json"
 
 
 def check_counts(configurable: str, minimum: int, **values) -> None:
-    """Each of ``values`` (``configurable``'s parameters) a whole number of at least ``minimum``;
-    a parameter bound to None is left to the trainer's own meaning of None."""
-    for name, value in values.items():
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ConfigError(f"{configurable}.{name} = {value!r}: must be a whole number >= {minimum}")
+    """Each of ``values`` (``configurable``'s parameters) a whole number of at least ``minimum`` (None: left
+    to the trainer)."""
+    _check_numbers(configurable, lambda v: isinstance(v, int) and v >= minimum, f"a whole number >= {minimum}",
+                   values)
 
 
 def check_positive(configurable: str, **values) -> None:
-    """Each of ``values`` a number above 0 (None left to the trainer)."""
-    _check_numbers(configurable, lambda v: v > 0, "> 0", values)
+    _check_numbers(configurable, lambda v: v > 0, "a number > 0", values)
 
 
 def check_at_least_zero(configurable: str, **values) -> None:
-    """Each of ``values`` a number of at least 0 (None left to the trainer)."""
-    _check_numbers(configurable, lambda v: v >= 0, ">= 0", values)
+    _check_numbers(configurable, lambda v: v >= 0, "a number >= 0", values)
 
 
 def check_fraction(configurable: str, low_open: bool, high_open: bool, **values) -> None:
     """Each of ``values`` a number between 0 and 1, each end excluded where ``low_open`` / ``high_open``."""
     ends = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
     _check_numbers(configurable, lambda v: (0 < v if low_open else 0 <= v) and (v < 1 if high_open else v <= 1),
-                   f"in {ends}", values, none_ok=False)
+                   f"a number in {ends}", values, none_ok=False)
 
 
 def _check_numbers(configurable: str, ok, words: str, values: dict, none_ok: bool = True) -> None:
@@ -45,11 +40,10 @@ def _check_numbers(configurable: str, ok, words: str, values: dict, none_ok: boo
         if value is None and none_ok:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):  # NaN fails too
-            raise ConfigError(f"{configurable}.{name} = {value!r}: must be a number {words}")
+            raise ConfigError(f"{configurable}.{name} = {value!r}: must be {words}")
 
 
 def make_root(root_dir: str) -> None:
-    """Create ``root_dir`` (and its parents) if needed; a path that cannot be one is a ConfigError."""
     try:
         os.makedirs(root_dir, exist_ok=True)
     except OSError as e:
@@ -58,10 +52,8 @@ def make_root(root_dir: str) -> None:
 
 def claim_root(root_dir: str, algorithm: str, corpus_dir: str, split: dict | None = None) -> None:
     """Refuse ``root_dir`` when its ``run.json`` says it was started with another algorithm, corpus or
-    ``split`` (the settings that choose the training, validation and held-out modules: another split
-    would train on modules held out before); record them when it holds nothing yet.  Other settings
-    may change on a resume (more iterations, other workers).  A root from before the record has none
-    and resumes unchecked (a guess could be wrong); one recorded without a split is not checked for it."""
+    ``split`` (another split would train on modules held out before); record them when it holds nothing
+    yet.  A root without the record, or recorded without a split, resumes unchecked (a guess could be wrong)."""
     path = os.path.join(root_dir, RUN_RECORD)
     this = {"algorithm": algorithm, "corpus": os.path.abspath(corpus_dir)}
     if split is not None:
@@ -71,7 +63,7 @@ def claim_root(root_dir: str, algorithm: str, corpus_dir: str, split: dict | Non
         return
     if not os.path.exists(path):
         return
-    was = _read_record(path)
+    was = read_json_object(path, "run record")
     differs = []
     if was.get("algorithm") != algorithm:
         differs.append(f"run.algorithm {was.get('algorithm')!r}, not {algorithm!r}")
@@ -86,10 +78,6 @@ def claim_root(root_dir: str, algorithm: str, corpus_dir: str, split: dict | Non
 
 def _settings(split) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in sorted(split.items())) if isinstance(split, dict) else repr(split)
-
-
-def _read_record(path: str) -> dict:
-    return read_json_object(path, "run record")
 
 
 def _same_path(a, b: str) -> bool:

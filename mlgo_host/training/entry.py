@@ -1,5 +1,4 @@
-"""The gin side of ``mlgo-host train``: parsing the configuration, then the
-trainer ``run.algorithm`` selects or training from collected episodes."""
+"""The gin side of ``mlgo-host train``: parsing the configuration, then the trainer it selects."""
 
 from __future__ import annotations
 
@@ -40,8 +39,8 @@ def run(root_dir: str, corpus_dir: str, algorithm: str | None = None, progress: 
 
 
 def run_online(root_dir: str, collected_dir: str, baseline_stats: str, progress: bool = True):
-    """One iteration on collected episodes (``train --collected``), configured
-    by the macros of corpus training unless ``online.train_from_collected.*`` binds them."""
+    """One iteration on collected episodes (``train --collected``), configured by the macros of corpus
+    training unless ``online.train_from_collected.*`` binds them."""
     try:
         algorithm = gin.query_parameter("run.algorithm")
     except ValueError:
@@ -65,8 +64,8 @@ _BOUND_PARAM = re.compile(r"^([\w./]+)\.(\w+) = ", re.MULTILINE)
 
 
 def parse_gin(gin_files: list[str], gin_bindings: list[str]) -> None:
-    """Parse the gin files, then the bindings.  A mistake is a :class:`ConfigError`,
-    and so is a macro binding nothing reads (a typo), naming the closest known name."""
+    """Parse the gin files, then the bindings.  A mistake is a :class:`ConfigError`, and so is a macro binding
+    nothing reads (a typo), naming the closest known name."""
     for f in gin_files:
         if not os.path.exists(f):
             raise ConfigError(f"gin file not found: {f}")
@@ -124,10 +123,9 @@ def _refuse_unread_macros(gin_bindings: list[str]) -> None:
             key = line.split("=", 1)[0].strip()
             if "=" not in line or not key or "." in key.rsplit("/", 1)[-1]:
                 continue  # not a macro binding (gin checked selector.parameter itself)
-            if key in read:
-                continue
-            raise ConfigError(f"--gin_bindings {line.strip()}: nothing reads the macro {key!r}"
-                              f"{_closest(key, read, params)}")
+            if key not in read:
+                raise ConfigError(f"--gin_bindings {line.strip()}: nothing reads the macro {key!r}"
+                                  f"{_closest(key, read, params)}")
 
 
 def _closest(name: str, macros: set[str], params: set[str]) -> str:

@@ -32,8 +32,8 @@ _STATE_CONTAINERS = {"history": list, "consumed": list, "moving_average": dict, 
 
 
 def read_state(root_dir: str, required: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``root_dir/state.json`` ({} before the first completed iteration); once there, it has the
-    ``required`` fields.  A state this cannot resume from is a :class:`ConfigError` naming the file."""
+    """``root_dir/state.json`` ({} before the first completed iteration) with the ``required`` fields; a state
+    this cannot resume from is a :class:`ConfigError` naming the file."""
     path = os.path.join(root_dir, STATE)
     if not os.path.exists(path):
         return {}
@@ -68,8 +68,7 @@ def read_header(path: str) -> dict:
 
 
 def resolve_warmstart(name_or_path: str | None) -> str | None:
-    """``warmstart_policy`` (a shipped policy's name or a directory) as an
-    absolute saved policy directory; anything else fails before any work."""
+    """``warmstart_policy`` (a shipped policy's name or a directory) as an absolute saved policy directory."""
     if not name_or_path:
         return None
     path = resolve_policy(name_or_path)
@@ -83,8 +82,8 @@ def resolve_warmstart(name_or_path: str | None) -> str | None:
 
 def open_learner(root_dir: str, header_json: dict, *, advisor: str, vocab_dir: str, seed: int, clang: str,
                  done: int, warmstart_policy: str | None) -> Learner:
-    """The learner after ``done`` completed iterations (0: warm start or fresh);
-    its saved policies keep the warm start's gate.  ``warmstart_policy``: as :func:`resolve_warmstart` gives it."""
+    """The learner after ``done`` completed iterations (0: warm start or fresh); its saved policies keep the
+    warm start's gate."""
     start = read_saved_policy(warmstart_policy) if warmstart_policy else None
     learner = Learner(header_json, advisor=advisor, vocab_dir=vocab_dir, root_dir=root_dir, seed=seed, clang=clang,
                       keep_default=bool(start and start.spec.default_input),
@@ -99,8 +98,6 @@ def open_learner(root_dir: str, header_json: dict, *, advisor: str, vocab_dir: s
 
 @dataclasses.dataclass
 class Update:
-    """What one PPO update produced."""
-
     iteration: int  # 1-based: the iteration this update completes
     metrics: dict[str, Any]  # losses, entropy, KL, batches (empty: no episodes, no update)
     policy_dir: str  # root_dir/policy/<iteration>
@@ -135,13 +132,10 @@ def percentile_summary(values: list[float]) -> dict[str, float]:
     if not values:
         return {}
     arr = np.asarray(values, dtype=np.float64)
-    out = {f"p{p}": float(np.percentile(arr, p)) for p in (10, 20, 30, 40, 50, 60, 70, 80, 90)}
-    out["mean"] = float(arr.mean())
-    return out
+    return {**{f"p{p}": float(np.percentile(arr, p)) for p in range(10, 100, 10)}, "mean": float(arr.mean())}
 
 
 def numeric_metrics(update: Update) -> dict[str, float]:
-    """The update's numeric metrics, for a history row."""
     return {k: v for k, v in update.metrics.items() if isinstance(v, (int, float))}
 
 

@@ -1,15 +1,7 @@
-"""Training from episodes collected in real builds (``mlgo-host train --collected``)::
-
-    serve --policy default --stats base.jsonl          # once: the default sizes
-    serve --policy P --collect CDIR                    # a build, P stochastic
-    train --root_dir R --collected CDIR --baseline-stats base.jsonl --gin_files ppo.gin
-    serve --policy R/saved_policy --collect CDIR       # the next build ...
-    train ...                                          # ... the next iteration
-
-Each invocation is one PPO iteration on the episode files not trained on yet,
-rewarded against the same module's default-policy size.  The first one fixes
-``R/vocab``: the warm start's (its weights were trained on it), else
-``vocab_path``'s, else built from its episodes.
+"""Training from episodes collected in real builds (``mlgo-host train --collected``, docs/training.md): each
+invocation is one PPO iteration on the episode files not trained on yet, rewarded against the same module's
+default-policy size.  The first one fixes ``R/vocab``: the warm start's (its weights were trained on it),
+else ``vocab_path``'s, else built from its episodes.
 """
 
 from __future__ import annotations
@@ -202,8 +194,7 @@ def _summary_line(row: dict) -> str:
 
 def bind_common_macros() -> None:
     """Bind the :func:`train_from_collected` parameters the configuration leaves unbound to common.gin's
-    macros (the --gin_bindings spellings of corpus training) and ``advisor`` to ``train.advisor``, so the
-    operative config records them."""
+    macros, and ``advisor`` to ``train.advisor`` (so the operative config records them)."""
     def bound(selector: str) -> bool:
         try:
             gin.query_parameter(selector)
@@ -231,12 +222,10 @@ def _rel_outputs(records: list[dict]) -> dict[str, dict]:
 
 
 def load_collected(directory: str, baseline_stats: str, delta: float = 0.01, *, exclude=(), strict: bool = False):
-    """(episodes, rewards, metas) of ``directory`` in file name order, rewards against the ``text_size`` of
-    the same modules in ``baseline_stats`` (of a ``--policy default`` build); each meta gains ``file`` and
-    ``baseline_text_size``.  A module is matched by its output path, else by its path relative to its build's
-    root (the common directory of all outputs, ``exclude``d files included, so keys do not depend on what is
-    left out).  Files in ``exclude`` are not loaded.  Episodes without a size are skipped, and so are those
-    without a baseline size unless ``strict`` (a :class:`CorpusError`)."""
+    """(episodes, rewards, metas) of ``directory`` but ``exclude``, in file name order, rewarded against the
+    same modules' ``text_size`` in ``baseline_stats``, matched by output path, else by the path relative to the
+    build's root (the common directory of all outputs, excluded ones too); each meta gains ``file`` and
+    ``baseline_text_size``.  Episodes without a size are skipped, and without a baseline size unless ``strict``."""
     base_recs = [r for r in read_records(baseline_stats) if r.get("status") == "ok" and r.get("output")]
     base_abs = {r["output"]: r for r in base_recs}
     base_rel = _rel_outputs(base_recs)
@@ -246,9 +235,8 @@ def load_collected(directory: str, baseline_stats: str, delta: float = 0.01, *, 
         raise CorpusError(f"cannot read the collection directory {directory}: {e.strerror}") from None
     files = sorted(f for f in names if f.endswith(".npz"))
     exclude = set(exclude)
-    excluded = {f: read_meta(os.path.join(directory, f)) for f in files if f in exclude}
     loaded = {f: load_episode(os.path.join(directory, f)) for f in files if f not in exclude}
-    all_metas = [excluded[f] if f in excluded else loaded[f][1] for f in files]
+    all_metas = [loaded[f][1] if f in loaded else read_meta(os.path.join(directory, f)) for f in files]
     rel_of = {m["output"]: key for key, m in _rel_outputs(all_metas).items()}
     episodes, rewards, metas, missing = [], [], [], []
     for f, (ep, meta) in loaded.items():

@@ -1,9 +1,7 @@
-"""Search, then imitate (``run.algorithm = 'search'``, ``configs/inlining/search.gin``).
-
-Each round searches the training modules around the current policy, trains the actor on every best trajectory
-and flip so far (:mod:`mlgo_host.learning.imitate`), chooses its gate on the validation split and publishes it
-as ``saved_policy/`` when its validation total is the best so far; the held-out split is only reported.  A
-killed run resumes after its last completed round.
+"""Search, then imitate (``run.algorithm = 'search'``): each round searches the training modules around the
+current policy, imitates every best trajectory and flip so far (:mod:`mlgo_host.learning.imitate`), chooses
+the gate on validation and publishes the best on validation as ``saved_policy/``; held-out is only reported.
+A killed run resumes after its last completed round.
 """
 
 from __future__ import annotations
@@ -74,10 +72,13 @@ def train_search(
     progress: bool = True,
     search_data: str | None = None,
 ) -> dict[str, Any]:
-    """Run rounds of search and imitation; returns the state.  ``search_data``:
-    a tune directory whose flips and best trajectories are imitated too (as
-    round 0); ``round_search_minutes`` None: a round searches until the time is up."""
-    _check_params(time_budget_minutes, max_rounds, compiles_per_round, round_search_minutes, seed)
+    """Run rounds of search and imitation; returns the state.  ``search_data``: a tune directory imitated too
+    (as round 0); ``round_search_minutes`` None: a round searches until the time is up."""
+    # before any work (0 rounds would publish nothing, and say nothing)
+    check_positive("search_loop.train_search", time_budget_minutes=time_budget_minutes,
+                   round_search_minutes=round_search_minutes)
+    check_counts("search_loop.train_search", 1, max_rounds=max_rounds, compiles_per_round=compiles_per_round)
+    check_counts("search_loop.train_search", 0, seed=seed)
     check_at_least_zero("search_loop.train_search", max_module_growth_pct=max_module_growth_pct,
                         min_validation_gain_pct=min_validation_gain_pct)
     rule = GateRule(max_module_growth_pct, min_validation_gain_pct)
@@ -127,15 +128,6 @@ def train_search(
         return state
 
 
-def _check_params(time_budget_minutes: float, max_rounds: int, compiles_per_round: int,
-                  round_search_minutes: float | None, seed: int) -> None:
-    """What ``train_search`` is given, before any work (0 rounds would publish nothing, and say nothing)."""
-    check_positive("search_loop.train_search", time_budget_minutes=time_budget_minutes,
-                   round_search_minutes=round_search_minutes)
-    check_counts("search_loop.train_search", 1, max_rounds=max_rounds, compiles_per_round=compiles_per_round)
-    check_counts("search_loop.train_search", 0, seed=seed)
-
-
 def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, workers, compiles, thresholds,
                rule, bound, heldout, seed, progress, deadline=None) -> dict[str, Any]:
     base_dir = state.get("best_policy")
@@ -175,9 +167,9 @@ def _one_round(pool, r, state, root_dir, train_mods, val_mods, held_mods, worker
 
 def _search_round(root_dir, pool, r, base_dir, mods: list[Module], state, compiles, progress,
                   deadline: float | None = None, earlier: Sequence[dict] = ()) -> list[dict]:
-    """Search every module around the current policy with tune's pass scheduler, the modules searched longest
-    ago first; the prior learns from ``earlier`` rounds' flips too.  No compile starts after ``deadline`` (a
-    ``time.time()``).  The results are kept so a run killed after the search resumes with them."""
+    """Search every module around the current policy, those searched longest ago first; the prior learns from
+    ``earlier`` rounds' flips too; no compile starts after ``deadline`` (a ``time.time()``).  The results
+    are kept so a run killed after the search resumes with them."""
     path = os.path.join(root_dir, "search", f"round-{r}.pkl")
     if os.path.exists(path):
         return _load_pickle(path)
@@ -235,8 +227,8 @@ def _seen(data: dict) -> list[dict]:
 
 
 def _merge_round(root_dir: str, r: int, results: list[dict], data: dict | None = None) -> dict:
-    """Each module's best trajectory over all rounds and every flip tried,
-    kept under ``search/``; ``data``: what :func:`_read_data` gave, if read."""
+    """Each module's best trajectory over all rounds and every flip tried, kept under ``search/``;
+    ``data``: what :func:`_read_data` gave, if read."""
     data = _read_data(root_dir) if data is None else data
     if r in data["merged"]:  # a resumed run: this round is in already
         return data
@@ -254,8 +246,7 @@ def _merge_round(root_dir: str, r: int, results: list[dict], data: dict | None =
 
 
 def _tune_results(path: str, val_mods: list[Module], held_mods: list[Module]) -> list[dict]:
-    """A tune directory's search results but for the validation and held-out
-    modules (no choice may read them)."""
+    """A tune directory's search results but for the validation and held-out modules (no choice may read them)."""
     keep_out = {m.name for m in val_mods} | {m.name for m in held_mods}
     res = [r for r in load_tune_results(path) if r["name"] not in keep_out]
     if not res:
@@ -297,8 +288,8 @@ def _time_left(state: dict, t_start: float, budget_min: float) -> bool:
 
 
 def _change_pct(results: Sequence[dict], key: str, empty: float | None = math.nan) -> float | None:
-    """The ``key`` sizes (``best_size``; ``policy_size``: the round's starting policy) of ``results``
-    against -Oz, in % of -Oz's total; ``empty`` when nothing was measured."""
+    """The ``key`` sizes (``policy_size``: the round's starting policy) of ``results`` against -Oz, in % of
+    -Oz's total; ``empty`` when nothing was measured."""
     ok = [r for r in results if r.get("status") == "ok" and r.get(key) is not None]
     d = sum(r["default_size"] for r in ok)
     return 100.0 * (sum(r[key] for r in ok) - d) / d if d else empty

@@ -1,11 +1,7 @@
 """The PPO training loop over a corpus (``run.algorithm = 'ppo'``); re-running resumes after the last
-completed iteration.  The validation split chooses ``saved_policy/`` by the gate's rule (no validation module
-more than ``max_module_growth_pct`` bigger than under ``-Oz``, and a significant saving of at least
-``min_validation_gain_pct`` against a warm start no bigger than ``-Oz``, else against ``-Oz``'s own decisions).
-When nothing meets it, ``saved_policy/`` is the last policy gated at 1.0: ``-Oz``'s decisions.
-Its gate stays on every saved policy, but collection samples the raw actor: PPO's importance ratios need
-each decision's probability under the policy that made it, which a near-deterministic gated policy would
-not give.
+completed iteration.  The validation split chooses ``saved_policy/`` by :class:`GateRule` (:func:`_better`).
+A warm start's gate stays on every saved policy, but collection samples the raw actor: PPO's importance
+ratios need each decision's probability under the policy that made it, which a gated policy would not give.
 """
 
 from __future__ import annotations
@@ -77,7 +73,10 @@ def train(
 ) -> dict[str, Any]:
     """Train a policy; returns its history and last held-out evaluation.
     ``report_heldout=False`` leaves the held-out split to ``mlgo-host eval``."""
-    _check_params(num_iterations, modules_per_iteration, eval_every, seed, heldout_modules, trace_modules)
+    # before any work (0 iterations would still publish an untrained policy)
+    check_counts("train", 1, num_iterations=num_iterations, modules_per_iteration=modules_per_iteration)
+    check_counts("train", 0, eval_every=eval_every, seed=seed, heldout_modules=heldout_modules,
+                 trace_modules=trace_modules)
     check_fraction("train", False, True, moving_average_decay=moving_average_decay)
     check_fraction("train", True, False, early_exit_fraction=early_exit_fraction)
     check_positive("train", early_exit_grace_s=early_exit_grace_s, collection_timeout_s=collection_timeout_s)
@@ -89,19 +88,11 @@ def train(
     root_dir = os.path.abspath(root_dir)
     make_root(root_dir)
     corpus = load_corpus(corpus_dir)
-    train_mods, val_mods, heldout_mods = split_three(corpus.modules, heldout_fraction, validation_fraction,
-                                                     seed, split_by)
-    if not train_mods:
-        raise ConfigError(f"corpus {corpus_dir} has no training modules")
-    heldout_mods = heldout_mods[:heldout_modules] if heldout_modules else heldout_mods
-    claim_root(root_dir, "ppo", corpus_dir, split=dict(heldout_fraction=heldout_fraction,
-                                                        validation_fraction=validation_fraction,
-                                                        split_by=split_by, seed=seed))
-    state = read_state(root_dir, required=("iteration", "moving_average"))
+    split = dict(heldout_fraction=heldout_fraction, validation_fraction=validation_fraction, split_by=split_by,
+                 seed=seed)
+    train_mods, val_mods, heldout_mods = _claim_split(root_dir, corpus, corpus_dir, split, heldout_modules)
+    state, moving_average = _resume(root_dir, moving_average_decay)
     done = int(state.get("iteration", 0))
-    moving_average = _moving_average(root_dir, state, moving_average_decay)  # a damaged one: before any work
-    if state:
-        log.info("resuming %s after iteration %d", root_dir, done)
     task_of = functools.partial(Module.to_task, ship_bitcode=ship_bitcode)
     rule = GateRule(max_module_growth_pct, min_validation_gain_pct)
     with workers.pool(COLLECT_WORKER, advisor=advisor, baseline_cache=os.path.join(root_dir, "baselines")) as pool:
@@ -125,31 +116,21 @@ def train(
             saved_model_every_iteration=saved_model_every_iteration, seed=seed, progress=progress)
         # the current policy's TF-free files, shipped to the workers
         blob = learner.policy_blob() if done < num_iterations else None
-        for it in range(done, num_iterations):
-            blob = loop.iteration(it, blob)
-        last = max(num_iterations, done)
-        if val_mods and eval_every and loop.state.get("best") is None:
-            _publish_fallback(learner, root_dir, last, advisor, loop.rule, loop.state.get("history", []))
-        elif loop.state.get("best") is None:  # nothing to choose by: the last policy
-            learner.save_policy(os.path.join(root_dir, "saved_policy"), step=last)
-        loop.summaries.close()
+        for iteration in range(done + 1, num_iterations + 1):
+            blob = loop.iteration(iteration, blob)
+        loop.finish(advisor, max(num_iterations, done))
     return {"history": loop.state.get("history", []), "last_eval": loop.state.get("last_eval")}
 
 
-def _check_params(num_iterations: int, modules_per_iteration: int, eval_every: int, seed: int,
-                  heldout_modules: int, trace_modules: int) -> None:
-    """The counts ``train`` is given, before any work (0 iterations would still publish an untrained policy)."""
-    check_counts("train", 1, num_iterations=num_iterations, modules_per_iteration=modules_per_iteration)
-    check_counts("train", 0, eval_every=eval_every, seed=seed, heldout_modules=heldout_modules,
-                 trace_modules=trace_modules)
-
-
-def _moving_average(root_dir: str, state: dict, decay: float) -> MovingAverageBaseline:
-    """The resumed run's moving averages (state.json's), else new ones."""
+def _resume(root_dir: str, decay: float) -> tuple[dict, MovingAverageBaseline]:
+    """The run's state and moving averages (``state.json``'s, else new ones); a damaged one fails here,
+    before any work."""
+    state = read_state(root_dir, required=("iteration", "moving_average"))
     if not state:
-        return MovingAverageBaseline(decay=decay)
+        return state, MovingAverageBaseline(decay=decay)
+    log.info("resuming %s after iteration %d", root_dir, int(state["iteration"]))
     try:
-        return MovingAverageBaseline.from_state(state["moving_average"])
+        return state, MovingAverageBaseline.from_state(state["moving_average"])
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ConfigError(f"{os.path.join(root_dir, STATE)}: unreadable state (moving_average: {e!r}); "
                           f"move it away to start over") from None
@@ -158,8 +139,8 @@ def _moving_average(root_dir: str, state: dict, decay: float) -> MovingAverageBa
 def _open_run_learner(pool, root_dir: str, train_mods: list[Module], task_of, *, workers: Workers, advisor: str,
                       vocab_path: str | None, warmstart_policy: str | None, trace_modules: int, seed: int,
                       done: int, progress: bool):
-    """The learner after ``done`` iterations, on the run's channel header and vocab: ``vocab_path``, else the
-    warm start's (its weights were trained on it), else ``root_dir/vocab``, traced the first time."""
+    """The learner after ``done`` iterations; its vocab: ``vocab_path``, else the warm start's (its weights
+    were trained on it), else ``root_dir/vocab``, traced the first time."""
     if vocab_path is None and warmstart_policy:
         vocab_path = os.path.join(warmstart_policy, "vocab")
     elif vocab_path is None:
@@ -170,6 +151,17 @@ def _open_run_learner(pool, root_dir: str, train_mods: list[Module], task_of, *,
     header_json = _ensure_header(pool, root_dir, train_mods, task_of)
     return open_learner(root_dir, header_json, advisor=advisor, vocab_dir=vocab_path, seed=seed,
                         clang=workers.clang_path, done=done, warmstart_policy=warmstart_policy)
+
+
+def _claim_split(root_dir: str, corpus, corpus_dir: str, split: dict, heldout_modules: int) -> tuple[list, list, list]:
+    """The run's training, validation and held-out modules (``split``: :func:`split_three`'s arguments);
+    ``root_dir`` is claimed for them."""
+    train_mods, val_mods, heldout_mods = split_three(corpus.modules, split["heldout_fraction"],
+                                                     split["validation_fraction"], split["seed"], split["split_by"])
+    if not train_mods:
+        raise ConfigError(f"corpus {corpus_dir} has no training modules")
+    claim_root(root_dir, "ppo", corpus_dir, split=split)
+    return train_mods, val_mods, heldout_mods[:heldout_modules] if heldout_modules else heldout_mods
 
 
 @dataclasses.dataclass
@@ -197,26 +189,24 @@ class _Loop:
     seed: int
     progress: bool
 
-    def iteration(self, it: int, blob: dict) -> dict:
-        """Iteration ``it + 1`` with the policy ``blob``; returns the new policy's blob."""
-        iteration, num_iterations = it + 1, self.num_iterations
-        tasks = [CollectTask(self.task_of(m), self.seed * 1_000_003 + it * 10_007 + i, greedy=False, record=True)
-                 for i, m in enumerate(self.sampler.take(self.modules_per_iteration))]
+    def iteration(self, iteration: int, blob: dict) -> dict:
+        """Iteration ``iteration`` (from 1) with the policy ``blob``; returns the new policy's blob."""
+        tasks = [CollectTask(self.task_of(m), self.seed * 1_000_003 + (iteration - 1) * 10_007 + i, greedy=False,
+                             record=True) for i, m in enumerate(self.sampler.take(self.modules_per_iteration))]
         batch, t_collect = _collect(self.pool, blob, tasks, self.moving_average, self.use_moving_average, self.early,
-                                    f"iteration {iteration}/{num_iterations}", self.progress)
+                                    f"iteration {iteration}/{self.num_iterations}", self.progress)
         evaluating = bool((self.reported or self.val_mods) and self.eval_every
-                          and (iteration % self.eval_every == 0 or iteration == num_iterations))
+                          and (iteration % self.eval_every == 0 or iteration == self.num_iterations))
         # the SavedModel (seconds of TF work) only where someone will look at it
         update = train_and_save(self.learner, self.root_dir, iteration, batch.episodes, batch.rewards,
                                 saved_model=self.saved_model_every_iteration or evaluating
-                                or iteration == num_iterations)
+                                or iteration == self.num_iterations)
         blob = policy_blob_from_dir(update.policy_dir)
         eval_row = (_evaluate(self.pool, blob, self.reported, self.task_of, self.progress,
                               f"held-out eval {iteration}") if evaluating and self.reported else None)
-        val_row = (_evaluate(self.pool, blob, self.val_mods, self.task_of, self.progress,
-                             f"validation {iteration}") if evaluating and self.val_mods else None)
         row = _history_row(len(tasks), batch, t_collect, update, eval_row)
-        if val_row is not None:
+        if evaluating and self.val_mods:
+            val_row = _evaluate(self.pool, blob, self.val_mods, self.task_of, self.progress, f"validation {iteration}")
             self._choose_saved_policy(iteration, update.policy_dir, val_row, row)
         prior = self.state
         self.state = {
@@ -227,8 +217,16 @@ class _Loop:
         }
         self.summaries.write_iteration(iteration, percentile_summary(batch.ok_rewards), row, eval_row)
         atomic_write_json(os.path.join(self.root_dir, STATE), self.state)  # last: the iteration is done
-        print(_summary_line(row, num_iterations), file=sys.stderr, flush=True)
+        print(_summary_line(row, self.num_iterations), file=sys.stderr, flush=True)
         return blob
+
+    def finish(self, advisor: str, last: int) -> None:
+        """Publish ``saved_policy`` when no iteration did (:func:`_publish_fallback`) and close the summaries."""
+        if self.val_mods and self.eval_every and self.state.get("best") is None:
+            _publish_fallback(self.learner, self.root_dir, last, advisor, self.rule, self.state.get("history", []))
+        elif self.state.get("best") is None:  # nothing to choose by: the last policy
+            self.learner.save_policy(os.path.join(self.root_dir, "saved_policy"), step=last)
+        self.summaries.close()
 
     def _choose_saved_policy(self, iteration: int, policy_dir: str, val_row: dict, row: dict) -> None:
         """Publish the policy as ``saved_policy`` when the rule lets it replace the one there (:func:`_better`)."""
@@ -246,12 +244,10 @@ class _Loop:
 
 
 def _better(val_row: dict, best: dict | None, baseline: dict | None = None, rule: GateRule = GateRule()) -> bool:
-    """May this policy replace ``best`` (None: nothing published yet, the baseline is ``-Oz``'s decisions)?
-    It must keep every validation module within ``rule``'s growth.  Against the baseline (iteration 0, a warm
-    start, or ``-Oz``) the saving must be at least ``rule.min_gain_pct`` (in % of -Oz's total) and
-    significant over the validation modules (``baseline["policy_sizes"]``): the best of many iterations is
-    smaller by chance alone.  Against a policy that already passed that, smaller or equal is enough (ties: the
-    later policy)."""
+    """May this policy replace ``best`` (None: nothing published yet)?  Within ``rule``'s growth, and against
+    the baseline (a warm start at iteration 0, else ``-Oz``) a saving of ``rule.min_gain_pct`` that is
+    significant over ``baseline["policy_sizes"]`` (the best of many iterations is smaller by chance alone);
+    against a policy that passed that, smaller or equal (ties: the later policy)."""
     if not rule.admits(_worst_pct(val_row), val_row.get("ok", 0) >= val_row.get("modules", 0)):
         return False
     if best is not None and best["iteration"] > 0:
@@ -263,8 +259,7 @@ def _better(val_row: dict, best: dict | None, baseline: dict | None = None, rule
 
 
 def _warm_start_kept(val_row: dict, rule: GateRule) -> bool:
-    """Is the warm start, evaluated on validation, the first ``saved_policy``?  It needs no saving, but may
-    not be bigger than ``-Oz`` in total, nor make a module grow past ``rule``'s limit."""
+    """Is the warm start the first ``saved_policy``?  Within ``rule``'s growth and no bigger than ``-Oz``."""
     return rule.admits(_worst_pct(val_row), val_row["ok"] == val_row["modules"]) and val_row["size_change_pct"] <= 0.0
 
 
@@ -275,9 +270,8 @@ def _worst_pct(val_row: dict) -> float:
 
 
 def _publish_fallback(learner, root_dir: str, step: int, advisor: str, rule: GateRule, history: list) -> None:
-    """No policy met ``rule`` on validation.  For the inliner ``saved_policy`` becomes the last policy gated at
-    1.0, which answers ``-Oz``'s decision at every site; an advisor without a default decision to keep gets
-    the evaluated policy with the smallest validation total."""
+    """No policy met ``rule`` on validation: the inliner's ``saved_policy`` is the last policy gated at 1.0
+    (``-Oz``'s decisions); another advisor's, the evaluated policy with the smallest validation total."""
     dest = os.path.join(root_dir, "saved_policy")
     if advisor == "inline":
         with dir_built_aside(dest) as tmp:
@@ -297,9 +291,8 @@ def _publish_fallback(learner, root_dir: str, step: int, advisor: str, rule: Gat
 
 def _validate_warmstart(learner, pool, root_dir: str, val_mods: list[Module], task_of, progress: bool,
                         moving_average: MovingAverageBaseline, run_config: dict, rule: GateRule) -> dict[str, Any]:
-    """The warm start, ``policy/0/``, evaluated on validation; the first ``saved_policy`` when it keeps every
-    validation module within ``rule``'s growth and the total no bigger than ``-Oz``'s (else the policy to beat
-    is ``-Oz``'s decisions); then ``state.json`` at iteration 0; returns that state."""
+    """The warm start, ``policy/0/``, evaluated on validation and published if :func:`_warm_start_kept`;
+    returns (and writes) ``state.json`` at iteration 0."""
     policy_dir = os.path.join(root_dir, "policy", "0")
     learner.save_policy(policy_dir, step=0, saved_model=True)
     val_row = _evaluate(pool, policy_blob_from_dir(policy_dir), val_mods, task_of, progress, "validation 0 (warm start)")
@@ -311,13 +304,12 @@ def _validate_warmstart(learner, pool, root_dir: str, val_mods: list[Module], ta
              "best": {"iteration": 0, "size_change_pct": val_row["size_change_pct"]} if kept else None,
              "warmstart_validation": val_row, "config": run_config}
     atomic_write_json(os.path.join(root_dir, STATE), state)
+    verdict = "saved_policy" if kept else (
+        f"not published (bigger than -Oz in total, a module more than {rule.max_module_growth_pct:g} % bigger, "
+        "or one that failed); the policy to beat is -Oz's decisions")
     print(f"iteration 0 (warm start): validation size {val_row['size_change_pct']:+.3f}% vs -Oz "
           f"({val_row['ok']}/{val_row['modules']} modules, {val_row['bigger']} bigger, worst "
-          f"{_worst_pct(val_row):+.2f}%): " + ("saved_policy" if kept else
-                                               "not published (bigger than -Oz in total, a module more than "
-                                               f"{rule.max_module_growth_pct:g} % bigger, or one that failed); "
-                                               "the policy to beat is -Oz's decisions"),
-          file=sys.stderr, flush=True)
+          f"{_worst_pct(val_row):+.2f}%): {verdict}", file=sys.stderr, flush=True)
     return state
 
 
@@ -394,8 +386,7 @@ def _summary_line(row: dict, total: int) -> str:
 
 def _evaluate(pool, blob: dict, modules: list[Module], task_of: Callable[[Module], dict], progress: bool,
               desc: str) -> dict[str, Any]:
-    """The greedy policy ``blob`` over ``modules``: size change vs the default,
-    module counts and the module that grew most."""
+    """The greedy policy ``blob`` over ``modules``: size change vs the default, counts, the worst module."""
     t0 = time.monotonic()
     pool.broadcast("set_policy", blob)
     report = evaluate_on_pool(pool, modules, desc=desc, progress=progress, task_of=task_of)
@@ -431,7 +422,7 @@ def _ensure_header(pool, root_dir: str, modules, task_of) -> dict:
 
 
 def _build_vocab(pool, modules, vocab_dir: str, root_dir: str, task_of, progress: bool) -> None:
-    """Trace the default policy over ``modules`` and compute quantile vocabularies."""
+    """Trace the default policy over ``modules`` for the vocab."""
     pool.broadcast("set_policy", {"heuristic": "default"})
     tasks = [CollectTask(task_of(m), 0, greedy=True, record=True) for m in modules]
     outcomes = map_with_progress(pool, "collect", tasks, desc="tracing the default policy for the vocab",

@@ -1,5 +1,4 @@
-"""How every trainer compiles: the gin configurable ``workers``, which
-``configs/inlining/common.gin`` binds to the macros users override."""
+"""How every trainer compiles: the gin configurable ``workers`` (bound in ``configs/inlining/common.gin``)."""
 
 from __future__ import annotations
 

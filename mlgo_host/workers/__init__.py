@@ -1,2 +1,1 @@
-"""Worker pools on processes or Ray (:mod:`.pool`, :mod:`.ray_pool`) and the TF-free worker that
-compiles corpus modules with a numpy policy (:mod:`.worker`)."""
+"""Worker pools on processes or Ray, and the TF-free worker that compiles corpus modules with a numpy policy."""

@@ -1,8 +1,6 @@
-"""Worker pools: long-lived worker processes, reused across iterations, for training, tracing and
-evaluation. Workers are started with ``spawn`` (never ``fork``: the learner has TensorFlow threads),
-import only TF-free modules and load what they need once; the learner broadcasts state once per
-iteration, then streams tasks with :meth:`WorkerPool.map_unordered`, which cancels the stragglers past
-the collection deadline (:class:`EarlyExit`). :func:`make_pool` chooses this or the Ray backend.
+"""Worker pools: long-lived worker processes for training, tracing and evaluation, started with ``spawn``
+(never ``fork``: the learner has TensorFlow threads).  The learner broadcasts state, then streams tasks with
+:meth:`WorkerPool.map_unordered`, which cancels the stragglers past the deadline (:class:`EarlyExit`).
 """
 
 from __future__ import annotations
@@ -113,7 +111,7 @@ class WorkerPool(Pool):
         return len(self._conns)
 
     def broadcast(self, method: str, *args) -> list[Any]:
-        """Call ``method(*args)`` on every worker; returns their results."""
+        """``method(*args)`` on every worker; their results."""
         for c in self._conns:
             c.send((-1, method, args))
         out = []
@@ -139,8 +137,7 @@ class WorkerPool(Pool):
 
         def dispatch():
             while idle and pending:
-                w = idle.pop()
-                t = pending.pop()
+                w, t = idle.pop(), pending.pop()
                 busy[w] = t
                 self._conns[w].send((t, method, tuple(tasks[t])))
 
@@ -170,8 +167,8 @@ class WorkerPool(Pool):
         return run.finish(pending)
 
     def close(self) -> None:
-        """Stop the workers: an idle one on its next message, one still in a task by SIGTERM, which
-        unwinds it (a SIGKILL would leave its compile and temp files), and by SIGKILL only after that."""
+        """Stop the workers: an idle one by message, one in a task by SIGTERM, which unwinds it (a SIGKILL would
+        leave its compile and temp files), and by SIGKILL only after that."""
         for c in self._conns:
             with contextlib.suppress(BrokenPipeError, OSError):
                 c.send(None)
@@ -193,9 +190,8 @@ class WorkerPool(Pool):
 
 
 def make_pool(backend: str, num_workers: int, factory: str, kwargs: dict | None = None, **opts):
-    """A 'local' or 'ray' pool of ``factory`` (``"module:Class"``) instances made with ``kwargs``.
-    ``opts`` are Ray's (``ray_address``, ...): the local pool ignores them, so callers pass them
-    whatever the backend."""
+    """A 'local' or 'ray' pool of ``factory`` (``"module:Class"``) instances made with ``kwargs``; ``opts``
+    are Ray's (``ray_address``, ...), ignored by the local pool."""
     if backend == "local":
         return WorkerPool(num_workers, factory, kwargs)
     if backend == "ray":

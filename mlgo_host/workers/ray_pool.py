@@ -1,8 +1,6 @@
 """The Ray backend of the worker pool: :class:`RayPool` has :class:`~mlgo_host.workers.pool.WorkerPool`'s
-interface and semantics, with Ray actors (:class:`RayWorker`, one CPU each) as workers (docs/ray.md: how
-failures are handled). A dead actor is replaced and its task retried on another; ``cancel`` runs in a
-concurrency group of its own (``ray.cancel`` cannot interrupt a synchronous actor's task); a watchdog per
-actor (:mod:`mlgo_host.workers.ray_watchdog`) cleans up after one that died without doing so.
+interface and semantics, with Ray actors (one CPU each) as workers; docs/ray.md says how failures are handled.
+``cancel`` runs in a concurrency group of its own (``ray.cancel`` cannot interrupt a synchronous actor's task).
 """
 
 from __future__ import annotations
@@ -45,8 +43,7 @@ def _async_raise(thread_id: int, exc: type | None) -> None:
 
 
 class RayWorker:
-    """Holds the pool's inner worker and runs its calls, one at a time; :func:`_actor_class` makes it
-    a Ray actor."""
+    """Holds the pool's inner worker and runs its calls, one at a time (a Ray actor: :func:`_actor_class`)."""
 
     def __init__(self):
         # everything the inner worker and its compilers create goes here: the watchdog knows orphans by it
@@ -61,15 +58,14 @@ class RayWorker:
         self._watchdog = _start_watchdog(self.tmp) if sys.platform.startswith("linux") else None
 
     def start(self, factory: str, kwargs: dict | None = None) -> int:
-        """Create the inner worker ``factory(**kwargs)``; returns this actor's pid."""
         if self._inner is not None:
             raise ConfigError("this Ray worker holds its inner worker already")
         self._inner = new_worker(factory, kwargs or {})
         return os.getpid()
 
     def call(self, method: str, tag: Any, *args) -> tuple[str, Any, Any]:
-        """``(status, tag, value)`` of ``method(*args)`` on the inner worker, as a local pool's worker
-        answers, or status ``lost`` when a compiler of the call died of a SIGKILL not ours."""
+        """``(status, tag, value)`` as a local pool's worker answers, or status ``lost`` when a compiler of the
+        call died of a SIGKILL not ours."""
         if self._inner is None:
             raise WorkerPoolError("this Ray worker was not started")
         with self._lock:
@@ -104,8 +100,8 @@ class RayWorker:
         return cancelled
 
     def cancel(self, tag: Any) -> bool:
-        """(control group) Cancel the call ``tag`` if running (else False): kill this actor's compilers
-        until it returns and, if still busy in Python after a moment, raise Cancelled in its thread."""
+        """(control group) Cancel the call ``tag`` if running (else False): kill this actor's compilers until
+        it returns and, if still busy in Python after a moment, raise Cancelled in its thread."""
         key = str(tag)
         with self._lock:
             if self._running != key:
@@ -120,15 +116,12 @@ class RayWorker:
                 if not injected and time.monotonic() - t0 > _ASYNC_CANCEL_AFTER_S and self._thread is not None:
                     _async_raise(self._thread, Cancelled)
                     injected = True
-            self._kill_compilers()
+            for c in procs.children(os.getpid()):
+                st = procs.stat(c)
+                if st is not None and st.sid == c:  # session leader: a compiler started by CompilerProcess
+                    procs.kill_group_or_process(c, st)
             time.sleep(0.02)
         return True
-
-    def _kill_compilers(self) -> None:
-        for c in procs.children(os.getpid()):
-            st = procs.stat(c)
-            if st is not None and st.sid == c:  # session leader: a compiler started by CompilerProcess
-                procs.kill_group_or_process(c, st)
 
     def ping(self) -> dict:
         return {"pid": os.getpid(), "host": os.uname().nodename, "tmp": self.tmp,
@@ -148,7 +141,7 @@ class RayWorker:
 
 
 def _start_watchdog(tmp: str) -> subprocess.Popen:
-    """Start this actor's watchdog; closing its stdin tells it the actor shut down."""
+    """Start this actor's watchdog (:mod:`.ray_watchdog`); closing its stdin tells it the actor shut down."""
     env = dict(os.environ)
     # the package may come from a path children do not inherit (a Ray runtime_env)
     here = os.path.dirname(os.path.dirname(os.path.abspath(mlgo_host.__file__)))
@@ -192,9 +185,8 @@ RAY_DRIVER_LOG = "mlgo_host-driver.log"
 
 
 def ensure_ray(ray_address: str | None = None) -> None:
-    """Connect to ``ray_address`` (``"auto"``, ``"ray://head:10001"``) or start a local instance, unless
-    Ray is initialized already. Ray's own messages go to :data:`RAY_DRIVER_LOG`, not the terminal,
-    where one line says which Ray this is and where that file is."""
+    """Connect to ``ray_address`` (``"auto"``, ``"ray://head:10001"``) or start a local instance, unless Ray
+    is initialized already; Ray's own messages go to :data:`RAY_DRIVER_LOG`, not the terminal."""
     with warnings.catch_warnings(record=True) as caught:
         ray = _ray()
         if ray.is_initialized():
@@ -206,12 +198,11 @@ def ensure_ray(ray_address: str | None = None) -> None:
         ray_log.handlers[:] = [held]
         try:
             ctx = ray.init(address=ray_address or None, include_dashboard=False, log_to_driver=False)
-        except ConnectionError as e:  # no cluster there: Ray's held records only repeat the attempts
+        except BaseException as e:
             ray_log.handlers[:] = terminal
-            raise ConfigError(f"--ray-address {ray_address}: cannot join a Ray cluster there "
-                              f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
-        except BaseException:
-            ray_log.handlers[:] = terminal
+            if isinstance(e, ConnectionError):  # no cluster there: Ray's held records only repeat the attempts
+                raise ConfigError(f"--ray-address {ray_address}: cannot join a Ray cluster there "
+                                  f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
             for r in held.buffer:  # they say why Ray did not start
                 ray_log.handle(r)
             raise
@@ -235,9 +226,8 @@ def ensure_ray(ray_address: str | None = None) -> None:
 
 
 def _check_reachable(ray_address: str | None, timeout: float = 5.0) -> None:
-    """A ``host:port`` (or ``ray://host:port``) address where nothing answers, or where what answers does
-    not speak gRPC (as a Ray head's GCS and client server do), is refused at once: Ray itself retries for
-    minutes, printing a line per attempt.  ``auto`` and no address are Ray's to find."""
+    """Refuse at once a ``host:port`` (or ``ray://host:port``) where nothing answers, or nothing speaking gRPC
+    (as a Ray head does): Ray itself retries for minutes, printing a line per attempt."""
     if not ray_address or ray_address in ("auto", "local"):
         return
     host, sep, port = ray_address.removeprefix("ray://").rpartition(":")
@@ -262,8 +252,7 @@ def _check_reachable(ray_address: str | None, timeout: float = 5.0) -> None:
 
 
 def _ray_driver_log(ctx) -> str:
-    """:data:`RAY_DRIVER_LOG` in the session's logs directory, else (a ``ray://`` client, not ours to
-    write) a file in the temporary directory."""
+    """:data:`RAY_DRIVER_LOG` in the session's logs directory, else (a ``ray://`` client) a temporary file."""
     session = (getattr(ctx, "address_info", None) or {}).get("session_dir")
     if session:
         path = os.path.join(session, "logs", RAY_DRIVER_LOG)
@@ -294,11 +283,10 @@ class RayCluster:
             raise WorkerPoolError(f"the Ray workers did not start: {e}") from None
 
     def live(self) -> list[tuple[int, Any]]:
-        """(slot, actor) of the slots not dropped."""
         return [(i, a) for i, a in enumerate(self.actors) if a is not None]
 
     def start(self, factory: str, kwargs: dict | None) -> None:
-        """The inner worker ``factory(**kwargs)`` in every actor (and replacement to come)."""
+        """The inner worker ``factory(**kwargs)`` in every actor (and replacement)."""
         with self._lock:
             self._inner = (factory, dict(kwargs or {}))
             actors = self.live()
@@ -365,8 +353,6 @@ def _cause(e: BaseException) -> BaseException:
 
 
 class RayPool(Pool):
-    """A worker pool whose workers are Ray actors (see the module docstring)."""
-
     backend = "ray"
 
     def __init__(self, num_workers: int, factory: str, kwargs: dict | None = None, ray_address: str | None = None,
@@ -432,7 +418,7 @@ class RayPool(Pool):
         early_exit: EarlyExit | None = None,
         on_result: Callable[[TaskOutcome], None] | None = None,
     ) -> list[TaskOutcome]:
-        """``method(*task)`` for every task, in completion order (see the module docstring)."""
+        """``method(*task)`` for every task, in completion order."""
         self.last_retried = []
         run = _MapRun(self, method, tasks, early_exit, on_result)
         run.dispatch()
@@ -452,8 +438,8 @@ class RayPool(Pool):
 
 
 class _MapRun(Collection):
-    """One :meth:`RayPool.map_unordered` call: tasks pending or running, actors idle or starting
-    (replacements, waited for with a ``ping``)."""
+    """One :meth:`RayPool.map_unordered` call: tasks pending or running, actors idle or starting (waited for
+    with a ``ping``)."""
 
     def __init__(self, pool: RayPool, method: str, tasks: Sequence[tuple], early: EarlyExit | None,
                  on_result: Callable[[TaskOutcome], None] | None):
@@ -468,7 +454,6 @@ class _MapRun(Collection):
         self.idle: collections.deque[tuple[int, Any]] = collections.deque(pool.cluster.live())
 
     def dispatch(self) -> None:
-        """Give pending tasks to idle actors (a slot's current one, if it was replaced meanwhile)."""
         while self.idle and self.pending:
             slot, _ = self.idle.popleft()
             actor = self.cluster.actors[slot]  # the slot's current one: it may have been replaced meanwhile
@@ -484,8 +469,7 @@ class _MapRun(Collection):
         return bool(self.busy or (self.pending and self.starting))
 
     def collect(self, timeout: float) -> None:
-        """Take what is ready within ``timeout``. A replacement not up within :data:`REPLACE_TIMEOUT_S`
-        never comes: the pool shrinks."""
+        """Take what is ready within ``timeout``; a replacement not up in :data:`REPLACE_TIMEOUT_S` is dropped."""
         ready, _ = self.ray.wait(list(self.busy) + list(self.starting), num_returns=1, timeout=timeout)
         for ref in ready:
             if ref in self.starting:

@@ -1,9 +1,7 @@
-"""The watchdog of one Ray actor, ``python -m mlgo_host.workers.ray_watchdog ACTOR_PID ROOT`` with a
-pipe as stdin: until that pipe closes (the actor shut down, or died), it records the actor's compiler
-children; then it kills those still alive and every process naming ``ROOT`` (the actor's private
-temporary directory) and removes ``ROOT``. Otherwise a compiler blocked on its channel would wait or
-spin forever after a ``ray.kill``, SIGKILL or OOM kill. Standard library and :mod:`mlgo_host.procs`
-only: one starts per actor.
+"""The watchdog of one Ray actor, ``python -m mlgo_host.workers.ray_watchdog ACTOR_PID ROOT`` with a pipe as
+stdin: until that pipe closes (the actor shut down, or died), it records the actor's compiler children; then it
+kills those still alive and every process naming ``ROOT`` (the actor's temporary directory) and removes ``ROOT``:
+a compiler blocked on its channel would otherwise wait forever after a ``ray.kill``, SIGKILL or OOM kill.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""What the local and Ray worker pools share: how a worker is made, a task's outcome, its
-cancellation and the collection's early exit."""
+"""What the local and Ray worker pools share: how a worker is made, a task's outcome, its cancellation and
+the collection's early exit."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ class TaskOutcome:
 
 
 def new_worker(factory: str, kwargs: dict):
-    """``factory`` ("module:attribute") called with ``kwargs``. Workers keep quiet about compatibility:
-    the command that started the pool says it once (policies.check_meanings)."""
+    """``factory`` ("module:attribute") called with ``kwargs``, quiet about compatibility (the command that
+    started the pool says it once)."""
     warnings.filterwarnings("ignore", category=CompatibilityWarning)
     mod, _, name = factory.partition(":")
     return getattr(importlib.import_module(mod), name)(**kwargs)
@@ -51,7 +51,7 @@ STRAGGLER = "cancelled: straggler past the collection deadline"
 
 
 class Pool:
-    """What both pools share: ``with pool:`` closes it."""
+    """``with pool:`` closes it."""
 
     def __enter__(self):
         return self
@@ -61,8 +61,7 @@ class Pool:
 
 
 class Collection:
-    """The outcomes and deadline of one ``map_unordered`` call: the early exit brings the deadline forward
-    once its fraction of the tasks is in."""
+    """The outcomes and deadline of one ``map_unordered`` call."""
 
     def __init__(self, num_tasks: int, early: EarlyExit | None, on_result: Callable[[TaskOutcome], None] | None):
         self.early = early or EarlyExit(fraction=1.0, timeout_s=float("inf"))

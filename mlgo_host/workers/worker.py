@@ -1,7 +1,6 @@
-"""The TF-free collection worker: compiles modules with the current policy and returns episodes.
-The learner ships the policy once per iteration as a blob (``{"heuristic": name}`` or ``{"files":
-{relpath: bytes}}``, the numpy part of a saved policy), and a task may carry the module's bitcode: no
-shared filesystem is needed.
+"""The TF-free collection worker: compiles modules with the current policy and returns episodes.  The policy
+comes as a blob (``{"heuristic": name}`` or ``{"files": {relpath: bytes}}``) and a task may carry the module's
+bitcode: no shared filesystem is needed.
 """
 
 from __future__ import annotations
@@ -107,7 +106,6 @@ class CollectWorker:
         return mod
 
     def collect(self, task: dict, seed: int, greedy: bool = False, record: bool = True) -> dict:
-        """Compile one module with the current policy."""
         mod = self._module(task)
         c = self.config
         base = baseline_size(mod, clang=c.clang, llvm_size=c.llvm_size, cache_dir=c.baseline_cache,
