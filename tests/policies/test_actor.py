@@ -58,7 +58,7 @@ def test_generic_path_matches_the_fast_path(inline_session):
     fast.bind(header, adv)
     slow = NumpyPolicy(actor)
     slow.bind(header, adv)
-    slow._bind_generic(header)  # force the per-feature path
+    slow._bind_generic(header)  # force the generic path (the column code, one row)
     for o in observations(header, ep):
         assert fast._diff(o.raw) == pytest.approx(slow._diff(o.raw), abs=1e-9)
 
