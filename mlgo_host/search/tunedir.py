@@ -1,5 +1,6 @@
-"""A tune directory (``mlgo-host tune --output T``, layout in docs/search.md): written by :class:`TuneStore`;
-:class:`TunedDir` finds the module of a compile and :class:`TunedPolicies` gives the policy that compiles it."""
+"""A tune directory (``mlgo-host tune --output T``, layout in docs/search.md):
+written by :class:`TuneStore`; :class:`TunedDir` finds the module of a compile and
+:class:`TunedPolicies` gives the policy that compiles it."""
 
 from __future__ import annotations
 
@@ -201,9 +202,10 @@ class TunedDir:
 
     def replay(self, name: str) -> Replay:
         """Module ``name``'s JSON replay (read once)."""
-        if name not in self._replays:
-            self._replays[name] = read_replay(os.path.join(self.path, self.modules[name]["replay"]))
-        return self._replays[name]
+        r = self._replays.get(name)
+        if r is None:
+            r = self._replays[name] = read_replay(os.path.join(self.path, self.modules[name]["replay"]))
+        return r
 
 
 class TunedPolicies:
@@ -218,12 +220,13 @@ class TunedPolicies:
 
     def _base(self, replay: Replay) -> Policy:
         key = replay.base_path()
-        if key not in self._bases:
+        b = self._bases.get(key)
+        if b is None:
             try:
-                self._bases[key] = load_policy(key, seed=self.seed, greedy=self.greedy)
+                b = self._bases[key] = load_policy(key, seed=self.seed, greedy=self.greedy)
             except ConfigError as e:
                 raise ConfigError(f"{replay.path}: base policy: {e}") from None
-        return self._bases[key]
+        return b
 
     def for_module(self, name: str | None) -> tuple[Policy | None, str | None]:
         """(policy, tuned module name or None) for module ``name``."""
@@ -419,8 +422,12 @@ def _install_policy(path: str, policy: str) -> str:
 
 def _load_results(data_dir: str) -> dict[str, dict]:
     out: dict[str, dict] = {}
-    names = sorted(os.listdir(data_dir)) if os.path.isdir(data_dir) else []
-    for p in (os.path.join(data_dir, fn) for fn in names if fn.endswith(".pkl")):
+    if not os.path.isdir(data_dir):
+        return out
+    for fn in sorted(os.listdir(data_dir)):
+        if not fn.endswith(".pkl"):
+            continue
+        p = os.path.join(data_dir, fn)
         try:
             with open(p, "rb") as f:
                 r = pickle.load(f)
