@@ -88,9 +88,8 @@ def train(
     root_dir = os.path.abspath(root_dir)
     make_root(root_dir)
     corpus = load_corpus(corpus_dir)
-    split = dict(heldout_fraction=heldout_fraction, validation_fraction=validation_fraction, split_by=split_by,
-                 seed=seed)
-    train_mods, val_mods, heldout_mods = _claim_split(root_dir, corpus, corpus_dir, split, heldout_modules)
+    train_mods, val_mods, heldout_mods = _claim_split(root_dir, corpus, corpus_dir, heldout_fraction,
+                                                      validation_fraction, seed, split_by, heldout_modules)
     state, moving_average = _resume(root_dir, moving_average_decay)
     done = int(state.get("iteration", 0))
     task_of = functools.partial(Module.to_task, ship_bitcode=ship_bitcode)
@@ -153,14 +152,17 @@ def _open_run_learner(pool, root_dir: str, train_mods: list[Module], task_of, *,
                         clang=workers.clang_path, done=done, warmstart_policy=warmstart_policy)
 
 
-def _claim_split(root_dir: str, corpus, corpus_dir: str, split: dict, heldout_modules: int) -> tuple[list, list, list]:
-    """The run's training, validation and held-out modules (``split``: :func:`split_three`'s arguments);
-    ``root_dir`` is claimed for them."""
-    train_mods, val_mods, heldout_mods = split_three(corpus.modules, split["heldout_fraction"],
-                                                     split["validation_fraction"], split["seed"], split["split_by"])
+def _claim_split(root_dir: str, corpus, corpus_dir: str, heldout_fraction: float, validation_fraction: float,
+                 seed: int, split_by: str, heldout_modules: int) -> tuple[list, list, list]:
+    """The run's training, validation and held-out modules (:func:`split_three`); ``root_dir`` is claimed
+    for them."""
+    train_mods, val_mods, heldout_mods = split_three(corpus.modules, heldout_fraction, validation_fraction, seed,
+                                                     split_by)
     if not train_mods:
         raise ConfigError(f"corpus {corpus_dir} has no training modules")
-    claim_root(root_dir, "ppo", corpus_dir, split=split)
+    claim_root(root_dir, "ppo", corpus_dir, split=dict(heldout_fraction=heldout_fraction,
+                                                        validation_fraction=validation_fraction,
+                                                        split_by=split_by, seed=seed))
     return train_mods, val_mods, heldout_mods[:heldout_modules] if heldout_modules else heldout_mods
 
 
