@@ -5,6 +5,7 @@ the ``mlgo-clang`` client and the Ray watchdog on every start: standard library 
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import signal
 from collections.abc import Iterator
@@ -107,3 +108,19 @@ def current_cpu() -> int:
         return int(_stat_fields("self")[36])  # field 39 of proc(5), "processor"
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def remove_temp_outputs(output: str | None, since: float) -> None:
+    """Remove the temporary outputs a killed compiler left for ``output`` (clang writes ``x.o``
+    through ``x-XXXXXXXX.o.tmp``), only those modified since ``since`` (its start, ``time.time()``)
+    minus a second."""
+    if not output or output == "-":
+        return
+    import glob  # only after a kill: the client's start-up stays without it
+
+    stem, ext = os.path.splitext(output)
+    for pat in (glob.escape(output) + "-*.tmp", glob.escape(stem) + "-*" + glob.escape(ext) + ".tmp"):
+        for p in glob.glob(pat):
+            with contextlib.suppress(OSError):
+                if os.stat(p).st_mtime >= since - 1:
+                    os.unlink(p)

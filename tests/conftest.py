@@ -19,8 +19,7 @@ import pytest
 from mlgo_host.corpus import synth
 from mlgo_host.episode import EpisodeRecorder
 
-HAVE_CLANG = shutil.which("clang-19") is not None
-needs_clang = pytest.mark.skipif(not HAVE_CLANG, reason="clang-19 not installed")
+from _corpus_helpers import HAVE_CLANG  # noqa: E402 (after the sys.path entry)
 
 # -- the clang version matrix ----------------------------------------------
 #: oldest clang with the interactive channel the host speaks

@@ -58,3 +58,18 @@ def test_kill_group_or_process_takes_the_whole_group():
 
 def test_current_cpu_is_one_we_may_run_on():
     assert procs.current_cpu() in os.sched_getaffinity(0)
+
+
+def test_remove_temp_outputs_takes_only_this_outputs_recent_temps(tmp_path):
+    out = tmp_path / "x.o"
+    mine = tmp_path / "x-06a5b045.o.tmp"
+    older = tmp_path / "x-11111111.o.tmp"
+    other = tmp_path / "y-06a5b045.o.tmp"
+    for p in (mine, older, other, out):
+        p.write_bytes(b"")
+    started = mine.stat().st_mtime
+    os.utime(older, (started - 60, started - 60))
+    procs.remove_temp_outputs(str(out), started)
+    assert sorted(os.listdir(tmp_path)) == ["x-11111111.o.tmp", "x.o", "y-06a5b045.o.tmp"]
+    procs.remove_temp_outputs("-", started)  # stdout: nothing to remove
+    procs.remove_temp_outputs(None, started)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import select
 import shutil
 import signal
 import subprocess
 import time
 
+from mlgo_host import procs
 from mlgo_host.errors import CompilerError
 
 #: compilers that died of a SIGKILL the host did not send (the OOM killer, a user, Ray killing an actor's children)
@@ -156,26 +156,7 @@ class CompilerProcess:
         """Kill the whole process group and reap it; remove temp outputs."""
         if self.proc.returncode is None:
             self._reap()  # SIGKILLs the group first
-        self.remove_temp_outputs()
-
-    def remove_temp_outputs(self) -> None:
-        """Remove the temp outputs a killed compile left (only those since it started)."""
-        out = output_of(self.argv)
-        if not out or out == "-":
-            return
-        d = os.path.dirname(out) or "."
-        # clang's temporary outputs for x.o: x-06a5b045.o.tmp
-        stem, ext = os.path.splitext(os.path.basename(out))
-        pat = re.compile(re.escape(stem) + r"-[0-9a-f]{8}" + re.escape(ext) + r"\.tmp\Z")
-        try:
-            names = [name for name in os.listdir(d) if pat.match(name)]
-        except OSError:
-            return
-        for name in names:
-            p = os.path.join(d, name)
-            with contextlib.suppress(OSError):
-                if os.stat(p).st_mtime >= self.started - 1:
-                    os.unlink(p)
+        procs.remove_temp_outputs(output_of(self.argv), self.started)
 
     def stderr_tail(self, nbytes: int = 2000) -> str:
         try:

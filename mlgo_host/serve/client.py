@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from mlgo_host import procs
 from mlgo_host.serve import slots as S
 from mlgo_host.serve.trust import untrusted, untrusted_tune_dir
 
@@ -160,7 +161,7 @@ def _by_flags(cmd: list[str], plan: dict, tuned: dict, root: str | None, info: d
     finally:
         if proc.returncode is None:
             proc.kill()
-            S.remove_temp_outputs(plan["output"], t0)
+            procs.remove_temp_outputs(plan["output"], t0)
     doc = {"time": t0, "client_pid": os.getpid(), "cwd": os.getcwd(), "source": plan["source"],
            "output": plan["output"], "compiler": _which(cmd[0]) or cmd[0],
            "build": os.environ.get("MLGO_BUILD") or None, "returncode": rc,
@@ -294,7 +295,7 @@ def _guard(plain: list[str], output: str) -> dict:
         if proc is not None and proc.returncode is None:
             proc.kill()
         S.unlink_quiet(tmp)
-        S.remove_temp_outputs(tmp, t0)
+        procs.remove_temp_outputs(tmp, t0)
     got["guard_s"] = round(time.time() - t0, 4)
     return got
 
@@ -464,7 +465,7 @@ class _SlotCompile:
 
     def _kill(self) -> None:
         self.proc.kill()
-        S.remove_temp_outputs(self.plan["output"], self.t0)
+        procs.remove_temp_outputs(self.plan["output"], self.t0)
 
     def _wait(self) -> tuple[int | None, str]:
         """(exit status, ""), or (None, why) with the compiler killed when the server went away."""
@@ -496,7 +497,7 @@ class _SlotCompile:
         aborted = S.read_text(os.path.join(self.sdir, S.ABORTED)) == self.gen
         live, why = S.server_status(self.root, self.stale_s, self.sid, in_flight=True)
         if aborted or live is None:
-            S.remove_temp_outputs(self.plan["output"], self.t0)
+            procs.remove_temp_outputs(self.plan["output"], self.t0)
             S.unlock(self.lock_fd)
             self.lock_fd = None
             return "the server aborted the session (see its log)" if aborted else f"{why} during the compile"

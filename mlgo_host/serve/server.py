@@ -210,7 +210,7 @@ class Slot(threading.Thread):
         status = _status(error, done, opened)
         if status == "client_died":
             self.kill_compilers()
-            S.remove_temp_outputs(req.get("output"), t_start)
+            procs.remove_temp_outputs(req.get("output"), t_start)
         self._hand_record(gen, req, t_start, status, done, tally, session_s, error, policy, tuned)
 
     def _answer_channel(self, req: dict, policy, alive, deadline: float):

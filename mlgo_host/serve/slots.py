@@ -180,18 +180,3 @@ def server_status(root: str, stale_s: float, expect_id: str | None = None,
     if age > stale_s:
         return None, f"the server of {root} (pid {info.get('pid')}) has not answered for {age:.0f} s"
     return info, ""
-
-
-def remove_temp_outputs(output: str | None, since: float) -> None:
-    """Remove the ``<output>-XXXX.tmp`` / ``<stem>-XXXX<ext>.tmp`` files a killed compiler left
-    (modified since ``since``, the compile's start, minus a second)."""
-    if not output:
-        return
-    import glob  # only the server gets here: the client's start-up stays without it
-
-    stem, ext = os.path.splitext(output)
-    for pat in (glob.escape(output) + "-*.tmp", glob.escape(stem) + "-*" + glob.escape(ext) + ".tmp"):
-        for p in glob.glob(pat):
-            with contextlib.suppress(OSError):
-                if os.stat(p).st_mtime >= since - 1:
-                    os.unlink(p)

@@ -1,29 +1,15 @@
-"""Shared helpers of the channel tests: generated C modules, a fake
-compiler for fault injection, leak checks."""
+"""Fixtures of the channel tests: generated C modules and a fake compiler for fault injection
+(the other helpers: ``tests/helpers/_channel_helpers.py``)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import stat
-import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from mlgo_host import procs
 from mlgo_host.corpus import synth
-
-HAVE_CLANG = shutil.which("clang-19") is not None
-needs_clang = pytest.mark.skipif(not HAVE_CLANG, reason="clang-19 not installed")
-
-#: given to fake-compiler runs (MLGO_INLINE_DEFAULT_SLOT), so fakes are never probed
-BUGGY_SLOT = "callee_basic_block_count"
-
-
-def mlgo_host_cmd() -> list[str]:
-    return [sys.executable, "-m", "mlgo_host"]
 
 
 @pytest.fixture(scope="session")
@@ -112,24 +98,3 @@ def fake_clang(tmp_path):
     p.write_text(f"#!{sys.executable}\n" + textwrap.dedent(FAKE))
     p.chmod(p.stat().st_mode | stat.S_IEXEC)
     return p
-
-
-#: exists and is not a zombie (a zombie still answers kill(0))
-pid_alive = procs.alive
-
-
-def leftovers(tmpdir) -> list[str]:
-    """Channel directories, FIFOs and temp outputs left in ``tmpdir``."""
-    bad = []
-    for root, dirs, files in os.walk(tmpdir):
-        for n in dirs + files:
-            p = os.path.join(root, n)
-            if n.startswith("mlgo-ch-") or n.endswith(".tmp") or stat.S_ISFIFO(os.lstat(p).st_mode):
-                bad.append(p)
-    return bad
-
-
-def run_cli(args: list[str], env_extra: dict | None = None, timeout: float = 60, cwd=None) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env.update(env_extra or {})
-    return subprocess.run(mlgo_host_cmd() + args, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)

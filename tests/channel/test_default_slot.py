@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from conftest import pid_alive, run_cli
+from _channel_helpers import pid_alive, run_cli
 from mlgo_host.channel import default_slot as ds
 from mlgo_host.errors import CompilerError, ConfigError
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import BUGGY_SLOT, leftovers, mlgo_host_cmd, pid_alive, run_cli
+from _channel_helpers import BUGGY_SLOT, leftovers, mlgo_host_cmd, pid_alive, run_cli
 
 #: the session timeout of the faults that end by it (long enough for the fake to start on a loaded machine)
 TIMEOUT = 3.0

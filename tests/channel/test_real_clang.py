@@ -14,7 +14,8 @@ import time
 import numpy as np
 import pytest
 
-from conftest import leftovers, needs_clang, run_cli
+from _channel_helpers import leftovers, run_cli
+from _corpus_helpers import needs_clang
 from mlgo_host.channel import codec
 from mlgo_host.channel.problems import ready_advisor
 from mlgo_host.channel.session import run_session

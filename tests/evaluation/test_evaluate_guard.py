@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from _corpus_helpers import build_generated_corpus
-from conftest import needs_clang
+from _corpus_helpers import needs_clang
 from mlgo_host.cli import main
 from mlgo_host.evaluation.evaluate import CSV_FIELDS, GUARD_FIELDS, EvalReport, EvalRow, apply_guard
 

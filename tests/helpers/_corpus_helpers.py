@@ -7,7 +7,11 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 CLANG = "clang-19"
+HAVE_CLANG = shutil.which(CLANG) is not None
+needs_clang = pytest.mark.skipif(not HAVE_CLANG, reason=f"{CLANG} not installed")
 
 # a checked accessor called three times in f and once in k: each call inlined alone costs f bytes,
 # all three inlined together pay (f then keeps one call, to fail, shared by the three checks, and saves

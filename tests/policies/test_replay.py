@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from _policy_helpers import observations
-from conftest import needs_clang
+from _corpus_helpers import needs_clang
 from mlgo_host.channel import codec
 from mlgo_host.corpus import synth
 from mlgo_host.errors import ConfigError

@@ -24,9 +24,9 @@ from mlgo_host.policies import load_policy
 from mlgo_host.search.driver import search_module_batched
 from mlgo_host.search.flips import FlipGainModel, pattern_scores
 
+from _corpus_helpers import needs_clang
 from _tune_helpers import HELPER_C, TINY_C
 
-needs_clang = pytest.mark.skipif(shutil.which("clang-19") is None, reason="clang-19 not installed")
 
 
 @pytest.fixture(scope="module")

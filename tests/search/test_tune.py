@@ -18,13 +18,13 @@ import time
 
 import pytest
 
+from _corpus_helpers import needs_clang
 from _tune_helpers import build_project_corpus, mlgo_host, read_manifest
 from mlgo_host.cli import main
 from mlgo_host.search.tunedir import TunedDir
 from mlgo_host.learning.imitate import examples_from_search
 from mlgo_host.search.tunedir import load_tune_results
 
-needs_clang = pytest.mark.skipif(__import__("shutil").which("clang-19") is None, reason="clang-19 not installed")
 
 
 @pytest.fixture(scope="module")
