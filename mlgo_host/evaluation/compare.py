@@ -1,9 +1,6 @@
-"""Is one policy's total really smaller than another's on the same modules?
-
-The best of many candidates on one validation split is biased even when none is better, so a candidate
-replaces a measured baseline only when its saving survives a paired bootstrap over modules: a saving
-one module carries does not pass, one spread over many modules does.
-"""
+"""Is one policy's total really smaller than another's on the same modules?  The best of many candidates on one
+validation split is biased even when none is better, so a candidate replaces a measured baseline only when its
+saving survives a paired bootstrap over modules: one module's saving does not pass, one spread over many does."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Evaluate a policy over a corpus against the compiler's default heuristic.
-
-Pool workers compile each module without the channel (cached) and with the policy (numpy: no TensorFlow).  A
-module that fails in any way is a ``failed`` row with its reason.  The report is a CSV, a summary and
-optionally a scatter plot.  With the guard (:func:`apply_guard`) a module is never bigger than the default.
-"""
+"""Evaluate a policy over a corpus against the compiler's default heuristic, on pool workers (numpy policies: no
+TensorFlow; default sizes cached).  A module that fails in any way is a ``failed`` row with its reason.  With the
+guard (:func:`apply_guard`) a module is never bigger than the default."""
 
 from __future__ import annotations
 
@@ -114,8 +111,7 @@ class EvalReport:
         base = sum(r.baseline_text or 0 for r in ok)
         pol = sum(r.policy_text or 0 for r in ok)
         return EvalSummary(
-            modules=len(self.rows), ok=len(ok), failed=len(self.rows) - len(ok), baseline_total=base,
-            policy_total=pol,
+            modules=len(self.rows), ok=len(ok), failed=len(self.rows) - len(ok), baseline_total=base, policy_total=pol,
             smaller=sum(1 for r in ok if (r.policy_text or 0) < (r.baseline_text or 0)),
             equal=sum(1 for r in ok if r.policy_text == r.baseline_text),
             bigger=sum(1 for r in ok if (r.policy_text or 0) > (r.baseline_text or 0)),
@@ -152,8 +148,6 @@ class EvalReport:
         ax.grid(True, alpha=0.3)
         save_figure(plt, fig, path)
 
-
-# -- the guard: never bigger than the default ----------------------------------
 
 def apply_guard(row: EvalRow) -> EvalRow:
     """The row of a guarded compile: the smaller valid object of the policy's and the default's (the
@@ -224,8 +218,6 @@ def select_modules(corpus, modules: int | None = None, split: str = "all", heldo
     return cands
 
 
-# -- worker side (a pool process: no TensorFlow) -------------------------------
-
 class EvalWorker:
     """Pool worker of :func:`evaluate`: compiles modules with the greedy policy and without it."""
 
@@ -263,35 +255,18 @@ class EvalWorker:
             row = EvalRow(mod.name, base, res.text_size, reward(res.text_size, base), res.observations, "ok",
                           baseline_cpu_s=base_cpu, policy_cpu_s=res.compiler_cpu_s)
         else:
-            row = EvalRow(mod.name, base, None, None, res.observations, "failed", res.reason,
-                          baseline_cpu_s=base_cpu)
+            row = EvalRow(mod.name, base, None, None, res.observations, "failed", res.reason, baseline_cpu_s=base_cpu)
         if self.tuned is not None:
             row.tuned = "tuned" if flags else self.tuned.outcome(pol, tuned)["tuned"]
         return row
 
 
-def evaluate(
-    corpus_dir: str | os.PathLike,
-    policy: str,
-    *,
-    modules: int | None = None,
-    split: str = "all",
-    heldout_fraction: float = 0.1,
-    split_by: str = "project",
-    jobs: int = 1,
-    advisor: str = "inline",
-    clang: str = "clang-19",
-    llvm_size: str | None = None,
-    timeout: float = 300.0,
-    cache_dir: str | os.PathLike | None = None,
-    seed: int = 0,
-    progress: bool = True,
-    selected: Sequence | None = None,
-    guard: bool = False,
-    replay_dir: str | None = None,
-    worker_backend: str = "local",
-    pool_options: dict | None = None,
-) -> EvalReport:
+def evaluate(corpus_dir: str | os.PathLike, policy: str, *, modules: int | None = None, split: str = "all",
+             heldout_fraction: float = 0.1, split_by: str = "project", jobs: int = 1, advisor: str = "inline",
+             clang: str = "clang-19", llvm_size: str | None = None, timeout: float = 300.0,
+             cache_dir: str | os.PathLike | None = None, seed: int = 0, progress: bool = True,
+             selected: Sequence | None = None, guard: bool = False, replay_dir: str | None = None,
+             worker_backend: str = "local", pool_options: dict | None = None) -> EvalReport:
     """Evaluate ``policy`` (a heuristic name, a policy directory or a replay file) on the selected modules
     of ``corpus_dir``; ``replay_dir``: a tune directory whose modules are compiled with their replays."""
     if jobs < 1:

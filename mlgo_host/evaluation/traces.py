@@ -1,7 +1,6 @@
-"""Traces: a policy's observations and decisions over a corpus, on disk (written by ``mlgo-host trace``,
-read by ``vocab`` and behavioural cloning; the format is in docs/formats.md).  A trace directory is built
-next to its destination and renamed into place.
-"""
+"""Traces: a policy's observations and decisions over a corpus, on disk (written by ``mlgo-host trace``, read by
+``vocab`` and behavioural cloning; the format is in docs/formats.md).  A trace directory is built next to its
+destination and renamed into place."""
 
 from __future__ import annotations
 
@@ -65,8 +64,7 @@ def read_log(path: str, advice_name: str) -> TraceLog:
     if header.feature(advice_name) is None:
         raise ConfigError(f"trace log {path}: no {advice_name!r} feature (not a log of this advisor?)")
     obs = [r for r in recs if isinstance(r, Observation)]
-    raw = b"".join(o.raw for o in obs)
-    records = np.frombuffer(raw, dtype=header.record_dtype, count=len(obs))
+    records = np.frombuffer(b"".join(o.raw for o in obs), dtype=header.record_dtype, count=len(obs))
     return TraceLog(header, records, advice_name)
 
 
@@ -138,23 +136,10 @@ def _log_rel(name: str) -> str:
     return os.path.join(LOGS, safe + ".log")
 
 
-def record_trace(
-    corpus_dir: str,
-    output_dir: str,
-    *,
-    policy: str = "default",
-    advisor: str = "inline",
-    jobs: int = 1,
-    clang: str = "clang-19",
-    llvm_size: str | None = None,
-    timeout: float = 300.0,
-    max_modules: int | None = None,
-    names: Sequence[str] | None = None,
-    seed: int = 0,
-    progress: bool = True,
-    worker_backend: str = "local",
-    pool_options: dict | None = None,
-) -> dict:
+def record_trace(corpus_dir: str, output_dir: str, *, policy: str = "default", advisor: str = "inline", jobs: int = 1,
+                 clang: str = "clang-19", llvm_size: str | None = None, timeout: float = 300.0,
+                 max_modules: int | None = None, names: Sequence[str] | None = None, seed: int = 0,
+                 progress: bool = True, worker_backend: str = "local", pool_options: dict | None = None) -> dict:
     """Compile the corpus's modules (or ``names``) with ``policy`` serving ``advisor`` on ``jobs`` pool
     workers, keeping each one's training log and object size; the index written as ``trace.json``."""
     problem = get_problem(advisor)
@@ -184,8 +169,7 @@ def record_trace(
         compiler = compiler_version(clang).splitlines()[0]
     except Exception:  # noqa: BLE001 - only informative
         compiler = None
-    index = {"format": FORMAT, "advisor": advisor, "policy": policy, "compiler": compiler,
-             "default_slot": slot}
+    index = {"format": FORMAT, "advisor": advisor, "policy": policy, "compiler": compiler, "default_slot": slot}
     _write_trace(output_dir, index, rows, rels)
     return index
 

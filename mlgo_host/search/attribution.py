@@ -1,7 +1,5 @@
-"""Reading one compile of a batch into each flip's gain (its own functions'
-change: footprints are disjoint), checked, never assumed; a failed reading
-splits the batch (:mod:`.batches`).
-"""
+"""Reading one compile of a batch into each flip's gain (its own functions' change: footprints are disjoint),
+checked, never assumed; a failed reading splits the batch (:mod:`.batches`)."""
 
 from __future__ import annotations
 
@@ -27,19 +25,15 @@ class Attribution:
         self.state = state
 
     def read(self, batch: Sequence[Candidate], m: Measured) -> tuple[list[Outcome] | None, str]:
-        """Each flip's change from its own functions, or None and why: every
-        changed function must lie in one footprint, unowned bytes must not
-        move, and the inlined sites must be the set's, flip for flip."""
+        """Each flip's change from its own functions, or None and why: every changed function must lie in one
+        footprint, unowned bytes must not move, and the inlined sites must be the set's, flip for flip."""
         base = self.state.base.sizes
         traced = base.shared is not None and m.sizes.shared is not None  # (both compiled: pieces and referrers)
         if not traced and not only_padding_moved(base, m.sizes):
             return None, "bytes no function owns moved"
-        owner: dict[str, Candidate] = {}
-        for c in batch:
-            for f in c.footprint:
-                if f in owner:
-                    return None, "footprints overlap"
-                owner[f] = c
+        owner = {f: c for c in batch for f in c.footprint}
+        if len(owner) < sum(len(c.footprint) for c in batch):
+            return None, "footprints overlap"
         delta = {c: 0 for c in batch}
         outside: dict[str, int] = {}
         for f in set(base.functions) | set(m.sizes.functions):
@@ -69,8 +63,7 @@ class Attribution:
         moved = (m.inlined ^ self.state.base.inlined) - {s.key for s in flipped}
         if any(not is_under_any(k, flipped) and outermost(k) not in out for k in moved):
             return None, "the compiler changed sites nobody flipped"
-        return [Outcome(c, delta[c], applied(c, m), m, extra=frozenset(extra[c]), other=other[c])
-                for c in batch], ""
+        return [Outcome(c, delta[c], applied(c, m), m, extra=frozenset(extra[c]), other=other[c]) for c in batch], ""
 
 
 def only_padding_moved(base, now, explained: dict[str, int] | None = None) -> bool:

@@ -1,7 +1,5 @@
-"""Measuring one batch: its compile, read by :mod:`.attribution` (flips in place)
-and :mod:`.copies` (flips in copies); a failed reading splits the batch, or
-compiles the reference first when the failure may be the reference's.
-"""
+"""Measuring one batch: its compile, read by :mod:`.attribution` (flips in place) and :mod:`.copies` (flips in
+copies); a failed reading splits the batch, or compiles the reference first when the failure may be the reference's."""
 
 from __future__ import annotations
 
@@ -12,8 +10,6 @@ from mlgo_host.search.state import Candidate, Outcome, SearchState, released
 
 
 class Measurer:
-    """Measures the batches of one module's search (see the module docstring)."""
-
     def __init__(self, state: SearchState, attribution: Attribution, copies: Copies, reference: Reference):
         self.state = state
         self.attribution = attribution
@@ -91,12 +87,11 @@ class Measurer:
             if backs and not failed:
                 # (a body they brought back may have moved what the originals are read by: they go in place)
                 self.copies.not_in_copies |= {c.key for c in backs}
-                rest = [c for c in batch if c not in backs]
-                return self.measure(rest) if rest else []
+                return self.measure([c for c in batch if c not in backs])
             self.copies.no_copies |= {c.in_copy for c in batch if c.in_copy is not None}
             for c in batch:
                 c.in_copy = None
-            return self.measure(normal) if normal else []
+            return self.measure(normal)
         st.unverified.clear()
         st.flips_measured += len(out)
         st.flips_in_copies += len(out) - len(normal)

@@ -1,7 +1,5 @@
-"""Which flips a batched search tries, and in what order.  A flip's *footprint*
-is the functions it may change: where its callers' code ends up under the
-current set, and a callee it may delete or bring back.
-"""
+"""Which flips a batched search tries, and in what order.  A flip's *footprint* is the functions it may change:
+where its callers' code ends up under the current set, and a callee it may delete or bring back."""
 
 from __future__ import annotations
 
@@ -22,8 +20,6 @@ MAX_OUTLINE = 64
 
 
 class Candidates:
-    """The flips of one module's search (see the module docstring)."""
-
     def __init__(self, state: SearchState, model: FlipGainModel | None = None, prior=None):
         self.state = state
         self.model = model
@@ -63,9 +59,8 @@ class Candidates:
 
     def candidate(self, sites: tuple[Site, ...], inline: bool, final, **kw) -> Candidate:
         """A flip, its footprint formed against the current set (``final``: :meth:`SearchState.final`)."""
-        reads = frozenset(s.callee for s in sites) if inline else frozenset()
-        return Candidate(sites, inline, self.footprint(sites, final, inline), reads=reads,
-                         formed=self.state.version, **kw)
+        return Candidate(sites, inline, self.footprint(sites, final, inline), formed=self.state.version,
+                         reads=frozenset(s.callee for s in sites) if inline else frozenset(), **kw)
 
     def fresh(self, c: Candidate) -> Candidate:
         """``c`` with its footprint formed again if winners changed the set since (not an answered flip)."""

@@ -1,13 +1,12 @@
-"""Flips measured in copies of the function they change, many per compile: most
-flips land in a few hub functions, which in-place batches hold one flip of.  A
-flip's gain is its copy's size less a *control* copy's (the set alone), which must
-equal the function exactly, else the function gets no copies again.
-"""
+"""Flips measured in copies of the function they change, many per compile: most flips land in a few hub functions,
+which in-place batches hold one flip of.  A flip's gain is its copy's size less a *control* copy's (the set alone),
+which must equal the function exactly, else the function gets no copies again."""
 
 from __future__ import annotations
 
 import logging
 import re
+from itertools import accumulate
 from typing import Iterable, Sequence
 
 from mlgo_host.errors import CompilerError, MlgoHostError
@@ -31,8 +30,6 @@ Plan = list[tuple[int, Roots, Candidate | None]]
 
 
 class Copies:
-    """Measuring flips of one module's search in copies (see the module docstring)."""
-
     def __init__(self, state: SearchState, attribution: Attribution, enabled: bool = True):
         self.state = state
         self.attribution = attribution
@@ -55,8 +52,7 @@ class Copies:
         return self._text
 
     def _debug_names(self, tree: Iterable[str]) -> set[str]:
-        text = self.text()
-        return {text.debug_name(fn) for fn in tree}
+        return {self.text().debug_name(fn) for fn in tree}
 
     def tree(self, root: Roots) -> frozenset[str] | None:
         """What a copy of ``root`` copies: the roots and the functions whose code ends up in them only
@@ -155,12 +151,8 @@ class Copies:
 
     def _brought_back_in(self, plan: Plan) -> dict[int, tuple[str, str]]:
         """copy -> (the body its flip brings back as this compile names it, the callee)."""
-        out = {}
-        for k, root, c in plan:
-            x = self.brought_back(c) if c is not None else None
-            if x is not None:
-                out[k] = (copy_name(x, k) if x in self.tree(root) else x, x)
-        return out
+        backs = {k: (root, self.brought_back(c)) for k, root, c in plan if c is not None}
+        return {k: (copy_name(x, k) if x in self.tree(root) else x, x) for k, (root, x) in backs.items() if x}
 
     def read(self, normal: list[Candidate], plan: Plan, m: Measured) -> tuple[list[Outcome] | None, str]:
         """The ordinary flips read without the copies, each other against its control; flips whose
@@ -308,12 +300,9 @@ def pieces_of(owners: dict[str, frozenset[str]], base: ObjectSizes, now: ObjectS
 
 def _copied_chain(s: Site, names: set[str]) -> tuple[bool, list[bool]]:
     """Whether the call itself, and each entry of ``s``'s chain, lies in a copied body."""
-    renamed = [False] * len(s.chain)
-    inside = True
-    for i in range(len(s.chain) - 1, -1, -1):
-        inside = inside and s.chain[i][0] in names
-        renamed[i] = inside
-    return (renamed[0] if renamed else False), renamed
+    # (an entry is inside while it and every entry outer to it are copied bodies)
+    renamed = list(accumulate((fn in names for fn, _, _ in reversed(s.chain)), lambda a, b: a and b))[::-1]
+    return bool(renamed) and renamed[0], renamed
 
 
 _COPY = re.compile(r"\.mlgo(\d+)(?=[:\s;]|$)")

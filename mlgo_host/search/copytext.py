@@ -1,7 +1,5 @@
-"""A module's textual IR with copies of function trees written into it, for
-:mod:`.copies`.  Each copy gets its own ``DISubprogram``: the compiler names a
-call site by its subprogram, so copies sharing one would share their keys.
-"""
+"""A module's textual IR with copies of function trees written into it, for :mod:`.copies`.  Each copy gets its own
+``DISubprogram``: the compiler names a call site by its subprogram, so copies sharing one would share their keys."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The batched search of one module: :func:`search_module_batched` probes it,
-picks its start (:mod:`.starts`) and runs or resumes a :class:`BatchedSearch`,
-whose parts share one :class:`~.state.SearchState`.  A search cut by its budget
-or time keeps what it queued (``pending``) for the next.  How a pass goes:
-docs/search.md.
-"""
+"""The batched search of one module: :func:`search_module_batched` probes it, picks its start (:mod:`.starts`) and
+runs or resumes a :class:`BatchedSearch`, whose parts share one :class:`~.state.SearchState`.  A search cut by its
+budget or time keeps what it queued (``pending``) for the next.  How a pass goes: docs/search.md."""
 
 from __future__ import annotations
 
@@ -32,8 +29,7 @@ log = logging.getLogger("mlgo_host.search")
 
 
 def _of_state(name: str, doc: str) -> property:
-    return property(lambda self: getattr(self.state, name), lambda self, v: setattr(self.state, name, v),
-                    doc=doc)
+    return property(lambda self: getattr(self.state, name), lambda self, v: setattr(self.state, name, v), doc=doc)
 
 
 def _of_part(part: str, method: str, doc: str) -> property:
@@ -42,8 +38,7 @@ def _of_part(part: str, method: str, doc: str) -> property:
 
 
 class BatchedSearch:
-    """The search of one module (see the module docstring).  ``copies``:
-    measure the flips of one function in copies of it (:mod:`.copies`)."""
+    """The search of one module.  ``copies``: measure the flips of one function in copies of it (:mod:`.copies`)."""
 
     def __init__(self, module: Module, probe: Probe, evaluator: ReplayEvaluator, *, budget: int,
                  model: FlipGainModel | None = None, deadline: float | None = None, prior=None, copies: bool = True):
@@ -78,8 +73,7 @@ class BatchedSearch:
     begin = _of_part("reference", "begin", "The start and the reference.")
 
     def resume_from(self, res: dict) -> None:
-        """Go on from an earlier result: its best set, its compile of it (or
-        one compile) and the flips it tried."""
+        """Go on from an earlier result: its best set, its compile of it (or one compile) and the flips it tried."""
         st = self.state
         st.inline = {k: st.sites.get(k) or site_of_line(ln) for k, ln in res["inline_all"].items()}
         st.tried = set(res["tried"])
@@ -92,10 +86,8 @@ class BatchedSearch:
         st.interacting = {(k, bool(inline)) for k, inline in res.get("interacting", ())}
         self.copies.no_copies = {r if isinstance(r, str) else tuple(r) for r in res.get("no_copies", ())}
         self.copies.not_in_copies = set(res.get("not_in_copies", ()))
-        ref = res.get("reference")
         # (stored objects keyed as this search keys its compiles: see Measured.keyed_by)
-        if ref is not None:
-            ref = ref.keyed_by(st.ev.scope)
+        ref = res["reference"].keyed_by(st.ev.scope) if res.get("reference") is not None else None
         if st.probe.plain is not None:
             st.probe.plain = st.probe.plain.keyed_by(st.ev.scope)
         if ref is None and not res["tried"]:  # a probe only: its decisions' compile is the start
@@ -105,8 +97,8 @@ class BatchedSearch:
         self.pending = self.cands.stored(res.get("pending", ()))
 
     def run(self) -> None:
-        """Passes until the budget or the flips run out (docs/search.md, "What a
-        search tries"), starting with what an earlier search left :attr:`pending`."""
+        """Passes until the budget or the flips run out (docs/search.md, "What a search tries"), starting with
+        what an earlier search left :attr:`pending`."""
         st = self.state
         if st.base is None:
             self.begin()
@@ -165,9 +157,8 @@ class BatchedSearch:
         return outs
 
     def one_pass(self, queue: list[Candidate]) -> tuple[set[str], list[Outcome], list[Candidate]]:
-        """Measure ``queue`` (and the sites winners expose) by batches, applying each batch's
-        winners; returns the functions they changed, the flips that did not pay and the flips
-        left unmeasured."""
+        """Measure ``queue`` (and the sites winners expose) by batches, applying each batch's winners; returns the
+        functions they changed, the flips that did not pay and the flips left unmeasured."""
         st, sched = self.state, self.scheduler
         touched: set[str] = set()
         lost: list[Outcome] = []
@@ -212,12 +203,11 @@ def _disjoint_best(won: list[Outcome]) -> tuple[list[Outcome], list[Outcome]]:
 def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, default_size: int | None,
                           model: FlipGainModel | None = None, deadline: float | None = None,
                           resume: dict | None = None, prior=None) -> dict:
-    """Probe ``module`` with ``policy`` (tune: the compiler's default), then
-    search by batches until ``budget`` compiles in all, the probe's counted;
-    or go on from ``resume``, an earlier result.  ``prior``: a P(inline) over
-    feature records that orders the flips.  A probe the ``deadline`` cuts
-    gives status ``skipped``.  ``default_size``: -Oz's object, None to read
-    it from the probe.  Returns the result ``tune`` stores (:func:`result_of`)."""
+    """Probe ``module`` with ``policy`` (tune: the compiler's default), then search by batches until ``budget``
+    compiles in all, the probe's counted; or go on from ``resume``, an earlier result.  ``prior``: a P(inline) over
+    feature records that orders the flips.  A probe the ``deadline`` cuts gives status ``skipped``.
+    ``default_size``: -Oz's object, None to read it from the probe.  Returns the result ``tune`` stores
+    (:func:`result_of`)."""
     t0 = time.monotonic()
     old = resume or {}
     starts_only = cfg.get("starts_only")
@@ -272,8 +262,7 @@ def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, def
     start_compiles = old.get("start_compiles")
     res["start_compiles"] = res["compiles"] if not res.get("tried") else \
         start_compiles if start_compiles is not None else spent if spent is not None else probe.compiles
-    if flags and res["status"] == "ok" and (s.base is None or s.provisional) and probe.plain is not None \
-            and probe.plain.text < default_size:
+    if flags and (s.base is None or s.provisional) and probe.plain is not None and probe.plain.text < default_size:
         # the best is the threshold's own object: a build gets the threshold alone (no replay file)
         res.update(best_size=int(probe.plain.text), inline=None, scope=None)
     return res
@@ -313,10 +302,9 @@ def _starts_due(resume: dict | None, cfg: dict, budget: int, deadline: float | N
 
 def _best_start(module: Module, policy, resume: dict, default_size: int, cfg: dict, deadline: float | None
                 ) -> tuple[dict[int, int | None], int | None, tuple[Module, list[str], Probe, str] | None, int]:
-    """Measure the module's other starts (``cfg["thresholds"]``, ``cfg["start_policy"]``) and
-    pick the smallest.  Returns the threshold sizes, the start policy's size (None: none, or
-    its probe failed), the start to search from if one beats -Oz (module with its flags,
-    flags, probe, name: "policy" or "threshold T") and the compiles spent."""
+    """Measure the module's other starts (``cfg["thresholds"]``, ``cfg["start_policy"]``) and pick the smallest.
+    Returns the threshold sizes, the start policy's size (None: none, or its probe failed), the start to search from
+    if one beats -Oz (module with its flags, flags, probe, name: "policy" or "threshold T") and the compiles spent."""
     plains: dict = {}
     sizes = measure_thresholds(module, cfg["thresholds"], clang=cfg["clang"], timeout=cfg.get("module_timeout", 300.0),
                                deadline=deadline, plains=plains) if cfg.get("thresholds") else {}
@@ -358,8 +346,7 @@ def _probe_within(module: Module, policy, cfg: dict, deadline: float | None, pla
 
 def search_of(module: Module, probe: Probe, cfg: dict, *, budget: int, spent: int | None = None,
               **kw) -> BatchedSearch:
-    """A search of ``module`` from ``probe``, the compiles already ``spent`` counted (default:
-    the probe's own)."""
+    """A search of ``module`` from ``probe``, the compiles already ``spent`` counted (default: the probe's own)."""
     ev = ReplayEvaluator(module, {d.site.caller for d in probe.decisions}, clang=cfg["clang"],
                          timeout=cfg.get("module_timeout", 300.0))
     ev.compiles = probe.compiles if spent is None else spent

@@ -1,7 +1,5 @@
-"""Which flips of a module to measure first (:func:`flip_scores`): the measured
-winner patterns, a flip-gain model fitted on the flips measured so far, or a
-trained policy's probability of the other action, which leads when given.
-"""
+"""Which flips of a module to measure first (:func:`flip_scores`): the measured winner patterns, a flip-gain model
+fitted on the flips measured so far, or a trained policy's probability of the other action, which leads when given."""
 
 from __future__ import annotations
 

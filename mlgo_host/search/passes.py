@@ -1,8 +1,6 @@
-"""How a search's compiles (or its time) are shared among the modules, for
-``tune`` and each round of search-then-imitate (docs/search.md, "How tune
-shares compiles across files").  Results go to a store as they arrive: a
-:class:`~mlgo_host.search.tunedir.TuneStore`, or :class:`RoundResults`.
-"""
+"""How a search's compiles (or its time) are shared among the modules, for ``tune`` and each round of
+search-then-imitate (docs/search.md, "How tune shares compiles across files").  Results go to a store
+as they arrive: a :class:`~mlgo_host.search.tunedir.TuneStore`, or :class:`RoundResults`."""
 
 from __future__ import annotations
 
@@ -73,9 +71,6 @@ class Passes:
         m = fit_flip_model(self.earlier + [r for r in self.store.results.values() if r["status"] == "ok"])
         return m.to_json() if m is not None else None
 
-    def _run(self, tasks: list[tuple], desc: str) -> None:
-        run_searches(self.pool, tasks, desc, self.progress, on_result=self.store.add)
-
     def _open(self) -> list[dict]:
         return [r for n, r in self.store.results.items() if n in self.by_name and r["status"] == "ok"
                 and r.get("search") == "batched" and r["stopped"] != "exhausted"]
@@ -87,18 +82,17 @@ class Passes:
             # a deadline: each module's starts in its probe's task (no stage waits for the slowest module);
             # first those trying the start policy (it finds the most per compile), the smallest first
             order = sorted(new, key=lambda m: (self.starts_of.of(m.language)[1] is None, m.size))
-            self._timed("probe and starts", lambda: self._run(
-                [SearchTask(m.to_task(), self.PROBE + self.starts_of.cost(m.language), deadline=self.deadline,
-                            prior=self.prior, starts_only=True) for m in order], f"{self.label}: probe and starts"))
+            self._stage("probe and starts", [SearchTask(m.to_task(), self.PROBE + self.starts_of.cost(m.language),
+                                                        deadline=self.deadline, prior=self.prior, starts_only=True)
+                                             for m in order])
         elif new and self.left() > 0:
             # compiles and a deadline (a round of search-then-imitate): each probe goes on with its part of
             # the compiles (by module size), so a deadline that ends the round early finds flips measured
             budgets = self._first_budgets(new) if self.deadline is not None else [self.PROBE] * len(new)
             model = self._model() if self.deadline is not None else None
-            self._timed("probe", lambda: self._run(
-                [SearchTask(m.to_task(), b, model, self.deadline, prior=self.prior) for m, b in zip(new, budgets)],
-                f"{self.label}: probe"))
-        self._timed("starts", self.starts)
+            self._stage("probe", [SearchTask(m.to_task(), b, model, self.deadline, prior=self.prior)
+                                  for m, b in zip(new, budgets)])
+        self._stage("starts", self._starts())
         for k in range(1, 1 + MAX_PASSES):
             open_, left = self._open(), self.left()
             if not open_ or left <= 0:
@@ -119,8 +113,8 @@ class Passes:
                            key=lambda t: (not t.resume["tried"] if timed else 0, (t.budget - t.resume["compiles"])
                                           * (seconds_per_compile(t.resume) if timed else 1.0)),
                            reverse=True)
-            self._timed("passes", lambda: self._run(tasks, f"{self.label}: pass {k} ({self._past_start()}/{len(self.mods)} "
-                                                           f"files searched past their start)"))
+            self._stage("passes", tasks,
+                        f"pass {k} ({self._past_start()}/{len(self.mods)} files searched past their start)")
             if self.compiles() == before:
                 return
 
@@ -148,34 +142,32 @@ class Passes:
         """Modules whose search measured a flip."""
         return sum(1 for n, r in self.store.results.items() if n in self.by_name and r.get("tried"))
 
-    def _timed(self, stage: str, step) -> None:
-        """Run ``step``, adding its wall time and compiles to :attr:`spent`."""
+    def _stage(self, stage: str, tasks: list[SearchTask], desc: str | None = None) -> None:
+        """Run ``tasks``, adding their wall time and compiles to :attr:`spent` (progress: ``desc`` or ``stage``)."""
         t, c = time.time(), self.compiles()
-        step()
+        if tasks:
+            run_searches(self.pool, tasks, f"{self.label}: {desc or stage}", self.progress, on_result=self.store.add)
         if self.compiles() == c:
             return  # (a stage with nothing to do)
         got = self.spent.setdefault(stage, {"seconds": 0.0, "compiles": 0})
         got["seconds"] = round(got["seconds"] + time.time() - t, 1)
         got["compiles"] += self.compiles() - c
 
-    def starts(self) -> None:
-        """The other starts (:mod:`.starts`) of every probed module with decisions and nothing
-        searched yet, before the passes: the most decisions first, while the compiles cover them."""
+    def _starts(self) -> list[SearchTask]:
+        """The tasks measuring the other starts (:mod:`.starts`) of every probed module with decisions and
+        nothing searched yet, before the passes: the most decisions first, while the compiles cover them."""
         cost = {n: self.starts_of.cost(m.language) for n, m in self.by_name.items()}
         due = sorted((r for r in self._open() if starts_pending(r) and cost[r["name"]]),
                      key=lambda r: -r.get("decisions", 0))
         if self.per_module is not None:
             spent, left = np.cumsum([cost[r["name"]] for r in due]), self.left()
             due = [r for r, c in zip(due, spent) if c <= left]
-        if due:
-            self._run([SearchTask(self.by_name[r["name"]].to_task(), r["compiles"] + cost[r["name"]],
-                                  deadline=self.deadline, resume=r, prior=self.prior, starts_only=True) for r in due],
-                      f"{self.label}: starts")
+        return [SearchTask(self.by_name[r["name"]].to_task(), r["compiles"] + cost[r["name"]], deadline=self.deadline,
+                           resume=r, prior=self.prior, starts_only=True) for r in due]
 
 
 def _flips_left(r: dict) -> int:
-    """The flips a module may still measure: its decisions not tried yet, or the flips its
-    search queued and did not measure, whichever is more."""
+    """The flips a module may still measure: its decisions not tried yet, or the flips queued, whichever is more."""
     return max(1, r.get("decisions", 1) - len(r["tried"]), len(r.get("pending") or ()))
 
 

@@ -1,8 +1,6 @@
-"""The probe: a module compiled once over the channel, which gives each
-decision's features and names its call site (:mod:`.sites`).  The channel
-decides by index, so the search probes once, then compiles its decision sets
-by the compiler's replay (:mod:`.replay`).
-"""
+"""The probe: a module compiled once over the channel, which gives each decision's features and names its call site
+(:mod:`.sites`).  The channel decides by index, so the search probes once, then compiles its decision sets by the
+compiler's replay (:mod:`.replay`)."""
 
 from __future__ import annotations
 

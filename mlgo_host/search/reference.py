@@ -1,7 +1,6 @@
-"""The reference every flip is measured against (:attr:`SearchState.base`).  The
-next reference is *derived* from the winners' compiles, not compiled, and stays
-unverified until a later batch finds every function outside its footprints unchanged.
-"""
+"""The reference every flip is measured against (:attr:`SearchState.base`).  The next reference is *derived* from
+the winners' compiles, not compiled, and stays unverified until a later batch finds every function outside its
+footprints unchanged."""
 
 from __future__ import annotations
 
@@ -15,8 +14,6 @@ from mlgo_host.search.state import Candidate, Outcome, SearchState
 
 
 class Reference:
-    """The reference of one module's search (see the module docstring)."""
-
     def __init__(self, state: SearchState, candidates: Candidates, copies: Copies):
         self.state = state
         self.candidates = candidates

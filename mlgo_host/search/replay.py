@@ -1,6 +1,5 @@
-"""A whole inlining decision set of a module in one compile, by the compiler's
-inline replay (docs/search.md, "Decision sets compiled by replay").
-"""
+"""A whole inlining decision set of a module in one compile, by the compiler's inline replay (docs/search.md,
+"Decision sets compiled by replay")."""
 
 from __future__ import annotations
 
@@ -38,8 +37,7 @@ def run_compile(cmd: list[str], module: Module, what: str, out: str, timeout: fl
         raise CompilerError(f"module {module.name!r}: the {what} compile did not finish within "
                             f"{timeout:g} s") from None
     if r.returncode != 0 or not os.path.exists(out):
-        raise CompilerError(f"module {module.name!r}: the {what} compile failed", r.returncode,
-                            r.stderr[-2000:])
+        raise CompilerError(f"module {module.name!r}: the {what} compile failed", r.returncode, r.stderr[-2000:])
     return r.stderr
 
 

@@ -1,6 +1,5 @@
-"""What ``tune`` stores of one module's batched search: a :class:`SearchResult`,
-kept as a dict (:func:`result_of`), which a resumed search reads back.
-"""
+"""What ``tune`` stores of one module's batched search: a :class:`SearchResult`, kept as a dict (:func:`result_of`),
+which a resumed search reads back."""
 
 from __future__ import annotations
 
@@ -109,7 +108,6 @@ def search_result(s: BatchedSearch, default_size: int, wall_s: float) -> SearchR
         inline=sorted(x.replay_line() for x in st.inline.values()) if use_replay else None,
         scope=sorted({d.site.caller for d in st.probe.decisions}) if use_replay else None,
         inline_all={k: x.replay_line() for k, x in st.inline.items()}, probe=st.probe,
-        # the imitation target: the best set's action at each of the probe's decisions (and its features)
         header=ep.header.to_json(), raw=ep.raw, probe_actions=ep.actions,
         actions=np.array([1 if d.site.key in st.inline else 0 for d in st.probe.decisions], dtype=np.int64),
         default_slot=st.default_slot,

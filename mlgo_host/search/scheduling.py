@@ -1,6 +1,5 @@
-"""Which flips share a compile (:class:`Batch`), which batch goes next (the
-most expected winners), and what the module's compiles afford.
-"""
+"""Which flips share a compile (:class:`Batch`), which batch goes next (the most expected winners), and what the
+module's compiles afford."""
 
 from __future__ import annotations
 
@@ -28,7 +27,7 @@ class Batch:
         self.flips: list[Candidate] = []
         self.writes: set[str] = set()
         self.reads: set[str] = set()
-        self.inlining: dict[str, int] = {}  # callee -> calls the batch inlines
+        self.inlining: Counter[str] = Counter()  # callee -> calls the batch inlines
         self.roots: set[str] = set()  # the functions flips are measured in copies of
         self.back: set[str] = set()  # the callees flips measured in copies bring back
         self.copies = 0
@@ -66,8 +65,7 @@ class Batch:
             return
         self.writes |= c.footprint
         if c.inline:
-            for s in c.sites:
-                self.inlining[s.callee] = self.inlining.get(s.callee, 0) + 1
+            self.inlining.update(s.callee for s in c.sites)
 
 
 def plain(c: Candidate) -> bool:
@@ -76,8 +74,6 @@ def plain(c: Candidate) -> bool:
 
 
 class Scheduler:
-    """Batches and budgets of one module's search (see the module docstring)."""
-
     def __init__(self, state: SearchState, candidates: Candidates, copies: Copies, reference: Reference):
         self.state = state
         self.candidates = candidates

@@ -1,8 +1,6 @@
-"""Call-site identity: which call site each inlining decision of a compile is.
-A :class:`Site` is keyed as the compiler's inline replay names it
-(``sq at big:3:71 @ f1:0:24``, docs/search.md); the optimization record lacks
-the inline chain: :func:`identify` rebuilds it.
-"""
+"""Call-site identity: which call site each inlining decision of a compile is.  A :class:`Site` is keyed as the
+compiler's inline replay names it (``sq at big:3:71 @ f1:0:24``, docs/search.md); the optimization record lacks the
+inline chain: :func:`identify` rebuilds it."""
 
 from __future__ import annotations
 
@@ -168,9 +166,8 @@ _ARG = re.compile(r"^\s+- (\w+):\s+(.*)$")
 
 
 def always_inline_sites(text: str) -> list[Site]:
-    """The ``always_inline`` sites of an optimization record, in order: the
-    mandatory inliner writes each ``AlwaysInline`` remark as ``-Rpass=inline``
-    prints it (its arguments, joined), beside the ML advisor's remarks."""
+    """The ``always_inline`` sites of an optimization record, in order: the mandatory inliner writes each
+    ``AlwaysInline`` remark as ``-Rpass=inline`` prints it (its arguments, joined), beside the ML advisor's remarks."""
     lines = []
     for doc in text.split("\n--- "):
         if not re.search(r"^Name:\s+AlwaysInline\s*$", doc, re.M):
@@ -266,11 +263,9 @@ def read_debug_info(ir_lines: Iterable[str]) -> DebugInfo:
                 nodes[m.group(1)] = (name, int(got.get("line", 0)), got.get("file", ""))
     infos = {i: FunctionInfo(n, line, files.get(f, ""), defined.get(i, "")) for i, (n, line, f) in nodes.items()}
     by_file: dict[str, list[FunctionInfo]] = {}
-    for info in infos.values():
+    for info in sorted(infos.values(), key=lambda f: f.line):
         if info.line:  # a function with no line has no extent in its file
             by_file.setdefault(info.file, []).append(info)
-    for v in by_file.values():
-        v.sort(key=lambda f: f.line)
     functions = {fn: infos[i] for i, fn in defined.items() if i in infos}
     return DebugInfo(functions, by_file, {fn: frozenset(c) for fn, c in calls.items()})
 
@@ -300,12 +295,11 @@ class AmbiguousSites(CompilerError):
 
 def identify(remarks: Sequence[Remark], debug: DebugInfo, mandatory: Sequence[Site] = (),
              known: set[str] = frozenset(), exact: bool = False) -> list[Decision]:
-    """Every decision's :class:`Site`, by replaying the inline tree in decision order
-    (docs/search.md, "The probe and call-site keys").  ``mandatory``: the ``always_inline``
-    sites, inlined before the first decision.  ``known``: keys a compile with the same
-    decisions inlined; where a remark cannot tell copies of one body apart (the compiler may
-    visit them in another order than it copied them), the copy agreeing with ``known`` goes
-    first.  ``exact``: raise :class:`AmbiguousSites` rather than take the first copy."""
+    """Every decision's :class:`Site`, by replaying the inline tree in decision order (docs/search.md, "The probe
+    and call-site keys").  ``mandatory``: the ``always_inline`` sites, inlined before the first decision.
+    ``known``: keys a compile with the same decisions inlined; where a remark cannot tell copies of one body apart
+    (the compiler may visit them in another order than it copied them), the copy agreeing with ``known`` goes first.
+    ``exact``: raise :class:`AmbiguousSites` rather than take the first copy."""
     live: dict[str, list[_Live]] = {}
     used: dict[str, set[str]] = {}  # caller -> keys its decisions took
     bodies: dict[str, list[Site]] = {}  # caller -> the sites whose callee's body it took in, in order

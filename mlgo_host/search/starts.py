@@ -1,9 +1,5 @@
-"""Where a module's search starts: the compiler's own decisions at `-Oz`, at
-another inline threshold, or the shipped policy's, whichever compiles smallest.
-A threshold moves the heuristic's decisions everywhere at once, which no flip
-search finds; it stays in the module's command line (the probe, every replay
-and the tuned build's flags carry it).  docs/search.md, "Starts".
-"""
+"""Where a module's search starts: the compiler's own decisions at `-Oz`, at another inline threshold (kept in the
+module's command line), or the shipped policy's, whichever compiles smallest (docs/search.md, "Starts")."""
 
 from __future__ import annotations
 
@@ -56,8 +52,7 @@ def starts_cost(thresholds: Sequence[int], policy: bool) -> int:
 
 
 def starts_pending(result: dict) -> bool:
-    """Has a stored ``result``'s module its starts still to measure (probed, with decisions,
-    nothing searched yet)?"""
+    """Has a stored ``result``'s module its starts still to measure (probed, with decisions, nothing searched yet)?"""
     return result.get("thresholds") is None and not result["tried"] and result.get("reference") is None \
         and result.get("decisions", 0) > 0
 

@@ -1,7 +1,5 @@
-"""What every part of one module's batched search shares: the flip
-(:class:`Candidate`), its measurement (:class:`Outcome`) and the
-:class:`SearchState` (the decision set, its reference, what the search reports).
-"""
+"""What every part of one module's batched search shares: the flip (:class:`Candidate`), its measurement
+(:class:`Outcome`) and the :class:`SearchState` (the decision set, its reference, what the search reports)."""
 
 from __future__ import annotations
 
@@ -63,8 +61,6 @@ def released(batch: Iterable[Candidate]) -> frozenset[str]:
 
 
 class SearchState:
-    """The shared state of one module's search (see the module docstring)."""
-
     def __init__(self, module: Module, probe: Probe, evaluator: ReplayEvaluator, *, budget: int,
                  deadline: float | None = None):
         self.module = module

@@ -1,8 +1,6 @@
-"""``mlgo-host tune``: the best inlining decisions found for each module of
-your corpus, kept as the compiler's replay files a build applies.  Every result
-is written to ``T`` as it arrives (:mod:`.tunedir`), so a killed run loses only
-the searches in flight and a second run goes on from each module's best.
-"""
+"""``mlgo-host tune``: the best inlining decisions found for each module of your corpus, kept as the compiler's
+replay files a build applies.  Every result is written to ``T`` as it arrives (:mod:`.tunedir`), so a killed run
+loses only the searches in flight and a second run goes on from each module's best."""
 
 from __future__ import annotations
 
@@ -35,11 +33,10 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
          module_timeout: float = 300.0, modules: Sequence[str] | None = None, progress: bool = True,
          prior: str | None = None, copies: bool = True, thresholds: bool = True,
          start_policy: str | None = None) -> dict[str, Any]:
-    """Tune every module of ``corpus_dir`` (or the named ``modules``) into ``output``; returns
-    the summary (also in ``output/summary.json``).  ``prior``: a shipped policy whose
-    P(inline) orders the flips; ``copies``: measure flips in copies (:mod:`.copies`);
-    ``thresholds``, ``start_policy``: the other starts a search from the compiler's own
-    decisions may take (:mod:`.starts`), per language as :data:`.starts.STARTS_BY_LANGUAGE` says."""
+    """Tune every module of ``corpus_dir`` (or the named ``modules``) into ``output``; returns the summary (also in
+    ``output/summary.json``).  ``prior``: a shipped policy whose P(inline) orders the flips; ``copies``: measure
+    flips in copies (:mod:`.copies`); ``thresholds``, ``start_policy``: the other starts a search from the
+    compiler's own decisions may take (:mod:`.starts`), per language as :data:`.starts.STARTS_BY_LANGUAGE` says."""
     t0 = time.monotonic()
     budget = _budget(budget_minutes, compiles_per_module)
     if jobs < 1:
@@ -51,7 +48,6 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
     _check_meanings(policy, (prior, start_policy), clang, module_timeout)
     store = TuneStore.open(output, corpus_dir, policy, clang, mods)
     deadline = time.time() + 60.0 * budget_minutes if budget_minutes is not None else None
-    pool_opts = {"ray_address": ray_address} if backend == "ray" else {}
     from_default = store.manifest["base"] == "default"
     starts = Starts(START_THRESHOLDS if thresholds and from_default else (), start_policy if from_default else None)
     pool = make_pool(backend, jobs, "mlgo_host.search.worker:SearchWorker",
@@ -59,7 +55,7 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
                       "baseline_cache": os.path.join(store.path, "baselines"), "copies": copies,
                       "thresholds": starts.thresholds, "start_policy": starts.policy,
                       "starts_by_language": starts.by_language},
-                     **pool_opts)
+                     **({"ray_address": ray_address} if backend == "ray" else {}))
     try:
         pool.broadcast("set_policy", store.policy_blob())
         passes = Passes(pool, store, mods, budget, deadline, progress, prior=prior, starts=starts)
@@ -68,8 +64,7 @@ def tune(corpus_dir: str, output: str, *, policy: str | None = None, budget_minu
     finally:
         pool.close()
     minutes = (time.monotonic() - t0) / 60.0
-    return store.report(mods, run_minutes=minutes, run_compiles=passes.compiles() - spent0,
-                        spent=passes.spent)
+    return store.report(mods, run_minutes=minutes, run_compiles=passes.compiles() - spent0, spent=passes.spent)
 
 
 def _budget(minutes: float | None, per_module: float | None) -> dict:

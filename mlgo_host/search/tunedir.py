@@ -1,6 +1,5 @@
-"""A tune directory (``mlgo-host tune --output T``, layout in docs/search.md):
-written by :class:`TuneStore`; :class:`TunedDir` finds the module of a compile and
-:class:`TunedPolicies` gives the policy that compiles it."""
+"""A tune directory (``mlgo-host tune --output T``, layout in docs/search.md): written by :class:`TuneStore`;
+:class:`TunedDir` finds the module of a compile and :class:`TunedPolicies` gives the policy that compiles it."""
 
 from __future__ import annotations
 
@@ -202,10 +201,9 @@ class TunedDir:
 
     def replay(self, name: str) -> Replay:
         """Module ``name``'s JSON replay (read once)."""
-        r = self._replays.get(name)
-        if r is None:
-            r = self._replays[name] = read_replay(os.path.join(self.path, self.modules[name]["replay"]))
-        return r
+        if name not in self._replays:
+            self._replays[name] = read_replay(os.path.join(self.path, self.modules[name]["replay"]))
+        return self._replays[name]
 
 
 class TunedPolicies:
@@ -220,13 +218,12 @@ class TunedPolicies:
 
     def _base(self, replay: Replay) -> Policy:
         key = replay.base_path()
-        b = self._bases.get(key)
-        if b is None:
+        if key not in self._bases:
             try:
-                b = self._bases[key] = load_policy(key, seed=self.seed, greedy=self.greedy)
+                self._bases[key] = load_policy(key, seed=self.seed, greedy=self.greedy)
             except ConfigError as e:
                 raise ConfigError(f"{replay.path}: base policy: {e}") from None
-        return b
+        return self._bases[key]
 
     def for_module(self, name: str | None) -> tuple[Policy | None, str | None]:
         """(policy, tuned module name or None) for module ``name``."""
@@ -422,12 +419,8 @@ def _install_policy(path: str, policy: str) -> str:
 
 def _load_results(data_dir: str) -> dict[str, dict]:
     out: dict[str, dict] = {}
-    if not os.path.isdir(data_dir):
-        return out
-    for fn in sorted(os.listdir(data_dir)):
-        if not fn.endswith(".pkl"):
-            continue
-        p = os.path.join(data_dir, fn)
+    names = sorted(os.listdir(data_dir)) if os.path.isdir(data_dir) else []
+    for p in (os.path.join(data_dir, fn) for fn in names if fn.endswith(".pkl")):
         try:
             with open(p, "rb") as f:
                 r = pickle.load(f)

@@ -110,19 +110,15 @@ def _probs_of(policy: Policy, compiler_slot: str | None, language: str | None = 
     return p1
 
 
-def run_searches(pool, tasks: list[tuple], desc: str, progress: bool, on_result=None) -> dict[str, dict]:
-    """Every task's search over ``pool``: name -> result of those that answered (others logged)."""
+def run_searches(pool, tasks: list[tuple], desc: str, progress: bool, on_result) -> None:
+    """Every task's search over ``pool``, each result to ``on_result`` as it arrives (failures logged)."""
     with progress_bar(total=len(tasks), desc=desc, enabled=progress, leave=False) as bar:
         def got(o) -> None:
             bar.update(1)
-            if on_result is not None and o.ok and o.value is not None:
+            if o.ok and o.value is not None:
                 on_result(o.value)
 
         outcomes = pool.map_unordered("search_batched", tasks, None, on_result=got)
-    out = {}
     for o in sorted(outcomes, key=lambda o: o.index):
-        if o.ok and o.value is not None:
-            out[o.value["name"]] = o.value
-        else:
+        if not (o.ok and o.value is not None):
             log.warning("%s: search of %s failed: %s", desc, tasks[o.index][0]["name"], o.error)
-    return out
