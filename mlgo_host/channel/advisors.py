@@ -1,9 +1,5 @@
-"""Advisor kinds: compiler flags, advice, default decision and the legality check of each advice.
-
-The checks exist because clang breaks on illegal advice (docs/channel.md): an eviction index on a
-``mask==0`` slot fails with "ran out of registers", one out of the width segfaults, a priority
-outside ``[0, 2^32)`` is undefined as ``unsigned``.
-"""
+"""Advisor kinds: compiler flags, advice, default decision and the legality check of each advice
+(clang fails, crashes or is undefined on illegal advice: docs/channel.md)."""
 
 from __future__ import annotations
 
@@ -64,10 +60,6 @@ class Advisor:
         return f"<advisor {self.name}>"
 
 
-#: the ML advisor's size-increase stop (see InlineAdvisor.enable_flags)
-SIZE_INCREASE_STOP = 10
-
-
 class InlineAdvisor(Advisor):
     """The ML inliner: advice ``inlining_decision`` int64 [1], nonzero = inline.  The slot of the
     default decision depends on the compiler (:mod:`mlgo_host.channel.default_slot`)."""
@@ -78,7 +70,7 @@ class InlineAdvisor(Advisor):
     # the initial one (default 2); -Oz has no such stop, so with 2 the channel's "default" is not
     # -Oz on small modules.  -Oz's decisions stay below 10x; an inline-everything policy is still stopped.
     enable_flags = ("-enable-ml-inliner=release", "-inliner-interactive-include-default",
-                    f"-ml-advisor-size-increase-threshold={SIZE_INCREASE_STOP:g}")
+                    "-ml-advisor-size-increase-threshold=10")
     channel_flag = "-inliner-interactive-channel-base"
 
     def __init__(self, default_slot: str | None = None):

@@ -157,7 +157,7 @@ class Decoder:
         self.header: Header | None = None
         self.context: str | None = None
         self._buf = b""
-        self._pos = 0  # stream offset of self._buf[0]
+        self.offset = 0  # stream offset of self._buf[0]: the next byte not decoded
         self._pending: tuple[str, int, int] | None = None
         self.observations = 0
         self._ctx = ""  # self.context or ""
@@ -174,7 +174,7 @@ class Decoder:
                 and data.startswith(_OBS_PREFIX):
             num = data[15 : nl - 1]
             if num.isdigit() and (num[0] != 48 or nl == 17):
-                self._pos += len(data)
+                self.offset += len(data)
                 self.observations += 1
                 return nl
         return -1
@@ -187,11 +187,11 @@ class Decoder:
 
     def skip(self, nbytes: int, observations: int) -> None:
         """Account for whole observations the caller framed itself with :meth:`frame_one`'s test."""
-        self._pos += nbytes
+        self.offset += nbytes
         self.observations += observations
 
     def _err(self, msg: str, at: int) -> ProtocolError:
-        return ProtocolError(f"{msg} [after {self.observations} observations]", offset=self._pos + at,
+        return ProtocolError(f"{msg} [after {self.observations} observations]", offset=self.offset + at,
                              context=self.context)
 
     def feed(self, data: bytes) -> list[Record]:
@@ -247,7 +247,7 @@ class Decoder:
             self._fast = _NO_FAST
             raise
         self._buf = buf[p:]
-        self._pos += p
+        self.offset += p
         self._fast = self._obs_total if (not self._buf and self._pending is None) else _NO_FAST
         return out
 
@@ -283,21 +283,16 @@ class Decoder:
         try:
             obj = json.loads(line)
         except (ValueError, UnicodeDecodeError, RecursionError):
-            raise ProtocolError(f"header is not JSON: {line[:80]!r}", offset=self._pos + start) from None
+            raise ProtocolError(f"header is not JSON: {line[:80]!r}", offset=self.offset + start) from None
         try:
             hdr = Header.from_json(obj)
         except ProtocolError as e:
             if e.offset is not None:
                 raise
-            raise ProtocolError(f"header line: {e.message}", offset=self._pos + start) from None
+            raise ProtocolError(f"header line: {e.message}", offset=self.offset + start) from None
         self.header = hdr
         self._obs_total = hdr.observation_nbytes + 2
         return hdr
-
-    @property
-    def offset(self) -> int:
-        """Stream offset of the next unread byte."""
-        return self._pos
 
     @property
     def waiting_for(self) -> str:
@@ -314,7 +309,7 @@ class Decoder:
     @property
     def where(self) -> str:
         ctx = "" if self.context is None else f", context {self.context!r}"
-        return f"stream byte {self._pos + len(self._buf)}{ctx}, {self.observations} observations decoded"
+        return f"stream byte {self.offset + len(self._buf)}{ctx}, {self.observations} observations decoded"
 
     def close(self) -> None:
         """Raise if the stream ended in the middle of a record."""

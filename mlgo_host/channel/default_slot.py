@@ -1,23 +1,20 @@
-"""Where the inliner's default decision really is, per compiler.
-
-With ``-inliner-interactive-include-default`` clang-19 writes it into ``callee_basic_block_count``
-and leaves ``inlining_default`` at 0; LLVM 21 fixed that.  Rather than trust the version, compile
-a call site every heuristic inlines at ``-Oz`` and look at both slots, once per compiler binary
-(cached).  Not knowing is a :class:`ConfigError`: a wrong guess would silently make the default
-policy never inline.  ``MLGO_INLINE_DEFAULT_SLOT`` overrides the detection.
-"""
+"""Where the inliner's default decision really is, per compiler (clang <= 20 sends it in
+``callee_basic_block_count``, docs/channel.md): rather than trust the version, compile a call site
+every heuristic inlines and look at both slots, once per compiler binary (cached).  Not knowing is a
+:class:`ConfigError`: a wrong guess would silently make the default policy never inline.
+``MLGO_INLINE_DEFAULT_SLOT`` overrides the detection."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import shutil
 
 from mlgo_host.channel.advisors import InlineAdvisor, is_clang_driver
 from mlgo_host.channel.session import run_session
 from mlgo_host.errors import CompilerError, ConfigError, MlgoHostError
+from mlgo_host.formats import read_json_object
 from mlgo_host.fsutil import atomic_write_json, scratch_dir
 
 BUGGY_SLOT = "callee_basic_block_count"
@@ -133,15 +130,6 @@ def detect_slot(clang: str, timeout: float = 60.0) -> str:
         raise _cannot_tell(clang, str(e)) from None
 
 
-def _read_cache(cache: str) -> dict:
-    try:
-        with open(cache) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def default_slot(compiler: str, timeout: float = 60.0) -> str:
     """The feature carrying the inliner's default decision for ``compiler`` (detection gets ``timeout``:
     pass what is left of the user's deadline)."""
@@ -159,7 +147,10 @@ def default_slot(compiler: str, timeout: float = 60.0) -> str:
     st = os.stat(path)
     key = hashlib.sha1(f"{path}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
     cache = _cache_file()
-    data = _read_cache(cache)
+    try:
+        data = read_json_object(cache, "default-slot cache")
+    except ConfigError:  # missing or damaged: detect again
+        data = {}
     slot = data.get(key)
     if slot not in SLOTS:
         clang = _detecting_clang(compiler)

@@ -115,8 +115,7 @@ class CompilerProcess:
                 self.rusage = ru
                 self.proc.returncode = os.waitstatus_to_exitcode(status)
             except ChildProcessError:  # reaped elsewhere (should not happen)
-                if self.proc.returncode is None:
-                    self.proc.returncode = -255
+                self.proc.returncode = -255
             if self.proc.returncode == -signal.SIGKILL and not by_host:
                 global _killed_from_outside
                 _killed_from_outside += 1
@@ -134,22 +133,20 @@ class CompilerProcess:
         if self.proc.returncode is not None:
             return self.proc.returncode
         deadline = time.monotonic() + max(timeout, 0.0)
-        if self._pidfd >= 0:
-            p = select.poll()
-            p.register(self._pidfd, select.POLLIN)
-            while True:
-                left = deadline - time.monotonic()
-                if p.poll(max(left, 0.0) * 1000.0) or self._exited():
-                    return self._reap()
-                if left <= 0:
-                    return None
+        poller = None
+        if self._pidfd >= 0:  # readable once the compiler exited; without a pidfd, sleep and look
+            poller = select.poll()
+            poller.register(self._pidfd, select.POLLIN)
         delay = 0.0005
         while not self._exited():
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            time.sleep(min(delay, left))
-            delay = min(delay * 2, 0.02)
+            if poller is not None:
+                poller.poll(left * 1000.0)
+            else:
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, 0.02)
         return self._reap()
 
     def kill(self) -> None:
@@ -158,11 +155,11 @@ class CompilerProcess:
             self._reap()  # SIGKILLs the group first
         procs.remove_temp_outputs(output_of(self.argv), self.started)
 
-    def stderr_tail(self, nbytes: int = 2000) -> str:
+    def stderr_tail(self) -> str:
         try:
             self._log.flush()
             size = os.fstat(self._log.fileno()).st_size
-            self._log.seek(max(0, size - nbytes))
+            self._log.seek(max(0, size - 2000))
             return self._log.read().decode("utf-8", "replace")
         except (OSError, ValueError):
             return ""

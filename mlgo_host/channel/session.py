@@ -176,12 +176,8 @@ def _read_header(dec: Decoder, data: bytes, rfd: int, wd: _Watchdog) -> tuple[He
     """The header and the records after it in its chunk; (None, []) when the stream ended before."""
     while data:
         records = dec.feed(data)
-        if records:
-            header = records[0]
-            if type(header) is not Header:  # the decoder yields the header first, always
-                raise ProtocolError(f"expected the header, got a {type(header).__name__} record",
-                                    offset=dec.offset, context=dec.context)
-            return header, records[1:]
+        if records:  # the decoder yields the header first, always
+            return records[0], records[1:]
         data = os.read(rfd, 65536)
         if wd.fired:
             raise _timed_out(dec)
@@ -260,7 +256,6 @@ class _Session:
         self.decide = decide
         #: default-flag loop: offset of the default flag from the event line's "\n" (-1: no such loop)
         self.flag = -1
-        self.yes = self.no = b""
         off = advisor.default_flag_offset()
         if recorder is None and off is not None and act == advisor.default_advice:
             zero = Observation(-1, "", bytes(header.observation_nbytes), header)
@@ -388,7 +383,13 @@ def run_session(cmd: list[str], advisor: Advisor | str, policy: Policy | None, *
     the compiler on one CPU (-1: the current one; the ping-pong avoids cross-CPU wake-ups).
     ``start``: the ``time.monotonic()`` from which ``timeout`` counts (default: now).
     """
-    adv = _session_advisor(cmd, advisor)
+    adv = get_advisor(advisor)
+    if not cmd:
+        raise CompilerError("empty compiler command")
+    if isinstance(adv, InlineAdvisor) and adv.default_slot is None:
+        # guessing would turn the default policy into never-inline on clang-19
+        raise ValueError("the inliner's default-decision slot is not set: get the advisor from "
+                         "problems.ready_advisor, or run with problems.ready_and_run")
     t0 = time.monotonic()
     deadline = (t0 if start is None else start) + timeout
     old_affinity = _pin(pin_cpu)
@@ -429,18 +430,6 @@ def run_session(cmd: list[str], advisor: Advisor | str, policy: Policy | None, *
         if old_affinity is not None:
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(0, old_affinity)
-
-
-def _session_advisor(cmd: list[str], advisor: Advisor | str) -> Advisor:
-    """The session's advisor, checked before anything is started."""
-    adv = get_advisor(advisor)
-    if not cmd:
-        raise CompilerError("empty compiler command")
-    if isinstance(adv, InlineAdvisor) and adv.default_slot is None:
-        # guessing would turn the default policy into never-inline on clang-19
-        raise ValueError("the inliner's default-decision slot is not set: get the advisor from "
-                         "problems.ready_advisor, or run with problems.ready_and_run")
-    return adv
 
 
 def _pin(pin_cpu: int | None) -> set[int] | None:

@@ -27,16 +27,10 @@ FORMATS: Mapping[str, tuple[str, str]] = {
 
 @functools.cache
 def c_types() -> "Mapping[str, np.dtype]":
-    """C scalar name -> little-endian numpy dtype; also the module attribute ``C_TYPES``."""
+    """C scalar name -> little-endian numpy dtype."""
     import numpy as np
 
     return {k: np.dtype(v) for k, (_, v) in FORMATS.items()}
-
-
-def __getattr__(name: str) -> Any:  # PEP 562: ``C_TYPES`` built on first access
-    if name == "C_TYPES":
-        return c_types()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 #: limits that keep a garbage header from allocating absurd buffers

@@ -87,10 +87,6 @@ def _failed(name: str, reason: str, t0: float, observations: int = 0) -> ModuleR
     return ModuleResult(name, "failed", reason=reason, observations=observations, wall_s=time.monotonic() - t0)
 
 
-def _one_line(text: str, n: int = 500) -> str:
-    return " | ".join(ln.strip() for ln in text.strip().splitlines() if ln.strip())[-n:]
-
-
 def _measured(module: "Module", prefix: str, llvm_size: str | None, clang: str,
               run: Callable[[str, str], tuple[int, str, dict]]) -> ModuleResult:
     """Compile ``module`` in a scratch directory with ``run(tmp, out)`` -> (returncode, stderr tail, fields
@@ -106,8 +102,8 @@ def _measured(module: "Module", prefix: str, llvm_size: str | None, clang: str,
             return _failed(module.name, f"{type(e).__name__}: {e}", t0)
         observations = fields.get("observations", 0)
         if returncode != 0:
-            return _failed(module.name, f"compiler exited with status {returncode}: {_one_line(tail)}", t0,
-                           observations)
+            tail = " | ".join(ln.strip() for ln in tail.strip().splitlines() if ln.strip())[-500:]
+            return _failed(module.name, f"compiler exited with status {returncode}: {tail}", t0, observations)
         if not os.path.exists(out):
             return _failed(module.name, "the compiler exited 0 but wrote no object", t0, observations)
         try:
@@ -146,10 +142,9 @@ def compile_plain(module: "Module", clang: str = "clang-19", llvm_size: str | No
 
 
 def baseline_size(module: "Module", clang: str = "clang-19", llvm_size: str | None = None,
-                  cache_dir: str | os.PathLike | None = None, timeout: float = 300.0,
-                  advisor: str = "inline") -> int:
+                  cache_dir: str | os.PathLike | None = None, timeout: float = 300.0) -> int:
     """The default-heuristic text size of ``module``, compiled once and cached."""
-    return baseline_size_info(module, clang, llvm_size, cache_dir, timeout, advisor)[0]
+    return baseline_size_info(module, clang, llvm_size, cache_dir, timeout)[0]
 
 
 def baseline_size_info(module: "Module", clang: str = "clang-19", llvm_size: str | None = None,

@@ -97,17 +97,7 @@ class ObjectSizes:
                                    referrers=referrers)
 
 
-@dataclasses.dataclass
-class _Section:
-    name: str
-    type: int
-    flags: int
-    offset: int
-    size: int
-    link: int
-    info: int
-    entsize: int = 0
-
+class _Section(namedtuple("_Section", "name type flags offset size link info entsize")):
     @property
     def berkeley_text(self) -> bool:
         """Counted in llvm-size's text column (its rule: ELFObjectFile::isBerkeleyText)."""
@@ -147,8 +137,8 @@ class _Elf:
                 self.fail("truncated (a section runs past the end of the file)")
         if not 0 <= shstrndx < shnum:
             self.fail(f"section name table index {shstrndx} out of range")
-        for s, r in zip(self.sections, raw):
-            s.name = self.string(self.sections[shstrndx], r[0])
+        names = self.sections[shstrndx]
+        self.sections = [s._replace(name=self.string(names, r[0])) for s, r in zip(self.sections, raw)]
         self.symbols = self._symbols()
         self.rela: dict[int, list[_Section]] = {}  # section -> its relocation sections
         for s in self.sections:

@@ -66,11 +66,11 @@ def text_size(obj_path: str | os.PathLike, llvm_size: str | None = None, clang: 
     if r.returncode != 0:
         raise CompilerError(f"llvm-size failed on {obj_path}", r.returncode, r.stderr)
     lines = [ln.split() for ln in r.stdout.strip().splitlines() if ln.strip()]
-    if len(lines) < 2 or not lines[0] or lines[0][0] != "text":
+    if len(lines) < 2 or lines[0][0] != "text":
         raise CompilerError(f"llvm-size printed no Berkeley table for {obj_path}: {r.stdout.strip()[:200]!r}")
     try:
         return int(lines[1][0])
-    except (ValueError, IndexError):
+    except ValueError:
         raise CompilerError(f"llvm-size: cannot read the text column for {obj_path}: {lines[1]!r}") from None
 
 

@@ -208,11 +208,10 @@ class NumpyPolicy(Policy):
                     f"that in no feature ({name!r} carries '{now}' here)")
             if not changed_inputs_allowed():
                 raise ConfigError(f"{said}: serve it anyway with --allow-changed-inputs ({ALLOW_CHANGED_INPUTS}=1)")
-            if (name, was, now) in _WARNED_MEANINGS:
-                continue
-            _WARNED_MEANINGS.add((name, was, now))
-            warnings.warn(f"{said}; fed from {name!r} anyway: its decisions may be off", CompatibilityWarning,
-                          stacklevel=3)
+            if (name, was, now) not in _WARNED_MEANINGS:
+                _WARNED_MEANINGS.add((name, was, now))
+                warnings.warn(f"{said}; fed from {name!r} anyway: its decisions may be off", CompatibilityWarning,
+                              stacklevel=3)
         return binding
 
     def _layers(self, w1_rows: np.ndarray, lead: tuple[int, ...], bias0: np.ndarray | None = None):

@@ -15,9 +15,6 @@ class DefaultPolicy(Policy):
         super().bind(header, advisor)
         self.act = advisor.default_advice  # type: ignore[method-assign]
 
-    def act(self, obs):  # replaced in bind()
-        return self.advisor.default_advice(obs)
-
 
 class ConstantPolicy(Policy):
     """``never`` (0 / evict nothing where legal) or ``always`` (1 / the first legal candidate)."""

@@ -1,8 +1,7 @@
-"""Replay files (docs/formats.md): forced actions at given decision indices (0-based over the
-compile's observations; the channel's own ids restart per function), a base policy elsewhere.
-A forced action changes what the compiler asks next: from the first mismatch with the recorded
-fingerprint (or a forced action the advisor rejects) the base answers and the replay is ``stale``.
-"""
+"""Replay files (docs/formats.md).  Decision indices count the compile's observations (the channel's own
+ids restart per function).  A forced action changes what the compiler asks next: from the first mismatch
+with the recorded fingerprint (or a forced action the advisor rejects) the base answers and the replay is
+``stale``."""
 
 from __future__ import annotations
 
@@ -27,7 +26,6 @@ _DIGEST_SIZE = 8
 
 @dataclasses.dataclass
 class Replay:
-
     forced: dict[int, Any]
     base: str = "default"
     advisor: str = "inline"
@@ -79,6 +77,7 @@ class Replay:
 def _parse_forced(raw: Any, advisor: str, where: str) -> dict[int, Any]:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: 'forced' must be an object of decision index -> action, got {type(raw).__name__}")
+    kind = PROBLEMS[advisor].action_kind
     forced: dict[int, Any] = {}
     for k, a in raw.items():
         try:
@@ -87,19 +86,15 @@ def _parse_forced(raw: Any, advisor: str, where: str) -> dict[int, Any]:
             i = -1
         if i < 0 or str(i) != str(k).strip():
             raise ConfigError(f"{where}: forced decision index {k!r} is not a non-negative integer")
-        forced[i] = _parse_action(a, advisor, f"{where}: forced[{k}]")
+        at = f"{where}: forced[{k}]"
+        if kind == BINARY and (type(a) is not int or a not in (0, 1)):
+            raise ConfigError(f"{at}: an inlining decision is 0 or 1, got {a!r}")
+        if kind == MASKED_CHOICE and (type(a) is not int or a < 0):
+            raise ConfigError(f"{at}: an eviction index is a non-negative integer, got {a!r}")
+        if kind not in (BINARY, MASKED_CHOICE) and type(a) not in (int, float):
+            raise ConfigError(f"{at}: a priority is a number, got {a!r}")
+        forced[i] = a
     return forced
-
-
-def _parse_action(a: Any, advisor: str, where: str) -> Any:
-    kind = PROBLEMS[advisor].action_kind
-    if kind == BINARY and (type(a) is not int or a not in (0, 1)):
-        raise ConfigError(f"{where}: an inlining decision is 0 or 1, got {a!r}")
-    if kind == MASKED_CHOICE and (type(a) is not int or a < 0):
-        raise ConfigError(f"{where}: an eviction index is a non-negative integer, got {a!r}")
-    if kind not in (BINARY, MASKED_CHOICE) and type(a) not in (int, float):
-        raise ConfigError(f"{where}: a priority is a number, got {a!r}")
-    return a
 
 
 def _check_fingerprint(fp: Any, where: str) -> None:

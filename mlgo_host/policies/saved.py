@@ -1,8 +1,6 @@
-"""Saved policy directories, written by :func:`mlgo_host.learning.export.save_policy` and read here
-without TensorFlow: ``metadata.json`` (spec, normalization, activation, compiler, ...),
-``actor.npz`` (float32 weights), ``vocab/`` and, unless the metadata's ``saved_model`` is null,
-a tf-agents SavedModel with the ``output_spec.json`` LLVM reads.
-"""
+"""Saved policy directories (docs/formats.md), written by :func:`mlgo_host.learning.export.save_policy`
+and read here without TensorFlow (the SavedModel, none when the metadata's ``saved_model`` is null, is
+for TensorFlow tooling)."""
 
 from __future__ import annotations
 

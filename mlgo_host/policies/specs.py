@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 from mlgo_host.channel.codec import Header
 from mlgo_host.channel.default_slot import BUGGY_SLOT, FIXED_SLOT, SLOTS, feature_meanings
 from mlgo_host.channel.problems import BINARY, LEARNABLE, MASKED_CHOICE, PROBLEMS, get_problem
-from mlgo_host.channel.spec import C_TYPES
+from mlgo_host.channel.spec import FORMATS, c_types
 from mlgo_host.errors import ConfigError
 
 INPUT, MASK, DISCARD = "input", "mask", "discard"
@@ -47,7 +47,7 @@ class FeatureSpec:
 
     @property
     def dtype(self):
-        return C_TYPES[self.ctype]
+        return c_types()[self.ctype]
 
     @property
     def tf_shape(self) -> tuple[int, ...]:
@@ -63,7 +63,7 @@ class FeatureSpec:
             spec = cls(str(d["name"]), str(d["type"]), tuple(int(x) for x in d["shape"]), str(d.get("role", INPUT)))
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"bad feature spec {d!r}: {e}") from None
-        if spec.ctype not in C_TYPES or spec.role not in (INPUT, MASK, DISCARD):
+        if spec.ctype not in FORMATS or spec.role not in (INPUT, MASK, DISCARD):
             raise ConfigError(f"bad feature spec {d!r}: unknown type or role")
         return spec
 

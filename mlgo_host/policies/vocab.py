@@ -7,7 +7,6 @@ then ``x*x``, ``sqrt(x)``, the z-score against the boundaries (0 where not finit
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 from typing import Iterable, Mapping
@@ -210,16 +209,10 @@ def int_thresholds(boundaries_f32: np.ndarray) -> np.ndarray:
     out = np.ceil(np.clip(b, -lim, lim)).astype(np.int64)
     out[b <= -lim] = -(2**62)
     out[b > lim] = 2**62
-    for i in np.flatnonzero((np.abs(b) > 2**24) & (np.abs(b) <= lim)):
-        x = b[i]
-        # float32(ceil(x)) >= x holds; smaller integers may round up to x as well: search
-        hi = int(math.ceil(x))
-        lo = hi - (1 << 40)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if float(np.array(mid, dtype=np.int64).astype(np.float32)) >= x:  # direct int64->float32, as C++
-                hi = mid
-            else:
-                lo = mid + 1
-        out[i] = hi
+    # above, the integers from halfway between x and the float32 below it round up to x as well (int64 ->
+    # float32 rounds to nearest, as C++; a tie to the even significand, x's when its last bit is 0)
+    big = (np.abs(b) > 2**24) & (np.abs(b) <= lim)
+    x = b[big].astype(np.float32)
+    below = np.nextafter(x, np.float32(-np.inf)).astype(np.int64)
+    out[big] = below + (x.astype(np.int64) - below) // 2 + (x.view(np.int32) & 1)
     return out

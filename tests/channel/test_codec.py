@@ -11,7 +11,7 @@ import pytest
 
 from mlgo_host.channel import codec
 from mlgo_host.channel.codec import AdviceEncoder, Context, Decoder, Header, Observation, Outcome
-from mlgo_host.channel.spec import C_TYPES, TensorSpec, record_dtype
+from mlgo_host.channel.spec import TensorSpec, c_types, record_dtype
 from mlgo_host.errors import ProtocolError
 
 def encode_outcome(index: int, payload: bytes) -> bytes:
@@ -38,10 +38,10 @@ SIZES = dict(zip(ALL_TYPES, [4, 8, 1, 1, 2, 2, 4, 4, 8, 8]))
 
 
 def test_all_ten_types_known():
-    assert sorted(C_TYPES) == sorted(ALL_TYPES)
+    assert sorted(c_types()) == sorted(ALL_TYPES)
     for t in ALL_TYPES:
-        assert C_TYPES[t].itemsize == SIZES[t]
-        assert C_TYPES[t] == C_TYPES[t].newbyteorder("<")  # little-endian, whatever the host
+        assert c_types()[t].itemsize == SIZES[t]
+        assert c_types()[t] == c_types()[t].newbyteorder("<")  # little-endian, whatever the host
 
 
 @pytest.mark.parametrize("ctype", ALL_TYPES)
@@ -171,7 +171,7 @@ def test_advice_encoder_every_type(ctype):
     enc = AdviceEncoder(TensorSpec("a", ctype, (1,)))
     b = enc.encode(1)
     assert len(b) == SIZES[ctype]
-    assert np.frombuffer(b, dtype=C_TYPES[ctype])[0] == 1
+    assert np.frombuffer(b, dtype=c_types()[ctype])[0] == 1
     enc3 = AdviceEncoder(TensorSpec("a", ctype, (3,)))
     assert len(enc3.encode([1, 2, 3])) == 3 * SIZES[ctype]
     with pytest.raises(ProtocolError, match="3 values for shape"):

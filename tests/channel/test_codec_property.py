@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from mlgo_host.channel import codec
 from mlgo_host.channel.codec import Context, Decoder, Header, Observation, Outcome
-from mlgo_host.channel.spec import C_TYPES, TensorSpec
+from mlgo_host.channel.spec import TensorSpec, c_types
 from mlgo_host.errors import ProtocolError
 
 from test_codec import encode_records
@@ -19,7 +19,7 @@ from test_codec import encode_records
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 names = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=8)
-specs = st.builds(lambda n, t, s: TensorSpec(n, t, tuple(s)), names, st.sampled_from(sorted(C_TYPES)),
+specs = st.builds(lambda n, t, s: TensorSpec(n, t, tuple(s)), names, st.sampled_from(sorted(c_types())),
                   st.lists(st.integers(0, 4), max_size=2))
 
 
