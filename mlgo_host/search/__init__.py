@@ -1,2 +1,1 @@
-"""The search engine, TF-free: call-site keys (:mod:`.sites`), batched search
-(:mod:`.driver` and its parts), ``tune`` and its directory (:mod:`.tunedir`)."""
+"""The search engine, TF-free: call-site keys (:mod:`.sites`), the batched search (:mod:`.driver`), :mod:`.tune`."""

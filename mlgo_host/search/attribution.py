@@ -1,5 +1,4 @@
-"""Reading one compile of a batch into each flip's gain (its own functions' change: footprints are disjoint),
-checked, never assumed; a failed reading splits the batch (:mod:`.batches`)."""
+"""Reading a batch's compile into each flip's gain, checked, never assumed (docs/search.md, "Attribution")."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ class Attribution:
         self.state = state
 
     def read(self, batch: Sequence[Candidate], m: Measured) -> tuple[list[Outcome] | None, str]:
-        """Each flip's change from its own functions, or None and why: every changed function must lie in one
-        footprint, unowned bytes must not move, and the inlined sites must be the set's, flip for flip."""
+        """Each flip's change from its own functions, or None and why (the checks: docs/search.md, "Attribution")."""
         base = self.state.base.sizes
         traced = base.shared is not None and m.sizes.shared is not None  # (both compiled: pieces and referrers)
         if not traced and not only_padding_moved(base, m.sizes):

@@ -1,5 +1,4 @@
-"""Measuring one batch: its compile, read by :mod:`.attribution` (flips in place) and :mod:`.copies` (flips in
-copies); a failed reading splits the batch, or compiles the reference first when the failure may be the reference's."""
+"""Measuring one batch: its compile, read by :mod:`.attribution` (flips in place) and :mod:`.copies` (in copies)."""
 
 from __future__ import annotations
 
@@ -38,13 +37,12 @@ class Measurer:
             out = [Outcome(c, m.text - st.base.text, applied(c, m), m)]
             st.interacting.add((c.key, c.inline))  # (beside others it reads wrong again: alone from now on)
         elif out is None:
-            st.note_split(why)
+            st.splits[why] += 1
+            suspects = []
             if why == "the compiler changed sites nobody flipped":
                 suspects = [c for c in batch if clones_moved(c, m.inlined ^ st.base.inlined)]
             elif why == "bytes no function owns moved":
                 suspects = [c for c in batch if adds_or_removes(c, st.base.sizes, m.sizes)]
-            else:
-                suspects = []
             if 0 < len(suspects) < len(batch):
                 parts = [[c for c in batch if c not in suspects], suspects]
             else:
@@ -80,10 +78,10 @@ class Measurer:
                 return self._in_copies(batch)
         if out is None and normal and not failed and not why.startswith("copies"):
             # the flips measured in place failed, not the copies: those go on in copies, without them
-            st.note_split(why)
+            st.splits[why] += 1
             return self._in_copies([c for c in batch if c.in_copy is not None]) + self.measure(normal)
         if out is None:
-            st.note_split(why if why.startswith("copies") else "copies: " + why)
+            st.splits[why if why.startswith("copies") else "copies: " + why] += 1
             if backs and not failed:
                 # (a body they brought back may have moved what the originals are read by: they go in place)
                 self.copies.not_in_copies |= {c.key for c in backs}

@@ -1,5 +1,4 @@
-"""Which flips a batched search tries, and in what order.  A flip's *footprint* is the functions it may change:
-where its callers' code ends up under the current set, and a callee it may delete or bring back."""
+"""Which flips a batched search tries, in what order, and each one's *footprint* (the functions it may change)."""
 
 from __future__ import annotations
 
@@ -26,14 +25,11 @@ class Candidates:
         #: a trained policy's P(inline) over feature records, or None
         self.prior = prior
         #: site key -> the prior's probability that its flip pays
-        self.flip_p: dict[str, float] = self._flip_probabilities(state.first)
-
-    def _flip_probabilities(self, ds: Sequence[Decision]) -> dict[str, float]:
-        if self.prior is None or not ds:
-            return {}
-        feats = self.state.probe.episode.features()[[d.index for d in ds]]
-        p1 = np.asarray(self.prior(feats), dtype=np.float64)
-        return {d.site.key: float(1.0 - p if d.inlined else p) for d, p in zip(ds, p1)}
+        self.flip_p: dict[str, float] = {}
+        if prior is not None and state.first:
+            feats = state.probe.episode.features()[[d.index for d in state.first]]
+            p1 = np.asarray(prior(feats), dtype=np.float64)
+            self.flip_p = {d.site.key: float(1.0 - p if d.inlined else p) for d, p in zip(state.first, p1)}
 
     def promise(self) -> float | None:
         """The prior's expected winners not measured yet (``tune`` shares its compiles by it)."""
@@ -154,9 +150,7 @@ class Candidates:
             if s.caller in defined and s.key not in self.state.inline:
                 by_callee.setdefault(s.callee, []).append(s)
         return [self.candidate(tuple(rest), True, final, kind="group")
-                for callee, rest in by_callee.items()
-                if 2 <= len(rest) <= MAX_GROUP and len(rest) == self.state.left_out(callee)
-                and all(s.key in lost for s in rest)]
+                for rest in by_callee.values() if 2 <= len(rest) <= MAX_GROUP and all(s.key in lost for s in rest)]
 
     def caller_groups(self, lost: set[str], final: dict[str, frozenset[str]]) -> list[Candidate]:
         """Per function where code lands and per callee, its lost left-out calls there inlined

@@ -1,6 +1,5 @@
 """Flips measured in copies of the function they change, many per compile: most flips land in a few hub functions,
-which in-place batches hold one flip of.  A flip's gain is its copy's size less a *control* copy's (the set alone),
-which must equal the function exactly, else the function gets no copies again."""
+which in-place batches hold one flip of (docs/search.md, "Copies of a function")."""
 
 from __future__ import annotations
 
@@ -60,7 +59,7 @@ class Copies:
         if root in self._trees:
             return self._trees[root]
         st = self.state
-        defined = st.defined()
+        defined = st.base.sizes.functions
         final = st.final()
         callers = {x.caller for x in st.sites.values()}
         roots = frozenset(roots_of(root))
@@ -221,11 +220,11 @@ class Copies:
         st = self.state
         if any(n != originals.unpadded(r) for r, n in own.items()) or got != ref_keys:
             # compiled apart it is other code (a short jump to a neighbour, a pass that saw its callers)
-            st.note_split("copies: a control copy differs from its function")
+            st.splits["copies: a control copy differs from its function"] += 1
             self.no_copies.add(root)
         elif originals_moved and any(n != st.base.sizes.unpadded(r) for r, n in own.items()):
             # the copies' calls changed the function itself: its flips are read against the control
-            st.note_split("copies: the function moved with its copies")
+            st.splits["copies: the function moved with its copies"] += 1
 
     def _flip_outcome(self, c: Candidate, k: int, own: dict[str, int], control: dict[str, int], got: set[str],
                       ref_keys: set[str], back: dict[int, tuple[str, str]], owners: dict[str, frozenset[str]],
@@ -235,7 +234,7 @@ class Copies:
         flipped = list(c.sites)
         moved = (got ^ ref_keys) - {s.key for s in flipped}
         if any(not is_under_any(key, flipped) for key in moved):
-            st.note_split("copies: the compiler changed sites nobody flipped")
+            st.splits["copies: the compiler changed sites nobody flipped"] += 1
             self.not_in_copies.add(c.key)
             return None
         # (each root's copy against its control; the originals' sizes, unless they moved)

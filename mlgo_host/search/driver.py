@@ -1,6 +1,5 @@
 """The batched search of one module: :func:`search_module_batched` probes it, picks its start (:mod:`.starts`) and
-runs or resumes a :class:`BatchedSearch`, whose parts share one :class:`~.state.SearchState`.  A search cut by its
-budget or time keeps what it queued (``pending``) for the next.  How a pass goes: docs/search.md."""
+runs or resumes a :class:`BatchedSearch`, whose parts share one :class:`~.state.SearchState` (docs/search.md)."""
 
 from __future__ import annotations
 
@@ -97,8 +96,7 @@ class BatchedSearch:
         self.pending = self.cands.stored(res.get("pending", ()))
 
     def run(self) -> None:
-        """Passes until the budget or the flips run out (docs/search.md, "What a search tries"), starting with
-        what an earlier search left :attr:`pending`."""
+        """Passes until the budget or the flips run out, starting with what an earlier search left :attr:`pending`."""
         st = self.state
         if st.base is None:
             self.begin()
@@ -143,8 +141,7 @@ class BatchedSearch:
         self.pending = queue
 
     def sweep(self, queue: list[Candidate]) -> list[Outcome]:
-        """Every flip of ``queue`` measured against the reference as it is, winners never
-        applied (bench/research/effects.py's table)."""
+        """Every flip of ``queue`` measured against the reference as it is, winners never applied (bench/research)."""
         st = self.state
         outs: list[Outcome] = []
         queue = list(queue)
@@ -186,8 +183,7 @@ class BatchedSearch:
 
 
 def _disjoint_best(won: list[Outcome]) -> tuple[list[Outcome], list[Outcome]]:
-    """Winners to apply together (best first, footprints disjoint) and the rest, to measure
-    again from the new reference."""
+    """Winners to apply together (best first, footprints disjoint) and the rest, measured again from the new one."""
     keep: list[Outcome] = []
     later: list[Outcome] = []
     taken: set[str] = set()
@@ -203,11 +199,10 @@ def _disjoint_best(won: list[Outcome]) -> tuple[list[Outcome], list[Outcome]]:
 def search_module_batched(module: Module, policy, cfg: dict, *, budget: int, default_size: int | None,
                           model: FlipGainModel | None = None, deadline: float | None = None,
                           resume: dict | None = None, prior=None) -> dict:
-    """Probe ``module`` with ``policy`` (tune: the compiler's default), then search by batches until ``budget``
-    compiles in all, the probe's counted; or go on from ``resume``, an earlier result.  ``prior``: a P(inline) over
-    feature records that orders the flips.  A probe the ``deadline`` cuts gives status ``skipped``.
-    ``default_size``: -Oz's object, None to read it from the probe.  Returns the result ``tune`` stores
-    (:func:`result_of`)."""
+    """Probe ``module`` with ``policy`` (tune: the compiler's default), then search by batches until ``budget`` compiles
+    in all, the probe's counted; or go on from ``resume``, an earlier result.  ``prior``: a P(inline) over feature
+    records that orders the flips.  A probe the ``deadline`` cuts gives status ``skipped``. ``default_size``: -Oz's
+    object, None to read it from the probe.  Returns the result ``tune`` stores (:func:`result_of`)."""
     t0 = time.monotonic()
     old = resume or {}
     starts_only = cfg.get("starts_only")

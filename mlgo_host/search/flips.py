@@ -60,12 +60,9 @@ class FlipGainModel:
                 continue
             xa = np.hstack([np.ones((int(sel.sum()), 1)), x[sel]])
             ya = np.asarray(gained, dtype=np.float64)[sel]
-            wa = np.zeros(xa.shape[1])
             for _ in range(steps):  # full-batch gradient descent: a few thousand rows at most
-                p = 1.0 / (1.0 + np.exp(-(xa @ wa)))
-                grad = xa.T @ (p - ya) / len(ya) + l2 * np.r_[0.0, wa[1:]] / len(ya)
-                wa -= lr * grad
-            w[a] = wa
+                p = 1.0 / (1.0 + np.exp(-(xa @ w[a])))
+                w[a] -= lr * (xa.T @ (p - ya) / len(ya) + l2 * np.r_[0.0, w[a, 1:]] / len(ya))
         return cls(names, mean, scale, w)
 
 
@@ -87,8 +84,7 @@ def pattern_scores(feats: np.ndarray, actions: np.ndarray) -> np.ndarray:
 
 def flip_scores(feats: np.ndarray, actions: np.ndarray, *, model: FlipGainModel | None = None,
                 prior_flip_p: np.ndarray | None = None) -> np.ndarray:
-    """Where to flip first (higher = earlier): ``prior_flip_p`` leads when given, then the model
-    (else the patterns)."""
+    """Where to flip first (higher = earlier): ``prior_flip_p`` leads when given, then the model (else the patterns)."""
     s = model.predict(feats, actions) if model is not None else pattern_scores(feats, actions)
     if prior_flip_p is not None:
         s = PRIOR_WEIGHT * np.asarray(prior_flip_p, dtype=np.float64) + s

@@ -1,6 +1,5 @@
-"""How a search's compiles (or its time) are shared among the modules, for ``tune`` and each round of
-search-then-imitate (docs/search.md, "How tune shares compiles across files").  Results go to a store
-as they arrive: a :class:`~mlgo_host.search.tunedir.TuneStore`, or :class:`RoundResults`."""
+"""How a search's compiles (or its time) are shared among the modules, for ``tune`` and each round of search-then-
+imitate (docs/search.md).  Results go to a store as they arrive: a ``TuneStore``, or :class:`RoundResults`."""
 
 from __future__ import annotations
 
@@ -31,9 +30,9 @@ class RoundResults:
 
 
 class Passes:
-    """A probe of every module not searched yet, its other starts, then passes, each sharing
-    what is left (:func:`shares`).  ``earlier``: results whose flips the flip model also
-    learns from; ``label`` begins every progress line."""
+    """A probe of every module not searched yet, its other starts, then passes, each sharing what is left
+    (:func:`shares`).  ``earlier``: results whose flips the flip model also learns from; ``label`` begins every
+    progress line."""
 
     #: the probe's compiles: the channel compile and the always-inline remarks
     PROBE = 2
@@ -113,8 +112,8 @@ class Passes:
                            key=lambda t: (not t.resume["tried"] if timed else 0, (t.budget - t.resume["compiles"])
                                           * (seconds_per_compile(t.resume) if timed else 1.0)),
                            reverse=True)
-            self._stage("passes", tasks,
-                        f"pass {k} ({self._past_start()}/{len(self.mods)} files searched past their start)")
+            past = sum(1 for n, r in self.store.results.items() if n in self.by_name and r.get("tried"))
+            self._stage("passes", tasks, f"pass {k} ({past}/{len(self.mods)} files searched past their start)")
             if self.compiles() == before:
                 return
 
@@ -137,10 +136,6 @@ class Passes:
         whole = max(1e-3, self.deadline - self.t0)
         share = 1.0 if (self.deadline - now) < self.LAST_PASS * whole else self.PASS_SHARE
         return share * self.pool.num_workers * max(0.0, self.deadline - now)
-
-    def _past_start(self) -> int:
-        """Modules whose search measured a flip."""
-        return sum(1 for n, r in self.store.results.items() if n in self.by_name and r.get("tried"))
 
     def _stage(self, stage: str, tasks: list[SearchTask], desc: str | None = None) -> None:
         """Run ``tasks``, adding their wall time and compiles to :attr:`spent` (progress: ``desc`` or ``stage``)."""
@@ -196,9 +191,8 @@ PAID_PRIOR_BYTES = 8.0
 
 
 def shares(rows: list[dict], total: float, paid: bool, timed: bool = False) -> list[int]:
-    """``total`` compiles (``timed``: worker-seconds, each module's at its :func:`seconds_per_compile`)
-    shared among ``rows`` by weight, heaviest first; returns each module's compiles.  The weights
-    and the order: docs/search.md, "How tune shares compiles across files"."""
+    """``total`` compiles (``timed``: worker-seconds, each module's at its :func:`seconds_per_compile`) shared among
+    ``rows`` by weight, heaviest first; returns each module's compiles (weights and order: docs/search.md)."""
     w = np.array([r["promise"] + FLOOR_P * _flips_left(r) if r.get("promise") is not None else _flips_left(r)
                   for r in rows], dtype=np.float64)
     cost = np.array([seconds_per_compile(r) if timed else 1.0 for r in rows])
@@ -226,9 +220,8 @@ def shares(rows: list[dict], total: float, paid: bool, timed: bool = False) -> l
 
 
 def first_batches_then_shares(rows: list[dict], seconds: float, paid: bool) -> list[int]:
-    """A deadline's pass: each module no flip was measured in yet gets its first batch
-    (:func:`batch_compiles`) and nothing more, the others share what those leave of
-    ``seconds`` (part the same for each, :data:`SPREAD`; the rest by :func:`shares`)."""
+    """A deadline's pass: each module no flip was measured in yet gets its first batch (:func:`batch_compiles`) and
+    nothing more; the others share what those leave of ``seconds`` (:data:`SPREAD` evenly, the rest by weight)."""
     out = [0 if r["tried"] else batch_compiles(r) for r in rows]
     rest = seconds - sum(n * seconds_per_compile(r) for r, n in zip(rows, out))
     searched = [r for r in rows if r["tried"]]

@@ -52,9 +52,8 @@ def compile_with_remarks(module: Module, clang: str, timeout: float) -> tuple[st
 
 def probe_module(module: Module, policy, clang: str = "clang-19", llvm_size: str | None = None, timeout: float = 300.0,
                  plain: tuple[str, Measured] | None = None, like: Probe | None = None) -> Probe:
-    """Compile ``module`` over the channel and name every decision's call site; ``plain``
-    (:func:`compile_with_remarks`) or ``like`` (an earlier probe) saves the plain compile, and so
-    does a probe with the compiler's own decisions."""
+    """Compile ``module`` over the channel and name every decision's call site; ``plain`` (:func:`compile_with_remarks`)
+    or ``like`` (an earlier probe) saves the plain compile, and so does a probe with the compiler's own decisions."""
     t0 = time.monotonic()
     # with the compiler's own decisions the channel's object is plain -Oz's and the record names every
     # key the plain compile would report; it is made only where a remark fits copies of one body

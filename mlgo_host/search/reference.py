@@ -1,6 +1,5 @@
-"""The reference every flip is measured against (:attr:`SearchState.base`).  The next reference is *derived* from
-the winners' compiles, not compiled, and stays unverified until a later batch finds every function outside its
-footprints unchanged."""
+"""The reference every flip is measured against (:attr:`SearchState.base`), compiled or *derived* from the winners'
+compiles (docs/search.md, "The reference")."""
 
 from __future__ import annotations
 

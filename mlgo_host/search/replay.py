@@ -1,5 +1,4 @@
-"""A whole inlining decision set of a module in one compile, by the compiler's inline replay (docs/search.md,
-"Decision sets compiled by replay")."""
+"""A whole inlining decision set of a module in one compile, by the compiler's inline replay (docs/search.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""What ``tune`` stores of one module's batched search: a :class:`SearchResult`, kept as a dict (:func:`result_of`),
-which a resumed search reads back."""
+"""What ``tune`` stores of one module's batched search (:func:`result_of`), which a resumed search reads back."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass
 class SearchResult:
-    """One module's batched search as stored (each field a key of :meth:`to_dict`)."""
+    """One module's batched search as stored (each field a key of :func:`result_of`'s dict)."""
 
     name: str
     module_key: str
@@ -66,10 +65,6 @@ class SearchResult:
     actions: np.ndarray  # the imitation target: the best set's action at each probe decision
     default_slot: str | None
 
-    def to_dict(self) -> dict:
-        """The fields in order (values neither copied nor converted)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
 
 def search_result(s: BatchedSearch, default_size: int, wall_s: float) -> SearchResult:
     """A batched search as ``tune`` keeps it."""
@@ -85,12 +80,11 @@ def search_result(s: BatchedSearch, default_size: int, wall_s: float) -> SearchR
                       # (applied by the search and still in the best set: a flip undone later is not)
                       "accepted": o.accepted and st.in_set(c)})
     best = st.base.text if st.base is not None else None
-    replay_matches = st.start_text == st.probe.text
     use_replay = best is not None and best < default_size
     return SearchResult(
         name=st.module.name, module_key=st.module.key, status="ok", reason="", search="batched",
         default_size=int(default_size), policy_size=int(st.probe.text), start_size=int(st.probe.text),
-        replay_start_size=st.start_text, replay_matches=replay_matches,
+        replay_start_size=st.start_text, replay_matches=st.start_text == st.probe.text,
         best_size=int(best) if use_replay else int(default_size),
         compiles=st.ev.compiles, batches=st.batches, splits=dict(st.splits),
         flips_measured=st.flips_measured, flips_in_copies=st.flips_in_copies, flips=flips,
@@ -115,5 +109,6 @@ def search_result(s: BatchedSearch, default_size: int, wall_s: float) -> SearchR
 
 
 def result_of(s: BatchedSearch, default_size: int, wall_s: float) -> dict:
-    """:func:`search_result` as ``tune`` stores it (:meth:`SearchResult.to_dict`)."""
-    return search_result(s, default_size, wall_s).to_dict()
+    """:func:`search_result` as ``tune`` stores it: the fields in order (values neither copied nor converted)."""
+    r = search_result(s, default_size, wall_s)
+    return {f.name: getattr(r, f.name) for f in dataclasses.fields(r)}

@@ -76,9 +76,8 @@ def within_deadline(timeout: float, deadline: float | None) -> float:
 def measure_thresholds(module: Module, thresholds: Sequence[int], *, clang: str, timeout: float,
                        deadline: float | None = None, plains: dict[int, tuple[str, Measured]] | None = None
                        ) -> dict[int, int | None]:
-    """The object's .text at each threshold, one plain compile each (None: the compile failed
-    or the ``deadline`` cut it).  Each is kept in ``plains`` (threshold -> remarks and sizes):
-    the winner's probe does not compile it again."""
+    """The object's .text at each threshold, one plain compile each (None: the compile failed or the ``deadline`` cut
+    it).  Each is kept in ``plains`` (threshold -> remarks and sizes): the winner's probe does not compile it again."""
     out: dict[int, int | None] = {}
     for t in map(int, thresholds):
         out[t] = None
@@ -98,8 +97,5 @@ def measure_thresholds(module: Module, thresholds: Sequence[int], *, clang: str,
 def best_start(sizes: dict[int, int | None], oz_size: int, margin: float = START_MARGIN) -> int | None:
     """The threshold whose object is the smallest, when smaller than ``oz_size`` by more than
     ``margin`` of it; else None.  Ties go to the lower threshold."""
-    known = [(s, t) for t, s in sizes.items() if s is not None]
-    if not known:
-        return None
-    size, t = min(known)
-    return t if size < oz_size * (1.0 - margin) else None
+    size, t = min(((s, t) for t, s in sizes.items() if s is not None), default=(None, None))
+    return t if size is not None and size < oz_size * (1.0 - margin) else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from typing import Iterable, Sequence
 
 from mlgo_host.corpus.corpus import Module
@@ -92,7 +93,7 @@ class SearchState:
         self.flips_measured = 0
         self.flips_in_copies = 0
         self.batches = 0
-        self.splits: dict[str, int] = {}  # why batches were split: reason -> count
+        self.splits: Counter[str] = Counter()  # why batches were split: reason -> count
         self.wins = 0  # winners applied, in this search and the ones it resumes
         self.sweep_mark = 0  # their number when the last sweep began
         self.grouped = False  # the groups and answered flips were formed
@@ -118,17 +119,11 @@ class SearchState:
         """Compiles and time left (one compile kept for :meth:`~.reference.Reference.finish`)."""
         return self.ev.compiles < self.budget - 1 and (self.deadline is None or time.time() < self.deadline)
 
-    def note_split(self, why: str) -> None:
-        self.splits[why] = self.splits.get(why, 0) + 1
-
-    def defined(self) -> set[str]:
-        return set(self.base.sizes.functions)
-
     def final(self) -> dict[str, frozenset[str]]:
         """Where each function's code ends up under the current set (not the probe's)."""
         def build() -> dict[str, frozenset[str]]:
             names = {x.caller for x in self.sites.values()} | {x.callee for x in self.sites.values()}
-            return final_functions_of(self.inline.values(), names, self.defined())
+            return final_functions_of(self.inline.values(), names, self.base.sizes.functions)
 
         return self.per_set("final", build)
 

@@ -1,6 +1,5 @@
 """``mlgo-host tune``: the best inlining decisions found for each module of your corpus, kept as the compiler's
-replay files a build applies.  Every result is written to ``T`` as it arrives (:mod:`.tunedir`), so a killed run
-loses only the searches in flight and a second run goes on from each module's best."""
+replay files a build applies; every result is written to ``T`` as it arrives (:mod:`.tunedir`)."""
 
 from __future__ import annotations
 

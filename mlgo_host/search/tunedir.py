@@ -138,8 +138,7 @@ def _shown(v: Any) -> str:
 
 
 def identity_of(argv, cwd: str, source: str, output: str) -> dict | None:
-    """A compile's identity (``argv`` compiler first), as :class:`IdentityIndex` looks it up; None when
-    ``argv`` has none."""
+    """A compile's identity (``argv`` compiler first), as :class:`IdentityIndex` looks it up; None when it has none."""
     try:
         return command_identity(list(argv), cwd, source, output)
     except (ValueError, TypeError):

@@ -1,8 +1,9 @@
-"""The search's pool worker (one module's search per task, numpy policies
-only, never TensorFlow), and :func:`run_searches`, many searches over a pool."""
+"""The search's pool worker (one module's search per task, numpy policies only, never TensorFlow), and
+:func:`run_searches`."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -65,12 +66,10 @@ class SearchWorker(CollectWorker):
             cache.put(mod, c.clang, int(res["default_size"]))
         elif res.get("default_size") is None and res["status"] == "failed":  # (its report row still says -Oz's)
             timeout = within_deadline(c.module_timeout, deadline)  # (the user's deadline bounds this compile too)
-            try:
+            with contextlib.suppress(MlgoHostError):
                 if timeout > 0:
                     res["default_size"] = baseline_size(mod, clang=c.clang, llvm_size=c.llvm_size,
                                                         cache_dir=c.baseline_cache, timeout=timeout)
-            except MlgoHostError:
-                pass
         return res
 
 
@@ -82,16 +81,14 @@ def _shipped_policy(name: str) -> Policy:
 
 @functools.lru_cache(maxsize=None)
 def _shipped_prior(name: str, compiler_slot: str, language: str | None = None):
-    """The P(inline) of the shipped policy ``name`` (its one load) for a module in ``language``, the
-    compiler's default in ``compiler_slot``."""
+    """The shipped policy ``name``'s P(inline) for a module in ``language`` (:func:`_probs_of`), built once."""
     return _probs_of(_shipped_policy(name), compiler_slot, language)
 
 
 def _probs_of(policy: Policy, compiler_slot: str | None, language: str | None = None):
-    """P(inline) of a numpy policy over a batch of feature records, or None.  A policy whose part for
-    ``language`` is an outline rule gives, for the inlinings that rule may refuse, one minus its
-    model's probability that leaving the callee out pays (the network elsewhere): the network
-    learned from single flips, and carries little over to C."""
+    """P(inline) of a numpy policy over a batch of feature records, or None.  A policy whose part for ``language`` is an
+    outline rule gives, for the inlinings that rule may refuse, one minus its model's probability that leaving the
+    callee out pays (the network elsewhere): the network learned from single flips, and carries little over to C."""
     net = network_of(policy)
     if net is None:
         return None
