@@ -62,11 +62,8 @@ def children(pid: int) -> list[int]:
     except OSError:
         return out
     for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out.extend(int(x) for x in f.read().split())
-        except (OSError, ValueError):
-            pass
+        with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/task/{tid}/children") as f:
+            out.extend(int(x) for x in f.read().split())
     return out
 
 
@@ -96,10 +93,8 @@ def kill_group_or_process(pid: int, st: ProcStat | None = None) -> None:
     st = st or stat(pid)
     if st is None:
         return
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         (os.killpg if st.pgid == pid else os.kill)(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def current_cpu() -> int:

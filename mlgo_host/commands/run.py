@@ -36,7 +36,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from mlgo_host.channel.problems import PROBLEMS  # noqa: E402  (imports numpy)
 from mlgo_host.commands.help import seconds, seed  # noqa: E402
-from mlgo_host.errors import ConfigError, MlgoHostError  # noqa: E402
+from mlgo_host.errors import ConfigError  # noqa: E402
 from mlgo_host.fsutil import check_file_target  # noqa: E402
 
 
@@ -180,12 +180,9 @@ def _tuned(args: argparse.Namespace, cmd: list[str]):
 
 
 def _text_size(returncode: int, output: str | None, compiler: str) -> int | None:
-    """The text size of a compile's object file; None when it made none."""
-    from mlgo_host.measure.sizes import text_size
+    """The text size of a compile's object file; None when it made none (or e.g. -emit-llvm, -S: no object)."""
+    from mlgo_host.serve.guard import object_text_size
 
     if returncode != 0 or not output or output == "-":
         return None
-    try:
-        return text_size(os.path.join(os.getcwd(), output), clang=compiler)
-    except MlgoHostError:
-        return None  # not an object file (e.g. -emit-llvm, -S)
+    return object_text_size(os.path.join(os.getcwd(), output), compiler)

@@ -182,10 +182,9 @@ class Corpus:
         train, _, held = split_three(self.modules, heldout_fraction, 0.0, seed, by)
         return train, held
 
-    def sampler(self, modules: Sequence[Module] | None = None, seed: int = 0, strategy: str = "round_robin",
-                buckets: int = 20) -> "Sampler":
-        """A :class:`Sampler` over ``modules`` (default: all usable ones)."""
-        return Sampler(self.modules if modules is None else modules, strategy=strategy, seed=seed, buckets=buckets)
+    def sampler(self, modules: Sequence[Module], seed: int = 0, strategy: str = "round_robin") -> "Sampler":
+        """A :class:`Sampler` over ``modules``."""
+        return Sampler(modules, strategy=strategy, seed=seed)
 
 
 def load_corpus(path: str | os.PathLike, strict: bool = False) -> Corpus:

@@ -129,8 +129,7 @@ class Learner:
         for t in trajs:
             info = self._train(experience=t)
             metrics.setdefault("total_loss", []).append(float(info.loss))
-            extra = info.extra._asdict() if hasattr(info.extra, "_asdict") else dict(info.extra or {})
-            for k, v in extra.items():
+            for k, v in info.extra._asdict().items():
                 with contextlib.suppress(TypeError, ValueError):
                     metrics.setdefault(k, []).append(float(np.mean(np.asarray(v))))
         out = {k: float(np.mean(v)) for k, v in metrics.items() if v}

@@ -111,4 +111,4 @@ def tf_logits(actor_net, spec: PolicySpec, features: Any) -> np.ndarray:
 
 def actor_logits(actor_net, obs) -> tf.Tensor:
     dist, _ = actor_net(obs, step_type=None, network_state=(), training=False)
-    return dist.logits_parameter() if hasattr(dist, "logits_parameter") else dist.logits
+    return dist.logits_parameter()

@@ -435,9 +435,8 @@ class _SlotCompile:
             if rc is None:
                 return fallback(why)
             self._send_done(rc)
-            if rc != 0:
-                if (why := self._given_up()) is not None:
-                    return fallback(why)
+            if rc != 0 and (why := self._given_up()) is not None:
+                return fallback(why)
             return rc if rc >= 0 else 128 - rc
         finally:
             if self.proc is not None and self.proc.returncode is None:

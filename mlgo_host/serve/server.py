@@ -127,7 +127,10 @@ class Slot(threading.Thread):
         srv = self.server
         try:
             self.policy = srv.make_policy(self.k)
-            self.tuned = srv.make_tuned(self.k, self.policy)
+            if srv.tuned_dir is not None:
+                from mlgo_host.search.tunedir import TunedPolicies
+
+                self.tuned = TunedPolicies(srv.tuned_dir, self.policy, seed=srv.seed + self.k, greedy=not srv.sample)
             if (cpu := srv.pin_cpu(self.k)) is not None:
                 os.sched_setaffinity(0, {cpu})  # this thread only (Linux)
             while not srv.stopping.is_set():
@@ -356,14 +359,6 @@ class Server:
 
     def make_policy(self, k: int):
         return load_policy(self.policy_name, seed=self.seed + k, greedy=not self.sample)
-
-    def make_tuned(self, k: int, fallback):
-        """Slot ``k``'s tuned policies (None without --replay)."""
-        if self.tuned_dir is None:
-            return None
-        from mlgo_host.search.tunedir import TunedPolicies
-
-        return TunedPolicies(self.tuned_dir, fallback, seed=self.seed + k, greedy=not self.sample)
 
     def make_advisor(self, compiler: str, timeout: float):
         """The session's advisor; the first one of ``compiler`` detects what its problem needs (the

@@ -111,10 +111,9 @@ def try_lock(path: str) -> int | None:
 def same_file(fd: int, path: str) -> bool:
     """Whether ``path`` still names the file open as ``fd``."""
     try:
-        a, b = os.fstat(fd), os.stat(path)
+        return os.path.samestat(os.fstat(fd), os.stat(path))
     except OSError:
         return False
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def lock_server(root: str, wait_s: float) -> int | None:

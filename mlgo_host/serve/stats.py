@@ -86,13 +86,12 @@ def compare(build: dict, baseline: dict) -> dict[str, Any]:
     for row in build["rows"]:
         b = base.get(row["module"])
         row["baseline_text_size"] = b["text_size"] if b else None
+        row["size_change"] = None
         if b and b["text_size"] is not None and row["text_size"] is not None:
             matched += 1
             tot_p += row["text_size"]
             tot_b += b["text_size"]
             row["size_change"] = row["text_size"] / b["text_size"] - 1 if b["text_size"] else None
-        else:
-            row["size_change"] = None
     return {"baseline": baseline["build"], "matched": matched, "text_size": tot_p, "baseline_text_size": tot_b,
             "size_change": (tot_p / tot_b - 1) if tot_b else None}
 

@@ -45,7 +45,4 @@ def untrusted_tune_dir(path: str) -> str:
     """:func:`untrusted` of a tune directory and of its replay files' directory."""
     from mlgo_host.search.tunedir import REPLAYS
 
-    for d in (path, os.path.join(path, REPLAYS)):
-        if why := untrusted(d):
-            return why
-    return ""
+    return untrusted(path) or untrusted(os.path.join(path, REPLAYS))

@@ -1,6 +1,5 @@
-"""Behavioural cloning from a corpus (``run.algorithm = 'bc'``): trace the default heuristic over the corpus'
-training split (PPO's, so held-out modules stay unseen), build the vocab, clone the default into the PPO actor
-as ``<root_dir>/saved_policy``.  ``trace/`` and ``vocab/`` are reused when run again.
+"""Behavioural cloning from a corpus (``run.algorithm = 'bc'``, docs/training.md): the trace is of PPO's
+training split, so held-out modules stay unseen; ``trace/`` and ``vocab/`` are reused when run again.
 """
 
 from __future__ import annotations

@@ -14,8 +14,7 @@ RUN_RECORD = "run.json"
 
 
 def check_counts(configurable: str, minimum: int, **values) -> None:
-    """Each of ``values`` (``configurable``'s parameters) a whole number of at least ``minimum`` (None: left
-    to the trainer)."""
+    """Each of ``values`` (``configurable``'s parameters) a whole number >= ``minimum`` (None: left to the trainer)."""
     _check_numbers(configurable, lambda v: isinstance(v, int) and v >= minimum, f"a whole number >= {minimum}",
                    values)
 
@@ -67,8 +66,10 @@ def claim_root(root_dir: str, algorithm: str, corpus_dir: str, split: dict | Non
     differs = []
     if was.get("algorithm") != algorithm:
         differs.append(f"run.algorithm {was.get('algorithm')!r}, not {algorithm!r}")
-    if not _same_path(was.get("corpus"), this["corpus"]):
-        differs.append(f"--corpus {was.get('corpus')}, not {this['corpus']}")
+    corpus = was.get("corpus")
+    # the same directory, however spelt (a symlink, a trailing slash)
+    if not (isinstance(corpus, str) and os.path.realpath(corpus) == os.path.realpath(this["corpus"])):
+        differs.append(f"--corpus {corpus}, not {this['corpus']}")
     if split is not None and "split" in was and was["split"] != split:
         differs.append(f"the split {_settings(was['split'])}, not {_settings(split)}")
     if differs:
@@ -78,8 +79,3 @@ def claim_root(root_dir: str, algorithm: str, corpus_dir: str, split: dict | Non
 
 def _settings(split) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in sorted(split.items())) if isinstance(split, dict) else repr(split)
-
-
-def _same_path(a, b: str) -> bool:
-    """The same directory, however spelt (a symlink, a trailing slash)."""
-    return isinstance(a, str) and os.path.realpath(a) == os.path.realpath(b)

@@ -343,11 +343,10 @@ def _collect(pool, blob: dict, tasks: list[tuple], moving_average: MovingAverage
             batch.failures.append({"module": tasks[o.index][0]["name"], "reason": reason})
             log.warning("%s: module %s failed: %s", desc.split("/")[0], tasks[o.index][0]["name"], reason)
             continue
-        if use_moving_average:
-            train_reward = moving_average.reward(r["name"], r["policy_size"], r["baseline_size"])
-        else:
-            train_reward = reward(r["policy_size"], r["baseline_size"])
-        batch.ok_rewards.append(reward(r["policy_size"], r["baseline_size"]))
+        ok_reward = reward(r["policy_size"], r["baseline_size"])
+        batch.ok_rewards.append(ok_reward)
+        train_reward = (moving_average.reward(r["name"], r["policy_size"], r["baseline_size"]) if use_moving_average
+                        else ok_reward)
         if r["observations"] == 0:
             continue
         batch.episodes.append(Episode.from_state(r["episode"]))

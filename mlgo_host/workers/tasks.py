@@ -3,6 +3,7 @@ the collection's early exit."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import time
@@ -50,11 +51,8 @@ def new_worker(factory: str, kwargs: dict):
 STRAGGLER = "cancelled: straggler past the collection deadline"
 
 
-class Pool:
+class Pool(contextlib.AbstractContextManager):
     """``with pool:`` closes it."""
-
-    def __enter__(self):
-        return self
 
     def __exit__(self, *exc) -> None:
         self.close()
