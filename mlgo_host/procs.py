@@ -107,14 +107,16 @@ def current_cpu() -> int:
 
 def remove_temp_outputs(output: str | None, since: float) -> None:
     """Remove the temporary outputs a killed compiler left for ``output`` (clang writes ``x.o``
-    through ``x-XXXXXXXX.o.tmp``), only those modified since ``since`` (its start, ``time.time()``)
-    minus a second."""
+    through ``x-XXXXXXXX.o.tmp``, 8 hex digits), only those modified since ``since`` (its start,
+    ``time.time()``) minus a second."""
     if not output or output == "-":
         return
     import glob  # only after a kill: the client's start-up stays without it
 
+    # exactly 8 hex digits: a looser ``x-*.o.tmp`` would also take the temp file of a compile of ``x-y.o``
+    unique = "-" + "[0-9a-f]" * 8
     stem, ext = os.path.splitext(output)
-    for pat in (glob.escape(output) + "-*.tmp", glob.escape(stem) + "-*" + glob.escape(ext) + ".tmp"):
+    for pat in (glob.escape(output) + unique + ".tmp", glob.escape(stem) + unique + glob.escape(ext) + ".tmp"):
         for p in glob.glob(pat):
             with contextlib.suppress(OSError):
                 if os.stat(p).st_mtime >= since - 1:

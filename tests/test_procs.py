@@ -65,11 +65,12 @@ def test_remove_temp_outputs_takes_only_this_outputs_recent_temps(tmp_path):
     mine = tmp_path / "x-06a5b045.o.tmp"
     older = tmp_path / "x-11111111.o.tmp"
     other = tmp_path / "y-06a5b045.o.tmp"
-    for p in (mine, older, other, out):
+    neighbour = tmp_path / "x-y-06a5b045.o.tmp"  # the temp output of a compile of x-y.o
+    for p in (mine, older, other, neighbour, out):
         p.write_bytes(b"")
     started = mine.stat().st_mtime
     os.utime(older, (started - 60, started - 60))
     procs.remove_temp_outputs(str(out), started)
-    assert sorted(os.listdir(tmp_path)) == ["x-11111111.o.tmp", "x.o", "y-06a5b045.o.tmp"]
+    assert sorted(os.listdir(tmp_path)) == ["x-11111111.o.tmp", "x-y-06a5b045.o.tmp", "x.o", "y-06a5b045.o.tmp"]
     procs.remove_temp_outputs("-", started)  # stdout: nothing to remove
     procs.remove_temp_outputs(None, started)
