@@ -42,17 +42,22 @@ FEATURES = ("callee_users", "cost_estimate", "callsite_cost", "is_multiple_block
 LINEAR = ("is_multiple_blocks",)
 
 
-def outline_groups(tune_dir: str) -> list[dict]:
-    """Every outline group measured in ``tune_dir``: its project, sites'
-    feature records, size change (bytes; negative: smaller) and outcome."""
-    out = []
+def probed_results(tune_dir: str):
+    """(stored result, its probe, the probe's feature records) of each module of ``tune_dir`` whose
+    probe made decisions."""
     for path in sorted(glob.glob(os.path.join(tune_dir, "data", "*.pkl"))):
         with open(path, "rb") as f:
             r = pickle.load(f)
         probe = r.get("probe")
-        if r.get("status") != "ok" or probe is None or not probe.episode.n:
-            continue
-        records = probe.episode.features()
+        if r.get("status") == "ok" and probe is not None and probe.episode.n:
+            yield r, probe, probe.episode.features()
+
+
+def outline_groups(tune_dir: str) -> list[dict]:
+    """Every outline group measured in ``tune_dir``: its project, sites'
+    feature records, size change (bytes; negative: smaller) and outcome."""
+    out = []
+    for r, probe, records in probed_results(tune_dir):
         index_of = {d.site.key: d.index for d in probe.decisions}
         for flip in r.get("flips", ()):
             if flip["kind"] != "outline" or not flip.get("applied"):

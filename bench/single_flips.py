@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import collections
-import glob
 import os
-import pickle
 import subprocess
 import sys
 
@@ -29,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from outline_model import FEATURES, LINEAR, auc, fit, predict  # noqa: E402
+from outline_model import FEATURES, LINEAR, auc, fit, predict, probed_results  # noqa: E402
 
 from mlgo_host.fsutil import atomic_write_json  # noqa: E402
 from mlgo_host.policies.outline import log_scaled  # noqa: E402
@@ -49,13 +47,7 @@ def single_flips(tune_dir: str, corpus: str, direction: str, llvm_nm: str) -> li
     the site's decision features (as in the probe), size change and whether it was kept."""
     start = 0 if direction == "inline" else 1
     out = []
-    for path in sorted(glob.glob(os.path.join(tune_dir, "data", "*.pkl"))):
-        with open(path, "rb") as f:
-            r = pickle.load(f)
-        probe = r.get("probe")
-        if r.get("status") != "ok" or probe is None or not probe.episode.n:
-            continue
-        records = probe.episode.features()
+    for r, probe, records in probed_results(tune_dir):
         decision = {d.site.key: d for d in probe.decisions}
         flips = [f for f in r.get("flips", ()) if f["kind"] == "single" and f.get("from") == start
                  and f.get("applied") and f["key"] in decision]
