@@ -144,13 +144,8 @@ class Candidates:
 
     def inline_groups(self, lost: set[str], final: dict[str, frozenset[str]]) -> list[Candidate]:
         """Per callee, its left-out sites whose flips all lost, inlined together (deleting it may need all)."""
-        defined = self.state.base.sizes.functions
-        by_callee: dict[str, list[Site]] = {}
-        for s in self.state.sites.values():
-            if s.caller in defined and s.key not in self.state.inline:
-                by_callee.setdefault(s.callee, []).append(s)
-        return [self.candidate(tuple(rest), True, final, kind="group")
-                for rest in by_callee.values() if 2 <= len(rest) <= MAX_GROUP and all(s.key in lost for s in rest)]
+        return [self.candidate(tuple(rest), True, final, kind="group") for rest in self.state.left_out_sites().values()
+                if 2 <= len(rest) <= MAX_GROUP and all(s.key in lost for s in rest)]
 
     def caller_groups(self, lost: set[str], final: dict[str, frozenset[str]]) -> list[Candidate]:
         """Per function where code lands and per callee, its lost left-out calls there inlined

@@ -135,17 +135,21 @@ class SearchState:
             view = self._set_views[name] = (now, build())
         return view[1]
 
-    def left_out(self, callee: str, besides: set[str] = frozenset()) -> int:
-        """Known calls of ``callee`` the set leaves out (but ``besides``), in functions still defined."""
-        def build() -> dict[str, set[str]]:
+    def left_out_sites(self) -> dict[str, list[Site]]:
+        """Per callee, its known calls the set leaves out in functions still defined (in the order found)."""
+        def build() -> dict[str, list[Site]]:
             defined = self.base.sizes.functions
-            left: dict[str, set[str]] = {}
+            left: dict[str, list[Site]] = {}
             for k, x in self.sites.items():
                 if x.caller in defined and k not in self.inline:
-                    left.setdefault(x.callee, set()).add(k)
+                    left.setdefault(x.callee, []).append(x)
             return left
 
-        return len(self.per_set("left out", build).get(callee, set()) - set(besides))
+        return self.per_set("left out", build)
+
+    def left_out(self, callee: str, besides: set[str] = frozenset()) -> int:
+        """Known calls of ``callee`` the set leaves out (but ``besides``), in functions still defined."""
+        return sum(s.key not in besides for s in self.left_out_sites().get(callee, ()))
 
     def set_with(self, batch: Sequence[Candidate]) -> list[Site]:
         """The current set with ``batch``'s flips applied, less the sites of released functions."""
