@@ -98,8 +98,7 @@ class Module:
     @property
     def key(self) -> str:
         """A stable identity for caches: name, command and bitcode digest."""
-        h = hashlib.sha256()
-        h.update(self.name.encode())
+        h = hashlib.sha256(self.name.encode())
         h.update(b"\0".join(a.encode() for a in self.cmd))
         try:
             st = os.stat(self.bc_path)

@@ -463,8 +463,7 @@ def _build_tree(name: str, st: Settings, log, step: Callable[[str], None]) -> tu
     return tree, info
 
 
-def build_package(name: str, st: Settings,
-                  step: Callable[[str], None] = lambda s: None) -> tuple[dict, BuildReport | None]:
+def build_package(name: str, st: Settings, step: Callable[[str], None]) -> tuple[dict, BuildReport | None]:
     """Build one package into the corpus: its report entry and the module builder's report."""
     t0 = time.monotonic()
     entry: dict = {"log": f"{LOGS}/{name}.log"}
@@ -513,8 +512,7 @@ def build_debian(output: str | os.PathLike, *, packages: str | Sequence[str] | N
                  packages_file: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
                  clang: str = "clang-19", jobs: int | None = None, build_deps: bool = True,
                  retry_skipped: bool = False, build_timeout: float = 3600.0, timeout: float = 300.0,
-                 progress: bool = True,
-                 say: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> DebianReport:
+                 progress: bool = True) -> DebianReport:
     """Build (or complete) the corpus of the chosen packages in ``output``: a package ``ok`` with all its
     modules is not built again, one skipped before stays skipped unless ``retry_skipped``."""
     listed = read_packages_file(packages_file)
@@ -528,14 +526,14 @@ def build_debian(output: str | os.PathLike, *, packages: str | Sequence[str] | N
                   timeout=timeout, progress=progress, packages=tuple(listed))
     todo = [n for n in chosen if needs_work(report.get(n), out, retry_skipped)]
     if kept := [n for n in chosen if n not in todo and (report.get(n) or {}).get("status") != "ok"]:
-        say(f"kept as skipped before (--retry-skipped to try again): {', '.join(kept)}")
+        print(f"kept as skipped before (--retry-skipped to try again): {', '.join(kept)}", file=sys.stderr)
     result = DebianReport(report, chosen, [], [])
     if todo:
         with open(os.devnull, "w") as quiet:
             try:
                 ensure_tools(["dpkg-source", "bear"], quiet, build_timeout)
                 if added := ensure_deb_src():
-                    say(f"added {added} (the sources of {SUITE} {COMPONENT}); apt-get update")
+                    print(f"added {added} (the sources of {SUITE} {COMPONENT}); apt-get update", file=sys.stderr)
                     run_apt(["update"], quiet, build_timeout)
             except StepFailed as e:
                 raise ConfigError(f"{e} (run it by hand to see why)") from None

@@ -64,10 +64,7 @@ class IdentityIndex:
 
     def match(self, identity: dict) -> str | None:
         """The module name ``identity`` is, or None."""
-        for name, rel, flags in self._same_files(identity):
-            if flags == rel["flags"]:
-                return name
-        return None
+        return next((name for name, rel, flags in self._same_files(identity) if flags == rel["flags"]), None)
 
     def other_flags(self, identity: dict) -> tuple[str, list[str], list[str]] | None:
         """For a compile of a module's source into its object with other flags: (that module, the flags

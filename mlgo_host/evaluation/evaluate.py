@@ -95,9 +95,7 @@ class EvalSummary:
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["change_percent"] = self.change_percent
-        return d
+        return {**dataclasses.asdict(self), "change_percent": self.change_percent}
 
 
 @dataclasses.dataclass

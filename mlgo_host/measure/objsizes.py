@@ -132,9 +132,8 @@ class _Elf:
         raw += [self._shdr(shoff, i) for i in range(1, shnum)]
         self.sections = [_Section("", t, fl, off, size, link, info, es)
                          for _n, t, fl, _a, off, size, link, info, _al, es in raw]
-        for s in self.sections:
-            if s.type != SHT_NOBITS and s.offset + s.size > len(data):
-                self.fail("truncated (a section runs past the end of the file)")
+        if any(s.type != SHT_NOBITS and s.offset + s.size > len(data) for s in self.sections):
+            self.fail("truncated (a section runs past the end of the file)")
         if not 0 <= shstrndx < shnum:
             self.fail(f"section name table index {shstrndx} out of range")
         names = self.sections[shstrndx]

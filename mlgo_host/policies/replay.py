@@ -177,12 +177,11 @@ class ReplayPolicy(Policy):
         """Hash the observation; the forced action of this decision if it still applies, else None."""
         i = self.seen
         self.seen = i + 1
-        h = self._hash
-        h.update(obs.raw)
+        self._hash.update(obs.raw)
         a = self._forced.get(i)
         if a is None:
             return None
-        d = self._at[i] = h.digest()
+        d = self._at[i] = self._hash.digest()
         want = self._want.get(i)
         if want is not None and d != want:
             self._go_stale(i, "the observation stream differs from the recorded one")

@@ -153,9 +153,7 @@ class PolicySpec:
             return self.default_slot
         if BUGGY_SLOT in self.discarded and "default decision" in self.discarded[BUGGY_SLOT]:
             return BUGGY_SLOT
-        if BUGGY_SLOT in self.input_names:
-            return FIXED_SLOT
-        return None
+        return FIXED_SLOT if BUGGY_SLOT in self.input_names else None
 
     def feature_meanings(self) -> dict[str, str]:
         """Compiler-dependent feature -> what it carried when the spec was made (``{}``: unknown)."""

@@ -3,6 +3,7 @@ which in-place batches hold one flip of (docs/search.md, "Copies of a function")
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from itertools import accumulate
@@ -36,22 +37,19 @@ class Copies:
         self.no_copies: set[Roots] = set()  # (a root, or a copy's roots)
         #: flips whose copy came out with other sites changed too: measured in place from then on
         self.not_in_copies: set[str] = set()
-        self._text: ModuleText | None = None
         self._trees: dict[Roots, frozenset[str] | None] = {}
 
     def forget(self) -> None:
         """Drop the trees: the reference changed."""
         self._trees.clear()
 
+    @functools.cached_property
     def text(self) -> ModuleText:
-        if self._text is None:
-            ev = self.state.ev
-            self._text = ModuleText(disassembled(self.state.module.bc_path, llvm_tool(ev.clang, "llvm-dis"),
-                                                 ev.timeout))
-        return self._text
+        ev = self.state.ev
+        return ModuleText(disassembled(self.state.module.bc_path, llvm_tool(ev.clang, "llvm-dis"), ev.timeout))
 
     def _debug_names(self, tree: Iterable[str]) -> set[str]:
-        return {self.text().debug_name(fn) for fn in tree}
+        return {self.text.debug_name(fn) for fn in tree}
 
     def tree(self, root: Roots) -> frozenset[str] | None:
         """What a copy of ``root`` copies: the roots and the functions whose code ends up in them only
@@ -74,7 +72,7 @@ class Copies:
                         and final.get(c) and final[c] <= roots and _copied_chain(x, names)[0]):
                     out.add(c)
                     grew = True
-        self._trees[root] = frozenset(out) if self.text().can_copy(out) else None
+        self._trees[root] = frozenset(out) if self.text.can_copy(out) else None
         return self._trees[root]
 
     def brought_back(self, c: Candidate) -> str | None:
@@ -106,7 +104,7 @@ class Copies:
         if t is None or c.reads & t or any(s.caller not in t for s in c.sites):
             return None
         back = self.brought_back(c)
-        if back in t and not self.text().is_local(back):
+        if back in t and not self.text.is_local(back):
             return None  # (its copy would come back as a static function, which it is not in place)
         return root
 
@@ -137,7 +135,7 @@ class Copies:
             members = st.set_with([c]) if c is not None else list(st.inline.values())
             sites += [self._in_copy(x, t, names, k) for x in members if x.caller in t]
             scope |= {copy_name(fn, k) for fn in t if fn in st.ev.scope}
-        ir = self.text().with_copies({k: (root, self.tree(root)) for k, root, _ in plan})
+        ir = self.text.with_copies({k: (root, self.tree(root)) for k, root, _ in plan})
         try:
             m = st.ev.measure(sites, ir=ir, scope=scope)
         except CompilerError as e:  # the copies' text did not compile: the flips go without copies

@@ -176,9 +176,7 @@ class ModuleText:
         return out
 
     def _used(self, kept: list[str]) -> str:
-        old: list[str] = []
-        if self._used_line is not None:
-            old = re.findall(r"ptr (@[^,\]\s]+)", self.lines[self._used_line])
+        old = re.findall(r"ptr (@[^,\]\s]+)", self.lines[self._used_line]) if self._used_line is not None else []
         refs = old + ["@" + _ident(n) for n in kept]
         return (f"@llvm.compiler.used = appending global [{len(refs)} x ptr] [" + ", ".join(f"ptr {r}" for r in refs)
                 + '], section "llvm.metadata"')

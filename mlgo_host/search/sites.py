@@ -54,11 +54,8 @@ _REPLAYED = re.compile(r"'(?P<callee>[^']*)' inlined into '(?P<caller>[^']*)'.* 
 
 def parse_callsite(text: str) -> tuple[tuple[str, int, int], ...]:
     """``big:0:71 @ f1:0:24`` -> ((big, 0, 71), (f1, 0, 24)), without discriminators (``:71.2``)."""
-    chain = []
-    for part in text.split(" @ "):
-        fn, line, col = part.rsplit(":", 2)
-        chain.append((fn, int(line), int(col.split(".")[0])))
-    return tuple(chain)
+    parts = (part.rsplit(":", 2) for part in text.split(" @ "))
+    return tuple((fn, int(line), int(col.split(".")[0])) for fn, line, col in parts)
 
 
 def site_of_line(line: str) -> Site:
@@ -157,8 +154,7 @@ def read_remarks(text: str) -> list[Remark]:
         name = fields.get("Name", "")
         if name not in INLINED + NOT_INLINED or callee is None:
             continue
-        line, col, file = loc if loc is not None else (0, 0, "")
-        out.append(Remark(name, fields.get("Function", ""), callee, line, col, file))
+        out.append(Remark(name, fields.get("Function", ""), callee, *(loc or (0, 0, ""))))
     return out
 
 

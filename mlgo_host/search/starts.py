@@ -14,8 +14,6 @@ from mlgo_host.search.replay import Measured
 
 #: the inline thresholds a search may start from besides -Oz's own
 START_THRESHOLDS: tuple[int, ...] = (50, 150, 450)
-#: how much smaller than -Oz's object (a share of it) a threshold's must be to become the start
-START_MARGIN = 0.0
 #: the compiles of a second probe at the chosen threshold: its channel compile (its plain compile is
 #: the threshold's own, :func:`measure_thresholds`)
 REPROBE = 1
@@ -94,8 +92,7 @@ def measure_thresholds(module: Module, thresholds: Sequence[int], *, clang: str,
     return out
 
 
-def best_start(sizes: dict[int, int | None], oz_size: int, margin: float = START_MARGIN) -> int | None:
-    """The threshold whose object is the smallest, when smaller than ``oz_size`` by more than
-    ``margin`` of it; else None.  Ties go to the lower threshold."""
+def best_start(sizes: dict[int, int | None], oz_size: int) -> int | None:
+    """The threshold of the smallest object, when smaller than ``oz_size``, else None (ties: the lower threshold)."""
     size, t = min(((s, t) for t, s in sizes.items() if s is not None), default=(None, None))
-    return t if size is not None and size < oz_size * (1.0 - margin) else None
+    return t if size is not None and size < oz_size else None

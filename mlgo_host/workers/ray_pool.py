@@ -94,8 +94,7 @@ class RayWorker:
             cancelled = self._cancel_requested
             if self._thread is not None:
                 _async_raise(self._thread, None)
-            self._running = None
-            self._thread = None
+            self._running = self._thread = None
             self._cancel_requested = False
         return cancelled
 
@@ -273,7 +272,6 @@ class RayCluster:
         self._lock = threading.RLock()
         self._inner: tuple[str, dict] | None = None  # (factory, kwargs) of the inner worker
         self._replay: dict[str, tuple] = {}  # method -> broadcast refs, the latest last
-        self.replacements = 0
         self._deaths = [0] * num_workers
         self.actors: list[Any] = [self._new_actor() for _ in range(num_workers)]
         try:
@@ -322,7 +320,6 @@ class RayCluster:
                 for method, refs in self._replay.items():
                     new.call.remote(method, -1, *refs)
             self.actors[slot] = new
-            self.replacements += 1
             return new
 
     def drop(self, slot: int, actor) -> None:
@@ -359,9 +356,8 @@ class RayPool(Pool):
                  *, num_cpus_per_worker: float = 1.0):
         self.cluster = RayCluster(num_workers, ray_address, num_cpus_per_worker)
         self._ray = _ray()
-        #: tasks re-run after their actor died (cumulative); indices of the last map_unordered
+        #: tasks re-run after their actor died (cumulative)
         self.retries = 0
-        self.last_retried: list[int] = []
         self._token = uuid.uuid4().hex[:8]
         try:
             self.cluster.start(factory, kwargs)
@@ -419,7 +415,6 @@ class RayPool(Pool):
         on_result: Callable[[TaskOutcome], None] | None = None,
     ) -> list[TaskOutcome]:
         """``method(*task)`` for every task, in completion order."""
-        self.last_retried = []
         run = _MapRun(self, method, tasks, early_exit, on_result)
         run.dispatch()
         while run.running() and (left := run.time_left()) > 0:
@@ -517,11 +512,9 @@ class _MapRun(Collection):
 
     def _retry_or_fail(self, t: int, e: BaseException) -> None:
         """Task ``t``'s actor (or compiler) died: run it again first, or report it once out of retries."""
-        pool = self.pool
         if self.attempts[t] < MAX_RETRIES:
             self.attempts[t] += 1
-            pool.retries += 1
-            pool.last_retried.append(t)
+            self.pool.retries += 1
             self.pending.appendleft(t)
         else:
             self.emit(TaskOutcome(t, False, None, f"worker died {self.attempts[t] + 1} times on this task: "
