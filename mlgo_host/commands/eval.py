@@ -34,7 +34,8 @@ from mlgo_host.fsutil import check_file_target
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", required=True, metavar="DIR", help="corpus directory (corpus_description.json)")
     p.add_argument("--policy", default="default",
-                   help="who answers: a heuristic (default, never, always, random) or a saved policy (greedy)")
+                   help="who answers: a heuristic (default, never, always, random; spill-weight for regalloc-priority) "
+                        "or a saved policy (greedy)")
     p.add_argument("--advisor", choices=sorted(PROBLEMS), default="inline",
                    help="which of the compiler's decisions the policy makes")
     which = p.add_mutually_exclusive_group()

@@ -44,7 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--advisor", choices=sorted(PROBLEMS), default="inline",
                    help="which of the compiler's decisions the policy makes (a replay's must match)")
     p.add_argument("--policy", default=None,
-                   help="who answers: a heuristic (default = the compiler's own decision, never, always, random) "
+                   help="who answers: a heuristic (default = the compiler's own decision, never, always, random; "
+                        "spill-weight for regalloc-priority) "
                         "or a saved policy directory (default: default); with --actions, the base policy "
                         "replacing the replay file's")
     p.add_argument("--actions", metavar="FILE",

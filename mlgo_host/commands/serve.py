@@ -51,7 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slots", type=int, default=os.cpu_count() or 2, metavar="N",
                    help="compiles served at the same time (default: the number of CPUs)")
     p.add_argument("--policy", default="default",
-                   help="who answers: a heuristic (default = the compiler's own decision, never, always, random) "
+                   help="who answers: a heuristic (default = the compiler's own decision, never, always, random; "
+                        "spill-weight for regalloc-priority) "
                         "or a saved policy directory")
     p.add_argument("--advisor", choices=sorted(PROBLEMS), default="inline",
                    help="which of the compiler's decisions the policy makes")

@@ -31,7 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", required=True, metavar="DIR", help="corpus directory (corpus_description.json)")
     p.add_argument("--output", required=True, metavar="DIR", help="trace directory to write")
     p.add_argument("--policy", default="default",
-                   help="who answers: a heuristic (default, never, always, random) or a saved policy directory")
+                   help="who answers: a heuristic (default, never, always, random; spill-weight for regalloc-priority) "
+                        "or a saved policy directory")
     p.add_argument("--advisor", choices=LEARNABLE, default="inline",
                    help="which of the compiler's decisions to trace")
     p.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="modules compiled in parallel")
