@@ -36,15 +36,11 @@ def read_records(path: str) -> list[dict]:
         f = open(path, encoding="utf-8")
     except OSError as e:
         raise StatsError(f"cannot read stats file {path}: {e.strerror}") from None
-    out = []
     with f:
         try:
-            for i, line in enumerate(f, 1):
-                if line.strip():
-                    out.append(_record(line, f"{path}:{i}"))
+            return [_record(line, f"{path}:{i}") for i, line in enumerate(f, 1) if line.strip()]
         except UnicodeDecodeError:
             raise StatsError(f"{path}: not a stats file (not UTF-8 text)") from None
-    return out
 
 
 def _record(line: str, where: str) -> dict:

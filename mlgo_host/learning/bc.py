@@ -169,16 +169,15 @@ def _fit(net, spec: PolicySpec, learning_rate: float, train: _Data, held: _Data 
         return hits / max(1, data.n)
 
     steps = 0
-    bar = progress_bar(range(epochs), desc="behavioural cloning", unit="epoch", enabled=progress)
-    for ep in bar:
-        losses = epoch_losses(step, train.x, (train.y,), batch_size, rng)
-        steps += len(losses)
-        if ep == epochs - 1 or ep % 5 == 4:
-            tr_acc, ho_acc = accuracy(train), accuracy(held)
-            bar.set_postfix(loss=f"{np.mean(losses):.4f}", acc=f"{tr_acc:.4f}", heldout=f"{ho_acc:.4f}")
-            log.info("epoch %d: loss %.4f, accuracy %.4f (train), %.4f (held out)", ep + 1, np.mean(losses),
-                     tr_acc, ho_acc)
-    bar.close()
+    with progress_bar(range(epochs), desc="behavioural cloning", unit="epoch", enabled=progress) as bar:
+        for ep in bar:
+            losses = epoch_losses(step, train.x, (train.y,), batch_size, rng)
+            steps += len(losses)
+            if ep == epochs - 1 or ep % 5 == 4:
+                tr_acc, ho_acc = accuracy(train), accuracy(held)
+                bar.set_postfix(loss=f"{np.mean(losses):.4f}", acc=f"{tr_acc:.4f}", heldout=f"{ho_acc:.4f}")
+                log.info("epoch %d: loss %.4f, accuracy %.4f (train), %.4f (held out)", ep + 1, np.mean(losses),
+                         tr_acc, ho_acc)
     return steps
 
 

@@ -61,8 +61,7 @@ def save_policy(
         if extra:
             md["extra"] = dict(extra)
         with open(os.path.join(tmp, METADATA), "w", encoding="utf-8") as f:
-            json.dump(md, f, indent=1, sort_keys=True)
-            f.write("\n")
+            f.write(json.dumps(md, indent=1, sort_keys=True) + "\n")
         if saved_model:
             write_saved_model(os.path.join(tmp, SAVED_MODEL_DIR), actor_net, spec)
         sp = read_saved_policy(tmp)
@@ -122,8 +121,7 @@ def write_saved_model(directory: str, actor_net: Any, spec: PolicySpec) -> None:
         warnings.filterwarnings("ignore", message="Encoding a StructuredValue", category=UserWarning)
         saver.save(directory)
     with open(os.path.join(directory, OUTPUT_SPEC), "w", encoding="utf-8") as f:
-        json.dump(_output_spec(directory, saver), f, indent=1)
-        f.write("\n")
+        f.write(json.dumps(_output_spec(directory, saver), indent=1) + "\n")
 
 
 def _output_spec(directory: str, saver: Any) -> list[dict]:
@@ -132,8 +130,7 @@ def _output_spec(directory: str, saver: Any) -> list[dict]:
     sig = sm.signatures["action"]
     index = {s.name.lower(): i for i, s in enumerate(tf.nest.flatten(sig.structured_outputs))}
     entries = []
-    wanted = [s.name for s in tf.nest.flatten(saver.policy_step_spec.action)]
-    wanted += [s.name for s in tf.nest.flatten(saver.policy_step_spec.info)]
+    wanted = [s.name for s in tf.nest.flatten((saver.policy_step_spec.action, saver.policy_step_spec.info))]
     for logging_name in wanted:
         t = sig.outputs[index[logging_name.lower()]]
         while t.op.name.startswith("Identity"):  # the real op behind the signature's identities

@@ -157,6 +157,4 @@ def choose_gate(sizes_by_threshold: dict[float, dict[str, int]], default_sizes: 
                       "modules": len(common), "missing": len(default_sizes) - len(common)}
     ok = [(v["size_change_pct"], -t, t) for t, v in table.items()
           if rule.admits(v["worst_module_pct"], v["missing"] == 0) and rule.saves(-v["size_change_pct"])]
-    if not ok:
-        return 1.0, table
-    return min(ok)[2], table
+    return (min(ok)[2] if ok else 1.0), table

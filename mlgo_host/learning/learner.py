@@ -147,8 +147,7 @@ class Learner:
         logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
         p = np.exp(logp)
         entropy = float(-(p * np.where(p > 0, logp, 0.0)).sum(axis=1).mean())
-        a = steps.action[:n]
-        new_lp = logp[np.arange(n), a]
+        new_lp = logp[np.arange(n), steps.action[:n]]
         old_lp = np.concatenate([np.asarray(ep.logps, np.float64) for ep in episodes if ep.n])[:n]
         return {"entropy": entropy, "kl": float(np.mean(old_lp - new_lp))}
 

@@ -69,12 +69,10 @@ def episodes_to_steps(spec: PolicySpec, episodes: Iterable[Any], rewards: Iterab
         logits.append(old_logits(spec, a, np.asarray(ep.logps).reshape(n), m))
         rr = np.asarray(r, np.float32)
         rews.append(np.full(n, rr, np.float32) if rr.ndim == 0 else rr.reshape(n))
-        s = np.full(n, ts.StepType.MID, np.int32)
-        s[0] = ts.StepType.FIRST
-        ns = np.full(n, ts.StepType.MID, np.int32)
-        ns[-1] = ts.StepType.LAST
-        st.append(s)
-        nst.append(ns)
+        st.append(np.full(n, ts.StepType.MID, np.int32))
+        st[-1][0] = ts.StepType.FIRST
+        nst.append(np.full(n, ts.StepType.MID, np.int32))
+        nst[-1][-1] = ts.StepType.LAST
     if not acts:
         raise ConfigError("no decisions in the episodes")
     return StepArrays({k: np.concatenate(v) for k, v in obs_parts.items()}, np.concatenate(acts),

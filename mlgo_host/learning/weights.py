@@ -43,11 +43,9 @@ def export_actor_weights(actor_net) -> dict[str, np.ndarray]:
     """TF actor -> the numpy actor's weight dict (float32 arrays)."""
     hidden, proj = _actor_dense_layers(actor_net)
     out: dict[str, np.ndarray] = {}
-    for i, layer in enumerate(hidden):
+    for key, layer in [(f"hidden_{i}", layer) for i, layer in enumerate(hidden)] + [("logits", proj)]:
         k, b = layer.get_weights()
-        out[f"hidden_{i}_kernel"], out[f"hidden_{i}_bias"] = k.astype(np.float32), b.astype(np.float32)
-    k, b = proj.get_weights()
-    out["logits_kernel"], out["logits_bias"] = k.astype(np.float32), b.astype(np.float32)
+        out[f"{key}_kernel"], out[f"{key}_bias"] = k.astype(np.float32), b.astype(np.float32)
     return out
 
 

@@ -201,18 +201,15 @@ def search_deadline(state: dict, run_end: float, now: float, round_search_minute
     last = state["history"][-1] if state["history"] else None
     reserve = max(0.0, float(last["round_s"]) - float(last["search_s"])) if last else 0.0
     end = run_end - reserve
-    if round_search_minutes is not None:
-        end = min(end, now + 60.0 * round_search_minutes)
-    return end
+    return end if round_search_minutes is None else min(end, now + 60.0 * round_search_minutes)
 
 
 def _note_modules(state: dict, results: list[dict], r: int) -> None:
     """What the next rounds' order and the imitation need to know."""
     searched = state.setdefault("searched", {})  # module -> the last round that searched it
-    for res in results:
-        if res["status"] == "ok":
-            searched[res["name"]] = r
-            state["default_slot"] = state.get("default_slot") or res.get("default_slot")
+    for res in [x for x in results if x["status"] == "ok"]:
+        searched[res["name"]] = r
+        state["default_slot"] = state.get("default_slot") or res.get("default_slot")
 
 
 def _read_data(root_dir: str) -> dict:
@@ -233,9 +230,7 @@ def _merge_round(root_dir: str, r: int, results: list[dict], data: dict | None =
     if r in data["merged"]:  # a resumed run: this round is in already
         return data
     data["merged"].append(r)
-    for res in results:
-        if res["status"] != "ok":
-            continue
+    for res in [x for x in results if x["status"] == "ok"]:
         old = data["best"].get(res["name"])
         best, other = (res, old) if old is None or res["best_size"] < old["best_size"] else (old, res)
         data["best"][res["name"]] = best

@@ -232,9 +232,8 @@ class _Loop:
 
     def _choose_saved_policy(self, iteration: int, policy_dir: str, val_row: dict, row: dict) -> None:
         """Publish the policy as ``saved_policy`` when the rule lets it replace the one there (:func:`_better`)."""
-        row["validation_size_change_pct"] = val_row["size_change_pct"]
-        row["validation_bigger"] = val_row["bigger"]
-        row["validation_worst_pct"] = _worst_pct(val_row)
+        row.update(validation_size_change_pct=val_row["size_change_pct"], validation_bigger=val_row["bigger"],
+                   validation_worst_pct=_worst_pct(val_row))
         best = self.state.get("best")
         # the policy to beat: the warm start while it is saved_policy, else -Oz's decisions
         baseline = (self.state["warmstart_validation"] if best is not None and best["iteration"] == 0
@@ -254,10 +253,9 @@ def _better(val_row: dict, best: dict | None, baseline: dict | None = None, rule
         return False
     if best is not None and best["iteration"] > 0:
         return val_row["size_change_pct"] <= best["size_change_pct"]
-    if not rule.saves((best["size_change_pct"] if best is not None else 0.0) - val_row["size_change_pct"]):
-        return False
-    return baseline is None or "policy_sizes" not in baseline or significantly_smaller(
-        val_row.get("policy_sizes", {}), baseline["policy_sizes"])
+    saving = (best["size_change_pct"] if best is not None else 0.0) - val_row["size_change_pct"]
+    return rule.saves(saving) and (baseline is None or "policy_sizes" not in baseline
+                                   or significantly_smaller(val_row.get("policy_sizes", {}), baseline["policy_sizes"]))
 
 
 def _warm_start_kept(val_row: dict, rule: GateRule) -> bool:
@@ -412,10 +410,9 @@ def _ensure_header(pool, root_dir: str, modules, task_of) -> dict:
     if not os.path.exists(header_path):
         pool.broadcast("set_policy", {"heuristic": "default"})
         for m in modules[:20]:
-            out = pool.map_unordered("collect", [CollectTask(task_of(m), 0, greedy=True, record=True)])
-            r = out[0].value
-            if out[0].ok and r and r["episode"] is not None:
-                atomic_write_json(header_path, r["episode"]["header"])
+            (out,) = pool.map_unordered("collect", [CollectTask(task_of(m), 0, greedy=True, record=True)])
+            if out.ok and out.value and out.value["episode"] is not None:
+                atomic_write_json(header_path, out.value["episode"]["header"])
                 break
         else:
             raise ConfigError("no training module produced a channel header (are they all failing?)")
