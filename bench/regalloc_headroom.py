@@ -43,6 +43,9 @@ FORMULAS = {"size": lambda size, w: size,
             "weight1e6": lambda size, w: w * 1e6,
             "weight_then_size": lambda size, w: min(w * 1e4, 2**24) * 256 + min(size, 2**20) / 4096,
             "weight_x_size": lambda size, w: w * size,
+            "sqrt_weight_x_size": lambda size, w: w ** 0.5 * size,
+            "weight_x_sqrt_size": lambda size, w: w * size ** 0.5 * 1e3,
+            "weight2_x_size": lambda size, w: w * w * size,
             "rev_weight": lambda size, w: 2**24 - w * 1e4}
 FLAGS = {"outliner": ["-mllvm", "-enable-machine-outliner=always"],
          "merge": ["-mllvm", "-enable-merge-functions"]}
