@@ -30,17 +30,15 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-import numpy as np  # noqa: E402
-
-from mlgo_host.channel.spec import record_dtype  # noqa: E402
 from mlgo_host.fsutil import atomic_write_json  # noqa: E402
 from mlgo_host.policies.base import Policy  # noqa: E402
+from mlgo_host.policies.heuristic import SpillWeightPriority  # noqa: E402
 
 ADVISORS = {"evict": "regalloc-evict", "prio": "regalloc-priority"}
 #: name -> priority from (li_size, weight); the float is converted to ``unsigned`` by the compiler
 FORMULAS = {"size": lambda size, w: size,
             "weight": lambda size, w: w * 1e4,
-            "weight1e6": lambda size, w: w * 1e6,
+            "weight1e6": lambda size, w: w * SpillWeightPriority.SCALE,  # the heuristic spill-weight
             "weight_then_size": lambda size, w: min(w * 1e4, 2**24) * 256 + min(size, 2**20) / 4096,
             "weight_x_size": lambda size, w: w * size,
             "sqrt_weight_x_size": lambda size, w: w ** 0.5 * size,
@@ -60,13 +58,11 @@ class FormulaPolicy(Policy):
 
     def bind(self, header, advisor):
         super().bind(header, advisor)
-        self.dtype = record_dtype(header.features)
+        self._read = header.first_values(["li_size", "weight"])
 
     def act(self, obs):
-        r = np.frombuffer(obs.raw, dtype=self.dtype, count=1)[0]
-        size = max(float(np.ravel(r["li_size"])[0]), 0.0)
-        weight = max(float(np.ravel(r["weight"])[0]), 0.0)
-        return float(min(max(self.formula(size, weight), 0.0), 2.0**31))
+        size, weight = self._read(obs.raw)
+        return float(min(max(self.formula(max(float(size), 0.0), max(weight, 0.0)), 0.0), 2.0**31))
 
 
 def measure(task: tuple) -> tuple[str, dict]:
