@@ -110,7 +110,10 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mlgo_host.channel.fifo import install_signal_cleanup
     from mlgo_host.corpus.build import build_corpus, load_compile_commands
+
+    install_signal_cleanup()  # SIGTERM/SIGHUP unwind like Ctrl-C: a build step's own process group is killed
 
     if args.corpus_command is None:
         raise ConfigError("choose an action: mlgo-host corpus build ..., benchmark ..., debian ... or combine ...")

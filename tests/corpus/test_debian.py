@@ -6,6 +6,7 @@ leaves no half-written module.  One real end-to-end build of a small package
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -373,6 +374,46 @@ def test_run_logged_logs_and_kills_the_whole_group_on_timeout(tmp_path):
         time.sleep(0.1)
     else:
         pytest.fail("the build's own children outlived the timeout")
+
+
+def test_a_sigterm_to_corpus_debian_kills_the_build_steps_group(tmp_path):
+    """The build step runs in its own session (a Ctrl-C at the terminal does not reach it): a SIGTERM to
+    the command must unwind it and kill that group, as an interrupt does."""
+    import signal
+    import sys
+
+    pidfile = tmp_path / "grandchild"
+    script = (
+        "import sys\n"
+        "from mlgo_host.corpus import apt, debian\n"
+        "def build_debian(*a, **k):\n"
+        "    with open(sys.argv[2], 'w') as log:\n"
+        f"        apt.run_logged(['sh', '-c', 'sleep 60 & echo $! > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; wait'],\n"
+        "                       cwd=None, env=None, log=log, timeout=120)\n"
+        "debian.build_debian = build_debian\n"
+        "from mlgo_host.cli import main\n"
+        "sys.exit(main(['corpus', 'debian', '--output', sys.argv[1], '--no-progress']))\n")
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "out"), str(tmp_path / "log")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(200):
+        if pidfile.exists() or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert pidfile.exists(), proc.communicate()[1]
+    grandchild = int(pidfile.read_text())
+    try:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in err, err
+        for _ in range(50):
+            if not os.path.exists(f"/proc/{grandchild}") or open(f"/proc/{grandchild}/stat").read().split()[2] == "Z":
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the build step's children outlived the SIGTERM")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(os.getpgid(grandchild), signal.SIGKILL)  # its group: what a failing run leaves behind
 
 
 def test_an_interrupt_starts_no_more_compiles(tmp_path, monkeypatch):
