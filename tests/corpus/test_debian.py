@@ -367,13 +367,17 @@ def test_run_logged_logs_and_kills_the_whole_group_on_timeout(tmp_path):
                               log=log, timeout=0.5)
         assert time.monotonic() - t0 < 8
     assert "$ sh -c echo hello\nhello\n" in log_path.read_text()
-    grandchild = int(pidfile.read_text())
-    for _ in range(50):
-        if not os.path.exists(f"/proc/{grandchild}") or open(f"/proc/{grandchild}/stat").read().split()[2] == "Z":
-            break
-        time.sleep(0.1)
-    else:
+    if not _ends(int(pidfile.read_text())):
         pytest.fail("the build's own children outlived the timeout")
+
+
+def _ends(pid: int, seconds: float = 5.0) -> bool:
+    """Whether ``pid`` is gone (or a zombie) within ``seconds``."""
+    for _ in range(int(seconds / 0.1)):
+        if not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z":
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def test_a_sigterm_to_corpus_debian_kills_the_build_steps_group(tmp_path):
@@ -405,11 +409,7 @@ def test_a_sigterm_to_corpus_debian_kills_the_build_steps_group(tmp_path):
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in err, err
-        for _ in range(50):
-            if not os.path.exists(f"/proc/{grandchild}") or open(f"/proc/{grandchild}/stat").read().split()[2] == "Z":
-                break
-            time.sleep(0.1)
-        else:
+        if not _ends(grandchild):
             pytest.fail("the build step's children outlived the SIGTERM")
     finally:
         with contextlib.suppress(ProcessLookupError):
