@@ -8,7 +8,7 @@ Configurations (``--configs``, comma-separated):
   evict:POLICY[:SEED]   the eviction advisor (regalloc-evict) answered by POLICY (default, random...)
   prio:POLICY[:SEED]    the priority advisor (regalloc-priority)
   formula:NAME          the priority advisor answered by one of FORMULAS below, a fixed function of the
-                        live range's size and spill weight (the features the advisor sends)
+                        live range's size, spill weight and stage (the features the advisor sends)
   flags:NAME            one of FLAGS below added to the compile
 
 The sizes are kept in the output as they are measured: a stopped run continues where it stopped.
@@ -35,22 +35,46 @@ from mlgo_host.policies.base import Policy  # noqa: E402
 from mlgo_host.policies.heuristic import SpillWeightPriority  # noqa: E402
 
 ADVISORS = {"evict": "regalloc-evict", "prio": "regalloc-priority"}
-#: name -> priority from (li_size, weight); the float is converted to ``unsigned`` by the compiler
-FORMULAS = {"size": lambda size, w: size,
-            "weight": lambda size, w: w * 1e4,
-            "weight1e6": lambda size, w: w * SpillWeightPriority.SCALE,  # the heuristic spill-weight
-            "weight_then_size": lambda size, w: min(w * 1e4, 2**24) * 256 + min(size, 2**20) / 4096,
-            "weight_x_size": lambda size, w: w * size,
-            "sqrt_weight_x_size": lambda size, w: w ** 0.5 * size,
-            "weight_x_sqrt_size": lambda size, w: w * size ** 0.5 * 1e3,
-            "weight2_x_size": lambda size, w: w * w * size,
-            "rev_weight": lambda size, w: 2**24 - w * 1e4}
+
+
+def _tiered(key):
+    """Live ranges back from a failed split (stage 2, greedy's ``RS_Split``) after all others, as greedy
+    orders them; within each tier by ``key(size, weight)``."""
+    return lambda size, w, stage: (stage != 2) * 2**30 + min(key(size, w), 2**30 - 1)
+
+
+def _gated(cut: int):
+    """Stage 2 last, as in :func:`_tiered`; then ranges of at least ``cut`` slot units by weight, then the
+    shorter ones by size (greedy's long global ranges before its short local ones)."""
+    def priority(size, w, stage):
+        if stage == 2:
+            return min(size, 2**28)
+        return 2**30 + min(w * 1e6, 2**29) if size >= cut else 2**29 + min(size, 2**28)
+    return priority
+
+
+#: name -> priority from (li_size, weight, stage); the float is converted to ``unsigned`` by the compiler
+FORMULAS = {"size": lambda size, w, stage: size,
+            "weight": lambda size, w, stage: w * 1e4,
+            "weight1e6": lambda size, w, stage: w * SpillWeightPriority.SCALE,  # the heuristic spill-weight
+            "weight_then_size": lambda size, w, stage: min(w * 1e4, 2**24) * 256 + min(size, 2**20) / 4096,
+            "weight_x_size": lambda size, w, stage: w * size,
+            "sqrt_weight_x_size": lambda size, w, stage: w ** 0.5 * size,
+            "weight_x_sqrt_size": lambda size, w, stage: w * size ** 0.5 * 1e3,
+            "weight2_x_size": lambda size, w, stage: w * w * size,
+            "rev_weight": lambda size, w, stage: 2**24 - w * 1e4,
+            # greedy's own tiers kept: stage 2 (back from a failed split) waits for the rest
+            "stage_size": _tiered(lambda size, w: size),
+            "stage_weight": _tiered(lambda size, w: w * 1e6),
+            "stage_weight_x_sqrt_size": _tiered(lambda size, w: w * size ** 0.5 * 1e3),
+            "stage_weight_then_size": _tiered(lambda size, w: min(w * 1e4, 2**22 - 1) * 256 + min(size, 2**20) / 4096),
+            **{f"gated_weight_{cut}": _gated(cut) for cut in (200, 500, 2000)}}
 FLAGS = {"outliner": ["-mllvm", "-enable-machine-outliner=always"],
          "merge": ["-mllvm", "-enable-merge-functions"]}
 
 
 class FormulaPolicy(Policy):
-    """A priority policy: ``FORMULAS[name]`` of the observation's ``li_size`` and ``weight``, clamped."""
+    """A priority policy: ``FORMULAS[name]`` of the observation's ``li_size``, ``weight`` and ``stage``, clamped."""
 
     def __init__(self, name: str):
         self.name = name
@@ -58,11 +82,11 @@ class FormulaPolicy(Policy):
 
     def bind(self, header, advisor):
         super().bind(header, advisor)
-        self._read = header.first_values(["li_size", "weight"])
+        self._read = header.first_values(["li_size", "weight", "stage"])
 
     def act(self, obs):
-        size, weight = self._read(obs.raw)
-        return float(min(max(self.formula(max(float(size), 0.0), max(weight, 0.0)), 0.0), 2.0**31))
+        size, weight, stage = self._read(obs.raw)
+        return float(min(max(self.formula(max(float(size), 0.0), max(weight, 0.0), int(stage)), 0.0), 2.0**31))
 
 
 def measure(task: tuple) -> tuple[str, dict]:
