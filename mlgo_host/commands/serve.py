@@ -24,6 +24,9 @@ their clients fall back to a plain compile; everything made in DIR is
 removed; exit status 0.  A restart on the same DIR removes what a killed
 server left behind.
 
+A server answers one advisor; clients with MLGO_CHANNELS_C / MLGO_CHANNELS_CXX
+send C and C++ compiles to servers of their own (unset: MLGO_CHANNELS).
+
 DIR (and T) steer every compile of the build, so they must be your own: a
 symbolic link, another user's directory or one that group or others can
 write to is refused (as ssh refuses a loose ~/.ssh).

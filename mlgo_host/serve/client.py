@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from mlgo_host import procs
+from mlgo_host.languages import command_language
 from mlgo_host.serve import slots as S
 from mlgo_host.serve.trust import untrusted, untrusted_tune_dir
 
@@ -349,13 +350,13 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
     plan = classify(argv)
     if not plan["compile"]:
         return _exec(plain)
-    root = os.environ.get("MLGO_CHANNELS")
+    channels, root = _channels_of(plain, plan)
     tuned = os.environ.get("MLGO_REPLAY")
     if tuned:
         flags, why, module = _tuned_flags(tuned, plain, plan, quiet)
         if why:
             return fallback(why, "the tuned flags")
-        if flags:  # a server in MLGO_CHANNELS serves none of it, but it records the build's compiles
+        if flags:  # the compile's server serves none of it, but it records the build's compiles
             stale_s = _env_float("MLGO_STALE", 10.0)
             root = os.path.abspath(root) if root else None
             info = S.server_status(root, stale_s)[0] if root and not untrusted(root) else None
@@ -366,7 +367,7 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
         return _exec(plain)
     root = os.path.abspath(root)
     if why := untrusted(root):
-        return fallback(f"MLGO_CHANNELS: {why}")
+        return fallback(f"{channels}: {why}")
     stale_s = _env_float("MLGO_STALE", 10.0)
     info, why = S.server_status(root, stale_s)
     if info is None:
@@ -381,6 +382,16 @@ def main(kind: str = "c", argv: list[str] | None = None) -> int:
     if k is None:
         return fallback(gen)
     return _SlotCompile(plain, plan, root, info, k, lock_fd, gen, stale_s).run(fallback)
+
+
+def _channels_of(plain: list[str], plan: dict) -> tuple[str, str | None]:
+    """(the variable, the server directory) for this compile: ``MLGO_CHANNELS_C`` or ``MLGO_CHANNELS_CXX``
+    by its language when set, so that C and C++ can each have a server of their own, else ``MLGO_CHANNELS``."""
+    language = command_language(plain, plan.get("source") or "")
+    own = {"C": "MLGO_CHANNELS_C", "C++": "MLGO_CHANNELS_CXX"}.get(language or "")
+    if own and os.environ.get(own):
+        return own, os.environ[own]
+    return "MLGO_CHANNELS", os.environ.get("MLGO_CHANNELS")
 
 
 def _fallback_to(mode: str, quiet: bool, plain: list[str]) -> Callable[..., int]:

@@ -92,7 +92,8 @@ def plain_object(src: str, out: str, flags=("-Oz",)) -> bytes:
 
 def client_env(channels: str | None, fallback: str = "fail", **extra) -> dict:
     env = dict(os.environ)
-    for k in ("MLGO_CHANNELS", "MLGO_FALLBACK", "MLGO_BUILD", "MLGO_QUIET", "MLGO_GUARD"):
+    for k in ("MLGO_CHANNELS", "MLGO_CHANNELS_C", "MLGO_CHANNELS_CXX", "MLGO_FALLBACK", "MLGO_BUILD", "MLGO_QUIET",
+              "MLGO_GUARD"):
         env.pop(k, None)
     if channels is not None:
         env["MLGO_CHANNELS"] = channels

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -323,3 +324,29 @@ def test_a_compiler_that_cannot_run_is_one_line_and_frees_the_slot(tmp_path):
         r = mlgo_clang(["-Oz", "-c", src, "-o", os.path.join(d, "b.o")], ch, "fail", timeout=60)
         assert r.returncode == 0, r.stderr
         assert srv.terminate() == 0
+
+
+def test_c_and_cxx_compiles_go_to_their_own_servers(tmp_path):
+    """MLGO_CHANNELS_C / MLGO_CHANNELS_CXX pick the server by the compile's language; a language without its
+    own variable goes to MLGO_CHANNELS."""
+    d = str(tmp_path)
+    (c_src,) = write_sources(d, 1)
+    cxx_src = os.path.join(d, "k.cpp")
+    shutil.copyfile(c_src, cxx_src)
+    ch_c, ch_cxx = str(tmp_path / "ch-c"), str(tmp_path / "ch-cxx")
+    st_c, st_cxx = str(tmp_path / "c.jsonl"), str(tmp_path / "cxx.jsonl")
+    with ServerProc(ch_c, slots=1, policy="spill-weight", stats=st_c, extra=("--advisor", "regalloc-priority")), \
+            ServerProc(ch_cxx, slots=1, policy="default", stats=st_cxx):
+        both = {"MLGO_CHANNELS_C": ch_c, "MLGO_CHANNELS_CXX": ch_cxx}
+        for src, obj in ((c_src, "a.o"), (cxx_src, "b.o")):
+            r = mlgo_clang(["-Oz", "-c", src, "-o", os.path.join(d, obj)], None, "fail", **both)
+            assert r.returncode == 0, r.stderr
+        # only the C++ one has its own server: the C compile goes to MLGO_CHANNELS
+        r = mlgo_clang(["-Oz", "-c", c_src, "-o", os.path.join(d, "c.o")], ch_cxx, "fail", MLGO_CHANNELS_CXX=ch_c)
+        assert r.returncode == 0, r.stderr
+        c_recs = wait_for(lambda: read_stats(st_c) or None, 30, "the C server's stats line")
+        cxx_recs = wait_for(lambda: (lambda x: x if len(x) >= 2 else None)(read_stats(st_cxx)), 30,
+                            "the C++ server's stats lines")
+    assert [os.path.basename(r["output"]) for r in c_recs] == ["a.o"]
+    assert c_recs[0]["policy"] == "spill-weight" and c_recs[0]["observations"] > 0
+    assert sorted(os.path.basename(r["output"]) for r in cxx_recs) == ["b.o", "c.o"]
