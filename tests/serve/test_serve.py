@@ -341,7 +341,7 @@ def test_c_and_cxx_compiles_go_to_their_own_servers(tmp_path):
         for src, obj in ((c_src, "a.o"), (cxx_src, "b.o")):
             r = mlgo_clang(["-Oz", "-c", src, "-o", os.path.join(d, obj)], None, "fail", **both)
             assert r.returncode == 0, r.stderr
-        # only the C++ one has its own server: the C compile goes to MLGO_CHANNELS
+        # with only MLGO_CHANNELS_CXX set, a C compile goes to MLGO_CHANNELS
         r = mlgo_clang(["-Oz", "-c", c_src, "-o", os.path.join(d, "c.o")], ch_cxx, "fail", MLGO_CHANNELS_CXX=ch_c)
         assert r.returncode == 0, r.stderr
         c_recs = wait_for(lambda: read_stats(st_c) or None, 30, "the C server's stats line")
