@@ -9,6 +9,8 @@ Configurations (``--configs``, comma-separated):
   prio:POLICY[:SEED]    the priority advisor (regalloc-priority)
   formula:NAME          the priority advisor answered by one of FORMULAS below, a fixed function of the
                         live range's size, spill weight and stage (the features the advisor sends)
+  evict-rule:NAME       the eviction advisor answered by one of EVICT_RULES below, from the candidates'
+                        features (greedy's own rule is a cost comparison the channel sends in parts)
   flags:NAME            one of FLAGS below added to the compile
 
 The sizes are kept in the output as they are measured: a stopped run continues where it stopped.
@@ -69,6 +71,17 @@ FORMULAS = {"size": lambda size, w, stage: size,
             "stage_weight_x_sqrt_size": _tiered(lambda size, w: w * size ** 0.5 * 1e3),
             "stage_weight_then_size": _tiered(lambda size, w: min(w * 1e4, 2**22 - 1) * 256 + min(size, 2**20) / 4096),
             **{f"gated_weight_{cut}": _gated(cut) for cut in (200, 500, 2000)}}
+#: name -> (evict only when the cheapest candidate costs less than this times the range itself, None: always;
+#: the cost features, compared in order)
+EVICT_RULES = {"cheapest": (None, ("use_def_density",)),
+               "cheapest_hints": (None, ("nr_broken_hints", "use_def_density")),
+               "cheaper": (1.0, ("use_def_density",)),
+               "cheaper_hints": (1.0, ("nr_broken_hints", "use_def_density")),
+               "cheaper_half": (0.5, ("use_def_density",)),
+               "cheaper_twice": (2.0, ("use_def_density",)),
+               "cheaper_quarter": (0.25, ("use_def_density",)),
+               "cheaper_tenth": (0.1, ("use_def_density",)),
+               "cheaper_30th": (1 / 30, ("use_def_density",))}
 FLAGS = {"outliner": ["-mllvm", "-enable-machine-outliner=always"],
          "merge": ["-mllvm", "-enable-merge-functions"]}
 
@@ -89,6 +102,38 @@ class FormulaPolicy(Policy):
         return float(min(max(self.formula(max(float(size), 0.0), max(weight, 0.0), int(stage)), 0.0), 2.0**31))
 
 
+class EvictRulePolicy(Policy):
+    """An eviction policy: the legal candidate of the lowest cost (``EVICT_RULES[name]``'s features, compared in
+    order), when that is below a factor times the cost of the range being allocated (the last column); else
+    nothing is evicted and the range is left to split or spill."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.factor, self.costs = EVICT_RULES[name]
+
+    def bind(self, header, advisor):
+        super().bind(header, advisor)
+        import numpy as np
+
+        self._np = np
+        self._width = header.feature("mask").shape[-1]
+        self._read = {f: (header.offset(f), "<i8" if header.feature(f).ctype == "int64_t" else "<f4")
+                      for f in ("mask", *self.costs)}
+
+    def act(self, obs):
+        np, w = self._np, self._width
+        col = {f: np.frombuffer(obs.raw, dtype=dt, count=w, offset=off) for f, (off, dt) in self._read.items()}
+        legal = np.flatnonzero(col["mask"][: w - 1])
+        if legal.size == 0:
+            return w - 1
+        cost = {int(i): tuple(float(col[f][i]) for f in self.costs) for i in legal}
+        best = min(cost, key=cost.__getitem__)
+        if self.factor is None or not col["mask"][w - 1]:
+            return best
+        own = tuple(float(col[f][w - 1]) for f in self.costs)
+        return best if cost[best][:-1] + (cost[best][-1] / self.factor,) < own else w - 1
+
+
 def measure(task: tuple) -> tuple[str, dict]:
     """(module name, {config: text size or None}) for the configurations not measured yet."""
     from mlgo_host.measure.compile import compile_module, compile_plain
@@ -102,6 +147,8 @@ def measure(task: tuple) -> tuple[str, dict]:
             res = compile_plain(module, clang=clang)
         elif kind == "flags":
             res = compile_plain(module, clang=clang, extra_args=FLAGS[rest])
+        elif kind == "evict-rule":
+            res = compile_module(module, EvictRulePolicy(rest), advisor="regalloc-evict", clang=clang)
         elif kind == "formula":
             res = compile_module(module, FormulaPolicy(rest), advisor="regalloc-priority", clang=clang)
         else:
@@ -151,7 +198,7 @@ def main() -> int:
     ap.add_argument("--output", default=os.path.join(HERE, "results", "regalloc_headroom.json"))
     args = ap.parse_args()
     configs = [c for c in args.configs.split(",") if c and c != "plain"]
-    known = {"flags": FLAGS, "formula": FORMULAS}
+    known = {"flags": FLAGS, "formula": FORMULAS, "evict-rule": EVICT_RULES}
     bad = [c for c in configs if c.partition(":")[0] not in (*ADVISORS, *known)
            or c.partition(":")[2] not in known.get(c.partition(":")[0], [c.partition(":")[2]])]
     if bad:

@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
                                 "bench"))
 import regalloc_headroom  # noqa: E402
 
-CONFIGS = "prio:default,prio:random:3,evict:random:1,formula:weight,flags:merge"
+CONFIGS = "prio:default,prio:random:3,evict:random:1,formula:weight,formula:stage_weight,evict-rule:cheaper_half,flags:merge"
 
 
 @pytest.fixture(scope="module")
