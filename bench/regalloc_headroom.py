@@ -111,26 +111,17 @@ class EvictRulePolicy(Policy):
         self.name = name
         self.factor, self.costs = EVICT_RULES[name]
 
-    def bind(self, header, advisor):
-        super().bind(header, advisor)
-        import numpy as np
-
-        self._np = np
-        self._width = header.feature("mask").shape[-1]
-        self._read = {f: (header.offset(f), "<i8" if header.feature(f).ctype == "int64_t" else "<f4")
-                      for f in ("mask", *self.costs)}
-
     def act(self, obs):
-        np, w = self._np, self._width
-        col = {f: np.frombuffer(obs.raw, dtype=dt, count=w, offset=off) for f, (off, dt) in self._read.items()}
-        legal = np.flatnonzero(col["mask"][: w - 1])
-        if legal.size == 0:
+        mask = obs["mask"].reshape(-1)  # each feature is a [1, W] row of the candidates, the range itself last
+        costs = [obs[f].reshape(-1) for f in self.costs]
+        w = mask.size
+        cost = {i: tuple(float(c[i]) for c in costs) for i in range(w - 1) if mask[i]}
+        if not cost:
             return w - 1
-        cost = {int(i): tuple(float(col[f][i]) for f in self.costs) for i in legal}
         best = min(cost, key=cost.__getitem__)
-        if self.factor is None or not col["mask"][w - 1]:
+        if self.factor is None or not mask[w - 1]:
             return best
-        own = tuple(float(col[f][w - 1]) for f in self.costs)
+        own = tuple(float(c[w - 1]) for c in costs)
         return best if cost[best][:-1] + (cost[best][-1] / self.factor,) < own else w - 1
 
 
