@@ -105,7 +105,8 @@ class FormulaPolicy(Policy):
 class EvictRulePolicy(Policy):
     """An eviction policy: the legal candidate of the lowest cost (``EVICT_RULES[name]``'s features, compared in
     order), when that is below a factor times the cost of the range being allocated (the last column); else
-    nothing is evicted and the range is left to split or spill."""
+    nothing is evicted and the range is left to split or spill.  The compiler sends a NaN density for some
+    columns: a NaN compares false, so a range whose own cost is NaN evicts nothing."""
 
     def __init__(self, name: str):
         self.name = name
