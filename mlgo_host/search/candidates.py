@@ -106,7 +106,7 @@ class Candidates:
         return [self.candidate(c.sites, not c.inline, final, kind="undo") for c in flips if self.state.in_set(c)]
 
     def stored(self, stored: Iterable[dict]) -> list[Candidate]:
-        """The flips an earlier search queued and did not measure (:func:`~.result.result_of`)."""
+        """The flips an earlier search queued and did not measure (:func:`~.driver.result_of`)."""
         flips = [(tuple(self.state.sites.get(k) or site_of_line(ln) for k, ln in zip(p["keys"], p["lines"])), p)
                  for p in stored]
         for sites, _ in flips:

@@ -7,6 +7,8 @@ import dataclasses
 import logging
 import time
 
+import numpy as np
+
 from mlgo_host.corpus.corpus import Module
 from mlgo_host.errors import MlgoHostError
 from mlgo_host.search.attribution import Attribution
@@ -17,7 +19,7 @@ from mlgo_host.search.batches import Measurer
 from mlgo_host.search.probe import Probe, probe_module
 from mlgo_host.search.reference import Reference
 from mlgo_host.search.replay import ReplayEvaluator
-from mlgo_host.search.result import result_of
+from mlgo_host.search.result import SearchResult
 from mlgo_host.search.scheduling import Scheduler
 from mlgo_host.search.sites import site_of_line
 from mlgo_host.search.starts import (best_start, measure_thresholds, starts_cost, starts_pending,
@@ -346,3 +348,51 @@ def search_of(module: Module, probe: Probe, cfg: dict, *, budget: int, spent: in
                          timeout=cfg.get("module_timeout", 300.0))
     ev.compiles = probe.compiles if spent is None else spent
     return BatchedSearch(module, probe, ev, budget=budget, **kw)
+
+
+def search_result(s: BatchedSearch, default_size: int, wall_s: float) -> SearchResult:
+    """A batched search as ``tune`` keeps it."""
+    st = s.state
+    ep = st.probe.episode
+    nb = ep.header.observation_nbytes
+    flips = list(st.earlier)
+    for o in st.outcomes:
+        c = o.candidate
+        raw = ep.raw[c.index * nb:(c.index + 1) * nb] if c.index is not None else b""
+        flips.append({"key": c.key, "index": c.index, "raw": raw, "from": 0 if c.inline else 1,
+                      "delta": int(o.delta), "applied": o.applied, "kind": c.kind,
+                      # (applied by the search and still in the best set: a flip undone later is not)
+                      "accepted": o.accepted and st.in_set(c)})
+    best = st.base.text if st.base is not None else None
+    use_replay = best is not None and best < default_size
+    return SearchResult(
+        name=st.module.name, module_key=st.module.key, status="ok", reason="", search="batched",
+        default_size=int(default_size), policy_size=int(st.probe.text), start_size=int(st.probe.text),
+        replay_start_size=st.start_text, replay_matches=st.start_text == st.probe.text,
+        best_size=int(best) if use_replay else int(default_size),
+        compiles=st.ev.compiles, batches=st.batches, splits=dict(st.splits),
+        flips_measured=st.flips_measured, flips_in_copies=st.flips_in_copies, flips=flips,
+        pending=[{"keys": [x.key for x in c.sites], "lines": [x.replay_line() for x in c.sites],
+                  "inline": c.inline, "kind": c.kind, "index": c.index, "release": sorted(c.release)}
+                 for c in s.pending],
+        grouped=st.grouped, wins=st.wins, sweep_mark=st.sweep_mark,
+        interacting=sorted([k, inline] for k, inline in st.interacting), batch_cap=st.batch_cap,
+        no_copies=sorted((r if isinstance(r, str) else list(r) for r in s.copies.no_copies), key=str),
+        not_in_copies=sorted(s.copies.not_in_copies),
+        broken_keys=len(st.broken), broken=sorted(st.broken), decisions=ep.n, wall_s=wall_s,
+        tried=sorted(st.tried), promise=s.cands.promise(),
+        stopped=s.stopped if st.base is not None else ("budget" if ep.n else "exhausted"),
+        reference=st.base if st.base is not None and st.compiled and not st.provisional else None,
+        inline=sorted(x.replay_line() for x in st.inline.values()) if use_replay else None,
+        scope=sorted({d.site.caller for d in st.probe.decisions}) if use_replay else None,
+        inline_all={k: x.replay_line() for k, x in st.inline.items()}, probe=st.probe,
+        header=ep.header.to_json(), raw=ep.raw, probe_actions=ep.actions,
+        actions=np.array([1 if d.site.key in st.inline else 0 for d in st.probe.decisions], dtype=np.int64),
+        default_slot=st.default_slot,
+    )
+
+
+def result_of(s: BatchedSearch, default_size: int, wall_s: float) -> dict:
+    """:func:`search_result` as ``tune`` stores it: the fields in order (values neither copied nor converted)."""
+    r = search_result(s, default_size, wall_s)
+    return {f.name: getattr(r, f.name) for f in dataclasses.fields(r)}

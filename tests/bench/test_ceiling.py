@@ -10,10 +10,9 @@ from _corpus_helpers import ACCESSOR
 from mlgo_host.corpus.build import build_corpus, load_compile_commands
 from mlgo_host.corpus.corpus import load_corpus
 from mlgo_host.policies import load_policy
-from mlgo_host.search.driver import BatchedSearch
+from mlgo_host.search.driver import BatchedSearch, result_of
 from mlgo_host.search.probe import probe_module
 from mlgo_host.search.replay import ReplayEvaluator
-from mlgo_host.search.result import result_of
 
 import _research  # noqa: F401  (bench/research on sys.path)
 from ceiling import ceiling_of, landing, neighbourhoods, rounds_of

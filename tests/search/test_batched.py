@@ -12,10 +12,10 @@ import pytest
 
 from _search_helpers import search
 from mlgo_host.policies import load_policy
-from mlgo_host.search.driver import search_module_batched
+from mlgo_host.search.driver import result_of, search_module_batched, search_result
 from mlgo_host.search.probe import probe_module
 from mlgo_host.search.replay import ReplayEvaluator
-from mlgo_host.search.result import SearchResult, result_of, search_result
+from mlgo_host.search.result import SearchResult
 from mlgo_host.search.scheduling import Scheduler
 
 

@@ -9,10 +9,9 @@ import numpy as np
 
 from _search_helpers import changes, search
 from mlgo_host.policies import load_policy
-from mlgo_host.search.driver import BatchedSearch
+from mlgo_host.search.driver import BatchedSearch, result_of
 from mlgo_host.search.probe import probe_module
 from mlgo_host.search.replay import ReplayEvaluator
-from mlgo_host.search.result import result_of
 from mlgo_host.search.sites import unique_decisions
 
 

@@ -6,7 +6,7 @@ import dataclasses
 
 from _search_helpers import Altered, search, sizes, with_copies_and_in_place, with_functions
 from mlgo_host.search.copies import bodies_brought, pieces_of, split_copies
-from mlgo_host.search.result import result_of
+from mlgo_host.search.driver import result_of
 
 
 def test_flips_of_one_function_measured_in_copies_give_each_its_single_change(batched_corpus):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from _search_helpers import changes, search
-from mlgo_host.search.result import result_of
+from mlgo_host.search.driver import result_of
 
 CTOR, CTOR_ALIAS = "_ZN4NodeC2EPii", "_ZN4NodeC1EPii"
 GET, GET_CONST = "_ZN4Node3getEi", "_ZNK4Node3getEi"

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from _search_helpers import search
-from mlgo_host.search.result import result_of
+from mlgo_host.search.driver import result_of
 from mlgo_host.search.scheduling import EARLY_OUTLINE_SHARE
 from mlgo_host.search.state import Outcome
 
